@@ -1,0 +1,93 @@
+// Typed configuration of a loom job, read from YAML with command-line overrides.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+struct ModelConfig {
+  int64_t num_layers = 2;
+  int64_t hidden_size = 64;
+  int64_t num_heads = 4;
+  int64_t ffn_hidden_size = 0;  // 0: 4 * hidden_size
+  int64_t vocab_size = 256;
+  int64_t seq_len = 64;
+  double dropout = 0.0;
+};
+
+struct ParallelConfig {
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t dp = 0;  // 0: world / (tp * pp)
+  int64_t ep = 1;
+  bool sequence_parallel = false;
+  int64_t virtual_stages = 1;
+  int64_t zero_stage = 0;
+  std::string order = "tp-cp-ep-dp-pp";
+  std::string backend = "auto";  // auto | gloo | nccl
+  double timeout_s = 300.0;      // every collective fails after this long
+};
+
+struct TrainConfig {
+  int64_t steps = 100;
+  int64_t global_batch_size = 8;
+  int64_t micro_batch_size = 8;
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_steps = 10;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // 0: no clipping
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_eps = 1e-8;
+  int64_t seed = 1234;
+  std::string precision = "fp32";
+  int64_t threads_per_rank = 0;  // 0: cores / local ranks
+};
+
+struct DataConfig {
+  std::string path;  // PREFIX of PREFIX.bin/.idx; empty: built-in synthetic corpus
+  std::string order = "sequential";  // sequential | shuffled
+};
+
+struct CheckpointConfig {
+  std::string dir;
+  int64_t interval = 0;
+  int64_t keep = 2;
+};
+
+struct LogConfig {
+  int64_t interval = 10;
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+
+  std::string source;  // file the config came from, for messages
+
+  int64_t ffn_size() const { return model.ffn_hidden_size > 0 ? model.ffn_hidden_size : 4 * model.hidden_size; }
+  int64_t micro_batches_per_step() const { return train.global_batch_size / (train.micro_batch_size * parallel.dp); }
+};
+
+// Reads FILE and applies "section.key=value" overrides in order. Unknown keys,
+// values of the wrong type and unreadable files throw InputError naming them.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Applies one "section.key=value" override.
+void apply_override(Config& config, const std::string& assignment);
+
+// Resolves parallel.dp against WORLD and checks every value and their
+// relations. Throws InputError naming the key and what would be valid.
+void resolve_and_validate(Config& config, int64_t world);
+
+// The fully resolved config as YAML (every key, defaults included).
+std::string to_yaml(const Config& config);
+
+}  // namespace loom

@@ -1,0 +1,20 @@
+// Errors carry their context (key, file, rank, group, op); the command-line
+// boundary turns them into an exit code and one clear message.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace loom {
+
+// Bad input from the user: config, arguments, data. Exit code 2.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A collective failed or timed out: a dead, stuck or diverged peer. Exit code 1.
+struct CommError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace loom

@@ -1,0 +1,184 @@
+#include "core/indexed_dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/errors.h"
+
+namespace loom {
+namespace {
+
+constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+
+template <typename T>
+T read_scalar(std::ifstream& in, const std::string& file) {
+  T value{};
+  in.read(reinterpret_cast<char*>(&value), sizeof(T));
+  if (!in) throw InputError("dataset index '" + file + "' is truncated");
+  return value;
+}
+
+template <typename T>
+std::vector<T> read_array(std::ifstream& in, uint64_t count, const std::string& file) {
+  std::vector<T> values(count);
+  in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(count * sizeof(T)));
+  if (!in) throw InputError("dataset index '" + file + "' is truncated");
+  return values;
+}
+
+template <typename T>
+void write_scalar(std::ofstream& out, T value) {
+  out.write(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+template <typename T>
+void widen(const uint8_t* src, int64_t count, int64_t* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    T value;
+    std::memcpy(&value, src + i * sizeof(T), sizeof(T));
+    out[i] = static_cast<int64_t>(value);
+  }
+}
+
+}  // namespace
+
+size_t dtype_size(TokenDtype dtype) {
+  switch (dtype) {
+    case TokenDtype::u8:
+    case TokenDtype::i8:
+      return 1;
+    case TokenDtype::i16:
+    case TokenDtype::u16:
+      return 2;
+    case TokenDtype::i32:
+    case TokenDtype::f32:
+      return 4;
+    case TokenDtype::i64:
+    case TokenDtype::f64:
+      return 8;
+  }
+  return 0;
+}
+
+IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+  const std::string idx = prefix + ".idx";
+  const std::string bin = prefix + ".bin";
+  std::ifstream in(idx, std::ios::binary);
+  if (!in) throw InputError("cannot open dataset index '" + idx + "' (data.path is the prefix of PREFIX.bin and PREFIX.idx)");
+
+  char magic[9];
+  in.read(magic, 9);
+  if (!in || std::memcmp(magic, kMagic, 9) != 0) {
+    throw InputError("'" + idx + "' is not a Megatron-LM indexed dataset (bad magic)");
+  }
+  const auto version = read_scalar<uint64_t>(in, idx);
+  if (version != 1) throw InputError("'" + idx + "' has index version " + std::to_string(version) + "; only 1 is supported");
+  const auto code = read_scalar<uint8_t>(in, idx);
+  if (code < 1 || code > 8) throw InputError("'" + idx + "' has unknown dtype code " + std::to_string(code));
+  dtype_ = static_cast<TokenDtype>(code);
+  if (dtype_ == TokenDtype::f32 || dtype_ == TokenDtype::f64) {
+    throw InputError("'" + idx + "' stores floating-point tokens; token datasets must use an integer dtype");
+  }
+  const auto sequences = read_scalar<uint64_t>(in, idx);
+  const auto documents = read_scalar<uint64_t>(in, idx);
+  lengths_ = read_array<int32_t>(in, sequences, idx);
+  offsets_ = read_array<int64_t>(in, sequences, idx);
+  documents_ = read_array<int64_t>(in, documents, idx);
+
+  int fd = ::open(bin.c_str(), O_RDONLY);
+  if (fd < 0) throw InputError("cannot open dataset tokens '" + bin + "'");
+  struct stat st {};
+  ::fstat(fd, &st);
+  data_bytes_ = static_cast<size_t>(st.st_size);
+  const size_t item = dtype_size(dtype_);
+  for (size_t i = 0; i < sequences; ++i) {
+    if (lengths_[i] < 0 || offsets_[i] < 0 ||
+        static_cast<size_t>(offsets_[i]) + static_cast<size_t>(lengths_[i]) * item > data_bytes_) {
+      ::close(fd);
+      throw InputError("'" + bin + "' is shorter than its index says (sequence " + std::to_string(i) + ")");
+    }
+  }
+  if (data_bytes_ > 0) {
+    void* mapped = ::mmap(nullptr, data_bytes_, PROT_READ, MAP_SHARED, fd, 0);
+    if (mapped == MAP_FAILED) {
+      ::close(fd);
+      throw InputError("cannot memory-map '" + bin + "'");
+    }
+    data_ = static_cast<const uint8_t*>(mapped);
+  }
+  ::close(fd);
+}
+
+IndexedDataset::~IndexedDataset() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), data_bytes_);
+}
+
+void IndexedDataset::read(size_t seq, int64_t offset, int64_t count, int64_t* out) const {
+  const uint8_t* src = data_ + offsets_[seq] + offset * static_cast<int64_t>(dtype_size(dtype_));
+  switch (dtype_) {
+    case TokenDtype::u8: return widen<uint8_t>(src, count, out);
+    case TokenDtype::i8: return widen<int8_t>(src, count, out);
+    case TokenDtype::i16: return widen<int16_t>(src, count, out);
+    case TokenDtype::u16: return widen<uint16_t>(src, count, out);
+    case TokenDtype::i32: return widen<int32_t>(src, count, out);
+    case TokenDtype::i64: return widen<int64_t>(src, count, out);
+    case TokenDtype::f32:
+    case TokenDtype::f64: break;
+  }
+}
+
+IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)
+    : prefix_(prefix), dtype_(dtype), bin_(prefix + ".bin", std::ios::binary | std::ios::trunc) {
+  if (!bin_) throw InputError("cannot write '" + prefix + ".bin'");
+}
+
+void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
+  const size_t item = dtype_size(dtype_);
+  std::vector<uint8_t> bytes(tokens.size() * item);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int64_t t = tokens[i];
+    switch (dtype_) {
+      case TokenDtype::u8: bytes[i] = static_cast<uint8_t>(t); break;
+      case TokenDtype::i8: { int8_t v = static_cast<int8_t>(t); std::memcpy(&bytes[i], &v, 1); break; }
+      case TokenDtype::i16: { int16_t v = static_cast<int16_t>(t); std::memcpy(&bytes[i * 2], &v, 2); break; }
+      case TokenDtype::u16: { uint16_t v = static_cast<uint16_t>(t); std::memcpy(&bytes[i * 2], &v, 2); break; }
+      case TokenDtype::i32: { int32_t v = static_cast<int32_t>(t); std::memcpy(&bytes[i * 4], &v, 4); break; }
+      case TokenDtype::i64: std::memcpy(&bytes[i * 8], &t, 8); break;
+      case TokenDtype::f32:
+      case TokenDtype::f64: throw InputError("token datasets must use an integer dtype");
+    }
+  }
+  bin_.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  lengths_.push_back(static_cast<int32_t>(tokens.size()));
+  documents_.push_back(static_cast<int64_t>(lengths_.size()));
+}
+
+void IndexedDatasetWriter::finish() {
+  bin_.close();
+  if (!bin_) throw InputError("failed writing '" + prefix_ + ".bin'");
+  const std::string idx = prefix_ + ".idx";
+  std::ofstream out(idx, std::ios::binary | std::ios::trunc);
+  if (!out) throw InputError("cannot write '" + idx + "'");
+  out.write(kMagic, 9);
+  write_scalar<uint64_t>(out, 1);
+  write_scalar<uint8_t>(out, static_cast<uint8_t>(dtype_));
+  write_scalar<uint64_t>(out, lengths_.size());
+  write_scalar<uint64_t>(out, documents_.size());
+  out.write(reinterpret_cast<const char*>(lengths_.data()), static_cast<std::streamsize>(lengths_.size() * 4));
+  std::vector<int64_t> offsets(lengths_.size());
+  int64_t offset = 0;
+  for (size_t i = 0; i < lengths_.size(); ++i) {
+    offsets[i] = offset;
+    offset += static_cast<int64_t>(lengths_[i]) * static_cast<int64_t>(dtype_size(dtype_));
+  }
+  out.write(reinterpret_cast<const char*>(offsets.data()), static_cast<std::streamsize>(offsets.size() * 8));
+  out.write(reinterpret_cast<const char*>(documents_.data()), static_cast<std::streamsize>(documents_.size() * 8));
+  out.close();
+  if (!out) throw InputError("failed writing '" + idx + "'");
+}
+
+}  // namespace loom

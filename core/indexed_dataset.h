@@ -1,0 +1,68 @@
+// Megatron-LM's indexed dataset: PREFIX.idx holds the index, PREFIX.bin the tokens.
+//
+// PREFIX.idx, little-endian:
+//   9 bytes  magic "MMIDIDX\0\0"
+//   u64      version (1)
+//   u8       dtype code (1 u8, 2 i8, 3 i16, 4 i32, 5 i64, 6 f64, 7 f32, 8 u16)
+//   u64      sequence count S
+//   u64      document count D
+//   i32[S]   sequence lengths in tokens
+//   i64[S]   sequence byte offsets into PREFIX.bin
+//   i64[D]   document index: sequence numbers where documents start, then S
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+enum class TokenDtype : uint8_t { u8 = 1, i8 = 2, i16 = 3, i32 = 4, i64 = 5, f64 = 6, f32 = 7, u16 = 8 };
+
+size_t dtype_size(TokenDtype dtype);
+
+// Read-only view of a dataset; the .bin file is memory-mapped, the index read whole.
+class IndexedDataset {
+ public:
+  explicit IndexedDataset(const std::string& prefix);
+  ~IndexedDataset();
+  IndexedDataset(const IndexedDataset&) = delete;
+  IndexedDataset& operator=(const IndexedDataset&) = delete;
+
+  TokenDtype dtype() const { return dtype_; }
+  size_t num_sequences() const { return lengths_.size(); }
+  const std::vector<int32_t>& sequence_lengths() const { return lengths_; }
+  const std::vector<int64_t>& sequence_offsets() const { return offsets_; }
+  const std::vector<int64_t>& document_index() const { return documents_; }
+
+  // Copies COUNT tokens of sequence SEQ starting at token OFFSET into OUT, widened to int64.
+  void read(size_t seq, int64_t offset, int64_t count, int64_t* out) const;
+
+ private:
+  std::string prefix_;
+  TokenDtype dtype_ = TokenDtype::u16;
+  std::vector<int32_t> lengths_;
+  std::vector<int64_t> offsets_;
+  std::vector<int64_t> documents_;
+  const uint8_t* data_ = nullptr;
+  size_t data_bytes_ = 0;
+};
+
+// Writes a dataset in the same format; each add_document call is one document of one sequence.
+class IndexedDatasetWriter {
+ public:
+  IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype);
+  void add_document(const std::vector<int64_t>& tokens);
+  // Writes PREFIX.idx; the dataset is complete only after this.
+  void finish();
+
+ private:
+  std::string prefix_;
+  TokenDtype dtype_;
+  std::vector<int32_t> lengths_;
+  std::vector<int64_t> documents_{0};
+  std::ofstream bin_;
+};
+
+}  // namespace loom

@@ -1,0 +1,154 @@
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
+#include "launch/commands.h"
+
+namespace loom::launch {
+namespace {
+
+constexpr const char* kUsage = R"(usage:
+  loom train CONFIG.yaml [--set section.key=value]... [--run-dir DIR]
+  loom topology CONFIG.yaml --world N [--set section.key=value]...
+  loom prepare --input FILE... --output PREFIX [--tokenizer byte] [--append-eod]
+
+exit codes: 0 success, 2 bad input (config, arguments, data), 1 anything else
+)";
+
+class ArgReader {
+ public:
+  ArgReader(int argc, char** argv, int first) : args_(argv + first, argv + argc) {}
+  bool done() const { return pos_ >= args_.size(); }
+  const std::string& peek() const { return args_[pos_]; }
+  std::string next() { return args_[pos_++]; }
+  std::string value_of(const std::string& flag) {
+    if (done() || peek().rfind("--", 0) == 0) throw InputError(flag + " needs a value");
+    return next();
+  }
+
+ private:
+  std::vector<std::string> args_;
+  size_t pos_ = 0;
+};
+
+int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min) {
+  char* end = nullptr;
+  long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || value < min) {
+    throw InputError(flag + " expects an integer of at least " + std::to_string(min) + ", got '" + text + "'");
+  }
+  return value;
+}
+
+FaultInjection parse_fault(const std::string& text) {
+  FaultInjection fault;
+  auto first = text.find(':'), second = text.rfind(':');
+  if (first == std::string::npos || first == second) {
+    throw InputError("--inject-fault expects RANK:STEP:KIND, got '" + text + "'");
+  }
+  fault.rank = static_cast<int>(parse_integer("--inject-fault RANK", text.substr(0, first), 0));
+  fault.step = parse_integer("--inject-fault STEP", text.substr(first + 1, second - first - 1), 1);
+  fault.kind = text.substr(second + 1);
+  if (fault.kind != "kill" && fault.kind != "hang") throw InputError("--inject-fault KIND must be kill or hang");
+  return fault;
+}
+
+int dispatch(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  ArgReader args(argc, argv, 2);
+  if (command == "train") {
+    TrainArgs train_args;
+    while (!args.done()) {
+      std::string a = args.next();
+      if (a == "--set") {
+        train_args.overrides.push_back(args.value_of(a));
+      } else if (a == "--run-dir") {
+        train_args.run_dir = args.value_of(a);
+      } else if (a == "--inject-fault") {
+        train_args.fault = parse_fault(args.value_of(a));
+      } else if (a.rfind("--", 0) != 0 && train_args.config_path.empty()) {
+        train_args.config_path = a;
+      } else {
+        throw InputError("loom train: unexpected argument '" + a + "'\n" + kUsage);
+      }
+    }
+    if (train_args.config_path.empty()) throw InputError(std::string("loom train needs CONFIG.yaml\n") + kUsage);
+    return train(train_args);
+  }
+  if (command == "topology") {
+    TopologyArgs topo;
+    while (!args.done()) {
+      std::string a = args.next();
+      if (a == "--set") {
+        topo.overrides.push_back(args.value_of(a));
+      } else if (a == "--world") {
+        topo.world = parse_integer(a, args.value_of(a), 1);
+      } else if (a.rfind("--", 0) != 0 && topo.config_path.empty()) {
+        topo.config_path = a;
+      } else {
+        throw InputError("loom topology: unexpected argument '" + a + "'\n" + kUsage);
+      }
+    }
+    if (topo.config_path.empty() || topo.world == 0) {
+      throw InputError(std::string("loom topology needs CONFIG.yaml and --world N\n") + kUsage);
+    }
+    return topology(topo);
+  }
+  if (command == "prepare") {
+    PrepareArgs prep;
+    while (!args.done()) {
+      std::string a = args.next();
+      if (a == "--input") {
+        prep.inputs.push_back(args.value_of(a));
+        while (!args.done() && args.peek().rfind("--", 0) != 0) prep.inputs.push_back(args.next());
+      } else if (a == "--output") {
+        prep.output_prefix = args.value_of(a);
+      } else if (a == "--tokenizer") {
+        prep.tokenizer = args.value_of(a);
+      } else if (a == "--append-eod") {
+        prep.append_eod = true;
+      } else {
+        throw InputError("loom prepare: unexpected argument '" + a + "'\n" + kUsage);
+      }
+    }
+    if (prep.inputs.empty() || prep.output_prefix.empty()) {
+      throw InputError(std::string("loom prepare needs --input FILE... and --output PREFIX\n") + kUsage);
+    }
+    return prepare(prep);
+  }
+  throw InputError("unknown command '" + command + "'\n" + kUsage);
+}
+
+// Leaves without running destructors: after a failed collective, communicator
+// threads may still wait on a dead peer, and joining them would hang the exit.
+[[noreturn]] void die(int code, const std::string& message) {
+  std::cout.flush();
+  std::fprintf(stderr, "loom: error: %s\n", message.c_str());
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  try {
+    return dispatch(argc, argv);
+  } catch (const InputError& e) {
+    die(2, e.what());
+  } catch (const c10::Error& e) {
+    die(1, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    die(1, e.what());
+  }
+}
+
+}  // namespace loom::launch

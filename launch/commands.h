@@ -1,0 +1,47 @@
+// The loom subcommands. Each returns the process exit code or throws
+// (InputError: exit 2; anything else: exit 1); cli.cpp turns throws into one message.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace loom::launch {
+
+// A deliberate failure on one rank, for tests of how the others end:
+// "RANK:STEP:kill" dies by SIGKILL, "RANK:STEP:hang" stops answering.
+struct FaultInjection {
+  int rank = -1;
+  int64_t step = -1;
+  std::string kind;
+};
+
+struct TrainArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string run_dir;
+  FaultInjection fault;
+};
+
+int train(const TrainArgs& args);
+
+struct TopologyArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int64_t world = 0;
+};
+
+int topology(const TopologyArgs& args);
+
+struct PrepareArgs {
+  std::vector<std::string> inputs;
+  std::string output_prefix;
+  std::string tokenizer = "byte";
+  bool append_eod = false;
+};
+
+int prepare(const PrepareArgs& args);
+
+// Parses ARGV and runs the subcommand; never throws.
+int run_cli(int argc, char** argv);
+
+}  // namespace loom::launch

@@ -1,0 +1,32 @@
+// loom topology: every process group of a layout as JSON, without launching anything.
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+
+#include "core/config.h"
+#include "launch/commands.h"
+#include "parallel/rank_grid.h"
+
+namespace loom::launch {
+
+int topology(const TopologyArgs& args) {
+  Config config = load_config(args.config_path, args.overrides);
+  resolve_and_validate(config, args.world);
+  const auto& p = config.parallel;
+  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
+
+  nlohmann::ordered_json out;
+  out["world"] = args.world;
+  out["order"] = p.order;
+  out["sizes"] = {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"ep", p.ep}, {"expert-dp", p.dp / p.ep}};
+  for (auto kind : parallel::kAllGroupKinds) out["groups"][parallel::group_kind_name(kind)] = grid.groups(kind);
+  for (int64_t rank = 0; rank < args.world; ++rank) {
+    const auto c = grid.coords(rank);
+    out["ranks"].push_back(
+        {{"rank", rank}, {"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}, {"ep", c.ep}, {"expert-dp", c.expert_dp}});
+  }
+  std::cout << out.dump(2) << std::endl;
+  return 0;
+}
+
+}  // namespace loom::launch

@@ -1,0 +1,251 @@
+#include "launch/trainer.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <csignal>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "core/errors.h"
+#include "core/logging.h"
+#include "parallel/gloo_communicator.h"
+#include "parallel/launch_env.h"
+
+namespace loom::launch {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  char buffer[32];
+  if (s >= 3600) {
+    std::snprintf(buffer, sizeof(buffer), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  }
+  return buffer;
+}
+
+// What this build can train; the rest of a valid config arrives with later features.
+void require_supported(const Config& c) {
+  auto unsupported = [](const std::string& key, const std::string& value) {
+    return InputError("config key '" + key + "': " + value +
+                      " is valid but not implemented in this version of loom; training supports tp=1, pp=1, "
+                      "ep=1, virtual_stages=1, zero_stage=0, precision fp32, no checkpoints");
+  };
+  const auto& p = c.parallel;
+  if (p.tp != 1) throw unsupported("parallel.tp", std::to_string(p.tp));
+  if (p.pp != 1) throw unsupported("parallel.pp", std::to_string(p.pp));
+  if (p.ep != 1) throw unsupported("parallel.ep", std::to_string(p.ep));
+  if (p.virtual_stages != 1) throw unsupported("parallel.virtual_stages", std::to_string(p.virtual_stages));
+  if (p.zero_stage != 0) throw unsupported("parallel.zero_stage", std::to_string(p.zero_stage));
+  if (c.train.precision != "fp32") throw unsupported("train.precision", c.train.precision);
+  if (c.checkpoint.interval != 0) throw unsupported("checkpoint.interval", std::to_string(c.checkpoint.interval));
+  if (p.backend == "nccl") {
+    throw InputError("config key 'parallel.backend': nccl needs a CUDA build of LibTorch and a GPU; "
+                     "this build trains on CPU with gloo");
+  }
+}
+
+// OpenBLAS keeps its own thread pool beside LibTorch's OpenMP one, and the two
+// together oversubscribe the cores. Measured on 2 cores (docs/threads.md): the
+// matrix products dominate, so BLAS gets the rank's threads and LibTorch's
+// elementwise ops run on one.
+int set_threads(const Config& config, const parallel::LaunchInfo& launch) {
+  int threads = static_cast<int>(config.train.threads_per_rank);
+  if (threads == 0) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, cores / std::max(1, launch.local_world));
+  }
+  using SetThreads = void (*)(int);
+  if (auto openblas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    openblas(threads);
+    at::set_num_threads(1);
+  } else {
+    at::set_num_threads(threads);
+  }
+  return threads;
+}
+
+std::string default_run_dir(const std::string& config_path) {
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  std::string base = "runs/" + fs::path(config_path).stem().string() + "-" + stamp;
+  std::string dir = base;
+  for (int i = 2; fs::exists(dir); ++i) dir = base + "-" + std::to_string(i);
+  return dir;
+}
+
+// Rank 0 chooses and creates the run directory; the others learn it from the store.
+std::string agree_on_run_dir(const TrainArgs& args, const Config& config, const parallel::LaunchEnv& env) {
+  std::string dir;
+  if (env.rank() == 0) {
+    dir = args.run_dir.empty() ? default_run_dir(args.config_path) : args.run_dir;
+    std::error_code error;
+    fs::create_directories(dir, error);
+    if (error) throw InputError("cannot create run directory '" + dir + "': " + error.message());
+    std::ofstream(fs::path(dir) / "config.yaml") << to_yaml(config);
+    std::ofstream(fs::path(dir) / "metrics.jsonl", std::ios::trunc);
+    if (env.store()) env.store()->set("run_dir", std::vector<uint8_t>(dir.begin(), dir.end()));
+  } else {
+    auto bytes = env.store()->get("run_dir");
+    dir.assign(bytes.begin(), bytes.end());
+  }
+  return dir;
+}
+
+parallel::CommunicatorFactory gloo_factory(const parallel::LaunchEnv& env, const std::shared_ptr<parallel::CommStats>& stats,
+                                           std::chrono::milliseconds timeout) {
+  if (!env.store()) return {};
+  auto device = parallel::make_gloo_device(env.single_host());
+  auto store = env.store();
+  return [device, store, stats, timeout](const std::string& name, const std::string& key,
+                                         const std::vector<int64_t>& ranks, int rank_in_group) {
+    return std::make_unique<parallel::GlooCommunicator>(name, ranks, rank_in_group, stats, timeout,
+                                                        parallel::c10d_compat::prefix_store("pg/" + key + "/", store),
+                                                        device);
+  };
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir, FaultInjection fault)
+    : config_(config), groups_(groups), run_dir_(std::move(run_dir)), fault_(std::move(fault)) {
+  const auto& m = config_.model;
+  const auto& t = config_.train;
+  corpus_ = open_corpus(config_.data.path, m.vocab_size, static_cast<uint64_t>(t.seed));
+  sampler_ = std::make_unique<BatchSampler>(*corpus_, m.seq_len, m.vocab_size, config_.data.order == "shuffled",
+                                            static_cast<uint64_t>(t.seed));
+  // Dropout draws from the global generator; each data-parallel rank sees other samples, so it gets its own stream.
+  torch::manual_seed(static_cast<uint64_t>(t.seed) + 7919 * static_cast<uint64_t>(groups_.rank()));
+  model_ = models::GPT(models::GPTOptions::from_config(config_));
+  model_->train();
+  for (const auto& p : model_->named_parameters_global()) params_.push_back(p.tensor);
+  optimizer_ = std::make_unique<optim::AdamW>(
+      params_, optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
+  schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
+  grads_ = std::make_unique<parallel::GradientAverager>(params_);
+  if (groups_.rank() == 0) metrics_ = std::make_unique<MetricsWriter>(run_dir_ + "/metrics.jsonl");
+}
+
+double Trainer::forward_backward(int64_t consumed) {
+  const auto& t = config_.train;
+  const int64_t micro_batches = config_.micro_batches_per_step();
+  double loss_sum = 0.0;
+  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp,
+                                            groups_.coords().dp, t.micro_batch_size, micro);
+    Batch batch = sampler_->batch(first, t.micro_batch_size);
+    auto loss = model_->forward(batch.tokens, batch.targets);
+    // Averaging over micro-batches here and over dp in the all-reduce makes the
+    // gradient that of the mean loss over the whole global batch.
+    (loss / static_cast<double>(micro_batches)).backward();
+    loss_sum += loss.item<double>();
+  }
+  return loss_sum / static_cast<double>(micro_batches);
+}
+
+void Trainer::maybe_inject_fault(int64_t step) const {
+  if (fault_.rank != groups_.rank() || fault_.step != step) return;
+  spdlog::warn("injected fault: {} at step {}", fault_.kind, step);
+  if (fault_.kind == "kill") std::raise(SIGKILL);
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+void Trainer::log_progress(int64_t step, double loss, double lr, double grad_norm, double step_s,
+                           double mean_step_s) const {
+  const auto& t = config_.train;
+  const double tokens_per_s = static_cast<double>(t.global_batch_size * config_.model.seq_len) / step_s;
+  const int width = static_cast<int>(std::to_string(t.steps).size());
+  info0("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tokens/s | {:.0f} ms/step | ETA {}", step,
+        width, t.steps, loss, lr, grad_norm, tokens_per_s, step_s * 1000.0,
+        format_duration(mean_step_s * static_cast<double>(t.steps - step)));
+}
+
+TrainSummary Trainer::run() {
+  const auto& t = config_.train;
+  const int64_t tokens_per_step = t.global_batch_size * config_.model.seq_len;
+  TrainSummary summary;
+  const auto start = Clock::now();
+  double timed_seconds = 0.0;  // all steps but the first, which pays for warm-up
+  int64_t consumed = 0;
+  for (int64_t step = 1; step <= t.steps; ++step) {
+    maybe_inject_fault(step);
+    const auto step_start = Clock::now();
+    const double lr = schedule_.at(step - 1);
+    optimizer_->zero_grad();
+    auto loss = torch::full({1}, forward_backward(consumed), torch::kFloat64);
+    grads_->average(groups_.dp());
+    groups_.dp().all_reduce(loss).wait();
+    const double mean_loss = loss.item<double>() / static_cast<double>(groups_.dp().size());
+    const double grad_norm = optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel());
+    optimizer_->step(lr);
+    consumed += t.global_batch_size;
+    const double step_s = seconds_since(step_start);
+
+    if (step > 1) timed_seconds += step_s;
+    const double mean_step_s = step > 1 ? timed_seconds / static_cast<double>(step - 1) : step_s;
+    if (step == 1) summary.first_loss = mean_loss;
+    summary.last_loss = mean_loss;
+    if (metrics_) {
+      metrics_->write({{"step", step},
+                       {"loss", mean_loss},
+                       {"lr", lr},
+                       {"grad_norm", grad_norm},
+                       {"step_ms", step_s * 1000.0},
+                       {"tokens_per_s", static_cast<double>(tokens_per_step) / step_s},
+                       {"consumed_samples", consumed}});
+    }
+    if (step == 1 || step % config_.log.interval == 0 || step == t.steps) {
+      log_progress(step, mean_loss, lr, grad_norm, step_s, mean_step_s);
+    }
+  }
+  summary.steps = t.steps;
+  summary.seconds = seconds_since(start);
+  summary.tokens_per_s = t.steps > 1 ? static_cast<double>(tokens_per_step * (t.steps - 1)) / timed_seconds
+                                     : static_cast<double>(tokens_per_step) / summary.seconds;
+  return summary;
+}
+
+int train(const TrainArgs& args) {
+  Config config = load_config(args.config_path, args.overrides);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
+  parallel::LaunchEnv env(timeout);
+  init_logging(env.rank(), env.world());
+  resolve_and_validate(config, env.world());
+  require_supported(config);
+  if (args.fault.rank >= env.world()) throw InputError("--inject-fault rank " + std::to_string(args.fault.rank) + " is not below the world size");
+  const int threads = set_threads(config, env.info());
+
+  const auto& p = config.parallel;
+  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
+  auto stats = std::make_shared<parallel::CommStats>();
+  parallel::ProcessGroups groups(grid, env.rank(), gloo_factory(env, stats, timeout), stats);
+  const std::string run_dir = agree_on_run_dir(args, config, env);
+
+  Trainer trainer(config, groups, run_dir, args.fault);
+  info0("loom: {} ranks ({} launch) | tp={} pp={} dp={} ep={} | {} threads per rank | run dir {}", env.world(),
+        env.info().launcher, p.tp, p.pp, p.dp, p.ep, threads, run_dir);
+  info0("model: GPT {} layers, hidden {}, {} heads, seq {}, vocab {} | global batch {} = micro {} x {} x dp {} | data: {}",
+        config.model.num_layers, config.model.hidden_size, config.model.num_heads, config.model.seq_len,
+        config.model.vocab_size, config.train.global_batch_size, config.train.micro_batch_size,
+        config.micro_batches_per_step(), p.dp, config.data.path.empty() ? "synthetic" : config.data.path);
+  const TrainSummary summary = trainer.run();
+
+  std::ofstream(run_dir + "/comm_rank" + std::to_string(env.rank()) + ".json") << stats->to_json().dump(2) << "\n";
+  groups.world_comm().barrier().wait();
+  info0("done: {} steps in {} | loss {:.4f} -> {:.4f} | {:.0f} tokens/s | metrics in {}/metrics.jsonl", summary.steps,
+        format_duration(summary.seconds), summary.first_loss, summary.last_loss, summary.tokens_per_s, run_dir);
+  return 0;
+}
+
+}  // namespace loom::launch

@@ -1,0 +1,142 @@
+#include "parallel/communicator.h"
+
+#include <c10/util/Exception.h>
+
+#include <numeric>
+#include <sstream>
+
+#include "core/errors.h"
+
+namespace loom::parallel {
+namespace {
+
+int64_t nbytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+// c10 errors carry a long C++ backtrace that would bury the one line that matters.
+std::string reason(const std::exception& e) {
+  if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+}  // namespace
+
+void CommHandle::wait() {
+  if (!op_) return;
+  try {
+    op_->wait(comm_->timeout());
+  } catch (const std::exception& e) {
+    op_.reset();
+    throw CommError(comm_->describe_failure(op_name_, reason(e)));
+  }
+  op_.reset();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  comm_->stats_->record_time(comm_->name(), op_name_, seconds);
+}
+
+Communicator::Communicator(std::string name, std::vector<int64_t> ranks, int rank, std::shared_ptr<CommStats> stats,
+                           std::chrono::milliseconds timeout)
+    : name_(std::move(name)), ranks_(std::move(ranks)), rank_(rank), stats_(std::move(stats)), timeout_(timeout) {}
+
+std::string Communicator::describe_failure(const std::string& op, const std::string& why) const {
+  std::ostringstream s;
+  s << op << " on group " << name_ << " (global ranks [";
+  for (size_t i = 0; i < ranks_.size(); ++i) s << (i ? ", " : "") << ranks_[i];
+  s << "]) failed on global rank " << ranks_[rank_] << ": " << why
+    << " (a peer has died, is stuck or diverged; collectives time out after "
+    << std::chrono::duration<double>(timeout_).count() << " s, parallel.timeout_s)";
+  return s.str();
+}
+
+template <typename Issue>
+CommHandle Communicator::launch(const std::string& op, int64_t bytes, Issue&& issue) {
+  CommHandle handle;
+  handle.comm_ = this;
+  handle.op_name_ = op;
+  handle.start_ = std::chrono::steady_clock::now();
+  if (size() > 1) stats_->record_call(name_, op, bytes);
+  try {
+    handle.op_ = issue();
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CommError(describe_failure(op, reason(e)));
+  }
+  if (!handle.op_ && size() > 1) stats_->record_time(name_, op, 0.0);
+  return handle;
+}
+
+CommHandle Communicator::all_reduce(torch::Tensor tensor, ReduceOp op) {
+  TORCH_CHECK(tensor.is_contiguous(), "all_reduce needs a contiguous tensor");
+  return launch("all_reduce", nbytes(tensor), [&] { return do_all_reduce(tensor, op); });
+}
+
+CommHandle Communicator::all_gather(torch::Tensor output, torch::Tensor input) {
+  TORCH_CHECK(output.is_contiguous() && input.is_contiguous(), "all_gather needs contiguous tensors");
+  TORCH_CHECK(output.numel() == input.numel() * size(), "all_gather output must hold size() inputs");
+  return launch("all_gather", nbytes(output), [&] { return do_all_gather(output, input); });
+}
+
+CommHandle Communicator::reduce_scatter(torch::Tensor output, torch::Tensor input, ReduceOp op) {
+  TORCH_CHECK(output.is_contiguous() && input.is_contiguous(), "reduce_scatter needs contiguous tensors");
+  TORCH_CHECK(input.numel() == output.numel() * size(), "reduce_scatter input must hold size() outputs");
+  return launch("reduce_scatter", nbytes(input), [&] { return do_reduce_scatter(output, input, op); });
+}
+
+CommHandle Communicator::all_to_all(torch::Tensor output, torch::Tensor input, std::vector<int64_t> output_splits,
+                                    std::vector<int64_t> input_splits) {
+  TORCH_CHECK(output.is_contiguous() && input.is_contiguous(), "all_to_all needs contiguous tensors");
+  TORCH_CHECK(static_cast<int>(output_splits.size()) == size() && static_cast<int>(input_splits.size()) == size(),
+              "all_to_all needs one split per rank");
+  TORCH_CHECK(std::accumulate(input_splits.begin(), input_splits.end(), int64_t{0}) == input.size(0) &&
+                  std::accumulate(output_splits.begin(), output_splits.end(), int64_t{0}) == output.size(0),
+              "all_to_all splits must add up to the rows of the tensors");
+  const int64_t row_bytes = input.size(0) ? nbytes(input) / input.size(0) : 0;
+  const int64_t sent = (input.size(0) - input_splits[rank_]) * row_bytes;
+  return launch("all_to_all", sent, [&] { return do_all_to_all(output, input, output_splits, input_splits); });
+}
+
+CommHandle Communicator::broadcast(torch::Tensor tensor, int root) {
+  TORCH_CHECK(tensor.is_contiguous(), "broadcast needs a contiguous tensor");
+  return launch("broadcast", nbytes(tensor), [&] { return do_broadcast(tensor, root); });
+}
+
+CommHandle Communicator::send_recv(std::vector<P2POp> ops) {
+  int64_t bytes = 0;
+  for (const auto& op : ops) {
+    TORCH_CHECK(op.tensor.is_contiguous(), "send_recv needs contiguous tensors");
+    TORCH_CHECK(op.peer >= 0 && op.peer < size() && op.peer != rank_, "send_recv peer out of range");
+    bytes += nbytes(op.tensor);
+  }
+  return launch("send_recv", bytes, [&] { return do_send_recv(ops); });
+}
+
+CommHandle Communicator::barrier() {
+  return launch("barrier", 0, [&] { return do_barrier(); });
+}
+
+SelfCommunicator::SelfCommunicator(std::string name, int64_t global_rank, std::shared_ptr<CommStats> stats)
+    : Communicator(std::move(name), {global_rank}, 0, std::move(stats), std::chrono::milliseconds(0)) {}
+
+std::unique_ptr<PendingOp> SelfCommunicator::do_all_gather(torch::Tensor& output, torch::Tensor& input) {
+  output.view_as(input).copy_(input);
+  return nullptr;
+}
+
+std::unique_ptr<PendingOp> SelfCommunicator::do_reduce_scatter(torch::Tensor& output, torch::Tensor& input,
+                                                               ReduceOp) {
+  output.copy_(input.view_as(output));
+  return nullptr;
+}
+
+std::unique_ptr<PendingOp> SelfCommunicator::do_all_to_all(torch::Tensor& output, torch::Tensor& input,
+                                                           std::vector<int64_t>&, std::vector<int64_t>&) {
+  output.copy_(input);
+  return nullptr;
+}
+
+std::unique_ptr<PendingOp> SelfCommunicator::do_send_recv(std::vector<P2POp>& ops) {
+  TORCH_CHECK(ops.empty(), "a group of one rank has no peer to send to");
+  return nullptr;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,124 @@
+// The only door to the wire. Every collective goes through Communicator's
+// public methods, which count it, time it and turn a backend failure (a dead
+// or stuck peer, a timeout) into a CommError naming the group, the op and the
+// ranks. Backends (Gloo, NCCL) implement the protected do_* hooks.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/comm_stats.h"
+
+namespace loom::parallel {
+
+enum class ReduceOp { sum, max, min };
+
+struct P2POp {
+  enum Kind { send, recv };
+  Kind kind;
+  torch::Tensor tensor;
+  int peer;  // rank within the group
+};
+
+// A backend's operation in flight.
+class PendingOp {
+ public:
+  virtual ~PendingOp() = default;
+  virtual void wait(std::chrono::milliseconds timeout) = 0;
+};
+
+class Communicator;
+
+// Returned by every call; wait() blocks until the result is in place.
+class CommHandle {
+ public:
+  CommHandle() = default;
+  void wait();
+  bool done() const { return op_ == nullptr; }
+
+ private:
+  friend class Communicator;
+  std::unique_ptr<PendingOp> op_;
+  const Communicator* comm_ = nullptr;
+  std::string op_name_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+class Communicator {
+ public:
+  // NAME is the group kind ("dp", "tp", ...); RANKS the global ranks in group order.
+  Communicator(std::string name, std::vector<int64_t> ranks, int rank, std::shared_ptr<CommStats> stats,
+               std::chrono::milliseconds timeout);
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  const std::string& name() const { return name_; }
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(ranks_.size()); }
+  const std::vector<int64_t>& ranks() const { return ranks_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  virtual std::string backend() const = 0;
+
+  // In place on TENSOR.
+  CommHandle all_reduce(torch::Tensor tensor, ReduceOp op = ReduceOp::sum);
+  // OUTPUT is every rank's INPUT stacked along dim 0 in group order.
+  CommHandle all_gather(torch::Tensor output, torch::Tensor input);
+  // INPUT is size() equal chunks along dim 0; rank r gets the reduction of chunk r.
+  CommHandle reduce_scatter(torch::Tensor output, torch::Tensor input, ReduceOp op = ReduceOp::sum);
+  // Rows of INPUT go to ranks by INPUT_SPLITS; OUTPUT receives rows by OUTPUT_SPLITS.
+  CommHandle all_to_all(torch::Tensor output, torch::Tensor input, std::vector<int64_t> output_splits,
+                        std::vector<int64_t> input_splits);
+  CommHandle broadcast(torch::Tensor tensor, int root);
+  // Sends and receives issued together so that neither side can block the other.
+  CommHandle send_recv(std::vector<P2POp> ops);
+  CommHandle barrier();
+
+  // "all_reduce on group dp (global ranks [0, 1]) from rank 1: WHY".
+  std::string describe_failure(const std::string& op, const std::string& why) const;
+
+ protected:
+  virtual std::unique_ptr<PendingOp> do_all_reduce(torch::Tensor& tensor, ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingOp> do_all_gather(torch::Tensor& output, torch::Tensor& input) = 0;
+  virtual std::unique_ptr<PendingOp> do_reduce_scatter(torch::Tensor& output, torch::Tensor& input, ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingOp> do_all_to_all(torch::Tensor& output, torch::Tensor& input,
+                                                   std::vector<int64_t>& output_splits,
+                                                   std::vector<int64_t>& input_splits) = 0;
+  virtual std::unique_ptr<PendingOp> do_broadcast(torch::Tensor& tensor, int root) = 0;
+  virtual std::unique_ptr<PendingOp> do_send_recv(std::vector<P2POp>& ops) = 0;
+  virtual std::unique_ptr<PendingOp> do_barrier() = 0;
+
+ private:
+  template <typename Issue>
+  CommHandle launch(const std::string& op, int64_t bytes, Issue&& issue);
+
+  friend class CommHandle;
+  std::string name_;
+  std::vector<int64_t> ranks_;
+  int rank_;
+  std::shared_ptr<CommStats> stats_;
+  std::chrono::milliseconds timeout_;
+};
+
+// A group of one rank: every op is local and nothing touches a backend.
+class SelfCommunicator : public Communicator {
+ public:
+  SelfCommunicator(std::string name, int64_t global_rank, std::shared_ptr<CommStats> stats);
+  std::string backend() const override { return "self"; }
+
+ protected:
+  std::unique_ptr<PendingOp> do_all_reduce(torch::Tensor&, ReduceOp) override { return nullptr; }
+  std::unique_ptr<PendingOp> do_all_gather(torch::Tensor& output, torch::Tensor& input) override;
+  std::unique_ptr<PendingOp> do_reduce_scatter(torch::Tensor& output, torch::Tensor& input, ReduceOp) override;
+  std::unique_ptr<PendingOp> do_all_to_all(torch::Tensor& output, torch::Tensor& input, std::vector<int64_t>&,
+                                           std::vector<int64_t>&) override;
+  std::unique_ptr<PendingOp> do_broadcast(torch::Tensor&, int) override { return nullptr; }
+  std::unique_ptr<PendingOp> do_send_recv(std::vector<P2POp>& ops) override;
+  std::unique_ptr<PendingOp> do_barrier() override { return nullptr; }
+};
+
+}  // namespace loom::parallel

@@ -1,0 +1,38 @@
+#include "parallel/data_parallel.h"
+
+namespace loom::parallel {
+
+GradientAverager::GradientAverager(std::vector<torch::Tensor> params) : params_(std::move(params)) {
+  int64_t total = 0;
+  for (const auto& p : params_) total += p.numel();
+  if (!params_.empty()) flat_ = torch::empty({total}, params_.front().options());
+}
+
+void GradientAverager::average(Communicator& comm) {
+  if (comm.size() == 1 || params_.empty()) return;
+  torch::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (const auto& p : params_) {
+    auto slot = flat_.narrow(0, offset, p.numel());
+    if (p.grad().defined()) {
+      slot.copy_(p.grad().view({-1}));
+    } else {
+      slot.zero_();
+    }
+    offset += p.numel();
+  }
+  comm.all_reduce(flat_).wait();
+  flat_.div_(static_cast<double>(comm.size()));
+  offset = 0;
+  for (auto& p : params_) {
+    auto slot = flat_.narrow(0, offset, p.numel()).view(p.sizes());
+    if (p.grad().defined()) {
+      p.mutable_grad().copy_(slot);
+    } else {
+      p.mutable_grad() = slot.clone();
+    }
+    offset += p.numel();
+  }
+}
+
+}  // namespace loom::parallel

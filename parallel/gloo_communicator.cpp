@@ -1,0 +1,117 @@
+#include "parallel/gloo_communicator.h"
+
+#include <cstdlib>
+
+namespace loom::parallel {
+namespace {
+
+// Waits for c10d works, then runs a local epilogue (copy-out, reduction).
+class GlooPending : public PendingOp {
+ public:
+  GlooPending(std::vector<c10d_compat::WorkPtr> works, std::function<void()> epilogue = {})
+      : works_(std::move(works)), epilogue_(std::move(epilogue)) {}
+  void wait(std::chrono::milliseconds timeout) override {
+    for (auto& work : works_) work->wait(timeout);
+    if (epilogue_) epilogue_();
+  }
+
+ private:
+  std::vector<c10d_compat::WorkPtr> works_;
+  std::function<void()> epilogue_;
+};
+
+std::unique_ptr<PendingOp> pending(c10d_compat::WorkPtr work, std::function<void()> epilogue = {}) {
+  std::vector<c10d_compat::WorkPtr> works{std::move(work)};
+  return std::make_unique<GlooPending>(std::move(works), std::move(epilogue));
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::max: return c10d::ReduceOp::MAX;
+    case ReduceOp::min: return c10d::ReduceOp::MIN;
+    case ReduceOp::sum: break;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(std::string name, std::vector<int64_t> ranks, int rank,
+                                   std::shared_ptr<CommStats> stats, std::chrono::milliseconds timeout,
+                                   const c10d_compat::StorePtr& store, const c10d_compat::GlooDevice& device)
+    : Communicator(std::move(name), std::move(ranks), rank, std::move(stats), timeout) {
+  group_ = c10d_compat::make_gloo_group(store, rank, size(), device, timeout);
+}
+
+std::unique_ptr<PendingOp> GlooCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op);
+  return pending(group_->allreduce(tensors, options));
+}
+
+std::unique_ptr<PendingOp> GlooCommunicator::do_all_gather(torch::Tensor& output, torch::Tensor& input) {
+  // Gloo has no flat all-gather; it fills one output per rank, here views into OUTPUT.
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  auto flat = output.view({size(), -1});
+  for (int r = 0; r < size(); ++r) outputs[0].push_back(flat[r].view(input.sizes()));
+  std::vector<at::Tensor> inputs{input};
+  return pending(group_->allgather(outputs, inputs));
+}
+
+std::unique_ptr<PendingOp> GlooCommunicator::do_reduce_scatter(torch::Tensor& output, torch::Tensor& input,
+                                                               ReduceOp op) {
+  // Gloo in LibTorch has no reduce_scatter. An all-to-all sends every rank its
+  // chunk from every peer (the same bytes as a ring reduce-scatter), then each
+  // rank reduces the chunks it received in rank order.
+  auto received = torch::empty({input.numel()}, input.options());
+  auto flat_input = input.view({-1});
+  std::vector<int64_t> splits(static_cast<size_t>(size()), output.numel());
+  auto work = group_->alltoall_base(received, flat_input, splits, splits);
+  return pending(work, [received, output, op, n = size()]() mutable {
+    auto chunks = received.view({n, -1});
+    torch::Tensor reduced;
+    switch (op) {
+      case ReduceOp::sum: reduced = chunks.sum(0); break;
+      case ReduceOp::max: reduced = std::get<0>(chunks.max(0)); break;
+      case ReduceOp::min: reduced = std::get<0>(chunks.min(0)); break;
+    }
+    output.view({-1}).copy_(reduced);
+  });
+}
+
+std::unique_ptr<PendingOp> GlooCommunicator::do_all_to_all(torch::Tensor& output, torch::Tensor& input,
+                                                           std::vector<int64_t>& output_splits,
+                                                           std::vector<int64_t>& input_splits) {
+  return pending(group_->alltoall_base(output, input, output_splits, input_splits));
+}
+
+std::unique_ptr<PendingOp> GlooCommunicator::do_broadcast(torch::Tensor& tensor, int root) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  return pending(group_->broadcast(tensors, options));
+}
+
+std::unique_ptr<PendingOp> GlooCommunicator::do_send_recv(std::vector<P2POp>& ops) {
+  // Gloo sends are buffered and receives are posted at once, so issuing all of
+  // them before waiting on any cannot deadlock; messages between one pair match in order.
+  std::vector<c10d_compat::WorkPtr> works;
+  for (auto& op : ops) {
+    std::vector<at::Tensor> tensors{op.tensor};
+    works.push_back(op.kind == P2POp::send ? group_->send(tensors, op.peer, 0) : group_->recv(tensors, op.peer, 0));
+  }
+  return std::make_unique<GlooPending>(std::move(works));
+}
+
+std::unique_ptr<PendingOp> GlooCommunicator::do_barrier() { return pending(group_->barrier()); }
+
+c10d_compat::GlooDevice make_gloo_device(bool single_host) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+    return c10d_compat::GlooGroup::createDeviceForInterface(ifname);
+  }
+  if (single_host) return c10d_compat::GlooGroup::createDeviceForHostname("127.0.0.1");
+  return c10d_compat::GlooGroup::createDefaultDevice();
+}
+
+}  // namespace loom::parallel

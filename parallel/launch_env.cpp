@@ -1,0 +1,125 @@
+#include "parallel/launch_env.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/errors.h"
+
+namespace loom::parallel {
+namespace {
+
+const char* env(const char* name) { return std::getenv(name); }
+
+int env_int(const char* name, int fallback) {
+  const char* value = env(name);
+  if (!value) return fallback;
+  char* end = nullptr;
+  long parsed = std::strtol(value, &end, 10);
+  if (*value == '\0' || *end != '\0' || parsed < 0) {
+    throw InputError(std::string("environment variable ") + name + "='" + value + "' is not a non-negative integer");
+  }
+  return static_cast<int>(parsed);
+}
+
+void check_mpi(int code, const char* what) {
+  if (code != MPI_SUCCESS) throw CommError(std::string("MPI call failed during rendezvous: ") + what);
+}
+
+std::string host_name() {
+  char name[256] = {0};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+}  // namespace
+
+LaunchInfo detect_launch() {
+  LaunchInfo info;
+  if (env("OMPI_COMM_WORLD_SIZE")) {
+    info.launcher = "mpirun";
+    info.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+    info.world = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    info.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    info.local_world = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", info.world);
+  } else if (env("WORLD_SIZE")) {
+    const bool agent = env("TORCHELASTIC_USE_AGENT_STORE") &&
+                       std::string(env("TORCHELASTIC_USE_AGENT_STORE")) == "True";
+    info.launcher = env("TORCHELASTIC_RUN_ID") ? "torchrun" : "env";
+    info.rank = env_int("RANK", -1);
+    info.world = env_int("WORLD_SIZE", 1);
+    info.local_rank = env_int("LOCAL_RANK", 0);
+    info.local_world = env_int("LOCAL_WORLD_SIZE", info.world);
+    info.agent_store = agent;
+    if (info.rank < 0) throw InputError("WORLD_SIZE is set but RANK is not");
+    if (info.world > 1) {
+      if (!env("MASTER_ADDR") || !env("MASTER_PORT")) {
+        throw InputError("WORLD_SIZE=" + std::to_string(info.world) + " needs MASTER_ADDR and MASTER_PORT");
+      }
+      info.master_addr = env("MASTER_ADDR");
+      info.master_port = env_int("MASTER_PORT", 0);
+    }
+    // torchrun restarts workers with a new attempt number; keys of an old attempt must not be seen.
+    info.store_prefix = "loom/attempt_" + std::to_string(env_int("TORCHELASTIC_RESTART_COUNT", 0)) + "/";
+  }
+  if (info.world < 1) throw InputError("world size must be at least 1");
+  if (info.rank >= info.world) {
+    throw InputError("rank " + std::to_string(info.rank) + " is not below world size " + std::to_string(info.world));
+  }
+  return info;
+}
+
+LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch()) {
+  if (info_.launcher == "mpirun") {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      check_mpi(MPI_Init(nullptr, nullptr), "MPI_Init");
+      mpi_initialized_ = true;
+    }
+    // Rank 0 serves the store on a port the kernel picks; MPI tells the others
+    // where. Ranks that all share one host talk over loopback.
+    const std::string host = host_name();
+    std::vector<char> hosts(static_cast<size_t>(info_.world) * 256, 0);
+    char mine[256] = {0};
+    std::strncpy(mine, host.c_str(), 255);
+    check_mpi(MPI_Allgather(mine, 256, MPI_CHAR, hosts.data(), 256, MPI_CHAR, MPI_COMM_WORLD), "MPI_Allgather");
+    bool one_host = true;
+    for (int r = 0; r < info_.world; ++r) one_host = one_host && std::strcmp(&hosts[r * 256], mine) == 0;
+    if (one_host) info_.local_world = info_.world;
+
+    char address[256] = {0};
+    int port = 0;
+    if (info_.world > 1) {
+      if (info_.rank == 0) {
+        const std::string addr = env("MASTER_ADDR") ? env("MASTER_ADDR") : (one_host ? "127.0.0.1" : host);
+        store_ = c10d_compat::make_tcp_store(addr, static_cast<uint16_t>(env_int("MASTER_PORT", 0)), true,
+                                             info_.world, timeout);
+        port = c10d_compat::tcp_store_port(store_);
+        std::strncpy(address, addr.c_str(), 255);
+      }
+      check_mpi(MPI_Bcast(address, 256, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast");
+      check_mpi(MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
+      if (info_.rank != 0) {
+        store_ = c10d_compat::make_tcp_store(address, static_cast<uint16_t>(port), false, info_.world, timeout);
+      }
+      info_.master_addr = address;
+      info_.master_port = port;
+    }
+  } else if (info_.world > 1) {
+    const bool serve = info_.rank == 0 && !info_.agent_store;
+    store_ = c10d_compat::make_tcp_store(info_.master_addr, static_cast<uint16_t>(info_.master_port), serve,
+                                         info_.world, timeout);
+  }
+  if (store_) store_ = c10d_compat::prefix_store(info_.store_prefix, store_);
+}
+
+LaunchEnv::~LaunchEnv() {
+  store_.reset();
+  if (mpi_initialized_) MPI_Finalize();
+}
+
+}  // namespace loom::parallel

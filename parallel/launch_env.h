@@ -1,0 +1,56 @@
+// How this process was started, and the rendezvous that follows from it.
+//
+//   plain     no launcher variables: world 1, no store.
+//   mpirun    OMPI_COMM_WORLD_*: MPI is initialised; rank 0 serves a TCPStore on
+//             a free port and broadcasts its address over MPI.
+//   torchrun  RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. When
+//             TORCHELASTIC_USE_AGENT_STORE is True the agent already serves the
+//             TCPStore on MASTER_PORT, so every rank, rank 0 included, is a client.
+//   env       the same variables without an agent: rank 0 serves the store.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "parallel/c10d_compat.h"
+
+namespace loom::parallel {
+
+struct LaunchInfo {
+  std::string launcher = "plain";
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  int local_world = 1;
+  std::string master_addr;
+  int master_port = 0;
+  bool agent_store = false;
+  std::string store_prefix = "loom/";
+};
+
+// Reads the environment only. Throws InputError naming the variable when it is inconsistent.
+LaunchInfo detect_launch();
+
+// Owns the rendezvous store and, under mpirun, MPI's lifetime.
+class LaunchEnv {
+ public:
+  explicit LaunchEnv(std::chrono::milliseconds timeout);
+  ~LaunchEnv();
+  LaunchEnv(const LaunchEnv&) = delete;
+  LaunchEnv& operator=(const LaunchEnv&) = delete;
+
+  const LaunchInfo& info() const { return info_; }
+  int rank() const { return info_.rank; }
+  int world() const { return info_.world; }
+  bool single_host() const { return info_.local_world == info_.world; }
+  // Null when world is 1.
+  const c10d_compat::StorePtr& store() const { return store_; }
+
+ private:
+  LaunchInfo info_;
+  c10d_compat::StorePtr store_;
+  bool mpi_initialized_ = false;
+};
+
+}  // namespace loom::parallel

@@ -1,0 +1,56 @@
+// The process groups this rank belongs to, built from the rank grid: one
+// communicator per group kind, plus the world. Groups are created in a fixed
+// kind order on every rank, so each group's members meet at its rendezvous.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "parallel/rank_grid.h"
+
+namespace loom::parallel {
+
+// Makes the communicator of a group of two or more ranks. KEY is unique to the
+// group across the job (for its rendezvous); RANKS are global, in group order.
+using CommunicatorFactory = std::function<std::unique_ptr<Communicator>(
+    const std::string& name, const std::string& key, const std::vector<int64_t>& ranks, int rank_in_group)>;
+
+class ProcessGroups {
+ public:
+  // With a null FACTORY every group must have one rank (world 1).
+  ProcessGroups(const RankGrid& grid, int64_t rank, const CommunicatorFactory& factory,
+                std::shared_ptr<CommStats> stats = std::make_shared<CommStats>());
+
+  int64_t rank() const { return rank_; }
+  int64_t world() const { return grid_.world(); }
+  const RankGrid& grid() const { return grid_; }
+  const RankCoords& coords() const { return coords_; }
+  const std::shared_ptr<CommStats>& stats() const { return stats_; }
+
+  Communicator& world_comm() { return *world_; }
+  Communicator& get(GroupKind kind);
+  bool has(GroupKind kind) const { return groups_.count(kind) > 0; }
+  Communicator& tp() { return get(GroupKind::tp); }
+  Communicator& pp() { return get(GroupKind::pp); }
+  Communicator& dp() { return get(GroupKind::dp); }
+  Communicator& ep() { return get(GroupKind::ep); }
+  Communicator& expert_dp() { return get(GroupKind::expert_dp); }
+  Communicator& model_parallel() { return get(GroupKind::model_parallel); }
+
+ private:
+  std::unique_ptr<Communicator> make(const std::string& name, const std::string& key,
+                                     const std::vector<int64_t>& ranks, const CommunicatorFactory& factory);
+
+  RankGrid grid_;
+  int64_t rank_;
+  RankCoords coords_;
+  std::shared_ptr<CommStats> stats_;
+  std::unique_ptr<Communicator> world_;
+  std::map<GroupKind, std::unique_ptr<Communicator>> groups_;
+};
+
+}  // namespace loom::parallel

@@ -1,0 +1,126 @@
+#include "parallel/rank_grid.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "core/errors.h"
+
+namespace loom::parallel {
+
+std::string group_kind_name(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::tp: return "tp";
+    case GroupKind::pp: return "pp";
+    case GroupKind::dp: return "dp";
+    case GroupKind::ep: return "ep";
+    case GroupKind::expert_dp: return "expert-dp";
+    case GroupKind::model_parallel: return "model-parallel";
+    case GroupKind::embedding: return "embedding";
+  }
+  return "?";
+}
+
+RankGrid::RankGrid(ParallelSizes sizes, const std::string& order) : sizes_(sizes) {
+  world_ = sizes.tp * sizes.pp * sizes.dp;
+  if (sizes.dp % sizes.ep != 0) {
+    throw InputError("config key 'parallel.ep': " + std::to_string(sizes.ep) + " does not divide dp = " +
+                     std::to_string(sizes.dp));
+  }
+  size_ = {sizes.tp, 1, sizes.ep, sizes.dp / sizes.ep, sizes.pp};
+
+  const std::map<std::string, int> names = {{"tp", kTp}, {"cp", kCp}, {"ep", kEp}, {"dp", kDpInner}, {"pp", kPp}};
+  std::vector<int> dims;
+  std::stringstream in(order);
+  std::string token;
+  auto bad = [&](const std::string& why) {
+    return InputError("config key 'parallel.order': '" + order + "' " + why +
+                      "; expected the dimensions tp, cp, ep, dp, pp joined by '-', fastest first, "
+                      "like tp-cp-ep-dp-pp");
+  };
+  while (std::getline(in, token, '-')) {
+    auto it = names.find(token);
+    if (it == names.end()) throw bad("has unknown dimension '" + token + "'");
+    if (std::find(dims.begin(), dims.end(), it->second) != dims.end()) throw bad("repeats '" + token + "'");
+    dims.push_back(it->second);
+  }
+  for (int required : {kTp, kDpInner, kPp}) {
+    if (std::find(dims.begin(), dims.end(), required) == dims.end()) throw bad("lacks tp, dp or pp");
+  }
+  // Dimensions left out have size 1 here (cp) or sit just before dp (ep).
+  for (int optional : {kCp, kEp}) {
+    if (std::find(dims.begin(), dims.end(), optional) == dims.end()) {
+      dims.insert(std::find(dims.begin(), dims.end(), kDpInner), optional);
+    }
+  }
+  int64_t stride = 1;
+  for (int dim : dims) {
+    stride_[dim] = stride;
+    stride *= size_[dim];
+  }
+}
+
+std::vector<std::vector<int64_t>> RankGrid::groups_varying(const std::vector<int>& dims) const {
+  // Ranks that agree on every other dimension form one group.
+  std::map<std::vector<int64_t>, std::vector<int64_t>> by_key;
+  std::vector<std::vector<int64_t>> keys_in_order;
+  for (int64_t rank = 0; rank < world_; ++rank) {
+    std::vector<int64_t> key;
+    for (int dim = 0; dim < kNumDims; ++dim) {
+      if (std::find(dims.begin(), dims.end(), dim) == dims.end()) key.push_back(coordinate(rank, dim));
+    }
+    auto& group = by_key[key];
+    if (group.empty()) keys_in_order.push_back(key);
+    group.push_back(rank);
+  }
+  std::vector<std::vector<int64_t>> groups;
+  for (const auto& key : keys_in_order) groups.push_back(by_key[key]);
+  return groups;
+}
+
+std::vector<std::vector<int64_t>> RankGrid::groups(GroupKind kind) const {
+  switch (kind) {
+    case GroupKind::tp: return groups_varying({kTp});
+    case GroupKind::pp: return groups_varying({kPp});
+    case GroupKind::dp: return groups_varying({kEp, kDpInner});
+    case GroupKind::ep: return groups_varying({kEp});
+    case GroupKind::expert_dp: return groups_varying({kDpInner});
+    case GroupKind::model_parallel: return groups_varying({kTp, kCp, kPp});
+    case GroupKind::embedding: {
+      // The stages that hold the tied embedding: the first and the last.
+      std::vector<std::vector<int64_t>> groups;
+      for (const auto& pipeline : groups_varying({kPp})) {
+        if (pipeline.size() == 1) {
+          groups.push_back(pipeline);
+        } else {
+          groups.push_back({pipeline.front(), pipeline.back()});
+        }
+      }
+      return groups;
+    }
+  }
+  return {};
+}
+
+std::vector<int64_t> RankGrid::group_of(GroupKind kind, int64_t rank) const {
+  for (auto& group : groups(kind)) {
+    if (std::find(group.begin(), group.end(), rank) != group.end()) return group;
+  }
+  return {};
+}
+
+RankCoords RankGrid::coords(int64_t rank) const {
+  auto position = [&](GroupKind kind) {
+    auto group = group_of(kind, rank);
+    return static_cast<int64_t>(std::find(group.begin(), group.end(), rank) - group.begin());
+  };
+  RankCoords c;
+  c.tp = coordinate(rank, kTp);
+  c.pp = coordinate(rank, kPp);
+  c.dp = position(GroupKind::dp);
+  c.ep = coordinate(rank, kEp);
+  c.expert_dp = coordinate(rank, kDpInner);
+  return c;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,77 @@
+// The rank grid: pure arithmetic from the parallel sizes and an order string to
+// every process group, with no process or communicator involved.
+//
+// The order lists the dimensions fastest first. With the default
+// "tp-cp-ep-dp-pp", tp=2 pp=2 dp=2 on 8 ranks gives rank = tp + 2*dp + 4*pp:
+//
+//            pp=0          pp=1
+//          tp=0 tp=1     tp=0 tp=1
+//   dp=0     0    1        4    5
+//   dp=1     2    3        6    7
+//
+//   tp groups [0,1] [2,3] [4,5] [6,7]    pp groups [0,4] [1,5] [2,6] [3,7]
+//   dp groups [0,2] [1,3] [4,6] [5,7]    model-parallel [0,1,4,5] [2,3,6,7]
+//
+// Expert parallelism splits the data-parallel ranks: the "ep" and "dp" entries
+// of the order are the two factors (ep, dp/ep) of the data-parallel dimension.
+// An ep group varies ep only, an expert-dp group varies the dp/ep factor only,
+// and a dp group varies both.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::parallel {
+
+enum class GroupKind { tp, pp, dp, ep, expert_dp, model_parallel, embedding };
+
+inline constexpr std::array<GroupKind, 7> kAllGroupKinds = {
+    GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::ep,
+    GroupKind::expert_dp, GroupKind::model_parallel, GroupKind::embedding};
+
+// "tp", "pp", "dp", "ep", "expert-dp", "model-parallel", "embedding".
+std::string group_kind_name(GroupKind kind);
+
+struct ParallelSizes {
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t dp = 1;
+  int64_t ep = 1;
+};
+
+struct RankCoords {
+  int64_t tp = 0;
+  int64_t pp = 0;
+  int64_t dp = 0;         // position in the dp group
+  int64_t ep = 0;         // position in the ep group
+  int64_t expert_dp = 0;  // position in the expert-dp group
+};
+
+class RankGrid {
+ public:
+  // Throws InputError naming parallel.order when ORDER is not a permutation of
+  // tp, cp, ep, dp, pp (cp and ep may be left out).
+  RankGrid(ParallelSizes sizes, const std::string& order = "tp-cp-ep-dp-pp");
+
+  int64_t world() const { return world_; }
+  const ParallelSizes& sizes() const { return sizes_; }
+  RankCoords coords(int64_t rank) const;
+  // Every group of KIND, each as its ranks in ascending order.
+  std::vector<std::vector<int64_t>> groups(GroupKind kind) const;
+  // The group of KIND that RANK belongs to (empty for embedding groups RANK is not in).
+  std::vector<int64_t> group_of(GroupKind kind, int64_t rank) const;
+
+ private:
+  enum Dim { kTp, kCp, kEp, kDpInner, kPp, kNumDims };
+  std::vector<std::vector<int64_t>> groups_varying(const std::vector<int>& dims) const;
+  int64_t coordinate(int64_t rank, int dim) const { return (rank / stride_[dim]) % size_[dim]; }
+
+  ParallelSizes sizes_;
+  int64_t world_;
+  std::array<int64_t, kNumDims> size_{};
+  std::array<int64_t, kNumDims> stride_{};
+};
+
+}  // namespace loom::parallel
