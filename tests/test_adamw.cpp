@@ -1,1 +1,57 @@
 #include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "optim/adamw.h"
+#include "optim/grad_clip.h"
+#include "optim/lr_schedule.h"
+#include "parallel/communicator.h"
+
+using namespace loom;
+
+TEST_CASE("AdamW takes the hand-computed first and second steps", "[optim]") {
+  auto w = torch::tensor({{1.0f, -2.0f}}).requires_grad_(true);  // decayed (2-D)
+  auto b = torch::tensor({0.5f}).requires_grad_(true);            // not decayed (1-D)
+  optim::AdamW adam({w, b}, {0.9, 0.95, 1e-8, 0.1});
+  w.mutable_grad() = torch::tensor({{0.1f, -0.3f}});
+  b.mutable_grad() = torch::tensor({0.2f});
+  adam.step(0.01);
+  // Step 1: m = 0.1 g, v = 0.05 g^2, so m_hat / sqrt(v_hat) = sign(g):
+  // w <- w (1 - lr wd) - lr sign(g);  b <- b - lr sign(g).
+  CHECK(w[0][0].item<double>() == Approx(1.0 * (1 - 0.001) - 0.01).epsilon(1e-6));
+  CHECK(w[0][1].item<double>() == Approx(-2.0 * (1 - 0.001) + 0.01).epsilon(1e-6));
+  CHECK(b[0].item<double>() == Approx(0.5 - 0.01).epsilon(1e-6));
+
+  b.mutable_grad() = torch::tensor({-0.4f});
+  adam.step(0.01);
+  const double m = 0.9 * 0.02 + 0.1 * -0.4;                // 0.9 m1 + 0.1 g2
+  const double v = 0.95 * 0.05 * 0.04 + 0.05 * 0.16;       // 0.95 v1 + 0.05 g2^2
+  const double update = (m / (1 - 0.81)) / (std::sqrt(v / (1 - 0.9025)) + 1e-8);
+  CHECK(b[0].item<double>() == Approx(0.49 - 0.01 * update).epsilon(1e-6));
+  CHECK(adam.steps_taken() == 2);
+}
+
+TEST_CASE("warm-up then cosine decay to min_lr", "[optim]") {
+  optim::CosineSchedule s{1.0, 0.1, 4, 14};
+  CHECK(s.at(0) == Approx(0.25));
+  CHECK(s.at(3) == Approx(1.0));
+  CHECK(s.at(4) == Approx(1.0));
+  CHECK(s.at(9) == Approx(0.1 + 0.45 * (1 + std::cos(M_PI * 5.0 / 9.0))));
+  CHECK(s.at(13) == Approx(0.1));
+  optim::CosineSchedule no_warmup{1.0, 0.0, 0, 3};
+  CHECK(no_warmup.at(0) == Approx(1.0));
+  CHECK(no_warmup.at(2) == Approx(0.0).margin(1e-12));
+}
+
+TEST_CASE("clipping scales gradients to the global norm", "[optim]") {
+  auto stats = std::make_shared<parallel::CommStats>();
+  parallel::SelfCommunicator self("model-parallel", 0, stats);
+  auto a = torch::zeros({2}).requires_grad_(true), b = torch::zeros({1}).requires_grad_(true);
+  a.mutable_grad() = torch::tensor({3.0f, 0.0f});
+  b.mutable_grad() = torch::tensor({4.0f});
+  CHECK(optim::clip_grad_norm({a, b}, 10.0, self) == Approx(5.0));
+  CHECK(a.grad()[0].item<double>() == Approx(3.0));
+  CHECK(optim::clip_grad_norm({a, b}, 1.0, self) == Approx(5.0));
+  CHECK(a.grad()[0].item<double>() == Approx(0.6).epsilon(1e-5));
+  CHECK(b.grad()[0].item<double>() == Approx(0.8).epsilon(1e-5));
+}

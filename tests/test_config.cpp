@@ -1,1 +1,131 @@
 #include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/config.h"
+#include "core/errors.h"
+
+using loom::Config;
+using loom::InputError;
+
+namespace {
+
+std::string write_yaml(const std::string& text) {
+  static int counter = 0;
+  auto path = std::filesystem::temp_directory_path() /
+              ("loom_test_config_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".yaml");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+Config resolved(const std::vector<std::string>& overrides, int64_t world) {
+  Config c = loom::load_config(
+      write_yaml("model:\n  num_layers: 4\ntrain:\n  global_batch_size: 16\n  micro_batch_size: 1\n"), overrides);
+  loom::resolve_and_validate(c, world);
+  return c;
+}
+
+// The error message of resolving OVERRIDES at WORLD; fails the test if there is none.
+std::string error_of(const std::vector<std::string>& overrides, int64_t world) {
+  try {
+    resolved(overrides, world);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  FAIL("expected an InputError");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("config reads YAML sections and applies overrides in order", "[config]") {
+  auto path = write_yaml("model:\n  hidden_size: 96\n  num_heads: 3\ntrain:\n  lr: 0.5\n  min_lr: 0.1\n");
+  Config c = loom::load_config(path, {"train.lr=0.25", "train.lr=0.3", "parallel.sequence_parallel=false"});
+  CHECK(c.model.hidden_size == 96);
+  CHECK(c.model.num_heads == 3);
+  CHECK(c.train.lr == Approx(0.3));
+  CHECK(c.train.min_lr == Approx(0.1));
+  CHECK(c.model.num_layers == 2);  // default
+  CHECK(c.ffn_size() == 4 * 96);
+}
+
+TEST_CASE("unknown keys and sections are errors that suggest the closest name", "[config]") {
+  auto check = [](const std::string& yaml, const std::string& expected) {
+    try {
+      loom::load_config(write_yaml(yaml));
+      FAIL("expected an InputError for " << yaml);
+    } catch (const InputError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(expected));
+    }
+  };
+  check("model:\n  hiden_size: 3\n", "did you mean 'model.hidden_size'");
+  check("modle:\n  hidden_size: 3\n", "did you mean 'model'");
+  check("train:\n  global_batch: 3\n", "did you mean 'train.global_batch_size'");
+  check("model:\n  hidden_size: big\n", "'model.hidden_size' expects a int");
+  check("model:\n  dropout: [1, 2]\n", "'model.dropout' must be a single value");
+  check("model: 3\n", "section 'model' must be a mapping");
+  check("model:\n  hidden_size: 3\n   bad: [\n", "not valid YAML");
+  CHECK_THROWS_WITH(loom::apply_override(*std::make_unique<Config>(), "train.lr"), Catch::Contains("section.key=value"));
+  CHECK_THROWS_WITH(loom::apply_override(*std::make_unique<Config>(), "parallel.tpp=2"),
+                    Catch::Contains("did you mean 'parallel.tp'"));
+  CHECK_THROWS_WITH(loom::load_config("/nonexistent/loom.yaml"), Catch::Contains("/nonexistent/loom.yaml"));
+}
+
+TEST_CASE("dp is derived from the world and checked when given", "[config]") {
+  CHECK(resolved({}, 4).parallel.dp == 4);
+  CHECK(resolved({"parallel.tp=2"}, 8).parallel.dp == 4);
+  CHECK(resolved({"parallel.tp=2", "parallel.pp=2", "parallel.dp=2"}, 8).parallel.dp == 2);
+  CHECK_THAT(error_of({"parallel.dp=3"}, 4), Catch::Contains("parallel.dp") && Catch::Contains("set it to 4"));
+  CHECK_THAT(error_of({"parallel.tp=4"}, 6), Catch::Contains("not divisible by tp * pp = 4"));
+}
+
+TEST_CASE("every validation rule names its key", "[config]") {
+  struct Case {
+    std::vector<std::string> overrides;
+    int64_t world;
+    std::string key;
+  };
+  const std::vector<Case> cases = {
+      {{"model.num_heads=3"}, 1, "model.hidden_size"},
+      {{"parallel.tp=3", "model.num_heads=4", "model.hidden_size=48"}, 3, "model.num_heads"},
+      {{"parallel.tp=2", "model.ffn_hidden_size=11"}, 2, "model.ffn_hidden_size"},
+      {{"parallel.sequence_parallel=true"}, 1, "parallel.sequence_parallel"},
+      {{"parallel.tp=2", "parallel.sequence_parallel=true", "model.seq_len=63"}, 2, "model.seq_len"},
+      {{"parallel.pp=3"}, 3, "model.num_layers"},
+      {{"parallel.pp=2", "parallel.virtual_stages=4"}, 2, "model.num_layers"},
+      {{"parallel.ep=3"}, 4, "parallel.ep"},
+      {{"parallel.zero_stage=4"}, 1, "parallel.zero_stage"},
+      {{"parallel.backend=mpi"}, 1, "parallel.backend"},
+      {{"parallel.timeout_s=0"}, 1, "parallel.timeout_s"},
+      {{"train.global_batch_size=12", "train.micro_batch_size=4"}, 2, "train.global_batch_size"},
+      {{"train.micro_batch_size=0"}, 1, "train.micro_batch_size"},
+      {{"train.steps=0"}, 1, "train.steps"},
+      {{"train.lr=0"}, 1, "train.lr"},
+      {{"train.min_lr=1"}, 1, "train.min_lr"},
+      {{"train.warmup_steps=1000"}, 1, "train.warmup_steps"},
+      {{"train.precision=fp8"}, 1, "train.precision"},
+      {{"train.adam_beta2=1"}, 1, "train.adam_beta2"},
+      {{"model.dropout=1"}, 1, "model.dropout"},
+      {{"model.vocab_size=1"}, 1, "model.vocab_size"},
+      {{"data.order=random"}, 1, "data.order"},
+      {{"log.interval=0"}, 1, "log.interval"},
+      {{"checkpoint.keep=0"}, 1, "checkpoint.keep"},
+  };
+  for (const auto& c : cases) {
+    INFO("overrides[0] = " << c.overrides[0]);
+    CHECK_THAT(error_of(c.overrides, c.world), Catch::Contains("'" + c.key + "'"));
+  }
+  CHECK_THAT(error_of({"train.global_batch_size=12", "train.micro_batch_size=4"}, 2),
+             Catch::Contains("use a multiple of 8"));
+}
+
+TEST_CASE("the resolved config written out reads back to the same config", "[config]") {
+  Config a = resolved({"parallel.tp=2", "data.path=some dir/with: colon", "train.lr=0.000123456789"}, 4);
+  Config b = loom::load_config(write_yaml(loom::to_yaml(a)));
+  loom::resolve_and_validate(b, 4);
+  CHECK(loom::to_yaml(a) == loom::to_yaml(b));
+  CHECK(b.data.path == "some dir/with: colon");
+  CHECK(b.train.lr == 0.000123456789);
+  CHECK(b.parallel.dp == 2);
+}

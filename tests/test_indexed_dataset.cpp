@@ -1,1 +1,110 @@
 #include <catch2/catch.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "core/errors.h"
+#include "core/indexed_dataset.h"
+#include "core/token_corpus.h"
+#include "test_helpers.h"
+
+using namespace loom;
+
+namespace {
+
+std::vector<char> slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+template <typename T>
+T field_at(const std::vector<char>& bytes, size_t offset) {
+  T value;
+  std::memcpy(&value, bytes.data() + offset, sizeof(T));
+  return value;
+}
+
+}  // namespace
+
+TEST_CASE("the writer produces Megatron-LM's MMIDIDX layout byte for byte", "[data]") {
+  const std::string prefix = test::temp_dir("idx") + "/ds";
+  IndexedDatasetWriter writer(prefix, TokenDtype::u16);
+  writer.add_document({1, 2, 3});
+  writer.add_document({65535, 7});
+  writer.finish();
+
+  const auto idx = slurp(prefix + ".idx");
+  REQUIRE(idx.size() == 9 + 8 + 1 + 8 + 8 + 2 * 4 + 2 * 8 + 3 * 8);
+  CHECK(std::memcmp(idx.data(), "MMIDIDX\0\0", 9) == 0);
+  CHECK(field_at<uint64_t>(idx, 9) == 1);       // version
+  CHECK(field_at<uint8_t>(idx, 17) == 8);       // dtype code of uint16
+  CHECK(field_at<uint64_t>(idx, 18) == 2);      // sequences
+  CHECK(field_at<uint64_t>(idx, 26) == 3);      // document index entries: 0, 1, 2
+  CHECK(field_at<int32_t>(idx, 34) == 3);       // lengths
+  CHECK(field_at<int32_t>(idx, 38) == 2);
+  CHECK(field_at<int64_t>(idx, 42) == 0);       // byte offsets
+  CHECK(field_at<int64_t>(idx, 50) == 6);
+  CHECK(field_at<int64_t>(idx, 58) == 0);       // document index
+  CHECK(field_at<int64_t>(idx, 66) == 1);
+  CHECK(field_at<int64_t>(idx, 74) == 2);
+  const auto bin = slurp(prefix + ".bin");
+  REQUIRE(bin.size() == 10);
+  CHECK(field_at<uint16_t>(bin, 6) == 65535);
+
+  IndexedDataset reader(prefix);
+  CHECK(reader.dtype() == TokenDtype::u16);
+  CHECK(reader.num_sequences() == 2);
+  CHECK(reader.document_index() == std::vector<int64_t>{0, 1, 2});
+  std::vector<int64_t> tokens(2);
+  reader.read(1, 0, 2, tokens.data());
+  CHECK(tokens == std::vector<int64_t>{65535, 7});
+}
+
+TEST_CASE("every integer dtype round-trips", "[data]") {
+  for (auto dtype : {TokenDtype::u8, TokenDtype::i8, TokenDtype::i16, TokenDtype::u16, TokenDtype::i32,
+                     TokenDtype::i64}) {
+    const std::string prefix = test::temp_dir("dtype") + "/ds";
+    IndexedDatasetWriter writer(prefix, dtype);
+    writer.add_document({0, 5, 100, 127});
+    writer.finish();
+    IndexedDataset reader(prefix);
+    std::vector<int64_t> tokens(4);
+    reader.read(0, 0, 4, tokens.data());
+    CHECK(tokens == std::vector<int64_t>{0, 5, 100, 127});
+  }
+}
+
+TEST_CASE("the corpus concatenates documents and reads across their boundaries", "[data]") {
+  const std::string prefix = test::temp_dir("corpus") + "/ds";
+  IndexedDatasetWriter writer(prefix, TokenDtype::i32);
+  writer.add_document({0, 1, 2});
+  writer.add_document({3});
+  writer.add_document({4, 5, 6, 7});
+  writer.finish();
+  IndexedCorpus corpus(prefix);
+  CHECK(corpus.num_tokens() == 8);
+  std::vector<int64_t> tokens(6);
+  corpus.read(1, 6, tokens.data());
+  CHECK(tokens == std::vector<int64_t>{1, 2, 3, 4, 5, 6});
+}
+
+TEST_CASE("broken datasets are refused naming the file", "[data]") {
+  const std::string dir = test::temp_dir("broken");
+  CHECK_THROWS_WITH(IndexedDataset(dir + "/missing"), Catch::Contains(dir + "/missing.idx"));
+
+  IndexedDatasetWriter writer(dir + "/ds", TokenDtype::u16);
+  writer.add_document({1, 2, 3, 4});
+  writer.finish();
+  std::filesystem::resize_file(dir + "/ds.bin", 4);
+  CHECK_THROWS_WITH(IndexedDataset(dir + "/ds"), Catch::Contains("ds.bin") && Catch::Contains("shorter"));
+
+  std::ofstream(dir + "/bad.idx") << "NOTMAGIC!xxxxxxxxxxxxxxxx";
+  std::ofstream(dir + "/bad.bin") << "";
+  CHECK_THROWS_WITH(IndexedDataset(dir + "/bad"), Catch::Contains("bad magic"));
+
+  std::filesystem::copy_file(dir + "/ds.idx", dir + "/cut.idx");
+  std::filesystem::resize_file(dir + "/cut.idx", 30);
+  std::ofstream(dir + "/cut.bin") << "";
+  CHECK_THROWS_WITH(IndexedDataset(dir + "/cut"), Catch::Contains("truncated"));
+}

@@ -1,1 +1,73 @@
 #include <catch2/catch.hpp>
+
+#include "core/errors.h"
+#include "parallel/rank_grid.h"
+
+using loom::parallel::GroupKind;
+using loom::parallel::RankGrid;
+using Groups = std::vector<std::vector<int64_t>>;
+
+TEST_CASE("tp=2 pp=2 dp=2 on 8 ranks matches the layout written by hand", "[rank_grid]") {
+  RankGrid grid({2, 2, 2, 1});
+  CHECK(grid.world() == 8);
+  CHECK(grid.groups(GroupKind::tp) == Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  CHECK(grid.groups(GroupKind::dp) == Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  CHECK(grid.groups(GroupKind::pp) == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  CHECK(grid.groups(GroupKind::model_parallel) == Groups{{0, 1, 4, 5}, {2, 3, 6, 7}});
+  CHECK(grid.groups(GroupKind::embedding) == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  CHECK(grid.groups(GroupKind::ep) == Groups{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}});
+  CHECK(grid.groups(GroupKind::expert_dp) == Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  const auto c = grid.coords(6);
+  CHECK(c.tp == 0);
+  CHECK(c.dp == 1);
+  CHECK(c.pp == 1);
+  CHECK(grid.group_of(GroupKind::tp, 6) == std::vector<int64_t>{6, 7});
+}
+
+TEST_CASE("the embedding group is the first and last pipeline stage", "[rank_grid]") {
+  RankGrid grid({1, 4, 2, 1});
+  CHECK(grid.groups(GroupKind::pp) == Groups{{0, 2, 4, 6}, {1, 3, 5, 7}});
+  CHECK(grid.groups(GroupKind::embedding) == Groups{{0, 6}, {1, 7}});
+  CHECK(grid.group_of(GroupKind::embedding, 2).empty());
+  RankGrid flat({1, 1, 4, 1});
+  CHECK(flat.groups(GroupKind::embedding) == Groups{{0}, {1}, {2}, {3}});
+}
+
+TEST_CASE("expert parallelism splits the data-parallel ranks", "[rank_grid]") {
+  // tp=2, dp=4 of which ep=2: rank = tp + 2*ep + 4*edp.
+  RankGrid grid({2, 1, 4, 2});
+  CHECK(grid.groups(GroupKind::dp) == Groups{{0, 2, 4, 6}, {1, 3, 5, 7}});
+  CHECK(grid.groups(GroupKind::ep) == Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  CHECK(grid.groups(GroupKind::expert_dp) == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  const auto c = grid.coords(6);
+  CHECK(c.dp == 3);
+  CHECK(c.ep == 1);
+  CHECK(c.expert_dp == 1);
+}
+
+TEST_CASE("the order string decides which dimension is fastest", "[rank_grid]") {
+  RankGrid dp_first({2, 1, 2, 1}, "dp-tp-pp");
+  CHECK(dp_first.groups(GroupKind::dp) == Groups{{0, 1}, {2, 3}});
+  CHECK(dp_first.groups(GroupKind::tp) == Groups{{0, 2}, {1, 3}});
+  RankGrid pp_first({1, 2, 2, 1}, "pp-dp-tp");
+  CHECK(pp_first.groups(GroupKind::pp) == Groups{{0, 1}, {2, 3}});
+}
+
+TEST_CASE("every rank sits in exactly one group of each kind", "[rank_grid]") {
+  RankGrid grid({2, 2, 4, 2});
+  for (auto kind : {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::ep, GroupKind::expert_dp,
+                    GroupKind::model_parallel}) {
+    std::vector<int> seen(16, 0);
+    for (const auto& group : grid.groups(kind)) {
+      for (auto r : group) seen[r]++;
+    }
+    for (int r = 0; r < 16; ++r) CHECK(seen[r] == 1);
+  }
+}
+
+TEST_CASE("bad order strings are refused naming parallel.order", "[rank_grid]") {
+  CHECK_THROWS_WITH(RankGrid({1, 1, 1, 1}, "tp-xx-dp-pp"), Catch::Contains("parallel.order") && Catch::Contains("'xx'"));
+  CHECK_THROWS_WITH(RankGrid({1, 1, 1, 1}, "tp-dp-dp-pp"), Catch::Contains("repeats"));
+  CHECK_THROWS_WITH(RankGrid({1, 1, 1, 1}, "tp-dp"), Catch::Contains("lacks"));
+  CHECK_THROWS_AS(RankGrid({1, 1, 3, 2}), loom::InputError);
+}
