@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The command-line contract: exit codes, messages that name the culprit,
+# `loom topology` output, and `loom prepare` feeding `loom train`.
+source "$(dirname "$0")/common.sh"
+
+expect_exit() {  # expect_exit CODE PATTERN COMMAND...
+  local want="$1" pattern="$2" code=0
+  shift 2
+  "$@" > "$WORK/out" 2>&1 || code=$?
+  [ "$code" = "$want" ] || { cat "$WORK/out"; fail "'$*' exited $code, expected $want"; }
+  grep -q -- "$pattern" "$WORK/out" || { cat "$WORK/out"; fail "'$*' did not print '$pattern'"; }
+}
+
+expect_exit 2 "usage:" "$LOOM"
+expect_exit 2 "unknown command 'trian'" "$LOOM" trian
+expect_exit 2 "cannot read config file '/nope.yaml'" "$LOOM" train /nope.yaml
+expect_exit 2 "did you mean 'train.micro_batch_size'" "$LOOM" train "$TINY" --set train.micro_batch=2
+expect_exit 2 "'train.global_batch_size'" "$LOOM" train "$TINY" --set train.global_batch_size=7
+expect_exit 2 "'parallel.dp'" "$LOOM" train "$TINY" --set parallel.dp=2
+expect_exit 2 "not implemented in this version" "$LOOM" train "$TINY" --set parallel.zero_stage=1
+expect_exit 2 "data.path" "$LOOM" train "$TINY" --set data.path="$WORK/missing"
+expect_exit 2 "--world" "$LOOM" topology "$TINY"
+expect_exit 2 "not divisible by tp \* pp = 4" "$LOOM" topology "$TINY" --world 6 --set parallel.tp=2 --set parallel.pp=2
+expect_exit 2 "'model.num_heads'" "$LOOM" topology "$TINY" --world 3 --set parallel.tp=3
+expect_exit 2 "cannot read input file" "$LOOM" prepare --input "$WORK/none.txt" --output "$WORK/ds"
+printf 'model: [1, 2\n' > "$WORK/bad.yaml"
+expect_exit 2 "not valid YAML" "$LOOM" train "$WORK/bad.yaml"
+
+# Topology of tp=2 pp=2 dp=2 on 8 ranks, as written out by hand.
+"$LOOM" topology "$TINY" --world 8 --set parallel.tp=2 --set parallel.pp=2 > "$WORK/topo.json"
+python3 - "$WORK/topo.json" << 'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+g = t["groups"]
+assert g["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]], g["tp"]
+assert g["dp"] == [[0, 2], [1, 3], [4, 6], [5, 7]], g["dp"]
+assert g["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]], g["pp"]
+assert g["model-parallel"] == [[0, 1, 4, 5], [2, 3, 6, 7]], g["model-parallel"]
+assert g["embedding"] == [[0, 4], [1, 5], [2, 6], [3, 7]], g["embedding"]
+assert set(g) == {"tp", "pp", "dp", "ep", "expert-dp", "model-parallel", "embedding"}
+assert t["ranks"][6] == {"rank": 6, "tp": 0, "pp": 1, "dp": 1, "ep": 0, "expert-dp": 1}, t["ranks"][6]
+PY
+
+# prepare -> train on the prepared data, and the run directory's contents.
+for i in 1 2 3; do head -c 3000 "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/doc$i.txt"; done
+"$LOOM" prepare --input "$WORK"/doc*.txt --output "$WORK/ds" --append-eod | grep -q "3 documents" || fail "prepare summary"
+"$LOOM" train "$TINY" --run-dir "$WORK/run" --set data.path="$WORK/ds" --set model.vocab_size=257 \
+  --set train.steps=3 --set train.warmup_steps=1 --set data.order=shuffled > "$WORK/train.log" 2>&1 ||
+  { cat "$WORK/train.log"; fail "training on a prepared dataset"; }
+[ "$(wc -l < "$WORK/run/metrics.jsonl")" = 3 ] || fail "metrics.jsonl should have 3 lines"
+grep -q 'path: ".*ds"' "$WORK/run/config.yaml" || fail "resolved config.yaml lacks data.path"
+grep -q 'dp: 1' "$WORK/run/config.yaml" || fail "resolved config.yaml lacks the resolved dp"
+expect_exit 2 "outside model.vocab_size = 256" "$LOOM" train "$TINY" --run-dir "$WORK/run2" --set data.path="$WORK/ds" \
+  --set model.vocab_size=256
+echo "cli contract: ok"

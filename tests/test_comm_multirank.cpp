@@ -1,0 +1,157 @@
+// Collectives on real processes. Launched by ctest under mpirun and torchrun;
+// each rank runs every test case, and mpirun/torchrun fail if any rank fails.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include "parallel/gloo_communicator.h"
+#include "parallel/launch_env.h"
+#include "parallel/process_groups.h"
+
+using namespace loom::parallel;
+
+namespace {
+
+struct World {
+  LaunchEnv env{std::chrono::seconds(60)};
+  std::shared_ptr<CommStats> stats = std::make_shared<CommStats>();
+  // tp=2 when the world is even and larger than 2, so that groups of different kinds exist.
+  RankGrid grid{{env.world() % 2 == 0 && env.world() > 2 ? 2 : 1, 1,
+                 env.world() / (env.world() % 2 == 0 && env.world() > 2 ? 2 : 1), 1}};
+  ProcessGroups groups{grid, env.rank(),
+                       [this](const std::string& name, const std::string& key, const std::vector<int64_t>& ranks,
+                              int rank) {
+                         return std::make_unique<GlooCommunicator>(
+                             name, ranks, rank, stats, std::chrono::seconds(60),
+                             c10d_compat::prefix_store("pg/" + key + "/", env.store()),
+                             make_gloo_device(env.single_host()));
+                       },
+                       stats};
+};
+
+World* g_world = nullptr;  // set once in main, before any test runs
+
+}  // namespace
+
+TEST_CASE("all_reduce sums, maxes and mins across the world", "[comm]") {
+  auto& comm = g_world->groups.world_comm();
+  const int n = comm.size(), r = comm.rank();
+  auto t = torch::full({5}, static_cast<float>(r + 1));
+  comm.all_reduce(t).wait();
+  CHECK(torch::allclose(t, torch::full({5}, n * (n + 1) / 2.0f)));
+  auto m = torch::tensor({static_cast<float>(r), static_cast<float>(-r)});
+  comm.all_reduce(m, ReduceOp::max).wait();
+  CHECK(m[0].item<float>() == n - 1);
+  CHECK(m[1].item<float>() == 0);
+  auto lo = torch::tensor({static_cast<double>(r)});
+  comm.all_reduce(lo, ReduceOp::min).wait();
+  CHECK(lo.item<double>() == 0);
+}
+
+TEST_CASE("all_gather stacks every rank's input in rank order", "[comm]") {
+  auto& comm = g_world->groups.world_comm();
+  const int n = comm.size(), r = comm.rank();
+  auto input = torch::tensor({r * 10.0f, r * 10.0f + 1});
+  auto output = torch::empty({n * 2});
+  comm.all_gather(output, input).wait();
+  for (int k = 0; k < n; ++k) {
+    CHECK(output[2 * k].item<float>() == k * 10.0f);
+    CHECK(output[2 * k + 1].item<float>() == k * 10.0f + 1);
+  }
+}
+
+TEST_CASE("reduce_scatter gives rank r the reduction of chunk r", "[comm]") {
+  auto& comm = g_world->groups.world_comm();
+  const int n = comm.size(), r = comm.rank();
+  // Chunk k of rank j holds (j + 1) * (k + 1), three elements each.
+  auto input = torch::empty({n, 3});
+  for (int k = 0; k < n; ++k) input[k].fill_(static_cast<float>((r + 1) * (k + 1)));
+  auto output = torch::empty({3});
+  comm.reduce_scatter(output, input).wait();
+  CHECK(torch::allclose(output, torch::full({3}, static_cast<float>((r + 1) * n * (n + 1) / 2))));
+  auto top = torch::empty({3});
+  comm.reduce_scatter(top, input, ReduceOp::max).wait();
+  CHECK(torch::allclose(top, torch::full({3}, static_cast<float>(n * (r + 1)))));
+}
+
+TEST_CASE("all_to_all moves uneven splits", "[comm]") {
+  auto& comm = g_world->groups.world_comm();
+  const int n = comm.size(), r = comm.rank();
+  // Rank r sends p + 1 rows to peer p, each row [r, p]; so it receives r + 1 rows from each peer.
+  std::vector<int64_t> in_splits, out_splits;
+  std::vector<torch::Tensor> rows;
+  for (int p = 0; p < n; ++p) {
+    in_splits.push_back(p + 1);
+    out_splits.push_back(r + 1);
+    for (int i = 0; i <= p; ++i) rows.push_back(torch::tensor({static_cast<float>(r), static_cast<float>(p)}));
+  }
+  auto input = torch::stack(rows);
+  auto output = torch::empty({n * (r + 1), 2});
+  comm.all_to_all(output, input, out_splits, in_splits).wait();
+  for (int p = 0; p < n; ++p) {
+    for (int i = 0; i <= r; ++i) {
+      CHECK(output[p * (r + 1) + i][0].item<float>() == p);
+      CHECK(output[p * (r + 1) + i][1].item<float>() == r);
+    }
+  }
+}
+
+TEST_CASE("broadcast copies the root's tensor", "[comm]") {
+  auto& comm = g_world->groups.world_comm();
+  const int root = comm.size() - 1;
+  auto t = torch::full({4}, static_cast<float>(comm.rank()));
+  comm.broadcast(t, root).wait();
+  CHECK(torch::allclose(t, torch::full({4}, static_cast<float>(root))));
+}
+
+TEST_CASE("batched send_recv passes a ring both ways without deadlock", "[comm]") {
+  auto& comm = g_world->groups.world_comm();
+  const int n = comm.size(), r = comm.rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  auto from_prev = torch::empty({3}), from_next = torch::empty({3});
+  comm.send_recv({{P2POp::send, torch::full({3}, static_cast<float>(r)), next},
+                  {P2POp::send, torch::full({3}, static_cast<float>(r)), prev},
+                  {P2POp::recv, from_prev, prev},
+                  {P2POp::recv, from_next, next}})
+      .wait();
+  CHECK(from_prev[0].item<float>() == prev);
+  CHECK(from_next[2].item<float>() == next);
+  comm.barrier().wait();
+}
+
+TEST_CASE("each group reduces over exactly its members", "[comm]") {
+  auto& groups = g_world->groups;
+  for (auto kind : {GroupKind::tp, GroupKind::dp, GroupKind::pp, GroupKind::model_parallel}) {
+    auto& comm = groups.get(kind);
+    auto t = torch::tensor({static_cast<double>(groups.rank())});
+    comm.all_reduce(t).wait();
+    double expected = 0;
+    for (auto member : g_world->grid.group_of(kind, groups.rank())) expected += member;
+    INFO(group_kind_name(kind));
+    CHECK(t.item<double>() == expected);
+    CHECK(comm.ranks() == g_world->grid.group_of(kind, groups.rank()));
+  }
+}
+
+TEST_CASE("every call is counted with its bytes, per group and op", "[comm]") {
+  auto& comm = g_world->groups.world_comm();
+  const auto before = g_world->stats->get("world", "all_reduce");
+  auto t = torch::zeros({10});
+  comm.all_reduce(t).wait();
+  comm.all_reduce(t).wait();
+  const auto after = g_world->stats->get("world", "all_reduce");
+  CHECK(after.calls - before.calls == 2);
+  CHECK(after.bytes - before.bytes == 2 * 10 * 4);
+  CHECK(after.seconds >= before.seconds);
+  const auto gathered = g_world->stats->get("world", "all_gather");
+  CHECK(gathered.calls >= 1);
+  CHECK(gathered.bytes == gathered.calls * comm.size() * 2 * 4);
+}
+
+int main(int argc, char** argv) {
+  torch::set_num_threads(1);
+  World world;
+  g_world = &world;
+  const int failed = Catch::Session().run(argc, argv);
+  world.groups.world_comm().barrier().wait();
+  return failed == 0 ? 0 : 1;
+}
