@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian packages), then configures and builds loom
+# in Release into build/. Safe to run again: it only installs what is absent
+# and rebuilds what changed (ccache and precompiled headers keep it quick).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  cmake ninja-build ccache g++
+  libtorch-dev libgloo-dev python3-torch        # LibTorch 1.13 (CPU), its c10d Gloo headers, torchrun
+  libopenblas0-pthread                          # LibTorch's BLAS: the reference one is ~14x slower
+  libopenmpi-dev openmpi-bin                    # mpirun, and MPI for the rendezvous
+  libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev catch2
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2> /dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+generator=()
+command -v ninja > /dev/null && generator=(-G Ninja)
+if [ ! -f build/CMakeCache.txt ]; then
+  cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
+fi
+cmake --build build -j "${LOOM_BUILD_JOBS:-2}"
