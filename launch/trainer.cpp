@@ -38,11 +38,10 @@ std::string format_duration(double seconds) {
 void require_supported(const Config& c) {
   auto unsupported = [](const std::string& key, const std::string& value) {
     return InputError("config key '" + key + "': " + value +
-                      " is valid but not implemented in this version of loom; training supports tp=1, pp=1, "
-                      "ep=1, virtual_stages=1, zero_stage=0, precision fp32, no checkpoints");
+                      " is valid but not implemented in this version of loom; training supports tp, dp, "
+                      "sequence_parallel, pp=1, ep=1, virtual_stages=1, zero_stage=0, precision fp32, no checkpoints");
   };
   const auto& p = c.parallel;
-  if (p.tp != 1) throw unsupported("parallel.tp", std::to_string(p.tp));
   if (p.pp != 1) throw unsupported("parallel.pp", std::to_string(p.pp));
   if (p.ep != 1) throw unsupported("parallel.ep", std::to_string(p.ep));
   if (p.virtual_stages != 1) throw unsupported("parallel.virtual_stages", std::to_string(p.virtual_stages));
@@ -125,15 +124,22 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   corpus_ = open_corpus(config_.data.path, m.vocab_size, static_cast<uint64_t>(t.seed));
   sampler_ = std::make_unique<BatchSampler>(*corpus_, m.seq_len, m.vocab_size, config_.data.order == "shuffled",
                                             static_cast<uint64_t>(t.seed));
-  // Dropout draws from the global generator; each data-parallel rank sees other samples, so it gets its own stream.
-  torch::manual_seed(static_cast<uint64_t>(t.seed) + 7919 * static_cast<uint64_t>(groups_.rank()));
-  model_ = models::GPT(models::GPTOptions::from_config(config_));
+  rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), groups_.coords().tp,
+                                                       groups_.coords().dp);
+  model_ = models::GPT(models::GPTOptions::from_config(config_),
+                       models::TensorParallelContext{&groups_.tp(), config_.parallel.sequence_parallel, rng_.get()});
   model_->train();
-  for (const auto& p : model_->named_parameters_global()) params_.push_back(p.tensor);
+  params_ = model_->parallel_parameters();
+  std::vector<torch::Tensor> tensors, sequence_parallel;
+  for (const auto& p : params_) {
+    tensors.push_back(p.tensor);
+    if (p.sequence_parallel) sequence_parallel.push_back(p.tensor);
+  }
   optimizer_ = std::make_unique<optim::AdamW>(
-      params_, optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
+      tensors, optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
   schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
-  grads_ = std::make_unique<parallel::GradientAverager>(params_);
+  dp_grads_ = std::make_unique<parallel::GradientReducer>(tensors);
+  sequence_parallel_grads_ = std::make_unique<parallel::GradientReducer>(sequence_parallel);
   if (groups_.rank() == 0) metrics_ = std::make_unique<MetricsWriter>(run_dir_ + "/metrics.jsonl");
 }
 
@@ -184,10 +190,13 @@ TrainSummary Trainer::run() {
     const double lr = schedule_.at(step - 1);
     optimizer_->zero_grad();
     auto loss = torch::full({1}, forward_backward(consumed), torch::kFloat64);
-    grads_->average(groups_.dp());
+    // Sequence-parallel ranks each saw part of the sequence: their gradients of
+    // replicated parameters are partial sums.
+    sequence_parallel_grads_->all_reduce(groups_.tp());
+    dp_grads_->average(groups_.dp());
     groups_.dp().all_reduce(loss).wait();
     const double mean_loss = loss.item<double>() / static_cast<double>(groups_.dp().size());
-    const double grad_norm = optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel());
+    const double grad_norm = optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel(), groups_.coords().tp);
     optimizer_->step(lr);
     consumed += t.global_batch_size;
     const double step_s = seconds_since(step_start);

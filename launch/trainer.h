@@ -45,11 +45,13 @@ class Trainer {
   FaultInjection fault_;
   std::unique_ptr<TokenCorpus> corpus_;
   std::unique_ptr<BatchSampler> sampler_;
+  std::unique_ptr<parallel::TensorParallelRng> rng_;
   models::GPT model_{nullptr};
-  std::vector<torch::Tensor> params_;
+  std::vector<parallel::ParallelParameter> params_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::CosineSchedule schedule_;
-  std::unique_ptr<parallel::GradientAverager> grads_;
+  std::unique_ptr<parallel::GradientReducer> dp_grads_;
+  std::unique_ptr<parallel::GradientReducer> sequence_parallel_grads_;
   std::unique_ptr<MetricsWriter> metrics_;
 };
 

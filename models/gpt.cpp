@@ -2,16 +2,28 @@
 
 #include <cmath>
 
-#include "models/init.h"
+#include "parallel/init.h"
+#include "parallel/tp_regions.h"
 
 namespace loom::models {
 namespace {
+
+using parallel::ParallelParameter;
 
 constexpr double kInitStd = 0.02;
 constexpr double kLayerNormEps = 1e-5;
 
 torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
   return torch::layer_norm(x, {x.size(-1)}, w, b, kLayerNormEps);
+}
+
+// Dropout in the residual stream: replicated over tp, unless sequence parallelism split it.
+torch::Tensor residual_dropout(const torch::Tensor& x, double p, bool training, const TensorParallelContext& tp) {
+  return parallel::dropout(x, p, training, tp.sequence_parallel && tp.rng ? &tp.rng->split() : nullptr);
+}
+
+void append(std::vector<ParallelParameter>& all, std::vector<ParallelParameter> more) {
+  all.insert(all.end(), more.begin(), more.end());
 }
 
 }  // namespace
@@ -29,95 +41,141 @@ GPTOptions GPTOptions::from_config(const Config& config) {
   return o;
 }
 
-GPTInputStageImpl::GPTInputStageImpl(const GPTOptions& options) : options_(options) {
-  wte_ = register_parameter("wte", init_normal(options.seed, "wte", {options.vocab_size, options.hidden_size}, kInitStd));
-  wpe_ = register_parameter("wpe", init_normal(options.seed, "wpe", {options.seq_len, options.hidden_size}, kInitStd));
+GPTInputStageImpl::GPTInputStageImpl(const GPTOptions& options, TensorParallelContext tp)
+    : options_(options), tp_(tp) {
+  wte_ = register_module("wte", parallel::VocabParallelEmbedding(
+                                    parallel::VocabParallelEmbeddingOptions(options.vocab_size, options.hidden_size)
+                                        .name("wte")
+                                        .seed(options.seed)
+                                        .init_std(kInitStd)
+                                        .sequence_parallel(tp.sequence_parallel),
+                                    *tp.tp));
+  wpe_ = register_parameter("wpe", parallel::init_normal(options.seed, "wpe", {options.seq_len, options.hidden_size},
+                                                         kInitStd));
 }
 
 torch::Tensor GPTInputStageImpl::forward(const torch::Tensor& tokens) {
-  const int64_t s = tokens.size(1);
-  auto hidden = torch::embedding(wte_, tokens) + wpe_.narrow(0, 0, s);
-  return torch::dropout(hidden, options_.dropout, is_training());
+  auto words = wte_->forward(tokens);  // [B, S or S / tp, H]
+  // With sequence parallelism this rank holds positions [r * S / tp, (r + 1) * S / tp).
+  const int64_t first = tp_.sequence_parallel ? words.size(1) * tp_.tp->rank() : 0;
+  return residual_dropout(words + wpe_.narrow(0, first, words.size(1)), options_.dropout, is_training(), tp_);
 }
 
-std::vector<NamedParameter> GPTInputStageImpl::named_parameters_global() const {
-  return {{"wte", wte_}, {"wpe", wpe_}};
+std::vector<ParallelParameter> GPTInputStageImpl::parallel_parameters() const {
+  auto all = wte_->parallel_parameters();
+  all.push_back({"wpe", wpe_, -1, tp_.sequence_parallel});
+  return all;
 }
 
-GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer) : options_(options), layer_(layer) {
+GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp)
+    : options_(options), layer_(layer), tp_(tp) {
   const int64_t h = options.hidden_size, f = options.ffn_hidden_size;
   const std::string p = "h." + std::to_string(layer) + ".";
+  const bool sp = tp.sequence_parallel;
   // GPT-2 scales the init of the projections that feed the residual stream by 1/sqrt(2L).
   const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(options.num_layers));
   ln1_w_ = register_parameter("ln_1_weight", torch::ones({h}));
   ln1_b_ = register_parameter("ln_1_bias", torch::zeros({h}));
-  // QKV rows are laid out head by head ([heads, 3, head_dim]) so that a split of
-  // the heads across tensor-parallel ranks is a contiguous slice of rows.
-  qkv_w_ = register_parameter("qkv_weight", init_normal(options.seed, p + "attn.qkv.weight", {3 * h, h}, kInitStd));
-  qkv_b_ = register_parameter("qkv_bias", torch::zeros({3 * h}));
-  proj_w_ = register_parameter("proj_weight", init_normal(options.seed, p + "attn.proj.weight", {h, h}, residual_std));
-  proj_b_ = register_parameter("proj_bias", torch::zeros({h}));
   ln2_w_ = register_parameter("ln_2_weight", torch::ones({h}));
   ln2_b_ = register_parameter("ln_2_bias", torch::zeros({h}));
-  fc_w_ = register_parameter("fc_weight", init_normal(options.seed, p + "mlp.fc.weight", {f, h}, kInitStd));
-  fc_b_ = register_parameter("fc_bias", torch::zeros({f}));
-  fc_proj_w_ = register_parameter("fc_proj_weight",
-                                  init_normal(options.seed, p + "mlp.proj.weight", {h, f}, residual_std));
-  fc_proj_b_ = register_parameter("fc_proj_bias", torch::zeros({h}));
-  causal_mask_ = register_buffer(
-      "causal_mask", torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
+  // QKV rows are laid out head by head ([heads, 3, head_dim]), so the column
+  // split gives each tp rank whole heads.
+  qkv_ = register_module("qkv", parallel::ColumnParallelLinear(parallel::ColumnParallelLinearOptions(h, 3 * h)
+                                                                   .name(p + "attn.qkv")
+                                                                   .seed(options.seed)
+                                                                   .sequence_parallel(sp),
+                                                               *tp.tp));
+  proj_ = register_module("proj", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(h, h)
+                                                                  .name(p + "attn.proj")
+                                                                  .seed(options.seed)
+                                                                  .init_std(residual_std)
+                                                                  .input_is_parallel(true)
+                                                                  .sequence_parallel(sp),
+                                                              *tp.tp));
+  fc_ = register_module("fc", parallel::ColumnParallelLinear(
+                                  parallel::ColumnParallelLinearOptions(h, f).name(p + "mlp.fc").seed(options.seed).sequence_parallel(sp),
+                                  *tp.tp));
+  fc_proj_ = register_module("fc_proj", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(f, h)
+                                                                        .name(p + "mlp.proj")
+                                                                        .seed(options.seed)
+                                                                        .init_std(residual_std)
+                                                                        .input_is_parallel(true)
+                                                                        .sequence_parallel(sp),
+                                                                    *tp.tp));
+  causal_mask_ = register_buffer("causal_mask",
+                                 torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
 }
 
 torch::Tensor GPTBlockImpl::attention(const torch::Tensor& x) {
-  const int64_t b = x.size(0), s = x.size(1), h = options_.hidden_size;
-  const int64_t heads = options_.num_heads, d = h / heads;
-  auto qkv = torch::linear(x, qkv_w_, qkv_b_).view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4});
+  const int64_t heads = options_.num_heads / tp_.tp->size(), d = options_.hidden_size / options_.num_heads;
+  auto qkv = qkv_->forward(x);  // [B, S, heads * 3 * d], the full sequence
+  const int64_t b = qkv.size(0), s = qkv.size(1);
+  qkv = qkv.view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4});
   auto q = qkv[0], k = qkv[1], v = qkv[2];  // [B, heads, S, d]
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
   scores = scores.masked_fill(causal_mask_.narrow(0, 0, s).narrow(1, 0, s), -std::numeric_limits<float>::infinity());
-  auto probs = torch::dropout(torch::softmax(scores, -1), options_.dropout, is_training());
-  auto context = torch::matmul(probs, v).transpose(1, 2).reshape({b, s, h});
-  return torch::linear(context, proj_w_, proj_b_);
+  // Heads are split across tp, so each rank draws its own attention-dropout mask.
+  auto probs = parallel::dropout(torch::softmax(scores, -1), options_.dropout, is_training(),
+                                 tp_.rng ? &tp_.rng->split() : nullptr);
+  auto context = torch::matmul(probs, v).transpose(1, 2).reshape({b, s, heads * d});
+  return proj_->forward(context);
 }
 
 torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) {
-  auto x = hidden + torch::dropout(attention(layer_norm(hidden, ln1_w_, ln1_b_)), options_.dropout, is_training());
-  auto mlp = torch::gelu(torch::linear(layer_norm(x, ln2_w_, ln2_b_), fc_w_, fc_b_), "tanh");
-  return x + torch::dropout(torch::linear(mlp, fc_proj_w_, fc_proj_b_), options_.dropout, is_training());
+  auto x = hidden + residual_dropout(attention(layer_norm(hidden, ln1_w_, ln1_b_)), options_.dropout, is_training(), tp_);
+  auto mlp = torch::gelu(fc_->forward(layer_norm(x, ln2_w_, ln2_b_)), "tanh");
+  return x + residual_dropout(fc_proj_->forward(mlp), options_.dropout, is_training(), tp_);
 }
 
-std::vector<NamedParameter> GPTBlockImpl::named_parameters_global() const {
+std::vector<ParallelParameter> GPTBlockImpl::parallel_parameters() const {
   const std::string p = "h." + std::to_string(layer_) + ".";
-  return {{p + "ln_1.weight", ln1_w_},      {p + "ln_1.bias", ln1_b_},     {p + "attn.qkv.weight", qkv_w_},
-          {p + "attn.qkv.bias", qkv_b_},    {p + "attn.proj.weight", proj_w_}, {p + "attn.proj.bias", proj_b_},
-          {p + "ln_2.weight", ln2_w_},      {p + "ln_2.bias", ln2_b_},     {p + "mlp.fc.weight", fc_w_},
-          {p + "mlp.fc.bias", fc_b_},       {p + "mlp.proj.weight", fc_proj_w_}, {p + "mlp.proj.bias", fc_proj_b_}};
+  const bool sp = tp_.sequence_parallel;
+  std::vector<ParallelParameter> all{{p + "ln_1.weight", ln1_w_, -1, sp}, {p + "ln_1.bias", ln1_b_, -1, sp}};
+  append(all, qkv_->parallel_parameters());
+  append(all, proj_->parallel_parameters());
+  all.push_back({p + "ln_2.weight", ln2_w_, -1, sp});
+  all.push_back({p + "ln_2.bias", ln2_b_, -1, sp});
+  append(all, fc_->parallel_parameters());
+  append(all, fc_proj_->parallel_parameters());
+  return all;
 }
 
-GPTOutputStageImpl::GPTOutputStageImpl(const GPTOptions& options, torch::Tensor word_embedding)
-    : options_(options), wte_(std::move(word_embedding)) {
+GPTOutputStageImpl::GPTOutputStageImpl(const GPTOptions& options, TensorParallelContext tp,
+                                       torch::Tensor word_embedding, int64_t vocab_start)
+    : options_(options), tp_(tp), wte_(std::move(word_embedding)), vocab_start_(vocab_start) {
   lnf_w_ = register_parameter("ln_f_weight", torch::ones({options.hidden_size}));
   lnf_b_ = register_parameter("ln_f_bias", torch::zeros({options.hidden_size}));
 }
 
 torch::Tensor GPTOutputStageImpl::logits(const torch::Tensor& hidden) {
-  return torch::linear(layer_norm(hidden, lnf_w_, lnf_b_), wte_);
+  auto x = layer_norm(hidden, lnf_w_, lnf_b_);
+  x = tp_.sequence_parallel ? parallel::gather_from_sequence_region(x, *tp_.tp)
+                            : parallel::copy_to_tp_region(x, *tp_.tp);
+  return torch::linear(x, wte_);
 }
 
 torch::Tensor GPTOutputStageImpl::forward(const torch::Tensor& hidden, const torch::Tensor& targets) {
   auto l = logits(hidden);
-  return torch::cross_entropy_loss(l.view({-1, l.size(-1)}), targets.reshape({-1}));
+  return parallel::vocab_parallel_cross_entropy(l.view({-1, l.size(-1)}), targets.reshape({-1}), vocab_start_,
+                                                options_.vocab_size, *tp_.tp)
+      .mean();
 }
 
-std::vector<NamedParameter> GPTOutputStageImpl::named_parameters_global() const {
-  return {{"ln_f.weight", lnf_w_}, {"ln_f.bias", lnf_b_}};
+std::vector<ParallelParameter> GPTOutputStageImpl::parallel_parameters() const {
+  const bool sp = tp_.sequence_parallel;
+  return {{"ln_f.weight", lnf_w_, -1, sp}, {"ln_f.bias", lnf_b_, -1, sp}};
 }
 
-GPTImpl::GPTImpl(const GPTOptions& options) : options_(options) {
-  input = register_module("input", GPTInputStage(options));
+GPTImpl::GPTImpl(const GPTOptions& options, TensorParallelContext tp) : options_(options) {
+  if (!tp.tp) {
+    own_tp_ = std::make_shared<parallel::SelfCommunicator>("tp", 0, std::make_shared<parallel::CommStats>());
+    tp.tp = own_tp_.get();
+  }
+  input = register_module("input", GPTInputStage(options, tp));
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < options.num_layers; ++i) blocks->push_back(GPTBlock(options, i));
-  output = register_module("output", GPTOutputStage(options, input->word_embedding()));
+  for (int64_t i = 0; i < options.num_layers; ++i) blocks->push_back(GPTBlock(options, i, tp));
+  const auto& wte = input->word_embedding();
+  output = register_module("output", GPTOutputStage(options, tp, wte->weight, wte->vocab_start()));
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, const torch::Tensor& targets) {
@@ -126,27 +184,17 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, const torch::Tensor&
   return output->forward(hidden, targets);
 }
 
-torch::Tensor GPTImpl::logits(const torch::Tensor& tokens) {
-  auto hidden = input->forward(tokens);
-  for (auto& block : *blocks) hidden = block->as<GPTBlock>()->forward(hidden);
-  return output->logits(hidden);
-}
-
-std::vector<NamedParameter> GPTImpl::named_parameters_global() const {
-  auto all = input->named_parameters_global();
-  for (const auto& block : *blocks) {
-    auto more = block->as<GPTBlockImpl>()->named_parameters_global();
-    all.insert(all.end(), more.begin(), more.end());
-  }
-  auto tail = output->named_parameters_global();
-  all.insert(all.end(), tail.begin(), tail.end());
+std::vector<ParallelParameter> GPTImpl::parallel_parameters() const {
+  auto all = input->parallel_parameters();
+  for (const auto& block : *blocks) append(all, block->as<GPTBlockImpl>()->parallel_parameters());
+  append(all, output->parallel_parameters());
   return all;
 }
 
 int64_t GPTImpl::num_parameters() const {
-  int64_t n = 0;
-  for (const auto& p : named_parameters_global()) n += p.tensor.numel();
-  return n;
+  const int64_t h = options_.hidden_size, f = options_.ffn_hidden_size;
+  const int64_t block = 4 * h + 3 * h * h + 3 * h + h * h + h + 2 * h * f + f + h;
+  return options_.vocab_size * h + options_.seq_len * h + options_.num_layers * block + 2 * h;
 }
 
 }  // namespace loom::models

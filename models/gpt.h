@@ -4,17 +4,25 @@
 //
 // The model is three kinds of pieces so that a pipeline can deal them out:
 // GPTInputStage (embeddings), GPTBlock (one transformer layer) and
-// GPTOutputStage (final norm, logits and loss).
+// GPTOutputStage (final norm, logits and loss). Every piece is tensor
+// parallel over TensorParallelContext::tp (a group of one rank: plain GPT):
+// QKV and the first MLP layer are column parallel with the heads split across
+// tp, attention is local, the output projections are row parallel, the
+// vocabulary is split for the embedding and the loss.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/config.h"
+#include "parallel/communicator.h"
+#include "parallel/parallel_parameter.h"
+#include "parallel/tensor_parallel.h"
+#include "parallel/tp_rng.h"
 
 namespace loom::models {
 
@@ -31,66 +39,77 @@ struct GPTOptions {
   static GPTOptions from_config(const Config& config);
 };
 
-// A parameter with the global name it is initialised, reported and saved by.
-struct NamedParameter {
-  std::string name;
-  torch::Tensor tensor;
+// What the model's pieces share about tensor parallelism.
+struct TensorParallelContext {
+  parallel::Communicator* tp = nullptr;
+  bool sequence_parallel = false;
+  // Draws the dropout masks of tp-split regions; null: the default generator.
+  parallel::TensorParallelRng* rng = nullptr;
 };
 
 class GPTInputStageImpl : public torch::nn::Module {
  public:
-  explicit GPTInputStageImpl(const GPTOptions& options);
-  // tokens [B, S] int64 -> hidden [B, S, H]
+  GPTInputStageImpl(const GPTOptions& options, TensorParallelContext tp);
+  // tokens [B, S] int64 -> hidden [B, S, H] ([B, S / tp, H] with sequence parallelism)
   torch::Tensor forward(const torch::Tensor& tokens);
-  const torch::Tensor& word_embedding() const { return wte_; }
-  std::vector<NamedParameter> named_parameters_global() const;
+  const parallel::VocabParallelEmbedding& word_embedding() const { return wte_; }
+  std::vector<parallel::ParallelParameter> parallel_parameters() const;
 
  private:
   GPTOptions options_;
-  torch::Tensor wte_, wpe_;
+  TensorParallelContext tp_;
+  parallel::VocabParallelEmbedding wte_{nullptr};
+  torch::Tensor wpe_;
 };
 TORCH_MODULE(GPTInputStage);
 
 class GPTBlockImpl : public torch::nn::Module {
  public:
-  GPTBlockImpl(const GPTOptions& options, int64_t layer);
+  GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp);
   torch::Tensor forward(const torch::Tensor& hidden);
-  std::vector<NamedParameter> named_parameters_global() const;
+  std::vector<parallel::ParallelParameter> parallel_parameters() const;
 
  private:
   torch::Tensor attention(const torch::Tensor& x);
   GPTOptions options_;
   int64_t layer_;
-  torch::Tensor ln1_w_, ln1_b_, qkv_w_, qkv_b_, proj_w_, proj_b_;
-  torch::Tensor ln2_w_, ln2_b_, fc_w_, fc_b_, fc_proj_w_, fc_proj_b_;
+  TensorParallelContext tp_;
+  torch::Tensor ln1_w_, ln1_b_, ln2_w_, ln2_b_;
+  parallel::ColumnParallelLinear qkv_{nullptr}, fc_{nullptr};
+  parallel::RowParallelLinear proj_{nullptr}, fc_proj_{nullptr};
   torch::Tensor causal_mask_;  // [S, S], true above the diagonal
 };
 TORCH_MODULE(GPTBlock);
 
 class GPTOutputStageImpl : public torch::nn::Module {
  public:
-  // WORD_EMBEDDING is the input stage's weight when both stages live in this
-  // process (the tie is then one tensor); it is not registered here.
-  GPTOutputStageImpl(const GPTOptions& options, torch::Tensor word_embedding);
-  // hidden [B, S, H], targets [B, S] -> mean cross-entropy over B*S tokens
+  // WORD_EMBEDDING is this rank's shard of the input stage's weight when both
+  // stages live in this process (the tie is then one tensor); it is not registered here.
+  GPTOutputStageImpl(const GPTOptions& options, TensorParallelContext tp, torch::Tensor word_embedding,
+                     int64_t vocab_start);
+  // hidden, targets [B, S] -> mean cross-entropy over B*S tokens
   torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& targets);
+  // This rank's slice of the (padded) vocabulary's logits, [B, S, V_local].
   torch::Tensor logits(const torch::Tensor& hidden);
-  std::vector<NamedParameter> named_parameters_global() const;
+  std::vector<parallel::ParallelParameter> parallel_parameters() const;
 
  private:
   GPTOptions options_;
+  TensorParallelContext tp_;
   torch::Tensor lnf_w_, lnf_b_;
   torch::Tensor wte_;
+  int64_t vocab_start_;
 };
 TORCH_MODULE(GPTOutputStage);
 
 class GPTImpl : public torch::nn::Module {
  public:
-  explicit GPTImpl(const GPTOptions& options);
+  // Without a tp communicator the model is the plain, single-rank GPT.
+  explicit GPTImpl(const GPTOptions& options, TensorParallelContext tp = {});
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets);
-  torch::Tensor logits(const torch::Tensor& tokens);
   // Every parameter once, with its global name, in order of use in forward.
-  std::vector<NamedParameter> named_parameters_global() const;
+  std::vector<parallel::ParallelParameter> parallel_parameters() const;
+  // Parameters of the whole (unsplit) model.
   int64_t num_parameters() const;
 
   GPTInputStage input{nullptr};
@@ -99,6 +118,7 @@ class GPTImpl : public torch::nn::Module {
 
  private:
   GPTOptions options_;
+  std::shared_ptr<parallel::Communicator> own_tp_;  // a group of one when none was given
 };
 TORCH_MODULE(GPT);
 

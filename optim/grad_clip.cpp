@@ -4,19 +4,20 @@
 
 namespace loom::optim {
 
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
-                      parallel::Communicator& model_parallel) {
+double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, double max_norm,
+                      parallel::Communicator& model_parallel, int64_t tp_rank) {
   torch::NoGradGuard no_grad;
   auto sum_sq = torch::zeros({1}, torch::kFloat64);
   for (const auto& p : params) {
-    if (p.grad().defined()) sum_sq += p.grad().to(torch::kFloat64).pow(2).sum();
+    if (!p.tensor.grad().defined() || (p.tp_replicated() && tp_rank != 0)) continue;
+    sum_sq += p.tensor.grad().to(torch::kFloat64).pow(2).sum();
   }
   model_parallel.all_reduce(sum_sq).wait();
   const double norm = std::sqrt(sum_sq.item<double>());
   if (max_norm > 0.0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);
     for (const auto& p : params) {
-      if (p.grad().defined()) p.grad().mul_(scale);
+      if (p.tensor.grad().defined()) p.tensor.grad().mul_(scale);
     }
   }
   return norm;

@@ -2,13 +2,13 @@
 
 namespace loom::parallel {
 
-GradientAverager::GradientAverager(std::vector<torch::Tensor> params) : params_(std::move(params)) {
+GradientReducer::GradientReducer(std::vector<torch::Tensor> params) : params_(std::move(params)) {
   int64_t total = 0;
   for (const auto& p : params_) total += p.numel();
   if (!params_.empty()) flat_ = torch::empty({total}, params_.front().options());
 }
 
-void GradientAverager::average(Communicator& comm) {
+void GradientReducer::all_reduce(Communicator& comm, double scale) {
   if (comm.size() == 1 || params_.empty()) return;
   torch::NoGradGuard no_grad;
   int64_t offset = 0;
@@ -22,7 +22,7 @@ void GradientAverager::average(Communicator& comm) {
     offset += p.numel();
   }
   comm.all_reduce(flat_).wait();
-  flat_.div_(static_cast<double>(comm.size()));
+  if (scale != 1.0) flat_.mul_(scale);
   offset = 0;
   for (auto& p : params_) {
     auto slot = flat_.narrow(0, offset, p.numel()).view(p.sizes());

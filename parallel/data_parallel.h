@@ -1,6 +1,7 @@
-// Data parallelism as the foundation does it: after backward, every gradient is
-// averaged over the dp group. The gradients are packed into one flat buffer so
-// the whole model costs a single all-reduce (bucketing and overlap come later).
+// Gradient reductions over a group, as the foundation does them: after
+// backward the gradients are packed into one flat buffer, so a whole model
+// costs a single all-reduce (bucketing and overlap come later). Used for the
+// data-parallel average and for the tp-sum of sequence-parallel gradients.
 #pragma once
 
 #include <torch/torch.h>
@@ -11,11 +12,13 @@
 
 namespace loom::parallel {
 
-class GradientAverager {
+class GradientReducer {
  public:
-  explicit GradientAverager(std::vector<torch::Tensor> params);
-  // Sums the gradients over COMM and divides by its size, in place.
-  void average(Communicator& comm);
+  explicit GradientReducer(std::vector<torch::Tensor> params);
+  // Sums the gradients over COMM, scales them by SCALE, in place.
+  void all_reduce(Communicator& comm, double scale = 1.0);
+  // The mean over COMM.
+  void average(Communicator& comm) { all_reduce(comm, 1.0 / static_cast<double>(comm.size())); }
 
  private:
   std::vector<torch::Tensor> params_;

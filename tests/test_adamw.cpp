@@ -49,9 +49,10 @@ TEST_CASE("clipping scales gradients to the global norm", "[optim]") {
   auto a = torch::zeros({2}).requires_grad_(true), b = torch::zeros({1}).requires_grad_(true);
   a.mutable_grad() = torch::tensor({3.0f, 0.0f});
   b.mutable_grad() = torch::tensor({4.0f});
-  CHECK(optim::clip_grad_norm({a, b}, 10.0, self) == Approx(5.0));
+  std::vector<parallel::ParallelParameter> params{{"a", a}, {"b", b}};
+  CHECK(optim::clip_grad_norm(params, 10.0, self, 0) == Approx(5.0));
   CHECK(a.grad()[0].item<double>() == Approx(3.0));
-  CHECK(optim::clip_grad_norm({a, b}, 1.0, self) == Approx(5.0));
+  CHECK(optim::clip_grad_norm(params, 1.0, self, 0) == Approx(5.0));
   CHECK(a.grad()[0].item<double>() == Approx(0.6).epsilon(1e-5));
   CHECK(b.grad()[0].item<double>() == Approx(0.8).epsilon(1e-5));
 }

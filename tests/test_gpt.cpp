@@ -4,9 +4,11 @@
 #include <map>
 
 #include "models/gpt.h"
-#include "models/init.h"
+#include "parallel/init.h"
 
 using namespace loom::models;
+using loom::parallel::init_normal;
+using loom::parallel::parameter_seed;
 
 namespace {
 
@@ -117,7 +119,7 @@ TEST_CASE("GPT forward equals a hand-computed tiny case", "[gpt]") {
   Params params;
   {
     torch::NoGradGuard no_grad;
-    for (auto& np : model->named_parameters_global()) {
+    for (auto& np : model->parallel_parameters()) {
       np.tensor.copy_(torch::randn_like(np.tensor) * 0.5);
       params[np.name] = np.tensor.to(torch::kFloat64);
     }
@@ -132,7 +134,7 @@ TEST_CASE("initialisation depends on the seed and the name only", "[gpt]") {
   GPT a(o), b(o);
   o.seed = 6;
   GPT c(o);
-  auto pa = a->named_parameters_global(), pb = b->named_parameters_global(), pc = c->named_parameters_global();
+  auto pa = a->parallel_parameters(), pb = b->parallel_parameters(), pc = c->parallel_parameters();
   REQUIRE(pa.size() == 2 + 12 + 2);
   for (size_t i = 0; i < pa.size(); ++i) {
     CHECK(pa[i].name == pb[i].name);
@@ -159,7 +161,7 @@ TEST_CASE("an untrained GPT predicts about uniformly and every parameter gets a 
   auto loss = model->forward(tokens, torch::randint(0, 256, {2, 16}));
   CHECK(loss.item<double>() == Approx(std::log(256.0)).margin(0.1));
   loss.backward();
-  for (const auto& p : model->named_parameters_global()) {
+  for (const auto& p : model->parallel_parameters()) {
     INFO(p.name);
     REQUIRE(p.tensor.grad().defined());
     CHECK(p.tensor.grad().abs().sum().item<double>() > 0);

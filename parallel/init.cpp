@@ -1,8 +1,8 @@
-#include "models/init.h"
+#include "parallel/init.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
-namespace loom::models {
+namespace loom::parallel {
 
 uint64_t parameter_seed(uint64_t seed, const std::string& name) {
   uint64_t h = 1469598103934665603ULL;
@@ -21,4 +21,4 @@ torch::Tensor init_normal(uint64_t seed, const std::string& name, torch::IntArra
   return torch::empty(shape, torch::kFloat32).normal_(0.0, std, generator);
 }
 
-}  // namespace loom::models
+}  // namespace loom::parallel

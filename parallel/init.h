@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-namespace loom::models {
+namespace loom::parallel {
 
 // The generator seed of the parameter called NAME (splitmix64 over FNV-1a).
 uint64_t parameter_seed(uint64_t seed, const std::string& name);
@@ -16,4 +16,4 @@ uint64_t parameter_seed(uint64_t seed, const std::string& name);
 // Full tensor of SHAPE drawn from N(0, STD^2) by the generator of (SEED, NAME).
 torch::Tensor init_normal(uint64_t seed, const std::string& name, torch::IntArrayRef shape, double std);
 
-}  // namespace loom::models
+}  // namespace loom::parallel

@@ -1,0 +1,127 @@
+#include "parallel/tensor_parallel.h"
+
+#include <limits>
+
+#include "parallel/init.h"
+#include "parallel/tp_regions.h"
+
+namespace loom::parallel {
+
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(ColumnParallelLinearOptions options_, Communicator& tp)
+    : options(std::move(options_)), tp_(&tp) {
+  TORCH_CHECK(options.out_features() % tp.size() == 0, options.name(), ": ", options.out_features(),
+              " output features do not split into ", tp.size(), " tensor-parallel parts");
+  auto full = init_normal(options.seed(), options.name() + ".weight", {options.out_features(), options.in_features()},
+                          options.init_std());
+  weight = register_parameter("weight", slice_along(full, 0, tp));
+  if (options.bias()) bias = register_parameter("bias", torch::zeros({options.out_features() / tp.size()}));
+}
+
+torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& input) {
+  auto x = options.sequence_parallel() ? gather_from_sequence_region(input, *tp_) : copy_to_tp_region(input, *tp_);
+  auto y = torch::linear(x, weight, bias);
+  return options.gather_output() ? gather_from_tp_region(y, *tp_) : y;
+}
+
+std::vector<ParallelParameter> ColumnParallelLinearImpl::parallel_parameters() const {
+  std::vector<ParallelParameter> params{{options.name() + ".weight", weight, 0}};
+  if (bias.defined()) params.push_back({options.name() + ".bias", bias, 0});
+  return params;
+}
+
+RowParallelLinearImpl::RowParallelLinearImpl(RowParallelLinearOptions options_, Communicator& tp)
+    : options(std::move(options_)), tp_(&tp) {
+  TORCH_CHECK(options.in_features() % tp.size() == 0, options.name(), ": ", options.in_features(),
+              " input features do not split into ", tp.size(), " tensor-parallel parts");
+  auto full = init_normal(options.seed(), options.name() + ".weight", {options.out_features(), options.in_features()},
+                          options.init_std());
+  weight = register_parameter("weight", slice_along(full, 1, tp));
+  if (options.bias()) bias = register_parameter("bias", torch::zeros({options.out_features()}));
+}
+
+torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& input) {
+  auto x = options.input_is_parallel() ? input : scatter_to_tp_region(input, *tp_);
+  auto partial = torch::linear(x, weight);
+  auto y = options.sequence_parallel() ? reduce_scatter_to_sequence_region(partial, *tp_)
+                                       : reduce_from_tp_region(partial, *tp_);
+  return bias.defined() ? y + bias : y;
+}
+
+std::vector<ParallelParameter> RowParallelLinearImpl::parallel_parameters() const {
+  std::vector<ParallelParameter> params{{options.name() + ".weight", weight, 1}};
+  if (bias.defined()) params.push_back({options.name() + ".bias", bias, -1, options.sequence_parallel()});
+  return params;
+}
+
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(VocabParallelEmbeddingOptions options_, Communicator& tp)
+    : options(std::move(options_)), tp_(&tp) {
+  const int64_t v = options.num_embeddings(), t = tp.size();
+  padded_vocab_ = (v + t - 1) / t * t;
+  vocab_start_ = padded_vocab_ / t * tp.rank();
+  auto full = init_normal(options.seed(), options.name(), {v, options.embedding_dim()}, options.init_std());
+  if (padded_vocab_ > v) full = torch::cat({full, torch::zeros({padded_vocab_ - v, options.embedding_dim()})});
+  weight = register_parameter("weight", slice_along(full, 0, tp));
+}
+
+torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
+  const int64_t rows = weight.size(0);
+  auto outside = (tokens < vocab_start_).logical_or(tokens >= vocab_start_ + rows);
+  auto local = (tokens - vocab_start_).masked_fill(outside, 0);
+  auto partial = torch::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0.0);
+  return options.sequence_parallel() ? reduce_scatter_to_sequence_region(partial, *tp_)
+                                     : reduce_from_tp_region(partial, *tp_);
+}
+
+std::vector<ParallelParameter> VocabParallelEmbeddingImpl::parallel_parameters() const {
+  return {{options.name(), weight, 0}};
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
+                               int64_t vocab_start, int64_t vocab_size, Communicator* tp) {
+    const int64_t local = logits.size(1);
+    auto x = logits.detach().clone();
+    const int64_t first_pad = std::max<int64_t>(0, vocab_size - vocab_start);
+    if (first_pad < local) {
+      // Padding columns: -inf logits contribute exp(-inf) = 0 and never hold the max.
+      x.narrow(1, first_pad, local - first_pad).fill_(-std::numeric_limits<float>::infinity());
+    }
+    auto max = std::get<0>(x.max(1)).contiguous();
+    tp->all_reduce(max, ReduceOp::max).wait();
+    x.sub_(max.unsqueeze(1));
+
+    auto outside = (targets < vocab_start).logical_or(targets >= vocab_start + local);
+    auto index = (targets - vocab_start).masked_fill(outside, 0);
+    auto target_logit = x.gather(1, index.unsqueeze(1)).squeeze(1).masked_fill(outside, 0.0);
+    auto exp = x.exp_();
+    // One all-reduce carries both sums: of the exponentials and of the target logit.
+    auto sums = torch::stack({exp.sum(1), target_logit}).contiguous();
+    tp->all_reduce(sums).wait();
+    auto sum_exp = sums[0];
+    ctx->save_for_backward({exp.div_(sum_exp.unsqueeze(1)), index, outside});
+    return sum_exp.log() - sums[1];
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto grad = saved[0].clone();  // softmax
+    auto hit = saved[2].logical_not().to(grad.scalar_type());
+    grad.scatter_add_(1, saved[1].unsqueeze(1), -hit.unsqueeze(1));
+    grad.mul_(grads[0].unsqueeze(1));
+    return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
+                                           int64_t vocab_start, int64_t vocab_size, Communicator& tp) {
+  return VocabParallelCrossEntropy::apply(logits, targets, vocab_start, vocab_size, &tp);
+}
+
+}  // namespace loom::parallel

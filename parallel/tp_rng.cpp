@@ -1,0 +1,21 @@
+#include "parallel/tp_rng.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+namespace loom::parallel {
+
+TensorParallelRng::TensorParallelRng(uint64_t seed, int64_t tp_rank, int64_t dp_rank) {
+  // Data-parallel ranks see other samples anyway; tp peers must share the replicated stream.
+  torch::manual_seed(seed + 7919 * static_cast<uint64_t>(dp_rank));
+  split_ = at::make_generator<at::CPUGeneratorImpl>(seed + 2718 + 101 * static_cast<uint64_t>(tp_rank) +
+                                                    7919 * static_cast<uint64_t>(dp_rank));
+}
+
+torch::Tensor dropout(const torch::Tensor& x, double p, bool training, at::Generator* generator) {
+  if (!training || p == 0.0) return x;
+  auto keep = torch::empty_like(x).bernoulli_(1.0 - p, generator ? c10::optional<at::Generator>(*generator)
+                                                                 : c10::optional<at::Generator>());
+  return x * keep / (1.0 - p);
+}
+
+}  // namespace loom::parallel
