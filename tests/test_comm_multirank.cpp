@@ -3,31 +3,13 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include "parallel/gloo_communicator.h"
-#include "parallel/launch_env.h"
-#include "parallel/process_groups.h"
+#include "multirank_world.h"
 
 using namespace loom::parallel;
 
 namespace {
 
-struct World {
-  LaunchEnv env{std::chrono::seconds(60)};
-  std::shared_ptr<CommStats> stats = std::make_shared<CommStats>();
-  // tp=2 when the world is even and larger than 2, so that groups of different kinds exist.
-  RankGrid grid{{env.world() % 2 == 0 && env.world() > 2 ? 2 : 1, 1,
-                 env.world() / (env.world() % 2 == 0 && env.world() > 2 ? 2 : 1), 1}};
-  ProcessGroups groups{grid, env.rank(),
-                       [this](const std::string& name, const std::string& key, const std::vector<int64_t>& ranks,
-                              int rank) {
-                         return std::make_unique<GlooCommunicator>(
-                             name, ranks, rank, stats, std::chrono::seconds(60),
-                             c10d_compat::prefix_store("pg/" + key + "/", env.store()),
-                             make_gloo_device(env.single_host()));
-                       },
-                       stats};
-};
-
+using World = loom::test::MultiRankWorld;
 World* g_world = nullptr;  // set once in main, before any test runs
 
 }  // namespace
@@ -149,7 +131,8 @@ TEST_CASE("every call is counted with its bytes, per group and op", "[comm]") {
 
 int main(int argc, char** argv) {
   torch::set_num_threads(1);
-  World world;
+  // tp=2 when the world is even and larger than 2, so that groups of different kinds exist.
+  World world([](int64_t n) -> int64_t { return n % 2 == 0 && n > 2 ? 2 : 1; });
   g_world = &world;
   const int failed = Catch::Session().run(argc, argv);
   world.groups.world_comm().barrier().wait();
