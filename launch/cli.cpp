@@ -8,6 +8,7 @@
 
 #include "core/errors.h"
 #include "launch/commands.h"
+#include "models/gpt.h"
 
 namespace loom::launch {
 namespace {
@@ -58,6 +59,26 @@ FaultInjection parse_fault(const std::string& text) {
   return fault;
 }
 
+TrainArgs parse_train_args(ArgReader& args) {
+  TrainArgs train_args;
+  while (!args.done()) {
+    std::string a = args.next();
+    if (a == "--set") {
+      train_args.overrides.push_back(args.value_of(a));
+    } else if (a == "--run-dir") {
+      train_args.run_dir = args.value_of(a);
+    } else if (a == "--inject-fault") {
+      train_args.fault = parse_fault(args.value_of(a));
+    } else if (a.rfind("--", 0) != 0 && train_args.config_path.empty()) {
+      train_args.config_path = a;
+    } else {
+      throw InputError("loom train: unexpected argument '" + a + "'\n" + kUsage);
+    }
+  }
+  if (train_args.config_path.empty()) throw InputError(std::string("loom train needs CONFIG.yaml\n") + kUsage);
+  return train_args;
+}
+
 int dispatch(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::cout << kUsage;
@@ -65,25 +86,7 @@ int dispatch(int argc, char** argv) {
   }
   const std::string command = argv[1];
   ArgReader args(argc, argv, 2);
-  if (command == "train") {
-    TrainArgs train_args;
-    while (!args.done()) {
-      std::string a = args.next();
-      if (a == "--set") {
-        train_args.overrides.push_back(args.value_of(a));
-      } else if (a == "--run-dir") {
-        train_args.run_dir = args.value_of(a);
-      } else if (a == "--inject-fault") {
-        train_args.fault = parse_fault(args.value_of(a));
-      } else if (a.rfind("--", 0) != 0 && train_args.config_path.empty()) {
-        train_args.config_path = a;
-      } else {
-        throw InputError("loom train: unexpected argument '" + a + "'\n" + kUsage);
-      }
-    }
-    if (train_args.config_path.empty()) throw InputError(std::string("loom train needs CONFIG.yaml\n") + kUsage);
-    return train(train_args);
-  }
+  if (command == "train") return train(parse_train_args(args), models::make_gpt);
   if (command == "topology") {
     TopologyArgs topo;
     while (!args.done()) {
@@ -137,11 +140,10 @@ int dispatch(int argc, char** argv) {
   std::_Exit(code);
 }
 
-}  // namespace
-
-int run_cli(int argc, char** argv) {
+template <typename Body>
+int guarded(Body&& body) {
   try {
-    return dispatch(argc, argv);
+    return body();
   } catch (const InputError& e) {
     die(2, e.what());
   } catch (const c10::Error& e) {
@@ -149,6 +151,19 @@ int run_cli(int argc, char** argv) {
   } catch (const std::exception& e) {
     die(1, e.what());
   }
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  return guarded([&] { return dispatch(argc, argv); });
+}
+
+int train_main(int argc, char** argv, const models::ModelFactory& make_model) {
+  return guarded([&] {
+    ArgReader args(argc, argv, 1);
+    return train(parse_train_args(args), make_model);
+  });
 }
 
 }  // namespace loom::launch

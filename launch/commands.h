@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "models/language_model.h"
+
 namespace loom::launch {
 
 // A deliberate failure on one rank, for tests of how the others end:
@@ -22,7 +24,7 @@ struct TrainArgs {
   FaultInjection fault;
 };
 
-int train(const TrainArgs& args);
+int train(const TrainArgs& args, const models::ModelFactory& make_model);
 
 struct TopologyArgs {
   std::string config_path;
@@ -43,5 +45,10 @@ int prepare(const PrepareArgs& args);
 
 // Parses ARGV and runs the subcommand; never throws.
 int run_cli(int argc, char** argv);
+
+// The entry point of a user's own training program: ARGV is
+// "CONFIG.yaml [--set section.key=value]... [--run-dir DIR]", as for `loom train`,
+// and MAKE_MODEL builds the model. Returns the exit code; never throws.
+int train_main(int argc, char** argv, const models::ModelFactory& make_model);
 
 }  // namespace loom::launch

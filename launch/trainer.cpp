@@ -117,7 +117,8 @@ parallel::CommunicatorFactory gloo_factory(const parallel::LaunchEnv& env, const
 
 }  // namespace
 
-Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir, FaultInjection fault)
+Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir,
+                 const models::ModelFactory& make_model, FaultInjection fault)
     : config_(config), groups_(groups), run_dir_(std::move(run_dir)), fault_(std::move(fault)) {
   const auto& m = config_.model;
   const auto& t = config_.train;
@@ -126,8 +127,8 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                                             static_cast<uint64_t>(t.seed));
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), groups_.coords().tp,
                                                        groups_.coords().dp);
-  model_ = models::GPT(models::GPTOptions::from_config(config_),
-                       models::TensorParallelContext{&groups_.tp(), config_.parallel.sequence_parallel, rng_.get()});
+  model_ = make_model(config_,
+                      models::TensorParallelContext{&groups_.tp(), config_.parallel.sequence_parallel, rng_.get()});
   model_->train();
   params_ = model_->parallel_parameters();
   std::vector<torch::Tensor> tensors, sequence_parallel;
@@ -225,7 +226,7 @@ TrainSummary Trainer::run() {
   return summary;
 }
 
-int train(const TrainArgs& args) {
+int train(const TrainArgs& args, const models::ModelFactory& make_model) {
   Config config = load_config(args.config_path, args.overrides);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
   parallel::LaunchEnv env(timeout);
@@ -241,10 +242,10 @@ int train(const TrainArgs& args) {
   parallel::ProcessGroups groups(grid, env.rank(), gloo_factory(env, stats, timeout), stats);
   const std::string run_dir = agree_on_run_dir(args, config, env);
 
-  Trainer trainer(config, groups, run_dir, args.fault);
+  Trainer trainer(config, groups, run_dir, make_model, args.fault);
   info0("loom: {} ranks ({} launch) | tp={} pp={} dp={} ep={} | {} threads per rank | run dir {}", env.world(),
         env.info().launcher, p.tp, p.pp, p.dp, p.ep, threads, run_dir);
-  info0("model: GPT {} layers, hidden {}, {} heads, seq {}, vocab {} | global batch {} = micro {} x {} x dp {} | data: {}",
+  info0("model: {} layers, hidden {}, {} heads, seq {}, vocab {} | global batch {} = micro {} x {} x dp {} | data: {}",
         config.model.num_layers, config.model.hidden_size, config.model.num_heads, config.model.seq_len,
         config.model.vocab_size, config.train.global_batch_size, config.train.micro_batch_size,
         config.micro_batches_per_step(), p.dp, config.data.path.empty() ? "synthetic" : config.data.path);

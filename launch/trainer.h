@@ -10,7 +10,7 @@
 #include "core/config.h"
 #include "core/metrics.h"
 #include "launch/commands.h"
-#include "models/gpt.h"
+#include "models/language_model.h"
 #include "optim/grad_clip.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
@@ -30,7 +30,8 @@ struct TrainSummary {
 class Trainer {
  public:
   // CONFIG must be resolved for GROUPS' world. RUN_DIR exists on rank 0.
-  Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir, FaultInjection fault = {});
+  Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir,
+          const models::ModelFactory& make_model, FaultInjection fault = {});
   TrainSummary run();
 
  private:
@@ -46,7 +47,7 @@ class Trainer {
   std::unique_ptr<TokenCorpus> corpus_;
   std::unique_ptr<BatchSampler> sampler_;
   std::unique_ptr<parallel::TensorParallelRng> rng_;
-  models::GPT model_{nullptr};
+  std::shared_ptr<models::LanguageModel> model_;
   std::vector<parallel::ParallelParameter> params_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::CosineSchedule schedule_;

@@ -191,6 +191,10 @@ std::vector<ParallelParameter> GPTImpl::parallel_parameters() const {
   return all;
 }
 
+std::shared_ptr<LanguageModel> make_gpt(const Config& config, TensorParallelContext tp) {
+  return std::make_shared<GPTImpl>(GPTOptions::from_config(config), tp);
+}
+
 int64_t GPTImpl::num_parameters() const {
   const int64_t h = options_.hidden_size, f = options_.ffn_hidden_size;
   const int64_t block = 4 * h + 3 * h * h + 3 * h + h * h + h + 2 * h * f + f + h;

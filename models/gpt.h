@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "models/language_model.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/tensor_parallel.h"
@@ -37,14 +38,6 @@ struct GPTOptions {
   uint64_t seed = 1234;
 
   static GPTOptions from_config(const Config& config);
-};
-
-// What the model's pieces share about tensor parallelism.
-struct TensorParallelContext {
-  parallel::Communicator* tp = nullptr;
-  bool sequence_parallel = false;
-  // Draws the dropout masks of tp-split regions; null: the default generator.
-  parallel::TensorParallelRng* rng = nullptr;
 };
 
 class GPTInputStageImpl : public torch::nn::Module {
@@ -102,13 +95,13 @@ class GPTOutputStageImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GPTOutputStage);
 
-class GPTImpl : public torch::nn::Module {
+class GPTImpl : public LanguageModel {
  public:
   // Without a tp communicator the model is the plain, single-rank GPT.
   explicit GPTImpl(const GPTOptions& options, TensorParallelContext tp = {});
-  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets);
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets) override;
   // Every parameter once, with its global name, in order of use in forward.
-  std::vector<parallel::ParallelParameter> parallel_parameters() const;
+  std::vector<parallel::ParallelParameter> parallel_parameters() const override;
   // Parameters of the whole (unsplit) model.
   int64_t num_parameters() const;
 
@@ -121,5 +114,8 @@ class GPTImpl : public torch::nn::Module {
   std::shared_ptr<parallel::Communicator> own_tp_;  // a group of one when none was given
 };
 TORCH_MODULE(GPT);
+
+// The factory `loom train` uses.
+std::shared_ptr<LanguageModel> make_gpt(const Config& config, TensorParallelContext tp);
 
 }  // namespace loom::models
