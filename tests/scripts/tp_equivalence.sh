@@ -22,6 +22,12 @@ for layout in "2 2 false" "2 2 true" "4 4 false" "4 4 true" "4 2 false" "4 2 tru
   compare_losses "$WORK/$name" "$WORK/ref" || fail "$name differs from the one-process run"
 done
 
+# A vocabulary that tp does not divide is padded; the padding never changes the loss.
+"$LOOM" train "$TINY" --run-dir "$WORK/ref_v63" --set model.vocab_size=63 > "$WORK/ref_v63.log" 2>&1 || fail "vocab 63"
+launch 4 "$WORK/tp4_v63" --set parallel.tp=4 --set model.vocab_size=63
+echo -n "tp=4 with vocab 63 (padded to 64) vs one process: "
+compare_losses "$WORK/tp4_v63" "$WORK/ref_v63" || fail "padding the vocabulary changed the losses"
+
 # Dropout on: the same seed twice gives the same losses, bit for bit.
 for run in a b; do
   launch 4 "$WORK/dropout_$run" --set parallel.tp=2 --set parallel.sequence_parallel=true --set model.dropout=0.1
