@@ -1,0 +1,55 @@
+// Pipeline schedules as data: one function lists, for one pipeline stage, the
+// order of its forward and backward passes over micro-batches and model
+// chunks; an executor runs the list and tests read it. Communication is
+// implied: a forward receives from the previous virtual stage and sends to
+// the next, a backward the other way round.
+//
+// Virtual stage k = chunk * P + stage (Megatron-LM's interleaving): with
+// P = 2 stages and V = 2 chunks, stage 0 holds virtual stages 0 and 2.
+//
+//   gpipe        all forwards, then all backwards (V = 1)
+//   1f1b         P - stage - 1 warm-up forwards, then one forward one
+//                backward, then the remaining backwards (V = 1)
+//   interleaved  1F1B over chunks in Megatron-LM's order; M divisible by P
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace loom::parallel {
+
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved };
+
+// "gpipe", "1f1b", "interleaved"; throws InputError naming parallel.schedule otherwise.
+PipelineSchedule parse_pipeline_schedule(const std::string& name);
+
+struct PipelineAction {
+  enum Kind { forward, backward };
+  Kind kind;
+  int64_t micro;
+  int64_t chunk;
+  bool operator==(const PipelineAction& o) const { return kind == o.kind && micro == o.micro && chunk == o.chunk; }
+};
+
+// "F3.1": forward of micro-batch 3 through chunk 1.
+inline std::ostream& operator<<(std::ostream& out, const PipelineAction& a) {
+  return out << (a.kind == PipelineAction::forward ? 'F' : 'B') << a.micro << '.' << a.chunk;
+}
+
+std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, int64_t stage, int64_t stages,
+                                             int64_t micro_batches, int64_t chunks);
+
+// Replays every stage's actions with unit costs (a chunk's forward takes 1/V,
+// its backward 2/V) and the send/receive dependencies, communication free.
+struct PipelineSimulation {
+  double makespan = 0;
+  double bubble = 0;  // idle fraction of the makespan, averaged over stages
+  std::vector<std::vector<double>> start;  // start[stage][i]: when action i of that stage began
+};
+
+PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches,
+                                     int64_t chunks);
+
+}  // namespace loom::parallel
