@@ -55,7 +55,7 @@ void require_supported(const Config& c) {
 }
 
 // OpenBLAS keeps its own thread pool beside LibTorch's OpenMP one, and the two
-// together oversubscribe the cores. Measured on 2 cores (docs/threads.md): the
+// together oversubscribe the cores. Measured on 2 cores (README, "Threads"): the
 // matrix products dominate, so BLAS gets the rank's threads and LibTorch's
 // elementwise ops run on one.
 int set_threads(const Config& config, const parallel::LaunchInfo& launch) {
@@ -100,19 +100,6 @@ std::string agree_on_run_dir(const TrainArgs& args, const Config& config, const 
     dir.assign(bytes.begin(), bytes.end());
   }
   return dir;
-}
-
-parallel::CommunicatorFactory gloo_factory(const parallel::LaunchEnv& env, const std::shared_ptr<parallel::CommStats>& stats,
-                                           std::chrono::milliseconds timeout) {
-  if (!env.store()) return {};
-  auto device = parallel::make_gloo_device(env.single_host());
-  auto store = env.store();
-  return [device, store, stats, timeout](const std::string& name, const std::string& key,
-                                         const std::vector<int64_t>& ranks, int rank_in_group) {
-    return std::make_unique<parallel::GlooCommunicator>(name, ranks, rank_in_group, stats, timeout,
-                                                        parallel::c10d_compat::prefix_store("pg/" + key + "/", store),
-                                                        device);
-  };
 }
 
 }  // namespace
@@ -239,11 +226,12 @@ int train(const TrainArgs& args, const models::ModelFactory& make_model) {
   const auto& p = config.parallel;
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
   auto stats = std::make_shared<parallel::CommStats>();
-  parallel::ProcessGroups groups(grid, env.rank(), gloo_factory(env, stats, timeout), stats);
+  parallel::ProcessGroups groups(grid, env.rank(),
+                                 parallel::make_gloo_factory(env.store(), env.single_host(), stats, timeout), stats);
   const std::string run_dir = agree_on_run_dir(args, config, env);
 
   Trainer trainer(config, groups, run_dir, make_model, args.fault);
-  info0("loom: {} ranks ({} launch) | tp={} pp={} dp={} ep={} | {} threads per rank | run dir {}", env.world(),
+  info0("{} ranks ({} launch) | tp={} pp={} dp={} ep={} | {} threads per rank | run dir {}", env.world(),
         env.info().launcher, p.tp, p.pp, p.dp, p.ep, threads, run_dir);
   info0("model: {} layers, hidden {}, {} heads, seq {}, vocab {} | global batch {} = micro {} x {} x dp {} | data: {}",
         config.model.num_layers, config.model.hidden_size, config.model.num_heads, config.model.seq_len,

@@ -114,4 +114,15 @@ c10d_compat::GlooDevice make_gloo_device(bool single_host) {
   return c10d_compat::GlooGroup::createDefaultDevice();
 }
 
+CommunicatorFactory make_gloo_factory(const c10d_compat::StorePtr& store, bool single_host,
+                                      std::shared_ptr<CommStats> stats, std::chrono::milliseconds timeout) {
+  if (!store) return {};
+  auto device = make_gloo_device(single_host);
+  return [device, store, stats, timeout](const std::string& name, const std::string& key,
+                                         const std::vector<int64_t>& ranks, int rank_in_group) {
+    return std::make_unique<GlooCommunicator>(name, ranks, rank_in_group, stats, timeout,
+                                              c10d_compat::prefix_store("pg/" + key + "/", store), device);
+  };
+}
+
 }  // namespace loom::parallel

@@ -3,6 +3,7 @@
 
 #include "parallel/c10d_compat.h"
 #include "parallel/communicator.h"
+#include "parallel/process_groups.h"
 
 namespace loom::parallel {
 
@@ -32,5 +33,10 @@ class GlooCommunicator : public Communicator {
 // The Gloo transport device: GLOO_SOCKET_IFNAME when set, loopback when every
 // rank runs on this host, otherwise the address this host's name resolves to.
 c10d_compat::GlooDevice make_gloo_device(bool single_host);
+
+// Makes the Gloo communicator of each group: one transport device for the
+// process, one store prefix per group. Null (world of one) when STORE is null.
+CommunicatorFactory make_gloo_factory(const c10d_compat::StorePtr& store, bool single_host,
+                                      std::shared_ptr<CommStats> stats, std::chrono::milliseconds timeout);
 
 }  // namespace loom::parallel

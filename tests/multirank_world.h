@@ -19,15 +19,9 @@ struct MultiRankWorld {
   std::shared_ptr<parallel::CommStats> stats = std::make_shared<parallel::CommStats>();
   parallel::ParallelSizes grid_sizes;
   parallel::RankGrid grid{grid_sizes};
-  parallel::ProcessGroups groups{grid, env.rank(),
-                                 [this](const std::string& name, const std::string& key,
-                                        const std::vector<int64_t>& ranks, int rank) {
-                                   return std::make_unique<parallel::GlooCommunicator>(
-                                       name, ranks, rank, stats, std::chrono::seconds(60),
-                                       parallel::c10d_compat::prefix_store("pg/" + key + "/", env.store()),
-                                       parallel::make_gloo_device(env.single_host()));
-                                 },
-                                 stats};
+  parallel::ProcessGroups groups{
+      grid, env.rank(),
+      parallel::make_gloo_factory(env.store(), env.single_host(), stats, std::chrono::seconds(60)), stats};
 };
 
 }  // namespace loom::test
