@@ -131,10 +131,11 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   if (groups_.rank() == 0) metrics_ = std::make_unique<MetricsWriter>(run_dir_ + "/metrics.jsonl");
 }
 
-double Trainer::forward_backward(int64_t consumed) {
+torch::Tensor Trainer::forward_backward(int64_t consumed) {
   const auto& t = config_.train;
   const int64_t micro_batches = config_.micro_batches_per_step();
-  double loss_sum = 0.0;
+  // Summed on the device, read once per step: no host synchronisation per micro-batch.
+  auto loss_sum = torch::zeros({1}, torch::kFloat64);
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp,
                                             groups_.coords().dp, t.micro_batch_size, micro);
@@ -143,7 +144,7 @@ double Trainer::forward_backward(int64_t consumed) {
     // Averaging over micro-batches here and over dp in the all-reduce makes the
     // gradient that of the mean loss over the whole global batch.
     (loss / static_cast<double>(micro_batches)).backward();
-    loss_sum += loss.item<double>();
+    loss_sum += loss.detach().to(torch::kFloat64);
   }
   return loss_sum / static_cast<double>(micro_batches);
 }
@@ -177,7 +178,7 @@ TrainSummary Trainer::run() {
     const auto step_start = Clock::now();
     const double lr = schedule_.at(step - 1);
     optimizer_->zero_grad();
-    auto loss = torch::full({1}, forward_backward(consumed), torch::kFloat64);
+    auto loss = forward_backward(consumed);
     // Sequence-parallel ranks each saw part of the sequence: their gradients of
     // replicated parameters are partial sums.
     sequence_parallel_grads_->all_reduce(groups_.tp());

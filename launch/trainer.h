@@ -35,8 +35,8 @@ class Trainer {
   TrainSummary run();
 
  private:
-  // Forward and backward over this rank's micro-batches; returns their mean loss.
-  double forward_backward(int64_t consumed);
+  // Forward and backward over this rank's micro-batches; returns their mean loss, [1] float64.
+  torch::Tensor forward_backward(int64_t consumed);
   void maybe_inject_fault(int64_t step) const;
   void log_progress(int64_t step, double loss, double lr, double grad_norm, double step_s, double mean_step_s) const;
 

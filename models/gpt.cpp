@@ -1,6 +1,7 @@
 #include "models/gpt.h"
 
 #include <cmath>
+#include <limits>
 
 #include "parallel/init.h"
 #include "parallel/tp_regions.h"
