@@ -92,6 +92,25 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return config;
 }
 
+namespace {
+
+// "4 or 8 layers would split; so would pp * virtual_stages of 1, 2, 3 or 6".
+std::string layer_split_hint(int64_t layers, int64_t chunks) {
+  const int64_t below = layers / chunks * chunks, above = below + chunks;
+  std::string hint = (below > 0 ? std::to_string(below) + " or " : std::string()) + std::to_string(above) +
+                     " layers would split; so would pp * virtual_stages of ";
+  std::vector<int64_t> divisors;
+  for (int64_t d = 1; d <= layers; ++d) {
+    if (layers % d == 0) divisors.push_back(d);
+  }
+  for (size_t i = 0; i < divisors.size(); ++i) {
+    hint += std::to_string(divisors[i]) + (i + 2 == divisors.size() ? " or " : i + 1 == divisors.size() ? "" : ", ");
+  }
+  return hint;
+}
+
+}  // namespace
+
 void resolve_and_validate(Config& c, int64_t world) {
   const auto& m = c.model;
   require(m.num_layers >= 1, "model.num_layers", "must be at least 1");
@@ -128,7 +147,15 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(p.virtual_stages >= 1, "parallel.virtual_stages", "must be at least 1");
   require(m.num_layers % (p.pp * p.virtual_stages) == 0, "model.num_layers",
           std::to_string(m.num_layers) + " layers cannot be split into pp * virtual_stages = " +
-              std::to_string(p.pp * p.virtual_stages) + " equal chunks");
+              std::to_string(p.pp * p.virtual_stages) + " equal chunks; " + layer_split_hint(m.num_layers, p.pp * p.virtual_stages));
+  require(p.schedule == "gpipe" || p.schedule == "1f1b" || p.schedule == "interleaved", "parallel.schedule",
+          "must be gpipe, 1f1b or interleaved, got '" + p.schedule + "'");
+  require(p.schedule != "interleaved" || p.virtual_stages > 1, "parallel.virtual_stages",
+          "the interleaved schedule needs virtual_stages of 2 or more (1 is plain 1f1b)");
+  require(p.schedule != "interleaved" || p.pp > 1, "parallel.pp", "the interleaved schedule needs pp of 2 or more");
+  require(p.virtual_stages == 1 || p.schedule == "interleaved", "parallel.schedule",
+          "virtual_stages = " + std::to_string(p.virtual_stages) + " needs the interleaved schedule, not '" +
+              p.schedule + "'");
   require(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", "must be 0, 1, 2 or 3");
   require(p.backend == "auto" || p.backend == "gloo" || p.backend == "nccl", "parallel.backend",
           "must be auto, gloo or nccl, got '" + p.backend + "'");
@@ -142,6 +169,17 @@ void resolve_and_validate(Config& c, int64_t world) {
           std::to_string(t.global_batch_size) + " is not divisible by micro_batch_size * dp = " +
               std::to_string(t.micro_batch_size) + " * " + std::to_string(dp) + "; use a multiple of " +
               std::to_string(t.micro_batch_size * dp));
+  const int64_t micro_batches = t.global_batch_size / (t.micro_batch_size * dp);
+  require(p.pp == 1 || micro_batches >= p.pp, "train.global_batch_size",
+          std::to_string(t.global_batch_size) + " gives " + std::to_string(micro_batches) +
+              " micro-batches per step (global_batch_size / (micro_batch_size * dp)), fewer than parallel.pp = " +
+              std::to_string(p.pp) + ", so stages would stand idle; use at least " +
+              std::to_string(p.pp * t.micro_batch_size * dp));
+  require(p.schedule != "interleaved" || micro_batches % p.pp == 0, "train.global_batch_size",
+          std::to_string(t.global_batch_size) + " gives " + std::to_string(micro_batches) +
+              " micro-batches per step; the interleaved schedule needs a multiple of parallel.pp = " +
+              std::to_string(p.pp) + " (global_batch_size a multiple of " +
+              std::to_string(p.pp * t.micro_batch_size * dp) + ")");
   require(t.lr > 0, "train.lr", "must be positive");
   require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "must be in [0, train.lr]");
   require(t.warmup_steps >= 0 && t.warmup_steps <= t.steps, "train.warmup_steps", "must be in [0, train.steps]");

@@ -24,6 +24,7 @@ struct ParallelConfig {
   int64_t ep = 1;
   bool sequence_parallel = false;
   int64_t virtual_stages = 1;
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
   int64_t zero_stage = 0;
   std::string order = "tp-cp-ep-dp-pp";
   std::string backend = "auto";  // auto | gloo | nccl

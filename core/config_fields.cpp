@@ -100,6 +100,7 @@ std::vector<ConfigField> make_fields() {
       int_field("parallel", "ep", LOOM_MEMBER(parallel.ep)),
       bool_field("parallel", "sequence_parallel", LOOM_MEMBER(parallel.sequence_parallel)),
       int_field("parallel", "virtual_stages", LOOM_MEMBER(parallel.virtual_stages)),
+      string_field("parallel", "schedule", LOOM_MEMBER(parallel.schedule)),
       int_field("parallel", "zero_stage", LOOM_MEMBER(parallel.zero_stage)),
       string_field("parallel", "order", LOOM_MEMBER(parallel.order)),
       string_field("parallel", "backend", LOOM_MEMBER(parallel.backend)),

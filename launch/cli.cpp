@@ -16,6 +16,7 @@ namespace {
 constexpr const char* kUsage = R"(usage:
   loom train CONFIG.yaml [--set section.key=value]... [--run-dir DIR]
   loom topology CONFIG.yaml --world N [--set section.key=value]...
+  loom schedule CONFIG.yaml [--world N] [--set section.key=value]...
   loom prepare --input FILE... --output PREFIX [--tokenizer byte] [--append-eod]
 
 exit codes: 0 success, 2 bad input (config, arguments, data), 1 anything else
@@ -86,8 +87,8 @@ int dispatch(int argc, char** argv) {
   }
   const std::string command = argv[1];
   ArgReader args(argc, argv, 2);
-  if (command == "train") return train(parse_train_args(args), models::make_gpt);
-  if (command == "topology") {
+  if (command == "train") return train(parse_train_args(args), models::make_gpt_piece);
+  if (command == "topology" || command == "schedule") {
     TopologyArgs topo;
     while (!args.done()) {
       std::string a = args.next();
@@ -98,8 +99,12 @@ int dispatch(int argc, char** argv) {
       } else if (a.rfind("--", 0) != 0 && topo.config_path.empty()) {
         topo.config_path = a;
       } else {
-        throw InputError("loom topology: unexpected argument '" + a + "'\n" + kUsage);
+        throw InputError("loom " + command + ": unexpected argument '" + a + "'\n" + kUsage);
       }
+    }
+    if (command == "schedule") {
+      if (topo.config_path.empty()) throw InputError(std::string("loom schedule needs CONFIG.yaml\n") + kUsage);
+      return schedule(topo);
     }
     if (topo.config_path.empty() || topo.world == 0) {
       throw InputError(std::string("loom topology needs CONFIG.yaml and --world N\n") + kUsage);
@@ -160,6 +165,10 @@ int run_cli(int argc, char** argv) {
 }
 
 int train_main(int argc, char** argv, const models::ModelFactory& make_model) {
+  return train_main(argc, argv, models::whole_model_only(make_model));
+}
+
+int train_main(int argc, char** argv, const models::PipelineModelFactory& make_model) {
   return guarded([&] {
     ArgReader args(argc, argv, 1);
     return train(parse_train_args(args), make_model);

@@ -24,7 +24,7 @@ struct TrainArgs {
   FaultInjection fault;
 };
 
-int train(const TrainArgs& args, const models::ModelFactory& make_model);
+int train(const TrainArgs& args, const models::PipelineModelFactory& make_model);
 
 struct TopologyArgs {
   std::string config_path;
@@ -33,6 +33,8 @@ struct TopologyArgs {
 };
 
 int topology(const TopologyArgs& args);
+// loom schedule: the simulated pipeline timeline and bubble of a layout (WORLD 0: tp * pp * dp of the config).
+int schedule(const TopologyArgs& args);
 
 struct PrepareArgs {
   std::vector<std::string> inputs;
@@ -50,5 +52,7 @@ int run_cli(int argc, char** argv);
 // "CONFIG.yaml [--set section.key=value]... [--run-dir DIR]", as for `loom train`,
 // and MAKE_MODEL builds the model. Returns the exit code; never throws.
 int train_main(int argc, char** argv, const models::ModelFactory& make_model);
+// The same for a model that can be split into pipeline stages.
+int train_main(int argc, char** argv, const models::PipelineModelFactory& make_model);
 
 }  // namespace loom::launch

@@ -38,13 +38,11 @@ std::string format_duration(double seconds) {
 void require_supported(const Config& c) {
   auto unsupported = [](const std::string& key, const std::string& value) {
     return InputError("config key '" + key + "': " + value +
-                      " is valid but not implemented in this version of loom; training supports tp, dp, "
-                      "sequence_parallel, pp=1, ep=1, virtual_stages=1, zero_stage=0, precision fp32, no checkpoints");
+                      " is valid but not implemented in this version of loom; training supports tp, pp, dp, "
+                      "sequence_parallel, virtual_stages, ep=1, zero_stage=0, precision fp32, no checkpoints");
   };
   const auto& p = c.parallel;
-  if (p.pp != 1) throw unsupported("parallel.pp", std::to_string(p.pp));
   if (p.ep != 1) throw unsupported("parallel.ep", std::to_string(p.ep));
-  if (p.virtual_stages != 1) throw unsupported("parallel.virtual_stages", std::to_string(p.virtual_stages));
   if (p.zero_stage != 0) throw unsupported("parallel.zero_stage", std::to_string(p.zero_stage));
   if (c.train.precision != "fp32") throw unsupported("train.precision", c.train.precision);
   if (c.checkpoint.interval != 0) throw unsupported("checkpoint.interval", std::to_string(c.checkpoint.interval));
@@ -102,51 +100,97 @@ std::string agree_on_run_dir(const TrainArgs& args, const Config& config, const 
   return dir;
 }
 
+// Each stage's busy time, the measured bubble (the idle share of each stage's
+// pipeline time, averaged over stages) and the formula's (p-1)/(m v + p-1).
+nlohmann::json pipeline_metrics(const Config& config, const std::vector<parallel::PipelineStepTiming>& stages) {
+  const double p = static_cast<double>(config.parallel.pp), v = static_cast<double>(config.parallel.virtual_stages);
+  const double m = static_cast<double>(config.micro_batches_per_step());
+  nlohmann::json busy_ms = nlohmann::json::array();
+  double bubble = 0.0;
+  for (const auto& stage : stages) {
+    busy_ms.push_back(stage.busy_s * 1000.0);
+    bubble += (stage.wall_s > 0 ? 1.0 - stage.busy_s / stage.wall_s : 0.0) / static_cast<double>(stages.size());
+  }
+  return {{"schedule", config.parallel.schedule},
+          {"stage_busy_ms", busy_ms},
+          {"bubble", bubble},
+          {"bubble_formula", (p - 1.0) / (m * v + p - 1.0)}};
+}
+
 }  // namespace
 
 Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir,
-                 const models::ModelFactory& make_model, FaultInjection fault)
+                 const models::PipelineModelFactory& make_model, FaultInjection fault)
     : config_(config), groups_(groups), run_dir_(std::move(run_dir)), fault_(std::move(fault)) {
   const auto& m = config_.model;
   const auto& t = config_.train;
+  const auto& p = config_.parallel;
   corpus_ = open_corpus(config_.data.path, m.vocab_size, static_cast<uint64_t>(t.seed));
   sampler_ = std::make_unique<BatchSampler>(*corpus_, m.seq_len, m.vocab_size, config_.data.order == "shuffled",
                                             static_cast<uint64_t>(t.seed));
-  rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), groups_.coords().tp,
-                                                       groups_.coords().dp);
-  model_ = make_model(config_,
-                      models::TensorParallelContext{&groups_.tp(), config_.parallel.sequence_parallel, rng_.get()});
-  model_->train();
-  params_ = model_->parallel_parameters();
-  std::vector<torch::Tensor> tensors, sequence_parallel;
-  for (const auto& p : params_) {
-    tensors.push_back(p.tensor);
-    if (p.sequence_parallel) sequence_parallel.push_back(p.tensor);
+  const auto& coords = groups_.coords();
+  rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
+  const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get()};
+  std::vector<torch::Tensor> tensors, sequence_parallel, tied;
+  for (int64_t chunk = 0; chunk < p.virtual_stages; ++chunk) {
+    auto piece = make_model(config_, tp, models::PipelinePosition{chunk * p.pp + coords.pp, p.pp * p.virtual_stages});
+    piece->train();
+    for (const auto& param : piece->parallel_parameters()) {
+      params_.push_back(param);
+      tensors.push_back(param.tensor);
+      if (param.sequence_parallel) sequence_parallel.push_back(param.tensor);
+    }
+    for (const auto& tensor : piece->tied_parameters()) tied.push_back(tensor);
+    chunks_.push_back(std::move(piece));
   }
+  TORCH_CHECK(tied.empty() || groups_.has(parallel::GroupKind::embedding),
+              "rank ", groups_.rank(), " holds tied parameters but is in no embedding group");
+  const std::vector<int64_t> activation_shape =
+      p.pp > 1 ? chunks_.front()->activation_shape(t.micro_batch_size) : std::vector<int64_t>{};
+  pipeline_ = std::make_unique<parallel::PipelineExecutor>(parallel::parse_pipeline_schedule(p.schedule),
+                                                           config_.micro_batches_per_step(), p.virtual_stages,
+                                                           groups_.pp(), activation_shape);
   optimizer_ = std::make_unique<optim::AdamW>(
       tensors, optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
   schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
   dp_grads_ = std::make_unique<parallel::GradientReducer>(tensors);
   sequence_parallel_grads_ = std::make_unique<parallel::GradientReducer>(sequence_parallel);
+  tied_grads_ = std::make_unique<parallel::GradientReducer>(tied);
   if (groups_.rank() == 0) metrics_ = std::make_unique<MetricsWriter>(run_dir_ + "/metrics.jsonl");
 }
 
-torch::Tensor Trainer::forward_backward(int64_t consumed) {
+Trainer::StepResult Trainer::forward_backward(int64_t consumed) {
   const auto& t = config_.train;
   const int64_t micro_batches = config_.micro_batches_per_step();
+  const int64_t last_chunk = config_.parallel.virtual_stages - 1;
+  const bool holds_loss = groups_.coords().pp == config_.parallel.pp - 1;
   // Summed on the device, read once per step: no host synchronisation per micro-batch.
   auto loss_sum = torch::zeros({1}, torch::kFloat64);
-  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+  auto timing = pipeline_->run([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
     const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp,
                                             groups_.coords().dp, t.micro_batch_size, micro);
     Batch batch = sampler_->batch(first, t.micro_batch_size);
-    auto loss = model_->forward(batch.tokens, batch.targets);
+    auto& piece = *chunks_[static_cast<size_t>(chunk)];
+    auto out = piece.forward(input.defined() ? input : batch.tokens, batch.targets);
+    if (!holds_loss || chunk != last_chunk) return out;
+    loss_sum += out.detach().to(torch::kFloat64);
     // Averaging over micro-batches here and over dp in the all-reduce makes the
     // gradient that of the mean loss over the whole global batch.
-    (loss / static_cast<double>(micro_batches)).backward();
-    loss_sum += loss.detach().to(torch::kFloat64);
+    return out / static_cast<double>(micro_batches);
+  });
+  // Every stage's timing and the last stage's loss reach every rank of the pipeline in one call.
+  auto mine = torch::tensor({loss_sum.item<double>() / static_cast<double>(micro_batches), timing.busy_s,
+                             timing.wall_s}, torch::kFloat64);
+  auto all = torch::empty({groups_.pp().size(), 3}, torch::kFloat64);
+  groups_.pp().all_gather(all, mine).wait();
+  StepResult result;
+  for (int64_t stage = 0; stage < all.size(0); ++stage) {
+    result.stages.push_back({all[stage][1].item<double>(), all[stage][2].item<double>()});
   }
-  return loss_sum / static_cast<double>(micro_batches);
+  auto loss = all[all.size(0) - 1].narrow(0, 0, 1).clone();
+  groups_.dp().all_reduce(loss).wait();
+  result.loss = loss.item<double>() / static_cast<double>(groups_.dp().size());
+  return result;
 }
 
 void Trainer::maybe_inject_fault(int64_t step) const {
@@ -178,13 +222,15 @@ TrainSummary Trainer::run() {
     const auto step_start = Clock::now();
     const double lr = schedule_.at(step - 1);
     optimizer_->zero_grad();
-    auto loss = forward_backward(consumed);
+    const StepResult result = forward_backward(consumed);
+    const double mean_loss = result.loss;
     // Sequence-parallel ranks each saw part of the sequence: their gradients of
     // replicated parameters are partial sums.
     sequence_parallel_grads_->all_reduce(groups_.tp());
+    // The first stage's embedding and the last stage's output layer are one
+    // tied weight: each copy has half of its gradient.
+    if (!tied_grads_->empty()) tied_grads_->all_reduce(groups_.get(parallel::GroupKind::embedding));
     dp_grads_->average(groups_.dp());
-    groups_.dp().all_reduce(loss).wait();
-    const double mean_loss = loss.item<double>() / static_cast<double>(groups_.dp().size());
     const double grad_norm = optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel(), groups_.coords().tp);
     optimizer_->step(lr);
     consumed += t.global_batch_size;
@@ -195,13 +241,15 @@ TrainSummary Trainer::run() {
     if (step == 1) summary.first_loss = mean_loss;
     summary.last_loss = mean_loss;
     if (metrics_) {
-      metrics_->write({{"step", step},
-                       {"loss", mean_loss},
-                       {"lr", lr},
-                       {"grad_norm", grad_norm},
-                       {"step_ms", step_s * 1000.0},
-                       {"tokens_per_s", static_cast<double>(tokens_per_step) / step_s},
-                       {"consumed_samples", consumed}});
+      nlohmann::json record{{"step", step},
+                            {"loss", mean_loss},
+                            {"lr", lr},
+                            {"grad_norm", grad_norm},
+                            {"step_ms", step_s * 1000.0},
+                            {"tokens_per_s", static_cast<double>(tokens_per_step) / step_s},
+                            {"consumed_samples", consumed}};
+      if (config_.parallel.pp > 1) record["pipeline"] = pipeline_metrics(config_, result.stages);
+      metrics_->write(record);
     }
     if (step == 1 || step % config_.log.interval == 0 || step == t.steps) {
       log_progress(step, mean_loss, lr, grad_norm, step_s, mean_step_s);
@@ -214,7 +262,7 @@ TrainSummary Trainer::run() {
   return summary;
 }
 
-int train(const TrainArgs& args, const models::ModelFactory& make_model) {
+int train(const TrainArgs& args, const models::PipelineModelFactory& make_model) {
   Config config = load_config(args.config_path, args.overrides);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
   parallel::LaunchEnv env(timeout);
@@ -234,6 +282,12 @@ int train(const TrainArgs& args, const models::ModelFactory& make_model) {
   Trainer trainer(config, groups, run_dir, make_model, args.fault);
   info0("{} ranks ({} launch) | tp={} pp={} dp={} ep={} | {} threads per rank | run dir {}", env.world(),
         env.info().launcher, p.tp, p.pp, p.dp, p.ep, threads, run_dir);
+  if (p.pp > 1) {
+    info0("pipeline: {} schedule, {} stages x {} virtual stages, {} micro-batches per step; bubble by the formula {:.1f}%",
+          p.schedule, p.pp, p.virtual_stages, config.micro_batches_per_step(),
+          100.0 * static_cast<double>(p.pp - 1) /
+              static_cast<double>(config.micro_batches_per_step() * p.virtual_stages + p.pp - 1));
+  }
   info0("model: {} layers, hidden {}, {} heads, seq {}, vocab {} | global batch {} = micro {} x {} x dp {} | data: {}",
         config.model.num_layers, config.model.hidden_size, config.model.num_heads, config.model.seq_len,
         config.model.vocab_size, config.train.global_batch_size, config.train.micro_batch_size,

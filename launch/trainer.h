@@ -1,6 +1,8 @@
-// The training loop: one optimizer step is micro_batches forward/backward
-// passes on this rank's share of the global batch, gradients averaged over dp,
-// clipping by the global norm, and an AdamW update.
+// The training loop: one optimizer step runs this rank's share of the
+// pipeline schedule over its micro-batches of the global batch (with pp = 1:
+// forward, backward, forward, backward, ...), then sums the tied embedding's
+// gradients over the embedding group, averages gradients over dp, clips by
+// the global norm, and updates with AdamW.
 #pragma once
 
 #include <memory>
@@ -15,6 +17,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "parallel/data_parallel.h"
+#include "parallel/pipeline_executor.h"
 #include "parallel/process_groups.h"
 
 namespace loom::launch {
@@ -31,12 +34,16 @@ class Trainer {
  public:
   // CONFIG must be resolved for GROUPS' world. RUN_DIR exists on rank 0.
   Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir,
-          const models::ModelFactory& make_model, FaultInjection fault = {});
+          const models::PipelineModelFactory& make_model, FaultInjection fault = {});
   TrainSummary run();
 
  private:
-  // Forward and backward over this rank's micro-batches; returns their mean loss, [1] float64.
-  torch::Tensor forward_backward(int64_t consumed);
+  struct StepResult {
+    double loss = 0.0;  // mean over the global batch
+    std::vector<parallel::PipelineStepTiming> stages;  // per pipeline stage
+  };
+  // Forward and backward over this rank's micro-batches; the mean loss comes from the last stage.
+  StepResult forward_backward(int64_t consumed);
   void maybe_inject_fault(int64_t step) const;
   void log_progress(int64_t step, double loss, double lr, double grad_norm, double step_s, double mean_step_s) const;
 
@@ -47,12 +54,14 @@ class Trainer {
   std::unique_ptr<TokenCorpus> corpus_;
   std::unique_ptr<BatchSampler> sampler_;
   std::unique_ptr<parallel::TensorParallelRng> rng_;
-  std::shared_ptr<models::LanguageModel> model_;
+  std::vector<std::shared_ptr<models::LanguageModel>> chunks_;  // this rank's virtual stages, in order
+  std::unique_ptr<parallel::PipelineExecutor> pipeline_;
   std::vector<parallel::ParallelParameter> params_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::CosineSchedule schedule_;
   std::unique_ptr<parallel::GradientReducer> dp_grads_;
   std::unique_ptr<parallel::GradientReducer> sequence_parallel_grads_;
+  std::unique_ptr<parallel::GradientReducer> tied_grads_;  // summed over the embedding group
   std::unique_ptr<MetricsWriter> metrics_;
 };
 

@@ -27,6 +27,17 @@ void append(std::vector<ParallelParameter>& all, std::vector<ParallelParameter> 
   all.insert(all.end(), more.begin(), more.end());
 }
 
+// The word embedding, also the output layer's weight (tied). Its init is
+// seeded by name, so a second copy on the last pipeline stage starts equal.
+parallel::VocabParallelEmbedding make_word_embedding(const GPTOptions& options, const TensorParallelContext& tp) {
+  return parallel::VocabParallelEmbedding(parallel::VocabParallelEmbeddingOptions(options.vocab_size, options.hidden_size)
+                                              .name("wte")
+                                              .seed(options.seed)
+                                              .init_std(kInitStd)
+                                              .sequence_parallel(tp.sequence_parallel),
+                                          *tp.tp);
+}
+
 }  // namespace
 
 GPTOptions GPTOptions::from_config(const Config& config) {
@@ -44,13 +55,7 @@ GPTOptions GPTOptions::from_config(const Config& config) {
 
 GPTInputStageImpl::GPTInputStageImpl(const GPTOptions& options, TensorParallelContext tp)
     : options_(options), tp_(tp) {
-  wte_ = register_module("wte", parallel::VocabParallelEmbedding(
-                                    parallel::VocabParallelEmbeddingOptions(options.vocab_size, options.hidden_size)
-                                        .name("wte")
-                                        .seed(options.seed)
-                                        .init_std(kInitStd)
-                                        .sequence_parallel(tp.sequence_parallel),
-                                    *tp.tp));
+  wte_ = register_module("wte", make_word_embedding(options, tp));
   wpe_ = register_parameter("wpe", parallel::init_normal(options.seed, "wpe", {options.seq_len, options.hidden_size},
                                                          kInitStd));
 }
@@ -167,33 +172,70 @@ std::vector<ParallelParameter> GPTOutputStageImpl::parallel_parameters() const {
   return {{"ln_f.weight", lnf_w_, -1, sp}, {"ln_f.bias", lnf_b_, -1, sp}};
 }
 
-GPTImpl::GPTImpl(const GPTOptions& options, TensorParallelContext tp) : options_(options) {
+GPTImpl::GPTImpl(const GPTOptions& options, TensorParallelContext tp, PipelinePosition position)
+    : options_(options), position_(position) {
+  TORCH_CHECK(position.count >= 1 && position.index >= 0 && position.index < position.count &&
+                  options.num_layers % position.count == 0,
+              "GPT: ", options.num_layers, " layers cannot be split into ", position.count, " pipeline pieces");
   if (!tp.tp) {
     own_tp_ = std::make_shared<parallel::SelfCommunicator>("tp", 0, std::make_shared<parallel::CommStats>());
     tp.tp = own_tp_.get();
   }
-  input = register_module("input", GPTInputStage(options, tp));
+  tp_ = tp;
+  if (position.first()) input = register_module("input", GPTInputStage(options, tp));
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < options.num_layers; ++i) blocks->push_back(GPTBlock(options, i, tp));
-  const auto& wte = input->word_embedding();
-  output = register_module("output", GPTOutputStage(options, tp, wte->weight, wte->vocab_start()));
+  const int64_t per_piece = options.num_layers / position.count;
+  for (int64_t i = position.index * per_piece; i < (position.index + 1) * per_piece; ++i) {
+    blocks->push_back(GPTBlock(options, i, tp));
+  }
+  if (position.last()) {
+    if (!position.first()) tied_wte_ = register_module("tied_wte", make_word_embedding(options, tp));
+    const auto& wte = position.first() ? input->word_embedding() : tied_wte_;
+    output = register_module("output", GPTOutputStage(options, tp, wte->weight, wte->vocab_start()));
+  }
 }
 
-torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  auto hidden = input->forward(tokens);
+torch::Tensor GPTImpl::forward(const torch::Tensor& input_, const torch::Tensor& targets) {
+  auto hidden = position_.first() ? input->forward(input_) : input_;
   for (auto& block : *blocks) hidden = block->as<GPTBlock>()->forward(hidden);
-  return output->forward(hidden, targets);
+  return position_.last() ? output->forward(hidden, targets) : hidden;
 }
 
 std::vector<ParallelParameter> GPTImpl::parallel_parameters() const {
-  auto all = input->parallel_parameters();
+  std::vector<ParallelParameter> all;
+  if (position_.first()) all = input->parallel_parameters();
   for (const auto& block : *blocks) append(all, block->as<GPTBlockImpl>()->parallel_parameters());
-  append(all, output->parallel_parameters());
+  if (position_.last()) {
+    if (tied_wte_) {
+      for (auto p : tied_wte_->parallel_parameters()) {
+        p.tied_copy = true;
+        all.push_back(p);
+      }
+    }
+    append(all, output->parallel_parameters());
+  }
   return all;
+}
+
+std::vector<int64_t> GPTImpl::activation_shape(int64_t micro_batch_size) const {
+  const int64_t s = tp_.sequence_parallel ? options_.seq_len / tp_.tp->size() : options_.seq_len;
+  return {micro_batch_size, s, options_.hidden_size};
+}
+
+std::vector<torch::Tensor> GPTImpl::tied_parameters() const {
+  if (position_.whole()) return {};
+  if (position_.first()) return {input->word_embedding()->weight};
+  if (position_.last()) return {tied_wte_->weight};
+  return {};
 }
 
 std::shared_ptr<LanguageModel> make_gpt(const Config& config, TensorParallelContext tp) {
   return std::make_shared<GPTImpl>(GPTOptions::from_config(config), tp);
+}
+
+std::shared_ptr<LanguageModel> make_gpt_piece(const Config& config, TensorParallelContext tp,
+                                              PipelinePosition position) {
+  return std::make_shared<GPTImpl>(GPTOptions::from_config(config), tp, position);
 }
 
 int64_t GPTImpl::num_parameters() const {

@@ -95,27 +95,38 @@ class GPTOutputStageImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GPTOutputStage);
 
+// The whole GPT, or one piece of it for a pipeline: virtual stage k of n holds
+// blocks [k L / n, (k + 1) L / n), the input stage when k = 0 and the output
+// stage when k = n - 1. A last piece that is not also the first holds its own
+// copy of the word embedding (initialised like the first piece's, its
+// gradient summed with it over the embedding group).
 class GPTImpl : public LanguageModel {
  public:
   // Without a tp communicator the model is the plain, single-rank GPT.
-  explicit GPTImpl(const GPTOptions& options, TensorParallelContext tp = {});
-  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets) override;
+  explicit GPTImpl(const GPTOptions& options, TensorParallelContext tp = {}, PipelinePosition position = {});
+  torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& targets) override;
   // Every parameter once, with its global name, in order of use in forward.
   std::vector<parallel::ParallelParameter> parallel_parameters() const override;
+  std::vector<int64_t> activation_shape(int64_t micro_batch_size) const override;
+  std::vector<torch::Tensor> tied_parameters() const override;
   // Parameters of the whole (unsplit) model.
   int64_t num_parameters() const;
 
-  GPTInputStage input{nullptr};
+  GPTInputStage input{nullptr};     // first piece only
   torch::nn::ModuleList blocks{nullptr};
-  GPTOutputStage output{nullptr};
+  GPTOutputStage output{nullptr};   // last piece only
 
  private:
   GPTOptions options_;
+  TensorParallelContext tp_;
+  PipelinePosition position_;
+  parallel::VocabParallelEmbedding tied_wte_{nullptr};  // the last piece's copy, when it is not the first
   std::shared_ptr<parallel::Communicator> own_tp_;  // a group of one when none was given
 };
 TORCH_MODULE(GPT);
 
-// The factory `loom train` uses.
+// The factories `loom train` uses.
 std::shared_ptr<LanguageModel> make_gpt(const Config& config, TensorParallelContext tp);
+std::shared_ptr<LanguageModel> make_gpt_piece(const Config& config, TensorParallelContext tp, PipelinePosition position);
 
 }  // namespace loom::models

@@ -26,15 +26,45 @@ struct TensorParallelContext {
   parallel::TensorParallelRng* rng = nullptr;
 };
 
+// Which piece of a pipelined model to build: virtual stage INDEX of COUNT
+// (pp * virtual_stages). Virtual stage k runs on pipeline stage k mod pp.
+struct PipelinePosition {
+  int64_t index = 0;
+  int64_t count = 1;
+  bool first() const { return index == 0; }
+  bool last() const { return index == count - 1; }
+  bool whole() const { return count == 1; }
+};
+
 class LanguageModel : public torch::nn::Module {
  public:
   // tokens, targets [B, S] int64 -> the mean cross-entropy over the B*S targets (a scalar).
-  virtual torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets) = 0;
+  // A pipeline piece maps its INPUT (tokens on the first piece, the previous
+  // piece's activations otherwise) to activations, or to the loss on the last piece.
+  virtual torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& targets) = 0;
   // Every parameter once, with its global name (the same at every layout).
   virtual std::vector<parallel::ParallelParameter> parallel_parameters() const = 0;
+
+  // For pipelines: the shape of the activations a non-last piece returns for a
+  // micro-batch of MICRO_BATCH_SIZE sequences, known before any data flows.
+  virtual std::vector<int64_t> activation_shape(int64_t micro_batch_size) const {
+    (void)micro_batch_size;
+    TORCH_CHECK(false, "this model does not declare its activation shape, so it cannot be pipelined");
+  }
+  // Parameters this piece shares with another pipeline stage (GPT's tied word
+  // embedding on the first and last stage): their gradients are summed over
+  // the embedding group so that the copies stay equal.
+  virtual std::vector<torch::Tensor> tied_parameters() const { return {}; }
 };
 
 // Builds this rank's part of a model for a resolved config.
 using ModelFactory = std::function<std::shared_ptr<LanguageModel>(const Config&, TensorParallelContext)>;
+// Builds one piece of a pipelined model; a piece at PipelinePosition{0, 1} is the whole model.
+using PipelineModelFactory =
+    std::function<std::shared_ptr<LanguageModel>(const Config&, TensorParallelContext, PipelinePosition)>;
+
+// A factory for a model that cannot be split into pipeline stages: it builds
+// the whole model and refuses parallel.pp or virtual_stages above 1 (exit 2).
+PipelineModelFactory whole_model_only(ModelFactory make_model);
 
 }  // namespace loom::models

@@ -9,7 +9,8 @@ double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, do
   torch::NoGradGuard no_grad;
   auto sum_sq = torch::zeros({1}, torch::kFloat64);
   for (const auto& p : params) {
-    if (!p.tensor.grad().defined() || (p.tp_replicated() && tp_rank != 0)) continue;
+    // Count every parameter once: tp-replicated ones on tp rank 0, tied copies at their owner.
+    if (!p.tensor.grad().defined() || (p.tp_replicated() && tp_rank != 0) || p.tied_copy) continue;
     sum_sq += p.tensor.grad().to(torch::kFloat64).pow(2).sum();
   }
   model_parallel.all_reduce(sum_sq).wait();

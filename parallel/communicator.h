@@ -21,7 +21,8 @@ struct P2POp {
   enum Kind { send, recv };
   Kind kind;
   torch::Tensor tensor;
-  int peer;  // rank within the group
+  int peer;     // rank within the group
+  int tag = 0;  // messages between a pair match by tag (Gloo); NCCL matches in issue order
 };
 
 // A backend's operation in flight.

@@ -15,6 +15,7 @@ namespace loom::parallel {
 class GradientReducer {
  public:
   explicit GradientReducer(std::vector<torch::Tensor> params);
+  bool empty() const { return params_.empty(); }
   // Sums the gradients over COMM, scales them by SCALE, in place.
   void all_reduce(Communicator& comm, double scale = 1.0);
   // The mean over COMM.

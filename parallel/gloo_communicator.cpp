@@ -94,12 +94,13 @@ std::unique_ptr<PendingOp> GlooCommunicator::do_broadcast(torch::Tensor& tensor,
 }
 
 std::unique_ptr<PendingOp> GlooCommunicator::do_send_recv(std::vector<P2POp>& ops) {
-  // Gloo sends are buffered and receives are posted at once, so issuing all of
-  // them before waiting on any cannot deadlock; messages between one pair match in order.
+  // Gloo sends do not wait for the receiver and receives are posted at once,
+  // so issuing all of them before waiting on any cannot deadlock; messages
+  // between one pair match by tag, and in order within a tag.
   std::vector<c10d_compat::WorkPtr> works;
   for (auto& op : ops) {
     std::vector<at::Tensor> tensors{op.tensor};
-    works.push_back(op.kind == P2POp::send ? group_->send(tensors, op.peer, 0) : group_->recv(tensors, op.peer, 0));
+    works.push_back(op.kind == P2POp::send ? group_->send(tensors, op.peer, op.tag) : group_->recv(tensors, op.peer, op.tag));
   }
   return std::make_unique<GlooPending>(std::move(works));
 }

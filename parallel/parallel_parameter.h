@@ -15,6 +15,10 @@ struct ParallelParameter {
   // Replicated across tp but fed by sequence-split activations, so each tp
   // rank holds a partial gradient that must be summed over tp.
   bool sequence_parallel = false;
+  // A copy of a parameter that another pipeline stage owns (GPT's output layer
+  // on the last stage holds the tied word embedding): trained like the owner's
+  // copy, but counted once in norms and saved once.
+  bool tied_copy = false;
 
   bool tp_replicated() const { return tp_split_dim < 0; }
 };

@@ -1,6 +1,7 @@
 #include "parallel/pipeline_schedule.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -62,6 +63,21 @@ std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, int64_t 
   return {};
 }
 
+std::vector<PipelineTransfer> pipeline_transfers(const PipelineAction& a, int64_t stage, int64_t stages,
+                                                 int64_t chunks) {
+  const int64_t k = a.chunk * stages + stage, last = stages * chunks - 1;
+  auto stage_of = [stages](int64_t virtual_stage) { return virtual_stage % stages; };
+  std::vector<PipelineTransfer> transfers;
+  if (a.kind == PipelineAction::forward) {
+    if (k > 0) transfers.push_back({PipelineTransfer::recv, false, a.micro, k, stage_of(k - 1)});
+    if (k < last) transfers.push_back({PipelineTransfer::send, false, a.micro, k + 1, stage_of(k + 1)});
+  } else {
+    if (k < last) transfers.push_back({PipelineTransfer::recv, true, a.micro, k, stage_of(k + 1)});
+    if (k > 0) transfers.push_back({PipelineTransfer::send, true, a.micro, k - 1, stage_of(k - 1)});
+  }
+  return transfers;
+}
+
 PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches,
                                      int64_t chunks) {
   const int64_t p = stages, v = chunks, last = p * v - 1;
@@ -109,6 +125,41 @@ PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, 
   }
   for (int64_t s = 0; s < p; ++s) sim.bubble += (1.0 - busy[s] / sim.makespan) / static_cast<double>(p);
   return sim;
+}
+
+std::string render_pipeline_timeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches,
+                                     int64_t chunks) {
+  const auto sim = simulate_pipeline(schedule, stages, micro_batches, chunks);
+  // Columns of one chunk's forward: times are multiples of 1 / chunks.
+  const auto column = [chunks](double t) { return static_cast<size_t>(t * static_cast<double>(chunks) + 0.5); };
+  const size_t width = column(sim.makespan);
+  const int cell = static_cast<int>(std::to_string(micro_batches - 1).size()) + 2;
+  std::string out;
+  for (int64_t s = 0; s < stages; ++s) {
+    std::vector<std::string> cells(width, std::string(static_cast<size_t>(cell), ' '));
+    for (auto& c : cells) c.replace(0, 1, ".");
+    const auto actions = pipeline_actions(schedule, s, stages, micro_batches, chunks);
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const auto& a = actions[i];
+      char letter = a.kind == PipelineAction::forward ? 'F' : 'B';
+      if (a.chunk % 2 == 1) letter = static_cast<char>(letter - 'A' + 'a');
+      std::string label = letter + std::to_string(a.micro);
+      label.resize(static_cast<size_t>(cell), ' ');
+      const size_t begin = column(sim.start[s][i]), span = a.kind == PipelineAction::forward ? 1 : 2;
+      for (size_t c = begin; c < begin + span && c < width; ++c) cells[c] = c == begin ? label : std::string(static_cast<size_t>(cell), '=');
+      if (span == 2 && begin + 1 < width) cells[begin + 1].back() = ' ';
+    }
+    out += "stage " + std::to_string(s) + " |";
+    for (const auto& c : cells) out += c;
+    out += "\n";
+  }
+  char summary[160];
+  std::snprintf(summary, sizeof(summary),
+                "bubble %.1f%% (formula (p-1)/(m*v+p-1) = %.1f%%) with p=%lld stages, m=%lld micro-batches, v=%lld\n",
+                100.0 * sim.bubble,
+                100.0 * static_cast<double>(stages - 1) / static_cast<double>(micro_batches * chunks + stages - 1),
+                static_cast<long long>(stages), static_cast<long long>(micro_batches), static_cast<long long>(chunks));
+  return out + summary;
 }
 
 }  // namespace loom::parallel

@@ -41,6 +41,23 @@ inline std::ostream& operator<<(std::ostream& out, const PipelineAction& a) {
 std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, int64_t stage, int64_t stages,
                                              int64_t micro_batches, int64_t chunks);
 
+// A point-to-point message of the pipeline: the activations of MICRO going
+// into virtual stage INTO (from INTO - 1), or the gradient going into INTO
+// (from INTO + 1). Both ends name a message alike, which is what lets the
+// executor tag it and the tests pair every send with its receive.
+struct PipelineTransfer {
+  enum Direction { send, recv };
+  Direction direction;
+  bool gradient;
+  int64_t micro;
+  int64_t into;  // the receiving virtual stage
+  int64_t peer;  // the other end's pipeline stage
+};
+
+// What action A of STAGE receives before it runs (first) and sends after it.
+std::vector<PipelineTransfer> pipeline_transfers(const PipelineAction& a, int64_t stage, int64_t stages,
+                                                 int64_t chunks);
+
 // Replays every stage's actions with unit costs (a chunk's forward takes 1/V,
 // its backward 2/V) and the send/receive dependencies, communication free.
 struct PipelineSimulation {
@@ -50,6 +67,12 @@ struct PipelineSimulation {
 };
 
 PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches,
+                                     int64_t chunks);
+
+// The simulated timeline as text, a row per stage and a column per forward of
+// one chunk ("F3" forward of micro-batch 3, "B3" backward over two columns,
+// "." idle; with chunks, lower case for odd chunks), then the bubble.
+std::string render_pipeline_timeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches,
                                      int64_t chunks);
 
 }  // namespace loom::parallel

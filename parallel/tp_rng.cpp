@@ -4,11 +4,11 @@
 
 namespace loom::parallel {
 
-TensorParallelRng::TensorParallelRng(uint64_t seed, int64_t tp_rank, int64_t dp_rank) {
+TensorParallelRng::TensorParallelRng(uint64_t seed, int64_t tp_rank, int64_t dp_rank, int64_t pp_rank) {
   // Data-parallel ranks see other samples anyway; tp peers must share the replicated stream.
-  torch::manual_seed(seed + 7919 * static_cast<uint64_t>(dp_rank));
-  split_ = at::make_generator<at::CPUGeneratorImpl>(seed + 2718 + 101 * static_cast<uint64_t>(tp_rank) +
-                                                    7919 * static_cast<uint64_t>(dp_rank));
+  seed += 7919 * static_cast<uint64_t>(dp_rank) + 104729 * static_cast<uint64_t>(pp_rank);
+  torch::manual_seed(seed);
+  split_ = at::make_generator<at::CPUGeneratorImpl>(seed + 2718 + 101 * static_cast<uint64_t>(tp_rank));
 }
 
 torch::Tensor dropout(const torch::Tensor& x, double p, bool training, at::Generator* generator) {

@@ -16,7 +16,8 @@ namespace loom::parallel {
 class TensorParallelRng {
  public:
   // Seeds the default generator for the replicated regions and makes the split-region generator.
-  TensorParallelRng(uint64_t seed, int64_t tp_rank, int64_t dp_rank);
+  // Pipeline stages hold different layers, so each draws its own streams too.
+  TensorParallelRng(uint64_t seed, int64_t tp_rank, int64_t dp_rank, int64_t pp_rank = 0);
   at::Generator& split() { return split_; }
 
  private:

@@ -111,6 +111,13 @@ TEST_CASE("every validation rule names its key", "[config]") {
       {{"data.order=random"}, 1, "data.order"},
       {{"log.interval=0"}, 1, "log.interval"},
       {{"checkpoint.keep=0"}, 1, "checkpoint.keep"},
+      {{"parallel.schedule=zb"}, 1, "parallel.schedule"},
+      {{"parallel.pp=2", "parallel.schedule=interleaved"}, 2, "parallel.virtual_stages"},
+      {{"parallel.pp=2", "parallel.virtual_stages=2"}, 2, "parallel.schedule"},
+      {{"parallel.virtual_stages=2", "parallel.schedule=interleaved"}, 1, "parallel.pp"},
+      {{"parallel.pp=4", "train.global_batch_size=4", "train.micro_batch_size=2"}, 4, "train.global_batch_size"},
+      {{"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=interleaved", "train.global_batch_size=3"}, 2,
+       "train.global_batch_size"},
   };
   for (const auto& c : cases) {
     INFO("overrides[0] = " << c.overrides[0]);
@@ -118,6 +125,14 @@ TEST_CASE("every validation rule names its key", "[config]") {
   }
   CHECK_THAT(error_of({"train.global_batch_size=12", "train.micro_batch_size=4"}, 2),
              Catch::Contains("use a multiple of 8"));
+  // Pipeline errors say what would work.
+  CHECK_THAT(error_of({"parallel.pp=3"}, 3), Catch::Contains("3 or 6 layers would split") &&
+                                                 Catch::Contains("pp * virtual_stages of 1, 2 or 4"));
+  CHECK_THAT(error_of({"parallel.pp=4", "train.global_batch_size=4", "train.micro_batch_size=2"}, 4),
+             Catch::Contains("2 micro-batches per step") && Catch::Contains("use at least 8"));
+  CHECK_THAT(error_of({"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=interleaved",
+                       "train.global_batch_size=3"}, 2),
+             Catch::Contains("3 micro-batches per step; the interleaved schedule needs a multiple of parallel.pp = 2"));
 }
 
 TEST_CASE("the resolved config written out reads back to the same config", "[config]") {

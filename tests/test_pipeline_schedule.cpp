@@ -78,3 +78,39 @@ TEST_CASE("unknown schedule names are refused naming the key", "[pipeline]") {
   CHECK(parse_pipeline_schedule("1f1b") == PipelineSchedule::one_f_one_b);
   CHECK_THROWS_WITH(parse_pipeline_schedule("zero-bubble"), Catch::Contains("parallel.schedule"));
 }
+
+TEST_CASE("every send has the matching receive on the neighbouring stage", "[pipeline]") {
+  for (auto [schedule, p, m, v] : kLayouts) {
+    INFO("schedule " << static_cast<int>(schedule) << " p " << p << " m " << m << " v " << v);
+    // (from stage, to stage, gradient, micro, into) -> sends minus receives
+    std::map<std::tuple<int64_t, int64_t, bool, int64_t, int64_t>, int> balance;
+    int64_t messages = 0;
+    for (int64_t s = 0; s < p; ++s) {
+      for (const auto& a : pipeline_actions(schedule, s, p, m, v)) {
+        for (const auto& t : pipeline_transfers(a, s, p, v)) {
+          if (t.direction == PipelineTransfer::send) {
+            ++messages;
+            CHECK(t.into % p == t.peer);  // sent to the stage that holds the receiving virtual stage
+            ++balance[{s, t.peer, t.gradient, t.micro, t.into}];
+          } else {
+            CHECK(t.into % p == s);
+            --balance[{t.peer, s, t.gradient, t.micro, t.into}];
+          }
+        }
+      }
+    }
+    for (const auto& [message, count] : balance) CHECK(count == 0);
+    // Activations cross every boundary between virtual stages forward, gradients backward.
+    CHECK(messages == 2 * m * (p * v - 1));
+  }
+}
+
+TEST_CASE("the timeline shows each stage's passes and the bubble", "[pipeline]") {
+  const std::string timeline = render_pipeline_timeline(PipelineSchedule::one_f_one_b, 2, 2, 1);
+  INFO(timeline);
+  // p=2, m=2 worked by hand: stage 1 starts one forward late and runs its
+  // backward at once; stage 0 waits for each gradient to come back.
+  CHECK(timeline.find("stage 0 |F0 F1 .  .  B0 == .  B1 == \n") != std::string::npos);
+  CHECK(timeline.find("stage 1 |.  F0 B0 == F1 B1 == .  .  \n") != std::string::npos);
+  CHECK(timeline.find("bubble 33.3% (formula (p-1)/(m*v+p-1) = 33.3%)") != std::string::npos);
+}

@@ -19,7 +19,14 @@ expect_exit 2 "'train.global_batch_size'" "$LOOM" train "$TINY" --set train.glob
 expect_exit 2 "'parallel.dp'" "$LOOM" train "$TINY" --set parallel.dp=2
 expect_exit 2 "not implemented in this version" "$LOOM" train "$TINY" --set parallel.zero_stage=1
 expect_exit 2 "data.path" "$LOOM" train "$TINY" --set data.path="$WORK/missing"
+expect_exit 2 "'parallel.virtual_stages'" "$LOOM" train "$TINY" --set parallel.schedule=interleaved
+expect_exit 2 "12 layers would split; so would pp \* virtual_stages of 1, 2, 3 or 6" "$LOOM" topology "$TINY" --world 3 --set parallel.pp=3 --set model.num_layers=6 \
+  --set parallel.virtual_stages=4 --set parallel.schedule=interleaved
 expect_exit 2 "--world" "$LOOM" topology "$TINY"
+# loom schedule shows a layout's bubble before it runs: p=2, m=4 gives 1/5.
+"$LOOM" schedule "$TINY" --set parallel.pp=2 > "$WORK/schedule.txt" || fail "loom schedule"
+grep -q "^stage 1 |" "$WORK/schedule.txt" && grep -q "bubble 20.0% (formula (p-1)/(m\*v+p-1) = 20.0%)" "$WORK/schedule.txt" ||
+  { cat "$WORK/schedule.txt"; fail "loom schedule output"; }
 expect_exit 2 "not divisible by tp \* pp = 4" "$LOOM" topology "$TINY" --world 6 --set parallel.tp=2 --set parallel.pp=2
 expect_exit 2 "'model.num_heads'" "$LOOM" topology "$TINY" --world 3 --set parallel.tp=3
 expect_exit 2 "cannot read input file" "$LOOM" prepare --input "$WORK/none.txt" --output "$WORK/ds"

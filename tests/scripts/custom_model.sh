@@ -14,6 +14,11 @@ mpirun --oversubscribe -np 2 "$example" "$TINY" --run-dir "$WORK/tp2" --set para
   > "$WORK/tp2.log" 2>&1 || { cat "$WORK/tp2.log"; fail "tp=2 run"; }
 echo -n "custom model tp=2 vs one process: "
 compare_losses "$WORK/tp2" "$WORK/tp1" || fail "the custom model's losses differ at tp=2"
+# A model built whole (a ModelFactory) refuses to be split into pipeline stages, naming the key.
+code=0
+mpirun --oversubscribe -np 2 "$example" "$TINY" --run-dir "$WORK/pp2" --set parallel.pp=2 "${sets[@]}" \
+  > "$WORK/pp2.log" 2>&1 || code=$?
+[ "$code" = 2 ] && grep -q "config key 'parallel.pp'" "$WORK/pp2.log" || { cat "$WORK/pp2.log"; fail "pp=2 of a whole model: exit $code"; }
 python3 - "$WORK/tp1/metrics.jsonl" << 'PY' || fail "the custom model did not learn"
 import json, sys
 losses = [json.loads(line)["loss"] for line in open(sys.argv[1])]

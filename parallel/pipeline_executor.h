@@ -1,0 +1,65 @@
+// Runs one rank's share of a pipeline schedule for one optimizer step: the
+// forwards and backwards of pipeline_actions() in order, with activations
+// going to the next virtual stage and gradients to the previous one by
+// point-to-point messages over the pp group.
+//
+// Why it cannot deadlock: sends never wait for the receiver, every message
+// carries a tag naming its micro-batch, virtual stage and direction (so a
+// receive can only match its own message), and every receive waits for a
+// forward or backward that comes earlier in the schedule's dependency order,
+// which simulate_pipeline() checks is acyclic. The receive an action needs is
+// posted one action ahead so that its transfer overlaps the current compute.
+//
+// Memory: a micro-batch's activations live from its forward to its backward
+// on this virtual stage, then are freed; with 1F1B that bounds them to
+// pp - stage micro-batches per stage.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace loom::parallel {
+
+struct PipelineStepTiming {
+  double busy_s = 0.0;  // forward and backward compute
+  double wall_s = 0.0;  // the whole step's pipeline, waits included
+};
+
+class PipelineExecutor {
+ public:
+  // Runs the forward of virtual-stage chunk CHUNK (0 .. chunks - 1 on this
+  // rank) on micro-batch MICRO. INPUT is undefined on the first virtual stage
+  // and the received activations elsewhere. The last virtual stage returns the
+  // scalar to backpropagate (the loss, already scaled); the others return
+  // activations of the ACTIVATION_SHAPE given to the constructor.
+  using ChunkForward = std::function<torch::Tensor(int64_t chunk, int64_t micro, const torch::Tensor& input)>;
+
+  // PP is the pipeline group, in stage order.
+  PipelineExecutor(PipelineSchedule schedule, int64_t micro_batches, int64_t chunks, Communicator& pp,
+                   std::vector<int64_t> activation_shape, torch::ScalarType activation_dtype = torch::kFloat32);
+
+  PipelineStepTiming run(const ChunkForward& forward);
+
+  const std::vector<PipelineAction>& actions() const { return actions_; }
+
+ private:
+  struct Message {
+    torch::Tensor tensor;
+    CommHandle handle;
+  };
+  int tag(const PipelineTransfer& t) const;
+
+  Communicator& pp_;
+  int64_t stages_, stage_, chunks_;
+  std::vector<int64_t> activation_shape_;
+  torch::ScalarType activation_dtype_;
+  std::vector<PipelineAction> actions_;
+};
+
+}  // namespace loom::parallel
