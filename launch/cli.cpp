@@ -111,6 +111,7 @@ int dispatch(int argc, char** argv) {
     }
     return topology(topo);
   }
+  if (command == "plan" && argc == 4 && std::string(argv[2]) == "--run") return plan_run(argv[3]);
   if (command == "prepare") {
     PrepareArgs prep;
     while (!args.done()) {

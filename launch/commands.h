@@ -45,6 +45,9 @@ struct PrepareArgs {
 
 int prepare(const PrepareArgs& args);
 
+// loom plan --run DIR: the cost model's predicted traffic beside a finished run's counters.
+int plan_run(const std::string& run_dir);
+
 // Parses ARGV and runs the subcommand; never throws.
 int run_cli(int argc, char** argv);
 

@@ -1,6 +1,7 @@
 #include "launch/trainer.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
@@ -13,6 +14,7 @@
 #include "core/logging.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/launch_env.h"
+#include "parallel/traffic_report.h"
 
 namespace loom::launch {
 namespace {
@@ -70,6 +72,14 @@ int set_threads(const Config& config, const parallel::LaunchInfo& launch) {
     at::set_num_threads(threads);
   }
   return threads;
+}
+
+// LOOM_HOST overrides the name, for containers whose ranks all share one
+// hostname though they sit on different machines (and for tests).
+std::string host_name() {
+  if (const char* host = std::getenv("LOOM_HOST")) return host;
+  char name[256] = {};
+  return gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("unknown");
 }
 
 std::string default_run_dir(const std::string& config_path) {
@@ -295,6 +305,12 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   const TrainSummary summary = trainer.run();
 
   std::ofstream(run_dir + "/comm_rank" + std::to_string(env.rank()) + ".json") << stats->to_json().dump(2) << "\n";
+  auto report = parallel::gather_traffic_report(groups, *stats, summary.steps, host_name());
+  if (!report.is_null()) {
+    report["diagnostics"] = parallel::traffic_diagnostics(report, grid);
+    std::ofstream(run_dir + "/traffic.json") << report.dump(1) << "\n";
+    if (env.world() > 1) std::cout << parallel::format_traffic_table(report) << std::flush;
+  }
   groups.world_comm().barrier().wait();
   info0("done: {} steps in {} | loss {:.4f} -> {:.4f} | {:.0f} tokens/s | metrics in {}/metrics.jsonl", summary.steps,
         format_duration(summary.seconds), summary.first_loss, summary.last_loss, summary.tokens_per_s, run_dir);

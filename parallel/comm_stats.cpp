@@ -2,16 +2,28 @@
 
 namespace loom::parallel {
 
-void CommStats::record_call(const std::string& group, const std::string& op, int64_t bytes) {
+void CommStats::record_call(const std::string& group, const std::string& op, int64_t bytes,
+                            const std::vector<std::pair<int64_t, int64_t>>& sends) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto& c = counters_[{group, op}];
   c.calls += 1;
   c.bytes += bytes;
+  for (const auto& [peer, sent] : sends) {
+    c.sent += sent;
+    sent_to_[peer] += sent;
+  }
 }
 
-void CommStats::record_time(const std::string& group, const std::string& op, double seconds) {
+void CommStats::record_time(const std::string& group, const std::string& op, double seconds, int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   counters_[{group, op}].seconds += seconds;
+  auto& r = regressions_[op];
+  const double x = static_cast<double>(bytes);
+  r.n += 1;
+  r.x += x;
+  r.y += seconds;
+  r.xx += x * x;
+  r.xy += x * seconds;
 }
 
 CommCounter CommStats::get(const std::string& group, const std::string& op) const {
@@ -20,11 +32,40 @@ CommCounter CommStats::get(const std::string& group, const std::string& op) cons
   return it == counters_.end() ? CommCounter{} : it->second;
 }
 
+std::map<std::pair<std::string, std::string>, CommCounter> CommStats::counters() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return counters_;
+}
+
+std::map<int64_t, int64_t> CommStats::sent_to() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sent_to_;
+}
+
+std::map<std::string, AlphaBetaFit> CommStats::fits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::map<std::string, AlphaBetaFit> out;
+  for (const auto& [op, r] : regressions_) {
+    AlphaBetaFit fit;
+    fit.samples = static_cast<int64_t>(r.n);
+    const double variance = r.n * r.xx - r.x * r.x;
+    // Relative test: with sizes all alike the slope is noise, so only alpha (the mean) is reported.
+    if (r.n >= 2 && variance > 1e-9 * r.n * r.xx) {
+      fit.beta_s_per_byte = (r.n * r.xy - r.x * r.y) / variance;
+      fit.alpha_s = (r.y - fit.beta_s_per_byte * r.x) / r.n;
+    } else if (r.n > 0) {
+      fit.alpha_s = r.y / r.n;
+    }
+    out[op] = fit;
+  }
+  return out;
+}
+
 nlohmann::json CommStats::to_json() const {
   std::lock_guard<std::mutex> lock(mutex_);
   nlohmann::json out = nlohmann::json::object();
   for (const auto& [key, c] : counters_) {
-    out[key.first][key.second] = {{"calls", c.calls}, {"bytes", c.bytes}, {"seconds", c.seconds}};
+    out[key.first][key.second] = {{"calls", c.calls}, {"bytes", c.bytes}, {"sent", c.sent}, {"seconds", c.seconds}};
   }
   return out;
 }
@@ -32,6 +73,8 @@ nlohmann::json CommStats::to_json() const {
 void CommStats::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
   counters_.clear();
+  sent_to_.clear();
+  regressions_.clear();
 }
 
 }  // namespace loom::parallel

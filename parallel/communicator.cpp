@@ -30,7 +30,7 @@ void CommHandle::wait() {
   }
   op_.reset();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  comm_->stats_->record_time(comm_->name(), op_name_, seconds);
+  comm_->stats_->record_time(comm_->name(), op_name_, seconds, bytes_);
 }
 
 Communicator::Communicator(std::string name, std::vector<int64_t> ranks, int rank, std::shared_ptr<CommStats> stats,
@@ -47,13 +47,20 @@ std::string Communicator::describe_failure(const std::string& op, const std::str
   return s.str();
 }
 
+std::vector<std::pair<int64_t, int64_t>> Communicator::to_next(int64_t bytes) const {
+  if (size() < 2) return {};
+  return {{ranks_[static_cast<size_t>((rank_ + 1) % size())], bytes}};
+}
+
 template <typename Issue>
-CommHandle Communicator::launch(const std::string& op, int64_t bytes, Issue&& issue) {
+CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vector<std::pair<int64_t, int64_t>> sends,
+                                Issue&& issue) {
   CommHandle handle;
   handle.comm_ = this;
   handle.op_name_ = op;
+  handle.bytes_ = bytes;
   handle.start_ = std::chrono::steady_clock::now();
-  if (size() > 1) stats_->record_call(name_, op, bytes);
+  if (size() > 1) stats_->record_call(name_, op, bytes, sends);
   try {
     handle.op_ = issue();
   } catch (const CommError&) {
@@ -61,25 +68,29 @@ CommHandle Communicator::launch(const std::string& op, int64_t bytes, Issue&& is
   } catch (const std::exception& e) {
     throw CommError(describe_failure(op, reason(e)));
   }
-  if (!handle.op_ && size() > 1) stats_->record_time(name_, op, 0.0);
+  if (!handle.op_ && size() > 1) stats_->record_time(name_, op, 0.0, bytes);
   return handle;
 }
 
 CommHandle Communicator::all_reduce(torch::Tensor tensor, ReduceOp op) {
   TORCH_CHECK(tensor.is_contiguous(), "all_reduce needs a contiguous tensor");
-  return launch("all_reduce", nbytes(tensor), [&] { return do_all_reduce(tensor, op); });
+  const int64_t p = size();  // ring: a reduce-scatter then an all-gather, each (P-1)/P of the tensor
+  return launch("all_reduce", nbytes(tensor), to_next(2 * (p - 1) * nbytes(tensor) / p),
+                [&] { return do_all_reduce(tensor, op); });
 }
 
 CommHandle Communicator::all_gather(torch::Tensor output, torch::Tensor input) {
   TORCH_CHECK(output.is_contiguous() && input.is_contiguous(), "all_gather needs contiguous tensors");
   TORCH_CHECK(output.numel() == input.numel() * size(), "all_gather output must hold size() inputs");
-  return launch("all_gather", nbytes(output), [&] { return do_all_gather(output, input); });
+  return launch("all_gather", nbytes(output), to_next((size() - 1) * nbytes(input)),
+                [&] { return do_all_gather(output, input); });
 }
 
 CommHandle Communicator::reduce_scatter(torch::Tensor output, torch::Tensor input, ReduceOp op) {
   TORCH_CHECK(output.is_contiguous() && input.is_contiguous(), "reduce_scatter needs contiguous tensors");
   TORCH_CHECK(input.numel() == output.numel() * size(), "reduce_scatter input must hold size() outputs");
-  return launch("reduce_scatter", nbytes(input), [&] { return do_reduce_scatter(output, input, op); });
+  return launch("reduce_scatter", nbytes(input), to_next((size() - 1) * nbytes(output)),
+                [&] { return do_reduce_scatter(output, input, op); });
 }
 
 CommHandle Communicator::all_to_all(torch::Tensor output, torch::Tensor input, std::vector<int64_t> output_splits,
@@ -92,26 +103,37 @@ CommHandle Communicator::all_to_all(torch::Tensor output, torch::Tensor input, s
               "all_to_all splits must add up to the rows of the tensors");
   const int64_t row_bytes = input.size(0) ? nbytes(input) / input.size(0) : 0;
   const int64_t sent = (input.size(0) - input_splits[rank_]) * row_bytes;
-  return launch("all_to_all", sent, [&] { return do_all_to_all(output, input, output_splits, input_splits); });
+  std::vector<std::pair<int64_t, int64_t>> sends;
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer != rank_ && input_splits[peer] > 0) sends.emplace_back(ranks_[peer], input_splits[peer] * row_bytes);
+  }
+  return launch("all_to_all", sent, std::move(sends),
+                [&] { return do_all_to_all(output, input, output_splits, input_splits); });
 }
 
 CommHandle Communicator::broadcast(torch::Tensor tensor, int root) {
   TORCH_CHECK(tensor.is_contiguous(), "broadcast needs a contiguous tensor");
-  return launch("broadcast", nbytes(tensor), [&] { return do_broadcast(tensor, root); });
+  std::vector<std::pair<int64_t, int64_t>> sends;
+  for (int peer = 0; rank_ == root && peer < size(); ++peer) {
+    if (peer != root) sends.emplace_back(ranks_[peer], nbytes(tensor));
+  }
+  return launch("broadcast", nbytes(tensor), std::move(sends), [&] { return do_broadcast(tensor, root); });
 }
 
 CommHandle Communicator::send_recv(std::vector<P2POp> ops) {
   int64_t bytes = 0;
+  std::vector<std::pair<int64_t, int64_t>> sends;
   for (const auto& op : ops) {
     TORCH_CHECK(op.tensor.is_contiguous(), "send_recv needs contiguous tensors");
     TORCH_CHECK(op.peer >= 0 && op.peer < size() && op.peer != rank_, "send_recv peer out of range");
     bytes += nbytes(op.tensor);
+    if (op.kind == P2POp::send) sends.emplace_back(ranks_[op.peer], nbytes(op.tensor));
   }
-  return launch("send_recv", bytes, [&] { return do_send_recv(ops); });
+  return launch("send_recv", bytes, std::move(sends), [&] { return do_send_recv(ops); });
 }
 
 CommHandle Communicator::barrier() {
-  return launch("barrier", 0, [&] { return do_barrier(); });
+  return launch("barrier", 0, {}, [&] { return do_barrier(); });
 }
 
 SelfCommunicator::SelfCommunicator(std::string name, int64_t global_rank, std::shared_ptr<CommStats> stats)

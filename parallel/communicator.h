@@ -46,6 +46,7 @@ class CommHandle {
   std::unique_ptr<PendingOp> op_;
   const Communicator* comm_ = nullptr;
   std::string op_name_;
+  int64_t bytes_ = 0;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -94,8 +95,12 @@ class Communicator {
   virtual std::unique_ptr<PendingOp> do_barrier() = 0;
 
  private:
+  // SENDS: (global rank, bytes) this call transmits to each peer, as CommStats models it.
   template <typename Issue>
-  CommHandle launch(const std::string& op, int64_t bytes, Issue&& issue);
+  CommHandle launch(const std::string& op, int64_t bytes, std::vector<std::pair<int64_t, int64_t>> sends,
+                    Issue&& issue);
+  // A ring step: BYTES to the next rank of the group.
+  std::vector<std::pair<int64_t, int64_t>> to_next(int64_t bytes) const;
 
   friend class CommHandle;
   std::string name_;

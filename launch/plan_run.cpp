@@ -1,0 +1,92 @@
+// loom plan --run DIR: the traffic the cost model predicts for a finished run's
+// layout, beside what the run's communicators counted, rank by rank. Writes
+// DIR/plan_vs_run.json and prints rank 0's side of it.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "core/config.h"
+#include "core/errors.h"
+#include "launch/commands.h"
+#include "models/gpt_traffic.h"
+#include "parallel/rank_grid.h"
+
+namespace loom::launch {
+
+int plan_run(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  const fs::path dir(run_dir);
+  const fs::path traffic_path = dir / "traffic.json";
+  if (!fs::exists(dir / "config.yaml")) throw InputError("run directory '" + run_dir + "' has no config.yaml");
+  if (!fs::exists(traffic_path)) {
+    throw InputError("run directory '" + run_dir + "' has no traffic.json (written when a run finishes)");
+  }
+  Config config = load_config((dir / "config.yaml").string());
+  const auto& p = config.parallel;
+  const int64_t world = p.tp * p.pp * p.dp;
+  resolve_and_validate(config, world);
+  nlohmann::json traffic;
+  try {
+    std::ifstream(traffic_path) >> traffic;
+  } catch (const std::exception& e) {
+    throw InputError("cannot parse '" + traffic_path.string() + "': " + e.what());
+  }
+  if (traffic.value("world", int64_t{0}) != world) {
+    throw InputError("'" + traffic_path.string() + "' is for another world size than config.yaml's layout");
+  }
+  const int64_t steps = traffic.at("steps").get<int64_t>();
+  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
+
+  nlohmann::json out;
+  out["steps"] = steps;
+  bool all_equal = true;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    const auto predicted = models::predict_gpt_step_traffic(config, grid.coords(rank));
+    const auto& measured = traffic.at("ranks").at(static_cast<size_t>(rank)).at("groups");
+    // Every (group, op) either side has, except the world group's end-of-run barrier.
+    std::map<std::pair<std::string, std::string>, std::pair<models::PredictedTraffic, models::PredictedTraffic>> rows;
+    for (const auto& [key, value] : predicted) rows[key].first = {value.calls * steps, value.bytes * steps};
+    for (const auto& [group, ops] : measured.items()) {
+      if (group == "world") continue;
+      for (const auto& [op, c] : ops.items()) rows[{group, op}].second = {c.at("calls").get<int64_t>(), c.at("bytes").get<int64_t>()};
+    }
+    nlohmann::json entries = nlohmann::json::array();
+    for (const auto& [key, pair] : rows) {
+      const bool equal = pair.first.calls == pair.second.calls && pair.first.bytes == pair.second.bytes;
+      all_equal = all_equal && equal;
+      entries.push_back({{"group", key.first},
+                         {"op", key.second},
+                         {"predicted_calls", pair.first.calls},
+                         {"measured_calls", pair.second.calls},
+                         {"predicted_bytes", pair.first.bytes},
+                         {"measured_bytes", pair.second.bytes},
+                         {"equal", equal}});
+    }
+    out["ranks"].push_back({{"rank", rank}, {"entries", entries}});
+    if (rank == 0) {
+      std::printf("rank 0 of %lld, per step: predicted by the cost model vs counted in the run\n",
+                  static_cast<long long>(world));
+      std::printf("  %-15s %-15s %12s %12s %14s %14s\n", "group", "op", "calls pred", "calls run", "bytes pred",
+                  "bytes run");
+      for (const auto& e : entries) {
+        std::printf("  %-15s %-15s %12.1f %12.1f %14.0f %14.0f%s\n", e["group"].get<std::string>().c_str(),
+                    e["op"].get<std::string>().c_str(), e["predicted_calls"].get<double>() / steps,
+                    e["measured_calls"].get<double>() / steps, e["predicted_bytes"].get<double>() / steps,
+                    e["measured_bytes"].get<double>() / steps, e["equal"].get<bool>() ? "" : "   <- differs");
+      }
+    }
+  }
+  out["all_equal"] = all_equal;
+  std::ofstream(dir / "plan_vs_run.json") << out.dump(1) << "\n";
+  std::printf("%s: every rank's predicted traffic %s the counters (details in %s)\n", run_dir.c_str(),
+              all_equal ? "equals" : "DIFFERS FROM", (dir / "plan_vs_run.json").string().c_str());
+  for (const auto& d : traffic.value("diagnostics", nlohmann::json::array())) {
+    std::printf("note: %s\n", d.get<std::string>().c_str());
+  }
+  return 0;
+}
+
+}  // namespace loom::launch

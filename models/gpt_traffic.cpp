@@ -1,0 +1,94 @@
+#include "models/gpt_traffic.h"
+
+namespace loom::models {
+namespace {
+
+constexpr int64_t kFloat = 4, kDouble = 8;
+
+struct Layout {
+  int64_t t, p, v, d, layers_per_piece, vocab_shard;
+  bool sp;
+  explicit Layout(const Config& c)
+      : t(c.parallel.tp),
+        p(c.parallel.pp),
+        v(c.parallel.virtual_stages),
+        d(c.parallel.dp),
+        layers_per_piece(c.model.num_layers / (c.parallel.pp * c.parallel.virtual_stages)),
+        vocab_shard((c.model.vocab_size + c.parallel.tp - 1) / c.parallel.tp),
+        sp(c.parallel.sequence_parallel) {}
+  int64_t pieces() const { return p * v; }
+};
+
+}  // namespace
+
+int64_t gpt_local_parameters(const Config& c, const parallel::RankCoords& coords) {
+  const Layout l(c);
+  const int64_t h = c.model.hidden_size, f = c.ffn_size(), t = l.t;
+  const int64_t layer = 4 * h + (3 * h * h + 3 * h) / t + h * h / t + h + (f * h + f) / t + h * f / t + h;
+  int64_t total = 0;
+  for (int64_t chunk = 0; chunk < l.v; ++chunk) {
+    const int64_t k = chunk * l.p + coords.pp;
+    if (k == 0) total += l.vocab_shard * h + c.model.seq_len * h;
+    total += l.layers_per_piece * layer;
+    if (k == l.pieces() - 1) total += (k == 0 ? 0 : l.vocab_shard * h) + 2 * h;
+  }
+  return total;
+}
+
+std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step_traffic(
+    const Config& c, const parallel::RankCoords& coords) {
+  const Layout l(c);
+  const int64_t b = c.train.micro_batch_size, s = c.model.seq_len, h = c.model.hidden_size;
+  const int64_t m = c.micro_batches_per_step();
+  const int64_t activation = b * s * h * kFloat;  // a full [B, S, H] activation
+  std::map<std::pair<std::string, std::string>, PredictedTraffic> out;
+  auto add = [&](const std::string& group, const std::string& op, int64_t calls, int64_t bytes_each) {
+    auto& p = out[{group, op}];
+    p.calls += calls;
+    p.bytes += calls * bytes_each;
+  };
+
+  bool first = false, last = false;
+  int64_t layers = 0, boundaries = 0;  // pipeline messages per micro-batch
+  for (int64_t chunk = 0; chunk < l.v; ++chunk) {
+    const int64_t k = chunk * l.p + coords.pp;
+    first = first || k == 0;
+    last = last || k == l.pieces() - 1;
+    layers += l.layers_per_piece;
+    boundaries += (k > 0 ? 1 : 0) + (k < l.pieces() - 1 ? 1 : 0);
+  }
+
+  if (l.t > 1) {
+    // Each layer has two tp regions (attention, MLP), each crossed forward and
+    // backward; the embedding and the output layer add one crossing each.
+    const int64_t crossings = 4 * layers + (first ? 1 : 0) + (last ? 1 : 0);
+    if (l.sp) {
+      add("tp", "all_gather", m * crossings, activation);
+      add("tp", "reduce_scatter", m * crossings, activation);
+    } else {
+      add("tp", "all_reduce", m * crossings, activation);
+    }
+    if (last) {  // the vocab-parallel loss: the max, then the exp-sum and target logit together
+      add("tp", "all_reduce", m, b * s * kFloat);
+      add("tp", "all_reduce", m, 2 * b * s * kFloat);
+    }
+    if (l.sp) {  // the gradients of what the split sequence feeds: norms, row biases, wpe
+      const int64_t sp_params = layers * 6 * h + (first ? s * h : 0) + (last ? 2 * h : 0);
+      add("tp", "all_reduce", 1, sp_params * kFloat);
+    }
+  }
+  if (l.p > 1) {
+    // Every send and every receive is its own call, of one activation (sequence-split with SP).
+    add("pp", "send_recv", m * 2 * boundaries, activation / (l.sp ? l.t : 1));
+    add("pp", "all_gather", 1, l.p * 3 * kDouble);  // the loss and every stage's timing
+    if (first || last) add("embedding", "all_reduce", 1, l.vocab_shard * h * kFloat);
+  }
+  if (l.d > 1) {
+    add("dp", "all_reduce", 1, gpt_local_parameters(c, coords) * kFloat);  // one flat buffer
+    add("dp", "all_reduce", 1, kDouble);                                   // the loss
+  }
+  if (l.t * l.p > 1) add("model-parallel", "all_reduce", 1, kDouble);  // the gradient norm
+  return out;
+}
+
+}  // namespace loom::models

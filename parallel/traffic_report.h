@@ -1,0 +1,32 @@
+// The traffic report of a run: every rank's communication counters gathered
+// to rank 0, a rank-by-rank matrix of who sent how many bytes to whom, the
+// alpha-beta fit of the backend measured on this run's calls, and plain-words
+// diagnostics (an all-to-all-dominated job is an MoE job; a rank receiving
+// several times the median is a hot spot; a tp group across nodes).
+// Written as RUN_DIR/traffic.json and printed as a short table.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "parallel/comm_stats.h"
+#include "parallel/process_groups.h"
+
+namespace loom::parallel {
+
+// Collective over GROUPS' world (call it on every rank). STATS is snapshotted
+// first, so the gather itself is not in the report. Returns the report on
+// rank 0 and null elsewhere. HOST names this rank's machine.
+nlohmann::json gather_traffic_report(ProcessGroups& groups, const CommStats& stats, int64_t steps,
+                                     const std::string& host);
+
+// What the report says in plain words, from its counters, matrix and the grid.
+std::vector<std::string> traffic_diagnostics(const nlohmann::json& report, const RankGrid& grid);
+
+// Rank 0's traffic per step by group and op, the fit and the diagnostics, for the end of a run.
+std::string format_traffic_table(const nlohmann::json& report);
+
+}  // namespace loom::parallel

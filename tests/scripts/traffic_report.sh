@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The traffic report of real runs: at several layouts, the cost model's
+# predicted calls and bytes per group equal every rank's counters exactly
+# (`loom plan --run`), the rank-by-rank matrix sums to the counters' sent
+# bytes, and a tp group spread over two (pretend) nodes is named.
+source "$(dirname "$0")/common.sh"
+MODEL=(--set model.num_layers=4 --set train.global_batch_size=16 --set train.steps=3 --set train.warmup_steps=1)
+
+check_run() {  # check_run NAME NP [--set ...]
+  local name="$1" np="$2"
+  shift 2
+  mpirun --oversubscribe -np "$np" "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${MODEL[@]}" "$@" \
+    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
+  grep -q "traffic per step, rank 0" "$WORK/$name.log" || { cat "$WORK/$name.log"; fail "$name printed no traffic table"; }
+  "$LOOM" plan --run "$WORK/$name" > "$WORK/$name.plan" || { cat "$WORK/$name.plan"; fail "loom plan --run $name"; }
+  python3 - "$WORK/$name" << 'PY' || fail "$name: prediction or matrix differs from the counters"
+import json, sys
+run = sys.argv[1]
+cmp = json.load(open(f"{run}/plan_vs_run.json"))
+bad = [(r["rank"], e) for r in cmp["ranks"] for e in r["entries"] if not e["equal"]]
+assert cmp["all_equal"] and not bad, bad[:3]
+groups = {e["group"] for r in cmp["ranks"] for e in r["entries"]}
+t = json.load(open(f"{run}/traffic.json"))
+for r, row in zip(t["ranks"], t["matrix_sent_bytes"]):
+    sent = sum(c["sent"] for ops in r["groups"].values() for c in ops.values())
+    assert sum(row) == sent > 0, (r["rank"], sum(row), sent)
+    assert row[r["rank"]] == 0, "a rank never sends to itself"
+print(f"{run.split('/')[-1]}: predicted == counted on all {len(cmp['ranks'])} ranks for {sorted(groups)}; matrix sums match")
+PY
+}
+
+check_run dp4 4
+check_run tp2_dp2 4 --set parallel.tp=2
+check_run tp2_sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
+check_run pp2_dp2_interleaved 4 --set parallel.pp=2 --set parallel.virtual_stages=2 --set parallel.schedule=interleaved
+check_run tp2_pp2_dp2_sp 8 --set parallel.tp=2 --set parallel.pp=2 --set parallel.sequence_parallel=true
+
+# Ranks 0-1 on "node0", 2-3 on "node1": tp=4 spans both, and the report says so.
+mpirun --oversubscribe -np 4 bash -c 'LOOM_HOST=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' "$LOOM" train "$TINY" \
+  --run-dir "$WORK/tp4_two_nodes" "${MODEL[@]}" --set parallel.tp=4 > "$WORK/tp4.log" 2>&1 || { cat "$WORK/tp4.log"; fail "tp4 run"; }
+grep -q "note: a tp group starting at rank 0 spans 2 nodes" "$WORK/tp4.log" || { cat "$WORK/tp4.log"; fail "tp across nodes not named"; }
+if grep -q "note:" "$WORK/tp2_dp2.log"; then fail "a one-node tp=2 run should have no notes"; fi
+echo "traffic report: ok"
