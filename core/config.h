@@ -15,6 +15,7 @@ struct ModelConfig {
   int64_t vocab_size = 256;
   int64_t seq_len = 64;
   double dropout = 0.0;
+  std::string init_from;  // a Hugging Face GPT-2 .safetensors file to start from; empty: random init
 };
 
 struct ParallelConfig {
@@ -46,6 +47,7 @@ struct TrainConfig {
   int64_t seed = 1234;
   std::string precision = "fp32";
   int64_t threads_per_rank = 0;  // 0: cores / local ranks
+  int64_t exit_after = -1;       // save and stop after this step (the schedule still spans steps); -1: never
 };
 
 struct DataConfig {

@@ -93,6 +93,7 @@ std::vector<ConfigField> make_fields() {
       int_field("model", "vocab_size", LOOM_MEMBER(model.vocab_size)),
       int_field("model", "seq_len", LOOM_MEMBER(model.seq_len)),
       float_field("model", "dropout", LOOM_MEMBER(model.dropout)),
+      string_field("model", "init_from", LOOM_MEMBER(model.init_from)),
 
       int_field("parallel", "tp", LOOM_MEMBER(parallel.tp)),
       int_field("parallel", "pp", LOOM_MEMBER(parallel.pp)),
@@ -120,6 +121,7 @@ std::vector<ConfigField> make_fields() {
       int_field("train", "seed", LOOM_MEMBER(train.seed)),
       string_field("train", "precision", LOOM_MEMBER(train.precision)),
       int_field("train", "threads_per_rank", LOOM_MEMBER(train.threads_per_rank)),
+      int_field("train", "exit_after", LOOM_MEMBER(train.exit_after)),
 
       string_field("data", "path", LOOM_MEMBER(data.path)),
       string_field("data", "order", LOOM_MEMBER(data.order)),

@@ -14,9 +14,11 @@ namespace loom::launch {
 namespace {
 
 constexpr const char* kUsage = R"(usage:
-  loom train CONFIG.yaml [--set section.key=value]... [--run-dir DIR]
+  loom train CONFIG.yaml [--set section.key=value]... [--run-dir DIR] [--resume auto|CHECKPOINT]
   loom topology CONFIG.yaml --world N [--set section.key=value]...
   loom schedule CONFIG.yaml [--world N] [--set section.key=value]...
+  loom export CHECKPOINT --format hf-gpt2 --output FILE.safetensors
+  loom plan --run RUN_DIR
   loom prepare --input FILE... --output PREFIX [--tokenizer byte] [--append-eod]
 
 exit codes: 0 success, 2 bad input (config, arguments, data), 1 anything else
@@ -56,7 +58,9 @@ FaultInjection parse_fault(const std::string& text) {
   fault.rank = static_cast<int>(parse_integer("--inject-fault RANK", text.substr(0, first), 0));
   fault.step = parse_integer("--inject-fault STEP", text.substr(first + 1, second - first - 1), 1);
   fault.kind = text.substr(second + 1);
-  if (fault.kind != "kill" && fault.kind != "hang") throw InputError("--inject-fault KIND must be kill or hang");
+  if (fault.kind != "kill" && fault.kind != "hang" && fault.kind != "kill_in_save") {
+    throw InputError("--inject-fault KIND must be kill, hang or kill_in_save");
+  }
   return fault;
 }
 
@@ -68,6 +72,8 @@ TrainArgs parse_train_args(ArgReader& args) {
       train_args.overrides.push_back(args.value_of(a));
     } else if (a == "--run-dir") {
       train_args.run_dir = args.value_of(a);
+    } else if (a == "--resume") {
+      train_args.resume = args.value_of(a);
     } else if (a == "--inject-fault") {
       train_args.fault = parse_fault(args.value_of(a));
     } else if (a.rfind("--", 0) != 0 && train_args.config_path.empty()) {
@@ -112,6 +118,25 @@ int dispatch(int argc, char** argv) {
     return topology(topo);
   }
   if (command == "plan" && argc == 4 && std::string(argv[2]) == "--run") return plan_run(argv[3]);
+  if (command == "export") {
+    ExportArgs exp;
+    while (!args.done()) {
+      std::string a = args.next();
+      if (a == "--format") {
+        exp.format = args.value_of(a);
+      } else if (a == "--output") {
+        exp.output = args.value_of(a);
+      } else if (a.rfind("--", 0) != 0 && exp.checkpoint.empty()) {
+        exp.checkpoint = a;
+      } else {
+        throw InputError("loom export: unexpected argument '" + a + "'\n" + kUsage);
+      }
+    }
+    if (exp.checkpoint.empty() || exp.output.empty()) {
+      throw InputError(std::string("loom export needs CHECKPOINT and --output FILE\n") + kUsage);
+    }
+    return export_checkpoint(exp);
+  }
   if (command == "prepare") {
     PrepareArgs prep;
     while (!args.done()) {

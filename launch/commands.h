@@ -10,7 +10,8 @@
 namespace loom::launch {
 
 // A deliberate failure on one rank, for tests of how the others end:
-// "RANK:STEP:kill" dies by SIGKILL, "RANK:STEP:hang" stops answering.
+// "RANK:STEP:kill" dies by SIGKILL, "RANK:STEP:hang" stops answering,
+// "RANK:STEP:kill_in_save" dies by SIGKILL halfway through the checkpoint saved after STEP.
 struct FaultInjection {
   int rank = -1;
   int64_t step = -1;
@@ -22,6 +23,7 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   std::string run_dir;
   FaultInjection fault;
+  std::string resume;  // "auto", a checkpoint path, or empty
 };
 
 int train(const TrainArgs& args, const models::PipelineModelFactory& make_model);
@@ -44,6 +46,14 @@ struct PrepareArgs {
 };
 
 int prepare(const PrepareArgs& args);
+
+struct ExportArgs {
+  std::string checkpoint;
+  std::string format = "hf-gpt2";
+  std::string output;
+};
+
+int export_checkpoint(const ExportArgs& args);
 
 // loom plan --run DIR: the cost model's predicted traffic beside a finished run's counters.
 int plan_run(const std::string& run_dir);

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <ctime>
@@ -41,13 +42,12 @@ void require_supported(const Config& c) {
   auto unsupported = [](const std::string& key, const std::string& value) {
     return InputError("config key '" + key + "': " + value +
                       " is valid but not implemented in this version of loom; training supports tp, pp, dp, "
-                      "sequence_parallel, virtual_stages, ep=1, zero_stage=0, precision fp32, no checkpoints");
+                      "sequence_parallel, virtual_stages, checkpoints, ep=1, zero_stage=0, precision fp32");
   };
   const auto& p = c.parallel;
   if (p.ep != 1) throw unsupported("parallel.ep", std::to_string(p.ep));
   if (p.zero_stage != 0) throw unsupported("parallel.zero_stage", std::to_string(p.zero_stage));
   if (c.train.precision != "fp32") throw unsupported("train.precision", c.train.precision);
-  if (c.checkpoint.interval != 0) throw unsupported("checkpoint.interval", std::to_string(c.checkpoint.interval));
   if (p.backend == "nccl") {
     throw InputError("config key 'parallel.backend': nccl needs a CUDA build of LibTorch and a GPU; "
                      "this build trains on CPU with gloo");
@@ -81,6 +81,23 @@ std::string host_name() {
   char name[256] = {};
   return gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("unknown");
 }
+
+// The signal a cluster scheduler sends before preemption (SIGTERM) or a user's
+// Ctrl-C: recorded, so that the step in flight finishes and is saved. A
+// handler can only reach a variable with static storage; nothing else is global.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void record_stop_signal(int signal) { g_stop_signal.store(signal); }
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = record_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+int stop_signal() { return g_stop_signal.load(); }
 
 std::string default_run_dir(const std::string& config_path) {
   char stamp[32];
@@ -166,6 +183,8 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   dp_grads_ = std::make_unique<parallel::GradientReducer>(tensors);
   sequence_parallel_grads_ = std::make_unique<parallel::GradientReducer>(sequence_parallel);
   tied_grads_ = std::make_unique<parallel::GradientReducer>(tied);
+  if (!m.init_from.empty()) init_from_hf_gpt2(config_, params_, coords.tp, groups_.tp().size());
+  checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, params_, *optimizer_, *rng_);
   if (groups_.rank() == 0) metrics_ = std::make_unique<MetricsWriter>(run_dir_ + "/metrics.jsonl");
 }
 
@@ -203,8 +222,16 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed) {
   return result;
 }
 
+std::function<void()> Trainer::save_fault(int64_t step) const {
+  if (fault_.kind != "kill_in_save" || fault_.rank != groups_.rank() || fault_.step != step) return {};
+  return [] {
+    spdlog::warn("injected fault: killed halfway through saving a checkpoint");
+    std::raise(SIGKILL);
+  };
+}
+
 void Trainer::maybe_inject_fault(int64_t step) const {
-  if (fault_.rank != groups_.rank() || fault_.step != step) return;
+  if (fault_.kind == "kill_in_save" || fault_.rank != groups_.rank() || fault_.step != step) return;
   spdlog::warn("injected fault: {} at step {}", fault_.kind, step);
   if (fault_.kind == "kill") std::raise(SIGKILL);
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
@@ -220,14 +247,26 @@ void Trainer::log_progress(int64_t step, double loss, double lr, double grad_nor
         format_duration(mean_step_s * static_cast<double>(t.steps - step)));
 }
 
-TrainSummary Trainer::run() {
+TrainSummary Trainer::run(const std::string& resume) {
   const auto& t = config_.train;
   const int64_t tokens_per_step = t.global_batch_size * config_.model.seq_len;
   TrainSummary summary;
   const auto start = Clock::now();
   double timed_seconds = 0.0;  // all steps but the first, which pays for warm-up
-  int64_t consumed = 0;
-  for (int64_t step = 1; step <= t.steps; ++step) {
+  TrainingState state;
+  if (!resume.empty()) {
+    if (auto loaded = checkpointer_->load(resume)) state = *loaded;
+  }
+  const int64_t first_step = state.step + 1;
+  int64_t consumed = state.consumed_samples;
+  const bool checkpointing = !config_.checkpoint.dir.empty();
+  if (checkpointing) install_stop_handlers();
+  summary.last_step = state.step;
+  if (t.exit_after == state.step) {  // e.g. exit_after 0: save the initial state
+    checkpointer_->save(state);
+    summary.stopped_early = true;
+  }
+  for (int64_t step = first_step; step <= t.steps && !summary.stopped_early; ++step) {
     maybe_inject_fault(step);
     const auto step_start = Clock::now();
     const double lr = schedule_.at(step - 1);
@@ -246,9 +285,10 @@ TrainSummary Trainer::run() {
     consumed += t.global_batch_size;
     const double step_s = seconds_since(step_start);
 
-    if (step > 1) timed_seconds += step_s;
-    const double mean_step_s = step > 1 ? timed_seconds / static_cast<double>(step - 1) : step_s;
-    if (step == 1) summary.first_loss = mean_loss;
+    const int64_t done = step - first_step;  // steps timed before this one
+    if (done > 0) timed_seconds += step_s;
+    const double mean_step_s = done > 0 ? timed_seconds / static_cast<double>(done) : step_s;
+    if (step == first_step) summary.first_loss = mean_loss;
     summary.last_loss = mean_loss;
     if (metrics_) {
       nlohmann::json record{{"step", step},
@@ -264,11 +304,28 @@ TrainSummary Trainer::run() {
     if (step == 1 || step % config_.log.interval == 0 || step == t.steps) {
       log_progress(step, mean_loss, lr, grad_norm, step_s, mean_step_s);
     }
+    summary.last_step = step;
+    const TrainingState now{step, consumed};
+    // A preemption signal may reach only some ranks: they agree before anyone stops.
+    bool stop = false;
+    if (checkpointing) {
+      auto flag = torch::full({1}, static_cast<double>(stop_signal()), torch::kFloat64);
+      groups_.world_comm().all_reduce(flag, parallel::ReduceOp::max).wait();
+      stop = flag.item<double>() > 0;
+    }
+    if (stop || step == t.exit_after) {
+      checkpointer_->save(now, save_fault(step));
+      info0(stop ? "stopped by a signal after step {}; the checkpoint is saved, resume with --resume auto"
+                 : "train.exit_after {}: saved; resume with --resume auto to continue", step);
+      summary.stopped_early = true;
+    } else if (config_.checkpoint.interval > 0 && (step % config_.checkpoint.interval == 0 || step == t.steps)) {
+      checkpointer_->save(now, save_fault(step));
+    }
   }
-  summary.steps = t.steps;
+  summary.steps = summary.last_step - state.step;
   summary.seconds = seconds_since(start);
-  summary.tokens_per_s = t.steps > 1 ? static_cast<double>(tokens_per_step * (t.steps - 1)) / timed_seconds
-                                     : static_cast<double>(tokens_per_step) / summary.seconds;
+  summary.tokens_per_s = summary.steps > 1 ? static_cast<double>(tokens_per_step * (summary.steps - 1)) / timed_seconds
+                                           : static_cast<double>(tokens_per_step) / summary.seconds;
   return summary;
 }
 
@@ -302,7 +359,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
         config.model.num_layers, config.model.hidden_size, config.model.num_heads, config.model.seq_len,
         config.model.vocab_size, config.train.global_batch_size, config.train.micro_batch_size,
         config.micro_batches_per_step(), p.dp, config.data.path.empty() ? "synthetic" : config.data.path);
-  const TrainSummary summary = trainer.run();
+  const TrainSummary summary = trainer.run(args.resume);
 
   std::ofstream(run_dir + "/comm_rank" + std::to_string(env.rank()) + ".json") << stats->to_json().dump(2) << "\n";
   auto report = parallel::gather_traffic_report(groups, *stats, summary.steps, host_name());

@@ -11,6 +11,7 @@
 #include "core/batch_sampler.h"
 #include "core/config.h"
 #include "core/metrics.h"
+#include "launch/checkpoint.h"
 #include "launch/commands.h"
 #include "models/language_model.h"
 #include "optim/grad_clip.h"
@@ -23,7 +24,9 @@
 namespace loom::launch {
 
 struct TrainSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;  // run in this job
+  int64_t last_step = 0;
+  bool stopped_early = false;  // by a signal or train.exit_after
   double first_loss = 0.0;
   double last_loss = 0.0;
   double seconds = 0.0;
@@ -35,7 +38,8 @@ class Trainer {
   // CONFIG must be resolved for GROUPS' world. RUN_DIR exists on rank 0.
   Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir,
           const models::PipelineModelFactory& make_model, FaultInjection fault = {});
-  TrainSummary run();
+  // RESUME: "auto", a checkpoint path, or empty for a fresh start.
+  TrainSummary run(const std::string& resume = "");
 
  private:
   struct StepResult {
@@ -45,6 +49,8 @@ class Trainer {
   // Forward and backward over this rank's micro-batches; the mean loss comes from the last stage.
   StepResult forward_backward(int64_t consumed);
   void maybe_inject_fault(int64_t step) const;
+  // The kill_in_save fault for the checkpoint saved after STEP, if it is this rank's.
+  std::function<void()> save_fault(int64_t step) const;
   void log_progress(int64_t step, double loss, double lr, double grad_norm, double step_s, double mean_step_s) const;
 
   Config config_;
@@ -63,6 +69,7 @@ class Trainer {
   std::unique_ptr<parallel::GradientReducer> sequence_parallel_grads_;
   std::unique_ptr<parallel::GradientReducer> tied_grads_;  // summed over the embedding group
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<Checkpointer> checkpointer_;
 };
 
 }  // namespace loom::launch

@@ -23,6 +23,10 @@ class AdamW {
   void step(double lr);
   void zero_grad();
   int64_t steps_taken() const { return steps_; }
+  // The moments of params()[i], for checkpoints; a restore writes into them and sets the step count.
+  torch::Tensor& exp_avg(size_t i) { return exp_avg_[i]; }
+  torch::Tensor& exp_avg_sq(size_t i) { return exp_avg_sq_[i]; }
+  void set_steps_taken(int64_t steps) { steps_ = steps; }
   const std::vector<torch::Tensor>& params() const { return params_; }
 
  private:

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 namespace loom::parallel {
 
@@ -19,6 +20,17 @@ struct ParallelParameter {
   // on the last stage holds the tied word embedding): trained like the owner's
   // copy, but counted once in norms and saved once.
   bool tied_copy = false;
+  // The whole tensor's shape when it is not this part's shape times tp along
+  // tp_split_dim (a vocabulary padded to a multiple of tp: the padding is not saved).
+  std::vector<int64_t> global_shape = {};
+
+  // The whole tensor's shape, for a tp group of TP_SIZE ranks.
+  std::vector<int64_t> global_shape_for(int64_t tp_size) const {
+    if (!global_shape.empty()) return global_shape;
+    auto shape = tensor.sizes().vec();
+    if (tp_split_dim >= 0) shape[static_cast<size_t>(tp_split_dim)] *= tp_size;
+    return shape;
+  }
 
   bool tp_replicated() const { return tp_split_dim < 0; }
 };

@@ -73,7 +73,9 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
 }
 
 std::vector<ParallelParameter> VocabParallelEmbeddingImpl::parallel_parameters() const {
-  return {{options.name(), weight, 0}};
+  ParallelParameter p{options.name(), weight, 0};
+  p.global_shape = {options.num_embeddings(), options.embedding_dim()};
+  return {p};
 }
 
 namespace {

@@ -11,6 +11,20 @@ TensorParallelRng::TensorParallelRng(uint64_t seed, int64_t tp_rank, int64_t dp_
   split_ = at::make_generator<at::CPUGeneratorImpl>(seed + 2718 + 101 * static_cast<uint64_t>(tp_rank));
 }
 
+torch::Tensor TensorParallelRng::state() const {
+  auto replicated = at::detail::getDefaultCPUGenerator().get_state();
+  return torch::cat({torch::tensor({replicated.numel()}, torch::kInt64).view(torch::kUInt8), replicated,
+                     split_.get_state()});
+}
+
+void TensorParallelRng::set_state(const torch::Tensor& state) {
+  const int64_t n = state.narrow(0, 0, 8).clone().view(torch::kInt64).item<int64_t>();
+  TORCH_CHECK(state.numel() > 8 + n, "RNG state of ", state.numel(), " bytes is truncated");
+  auto generator = at::detail::getDefaultCPUGenerator();
+  generator.set_state(state.narrow(0, 8, n).clone());
+  split_.set_state(state.narrow(0, 8 + n, state.numel() - 8 - n).clone());
+}
+
 torch::Tensor dropout(const torch::Tensor& x, double p, bool training, at::Generator* generator) {
   if (!training || p == 0.0) return x;
   auto keep = torch::empty_like(x).bernoulli_(1.0 - p, generator ? c10::optional<at::Generator>(*generator)

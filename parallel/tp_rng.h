@@ -19,6 +19,9 @@ class TensorParallelRng {
   // Pipeline stages hold different layers, so each draws its own streams too.
   TensorParallelRng(uint64_t seed, int64_t tp_rank, int64_t dp_rank, int64_t pp_rank = 0);
   at::Generator& split() { return split_; }
+  // Both streams (the default generator's and the split one's), as bytes, for checkpoints.
+  torch::Tensor state() const;
+  void set_state(const torch::Tensor& state);
 
  private:
   at::Generator split_;

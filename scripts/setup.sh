@@ -10,7 +10,7 @@ packages=(
   libtorch-dev libgloo-dev python3-torch        # LibTorch 1.13 (CPU), its c10d Gloo headers, torchrun
   libopenblas0-pthread                          # LibTorch's BLAS: the reference one is ~14x slower
   libopenmpi-dev openmpi-bin                    # mpirun, and MPI for the rendezvous
-  libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev catch2
+  libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev catch2 zlib1g-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,251 @@
+#include "launch/checkpoint.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/checkpoint_store.h"
+#include "core/errors.h"
+#include "core/logging.h"
+#include "core/safetensors.h"
+#include "models/gpt_hf.h"
+
+namespace loom::launch {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string rank_file(int64_t rank, const std::string& extension) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "rank_%05lld.%s", static_cast<long long>(rank), extension.c_str());
+  return name;
+}
+
+nlohmann::json layout_of(const Config& c, int64_t world) {
+  const auto& p = c.parallel;
+  return {{"world", world}, {"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"ep", p.ep}, {"virtual_stages", p.virtual_stages},
+          {"zero_stage", p.zero_stage}, {"order", p.order}};
+}
+
+nlohmann::json model_of(const Config& c) {
+  const auto& m = c.model;
+  return {{"num_layers", m.num_layers}, {"hidden_size", m.hidden_size}, {"num_heads", m.num_heads},
+          {"ffn_hidden_size", c.ffn_size()}, {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len}};
+}
+
+// Where this rank's part of a parameter sits in the whole tensor: along its
+// tp split dimension, from tp_rank * part, as far as the unpadded tensor goes.
+struct SliceSpec {
+  int64_t dim = -1, offset = 0, length = 0;
+};
+SliceSpec slice_of(const parallel::ParallelParameter& p, int64_t tp_rank, int64_t tp_size) {
+  if (p.tp_replicated()) return {};
+  const auto global = p.global_shape_for(tp_size);
+  const int64_t d = p.tp_split_dim, part = p.tensor.size(d), offset = tp_rank * part;
+  return {d, offset, std::max<int64_t>(0, std::min(part, global[static_cast<size_t>(d)] - offset))};
+}
+
+}  // namespace
+
+void load_parameter_slices(const std::vector<parallel::ParallelParameter>& params, const std::vector<torch::Tensor>& into,
+                           int64_t tp_rank, int64_t tp_size, const GlobalSliceReader& read, const std::string& source) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    const auto spec = slice_of(p, tp_rank, tp_size);
+    if (spec.dim >= 0 && spec.length == 0) continue;  // all padding
+    auto slice = read(p.name, spec.dim, spec.offset, spec.length);
+    if (!slice) throw InputError(source + " has no tensor '" + p.name + "'");
+    auto target = spec.dim >= 0 ? into[i].narrow(spec.dim, 0, spec.length) : into[i];
+    if (slice->sizes() != target.sizes()) {
+      std::ostringstream s;
+      s << source << ": tensor '" << p.name << "' has shape " << slice->sizes() << " where " << target.sizes()
+        << " is needed (a different model size?)";
+      throw InputError(s.str());
+    }
+    target.copy_(*slice);
+  }
+}
+
+Checkpointer::Checkpointer(const Config& config, parallel::ProcessGroups& groups,
+                           const std::vector<parallel::ParallelParameter>& params, optim::AdamW& optimizer,
+                           parallel::TensorParallelRng& rng)
+    : config_(config), groups_(groups), params_(params), optimizer_(optimizer), rng_(rng) {}
+
+std::string Checkpointer::save(const TrainingState& state, const std::function<void()>& midway) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string dir = config_.checkpoint.dir;
+  const std::string temporary = temporary_checkpoint_path(dir, state.step);
+  const int64_t rank = groups_.rank();
+  auto& world = groups_.world_comm();
+  if (rank == 0) {
+    std::error_code error;
+    fs::create_directories(dir, error);
+    fs::remove_all(temporary, error);  // left by a job killed while saving this step
+    fs::create_directories(temporary, error);
+    if (error) throw InputError("checkpoint.dir: cannot create '" + temporary + "': " + error.message());
+  }
+  world.barrier().wait();
+
+  const auto& coords = groups_.coords();
+  const int64_t tp_size = groups_.tp().size();
+  ShardWriter shard(temporary, rank_file(rank, "bin"));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& p = params_[i];
+    // Each tensor is written once: tied copies by their owner, replicas by tp rank 0 of dp rank 0.
+    if (p.tied_copy || coords.dp != 0 || (p.tp_replicated() && coords.tp != 0)) continue;
+    const auto spec = slice_of(p, coords.tp, tp_size);
+    if (spec.dim >= 0 && spec.length == 0) continue;
+    const auto global = p.global_shape_for(tp_size);
+    auto cut = [&](const torch::Tensor& t) { return spec.dim >= 0 ? t.narrow(spec.dim, 0, spec.length) : t; };
+    shard.add("model/" + p.name, global, spec.dim, spec.offset, cut(p.tensor));
+    shard.add("exp_avg/" + p.name, global, spec.dim, spec.offset, cut(optimizer_.exp_avg(i)));
+    shard.add("exp_avg_sq/" + p.name, global, spec.dim, spec.offset, cut(optimizer_.exp_avg_sq(i)));
+  }
+  shard.add_bytes("rng/rank_" + std::to_string(rank), rng_.state());
+  const auto written = shard.finish();
+  std::ofstream(fs::path(temporary) / rank_file(rank, "json")) << written.dump();
+  if (midway) midway();
+  world.barrier().wait();
+
+  std::string path = (fs::path(dir) / checkpoint_name(state.step)).string();
+  if (rank == 0) {
+    nlohmann::json manifest;
+    manifest["step"] = state.step;
+    manifest["consumed_samples"] = state.consumed_samples;
+    manifest["optimizer_steps"] = optimizer_.steps_taken();
+    manifest["layout"] = layout_of(config_, groups_.world());
+    manifest["model"] = model_of(config_);
+    manifest["tensors"] = nlohmann::json::object();
+    manifest["blobs"] = nlohmann::json::object();
+    int64_t bytes = 0;
+    for (int64_t r = 0; r < groups_.world(); ++r) {
+      const fs::path part = fs::path(temporary) / rank_file(r, "json");
+      nlohmann::json written_by;
+      std::ifstream(part) >> written_by;
+      fs::remove(part);
+      const auto& file = written_by.at("file");
+      manifest["files"][file.at("name").get<std::string>()] = {{"bytes", file.at("bytes")}, {"crc32", file.at("crc32")}};
+      bytes += file.at("bytes").get<int64_t>();
+      for (const auto& e : written_by.at("entries")) {
+        const std::string name = e.at("tensor").get<std::string>();
+        if (e.value("dtype", "F32") == "U8") {
+          manifest["blobs"][name] = e;
+          continue;
+        }
+        auto& t = manifest["tensors"][name];
+        t["global_shape"] = e.at("global_shape");
+        t["dtype"] = "F32";
+        t["slices"].push_back(e);
+      }
+    }
+    std::ofstream(fs::path(temporary) / "config.yaml") << to_yaml(config_);
+    path = publish_checkpoint(dir, state.step, manifest, config_.checkpoint.keep);
+    info0("saved checkpoint {} ({:.1f} MB, {} tensors) in {:.2f} s", path, static_cast<double>(bytes) / 1e6,
+          manifest["tensors"].size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  world.barrier().wait();
+  return path;
+}
+
+std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
+  auto& world = groups_.world_comm();
+  // Rank 0 chooses (reading every file once for the checksums) and tells the others.
+  std::vector<CheckpointInfo> candidates;
+  if (resume == "auto") {
+    if (config_.checkpoint.dir.empty()) throw InputError("--resume auto needs checkpoint.dir in the config");
+    candidates = list_checkpoints(config_.checkpoint.dir);
+  } else {
+    candidates.push_back({-1, resume});
+  }
+  auto choice = torch::full({1}, -1, torch::kInt64);  // index into candidates; -1 none, -2 refused
+  if (groups_.rank() == 0) {
+    std::string refusal;
+    for (size_t i = 0; i < candidates.size() && choice.item<int64_t>() == -1; ++i) {
+      const std::string problem = verify_checkpoint(candidates[i].path);
+      if (problem.empty()) {
+        choice.fill_(static_cast<int64_t>(i));
+      } else if (resume == "auto") {
+        spdlog::warn("refusing checkpoint {}: {}; falling back to the previous one", candidates[i].path, problem);
+      } else {
+        refusal = problem;
+        choice.fill_(-2);
+      }
+    }
+    world.broadcast(choice, 0).wait();
+    if (!refusal.empty()) throw InputError("--resume " + resume + ": " + refusal);
+  } else {
+    world.broadcast(choice, 0).wait();
+  }
+  const int64_t index = choice.item<int64_t>();
+  if (index == -2) throw InputError("--resume " + resume + ": refused by rank 0 (see its message)");
+  if (index == -1) {
+    info0("--resume auto: no complete checkpoint in '{}'; starting fresh", config_.checkpoint.dir);
+    return std::nullopt;
+  }
+  const std::string path = candidates[static_cast<size_t>(index)].path;
+  const auto manifest = read_manifest(path);
+  const auto model = model_of(config_);
+  for (const auto& [key, value] : model.items()) {
+    const auto& saved = manifest.at("model").at(key);
+    if (saved != value) {
+      throw InputError("--resume " + path + ": the checkpoint has model." + key + " = " + saved.dump() + ", the config " +
+                       value.dump());
+    }
+  }
+
+  const auto& coords = groups_.coords();
+  const int64_t tp_size = groups_.tp().size();
+  auto reader = [&](const std::string& prefix) {
+    return [&, prefix](const std::string& name, int64_t dim, int64_t offset, int64_t length) {
+      return read_tensor_slice(path, manifest, prefix + name, dim, offset, length);
+    };
+  };
+  std::vector<torch::Tensor> tensors, exp_avg, exp_avg_sq;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    tensors.push_back(params_[i].tensor);
+    exp_avg.push_back(optimizer_.exp_avg(i));
+    exp_avg_sq.push_back(optimizer_.exp_avg_sq(i));
+  }
+  const std::string source = "checkpoint '" + path + "'";
+  load_parameter_slices(params_, tensors, coords.tp, tp_size, reader("model/"), source);
+  load_parameter_slices(params_, exp_avg, coords.tp, tp_size, reader("exp_avg/"), source);
+  load_parameter_slices(params_, exp_avg_sq, coords.tp, tp_size, reader("exp_avg_sq/"), source);
+  optimizer_.set_steps_taken(manifest.at("optimizer_steps").get<int64_t>());
+
+  const auto saved_layout = manifest.at("layout");
+  if (saved_layout == layout_of(config_, groups_.world())) {
+    auto state = read_checkpoint_bytes(path, manifest, "rng/rank_" + std::to_string(groups_.rank()));
+    if (!state) throw InputError(source + " has no RNG state for rank " + std::to_string(groups_.rank()));
+    rng_.set_state(*state);
+  } else {
+    info0("RNG states not restored: the checkpoint's layout {} differs from this run's {}; dropout masks will differ "
+          "from an uninterrupted run", saved_layout.dump(), layout_of(config_, groups_.world()).dump());
+  }
+  TrainingState state{manifest.at("step").get<int64_t>(), manifest.at("consumed_samples").get<int64_t>()};
+  info0("resumed from {} at step {} ({} samples consumed)", path, state.step, state.consumed_samples);
+  return state;
+}
+
+void init_from_hf_gpt2(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
+                       int64_t tp_size) {
+  const std::string& file = config.model.init_from;
+  const auto tensors = models::gpt_from_hf(read_safetensors(file), config.model.num_layers, config.model.num_heads, file);
+  std::vector<torch::Tensor> into;
+  for (const auto& p : params) into.push_back(p.tensor);
+  load_parameter_slices(
+      params, into, tp_rank, tp_size,
+      [&](const std::string& name, int64_t dim, int64_t offset, int64_t length) -> std::optional<torch::Tensor> {
+        auto it = tensors.find(name);
+        if (it == tensors.end()) return std::nullopt;
+        // A tensor too small for the slice is returned whole, so the shape check names it.
+        if (dim < 0 || offset + length > it->second.size(dim)) return it->second;
+        return it->second.narrow(dim, offset, length);
+      },
+      "model.init_from '" + file + "'");
+  info0("initialised the model from {}", file);
+}
+
+}  // namespace loom::launch

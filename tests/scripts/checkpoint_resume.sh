@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Checkpoints end to end (issue: exact resume, resume at another layout, safety):
+#  1. 40 steps straight and 20 + resume + 20 give bit-identical losses at tp=2 pp=2 dp=2 with dropout on;
+#     interval 10 with keep 2 leaves the newest two and `latest` pointing at the last.
+#  2. Saved at tp=2 pp=2 dp=2, resumed at tp=1 pp=1 dp=1, tp=4 pp=1 dp=2 and pp=4: the next 20 losses
+#     equal the uninterrupted run's within 1e-5.
+#  3. A flipped byte, a truncated file and a missing file are refused naming the file (exit 2), and
+#     --resume auto falls back to the previous checkpoint.
+#  4. A job killed by SIGKILL while saving leaves the previous checkpoint loadable.
+#  5. SIGTERM finishes the step, saves and exits 0.
+source "$(dirname "$0")/common.sh"
+MODEL=(--set model.num_layers=4 --set train.global_batch_size=16 --set train.steps=40)
+L222=(--set parallel.tp=2 --set parallel.pp=2)
+
+train() {  # train NP NAME [args...]: exits like loom
+  local np="$1" name="$2"
+  shift 2
+  if [ "$np" = 1 ]; then
+    "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${MODEL[@]}" "$@" > "$WORK/$name.log" 2>&1
+  else
+    mpirun --oversubscribe -np "$np" "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${MODEL[@]}" "$@" > "$WORK/$name.log" 2>&1
+  fi
+}
+must_train() { train "$@" || { cat "$WORK/$2.log"; fail "run $2 failed"; }; }
+
+# steps_equal A B RTOL FIRST: the losses of run A from step FIRST on equal run B's at the same steps.
+steps_equal() {
+  python3 - "$WORK/$1/metrics.jsonl" "$WORK/$2/metrics.jsonl" "$3" "$4" << 'PY'
+import json, sys
+a = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
+b = {r["step"]: r for r in map(json.loads, open(sys.argv[2]))}
+rtol, first = float(sys.argv[3]), int(sys.argv[4])
+steps = [s for s in sorted(a) if s >= first]
+assert steps and all(s in b for s in steps), (sorted(a), sorted(b))
+worst = max(abs(a[s]["loss"] - b[s]["loss"]) / max(1, abs(b[s]["loss"])) for s in steps)
+assert all(a[s]["consumed_samples"] == b[s]["consumed_samples"] for s in steps)
+assert worst <= rtol, f"largest relative difference {worst:.3g} > {rtol}"
+print(f"steps {steps[0]}-{steps[-1]} agree; largest relative difference {worst:.3g}")
+PY
+}
+
+# 1. Exact resume, dropout on.
+DROP=(--set model.dropout=0.1)
+must_train 8 straight "${L222[@]}" "${DROP[@]}" --set checkpoint.dir="$WORK/ck_straight" --set checkpoint.interval=10 --set checkpoint.keep=2
+[ "$(ls "$WORK/ck_straight" | grep -c '^step_')" = 2 ] && [ -d "$WORK/ck_straight/step_00000030" ] &&
+  [ "$(cat "$WORK/ck_straight/latest")" = step_00000040 ] || { ls -a "$WORK/ck_straight"; fail "keep 2 / latest"; }
+must_train 8 first_half "${L222[@]}" "${DROP[@]}" --set checkpoint.dir="$WORK/ck" --set checkpoint.interval=10 --set train.exit_after=20
+[ "$(wc -l < "$WORK/first_half/metrics.jsonl")" = 20 ] || fail "exit_after 20 should stop after 20 steps"
+must_train 8 second_half "${L222[@]}" "${DROP[@]}" --set checkpoint.dir="$WORK/ck" --resume auto
+grep -q "resumed from .*step_00000020 at step 20" "$WORK/second_half.log" || fail "did not resume at step 20"
+echo -n "exact resume, tp=2 pp=2 dp=2, dropout 0.1: "
+steps_equal second_half straight 0 21 || fail "resumed losses are not bit-identical"
+steps_equal first_half straight 0 1 > /dev/null || fail "first half differs"
+
+# 2. Another layout (dropout off: RNG streams only carry over at the same layout).
+must_train 8 nodrop "${L222[@]}" --set checkpoint.dir="$WORK/ck_nodrop" --set checkpoint.interval=10 --set checkpoint.keep=4
+for layout in "1 tp1_pp1_dp1" "8 tp4_pp1_dp2 --set parallel.tp=4" "4 pp4 --set parallel.pp=4"; do
+  set -- $layout
+  np="$1" name="$2"
+  shift 2
+  must_train "$np" "resume_$name" "$@" --resume "$WORK/ck_nodrop/step_00000020"
+  grep -q "RNG states not restored" "$WORK/resume_$name.log" || fail "$name should say the RNG states were not restored"
+  echo -n "saved at tp=2 pp=2 dp=2, resumed at $name: "
+  steps_equal "resume_$name" nodrop 1e-5 21 || fail "resuming at $name changed the losses"
+done
+
+# 3. Corruption, each refused naming the file; auto falls back to step 10.
+expect_refusal() {  # expect_refusal NAME PATTERN: a broken step 20 is refused by --resume PATH, skipped by auto
+  local name="$1" pattern="$2" code=0
+  train 1 "refuse_$name" --resume "$WORK/broken_$name/step_00000020" --set checkpoint.dir="$WORK/broken_$name" || code=$?
+  [ "$code" = 2 ] && grep -q -- "$pattern" "$WORK/refuse_$name.log" ||
+    { cat "$WORK/refuse_$name.log"; fail "$name: exit $code, expected 2 and '$pattern'"; }
+  must_train 1 "fallback_$name" --resume auto --set checkpoint.dir="$WORK/broken_$name"
+  grep -q "refusing checkpoint .*step_00000020" "$WORK/fallback_$name.log" &&
+    grep -q "resumed from .*step_00000010 at step 10" "$WORK/fallback_$name.log" ||
+    { cat "$WORK/fallback_$name.log"; fail "$name: --resume auto did not fall back to step 10"; }
+  echo -n "$name: refused, fell back to step 10; "
+  steps_equal "fallback_$name" nodrop 1e-5 11
+}
+for kind in flip truncate missing; do
+  cp -r "$WORK/ck_nodrop" "$WORK/broken_$kind"
+  rm -r "$WORK/broken_$kind/step_00000030" "$WORK/broken_$kind/step_00000040"  # step 20 is the newest
+done
+python3 - "$WORK/broken_flip/step_00000020/rank_00003.bin" << 'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read()); data[len(data) // 2] ^= 0x01; open(sys.argv[1], "wb").write(data)
+PY
+truncate -s -100 "$WORK/broken_truncate/step_00000020/rank_00005.bin"
+rm "$WORK/broken_missing/step_00000020/rank_00007.bin"
+expect_refusal flip "rank_00003.bin' fails its CRC-32 check"
+expect_refusal truncate "rank_00005.bin' has .* bytes, the manifest says .* (truncated?)"
+expect_refusal missing "rank_00007.bin' is missing"
+
+# 4. SIGKILL halfway through saving step 20: step 10 stays the newest complete checkpoint.
+if train 8 killed "${L222[@]}" --set checkpoint.dir="$WORK/ck_killed" --set checkpoint.interval=10 --inject-fault 3:20:kill_in_save; then
+  fail "the killed job should not succeed"
+fi
+[ -d "$WORK/ck_killed/.step_00000020.tmp" ] && [ ! -d "$WORK/ck_killed/step_00000020" ] || { ls -a "$WORK/ck_killed"; fail "step 20 should be unpublished"; }
+must_train 8 after_kill "${L222[@]}" --set checkpoint.dir="$WORK/ck_killed" --resume auto
+grep -q "resumed from .*step_00000010 at step 10" "$WORK/after_kill.log" || { cat "$WORK/after_kill.log"; fail "no resume from step 10"; }
+echo -n "killed while saving step 20, resumed from step 10: "
+steps_equal after_kill nodrop 1e-5 11
+
+# 5. SIGTERM: the step in flight finishes, is saved, and the job exits 0.
+"$LOOM" train "$TINY" --run-dir "$WORK/term" "${MODEL[@]}" --set train.steps=100000 --set train.warmup_steps=1 \
+  --set checkpoint.dir="$WORK/ck_term" > "$WORK/term.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do [ -s "$WORK/term/metrics.jsonl" ] && [ "$(wc -l < "$WORK/term/metrics.jsonl")" -ge 3 ] && break; sleep 0.1; done
+kill -TERM "$pid"
+code=0
+wait "$pid" || code=$?
+[ "$code" = 0 ] || { cat "$WORK/term.log"; fail "SIGTERM: exit $code, expected 0"; }
+last=$(tail -1 "$WORK/term/metrics.jsonl" | python3 -c 'import json, sys; print(json.load(sys.stdin)["step"])')
+grep -q "stopped by a signal after step $last" "$WORK/term.log" && [ -f "$WORK/ck_term/step_$(printf %08d "$last")/manifest.json" ] ||
+  { cat "$WORK/term.log"; ls "$WORK/ck_term"; fail "SIGTERM did not save step $last"; }
+echo "SIGTERM after step $last: saved and exited 0"
+echo "checkpoints: ok"
