@@ -22,6 +22,12 @@ expect_exit 2 "data.path" "$LOOM" train "$TINY" --set data.path="$WORK/missing"
 expect_exit 2 "'parallel.virtual_stages'" "$LOOM" train "$TINY" --set parallel.schedule=interleaved
 expect_exit 2 "12 layers would split; so would pp \* virtual_stages of 1, 2, 3 or 6" "$LOOM" topology "$TINY" --world 3 --set parallel.pp=3 --set model.num_layers=6 \
   --set parallel.virtual_stages=4 --set parallel.schedule=interleaved
+expect_exit 2 "checkpoint '$WORK/nope' has no manifest.json" "$LOOM" export "$WORK/nope" --output "$WORK/x.safetensors"
+expect_exit 2 "cannot read safetensors file '$WORK/none.safetensors'" "$LOOM" train "$TINY" --set model.init_from="$WORK/none.safetensors"
+expect_exit 2 "'checkpoint.dir'" "$LOOM" train "$TINY" --set train.exit_after=3
+expect_exit 2 "--resume auto needs checkpoint.dir" "$LOOM" train "$TINY" --resume auto
+expect_exit 0 "no complete checkpoint in '$WORK/ck_empty'; starting fresh" "$LOOM" train "$TINY" --run-dir "$WORK/fresh" \
+  --set checkpoint.dir="$WORK/ck_empty" --set train.steps=2 --set train.warmup_steps=1 --resume auto
 expect_exit 2 "--world" "$LOOM" topology "$TINY"
 # loom schedule shows a layout's bubble before it runs: p=2, m=4 gives 1/5.
 "$LOOM" schedule "$TINY" --set parallel.pp=2 > "$WORK/schedule.txt" || fail "loom schedule"
