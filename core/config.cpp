@@ -160,6 +160,7 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(p.backend == "auto" || p.backend == "gloo" || p.backend == "nccl", "parallel.backend",
           "must be auto, gloo or nccl, got '" + p.backend + "'");
   require(p.timeout_s > 0, "parallel.timeout_s", "must be positive");
+  require(p.bucket_mb >= 0, "parallel.bucket_mb", "must be 0 (one bucket) or positive");
 
   auto& t = c.train;
   require(t.steps >= 1, "train.steps", "must be at least 1");

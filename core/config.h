@@ -30,6 +30,7 @@ struct ParallelConfig {
   std::string order = "tp-cp-ep-dp-pp";
   std::string backend = "auto";  // auto | gloo | nccl
   double timeout_s = 300.0;      // every collective fails after this long
+  double bucket_mb = 25.0;       // data-parallel gradient buckets; 0: one bucket
 };
 
 struct TrainConfig {
@@ -63,6 +64,7 @@ struct CheckpointConfig {
 
 struct LogConfig {
   int64_t interval = 10;
+  bool trace = false;  // write RUN_DIR/trace_rankR.json: the last step's gradient-bucket events
 };
 
 struct Config {

@@ -106,6 +106,7 @@ std::vector<ConfigField> make_fields() {
       string_field("parallel", "order", LOOM_MEMBER(parallel.order)),
       string_field("parallel", "backend", LOOM_MEMBER(parallel.backend)),
       float_field("parallel", "timeout_s", LOOM_MEMBER(parallel.timeout_s)),
+      float_field("parallel", "bucket_mb", LOOM_MEMBER(parallel.bucket_mb)),
 
       int_field("train", "steps", LOOM_MEMBER(train.steps)),
       int_field("train", "global_batch_size", LOOM_MEMBER(train.global_batch_size)),
@@ -131,6 +132,7 @@ std::vector<ConfigField> make_fields() {
       int_field("checkpoint", "keep", LOOM_MEMBER(checkpoint.keep)),
 
       int_field("log", "interval", LOOM_MEMBER(log.interval)),
+      bool_field("log", "trace", LOOM_MEMBER(log.trace)),
   };
 }
 

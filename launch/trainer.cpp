@@ -180,7 +180,10 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   optimizer_ = std::make_unique<optim::AdamW>(
       tensors, optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
   schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
-  dp_grads_ = std::make_unique<parallel::GradientReducer>(tensors);
+  if (groups_.dp().size() > 1) {
+    dp_grads_ = std::make_unique<parallel::GradientBuckets>(
+        tensors, groups_.dp(), static_cast<int64_t>(p.bucket_mb * 1024 * 1024), config_.micro_batches_per_step());
+  }
   sequence_parallel_grads_ = std::make_unique<parallel::GradientReducer>(sequence_parallel);
   tied_grads_ = std::make_unique<parallel::GradientReducer>(tied);
   if (!m.init_from.empty()) init_from_hf_gpt2(config_, params_, coords.tp, groups_.tp().size());
@@ -271,7 +274,9 @@ TrainSummary Trainer::run(const std::string& resume) {
     const auto step_start = Clock::now();
     const double lr = schedule_.at(step - 1);
     optimizer_->zero_grad();
+    if (dp_grads_) dp_grads_->start_step();
     const StepResult result = forward_backward(consumed);
+    if (dp_grads_) dp_grads_->mark("backward done");
     const double mean_loss = result.loss;
     // Sequence-parallel ranks each saw part of the sequence: their gradients of
     // replicated parameters are partial sums.
@@ -279,7 +284,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     // The first stage's embedding and the last stage's output layer are one
     // tied weight: each copy has half of its gradient.
     if (!tied_grads_->empty()) tied_grads_->all_reduce(groups_.get(parallel::GroupKind::embedding));
-    dp_grads_->average(groups_.dp());
+    if (dp_grads_) dp_grads_->finish();
     const double grad_norm = optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel(), groups_.coords().tp);
     optimizer_->step(lr);
     consumed += t.global_batch_size;
@@ -321,6 +326,13 @@ TrainSummary Trainer::run(const std::string& resume) {
     } else if (config_.checkpoint.interval > 0 && (step % config_.checkpoint.interval == 0 || step == t.steps)) {
       checkpointer_->save(now, save_fault(step));
     }
+  }
+  if (config_.log.trace && dp_grads_) {
+    nlohmann::json events = nlohmann::json::array();
+    for (const auto& e : dp_grads_->trace()) events.push_back({{"event", e.what}, {"seconds", e.seconds}});
+    std::ofstream(run_dir_ + "/trace_rank" + std::to_string(groups_.rank()) + ".json")
+        << nlohmann::json{{"step", summary.last_step}, {"buckets", dp_grads_->num_buckets()}, {"events", events}}.dump(1)
+        << "\n";
   }
   summary.steps = summary.last_step - state.step;
   summary.seconds = seconds_since(start);

@@ -18,6 +18,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "parallel/data_parallel.h"
+#include "parallel/grad_buckets.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_groups.h"
 
@@ -65,7 +66,7 @@ class Trainer {
   std::vector<parallel::ParallelParameter> params_;
   std::unique_ptr<optim::AdamW> optimizer_;
   optim::CosineSchedule schedule_;
-  std::unique_ptr<parallel::GradientReducer> dp_grads_;
+  std::unique_ptr<parallel::GradientBuckets> dp_grads_;  // when dp > 1
   std::unique_ptr<parallel::GradientReducer> sequence_parallel_grads_;
   std::unique_ptr<parallel::GradientReducer> tied_grads_;  // summed over the embedding group
   std::unique_ptr<MetricsWriter> metrics_;

@@ -1,5 +1,7 @@
 #include "models/gpt_traffic.h"
 
+#include "parallel/grad_buckets.h"
+
 namespace loom::models {
 namespace {
 
@@ -21,17 +23,28 @@ struct Layout {
 
 }  // namespace
 
-int64_t gpt_local_parameters(const Config& c, const parallel::RankCoords& coords) {
+std::vector<int64_t> gpt_local_parameter_sizes(const Config& c, const parallel::RankCoords& coords) {
   const Layout l(c);
   const int64_t h = c.model.hidden_size, f = c.ffn_size(), t = l.t;
-  const int64_t layer = 4 * h + (3 * h * h + 3 * h) / t + h * h / t + h + (f * h + f) / t + h * f / t + h;
-  int64_t total = 0;
+  std::vector<int64_t> sizes;
   for (int64_t chunk = 0; chunk < l.v; ++chunk) {
     const int64_t k = chunk * l.p + coords.pp;
-    if (k == 0) total += l.vocab_shard * h + c.model.seq_len * h;
-    total += l.layers_per_piece * layer;
-    if (k == l.pieces() - 1) total += (k == 0 ? 0 : l.vocab_shard * h) + 2 * h;
+    if (k == 0) sizes.insert(sizes.end(), {l.vocab_shard * h, c.model.seq_len * h});
+    for (int64_t layer = 0; layer < l.layers_per_piece; ++layer) {
+      // ln_1, qkv, proj, ln_2, fc, fc_proj: weights then biases, as GPTBlock lists them.
+      sizes.insert(sizes.end(), {h, h, 3 * h * h / t, 3 * h / t, h * h / t, h, h, h, f * h / t, f / t, h * f / t, h});
+    }
+    if (k == l.pieces() - 1) {
+      if (k != 0) sizes.push_back(l.vocab_shard * h);
+      sizes.insert(sizes.end(), {h, h});
+    }
   }
+  return sizes;
+}
+
+int64_t gpt_local_parameters(const Config& c, const parallel::RankCoords& coords) {
+  int64_t total = 0;
+  for (int64_t n : gpt_local_parameter_sizes(c, coords)) total += n;
   return total;
 }
 
@@ -84,7 +97,15 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     if (first || last) add("embedding", "all_reduce", 1, l.vocab_shard * h * kFloat);
   }
   if (l.d > 1) {
-    add("dp", "all_reduce", 1, gpt_local_parameters(c, coords) * kFloat);  // one flat buffer
+    // One all-reduce per gradient bucket (parallel/grad_buckets.h).
+    std::vector<int64_t> bytes;
+    for (int64_t n : gpt_local_parameter_sizes(c, coords)) bytes.push_back(n * kFloat);
+    const auto bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
+    for (const auto& bucket : parallel::GradientBuckets::plan(bytes, bucket_bytes)) {
+      int64_t sum = 0;
+      for (size_t i : bucket) sum += bytes[i];
+      add("dp", "all_reduce", 1, sum);
+    }
     add("dp", "all_reduce", 1, kDouble);                                   // the loss
   }
   if (l.t * l.p > 1) add("model-parallel", "all_reduce", 1, kDouble);  // the gradient norm

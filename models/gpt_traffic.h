@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/config.h"
 #include "parallel/rank_grid.h"
@@ -24,6 +25,9 @@ struct PredictedTraffic {
 // (fp32 activations and gradients). Groups of one rank are left out, as the counters leave them out.
 std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step_traffic(
     const Config& config, const parallel::RankCoords& coords);
+
+// The sizes of the parameters this rank holds, in the trainer's order (order of use).
+std::vector<int64_t> gpt_local_parameter_sizes(const Config& config, const parallel::RankCoords& coords);
 
 // Parameters this rank holds (its tp shard of its pipeline pieces), the tied copy included.
 int64_t gpt_local_parameters(const Config& config, const parallel::RankCoords& coords);

@@ -1,0 +1,113 @@
+#include "parallel/grad_buckets.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+namespace loom::parallel {
+namespace {
+
+// Runs after AccumulateGrad has added a micro-batch's gradient into .grad.
+class AccumulatedHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit AccumulatedHook(std::function<void()> callback) : callback_(std::move(callback)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    callback_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> callback_;
+};
+
+}  // namespace
+
+GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes,
+                                 int64_t accumulations)
+    : params_(std::move(params)), dp_(dp), accumulations_(accumulations) {
+  bucket_of_.assign(params_.size(), 0);
+  std::vector<int64_t> bytes;
+  for (const auto& p : params_) bytes.push_back(p.numel() * static_cast<int64_t>(p.element_size()));
+  torch::NoGradGuard no_grad;
+  for (auto& group : plan(bytes, bucket_bytes)) {
+    Bucket bucket;
+    int64_t numel = 0;
+    for (size_t i : group) numel += params_[i].numel();
+    bucket.buffer = torch::zeros({numel}, params_[group.front()].options());
+    int64_t offset = 0;
+    for (size_t i : group) {
+      auto& p = params_[i];
+      p.mutable_grad() = bucket.buffer.narrow(0, offset, p.numel()).view(p.sizes());
+      offset += p.numel();
+      bucket_of_[i] = buckets_.size();
+    }
+    bucket.params = group;
+    buckets_.push_back(std::move(bucket));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+    accumulator->add_post_hook(std::make_unique<AccumulatedHook>([this, i] { on_accumulated(i); }));
+    accumulators_.push_back(std::move(accumulator));
+  }
+  start_step();
+}
+
+GradientBuckets::~GradientBuckets() = default;
+
+std::vector<std::vector<size_t>> GradientBuckets::plan(const std::vector<int64_t>& bytes_in_use_order,
+                                                       int64_t bucket_bytes) {
+  // Reverse order of use: the last layers' gradients are ready first.
+  std::vector<std::vector<size_t>> groups;
+  int64_t bytes = 0;
+  for (size_t i = bytes_in_use_order.size(); i-- > 0;) {
+    const int64_t b = bytes_in_use_order[i];
+    if (groups.empty() || (bucket_bytes > 0 && bytes > 0 && bytes + b > bucket_bytes)) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(i);
+    bytes += b;
+  }
+  return groups;
+}
+
+void GradientBuckets::start_step() {
+  for (auto& b : buckets_) {
+    b.pending = static_cast<int64_t>(b.params.size()) * accumulations_;
+    b.launched = false;
+  }
+  trace_.clear();
+  step_start_ = std::chrono::steady_clock::now();
+}
+
+void GradientBuckets::mark(const std::string& event) {
+  trace_.push_back({event, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count()});
+}
+
+void GradientBuckets::on_accumulated(size_t param) {
+  auto& bucket = buckets_[bucket_of_[param]];
+  if (--bucket.pending == 0 && !bucket.launched) launch(bucket_of_[param]);
+}
+
+void GradientBuckets::launch(size_t index) {
+  auto& bucket = buckets_[index];
+  bucket.launched = true;
+  mark("bucket " + std::to_string(index) + " launched");
+  bucket.handle = dp_.all_reduce(bucket.buffer);
+}
+
+void GradientBuckets::finish() {
+  // Parameters that got no gradient this step leave their bucket short: send it anyway.
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    if (!buckets_[i].launched) launch(i);
+  }
+  const double scale = 1.0 / static_cast<double>(dp_.size());
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    buckets_[i].handle.wait();
+    buckets_[i].buffer.mul_(scale);
+  }
+  mark("reductions done");
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,71 @@
+// Data-parallel gradient reduction that overlaps backward (DDP's buckets).
+// Parameters are packed in reverse order of use into contiguous buckets of
+// about bucket_mb, and each parameter's .grad is a view into its bucket, so
+// autograd accumulates straight into the buffer that goes on the wire. A hook
+// on each parameter's gradient accumulator counts the micro-batches whose
+// gradient has arrived; when every parameter of a bucket has all of them (the
+// last micro-batch of the step), the bucket's all-reduce is launched
+// asynchronously while backward goes on. finish() launches what is left,
+// waits for everything and turns sums into means.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/communicator.h"
+
+namespace loom::parallel {
+
+class GradientBuckets {
+ public:
+  struct Event {
+    std::string what;  // "bucket 0 launched", ...
+    double seconds;    // since start_step()
+  };
+
+  // PARAMS in order of use in forward. ACCUMULATIONS: gradients each
+  // parameter receives per step (micro-batches). BUCKET_BYTES <= 0: one bucket.
+  GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes, int64_t accumulations);
+  ~GradientBuckets();
+  GradientBuckets(const GradientBuckets&) = delete;
+  GradientBuckets& operator=(const GradientBuckets&) = delete;
+
+  // Which parameters share a bucket, given their bytes in order of use:
+  // buckets fill in reverse order, each closed before it would pass BUCKET_BYTES.
+  static std::vector<std::vector<size_t>> plan(const std::vector<int64_t>& bytes_in_use_order, int64_t bucket_bytes);
+
+  void start_step();
+  // Records EVENT in this step's trace (the trainer marks the end of backward).
+  void mark(const std::string& event);
+  // Launches the buckets not yet launched, waits for all, divides by dp.
+  void finish();
+
+  int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
+  const std::vector<Event>& trace() const { return trace_; }
+
+ private:
+  struct Bucket {
+    torch::Tensor buffer;
+    std::vector<size_t> params;
+    int64_t pending = 0;  // parameter-accumulations still to arrive this step
+    CommHandle handle;
+    bool launched = false;
+  };
+  void on_accumulated(size_t param);
+  void launch(size_t bucket);
+
+  std::vector<torch::Tensor> params_;
+  Communicator& dp_;
+  int64_t accumulations_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: params hold them weakly
+  std::vector<Event> trace_;
+  std::chrono::steady_clock::time_point step_start_;
+};
+
+}  // namespace loom::parallel
