@@ -193,6 +193,8 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16", "train.precision",
           "must be fp32, bf16 or fp16, got '" + t.precision + "'");
   require(t.threads_per_rank >= 0, "train.threads_per_rank", "must be 0 (automatic) or positive");
+  require(t.recompute == "none" || t.recompute == "full" || t.recompute == "selective", "train.recompute",
+          "must be none, full or selective, got '" + t.recompute + "'");
   require(t.exit_after >= -1 && t.exit_after <= t.steps, "train.exit_after",
           "must be -1 (never) or a step in [0, train.steps], got " + std::to_string(t.exit_after));
   require(t.exit_after < 0 || !c.checkpoint.dir.empty(), "checkpoint.dir",

@@ -48,6 +48,7 @@ struct TrainConfig {
   int64_t seed = 1234;
   std::string precision = "fp32";
   int64_t threads_per_rank = 0;  // 0: cores / local ranks
+  std::string recompute = "none";  // none | full | selective
   int64_t exit_after = -1;       // save and stop after this step (the schedule still spans steps); -1: never
 };
 

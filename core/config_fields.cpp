@@ -123,6 +123,7 @@ std::vector<ConfigField> make_fields() {
       string_field("train", "precision", LOOM_MEMBER(train.precision)),
       int_field("train", "threads_per_rank", LOOM_MEMBER(train.threads_per_rank)),
       int_field("train", "exit_after", LOOM_MEMBER(train.exit_after)),
+      string_field("train", "recompute", LOOM_MEMBER(train.recompute)),
 
       string_field("data", "path", LOOM_MEMBER(data.path)),
       string_field("data", "order", LOOM_MEMBER(data.order)),

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "parallel/init.h"
+#include "parallel/recompute.h"
 #include "parallel/tp_regions.h"
 
 namespace loom::models {
@@ -50,6 +51,7 @@ GPTOptions GPTOptions::from_config(const Config& config) {
   o.num_layers = config.model.num_layers;
   o.dropout = config.model.dropout;
   o.seed = static_cast<uint64_t>(config.train.seed);
+  o.recompute = config.train.recompute;
   return o;
 }
 
@@ -110,6 +112,20 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
                                                                     *tp.tp));
   causal_mask_ = register_buffer("causal_mask",
                                  torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
+  block_fn_ = [this](const torch::Tensor& hidden, const torch::Tensor&, const torch::Tensor&) { return block(hidden); };
+  core_fn_ = [this](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return attention_core(q, k, v);
+  };
+}
+
+torch::Tensor GPTBlockImpl::attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t b = q.size(0), heads = q.size(1), s = q.size(2), d = q.size(3);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
+  scores = scores.masked_fill(causal_mask_.narrow(0, 0, s).narrow(1, 0, s), -std::numeric_limits<float>::infinity());
+  // Heads are split across tp, so each rank draws its own attention-dropout mask.
+  auto probs = parallel::dropout(torch::softmax(scores, -1), options_.dropout, is_training(),
+                                 tp_.rng ? &tp_.rng->split() : nullptr);
+  return torch::matmul(probs, v).transpose(1, 2).reshape({b, s, heads * d});
 }
 
 torch::Tensor GPTBlockImpl::attention(const torch::Tensor& x) {
@@ -118,20 +134,29 @@ torch::Tensor GPTBlockImpl::attention(const torch::Tensor& x) {
   const int64_t b = qkv.size(0), s = qkv.size(1);
   qkv = qkv.view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4});
   auto q = qkv[0], k = qkv[1], v = qkv[2];  // [B, heads, S, d]
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
-  scores = scores.masked_fill(causal_mask_.narrow(0, 0, s).narrow(1, 0, s), -std::numeric_limits<float>::infinity());
-  // Heads are split across tp, so each rank draws its own attention-dropout mask.
-  auto probs = parallel::dropout(torch::softmax(scores, -1), options_.dropout, is_training(),
-                                 tp_.rng ? &tp_.rng->split() : nullptr);
-  auto context = torch::matmul(probs, v).transpose(1, 2).reshape({b, s, heads * d});
+  // Selective recomputation (Korthikanti et al.): the S x S scores and probabilities are
+  // most of a block's activation memory and cheap to recompute.
+  auto context = recomputing("selective") ? parallel::recompute_in_backward(core_fn_, split_generator(), q, k, v)
+                                          : attention_core(q, k, v);
   return proj_->forward(context);
 }
 
-torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) {
+torch::Tensor GPTBlockImpl::block(const torch::Tensor& hidden) {
   auto x = hidden + residual_dropout(attention(layer_norm(hidden, ln1_w_, ln1_b_)), options_.dropout, is_training(), tp_);
   auto mlp = torch::gelu(fc_->forward(layer_norm(x, ln2_w_, ln2_b_)), "tanh");
   return x + residual_dropout(fc_proj_->forward(mlp), options_.dropout, is_training(), tp_);
 }
+
+torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) {
+  // Full recomputation keeps only the block's input.
+  return recomputing("full") ? parallel::recompute_in_backward(block_fn_, split_generator(), hidden) : block(hidden);
+}
+
+bool GPTBlockImpl::recomputing(const std::string& kind) const {
+  return options_.recompute == kind && is_training() && torch::GradMode::is_enabled();
+}
+
+at::Generator* GPTBlockImpl::split_generator() const { return tp_.rng ? &tp_.rng->split() : nullptr; }
 
 std::vector<ParallelParameter> GPTBlockImpl::parallel_parameters() const {
   const std::string p = "h." + std::to_string(layer_) + ".";

@@ -22,6 +22,7 @@
 #include "models/language_model.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_parameter.h"
+#include "parallel/recompute.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/tp_rng.h"
 
@@ -36,6 +37,7 @@ struct GPTOptions {
   int64_t num_layers = 2;
   double dropout = 0.0;
   uint64_t seed = 1234;
+  std::string recompute = "none";  // none | full (whole blocks) | selective (the attention core)
 
   static GPTOptions from_config(const Config& config);
 };
@@ -64,7 +66,12 @@ class GPTBlockImpl : public torch::nn::Module {
 
  private:
   torch::Tensor attention(const torch::Tensor& x);
+  torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+  torch::Tensor block(const torch::Tensor& hidden);
+  bool recomputing(const std::string& kind) const;
+  at::Generator* split_generator() const;
   GPTOptions options_;
+  parallel::RecomputedFn block_fn_, core_fn_;  // what a recomputing backward re-runs
   int64_t layer_;
   TensorParallelContext tp_;
   torch::Tensor ln1_w_, ln1_b_, ln2_w_, ln2_b_;

@@ -74,7 +74,9 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
   if (l.t > 1) {
     // Each layer has two tp regions (attention, MLP), each crossed forward and
     // backward; the embedding and the output layer add one crossing each.
-    const int64_t crossings = 4 * layers + (first ? 1 : 0) + (last ? 1 : 0);
+    // Full recomputation runs each block's forward, and its two forward crossings, again.
+    const int64_t recomputed = c.train.recompute == "full" ? 2 * layers : 0;
+    const int64_t crossings = 4 * layers + recomputed + (first ? 1 : 0) + (last ? 1 : 0);
     if (l.sp) {
       add("tp", "all_gather", m * crossings, activation);
       add("tp", "reduce_scatter", m * crossings, activation);
