@@ -70,7 +70,7 @@ void load_parameter_slices(const std::vector<parallel::ParallelParameter>& param
 }
 
 Checkpointer::Checkpointer(const Config& config, parallel::ProcessGroups& groups,
-                           const std::vector<parallel::ParallelParameter>& params, optim::AdamW& optimizer,
+                           const std::vector<parallel::ParallelParameter>& params, optim::Optimizer& optimizer,
                            parallel::TensorParallelRng& rng)
     : config_(config), groups_(groups), params_(params), optimizer_(optimizer), rng_(rng) {}
 
@@ -91,6 +91,7 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
 
   const auto& coords = groups_.coords();
   const int64_t tp_size = groups_.tp().size();
+  optimizer_.gather_moments();
   ShardWriter shard(temporary, rank_file(rank, "bin"));
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
@@ -101,8 +102,9 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
     const auto global = p.global_shape_for(tp_size);
     auto cut = [&](const torch::Tensor& t) { return spec.dim >= 0 ? t.narrow(spec.dim, 0, spec.length) : t; };
     shard.add("model/" + p.name, global, spec.dim, spec.offset, cut(p.tensor));
-    shard.add("exp_avg/" + p.name, global, spec.dim, spec.offset, cut(optimizer_.exp_avg(i)));
-    shard.add("exp_avg_sq/" + p.name, global, spec.dim, spec.offset, cut(optimizer_.exp_avg_sq(i)));
+    const auto [exp_avg, exp_avg_sq] = optimizer_.moments(i);
+    shard.add("exp_avg/" + p.name, global, spec.dim, spec.offset, cut(exp_avg));
+    shard.add("exp_avg_sq/" + p.name, global, spec.dim, spec.offset, cut(exp_avg_sq));
   }
   shard.add_bytes("rng/rank_" + std::to_string(rank), rng_.state());
   const auto written = shard.finish();
@@ -206,13 +208,14 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   std::vector<torch::Tensor> tensors, exp_avg, exp_avg_sq;
   for (size_t i = 0; i < params_.size(); ++i) {
     tensors.push_back(params_[i].tensor);
-    exp_avg.push_back(optimizer_.exp_avg(i));
-    exp_avg_sq.push_back(optimizer_.exp_avg_sq(i));
+    exp_avg.push_back(torch::zeros_like(params_[i].tensor));
+    exp_avg_sq.push_back(torch::zeros_like(params_[i].tensor));
   }
   const std::string source = "checkpoint '" + path + "'";
   load_parameter_slices(params_, tensors, coords.tp, tp_size, reader("model/"), source);
   load_parameter_slices(params_, exp_avg, coords.tp, tp_size, reader("exp_avg/"), source);
   load_parameter_slices(params_, exp_avg_sq, coords.tp, tp_size, reader("exp_avg_sq/"), source);
+  for (size_t i = 0; i < params_.size(); ++i) optimizer_.set_moments(i, exp_avg[i], exp_avg_sq[i]);
   optimizer_.set_steps_taken(manifest.at("optimizer_steps").get<int64_t>());
 
   const auto saved_layout = manifest.at("layout");

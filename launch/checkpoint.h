@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/config.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/process_groups.h"
 #include "parallel/tp_rng.h"
@@ -27,7 +27,7 @@ struct TrainingState {
 class Checkpointer {
  public:
   Checkpointer(const Config& config, parallel::ProcessGroups& groups, const std::vector<parallel::ParallelParameter>& params,
-               optim::AdamW& optimizer, parallel::TensorParallelRng& rng);
+               optim::Optimizer& optimizer, parallel::TensorParallelRng& rng);
 
   // Collective. Saves the state after STATE.step into checkpoint.dir; returns the checkpoint's path.
   // MIDWAY, when given, runs after this rank's files are written and before the checkpoint is published (tests kill the job there).
@@ -42,7 +42,7 @@ class Checkpointer {
   const Config& config_;
   parallel::ProcessGroups& groups_;
   std::vector<parallel::ParallelParameter> params_;
-  optim::AdamW& optimizer_;
+  optim::Optimizer& optimizer_;
   parallel::TensorParallelRng& rng_;
 };
 

@@ -38,6 +38,13 @@ int plan_run(const std::string& run_dir) {
     throw InputError("'" + traffic_path.string() + "' is for another world size than config.yaml's layout");
   }
   const int64_t steps = traffic.at("steps").get<int64_t>();
+  // Checkpoints saved in the run's steps (interval, the last step, exit_after).
+  const int64_t last = traffic.value("last_step", steps), first = last - steps + 1;
+  int64_t saves = 0;
+  for (int64_t s = first; s <= last; ++s) {
+    const auto& ck = config.checkpoint;
+    if ((ck.interval > 0 && (s % ck.interval == 0 || s == config.train.steps)) || s == config.train.exit_after) ++saves;
+  }
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
 
   nlohmann::json out;
@@ -49,6 +56,10 @@ int plan_run(const std::string& run_dir) {
     // Every (group, op) either side has, except the world group's end-of-run barrier.
     std::map<std::pair<std::string, std::string>, std::pair<models::PredictedTraffic, models::PredictedTraffic>> rows;
     for (const auto& [key, value] : predicted) rows[key].first = {value.calls * steps, value.bytes * steps};
+    for (const auto& [key, value] : models::predict_gpt_checkpoint_traffic(config, grid.coords(rank))) {
+      rows[key].first.calls += value.calls * saves;
+      rows[key].first.bytes += value.bytes * saves;
+    }
     for (const auto& [group, ops] : measured.items()) {
       if (group == "world") continue;
       for (const auto& [op, c] : ops.items()) rows[{group, op}].second = {c.at("calls").get<int64_t>(), c.at("bytes").get<int64_t>()};

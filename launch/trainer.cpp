@@ -15,6 +15,7 @@
 #include "core/logging.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/launch_env.h"
+#include "optim/zero_adamw.h"
 #include "parallel/traffic_report.h"
 
 namespace loom::launch {
@@ -42,11 +43,11 @@ void require_supported(const Config& c) {
   auto unsupported = [](const std::string& key, const std::string& value) {
     return InputError("config key '" + key + "': " + value +
                       " is valid but not implemented in this version of loom; training supports tp, pp, dp, "
-                      "sequence_parallel, virtual_stages, checkpoints, ep=1, zero_stage=0, precision fp32");
+                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-2, ep=1, precision fp32");
   };
   const auto& p = c.parallel;
   if (p.ep != 1) throw unsupported("parallel.ep", std::to_string(p.ep));
-  if (p.zero_stage != 0) throw unsupported("parallel.zero_stage", std::to_string(p.zero_stage));
+  if (p.zero_stage == 3) throw unsupported("parallel.zero_stage", "3");
   if (c.train.precision != "fp32") throw unsupported("train.precision", c.train.precision);
   if (p.backend == "nccl") {
     throw InputError("config key 'parallel.backend': nccl needs a CUDA build of LibTorch and a GPU; "
@@ -177,18 +178,25 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   pipeline_ = std::make_unique<parallel::PipelineExecutor>(parallel::parse_pipeline_schedule(p.schedule),
                                                            config_.micro_batches_per_step(), p.virtual_stages,
                                                            groups_.pp(), activation_shape);
-  optimizer_ = std::make_unique<optim::AdamW>(
-      tensors, optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
   schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
+  if (!m.init_from.empty()) init_from_hf_gpt2(config_, params_, coords.tp, groups_.tp().size());
+  const optim::AdamWOptions adam{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
+  const int64_t zero_stage = groups_.dp().size() > 1 ? p.zero_stage : 0;  // with one dp rank there is nothing to shard
   if (groups_.dp().size() > 1) {
-    dp_grads_ = std::make_unique<parallel::GradientBuckets>(
-        tensors, groups_.dp(), static_cast<int64_t>(p.bucket_mb * 1024 * 1024), config_.micro_batches_per_step());
+    dp_grads_ = std::make_unique<parallel::GradientBuckets>(tensors, groups_.dp(),
+                                                            static_cast<int64_t>(p.bucket_mb * 1024 * 1024),
+                                                            config_.micro_batches_per_step(), zero_stage);
+    dp_grads_->defer(tied);
+  }
+  if (zero_stage >= 1) {
+    optimizer_ = std::make_unique<optim::ZeroAdamW>(tensors, *dp_grads_, groups_.dp(), adam);
+  } else {
+    optimizer_ = std::make_unique<optim::AdamW>(tensors, adam);
   }
   sequence_parallel_grads_ = std::make_unique<parallel::GradientReducer>(sequence_parallel);
   tied_grads_ = std::make_unique<parallel::GradientReducer>(tied);
-  if (!m.init_from.empty()) init_from_hf_gpt2(config_, params_, coords.tp, groups_.tp().size());
-  checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, params_, *optimizer_, *rng_);
   if (groups_.rank() == 0) metrics_ = std::make_unique<MetricsWriter>(run_dir_ + "/metrics.jsonl");
+  checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, params_, *optimizer_, *rng_);
 }
 
 Trainer::StepResult Trainer::forward_backward(int64_t consumed) {
@@ -278,14 +286,19 @@ TrainSummary Trainer::run(const std::string& resume) {
     const StepResult result = forward_backward(consumed);
     if (dp_grads_) dp_grads_->mark("backward done");
     const double mean_loss = result.loss;
-    // Sequence-parallel ranks each saw part of the sequence: their gradients of
-    // replicated parameters are partial sums.
-    sequence_parallel_grads_->all_reduce(groups_.tp());
     // The first stage's embedding and the last stage's output layer are one
-    // tied weight: each copy has half of its gradient.
+    // tied weight: each copy has half of its gradient. Their dp buckets are
+    // held back until this sum is in.
     if (!tied_grads_->empty()) tied_grads_->all_reduce(groups_.get(parallel::GroupKind::embedding));
     if (dp_grads_) dp_grads_->finish();
-    const double grad_norm = optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel(), groups_.coords().tp);
+    // Sequence-parallel ranks each saw part of the sequence: their gradients of
+    // replicated parameters are partial sums. Summed after the dp reduction, which
+    // may still be writing the buffers until finish(); tp peers' ZeRO shards align.
+    sequence_parallel_grads_->all_reduce(groups_.tp());
+    // With ZeRO-2 each dp rank holds the reduced gradients of its shard only: the norm sums the shards.
+    parallel::Communicator* shards = dp_grads_ && config_.parallel.zero_stage >= 2 ? &groups_.dp() : nullptr;
+    const double grad_norm =
+        optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel(), groups_.coords().tp, shards);
     optimizer_->step(lr);
     consumed += t.global_batch_size;
     const double step_s = seconds_since(step_start);
@@ -377,6 +390,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   auto report = parallel::gather_traffic_report(groups, *stats, summary.steps, host_name());
   if (!report.is_null()) {
     report["diagnostics"] = parallel::traffic_diagnostics(report, grid);
+    report["last_step"] = summary.last_step;
     std::ofstream(run_dir + "/traffic.json") << report.dump(1) << "\n";
     if (env.world() > 1) std::cout << parallel::format_traffic_table(report) << std::flush;
   }

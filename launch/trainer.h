@@ -64,7 +64,7 @@ class Trainer {
   std::vector<std::shared_ptr<models::LanguageModel>> chunks_;  // this rank's virtual stages, in order
   std::unique_ptr<parallel::PipelineExecutor> pipeline_;
   std::vector<parallel::ParallelParameter> params_;
-  std::unique_ptr<optim::AdamW> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
   optim::CosineSchedule schedule_;
   std::unique_ptr<parallel::GradientBuckets> dp_grads_;  // when dp > 1
   std::unique_ptr<parallel::GradientReducer> sequence_parallel_grads_;

@@ -103,14 +103,37 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     std::vector<int64_t> bytes;
     for (int64_t n : gpt_local_parameter_sizes(c, coords)) bytes.push_back(n * kFloat);
     const auto bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
+    const int64_t zero = c.parallel.zero_stage;
     for (const auto& bucket : parallel::GradientBuckets::plan(bytes, bucket_bytes)) {
       int64_t sum = 0;
       for (size_t i : bucket) sum += bytes[i];
-      add("dp", "all_reduce", 1, sum);
+      if (zero > 0) sum = (sum / kFloat + l.d - 1) / l.d * l.d * kFloat;  // padded to dp equal shards
+      add("dp", zero >= 2 ? "reduce_scatter" : "all_reduce", 1, sum);
+      if (zero > 0) add("dp", "all_gather", 1, sum);  // the updated parameter shards
     }
+    if (zero >= 2) add("dp", "all_reduce", 1, kDouble);  // the gradient norm's shard sums
     add("dp", "all_reduce", 1, kDouble);                                   // the loss
   }
   if (l.t * l.p > 1) add("model-parallel", "all_reduce", 1, kDouble);  // the gradient norm
+  return out;
+}
+
+std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_checkpoint_traffic(
+    const Config& c, const parallel::RankCoords& coords) {
+  std::map<std::pair<std::string, std::string>, PredictedTraffic> out;
+  const Layout l(c);
+  if (l.d == 1 || c.parallel.zero_stage == 0) return out;
+  // A sharded optimizer gathers both moments of every bucket before saving.
+  std::vector<int64_t> bytes;
+  for (int64_t n : gpt_local_parameter_sizes(c, coords)) bytes.push_back(n * kFloat);
+  for (const auto& bucket : parallel::GradientBuckets::plan(bytes, static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024))) {
+    int64_t sum = 0;
+    for (size_t i : bucket) sum += bytes[i];
+    sum = (sum / kFloat + l.d - 1) / l.d * l.d * kFloat;
+    auto& p = out[{"dp", "all_gather"}];
+    p.calls += 2;
+    p.bytes += 2 * sum;
+  }
   return out;
 }
 

@@ -26,6 +26,10 @@ struct PredictedTraffic {
 std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step_traffic(
     const Config& config, const parallel::RankCoords& coords);
 
+// What one checkpoint save adds (ZeRO gathers the sharded moments).
+std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_checkpoint_traffic(
+    const Config& config, const parallel::RankCoords& coords);
+
 // The sizes of the parameters this rank holds, in the trainer's order (order of use).
 std::vector<int64_t> gpt_local_parameter_sizes(const Config& config, const parallel::RankCoords& coords);
 

@@ -7,6 +7,8 @@
 
 #include <vector>
 
+#include "optim/optimizer.h"
+
 namespace loom::optim {
 
 struct AdamWOptions {
@@ -16,17 +18,21 @@ struct AdamWOptions {
   double weight_decay = 0.0;
 };
 
-class AdamW {
+// One AdamW update of P in place, elementwise, from gradient G and moments M, V.
+// Shared by the plain and the sharded optimizer so that both compute alike.
+void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torch::Tensor v, bool decay, double lr,
+                  int64_t step, const AdamWOptions& options);
+
+class AdamW : public Optimizer {
  public:
   AdamW(std::vector<torch::Tensor> params, AdamWOptions options);
   // One update with learning rate LR from the gradients now in the parameters.
-  void step(double lr);
-  void zero_grad();
-  int64_t steps_taken() const { return steps_; }
-  // The moments of params()[i], for checkpoints; a restore writes into them and sets the step count.
-  torch::Tensor& exp_avg(size_t i) { return exp_avg_[i]; }
-  torch::Tensor& exp_avg_sq(size_t i) { return exp_avg_sq_[i]; }
-  void set_steps_taken(int64_t steps) { steps_ = steps; }
+  void step(double lr) override;
+  void zero_grad() override;
+  int64_t steps_taken() const override { return steps_; }
+  void set_steps_taken(int64_t steps) override { steps_ = steps; }
+  std::pair<torch::Tensor, torch::Tensor> moments(size_t i) override { return {exp_avg_[i], exp_avg_sq_[i]}; }
+  void set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) override;
   const std::vector<torch::Tensor>& params() const { return params_; }
 
  private:

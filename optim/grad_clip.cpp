@@ -5,7 +5,7 @@
 namespace loom::optim {
 
 double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, double max_norm,
-                      parallel::Communicator& model_parallel, int64_t tp_rank) {
+                      parallel::Communicator& model_parallel, int64_t tp_rank, parallel::Communicator* shards) {
   torch::NoGradGuard no_grad;
   auto sum_sq = torch::zeros({1}, torch::kFloat64);
   for (const auto& p : params) {
@@ -13,6 +13,7 @@ double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, do
     if (!p.tensor.grad().defined() || (p.tp_replicated() && tp_rank != 0) || p.tied_copy) continue;
     sum_sq += p.tensor.grad().to(torch::kFloat64).pow(2).sum();
   }
+  if (shards) shards->all_reduce(sum_sq).wait();
   model_parallel.all_reduce(sum_sq).wait();
   const double norm = std::sqrt(sum_sq.item<double>());
   if (max_norm > 0.0 && norm > max_norm) {

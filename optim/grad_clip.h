@@ -13,8 +13,11 @@
 
 namespace loom::optim {
 
+// SHARDS: the group over which gradients are sharded (ZeRO-2: each rank's
+// gradients are zero outside its shard), whose partial sums are added too.
 // Returns the global norm before clipping; scales the gradients when MAX_NORM > 0 and the norm exceeds it.
 double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, double max_norm,
-                      parallel::Communicator& model_parallel, int64_t tp_rank);
+                      parallel::Communicator& model_parallel, int64_t tp_rank,
+                      parallel::Communicator* shards = nullptr);
 
 }  // namespace loom::optim

@@ -24,25 +24,33 @@ class AccumulatedHook : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes,
-                                 int64_t accumulations)
-    : params_(std::move(params)), dp_(dp), accumulations_(accumulations) {
+                                 int64_t accumulations, int64_t zero_stage)
+    : params_(std::move(params)), dp_(dp), accumulations_(accumulations), zero_stage_(zero_stage) {
   bucket_of_.assign(params_.size(), 0);
   std::vector<int64_t> bytes;
   for (const auto& p : params_) bytes.push_back(p.numel() * static_cast<int64_t>(p.element_size()));
   torch::NoGradGuard no_grad;
   for (auto& group : plan(bytes, bucket_bytes)) {
     Bucket bucket;
+    auto& l = bucket.layout;
     int64_t numel = 0;
     for (size_t i : group) numel += params_[i].numel();
-    bucket.buffer = torch::zeros({numel}, params_[group.front()].options());
+    // Sharded buckets split into dp equal contiguous ranges (Megatron-LM's distributed optimizer).
+    const int64_t d = zero_stage > 0 ? dp.size() : 1;
+    const int64_t padded = (numel + d - 1) / d * d;
+    l.buffer = torch::zeros({padded}, params_[group.front()].options());
+    l.shard_size = padded / d;
+    l.shard_begin = zero_stage > 0 ? l.shard_size * dp.rank() : 0;
     int64_t offset = 0;
     for (size_t i : group) {
       auto& p = params_[i];
-      p.mutable_grad() = bucket.buffer.narrow(0, offset, p.numel()).view(p.sizes());
+      p.mutable_grad() = l.buffer.narrow(0, offset, p.numel()).view(p.sizes());
+      l.offsets.push_back(offset);
       offset += p.numel();
       bucket_of_[i] = buckets_.size();
     }
-    bucket.params = group;
+    l.params = group;
+    if (zero_stage >= 2) bucket.shard = torch::empty({l.shard_size}, l.buffer.options());
     buckets_.push_back(std::move(bucket));
   }
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -74,11 +82,19 @@ std::vector<std::vector<size_t>> GradientBuckets::plan(const std::vector<int64_t
 
 void GradientBuckets::start_step() {
   for (auto& b : buckets_) {
-    b.pending = static_cast<int64_t>(b.params.size()) * accumulations_;
+    b.pending = static_cast<int64_t>(b.layout.params.size()) * accumulations_;
     b.launched = false;
   }
   trace_.clear();
   step_start_ = std::chrono::steady_clock::now();
+}
+
+void GradientBuckets::defer(const std::vector<torch::Tensor>& params) {
+  for (const auto& p : params) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (params_[i].is_same(p)) buckets_[bucket_of_[i]].deferred = true;
+    }
+  }
 }
 
 void GradientBuckets::mark(const std::string& event) {
@@ -87,14 +103,15 @@ void GradientBuckets::mark(const std::string& event) {
 
 void GradientBuckets::on_accumulated(size_t param) {
   auto& bucket = buckets_[bucket_of_[param]];
-  if (--bucket.pending == 0 && !bucket.launched) launch(bucket_of_[param]);
+  if (--bucket.pending == 0 && !bucket.launched && !bucket.deferred) launch(bucket_of_[param]);
 }
 
 void GradientBuckets::launch(size_t index) {
   auto& bucket = buckets_[index];
   bucket.launched = true;
   mark("bucket " + std::to_string(index) + " launched");
-  bucket.handle = dp_.all_reduce(bucket.buffer);
+  bucket.handle = zero_stage_ >= 2 ? dp_.reduce_scatter(bucket.shard, bucket.layout.buffer)
+                                  : dp_.all_reduce(bucket.layout.buffer);
 }
 
 void GradientBuckets::finish() {
@@ -103,9 +120,16 @@ void GradientBuckets::finish() {
     if (!buckets_[i].launched) launch(i);
   }
   const double scale = 1.0 / static_cast<double>(dp_.size());
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    buckets_[i].handle.wait();
-    buckets_[i].buffer.mul_(scale);
+  torch::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
+    bucket.handle.wait();
+    auto& l = bucket.layout;
+    if (zero_stage_ >= 2) {
+      l.buffer.zero_();
+      l.buffer.narrow(0, l.shard_begin, l.shard_size).copy_(bucket.shard).mul_(scale);
+    } else {
+      l.buffer.mul_(scale);
+    }
   }
   mark("reductions done");
 }

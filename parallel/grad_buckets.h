@@ -27,9 +27,27 @@ class GradientBuckets {
     double seconds;    // since start_step()
   };
 
+  // One bucket's layout: parameter I of the bucket sits at OFFSETS[i] of
+  // BUFFER. With ZeRO, the buffer is padded to a multiple of dp and this
+  // rank's shard is [shard_begin, shard_begin + shard_size).
+  struct Layout {
+    torch::Tensor buffer;
+    std::vector<size_t> params;
+    std::vector<int64_t> offsets;
+    int64_t shard_begin = 0, shard_size = 0;
+  };
+
   // PARAMS in order of use in forward. ACCUMULATIONS: gradients each
   // parameter receives per step (micro-batches). BUCKET_BYTES <= 0: one bucket.
-  GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes, int64_t accumulations);
+  // ZERO_STAGE 0 and 1 all-reduce the buckets; 2 reduce-scatters them, so that
+  // after finish() a rank's gradients are right in its shard only (zero elsewhere).
+  GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes, int64_t accumulations,
+                  int64_t zero_stage = 0);
+  const Layout& layout(size_t bucket) const { return buckets_[bucket].layout; }
+  // Holds back the buckets holding any of PARAMS until finish(): their
+  // gradients still change after backward (the tied embedding is summed over
+  // the embedding group first), so their reduction must not start early.
+  void defer(const std::vector<torch::Tensor>& params);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
@@ -49,11 +67,12 @@ class GradientBuckets {
 
  private:
   struct Bucket {
-    torch::Tensor buffer;
-    std::vector<size_t> params;
+    Layout layout;
+    torch::Tensor shard;  // the reduce-scatter's output (zero stage 2)
     int64_t pending = 0;  // parameter-accumulations still to arrive this step
     CommHandle handle;
     bool launched = false;
+    bool deferred = false;
   };
   void on_accumulated(size_t param);
   void launch(size_t bucket);
@@ -61,6 +80,7 @@ class GradientBuckets {
   std::vector<torch::Tensor> params_;
   Communicator& dp_;
   int64_t accumulations_;
+  int64_t zero_stage_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: params hold them weakly
