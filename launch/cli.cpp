@@ -18,6 +18,8 @@ constexpr const char* kUsage = R"(usage:
   loom topology CONFIG.yaml --world N [--set section.key=value]...
   loom schedule CONFIG.yaml [--world N] [--set section.key=value]...
   loom export CHECKPOINT --format hf-gpt2 --output FILE.safetensors
+  loom plan CONFIG.yaml --cluster CLUSTER.yaml [--world N] [--top K] [--set section.key=value]...
+  loom plan CONFIG.yaml --world N             (model-state bytes per rank for each ZeRO stage)
   loom plan --run RUN_DIR
   loom prepare --input FILE... --output PREFIX [--tokenizer byte] [--append-eod]
 
@@ -117,7 +119,28 @@ int dispatch(int argc, char** argv) {
     }
     return topology(topo);
   }
-  if (command == "plan" && argc == 4 && std::string(argv[2]) == "--run") return plan_run(argv[3]);
+  if (command == "plan") {
+    if (argc == 4 && std::string(argv[2]) == "--run") return plan_run(argv[3]);
+    PlanArgs plan_args;
+    while (!args.done()) {
+      std::string a = args.next();
+      if (a == "--set") {
+        plan_args.overrides.push_back(args.value_of(a));
+      } else if (a == "--cluster") {
+        plan_args.cluster_path = args.value_of(a);
+      } else if (a == "--world") {
+        plan_args.world = parse_integer(a, args.value_of(a), 1);
+      } else if (a == "--top") {
+        plan_args.top = parse_integer(a, args.value_of(a), 1);
+      } else if (a.rfind("--", 0) != 0 && plan_args.config_path.empty()) {
+        plan_args.config_path = a;
+      } else {
+        throw InputError("loom plan: unexpected argument '" + a + "'\n" + kUsage);
+      }
+    }
+    if (plan_args.config_path.empty()) throw InputError(std::string("loom plan needs CONFIG.yaml or --run DIR\n") + kUsage);
+    return plan(plan_args);
+  }
   if (command == "export") {
     ExportArgs exp;
     while (!args.done()) {

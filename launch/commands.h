@@ -55,6 +55,17 @@ struct ExportArgs {
 
 int export_checkpoint(const ExportArgs& args);
 
+struct PlanArgs {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string cluster_path;
+  int64_t world = 0;  // 0: the whole cluster
+  int64_t top = 5;
+};
+
+// loom plan CONFIG --cluster FILE: layouts ranked by the cost model.
+int plan(const PlanArgs& args);
+
 // loom plan --run DIR: the cost model's predicted traffic beside a finished run's counters.
 int plan_run(const std::string& run_dir);
 

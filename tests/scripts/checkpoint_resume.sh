@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints end to end (issue: exact resume, resume at another layout, safety):
-#  1. 40 steps straight and 20 + resume + 20 give bit-identical losses at tp=2 pp=2 dp=2 with dropout on;
+#  1. 40 steps straight and 20 + resume + 20 give bit-identical losses at tp=2 pp=2 dp=2, zero_stage 1, dropout on;
 #     interval 10 with keep 2 leaves the newest two and `latest` pointing at the last.
-#  2. Saved at tp=2 pp=2 dp=2, resumed at tp=1 pp=1 dp=1, tp=4 pp=1 dp=2 and pp=4: the next 20 losses
+#  2. Saved at tp=2 pp=2 dp=2 zero_stage 1, resumed at tp=1 pp=1 dp=1, tp=4 pp=1 dp=2 zero_stage 2 and pp=4: the next 20 losses
 #     equal the uninterrupted run's within 1e-5.
 #  3. A flipped byte, a truncated file and a missing file are refused naming the file (exit 2), and
 #     --resume auto falls back to the previous checkpoint.
@@ -10,7 +10,7 @@
 #  5. SIGTERM finishes the step, saves and exits 0.
 source "$(dirname "$0")/common.sh"
 MODEL=(--set model.num_layers=4 --set train.global_batch_size=16 --set train.steps=40)
-L222=(--set parallel.tp=2 --set parallel.pp=2)
+L222=(--set parallel.tp=2 --set parallel.pp=2 --set parallel.zero_stage=1)
 
 train() {  # train NP NAME [args...]: exits like loom
   local np="$1" name="$2"
@@ -48,19 +48,19 @@ must_train 8 first_half "${L222[@]}" "${DROP[@]}" --set checkpoint.dir="$WORK/ck
 [ "$(wc -l < "$WORK/first_half/metrics.jsonl")" = 20 ] || fail "exit_after 20 should stop after 20 steps"
 must_train 8 second_half "${L222[@]}" "${DROP[@]}" --set checkpoint.dir="$WORK/ck" --resume auto
 grep -q "resumed from .*step_00000020 at step 20" "$WORK/second_half.log" || fail "did not resume at step 20"
-echo -n "exact resume, tp=2 pp=2 dp=2, dropout 0.1: "
+echo -n "exact resume, tp=2 pp=2 dp=2 zero_stage 1, dropout 0.1: "
 steps_equal second_half straight 0 21 || fail "resumed losses are not bit-identical"
 steps_equal first_half straight 0 1 > /dev/null || fail "first half differs"
 
 # 2. Another layout (dropout off: RNG streams only carry over at the same layout).
 must_train 8 nodrop "${L222[@]}" --set checkpoint.dir="$WORK/ck_nodrop" --set checkpoint.interval=10 --set checkpoint.keep=4
-for layout in "1 tp1_pp1_dp1" "8 tp4_pp1_dp2 --set parallel.tp=4" "4 pp4 --set parallel.pp=4"; do
+for layout in "1 tp1_pp1_dp1" "8 tp4_pp1_dp2_zero2 --set parallel.tp=4 --set parallel.zero_stage=2" "4 pp4 --set parallel.pp=4"; do
   set -- $layout
   np="$1" name="$2"
   shift 2
   must_train "$np" "resume_$name" "$@" --resume "$WORK/ck_nodrop/step_00000020"
   grep -q "RNG states not restored" "$WORK/resume_$name.log" || fail "$name should say the RNG states were not restored"
-  echo -n "saved at tp=2 pp=2 dp=2, resumed at $name: "
+  echo -n "saved at tp=2 pp=2 dp=2 zero_stage 1, resumed at $name: "
   steps_equal "resume_$name" nodrop 1e-5 21 || fail "resuming at $name changed the losses"
 done
 

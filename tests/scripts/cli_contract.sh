@@ -17,7 +17,7 @@ expect_exit 2 "cannot read config file '/nope.yaml'" "$LOOM" train /nope.yaml
 expect_exit 2 "did you mean 'train.micro_batch_size'" "$LOOM" train "$TINY" --set train.micro_batch=2
 expect_exit 2 "'train.global_batch_size'" "$LOOM" train "$TINY" --set train.global_batch_size=7
 expect_exit 2 "'parallel.dp'" "$LOOM" train "$TINY" --set parallel.dp=2
-expect_exit 2 "not implemented in this version" "$LOOM" train "$TINY" --set parallel.zero_stage=1
+expect_exit 2 "not implemented in this version" "$LOOM" train "$TINY" --set parallel.zero_stage=3
 expect_exit 2 "data.path" "$LOOM" train "$TINY" --set data.path="$WORK/missing"
 expect_exit 2 "'parallel.virtual_stages'" "$LOOM" train "$TINY" --set parallel.schedule=interleaved
 expect_exit 2 "12 layers would split; so would pp \* virtual_stages of 1, 2, 3 or 6" "$LOOM" topology "$TINY" --world 3 --set parallel.pp=3 --set model.num_layers=6 \
@@ -28,6 +28,10 @@ expect_exit 2 "'checkpoint.dir'" "$LOOM" train "$TINY" --set train.exit_after=3
 expect_exit 2 "--resume auto needs checkpoint.dir" "$LOOM" train "$TINY" --resume auto
 expect_exit 0 "no complete checkpoint in '$WORK/ck_empty'; starting fresh" "$LOOM" train "$TINY" --run-dir "$WORK/fresh" \
   --set checkpoint.dir="$WORK/ck_empty" --set train.steps=2 --set train.warmup_steps=1 --resume auto
+expect_exit 2 "cannot read cluster file '$WORK/none.yaml'" "$LOOM" plan "$TINY" --cluster "$WORK/none.yaml"
+expect_exit 0 "decision order check: tp inside a node: yes" "$LOOM" plan "$LOOM_SOURCE/configs/gpt3_175b.yaml" \
+  --cluster "$LOOM_SOURCE/configs/clusters/h100_sxm_8x_ib.yaml" --world 1024
+expect_exit 0 "zero_stage 3: " "$LOOM" plan "$TINY" --world 8
 expect_exit 2 "--world" "$LOOM" topology "$TINY"
 # loom schedule shows a layout's bubble before it runs: p=2, m=4 gives 1/5.
 "$LOOM" schedule "$TINY" --set parallel.pp=2 > "$WORK/schedule.txt" || fail "loom schedule"

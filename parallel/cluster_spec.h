@@ -1,0 +1,29 @@
+// A cluster as the cost model sees it (configs/clusters/*.yaml): GPUs per
+// node, nodes, each GPU's peak bf16 FLOP/s and memory, and the alpha-beta
+// (latency, inverse bandwidth) of the link inside a node and between nodes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace loom::parallel {
+
+struct ClusterSpec {
+  std::string name;
+  int64_t gpus_per_node = 8;
+  int64_t nodes = 1;
+  double peak_flops = 0;       // bf16, per GPU
+  double memory_bytes = 0;     // per GPU
+  double intra_bandwidth = 0;  // bytes/s per GPU and direction
+  double intra_latency = 0;    // seconds
+  double inter_bandwidth = 0;
+  double inter_latency = 0;
+  double compute_efficiency = 0.5;
+
+  int64_t gpus() const { return gpus_per_node * nodes; }
+};
+
+// Reads PATH; unknown or missing keys and impossible values throw InputError naming the file and key.
+ClusterSpec load_cluster(const std::string& path);
+
+}  // namespace loom::parallel

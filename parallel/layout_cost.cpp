@@ -1,0 +1,210 @@
+#include "parallel/layout_cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace loom::parallel {
+
+double model_state_bytes(double parameters, int64_t zero_stage, int64_t dp, const StateBytes& b) {
+  const double d = static_cast<double>(dp);
+  switch (zero_stage) {
+    case 0: return parameters * (b.param + b.grad + b.optimizer);
+    case 1: return parameters * (b.param + b.grad + b.optimizer / d);
+    case 2: return parameters * (b.param + (b.grad + b.optimizer) / d);
+    default: return parameters * (b.param + b.grad + b.optimizer) / d;
+  }
+}
+
+double ring_all_reduce_time(double n, int64_t p, double alpha, double beta) {
+  if (p < 2) return 0;
+  const double q = static_cast<double>(p);
+  return 2.0 * (q - 1) / q * n * beta + 2.0 * (q - 1) * alpha;
+}
+
+double ring_all_gather_time(double n, int64_t p, double alpha, double beta) {
+  if (p < 2) return 0;
+  const double q = static_cast<double>(p);
+  return (q - 1) / q * n * beta + (q - 1) * alpha;
+}
+
+double all_to_all_time(double n, int64_t p, double alpha, double beta) { return ring_all_gather_time(n, p, alpha, beta); }
+
+double point_to_point_time(double n, double alpha, double beta) { return alpha + n * beta; }
+
+double crossover_bytes(double alpha, double beta) { return alpha / beta; }
+
+double tp_layer_volume_elements(int64_t b, int64_t s, int64_t h, int64_t t) {
+  const double q = static_cast<double>(t);
+  return 4.0 * 2.0 * (q - 1) / q * static_cast<double>(b * s * h);
+}
+
+double pipeline_bubble(int64_t p, int64_t m, int64_t v) {
+  return static_cast<double>(p - 1) / static_cast<double>(m * v + p - 1);
+}
+
+double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, int64_t t, const std::string& recompute) {
+  const double sbh = static_cast<double>(s * b * h), q = static_cast<double>(t);
+  if (recompute == "full") return 2.0 * sbh / q;
+  const double attention = recompute == "selective" ? 0.0 : 5.0 * static_cast<double>(heads * s) / static_cast<double>(h);
+  return sbh * (34.0 + attention) / q;
+}
+
+double gpt_parameters(const Config& c) {
+  const double h = static_cast<double>(c.model.hidden_size), f = static_cast<double>(c.ffn_size());
+  const double block = 4 * h + 3 * h * h + 3 * h + h * h + h + 2 * h * f + f + h;
+  return static_cast<double>(c.model.vocab_size) * h + static_cast<double>(c.model.seq_len) * h +
+         static_cast<double>(c.model.num_layers) * block + 2 * h;
+}
+
+namespace {
+
+struct Link {
+  std::string name;
+  double alpha, beta;
+};
+
+std::string gigabytes(double bytes) {
+  char s[32];
+  std::snprintf(s, sizeof(s), "%.1f GB", bytes / 1e9);
+  return s;
+}
+
+}  // namespace
+
+LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& l) {
+  LayoutEstimate e;
+  e.layout = l;
+  const auto& m = config.model;
+  const bool mixed = config.train.precision != "fp32";
+  const StateBytes bytes = mixed ? StateBytes{2, 2, 12} : StateBytes{4, 4, 8};
+  const double element = mixed ? 2.0 : 4.0;
+  const double n = gpt_parameters(config);
+  const int64_t micro_batches = config.train.global_batch_size / (l.micro_batch * l.dp);
+  const int64_t layers_per_stage = m.num_layers / l.pp;
+
+  e.parameters_per_rank = n / static_cast<double>(l.tp * l.pp);
+  e.state_bytes = model_state_bytes(e.parameters_per_rank, l.zero_stage, l.dp, bytes);
+  // 1F1B keeps up to pp micro-batches in flight on the first stage; interleaving adds (p-1)/(p v).
+  const double in_flight = static_cast<double>(std::min(l.pp, micro_batches)) *
+                           (l.virtual_stages > 1 ? 1.0 + static_cast<double>(l.pp - 1) / static_cast<double>(l.pp * l.virtual_stages) : 1.0);
+  e.activation_bytes = layer_activation_bytes(m.seq_len, l.micro_batch, m.hidden_size, m.num_heads, l.tp, l.recompute) *
+                       static_cast<double>(layers_per_stage) * in_flight * (element / 2.0);
+  e.memory_bytes = e.state_bytes + e.activation_bytes;
+  e.fits = e.memory_bytes <= cluster.memory_bytes;
+
+  // Ranks are laid out tp fastest, then dp, then pp: a group stays in a node when its span does.
+  const Link intra{"intra-node", cluster.intra_latency, 1.0 / cluster.intra_bandwidth};
+  const Link inter{"inter-node", cluster.inter_latency, 1.0 / cluster.inter_bandwidth};
+  const Link& tp_link = l.tp <= cluster.gpus_per_node ? intra : inter;
+  const Link& dp_link = l.tp * l.dp <= cluster.gpus_per_node ? intra : inter;
+  const Link& pp_link = l.tp * l.dp * l.pp <= cluster.gpus_per_node ? intra : inter;
+  e.tp_across_nodes = l.tp > cluster.gpus_per_node;
+
+  const double activation = static_cast<double>(l.micro_batch * m.seq_len * m.hidden_size) * element;
+  const double m_d = static_cast<double>(micro_batches);
+  if (l.tp > 1) {
+    const double per_micro = static_cast<double>(layers_per_stage) * (l.recompute == "full" ? 6.0 : 4.0);
+    const double q = static_cast<double>(l.tp);
+    e.traffic.push_back({"tp", tp_link.name, m_d * per_micro * 2.0 * (q - 1) / q * activation,
+                         m_d * per_micro * ring_all_reduce_time(activation, l.tp, tp_link.alpha, tp_link.beta)});
+  }
+  if (l.pp > 1) {
+    const double message = activation / static_cast<double>(l.tp);  // sequence-parallel activations
+    const double sends = m_d * 2.0 * static_cast<double>(l.virtual_stages);
+    e.traffic.push_back({"pp", pp_link.name, sends * message, sends * point_to_point_time(message, pp_link.alpha, pp_link.beta)});
+  }
+  double dp_seconds = 0;
+  if (l.dp > 1) {
+    const double grads = e.parameters_per_rank * bytes.grad, params = e.parameters_per_rank * bytes.param;
+    const double q = static_cast<double>(l.dp), share = (q - 1) / q;
+    double wire = 0;
+    if (l.zero_stage <= 1) {
+      wire = 2 * share * grads;
+      dp_seconds = ring_all_reduce_time(grads, l.dp, dp_link.alpha, dp_link.beta);
+    } else {
+      // Reduce-scatter the gradients, all-gather the updated parameters; stage 3 gathers them twice more.
+      const double gathers = l.zero_stage == 3 ? 3.0 : 1.0;
+      wire = share * grads + gathers * share * params;
+      dp_seconds = ring_all_gather_time(grads, l.dp, dp_link.alpha, dp_link.beta) +
+                   gathers * ring_all_gather_time(params, l.dp, dp_link.alpha, dp_link.beta);
+    }
+    e.traffic.push_back({"dp", dp_link.name, wire, dp_seconds});
+  }
+
+  const double tokens = static_cast<double>(config.train.global_batch_size * m.seq_len);
+  const double model_flops = 6.0 * n * tokens + 12.0 * static_cast<double>(m.num_layers * m.hidden_size * m.seq_len) * tokens;
+  // Full recomputation runs the forward twice (4/3 of the work); selective re-runs the
+  // attention core, 4 S H flops per token and layer (QK^T and PV).
+  double hardware_flops = model_flops * (l.recompute == "full" ? 4.0 / 3.0 : 1.0);
+  if (l.recompute == "selective") hardware_flops += 4.0 * static_cast<double>(m.num_layers * m.seq_len * m.hidden_size) * tokens;
+  const double world = static_cast<double>(l.tp * l.pp * l.dp);
+  e.compute_s = hardware_flops / (world * cluster.peak_flops * cluster.compute_efficiency);
+  e.bubble = pipeline_bubble(l.pp, micro_batches, l.virtual_stages);
+  double critical = e.compute_s;
+  for (const auto& t : e.traffic) {
+    if (t.group != "dp") critical += t.seconds;  // tp and pp transfers sit on the critical path
+  }
+  // Bucketed dp reduction hides behind backward (two thirds of compute); only the rest shows.
+  e.exposed_comm_s = std::max(0.0, dp_seconds - 2.0 / 3.0 * e.compute_s) + (critical - e.compute_s);
+  e.step_s = critical / (1.0 - e.bubble) + std::max(0.0, dp_seconds - 2.0 / 3.0 * e.compute_s);
+  e.mfu = model_flops / (e.step_s * world * cluster.peak_flops);
+  if (!e.fits) {
+    e.reason = "out of memory";
+    e.verdict = "out of memory: " + gigabytes(e.memory_bytes) + " > " + gigabytes(cluster.memory_bytes);
+  }
+  return e;
+}
+
+std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const ClusterSpec& cluster, int64_t world) {
+  const auto& m = config.model;
+  const int64_t g = config.train.global_batch_size;
+  std::vector<LayoutEstimate> all;
+  for (int64_t tp = 1; tp <= std::min<int64_t>(world, 64); tp *= 2) {
+    if (m.num_heads % tp || config.ffn_size() % tp || m.seq_len % tp) continue;
+    for (int64_t pp = 1; pp <= m.num_layers && tp * pp <= world; ++pp) {
+      if (m.num_layers % pp || world % (tp * pp)) continue;
+      const int64_t dp = world / (tp * pp);
+      for (int64_t v : {1, 2, 4}) {
+        if (m.num_layers % (pp * v) || (v > 1 && pp == 1)) continue;
+        for (int64_t mb : {1, 2, 4, 8}) {
+          if (g % (mb * dp)) continue;
+          const int64_t micro = g / (mb * dp);
+          if ((pp > 1 && micro < pp) || (v > 1 && micro % pp)) continue;
+          for (int64_t zero = 0; zero <= 3; ++zero) {
+            if (dp == 1 && zero > 0) continue;
+            for (const char* recompute : {"none", "selective", "full"}) {
+              all.push_back(estimate_layout(config, cluster, {tp, pp, dp, v, zero, mb, recompute}));
+            }
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(all.begin(), all.end(), [](const LayoutEstimate& a, const LayoutEstimate& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.step_s < b.step_s;
+  });
+  if (all.empty() || !all.front().fits) return all;
+  const double best = all.front().step_s;
+  for (size_t i = 1; i < all.size(); ++i) {
+    auto& e = all[i];
+    if (!e.verdict.empty()) continue;
+    char s[160];
+    if (e.tp_across_nodes) {
+      e.reason = "tp across nodes";
+      std::snprintf(s, sizeof(s), "tp=%lld spans %lld nodes: its per-layer all-reduces cross the inter-node link",
+                    static_cast<long long>(e.layout.tp), static_cast<long long>(e.layout.tp / cluster.gpus_per_node));
+    } else if (e.bubble > 0.2) {
+      e.reason = "pipeline bubble";
+      std::snprintf(s, sizeof(s), "pipeline bubble %.0f%%", 100.0 * e.bubble);
+    } else {
+      e.reason = "slower";
+      std::snprintf(s, sizeof(s), "slower: %.2fx the best step time", e.step_s / best);
+    }
+    e.verdict = s;
+  }
+  return all;
+}
+
+}  // namespace loom::parallel

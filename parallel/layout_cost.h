@@ -1,0 +1,78 @@
+// The cost model behind `loom plan`: for a transformer, a cluster and a
+// layout, the standard estimates of memory per GPU, traffic per step and
+// group, collective times by the alpha-beta model, pipeline bubble, compute
+// time, step time and MFU. Pure arithmetic; the formulas are those of
+// shared/background (ZeRO's model-state accounting, Megatron-LM's
+// activation memory and bubble, ring collectives) and each is a small
+// function so that tests check it against worked figures.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "parallel/cluster_spec.h"
+
+namespace loom::parallel {
+
+// ---- the formulas -----------------------------------------------------------
+
+// Bytes of model state per parameter and how ZeRO divides them over D ranks:
+// stage 0 keeps all; 1 shards the optimizer state; 2 also the gradients; 3 also the parameters.
+struct StateBytes {
+  double param = 2, grad = 2, optimizer = 12;  // mixed-precision Adam: bf16 param and grad, fp32 master + m + v
+};
+double model_state_bytes(double parameters, int64_t zero_stage, int64_t dp, const StateBytes& b);
+
+// Ring collectives over P ranks of N bytes on a link of latency ALPHA (s) and BETA (s/byte).
+double ring_all_reduce_time(double n, int64_t p, double alpha, double beta);      // 2(P-1)/P n beta + 2(P-1) alpha
+double ring_all_gather_time(double n, int64_t p, double alpha, double beta);      // (P-1)/P n beta + (P-1) alpha
+double all_to_all_time(double n, int64_t p, double alpha, double beta);           // (P-1)/P n beta + (P-1) alpha
+double point_to_point_time(double n, double alpha, double beta);                 // alpha + n beta
+// The message size at which latency and bandwidth cost the same: alpha / beta.
+double crossover_bytes(double alpha, double beta);
+
+// Tensor-parallel bytes a rank moves per layer and micro-batch: 4 all-reduces of B*S*H (2 forward, 2 backward).
+double tp_layer_volume_elements(int64_t b, int64_t s, int64_t h, int64_t t);  // 4 * 2(T-1)/T * B*S*H
+double pipeline_bubble(int64_t p, int64_t m, int64_t v);                        // (p-1)/(m v + p-1)
+
+// Activation bytes of one transformer layer for one micro-batch (Korthikanti et al. 2022, 16-bit):
+// S B H (34 + 5 a S / H) / t with tp t and sequence parallelism; selective recomputation drops the
+// 5 a S / H term; full recomputation keeps only the layer input, 2 S B H / t.
+double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, int64_t t, const std::string& recompute);
+
+// GPT parameters as loom builds them (tied embedding).
+double gpt_parameters(const Config& config);
+
+// ---- a layout, estimated ------------------------------------------------------
+
+struct Layout {
+  int64_t tp = 1, pp = 1, dp = 1, virtual_stages = 1, zero_stage = 0, micro_batch = 1;
+  std::string recompute = "none";
+};
+
+struct GroupTraffic {
+  std::string group, link;  // link: "intra-node" or "inter-node"
+  double bytes = 0;         // per rank and step, on the wire
+  double seconds = 0;
+};
+
+struct LayoutEstimate {
+  Layout layout;
+  double parameters_per_rank = 0;
+  double state_bytes = 0, activation_bytes = 0, memory_bytes = 0;
+  std::vector<GroupTraffic> traffic;
+  double compute_s = 0, bubble = 0, exposed_comm_s = 0, step_s = 0, mfu = 0;
+  bool fits = true;
+  bool tp_across_nodes = false;
+  std::string reason;   // the kind of loss: "out of memory", "tp across nodes", "pipeline bubble", "slower"
+  std::string verdict;  // why it loses, in plain words; empty for the best
+};
+
+LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& layout);
+
+// Every valid layout of CONFIG's model on WORLD GPUs, estimated, best (fitting, fastest) first.
+std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const ClusterSpec& cluster, int64_t world);
+
+}  // namespace loom::parallel

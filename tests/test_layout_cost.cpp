@@ -1,0 +1,96 @@
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/config.h"
+#include "core/errors.h"
+#include "parallel/layout_cost.h"
+
+using namespace loom::parallel;
+
+TEST_CASE("model-state bytes reproduce the worked examples", "[plan]") {
+  // Mixed-precision Adam: bf16 parameters and gradients (2 + 2) and fp32 master, m and v (12):
+  // 16 bytes per parameter, 112 GB for 7B parameters.
+  CHECK(model_state_bytes(7e9, 0, 1, {2, 2, 12}) == Approx(112e9));
+  // The ZeRO example at 8 GPUs counts 16 bytes of optimizer state (fp32 master, m, v and an fp32
+  // gradient copy): 140 GB, 42 GB, 29.75 GB and 17.5 GB, quoted rounded as 140 / 42 / 30 / 18 GB.
+  const StateBytes example{2, 2, 16};
+  CHECK(model_state_bytes(7e9, 0, 8, example) == Approx(140e9));
+  CHECK(model_state_bytes(7e9, 1, 8, example) == Approx(42e9));
+  CHECK(model_state_bytes(7e9, 2, 8, example) == Approx(29.75e9));
+  CHECK(model_state_bytes(7e9, 3, 8, example) == Approx(17.5e9));
+  CHECK(std::abs(model_state_bytes(7e9, 2, 8, example) - 30e9) <= 0.5e9);
+  CHECK(std::abs(model_state_bytes(7e9, 3, 8, example) - 18e9) <= 0.5e9);
+  // fp32 Adam: 16N, 4N + 4N + 8N/d, 4N + 12N/d, 16N/d.
+  const double n = 1e6, d = 4;
+  CHECK(model_state_bytes(n, 0, 4, {4, 4, 8}) == Approx(16 * n));
+  CHECK(model_state_bytes(n, 1, 4, {4, 4, 8}) == Approx(8 * n + 8 * n / d));
+  CHECK(model_state_bytes(n, 2, 4, {4, 4, 8}) == Approx(4 * n + 12 * n / d));
+  CHECK(model_state_bytes(n, 3, 4, {4, 4, 8}) == Approx(16 * n / d));
+}
+
+TEST_CASE("collective times, tp volume, bubble and crossover follow the formulas", "[plan]") {
+  const double alpha = 5e-6, beta = 1.0 / 50e9;  // an InfiniBand NIC: 5 us, 50 GB/s
+  // Ring all-reduce of 1 GB over 8: 2 * 7/8 * 1 GB / 50 GB/s + 14 * 5 us = 35 ms + 70 us.
+  CHECK(ring_all_reduce_time(1e9, 8, alpha, beta) == Approx(0.035 + 70e-6));
+  CHECK(ring_all_gather_time(1e9, 8, alpha, beta) == Approx(0.0175 + 35e-6));
+  CHECK(point_to_point_time(1e6, alpha, beta) == Approx(5e-6 + 20e-6));
+  CHECK(ring_all_reduce_time(1e9, 1, alpha, beta) == 0);
+  // Below alpha / beta = 250 KB a message is latency-bound.
+  CHECK(crossover_bytes(alpha, beta) == Approx(250e3));
+  // Per layer and micro-batch tp moves 4 all-reduces of B*S*H elements: 4 * 2(T-1)/T * B*S*H.
+  CHECK(tp_layer_volume_elements(1, 2048, 12288, 8) == Approx(4 * 2 * 7.0 / 8 * 2048 * 12288));
+  CHECK(pipeline_bubble(4, 8, 1) == Approx(3.0 / 11));
+  CHECK(pipeline_bubble(8, 64, 2) == Approx(7.0 / 135));
+  // Activations per layer: S B H (34 + 5 a S / H) / t; selective drops the attention term.
+  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, "none") == Approx(2048.0 * 12288 * (34 + 5.0 * 96 * 2048 / 12288) / 8));
+  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, "selective") == Approx(2048.0 * 12288 * 34 / 8));
+  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, "full") == Approx(2.0 * 2048 * 12288 / 8));
+}
+
+TEST_CASE("GPT-3 175B on 1,024 H100s: the best layout keeps tp inside a node", "[plan]") {
+  loom::Config c;
+  c.model.num_layers = 96;
+  c.model.hidden_size = 12288;
+  c.model.num_heads = 96;
+  c.model.vocab_size = 51200;
+  c.model.seq_len = 2048;
+  c.train.global_batch_size = 1536;
+  c.train.precision = "bf16";
+  CHECK(gpt_parameters(c) == Approx(175e9).epsilon(0.01));
+  const auto cluster = load_cluster(std::string(LOOM_SOURCE_DIR) + "/configs/clusters/h100_sxm_8x_ib.yaml");
+  const auto all = enumerate_layouts(c, cluster, 1024);
+  REQUIRE(!all.empty());
+  const auto& best = all.front();
+  INFO("best tp " << best.layout.tp << " pp " << best.layout.pp << " dp " << best.layout.dp);
+  CHECK(best.fits);
+  CHECK(best.layout.tp <= cluster.gpus_per_node);
+  CHECK(best.layout.tp * best.layout.pp * best.layout.dp == 1024);
+  CHECK(best.mfu > 0.2);
+  CHECK(best.mfu < cluster.compute_efficiency);
+  // Without ZeRO, two-way model parallelism cannot hold 175B parameters' state on 80 GB.
+  bool saw_oom = false;
+  for (const auto& e : all) {
+    if (e.layout.tp * e.layout.pp <= 2 && e.layout.zero_stage == 0) {
+      CHECK(!e.fits);
+      CHECK_THAT(e.verdict, Catch::StartsWith("out of memory"));
+      CHECK(e.reason == "out of memory");
+      saw_oom = true;
+    }
+  }
+  CHECK(saw_oom);
+}
+
+TEST_CASE("cluster files with a missing or unknown key are refused naming it", "[plan]") {
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto good = std::string(LOOM_SOURCE_DIR) + "/configs/clusters/a100_sxm_8x_ib.yaml";
+  CHECK(load_cluster(good).gpus() == 128);
+  const auto unknown = (dir / "loom_cluster_unknown.yaml").string();
+  std::ofstream(unknown) << "gpus_per_node: 8\nnodes: 1\nnvlink_speed: 3\n";
+  CHECK_THROWS_WITH(load_cluster(unknown), Catch::Contains("unknown key 'nvlink_speed'") && Catch::Contains(unknown));
+  const auto missing = (dir / "loom_cluster_missing.yaml").string();
+  std::ofstream(missing) << "gpus_per_node: 8\nnodes: 1\n";
+  CHECK_THROWS_WITH(load_cluster(missing), Catch::Contains("missing key 'peak_bf16_tflops'"));
+  CHECK_THROWS_AS(load_cluster((dir / "nope.yaml").string()), loom::InputError);
+}
