@@ -241,6 +241,31 @@ std::function<void()> Trainer::save_fault(int64_t step) const {
   };
 }
 
+nlohmann::json Trainer::memory_report() {
+  int64_t params = 0, grads = 0;
+  for (const auto& p : params_) {
+    params += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
+    if (!dp_grads_ && p.tensor.grad().defined()) grads += p.tensor.grad().numel() * static_cast<int64_t>(p.tensor.grad().element_size());
+  }
+  for (int64_t b = 0; dp_grads_ && b < dp_grads_->num_buckets(); ++b) {
+    const auto& buffer = dp_grads_->layout(static_cast<size_t>(b)).buffer;
+    grads += buffer.numel() * static_cast<int64_t>(buffer.element_size());
+  }
+  auto mine = torch::tensor({static_cast<double>(params), static_cast<double>(grads),
+                             static_cast<double>(optimizer_->state_bytes())}, torch::kFloat64);
+  auto all = torch::empty({groups_.world(), 3}, torch::kFloat64);
+  groups_.world_comm().all_gather(all, mine).wait();
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int64_t r = 0; r < groups_.world(); ++r) {
+    ranks.push_back({{"rank", r},
+                     {"params_bytes", static_cast<int64_t>(all[r][0].item<double>())},
+                     {"grads_bytes", static_cast<int64_t>(all[r][1].item<double>())},
+                     {"master_bytes", 0},  // fp32 training: the parameters are the master weights
+                     {"optimizer_bytes", static_cast<int64_t>(all[r][2].item<double>())}});
+  }
+  return ranks;
+}
+
 void Trainer::maybe_inject_fault(int64_t step) const {
   if (fault_.kind == "kill_in_save" || fault_.rank != groups_.rank() || fault_.step != step) return;
   spdlog::warn("injected fault: {} at step {}", fault_.kind, step);
@@ -308,6 +333,9 @@ TrainSummary Trainer::run(const std::string& resume) {
     const double mean_step_s = done > 0 ? timed_seconds / static_cast<double>(done) : step_s;
     if (step == first_step) summary.first_loss = mean_loss;
     summary.last_loss = mean_loss;
+    // Model-state bytes of every rank, once: they do not change between steps.
+    nlohmann::json memory;
+    if (step == first_step) memory = memory_report();
     if (metrics_) {
       nlohmann::json record{{"step", step},
                             {"loss", mean_loss},
@@ -317,6 +345,7 @@ TrainSummary Trainer::run(const std::string& resume) {
                             {"tokens_per_s", static_cast<double>(tokens_per_step) / step_s},
                             {"consumed_samples", consumed}};
       if (config_.parallel.pp > 1) record["pipeline"] = pipeline_metrics(config_, result.stages);
+      if (!memory.is_null()) record["memory"] = memory;
       metrics_->write(record);
     }
     if (step == 1 || step % config_.log.interval == 0 || step == t.steps) {

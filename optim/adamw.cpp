@@ -36,6 +36,14 @@ void AdamW::step(double lr) {
   }
 }
 
+int64_t AdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < exp_avg_.size(); ++i) {
+    bytes += (exp_avg_[i].numel() + exp_avg_sq_[i].numel()) * static_cast<int64_t>(exp_avg_[i].element_size());
+  }
+  return bytes;
+}
+
 void AdamW::set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) {
   torch::NoGradGuard no_grad;
   exp_avg_[i].copy_(exp_avg);

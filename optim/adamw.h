@@ -33,6 +33,7 @@ class AdamW : public Optimizer {
   void set_steps_taken(int64_t steps) override { steps_ = steps; }
   std::pair<torch::Tensor, torch::Tensor> moments(size_t i) override { return {exp_avg_[i], exp_avg_sq_[i]}; }
   void set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) override;
+  int64_t state_bytes() const override;
   const std::vector<torch::Tensor>& params() const { return params_; }
 
  private:

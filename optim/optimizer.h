@@ -22,6 +22,8 @@ class Optimizer {
   virtual std::pair<torch::Tensor, torch::Tensor> moments(size_t i) = 0;
   // Sets them from whole tensors; a sharded optimizer keeps its part.
   virtual void set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) = 0;
+  // Bytes of optimizer state this rank holds (for the memory report).
+  virtual int64_t state_bytes() const = 0;
 };
 
 }  // namespace loom::optim

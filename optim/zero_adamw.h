@@ -27,8 +27,7 @@ class ZeroAdamW : public Optimizer {
   std::pair<torch::Tensor, torch::Tensor> moments(size_t i) override;
   void set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) override;
 
-  // Bytes of optimizer state this rank holds (for the memory report).
-  int64_t state_bytes() const;
+  int64_t state_bytes() const override;
 
  private:
   struct Shard {

@@ -4,7 +4,8 @@
 # the zero_stage 0 losses within 1e-6 relative and the same parameters at the
 # end (within 1e-5 of each tensor's largest value), the dp traffic is exactly the cost model's (all-reduce,
 # or reduce-scatter, plus the all-gather of the updated shards), and a
-# checkpoint saved at one stage resumes at another.
+# checkpoint saved at one stage resumes at another; the memory report matches the
+# fp32 Adam formulas for stages 0 and 1.
 source "$(dirname "$0")/common.sh"
 BASE=(--set model.num_layers=4 --set train.global_batch_size=16 --set parallel.bucket_mb=0.02)
 
@@ -24,6 +25,20 @@ for layout in "4 dp4" "8 tp2_dp4 --set parallel.tp=2" "8 pp2_dp4 --set parallel.
     "$LOOM" plan --run "$WORK/$run" > "$WORK/$run.plan"
     grep -q "every rank's predicted traffic equals the counters" "$WORK/$run.plan" || { cat "$WORK/$run.plan"; fail "$run traffic"; }
     export_params "$run"
+    # The memory report (first metrics line): fp32 Adam model state per rank is 16N at stage 0 and
+    # 4N + 4N + 8N/d at stage 1 (N: the rank's parameters, d = 4), within 2%. Stage 2 is printed:
+    # it still holds the whole gradient buffer during backward, 8N + 8N/d, not 4N + 12N/d.
+    python3 - "$WORK/$run/metrics.jsonl" "$zero" << 'PY' || fail "$run: memory report differs from the formula"
+import json, sys
+zero, d = int(sys.argv[2]), 4
+ranks = json.loads(open(sys.argv[1]).readline())["memory"]
+for r in ranks:
+    n = r["params_bytes"] / 4
+    total = r["params_bytes"] + r["grads_bytes"] + r["master_bytes"] + r["optimizer_bytes"]
+    expected = {0: 16 * n, 1: 8 * n + 8 * n / d, 2: 8 * n + 8 * n / d}[zero]
+    assert abs(total - expected) <= 0.02 * expected, (r, total, expected)
+print(f"    memory report, stage {zero}: {total / n:.3f} bytes per parameter on each of {len(ranks)} ranks")
+PY
   done
   for zero in 1 2; do
     echo -n "$name zero_stage $zero vs 0: "
