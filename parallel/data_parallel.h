@@ -1,7 +1,7 @@
-// Gradient reductions over a group, as the foundation does them: after
-// backward the gradients are packed into one flat buffer, so a whole model
-// costs a single all-reduce (bucketing and overlap come later). Used for the
-// data-parallel average and for the tp-sum of sequence-parallel gradients.
+// A gradient sum over a group in one flat all-reduce, after backward: the tp
+// sum of sequence-parallel gradients and the embedding-group sum of the tied
+// word embedding. The data-parallel reduction, which overlaps backward, is
+// parallel/grad_buckets.h.
 #pragma once
 
 #include <torch/torch.h>
@@ -18,8 +18,6 @@ class GradientReducer {
   bool empty() const { return params_.empty(); }
   // Sums the gradients over COMM, scales them by SCALE, in place.
   void all_reduce(Communicator& comm, double scale = 1.0);
-  // The mean over COMM.
-  void average(Communicator& comm) { all_reduce(comm, 1.0 / static_cast<double>(comm.size())); }
 
  private:
   std::vector<torch::Tensor> params_;
