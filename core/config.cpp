@@ -41,6 +41,21 @@ void set_field(Config& config, const std::string& name, const std::string& text,
   }
 }
 
+// The entries of MAP under the dotted PREFIX; a nested mapping (model.moe) adds a level.
+void set_entries(Config& config, const std::string& prefix, const YAML::Node& map, const std::string& where) {
+  for (const auto& entry : map) {
+    const std::string name = prefix + "." + entry.first.as<std::string>();
+    if (entry.second.IsMap()) {
+      set_entries(config, name, entry.second, where);
+      continue;
+    }
+    if (!entry.second.IsScalar() && !entry.second.IsNull()) {
+      throw InputError(where + "key '" + name + "' must be a single value");
+    }
+    set_field(config, name, entry.second.IsNull() ? "" : entry.second.Scalar(), where);
+  }
+}
+
 void require(bool ok, const std::string& key, const std::string& message) {
   if (!ok) throw InputError("config key '" + key + "': " + message);
 }
@@ -80,13 +95,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     }
     if (section.second.IsNull()) continue;
     if (!section.second.IsMap()) throw InputError(where + "section '" + section_name + "' must be a mapping");
-    for (const auto& entry : section.second) {
-      const std::string name = section_name + "." + entry.first.as<std::string>();
-      if (!entry.second.IsScalar() && !entry.second.IsNull()) {
-        throw InputError(where + "key '" + name + "' must be a single value");
-      }
-      set_field(config, name, entry.second.IsNull() ? "" : entry.second.Scalar(), where);
-    }
+    set_entries(config, section_name, section.second, where);
   }
   for (const auto& o : overrides) apply_override(config, o);
   return config;
@@ -136,6 +145,27 @@ void resolve_and_validate(Config& c, int64_t world) {
               "; omit it or set it to " + std::to_string(dp));
   p.dp = dp;
   require(dp % p.ep == 0, "parallel.ep", std::to_string(p.ep) + " does not divide dp = " + std::to_string(dp));
+  const auto& moe = m.moe;
+  require(moe.num_experts >= 0, "model.moe.num_experts", "must be 0 (no MoE) or positive");
+  if (moe.enabled()) {
+    require(moe.top_k >= 1 && moe.top_k <= moe.num_experts, "model.moe.top_k",
+            "must be in [1, model.moe.num_experts = " + std::to_string(moe.num_experts) + "], got " +
+                std::to_string(moe.top_k));
+    require(moe.every >= 1 && moe.every <= m.num_layers, "model.moe.every",
+            "must be in [1, model.num_layers = " + std::to_string(m.num_layers) + "], got " + std::to_string(moe.every));
+    require(moe.capacity_factor >= 0, "model.moe.capacity_factor", "must be 0 (no dropping) or positive");
+    require(moe.aux_loss_coeff >= 0, "model.moe.aux_loss_coeff", "must be non-negative");
+    require(moe.z_loss_coeff >= 0, "model.moe.z_loss_coeff", "must be non-negative");
+    require(moe.router_jitter >= 0 && moe.router_jitter < 1, "model.moe.router_jitter", "must be in [0, 1)");
+    require(moe.num_experts % p.ep == 0, "model.moe.num_experts",
+            std::to_string(moe.num_experts) + " experts cannot be spread evenly over parallel.ep = " +
+                std::to_string(p.ep) + " ranks; use a multiple of " + std::to_string(p.ep));
+    require(m.init_from.empty(), "model.init_from", "loads a dense GPT-2, which has no experts; unset model.moe.num_experts");
+  } else {
+    require(p.ep == 1, "parallel.ep",
+            std::to_string(p.ep) + " needs experts to spread: set model.moe.num_experts (a multiple of " +
+                std::to_string(p.ep) + ")");
+  }
   require(m.num_heads % p.tp == 0, "model.num_heads",
           std::to_string(m.num_heads) + " is not divisible by parallel.tp=" + std::to_string(p.tp));
   require(c.ffn_size() % p.tp == 0, "model.ffn_hidden_size",
@@ -212,20 +242,28 @@ void resolve_and_validate(Config& c, int64_t world) {
 std::string to_yaml(const Config& config) {
   YAML::Emitter out;
   out << YAML::BeginMap;
-  std::string section;
+  std::string section, subsection;  // a key "moe.top_k" sits in the mapping "moe" of its section
   for (const auto& f : config_fields()) {
-    if (f.section != section) {
-      if (!section.empty()) out << YAML::EndMap;
-      section = f.section;
-      out << YAML::Key << section << YAML::Value << YAML::BeginMap;
+    const auto dot = f.key.find('.');
+    const std::string sub = dot == std::string::npos ? "" : f.key.substr(0, dot);
+    if (f.section != section || sub != subsection) {
+      if (!subsection.empty()) out << YAML::EndMap;
+      if (f.section != section) {
+        if (!section.empty()) out << YAML::EndMap;
+        section = f.section;
+        out << YAML::Key << section << YAML::Value << YAML::BeginMap;
+      }
+      subsection = sub;
+      if (!sub.empty()) out << YAML::Key << sub << YAML::Value << YAML::BeginMap;
     }
-    out << YAML::Key << f.key << YAML::Value;
+    out << YAML::Key << (sub.empty() ? f.key : f.key.substr(dot + 1)) << YAML::Value;
     if (f.type == "string") {
       out << YAML::DoubleQuoted << f.print(config);
     } else {
       out << f.print(config);
     }
   }
+  if (!subsection.empty()) out << YAML::EndMap;
   if (!section.empty()) out << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";

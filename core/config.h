@@ -7,6 +7,19 @@
 
 namespace loom {
 
+// Mixture of Experts: the MLP of every `every`-th block (layers 0, every, 2 every, ...)
+// becomes num_experts expert MLPs behind a top-k router.
+struct MoEConfig {
+  int64_t num_experts = 0;       // 0: dense MLPs everywhere
+  int64_t top_k = 2;
+  int64_t every = 1;
+  double capacity_factor = 0.0;  // 0: no token is dropped
+  double aux_loss_coeff = 0.01;  // Switch/GShard load-balancing loss
+  double z_loss_coeff = 0.001;   // router z-loss (ST-MoE)
+  double router_jitter = 0.0;    // multiplicative noise on the router input, uniform in [1 - j, 1 + j]
+  bool enabled() const { return num_experts > 0; }
+};
+
 struct ModelConfig {
   int64_t num_layers = 2;
   int64_t hidden_size = 64;
@@ -16,6 +29,7 @@ struct ModelConfig {
   int64_t seq_len = 64;
   double dropout = 0.0;
   std::string init_from;  // a Hugging Face GPT-2 .safetensors file to start from; empty: random init
+  MoEConfig moe;
 };
 
 struct ParallelConfig {

@@ -94,6 +94,13 @@ std::vector<ConfigField> make_fields() {
       int_field("model", "seq_len", LOOM_MEMBER(model.seq_len)),
       float_field("model", "dropout", LOOM_MEMBER(model.dropout)),
       string_field("model", "init_from", LOOM_MEMBER(model.init_from)),
+      int_field("model", "moe.num_experts", LOOM_MEMBER(model.moe.num_experts)),
+      int_field("model", "moe.top_k", LOOM_MEMBER(model.moe.top_k)),
+      int_field("model", "moe.every", LOOM_MEMBER(model.moe.every)),
+      float_field("model", "moe.capacity_factor", LOOM_MEMBER(model.moe.capacity_factor)),
+      float_field("model", "moe.aux_loss_coeff", LOOM_MEMBER(model.moe.aux_loss_coeff)),
+      float_field("model", "moe.z_loss_coeff", LOOM_MEMBER(model.moe.z_loss_coeff)),
+      float_field("model", "moe.router_jitter", LOOM_MEMBER(model.moe.router_jitter)),
 
       int_field("parallel", "tp", LOOM_MEMBER(parallel.tp)),
       int_field("parallel", "pp", LOOM_MEMBER(parallel.pp)),

@@ -31,8 +31,13 @@ nlohmann::json layout_of(const Config& c, int64_t world) {
 
 nlohmann::json model_of(const Config& c) {
   const auto& m = c.model;
-  return {{"num_layers", m.num_layers}, {"hidden_size", m.hidden_size}, {"num_heads", m.num_heads},
+  nlohmann::json model = {{"num_layers", m.num_layers}, {"hidden_size", m.hidden_size}, {"num_heads", m.num_heads},
           {"ffn_hidden_size", c.ffn_size()}, {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len}};
+  if (m.moe.enabled()) {  // dense checkpoints stay as they were
+    model["moe_num_experts"] = m.moe.num_experts;
+    model["moe_every"] = m.moe.every;
+  }
+  return model;
 }
 
 // Where this rank's part of a parameter sits in the whole tensor: along its
@@ -95,8 +100,10 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
   ShardWriter shard(temporary, rank_file(rank, "bin"));
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
-    // Each tensor is written once: tied copies by their owner, replicas by tp rank 0 of dp rank 0.
-    if (p.tied_copy || coords.dp != 0 || (p.tp_replicated() && coords.tp != 0)) continue;
+    // Each tensor is written once: tied copies by their owner, replicas by tp rank 0 of dp rank 0
+    // (of expert-dp rank 0 for MoE experts, which differ across the ep ranks of a dp group).
+    const bool dp_owner = p.expert ? coords.expert_dp == 0 : coords.dp == 0;
+    if (p.tied_copy || !dp_owner || (p.tp_replicated() && coords.tp != 0)) continue;
     const auto spec = slice_of(p, coords.tp, tp_size);
     if (spec.dim >= 0 && spec.length == 0) continue;
     const auto global = p.global_shape_for(tp_size);
@@ -190,8 +197,11 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   const std::string path = candidates[static_cast<size_t>(index)].path;
   const auto manifest = read_manifest(path);
   const auto model = model_of(config_);
-  for (const auto& [key, value] : model.items()) {
-    const auto& saved = manifest.at("model").at(key);
+  auto saved_model = manifest.at("model");
+  saved_model.update(model, false);  // keys on one side only show up below as "none" on the other
+  for (const auto& [key, ignored] : saved_model.items()) {
+    const auto saved = manifest.at("model").value(key, nlohmann::json("none"));
+    const auto value = model.value(key, nlohmann::json("none"));
     if (saved != value) {
       throw InputError("--resume " + path + ": the checkpoint has model." + key + " = " + saved.dump() + ", the config " +
                        value.dump());

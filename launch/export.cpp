@@ -16,6 +16,11 @@ int export_checkpoint(const ExportArgs& args) {
   const std::string problem = verify_checkpoint(args.checkpoint);
   if (!problem.empty()) throw InputError("loom export: " + problem);
   const auto manifest = read_manifest(args.checkpoint);
+  if (manifest.at("model").contains("moe_num_experts")) {
+    throw InputError("loom export: " + args.checkpoint + " holds a Mixture-of-Experts model (" +
+                     manifest.at("model").at("moe_num_experts").dump() +
+                     " experts); the hf-gpt2 format has dense MLPs only");
+  }
   std::map<std::string, torch::Tensor> tensors;
   const std::string prefix = "model/";
   for (const auto& [name, info] : manifest.at("tensors").items()) {

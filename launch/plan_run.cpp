@@ -28,6 +28,11 @@ int plan_run(const std::string& run_dir) {
   const auto& p = config.parallel;
   const int64_t world = p.tp * p.pp * p.dp;
   resolve_and_validate(config, world);
+  if (config.model.moe.enabled()) {
+    throw InputError("loom plan --run: '" + run_dir + "' trained a Mixture-of-Experts model, whose all-to-all volume "
+                     "follows the router's choices, which the cost model cannot know; its metrics.jsonl has the "
+                     "measured all-to-all bytes of every rank (moe.all_to_all) and traffic.json the counters");
+  }
   nlohmann::json traffic;
   try {
     std::ifstream(traffic_path) >> traffic;

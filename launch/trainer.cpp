@@ -15,6 +15,7 @@
 #include "core/logging.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/launch_env.h"
+#include "optim/partitioned_optimizer.h"
 #include "optim/zero_adamw.h"
 #include "parallel/traffic_report.h"
 
@@ -43,10 +44,9 @@ void require_supported(const Config& c) {
   auto unsupported = [](const std::string& key, const std::string& value) {
     return InputError("config key '" + key + "': " + value +
                       " is valid but not implemented in this version of loom; training supports tp, pp, dp, "
-                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-2, ep=1, precision fp32");
+                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-2, ep with MoE, precision fp32");
   };
   const auto& p = c.parallel;
-  if (p.ep != 1) throw unsupported("parallel.ep", std::to_string(p.ep));
   if (p.zero_stage == 3) throw unsupported("parallel.zero_stage", "3");
   if (c.train.precision != "fp32") throw unsupported("train.precision", c.train.precision);
   if (p.backend == "nccl") {
@@ -158,19 +158,25 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                                             static_cast<uint64_t>(t.seed));
   const auto& coords = groups_.coords();
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
-  const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get()};
-  std::vector<torch::Tensor> tensors, sequence_parallel, tied;
+  const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get(), &groups_.ep()};
+  // MoE experts live on one ep rank each and are reduced over expert-dp; the rest over dp.
+  std::vector<torch::Tensor> tensors, expert_tensors, sequence_parallel, tied;
+  std::vector<size_t> part_of;
+  std::vector<models::MoEStats*> moe_stats;
   for (int64_t chunk = 0; chunk < p.virtual_stages; ++chunk) {
     auto piece = make_model(config_, tp, models::PipelinePosition{chunk * p.pp + coords.pp, p.pp * p.virtual_stages});
     piece->train();
     for (const auto& param : piece->parallel_parameters()) {
       params_.push_back(param);
-      tensors.push_back(param.tensor);
+      (param.expert ? expert_tensors : tensors).push_back(param.tensor);
+      part_of.push_back(param.expert ? 1 : 0);
       if (param.sequence_parallel) sequence_parallel.push_back(param.tensor);
     }
     for (const auto& tensor : piece->tied_parameters()) tied.push_back(tensor);
+    for (auto* stats : piece->moe_stats()) moe_stats.push_back(stats);
     chunks_.push_back(std::move(piece));
   }
+  if (m.moe.enabled()) moe_monitor_ = std::make_unique<MoEMonitor>(config_, moe_stats);
   TORCH_CHECK(tied.empty() || groups_.has(parallel::GroupKind::embedding),
               "rank ", groups_.rank(), " holds tied parameters but is in no embedding group");
   const std::vector<int64_t> activation_shape =
@@ -182,16 +188,28 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   if (!m.init_from.empty()) init_from_hf_gpt2(config_, params_, coords.tp, groups_.tp().size());
   const optim::AdamWOptions adam{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
   const int64_t zero_stage = groups_.dp().size() > 1 ? p.zero_stage : 0;  // with one dp rank there is nothing to shard
+  const int64_t bucket_bytes = static_cast<int64_t>(p.bucket_mb * 1024 * 1024);
   if (groups_.dp().size() > 1) {
-    dp_grads_ = std::make_unique<parallel::GradientBuckets>(tensors, groups_.dp(),
-                                                            static_cast<int64_t>(p.bucket_mb * 1024 * 1024),
+    dp_grads_ = std::make_unique<parallel::GradientBuckets>(tensors, groups_.dp(), bucket_bytes,
                                                             config_.micro_batches_per_step(), zero_stage);
     dp_grads_->defer(tied);
+    if (!expert_tensors.empty()) {
+      expert_grads_ = std::make_unique<parallel::GradientBuckets>(expert_tensors, groups_.expert_dp(), bucket_bytes,
+                                                                  config_.micro_batches_per_step(), zero_stage,
+                                                                  groups_.dp().size());
+    }
   }
-  if (zero_stage >= 1) {
-    optimizer_ = std::make_unique<optim::ZeroAdamW>(tensors, *dp_grads_, groups_.dp(), adam);
-  } else {
-    optimizer_ = std::make_unique<optim::AdamW>(tensors, adam);
+  auto make_optimizer = [&](const std::vector<torch::Tensor>& part, parallel::GradientBuckets* buckets,
+                            parallel::Communicator& group) -> std::unique_ptr<optim::Optimizer> {
+    if (zero_stage >= 1) return std::make_unique<optim::ZeroAdamW>(part, *buckets, group, adam);
+    return std::make_unique<optim::AdamW>(part, adam);
+  };
+  optimizer_ = make_optimizer(tensors, dp_grads_.get(), groups_.dp());
+  if (!expert_tensors.empty()) {
+    std::vector<std::unique_ptr<optim::Optimizer>> parts;
+    parts.push_back(std::move(optimizer_));
+    parts.push_back(make_optimizer(expert_tensors, expert_grads_.get(), groups_.expert_dp()));
+    optimizer_ = std::make_unique<optim::PartitionedOptimizer>(std::move(parts), part_of);
   }
   sequence_parallel_grads_ = std::make_unique<parallel::GradientReducer>(sequence_parallel);
   tied_grads_ = std::make_unique<parallel::GradientReducer>(tied);
@@ -247,9 +265,11 @@ nlohmann::json Trainer::memory_report() {
     params += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
     if (!dp_grads_ && p.tensor.grad().defined()) grads += p.tensor.grad().numel() * static_cast<int64_t>(p.tensor.grad().element_size());
   }
-  for (int64_t b = 0; dp_grads_ && b < dp_grads_->num_buckets(); ++b) {
-    const auto& buffer = dp_grads_->layout(static_cast<size_t>(b)).buffer;
-    grads += buffer.numel() * static_cast<int64_t>(buffer.element_size());
+  for (const auto* buckets : {dp_grads_.get(), expert_grads_.get()}) {
+    for (int64_t b = 0; buckets && b < buckets->num_buckets(); ++b) {
+      const auto& buffer = buckets->layout(static_cast<size_t>(b)).buffer;
+      grads += buffer.numel() * static_cast<int64_t>(buffer.element_size());
+    }
   }
   auto mine = torch::tensor({static_cast<double>(params), static_cast<double>(grads),
                              static_cast<double>(optimizer_->state_bytes())}, torch::kFloat64);
@@ -308,6 +328,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     const double lr = schedule_.at(step - 1);
     optimizer_->zero_grad();
     if (dp_grads_) dp_grads_->start_step();
+    if (expert_grads_) expert_grads_->start_step();
     const StepResult result = forward_backward(consumed);
     if (dp_grads_) dp_grads_->mark("backward done");
     const double mean_loss = result.loss;
@@ -316,14 +337,18 @@ TrainSummary Trainer::run(const std::string& resume) {
     // held back until this sum is in.
     if (!tied_grads_->empty()) tied_grads_->all_reduce(groups_.get(parallel::GroupKind::embedding));
     if (dp_grads_) dp_grads_->finish();
+    if (expert_grads_) expert_grads_->finish();
     // Sequence-parallel ranks each saw part of the sequence: their gradients of
     // replicated parameters are partial sums. Summed after the dp reduction, which
     // may still be writing the buffers until finish(); tp peers' ZeRO shards align.
     sequence_parallel_grads_->all_reduce(groups_.tp());
     // With ZeRO-2 each dp rank holds the reduced gradients of its shard only: the norm sums the shards.
-    parallel::Communicator* shards = dp_grads_ && config_.parallel.zero_stage >= 2 ? &groups_.dp() : nullptr;
+    const bool sharded_grads = dp_grads_ && config_.parallel.zero_stage >= 2;
+    parallel::Communicator* shards = sharded_grads ? &groups_.dp() : nullptr;
+    optim::ExpertGroups experts;
+    if (moe_monitor_) experts = {&groups_.ep(), sharded_grads ? &groups_.expert_dp() : nullptr};
     const double grad_norm =
-        optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel(), groups_.coords().tp, shards);
+        optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel(), groups_.coords().tp, shards, experts);
     optimizer_->step(lr);
     consumed += t.global_batch_size;
     const double step_s = seconds_since(step_start);
@@ -334,8 +359,9 @@ TrainSummary Trainer::run(const std::string& resume) {
     if (step == first_step) summary.first_loss = mean_loss;
     summary.last_loss = mean_loss;
     // Model-state bytes of every rank, once: they do not change between steps.
-    nlohmann::json memory;
+    nlohmann::json memory, moe;
     if (step == first_step) memory = memory_report();
+    if (moe_monitor_) moe = moe_monitor_->collect(groups_);
     if (metrics_) {
       nlohmann::json record{{"step", step},
                             {"loss", mean_loss},
@@ -346,6 +372,7 @@ TrainSummary Trainer::run(const std::string& resume) {
                             {"consumed_samples", consumed}};
       if (config_.parallel.pp > 1) record["pipeline"] = pipeline_metrics(config_, result.stages);
       if (!memory.is_null()) record["memory"] = memory;
+      if (!moe.is_null()) record["moe"] = moe;
       metrics_->write(record);
     }
     if (step == 1 || step % config_.log.interval == 0 || step == t.steps) {
@@ -413,6 +440,14 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
         config.model.num_layers, config.model.hidden_size, config.model.num_heads, config.model.seq_len,
         config.model.vocab_size, config.train.global_batch_size, config.train.micro_batch_size,
         config.micro_batches_per_step(), p.dp, config.data.path.empty() ? "synthetic" : config.data.path);
+  if (config.model.moe.enabled()) {
+    const auto& moe = config.model.moe;
+    int64_t layers = 0;
+    for (int64_t l = 0; l < config.model.num_layers; ++l) layers += models::is_moe_layer(moe, l) ? 1 : 0;
+    info0("moe: {} experts ({} per ep rank), top-{}, {} MoE blocks of {}, capacity factor {}{}, aux loss x{}, z-loss x{}",
+          moe.num_experts, moe.num_experts / p.ep, moe.top_k, layers, config.model.num_layers, moe.capacity_factor,
+          moe.capacity_factor > 0 ? "" : " (no dropping)", moe.aux_loss_coeff, moe.z_loss_coeff);
+  }
   const TrainSummary summary = trainer.run(args.resume);
 
   std::ofstream(run_dir + "/comm_rank" + std::to_string(env.rank()) + ".json") << stats->to_json().dump(2) << "\n";

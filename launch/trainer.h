@@ -13,6 +13,7 @@
 #include "core/metrics.h"
 #include "launch/checkpoint.h"
 #include "launch/commands.h"
+#include "launch/moe_metrics.h"
 #include "models/language_model.h"
 #include "optim/grad_clip.h"
 #include "optim/adamw.h"
@@ -69,10 +70,12 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::CosineSchedule schedule_;
   std::unique_ptr<parallel::GradientBuckets> dp_grads_;  // when dp > 1
+  std::unique_ptr<parallel::GradientBuckets> expert_grads_;  // MoE experts, over expert-dp, when dp > 1
   std::unique_ptr<parallel::GradientReducer> sequence_parallel_grads_;
   std::unique_ptr<parallel::GradientReducer> tied_grads_;  // summed over the embedding group
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<MoEMonitor> moe_monitor_;  // MoE models only
 };
 
 }  // namespace loom::launch

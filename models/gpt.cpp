@@ -52,6 +52,8 @@ GPTOptions GPTOptions::from_config(const Config& config) {
   o.dropout = config.model.dropout;
   o.seed = static_cast<uint64_t>(config.train.seed);
   o.recompute = config.train.recompute;
+  o.moe = config.model.moe;
+  if (config.parallel.dp > 0) o.loss_scale = 1.0 / static_cast<double>(config.micro_batches_per_step());
   return o;
 }
 
@@ -100,16 +102,32 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
                                                                   .input_is_parallel(true)
                                                                   .sequence_parallel(sp),
                                                               *tp.tp));
-  fc_ = register_module("fc", parallel::ColumnParallelLinear(
-                                  parallel::ColumnParallelLinearOptions(h, f).name(p + "mlp.fc").seed(options.seed).sequence_parallel(sp),
-                                  *tp.tp));
-  fc_proj_ = register_module("fc_proj", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(f, h)
-                                                                        .name(p + "mlp.proj")
-                                                                        .seed(options.seed)
-                                                                        .init_std(residual_std)
-                                                                        .input_is_parallel(true)
-                                                                        .sequence_parallel(sp),
-                                                                    *tp.tp));
+  if (is_moe_layer(options.moe, layer)) {
+    MoELayerOptions moe;
+    moe.hidden_size = h;
+    moe.ffn_hidden_size = f;
+    moe.moe = options.moe;
+    moe.layer = layer;
+    moe.seed = options.seed;
+    moe.init_std = kInitStd;
+    moe.output_init_std = residual_std;
+    moe.sequence_parallel = sp;
+    moe.loss_scale = options.loss_scale;
+    moe_ = register_module("moe", MoELayer(moe, *tp.ep, *tp.tp));
+  } else {
+    fc_ = register_module("fc", parallel::ColumnParallelLinear(parallel::ColumnParallelLinearOptions(h, f)
+                                                                   .name(p + "mlp.fc")
+                                                                   .seed(options.seed)
+                                                                   .sequence_parallel(sp),
+                                                               *tp.tp));
+    fc_proj_ = register_module("fc_proj", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(f, h)
+                                                                          .name(p + "mlp.proj")
+                                                                          .seed(options.seed)
+                                                                          .init_std(residual_std)
+                                                                          .input_is_parallel(true)
+                                                                          .sequence_parallel(sp),
+                                                                      *tp.tp));
+  }
   causal_mask_ = register_buffer("causal_mask",
                                  torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
   block_fn_ = [this](const torch::Tensor& hidden, const torch::Tensor&, const torch::Tensor&) { return block(hidden); };
@@ -141,10 +159,17 @@ torch::Tensor GPTBlockImpl::attention(const torch::Tensor& x) {
   return proj_->forward(context);
 }
 
+torch::Tensor GPTBlockImpl::mlp(const torch::Tensor& x, bool record) {
+  if (moe_) return moe_->forward(x, record);
+  return fc_proj_->forward(torch::gelu(fc_->forward(x), "tanh"));
+}
+
 torch::Tensor GPTBlockImpl::block(const torch::Tensor& hidden) {
+  // Under full recomputation this runs twice per micro-batch: without
+  // autograd in forward, with it in backward. The MoE statistics count the first.
+  const bool rerun = options_.recompute == "full" && is_training() && torch::GradMode::is_enabled();
   auto x = hidden + residual_dropout(attention(layer_norm(hidden, ln1_w_, ln1_b_)), options_.dropout, is_training(), tp_);
-  auto mlp = torch::gelu(fc_->forward(layer_norm(x, ln2_w_, ln2_b_)), "tanh");
-  return x + residual_dropout(fc_proj_->forward(mlp), options_.dropout, is_training(), tp_);
+  return x + residual_dropout(mlp(layer_norm(x, ln2_w_, ln2_b_), !rerun), options_.dropout, is_training(), tp_);
 }
 
 torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) {
@@ -166,8 +191,12 @@ std::vector<ParallelParameter> GPTBlockImpl::parallel_parameters() const {
   append(all, proj_->parallel_parameters());
   all.push_back({p + "ln_2.weight", ln2_w_, -1, sp});
   all.push_back({p + "ln_2.bias", ln2_b_, -1, sp});
-  append(all, fc_->parallel_parameters());
-  append(all, fc_proj_->parallel_parameters());
+  if (moe_) {
+    append(all, moe_->parallel_parameters());
+  } else {
+    append(all, fc_->parallel_parameters());
+    append(all, fc_proj_->parallel_parameters());
+  }
   return all;
 }
 
@@ -205,6 +234,10 @@ GPTImpl::GPTImpl(const GPTOptions& options, TensorParallelContext tp, PipelinePo
   if (!tp.tp) {
     own_tp_ = std::make_shared<parallel::SelfCommunicator>("tp", 0, std::make_shared<parallel::CommStats>());
     tp.tp = own_tp_.get();
+  }
+  if (!tp.ep) {
+    own_ep_ = std::make_shared<parallel::SelfCommunicator>("ep", 0, std::make_shared<parallel::CommStats>());
+    tp.ep = own_ep_.get();
   }
   tp_ = tp;
   if (position.first()) input = register_module("input", GPTInputStage(options, tp));
@@ -254,6 +287,14 @@ std::vector<torch::Tensor> GPTImpl::tied_parameters() const {
   return {};
 }
 
+std::vector<MoEStats*> GPTImpl::moe_stats() {
+  std::vector<MoEStats*> all;
+  for (auto& block : *blocks) {
+    if (auto moe = block->as<GPTBlockImpl>()->moe()) all.push_back(&moe->stats());
+  }
+  return all;
+}
+
 std::shared_ptr<LanguageModel> make_gpt(const Config& config, TensorParallelContext tp) {
   return std::make_shared<GPTImpl>(GPTOptions::from_config(config), tp);
 }
@@ -265,8 +306,13 @@ std::shared_ptr<LanguageModel> make_gpt_piece(const Config& config, TensorParall
 
 int64_t GPTImpl::num_parameters() const {
   const int64_t h = options_.hidden_size, f = options_.ffn_hidden_size;
-  const int64_t block = 4 * h + 3 * h * h + 3 * h + h * h + h + 2 * h * f + f + h;
-  return options_.vocab_size * h + options_.seq_len * h + options_.num_layers * block + 2 * h;
+  const int64_t mlp = 2 * h * f + f + h;
+  const int64_t block = 4 * h + 3 * h * h + 3 * h + h * h + h + mlp;
+  int64_t experts = 0;  // what MoE blocks have beyond a dense block: a router and E - 1 more MLPs
+  for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
+    if (is_moe_layer(options_.moe, layer)) experts += options_.moe.num_experts * h + (options_.moe.num_experts - 1) * mlp;
+  }
+  return options_.vocab_size * h + options_.seq_len * h + options_.num_layers * block + experts + 2 * h;
 }
 
 }  // namespace loom::models

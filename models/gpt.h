@@ -20,6 +20,7 @@
 
 #include "core/config.h"
 #include "models/language_model.h"
+#include "models/moe.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/recompute.h"
@@ -38,6 +39,8 @@ struct GPTOptions {
   double dropout = 0.0;
   uint64_t seed = 1234;
   std::string recompute = "none";  // none | full (whole blocks) | selective (the attention core)
+  MoEConfig moe;                   // num_experts 0: dense MLPs
+  double loss_scale = 1.0;         // the trainer's factor on each micro-batch's loss (MoE auxiliary losses)
 
   static GPTOptions from_config(const Config& config);
 };
@@ -63,11 +66,13 @@ class GPTBlockImpl : public torch::nn::Module {
   GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp);
   torch::Tensor forward(const torch::Tensor& hidden);
   std::vector<parallel::ParallelParameter> parallel_parameters() const;
+  MoELayer moe() const { return moe_; }  // null in a dense block
 
  private:
   torch::Tensor attention(const torch::Tensor& x);
   torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
   torch::Tensor block(const torch::Tensor& hidden);
+  torch::Tensor mlp(const torch::Tensor& x, bool record);
   bool recomputing(const std::string& kind) const;
   at::Generator* split_generator() const;
   GPTOptions options_;
@@ -77,6 +82,7 @@ class GPTBlockImpl : public torch::nn::Module {
   torch::Tensor ln1_w_, ln1_b_, ln2_w_, ln2_b_;
   parallel::ColumnParallelLinear qkv_{nullptr}, fc_{nullptr};
   parallel::RowParallelLinear proj_{nullptr}, fc_proj_{nullptr};
+  MoELayer moe_{nullptr};  // instead of fc_ and fc_proj_ in an MoE block
   torch::Tensor causal_mask_;  // [S, S], true above the diagonal
 };
 TORCH_MODULE(GPTBlock);
@@ -116,6 +122,7 @@ class GPTImpl : public LanguageModel {
   std::vector<parallel::ParallelParameter> parallel_parameters() const override;
   std::vector<int64_t> activation_shape(int64_t micro_batch_size) const override;
   std::vector<torch::Tensor> tied_parameters() const override;
+  std::vector<MoEStats*> moe_stats() override;
   // Parameters of the whole (unsplit) model.
   int64_t num_parameters() const;
 
@@ -128,7 +135,7 @@ class GPTImpl : public LanguageModel {
   TensorParallelContext tp_;
   PipelinePosition position_;
   parallel::VocabParallelEmbedding tied_wte_{nullptr};  // the last piece's copy, when it is not the first
-  std::shared_ptr<parallel::Communicator> own_tp_;  // a group of one when none was given
+  std::shared_ptr<parallel::Communicator> own_tp_, own_ep_;  // groups of one when none was given
 };
 TORCH_MODULE(GPT);
 

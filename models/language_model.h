@@ -24,7 +24,11 @@ struct TensorParallelContext {
   bool sequence_parallel = false;
   // Draws the dropout masks of tp-split regions; null: the default generator.
   parallel::TensorParallelRng* rng = nullptr;
+  // The expert-parallel group MoE layers spread their experts over; null: all experts on this rank.
+  parallel::Communicator* ep = nullptr;
 };
+
+struct MoEStats;
 
 // Which piece of a pipelined model to build: virtual stage INDEX of COUNT
 // (pp * virtual_stages). Virtual stage k runs on pipeline stage k mod pp.
@@ -55,6 +59,9 @@ class LanguageModel : public torch::nn::Module {
   // embedding on the first and last stage): their gradients are summed over
   // the embedding group so that the copies stay equal.
   virtual std::vector<torch::Tensor> tied_parameters() const { return {}; }
+  // The statistics of this piece's MoE layers (parallel/moe.h), which the
+  // trainer gathers and resets every step; none for a dense model.
+  virtual std::vector<MoEStats*> moe_stats() { return {}; }
 };
 
 // Builds this rank's part of a model for a resolved config.

@@ -5,15 +5,21 @@
 namespace loom::optim {
 
 double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, double max_norm,
-                      parallel::Communicator& model_parallel, int64_t tp_rank, parallel::Communicator* shards) {
+                      parallel::Communicator& model_parallel, int64_t tp_rank, parallel::Communicator* shards,
+                      ExpertGroups experts) {
   torch::NoGradGuard no_grad;
-  auto sum_sq = torch::zeros({1}, torch::kFloat64);
+  auto sum_sq = torch::zeros({1}, torch::kFloat64), expert_sum_sq = torch::zeros({1}, torch::kFloat64);
   for (const auto& p : params) {
     // Count every parameter once: tp-replicated ones on tp rank 0, tied copies at their owner.
     if (!p.tensor.grad().defined() || (p.tp_replicated() && tp_rank != 0) || p.tied_copy) continue;
-    sum_sq += p.tensor.grad().to(torch::kFloat64).pow(2).sum();
+    (p.expert ? expert_sum_sq : sum_sq) += p.tensor.grad().to(torch::kFloat64).pow(2).sum();
   }
   if (shards) shards->all_reduce(sum_sq).wait();
+  if (experts.ep) {
+    if (experts.shards) experts.shards->all_reduce(expert_sum_sq).wait();
+    experts.ep->all_reduce(expert_sum_sq).wait();
+  }
+  sum_sq += expert_sum_sq;
   model_parallel.all_reduce(sum_sq).wait();
   const double norm = std::sqrt(sum_sq.item<double>());
   if (max_norm > 0.0 && norm > max_norm) {

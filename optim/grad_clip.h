@@ -15,9 +15,16 @@ namespace loom::optim {
 
 // SHARDS: the group over which gradients are sharded (ZeRO-2: each rank's
 // gradients are zero outside its shard), whose partial sums are added too.
+// MoE experts differ across the ep group: their squares are summed over EP
+// (and over EXPERT_SHARDS, their ZeRO-2 group) before the model-parallel sum.
+// Every rank of a job passes the same groups, so the collectives line up.
 // Returns the global norm before clipping; scales the gradients when MAX_NORM > 0 and the norm exceeds it.
+struct ExpertGroups {
+  parallel::Communicator* ep = nullptr;
+  parallel::Communicator* shards = nullptr;
+};
 double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, double max_norm,
                       parallel::Communicator& model_parallel, int64_t tp_rank,
-                      parallel::Communicator* shards = nullptr);
+                      parallel::Communicator* shards = nullptr, ExpertGroups experts = {});
 
 }  // namespace loom::optim

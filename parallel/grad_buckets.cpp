@@ -24,8 +24,12 @@ class AccumulatedHook : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes,
-                                 int64_t accumulations, int64_t zero_stage)
-    : params_(std::move(params)), dp_(dp), accumulations_(accumulations), zero_stage_(zero_stage) {
+                                 int64_t accumulations, int64_t zero_stage, int64_t average_over)
+    : params_(std::move(params)),
+      dp_(dp),
+      accumulations_(accumulations),
+      zero_stage_(zero_stage),
+      average_over_(average_over > 0 ? average_over : dp.size()) {
   bucket_of_.assign(params_.size(), 0);
   std::vector<int64_t> bytes;
   for (const auto& p : params_) bytes.push_back(p.numel() * static_cast<int64_t>(p.element_size()));
@@ -119,7 +123,7 @@ void GradientBuckets::finish() {
   for (size_t i = 0; i < buckets_.size(); ++i) {
     if (!buckets_[i].launched) launch(i);
   }
-  const double scale = 1.0 / static_cast<double>(dp_.size());
+  const double scale = 1.0 / static_cast<double>(average_over_);
   torch::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
     bucket.handle.wait();

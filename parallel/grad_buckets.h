@@ -41,8 +41,11 @@ class GradientBuckets {
   // parameter receives per step (micro-batches). BUCKET_BYTES <= 0: one bucket.
   // ZERO_STAGE 0 and 1 all-reduce the buckets; 2 reduce-scatters them, so that
   // after finish() a rank's gradients are right in its shard only (zero elsewhere).
+  // AVERAGE_OVER: the sums are divided by this (0: the group's size). MoE
+  // experts reduce over expert-dp but average over all of dp: each expert's
+  // gradient already sums the tokens of the ep group's dp ranks.
   GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes, int64_t accumulations,
-                  int64_t zero_stage = 0);
+                  int64_t zero_stage = 0, int64_t average_over = 0);
   const Layout& layout(size_t bucket) const { return buckets_[bucket].layout; }
   // Holds back the buckets holding any of PARAMS until finish(): their
   // gradients still change after backward (the tied embedding is summed over
@@ -59,7 +62,7 @@ class GradientBuckets {
   void start_step();
   // Records EVENT in this step's trace (the trainer marks the end of backward).
   void mark(const std::string& event);
-  // Launches the buckets not yet launched, waits for all, divides by dp.
+  // Launches the buckets not yet launched, waits for all, divides by the averaging size.
   void finish();
 
   int64_t num_buckets() const { return static_cast<int64_t>(buckets_.size()); }
@@ -81,6 +84,7 @@ class GradientBuckets {
   Communicator& dp_;
   int64_t accumulations_;
   int64_t zero_stage_;
+  int64_t average_over_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: params hold them weakly

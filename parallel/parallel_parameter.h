@@ -20,6 +20,10 @@ struct ParallelParameter {
   // on the last stage holds the tied word embedding): trained like the owner's
   // copy, but counted once in norms and saved once.
   bool tied_copy = false;
+  // One of the MoE experts this rank holds: experts are spread over the ep
+  // group, so the parameter is replicated over expert-dp (dp / ep ranks), not
+  // over dp, and its gradient is reduced there.
+  bool expert = false;
   // The whole tensor's shape when it is not this part's shape times tp along
   // tp_split_dim (a vocabulary padded to a multiple of tp: the padding is not saved).
   std::vector<int64_t> global_shape = {};

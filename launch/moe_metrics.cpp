@@ -1,0 +1,99 @@
+#include "launch/moe_metrics.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/logging.h"
+
+namespace loom::launch {
+
+MoEMonitor::MoEMonitor(const Config& config, std::vector<models::MoEStats*> stats)
+    : num_experts_(config.model.moe.num_experts), stats_(std::move(stats)) {
+  for (int64_t layer = 0; layer < config.model.num_layers; ++layer) {
+    if (models::is_moe_layer(config.model.moe, layer)) layers_.push_back(layer);
+  }
+}
+
+nlohmann::json MoEMonitor::collect(parallel::ProcessGroups& groups) {
+  // One row per MoE layer: tokens per expert, dropped, aux loss, z-loss,
+  // micro-batches; then each rank's all-to-all bytes sent and received.
+  const int64_t row = num_experts_ + 4, layers = static_cast<int64_t>(layers_.size()), world = groups.world();
+  auto all = torch::zeros({layers * row + 2 * world}, torch::kFloat64);
+  parallel::AllToAllVolume volume;
+  for (auto* s : stats_) {
+    const auto at = std::find(layers_.begin(), layers_.end(), s->layer) - layers_.begin();
+    auto mine = all.narrow(0, at * row, row);
+    mine.narrow(0, 0, num_experts_).copy_(s->tokens_per_expert);
+    mine[num_experts_] = static_cast<double>(s->dropped);
+    mine[num_experts_ + 1] = s->aux_loss;
+    mine[num_experts_ + 2] = s->z_loss;
+    mine[num_experts_ + 3] = static_cast<double>(s->micro_batches);
+    volume.sent += s->volume.sent;
+    volume.received += s->volume.received;
+    s->reset();
+  }
+  all[layers * row + 2 * groups.rank()] = static_cast<double>(volume.sent);
+  all[layers * row + 2 * groups.rank() + 1] = static_cast<double>(volume.received);
+  groups.world_comm().all_reduce(all).wait();
+
+  nlohmann::json record;
+  std::vector<std::vector<double>> tokens;
+  double aux = 0, z = 0, max_imbalance = 0;
+  int64_t dropped = 0;
+  nlohmann::json imbalance = nlohmann::json::array();
+  for (int64_t i = 0; i < layers; ++i) {
+    auto r = all.narrow(0, i * row, row);
+    std::vector<double> counts(static_cast<size_t>(num_experts_));
+    for (int64_t e = 0; e < num_experts_; ++e) counts[static_cast<size_t>(e)] = r[e].item<double>();
+    const double mean = std::accumulate(counts.begin(), counts.end(), 0.0) / static_cast<double>(num_experts_);
+    const double ratio = mean > 0 ? *std::max_element(counts.begin(), counts.end()) / mean : 0.0;
+    imbalance.push_back(ratio);
+    max_imbalance = std::max(max_imbalance, ratio);
+    dropped += static_cast<int64_t>(r[num_experts_].item<double>());
+    const double micro = std::max(1.0, r[num_experts_ + 3].item<double>());
+    aux += r[num_experts_ + 1].item<double>() / micro / static_cast<double>(layers);
+    z += r[num_experts_ + 2].item<double>() / micro / static_cast<double>(layers);
+    tokens.push_back(counts);
+  }
+  nlohmann::json sent = nlohmann::json::array(), received = nlohmann::json::array();
+  for (int64_t r = 0; r < world; ++r) {
+    sent.push_back(static_cast<int64_t>(all[layers * row + 2 * r].item<double>()));
+    received.push_back(static_cast<int64_t>(all[layers * row + 2 * r + 1].item<double>()));
+  }
+  record["layers"] = layers_;
+  record["aux_loss"] = aux;  // mean over layers and micro-batches, before the coefficient
+  record["z_loss"] = z;
+  record["tokens_per_expert"] = tokens;
+  record["imbalance"] = imbalance;
+  record["max_imbalance"] = max_imbalance;
+  record["dropped_tokens"] = dropped;
+  record["all_to_all"] = {{"sent_bytes", sent}, {"received_bytes", received}};
+  const auto warnings = check_hot(layers_, tokens);
+  if (groups.rank() == 0) {
+    for (const auto& w : warnings) spdlog::warn("{}", w);
+  }
+  record["hot_experts"] = warnings;
+  return record;
+}
+
+std::vector<std::string> MoEMonitor::check_hot(const std::vector<int64_t>& layers,
+                                               const std::vector<std::vector<double>>& tokens_per_expert) {
+  std::vector<std::string> warnings;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& counts = tokens_per_expert[i];
+    const double mean = std::accumulate(counts.begin(), counts.end(), 0.0) / static_cast<double>(counts.size());
+    for (size_t e = 0; e < counts.size(); ++e) {
+      int& streak = streak_[{layers[i], static_cast<int64_t>(e)}];
+      streak = mean > 0 && counts[e] > kHotFactor * mean ? streak + 1 : 0;
+      if (streak == kHotSteps) {
+        warnings.push_back(fmt::format(
+            "MoE layer {}: expert {} received {:.0f} tokens, {:.1f}x the mean, for {} steps in a row; the ep rank "
+            "holding it receives most of the all-to-all traffic (a hot spot, like one NIC at 90%)",
+            layers[i], e, counts[e], counts[e] / mean, kHotSteps));
+      }
+    }
+  }
+  return warnings;
+}
+
+}  // namespace loom::launch

@@ -1,0 +1,43 @@
+// What an MoE job reports each step (metrics.jsonl "moe"): the router's
+// auxiliary losses, tokens per expert summed over every rank, the imbalance
+// max/mean per layer, dropped tokens, and each rank's all-to-all bytes. A
+// warning names an expert that keeps receiving several times the mean: the
+// ep rank holding it is the fabric's hot spot.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "core/config.h"
+#include "models/moe.h"
+#include "parallel/process_groups.h"
+
+namespace loom::launch {
+
+// An expert is hot when it receives more than kHotFactor times the mean for kHotSteps steps in a row.
+constexpr double kHotFactor = 2.0;
+constexpr int kHotSteps = 3;
+
+class MoEMonitor {
+ public:
+  // STATS: this rank's MoE layers (of all its pipeline pieces).
+  MoEMonitor(const Config& config, std::vector<models::MoEStats*> stats);
+  // Collective over the world: sums every rank's statistics of the step and
+  // resets them; the record for metrics.jsonl (the same on every rank).
+  nlohmann::json collect(parallel::ProcessGroups& groups);
+  // The per-layer hot-expert check of one step's tokens per expert; returns
+  // the warnings it raises (an expert hot for kHotSteps steps, once per streak).
+  std::vector<std::string> check_hot(const std::vector<int64_t>& layers,
+                                     const std::vector<std::vector<double>>& tokens_per_expert);
+
+ private:
+  int64_t num_experts_;
+  std::vector<int64_t> layers_;  // global indices of every MoE layer of the model
+  std::vector<models::MoEStats*> stats_;
+  std::map<std::pair<int64_t, int64_t>, int> streak_;  // (layer, expert) -> hot steps in a row
+};
+
+}  // namespace loom::launch

@@ -1,0 +1,188 @@
+#include "models/moe.h"
+
+#include <cmath>
+
+#include "parallel/init.h"
+#include "parallel/tp_regions.h"
+
+namespace loom::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Ties the auxiliary losses to the layer's output: forward returns the output
+// unchanged, backward also starts the auxiliary loss's backward with gradient
+// SCALE. The losses then need no path to the pipeline's last stage, where the
+// language-model loss is (Megatron-LM's MoEAuxLossAutoScaler).
+struct AttachLoss : torch::autograd::Function<AttachLoss> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& output, const torch::Tensor& loss,
+                               double scale) {
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["loss_options"] = loss.scalar_type();
+    return output.clone();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const double scale = ctx->saved_data["scale"].toDouble();
+    auto dtype = ctx->saved_data["loss_options"].toScalarType();
+    return {grads[0], torch::full({}, scale, torch::TensorOptions().dtype(dtype)), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t num_experts, double capacity_factor) {
+  const double exact = static_cast<double>(tokens * top_k) / static_cast<double>(num_experts) * capacity_factor;
+  return static_cast<int64_t>(std::ceil(exact - 1e-9));  // 2.0000000001 from rounding is still 2
+}
+
+Routing route_tokens(const torch::Tensor& logits, int64_t top_k, double capacity_factor) {
+  const int64_t tokens = logits.size(0), num_experts = logits.size(1);
+  Routing r;
+  r.probs = torch::softmax(logits.to(torch::kFloat32), -1);
+  auto [top_probs, experts] = r.probs.topk(top_k, -1);
+  r.assignment.experts = experts;
+  r.assignment.weights = top_probs / top_probs.sum(-1, true);
+  r.counts = torch::bincount(experts.reshape({-1}), {}, num_experts);
+  r.assignment.keep = torch::ones_like(experts, torch::kBool);
+  if (capacity_factor <= 0) return r;
+
+  torch::NoGradGuard no_grad;
+  const int64_t capacity = expert_capacity(tokens, top_k, num_experts, capacity_factor);
+  // Order the choices by expert, then by router probability (highest first),
+  // then by token; each expert keeps its first CAPACITY.
+  auto by_prob = std::get<1>(top_probs.reshape({-1}).sort(/*stable=*/true, /*dim=*/0, /*descending=*/true));
+  auto experts_by_prob = experts.reshape({-1}).index_select(0, by_prob);
+  auto within = std::get<1>(experts_by_prob.sort(/*stable=*/true, 0, false));
+  auto order = by_prob.index_select(0, within);  // choice numbers in (expert, -prob, token) order
+  auto sorted_experts = experts_by_prob.index_select(0, within);
+  auto first_of_expert = r.counts.cumsum(0) - r.counts;
+  auto position = torch::arange(order.size(0), torch::kInt64) - first_of_expert.index_select(0, sorted_experts);
+  auto keep = torch::empty({order.size(0)}, torch::kBool);
+  keep.index_copy_(0, order, position < capacity);
+  r.assignment.keep = keep.view(experts.sizes());
+  r.dropped = (~keep).sum().item<int64_t>();
+  return r;
+}
+
+torch::Tensor load_balancing_loss(const torch::Tensor& probs_sum, const torch::Tensor& counts, int64_t tokens,
+                                  int64_t top_k) {
+  const double num_experts = static_cast<double>(probs_sum.size(0)), t = static_cast<double>(tokens);
+  return (probs_sum * counts.to(probs_sum.scalar_type())).sum() * (num_experts / (t * t * static_cast<double>(top_k)));
+}
+
+torch::Tensor router_z_loss(const torch::Tensor& logits, int64_t tokens) {
+  return torch::logsumexp(logits.to(torch::kFloat32), -1).pow(2).sum() / static_cast<double>(tokens);
+}
+
+void MoEStats::reset() {
+  if (tokens_per_expert.defined()) tokens_per_expert.zero_();
+  dropped = 0;
+  aux_loss = torch::zeros({}, torch::kFloat64);
+  z_loss = torch::zeros({}, torch::kFloat64);
+  micro_batches = 0;
+  volume = {};
+}
+
+MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicator& ep, parallel::Communicator& tp)
+    : options_(options), ep_(ep), tp_(tp), dispatcher_(options.moe.num_experts, ep, &stats_.volume) {
+  const int64_t h = options.hidden_size, f = options.ffn_hidden_size, e = options.moe.num_experts;
+  const std::string p = "h." + std::to_string(options.layer) + ".moe.";
+  router_ = register_parameter("router_weight", parallel::init_normal(options.seed, p + "router.weight", {e, h},
+                                                                      options.init_std));
+  for (int64_t i = 0; i < dispatcher_.num_local_experts(); ++i) {
+    const int64_t g = dispatcher_.first_local_expert() + i;
+    const std::string name = p + "experts." + std::to_string(g) + ".";
+    const std::string reg = "expert_" + std::to_string(g) + "_";
+    Expert x{g, {}, {}, {}, {}};
+    // Drawn by global name: expert g starts the same whichever rank holds it.
+    x.fc_w = register_parameter(reg + "fc_weight", parallel::init_normal(options.seed, name + "fc.weight", {f, h},
+                                                                         options.init_std));
+    x.fc_b = register_parameter(reg + "fc_bias", torch::zeros({f}));
+    x.proj_w = register_parameter(reg + "proj_weight", parallel::init_normal(options.seed, name + "proj.weight", {h, f},
+                                                                             options.output_init_std));
+    x.proj_b = register_parameter(reg + "proj_bias", torch::zeros({h}));
+    experts_.push_back(x);
+  }
+  stats_.layer = options.layer;
+  stats_.tokens_per_expert = torch::zeros({e}, torch::kInt64);
+  stats_.reset();
+}
+
+torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) {
+  // Every local expert runs, on no rows if it got none, so that its
+  // parameters get a (zero) gradient every micro-batch like any other.
+  auto groups = tokens.split_with_sizes(tokens_per_expert, 0);
+  std::vector<torch::Tensor> outputs;
+  for (size_t i = 0; i < experts_.size(); ++i) {
+    const auto& x = experts_[i];
+    auto hidden = torch::gelu(torch::linear(groups[i], x.fc_w, x.fc_b), "tanh");
+    outputs.push_back(torch::linear(hidden, x.proj_w, x.proj_b));
+  }
+  return torch::cat(outputs, 0);
+}
+
+torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
+  const auto& moe = options_.moe;
+  const int64_t h = x.size(-1);
+  auto tokens = x.reshape({-1, h});
+  const int64_t local_tokens = tokens.size(0);
+  auto router_input = tokens;
+  if (is_training() && moe.router_jitter > 0) {
+    router_input = tokens * torch::empty_like(tokens).uniform_(1.0 - moe.router_jitter, 1.0 + moe.router_jitter);
+  }
+  auto logits = torch::linear(router_input, router_);
+  Routing routing = route_tokens(logits, moe.top_k, moe.capacity_factor);
+
+  // The auxiliary losses are over the whole sequence: under sequence
+  // parallelism each tp rank holds part of it, so the statistics are summed.
+  const bool split = options_.sequence_parallel && tp_.size() > 1;
+  const int64_t all_tokens = split ? local_tokens * tp_.size() : local_tokens;
+  auto probs_sum = routing.probs.sum(0);
+  auto counts = routing.counts.to(torch::kFloat32);
+  if (split) {
+    probs_sum = parallel::reduce_from_tp_region(probs_sum, tp_);
+    tp_.all_reduce(counts).wait();
+  }
+  auto aux = load_balancing_loss(probs_sum, counts, all_tokens, moe.top_k);
+  auto z = router_z_loss(logits, all_tokens);  // this rank's share: the tp sum is the whole
+
+  auto dispatched = dispatcher_.dispatch(tokens, routing.assignment);
+  auto out = dispatcher_.combine(experts(dispatched.tokens, dispatched.tokens_per_expert), dispatched.plan);
+  if (is_training() && torch::GradMode::is_enabled() && (moe.aux_loss_coeff > 0 || moe.z_loss_coeff > 0)) {
+    out = AttachLoss::apply(out, aux * moe.aux_loss_coeff + z * moe.z_loss_coeff, options_.loss_scale);
+  }
+  if (record) {
+    torch::NoGradGuard no_grad;
+    // Shares whose sum over all ranks is the global figure: tp replicas count once.
+    const bool tokens_mine = split || tp_.rank() == 0;
+    if (tokens_mine) {
+      stats_.tokens_per_expert += routing.counts;
+      stats_.dropped += routing.dropped;
+      stats_.z_loss += z.detach().to(torch::kFloat64);
+    }
+    if (tp_.rank() == 0) {
+      stats_.aux_loss += aux.detach().to(torch::kFloat64);
+      stats_.micro_batches += 1;
+    }
+  }
+  return out.view(x.sizes());
+}
+
+std::vector<parallel::ParallelParameter> MoELayerImpl::parallel_parameters() const {
+  const std::string p = "h." + std::to_string(options_.layer) + ".moe.";
+  const bool sp = options_.sequence_parallel;
+  std::vector<parallel::ParallelParameter> all{{p + "router.weight", router_, -1, sp}};
+  for (const auto& x : experts_) {
+    const std::string name = p + "experts." + std::to_string(x.index) + ".";
+    for (auto [suffix, tensor] : {std::pair{"fc.weight", x.fc_w}, std::pair{"fc.bias", x.fc_b},
+                                  std::pair{"proj.weight", x.proj_w}, std::pair{"proj.bias", x.proj_b}}) {
+      parallel::ParallelParameter param{name + suffix, tensor, -1, sp};
+      param.expert = true;
+      all.push_back(param);
+    }
+  }
+  return all;
+}
+
+}  // namespace loom::models

@@ -1,0 +1,111 @@
+// Mixture of Experts: a router and NUM_EXPERTS expert MLPs that replace a
+// block's MLP (Switch Transformer, GShard; Megatron-LM's MoE layer).
+//
+// Router: logits = x W_r, probabilities by softmax, the top k experts of each
+// token, their weights renormalised to sum to one. The load-balancing loss
+// (Switch/GShard) E * sum_e f_e P_e, with f_e the share of the T k choices
+// that picked expert e (counted before any dropping) and P_e the mean router
+// probability of e, and the router z-loss mean_t logsumexp(logits_t)^2 are
+// added to the training loss with their coefficients.
+//
+// Capacity: with capacity_factor c > 0, expert e takes at most
+// ceil(T k / E c) choices of the T tokens of this rank's micro-batch; the
+// choices over capacity are dropped lowest router probability first (ties: the
+// later token first). A dropped choice contributes nothing; a token whose
+// every choice was dropped passes through the residual only.
+//
+// Experts are spread over the ep group (parallel/moe_dispatch.h) and are
+// replicated over tp: without sequence parallelism every tp rank routes the
+// same tokens (the attention around them stays tensor parallel); with it each
+// routes its own part of the sequence, and the router statistics of the loss
+// are summed over tp so that the loss is that of the whole sequence.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "parallel/communicator.h"
+#include "parallel/moe_dispatch.h"
+#include "parallel/parallel_parameter.h"
+
+namespace loom::models {
+
+// The router's decision for T tokens.
+struct Routing {
+  parallel::ExpertAssignment assignment;
+  torch::Tensor probs;   // [T, E] router probabilities (differentiable)
+  torch::Tensor counts;  // [E] int64: choices of each expert, before dropping
+  int64_t dropped = 0;   // choices dropped over capacity
+};
+
+// LOGITS [T, E] -> top-k routing with capacity (0: unlimited).
+Routing route_tokens(const torch::Tensor& logits, int64_t top_k, double capacity_factor);
+// ceil(TOKENS * TOP_K / NUM_EXPERTS * CAPACITY_FACTOR).
+int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t num_experts, double capacity_factor);
+// E * sum_e (COUNTS_e / (TOKENS k)) (PROBS_SUM_e / TOKENS): PROBS_SUM is the router
+// probabilities summed over the TOKENS tokens, COUNTS the choices per expert.
+torch::Tensor load_balancing_loss(const torch::Tensor& probs_sum, const torch::Tensor& counts, int64_t tokens,
+                                  int64_t top_k);
+// sum_t logsumexp(LOGITS_t)^2 / TOKENS (TOKENS: all tokens the loss is the mean over).
+torch::Tensor router_z_loss(const torch::Tensor& logits, int64_t tokens);
+
+// What an MoE layer saw during one optimizer step. Each rank records its share so that
+// the sum over all ranks is the global figure (tp replicas record once).
+struct MoEStats {
+  int64_t layer = 0;             // global block index
+  torch::Tensor tokens_per_expert;  // [E] int64: choices routed to each expert, before dropping
+  int64_t dropped = 0;
+  torch::Tensor aux_loss, z_loss;   // sums over the step's micro-batches, unscaled by coefficients
+  int64_t micro_batches = 0;
+  parallel::AllToAllVolume volume;  // this rank's all-to-all bytes, forward and backward
+  void reset();
+};
+
+struct MoELayerOptions {
+  int64_t hidden_size = 64;
+  int64_t ffn_hidden_size = 256;
+  MoEConfig moe;
+  int64_t layer = 0;                // names are "h.LAYER.moe...."
+  uint64_t seed = 1234;
+  double init_std = 0.02;
+  double output_init_std = 0.02;    // the experts' projection into the residual stream
+  bool sequence_parallel = false;
+  // The factor the trainer puts on each micro-batch's loss (1 / micro-batches
+  // per step): the auxiliary losses' gradients get the same.
+  double loss_scale = 1.0;
+};
+
+class MoELayerImpl : public torch::nn::Module {
+ public:
+  // EP: the expert-parallel group; TP: the tensor-parallel group (for the router statistics under SP).
+  MoELayerImpl(const MoELayerOptions& options, parallel::Communicator& ep, parallel::Communicator& tp);
+  // x [B, S, H] -> [B, S, H]. RECORD: add this call to stats() (false while recomputing).
+  torch::Tensor forward(const torch::Tensor& x, bool record = true);
+  std::vector<parallel::ParallelParameter> parallel_parameters() const;
+  MoEStats& stats() { return stats_; }
+  const MoELayerOptions& options() const { return options_; }
+
+ private:
+  torch::Tensor experts(const torch::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert);
+  MoELayerOptions options_;
+  parallel::Communicator& ep_;
+  parallel::Communicator& tp_;
+  parallel::TokenDispatcher dispatcher_;
+  torch::Tensor router_;  // [E, H]
+  struct Expert {
+    int64_t index;  // global
+    torch::Tensor fc_w, fc_b, proj_w, proj_b;
+  };
+  std::vector<Expert> experts_;  // this rank's
+  MoEStats stats_;
+};
+TORCH_MODULE(MoELayer);
+
+// Whether block LAYER of a model with MOE has experts.
+inline bool is_moe_layer(const MoEConfig& moe, int64_t layer) { return moe.enabled() && layer % moe.every == 0; }
+
+}  // namespace loom::models
