@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/cpu_memory.h"
 #include "core/errors.h"
 #include "core/logging.h"
 #include "parallel/gloo_communicator.h"
@@ -211,6 +212,15 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
     parts.push_back(make_optimizer(expert_tensors, expert_grads_.get(), groups_.expert_dp()));
     optimizer_ = std::make_unique<optim::PartitionedOptimizer>(std::move(parts), part_of);
   }
+  // Gradients exist from the start (AccumulateGrad then adds into them in
+  // place), so the first step allocates only activations and temporaries, which
+  // the memory report measures.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& param : params_) {
+      if (!param.tensor.grad().defined()) param.tensor.mutable_grad() = torch::zeros_like(param.tensor);
+    }
+  }
   sequence_parallel_grads_ = std::make_unique<parallel::GradientReducer>(sequence_parallel);
   tied_grads_ = std::make_unique<parallel::GradientReducer>(tied);
   if (groups_.rank() == 0) metrics_ = std::make_unique<MetricsWriter>(run_dir_ + "/metrics.jsonl");
@@ -259,7 +269,7 @@ std::function<void()> Trainer::save_fault(int64_t step) const {
   };
 }
 
-nlohmann::json Trainer::memory_report() {
+nlohmann::json Trainer::memory_report(int64_t activation_bytes) {
   int64_t params = 0, grads = 0;
   for (const auto& p : params_) {
     params += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
@@ -272,8 +282,9 @@ nlohmann::json Trainer::memory_report() {
     }
   }
   auto mine = torch::tensor({static_cast<double>(params), static_cast<double>(grads),
-                             static_cast<double>(optimizer_->state_bytes())}, torch::kFloat64);
-  auto all = torch::empty({groups_.world(), 3}, torch::kFloat64);
+                             static_cast<double>(optimizer_->state_bytes()), static_cast<double>(activation_bytes)},
+                            torch::kFloat64);
+  auto all = torch::empty({groups_.world(), 4}, torch::kFloat64);
   groups_.world_comm().all_gather(all, mine).wait();
   nlohmann::json ranks = nlohmann::json::array();
   for (int64_t r = 0; r < groups_.world(); ++r) {
@@ -281,7 +292,10 @@ nlohmann::json Trainer::memory_report() {
                      {"params_bytes", static_cast<int64_t>(all[r][0].item<double>())},
                      {"grads_bytes", static_cast<int64_t>(all[r][1].item<double>())},
                      {"master_bytes", 0},  // fp32 training: the parameters are the master weights
-                     {"optimizer_bytes", static_cast<int64_t>(all[r][2].item<double>())}});
+                     {"optimizer_bytes", static_cast<int64_t>(all[r][2].item<double>())},
+                     // The peak above the model state during the first step's forward and backward:
+                     // activations kept for backward and temporaries (-1: not measured).
+                     {"activation_peak_bytes", static_cast<int64_t>(all[r][3].item<double>())}});
   }
   return ranks;
 }
@@ -329,7 +343,10 @@ TrainSummary Trainer::run(const std::string& resume) {
     optimizer_->zero_grad();
     if (dp_grads_) dp_grads_->start_step();
     if (expert_grads_) expert_grads_->start_step();
+    const int64_t bytes_before = CpuMemory::current_bytes();
+    CpuMemory::reset_peak();
     const StepResult result = forward_backward(consumed);
+    const int64_t activation_bytes = CpuMemory::installed() ? CpuMemory::peak_bytes() - bytes_before : -1;
     if (dp_grads_) dp_grads_->mark("backward done");
     const double mean_loss = result.loss;
     // The first stage's embedding and the last stage's output layer are one
@@ -360,7 +377,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     summary.last_loss = mean_loss;
     // Model-state bytes of every rank, once: they do not change between steps.
     nlohmann::json memory, moe;
-    if (step == first_step) memory = memory_report();
+    if (step == first_step) memory = memory_report(activation_bytes);
     if (moe_monitor_) moe = moe_monitor_->collect(groups_);
     if (metrics_) {
       nlohmann::json record{{"step", step},
@@ -419,6 +436,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   require_supported(config);
   if (args.fault.rank >= env.world()) throw InputError("--inject-fault rank " + std::to_string(args.fault.rank) + " is not below the world size");
   const int threads = set_threads(config, env.info());
+  CpuMemory::install();  // before the model exists, so that its step's allocations are counted
 
   const auto& p = config.parallel;
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);

@@ -51,8 +51,8 @@ class Trainer {
   // Forward and backward over this rank's micro-batches; the mean loss comes from the last stage.
   StepResult forward_backward(int64_t consumed);
   void maybe_inject_fault(int64_t step) const;
-  // Collective: every rank's bytes of parameters, gradients and optimizer state.
-  nlohmann::json memory_report();
+  // Collective: every rank's bytes of parameters, gradients and optimizer state, and ACTIVATION_BYTES.
+  nlohmann::json memory_report(int64_t activation_bytes);
   // The kill_in_save fault for the checkpoint saved after STEP, if it is this rank's.
   std::function<void()> save_fault(int64_t step) const;
   void log_progress(int64_t step, double loss, double lr, double grad_norm, double step_s, double mean_step_s) const;

@@ -113,6 +113,7 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
     moe.output_init_std = residual_std;
     moe.sequence_parallel = sp;
     moe.loss_scale = options.loss_scale;
+    moe.split_generator = tp.rng ? &tp.rng->split() : nullptr;
     moe_ = register_module("moe", MoELayer(moe, *tp.ep, *tp.tp));
   } else {
     fc_ = register_module("fc", parallel::ColumnParallelLinear(parallel::ColumnParallelLinearOptions(h, f)

@@ -1,5 +1,6 @@
 #include "models/moe.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "parallel/init.h"
@@ -33,7 +34,8 @@ struct AttachLoss : torch::autograd::Function<AttachLoss> {
 
 int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t num_experts, double capacity_factor) {
   const double exact = static_cast<double>(tokens * top_k) / static_cast<double>(num_experts) * capacity_factor;
-  return static_cast<int64_t>(std::ceil(exact - 1e-9));  // 2.0000000001 from rounding is still 2
+  // 2.0000000001 from rounding is still 2; at least one slot, so a tiny factor cannot silently drop everything.
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(exact - 1e-9)));
 }
 
 Routing route_tokens(const torch::Tensor& logits, int64_t top_k, double capacity_factor) {
@@ -42,7 +44,10 @@ Routing route_tokens(const torch::Tensor& logits, int64_t top_k, double capacity
   r.probs = torch::softmax(logits.to(torch::kFloat32), -1);
   auto [top_probs, experts] = r.probs.topk(top_k, -1);
   r.assignment.experts = experts;
-  r.assignment.weights = top_probs / top_probs.sum(-1, true);
+  // Renormalised over the chosen experts; with one choice that would make every
+  // weight 1 and cut the router off from the language-model loss, so top-1
+  // keeps the router probability (Switch Transformer).
+  r.assignment.weights = top_k > 1 ? top_probs / top_probs.sum(-1, true) : top_probs;
   r.counts = torch::bincount(experts.reshape({-1}), {}, num_experts);
   r.assignment.keep = torch::ones_like(experts, torch::kBool);
   if (capacity_factor <= 0) return r;
@@ -129,7 +134,11 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
   const int64_t local_tokens = tokens.size(0);
   auto router_input = tokens;
   if (is_training() && moe.router_jitter > 0) {
-    router_input = tokens * torch::empty_like(tokens).uniform_(1.0 - moe.router_jitter, 1.0 + moe.router_jitter);
+    // Under sequence parallelism each tp rank holds other tokens: they draw their own noise.
+    c10::optional<at::Generator> generator;
+    if (options_.sequence_parallel && options_.split_generator) generator = *options_.split_generator;
+    router_input = tokens * torch::empty_like(tokens).uniform_(1.0 - moe.router_jitter, 1.0 + moe.router_jitter,
+                                                               generator);
   }
   auto logits = torch::linear(router_input, router_);
   Routing routing = route_tokens(logits, moe.top_k, moe.capacity_factor);

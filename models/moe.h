@@ -2,14 +2,17 @@
 // block's MLP (Switch Transformer, GShard; Megatron-LM's MoE layer).
 //
 // Router: logits = x W_r, probabilities by softmax, the top k experts of each
-// token, their weights renormalised to sum to one. The load-balancing loss
+// token, their weights renormalised to sum to one (with k = 1 the weight is the
+// router probability, as in Switch, or the router would get no gradient from
+// the language-model loss). The load-balancing loss
 // (Switch/GShard) E * sum_e f_e P_e, with f_e the share of the T k choices
 // that picked expert e (counted before any dropping) and P_e the mean router
 // probability of e, and the router z-loss mean_t logsumexp(logits_t)^2 are
 // added to the training loss with their coefficients.
 //
 // Capacity: with capacity_factor c > 0, expert e takes at most
-// ceil(T k / E c) choices of the T tokens of this rank's micro-batch; the
+// max(1, ceil(T k / E c)) choices of the T tokens this rank routes (under
+// sequence parallelism: its part of the micro-batch's sequence); the
 // choices over capacity are dropped lowest router probability first (ties: the
 // later token first). A dropped choice contributes nothing; a token whose
 // every choice was dropped passes through the residual only.
@@ -21,6 +24,7 @@
 // are summed over tp so that the loss is that of the whole sequence.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -44,7 +48,7 @@ struct Routing {
 
 // LOGITS [T, E] -> top-k routing with capacity (0: unlimited).
 Routing route_tokens(const torch::Tensor& logits, int64_t top_k, double capacity_factor);
-// ceil(TOKENS * TOP_K / NUM_EXPERTS * CAPACITY_FACTOR).
+// max(1, ceil(TOKENS * TOP_K / NUM_EXPERTS * CAPACITY_FACTOR)).
 int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t num_experts, double capacity_factor);
 // E * sum_e (COUNTS_e / (TOKENS k)) (PROBS_SUM_e / TOKENS): PROBS_SUM is the router
 // probabilities summed over the TOKENS tokens, COUNTS the choices per expert.
@@ -74,6 +78,9 @@ struct MoELayerOptions {
   double init_std = 0.02;
   double output_init_std = 0.02;    // the experts' projection into the residual stream
   bool sequence_parallel = false;
+  // Draws the router jitter under sequence parallelism (tp ranks hold different
+  // tokens); null, or without SP: the default generator.
+  at::Generator* split_generator = nullptr;
   // The factor the trainer puts on each micro-batch's loss (1 / micro-batches
   // per step): the auxiliary losses' gradients get the same.
   double loss_scale = 1.0;

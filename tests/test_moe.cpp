@@ -45,6 +45,10 @@ TEST_CASE("router: top-k choices, weights renormalised over them", "[moe]") {
   CHECK(torch::equal(r.counts, torch::tensor({1, 1, 1, 1}, torch::kInt64)));
   CHECK(r.assignment.keep.all().item<bool>());
   CHECK(r.dropped == 0);
+  // Top-1 keeps the router probability (Switch), so the router learns from the loss.
+  auto top1 = route_tokens(logits, 1, 0.0);
+  CHECK(top1.assignment.weights[0][0].item<double>() == Approx(p[0][2].item<double>()).epsilon(1e-6));
+  CHECK(expert_capacity(3, 1, 8, 0.01) == 1);  // never zero slots
 }
 
 TEST_CASE("capacity: ceil(T k / E c), lowest router probability dropped first", "[moe]") {

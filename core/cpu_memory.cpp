@@ -1,0 +1,95 @@
+#include "core/cpu_memory.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+
+namespace loom {
+namespace {
+
+// A DataPtr's deleter is a plain function, so the counts live at namespace
+// scope; they are only ever touched through CountingAllocator.
+struct Counts {
+  std::mutex mutex;
+  std::unordered_map<void*, int64_t> sizes;
+  int64_t current = 0;
+  int64_t peak = 0;
+  c10::DeleterFnPtr base_deleter = nullptr;
+};
+Counts& counts() {
+  static Counts* c = new Counts();  // never destroyed: tensors may be freed during static destruction
+  return *c;
+}
+
+void counted_delete(void* ptr) {
+  auto& c = counts();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.sizes.find(ptr);
+    if (it != c.sizes.end()) {
+      c.current -= it->second;
+      c.sizes.erase(it);
+    }
+  }
+  c.base_deleter(ptr);
+}
+
+class CountingAllocator : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+  c10::DataPtr allocate(size_t n) const override {
+    c10::DataPtr inner = base_->allocate(n);
+    void* ptr = inner.release_context();  // the default allocator's context is the data itself
+    auto& c = counts();
+    {
+      std::lock_guard<std::mutex> lock(c.mutex);
+      c.sizes[ptr] = static_cast<int64_t>(n);
+      c.current += static_cast<int64_t>(n);
+      c.peak = std::max(c.peak, c.current);
+    }
+    return {ptr, ptr, &counted_delete, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &counted_delete; }
+
+ private:
+  c10::Allocator* base_;
+};
+
+std::atomic<bool> g_installed{false};
+
+}  // namespace
+
+void CpuMemory::install() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    c10::Allocator* base = c10::GetDefaultCPUAllocator();
+    if (!base->raw_deleter()) return;  // an allocator whose context is not its data: leave it alone
+    counts().base_deleter = base->raw_deleter();
+    static CountingAllocator allocator(base);
+    c10::SetAllocator(c10::DeviceType::CPU, &allocator, /*priority=*/1);
+    g_installed = true;
+  });
+}
+
+bool CpuMemory::installed() { return g_installed; }
+
+int64_t CpuMemory::current_bytes() {
+  std::lock_guard<std::mutex> lock(counts().mutex);
+  return counts().current;
+}
+
+int64_t CpuMemory::peak_bytes() {
+  std::lock_guard<std::mutex> lock(counts().mutex);
+  return counts().peak;
+}
+
+void CpuMemory::reset_peak() {
+  std::lock_guard<std::mutex> lock(counts().mutex);
+  counts().peak = counts().current;
+}
+
+}  // namespace loom
