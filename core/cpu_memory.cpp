@@ -11,13 +11,17 @@
 namespace loom {
 namespace {
 
+std::atomic<bool> g_installed{false};
+
 // A DataPtr's deleter is a plain function, so the counts live at namespace
 // scope; they are only ever touched through CountingAllocator.
 struct Counts {
   std::mutex mutex;
   std::unordered_map<void*, int64_t> sizes;
-  int64_t current = 0;
+  int64_t current = 0;  // bytes allocated in windows and not yet freed
   int64_t peak = 0;
+  int64_t window_start = 0;
+  std::atomic<bool> counting{false};
   c10::DeleterFnPtr base_deleter = nullptr;
 };
 Counts& counts() {
@@ -43,8 +47,9 @@ class CountingAllocator : public c10::Allocator {
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
   c10::DataPtr allocate(size_t n) const override {
     c10::DataPtr inner = base_->allocate(n);
-    void* ptr = inner.release_context();  // the default allocator's context is the data itself
     auto& c = counts();
+    if (!c.counting.load(std::memory_order_relaxed)) return inner;  // freed by the base deleter, uncounted
+    void* ptr = inner.release_context();  // the default allocator's context is the data itself
     {
       std::lock_guard<std::mutex> lock(c.mutex);
       c.sizes[ptr] = static_cast<int64_t>(n);
@@ -58,8 +63,6 @@ class CountingAllocator : public c10::Allocator {
  private:
   c10::Allocator* base_;
 };
-
-std::atomic<bool> g_installed{false};
 
 }  // namespace
 
@@ -77,19 +80,18 @@ void CpuMemory::install() {
 
 bool CpuMemory::installed() { return g_installed; }
 
-int64_t CpuMemory::current_bytes() {
-  std::lock_guard<std::mutex> lock(counts().mutex);
-  return counts().current;
+void CpuMemory::begin_window() {
+  auto& c = counts();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.window_start = c.peak = c.current;
+  c.counting = true;
 }
 
-int64_t CpuMemory::peak_bytes() {
-  std::lock_guard<std::mutex> lock(counts().mutex);
-  return counts().peak;
-}
-
-void CpuMemory::reset_peak() {
-  std::lock_guard<std::mutex> lock(counts().mutex);
-  counts().peak = counts().current;
+int64_t CpuMemory::end_window() {
+  auto& c = counts();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.counting = false;
+  return g_installed ? c.peak - c.window_start : -1;
 }
 
 }  // namespace loom

@@ -1,5 +1,5 @@
-// Bytes LibTorch holds in CPU memory, counted by an allocator that wraps the
-// default one: the current total and the peak since the last reset. The
+// Bytes LibTorch allocates in CPU memory, counted by an allocator that wraps
+// the default one, and their peak within a window of the program. The
 // trainer reads the peak over a step's forward and backward to report the
 // activation memory (what recomputation saves). LibTorch has one CPU
 // allocator per process, so this is one per process too: install() puts it
@@ -14,10 +14,12 @@ class CpuMemory {
  public:
   static void install();
   static bool installed();
-  static int64_t current_bytes();
-  static int64_t peak_bytes();
-  // Starts a new peak from the current total.
-  static void reset_peak();
+  // Counts allocations from here (outside a window the allocator only passes
+  // them on, so training pays for the count only while it is wanted).
+  static void begin_window();
+  // The peak of the bytes allocated in the window and still held, above its
+  // start; -1 when the allocator is not installed.
+  static int64_t end_window();
 };
 
 }  // namespace loom

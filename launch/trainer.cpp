@@ -343,10 +343,9 @@ TrainSummary Trainer::run(const std::string& resume) {
     optimizer_->zero_grad();
     if (dp_grads_) dp_grads_->start_step();
     if (expert_grads_) expert_grads_->start_step();
-    const int64_t bytes_before = CpuMemory::current_bytes();
-    CpuMemory::reset_peak();
+    if (step == first_step) CpuMemory::begin_window();
     const StepResult result = forward_backward(consumed);
-    const int64_t activation_bytes = CpuMemory::installed() ? CpuMemory::peak_bytes() - bytes_before : -1;
+    const int64_t activation_bytes = step == first_step ? CpuMemory::end_window() : -1;
     if (dp_grads_) dp_grads_->mark("backward done");
     const double mean_loss = result.loss;
     // The first stage's embedding and the last stage's output layer are one
