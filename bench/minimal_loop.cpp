@@ -4,6 +4,7 @@
 // parallel layers, buckets, schedules, metrics or checkpoints. Prints one
 // JSON line like bench/reference_gpt.py.
 #include <dlfcn.h>
+#include <malloc.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -92,6 +93,11 @@ int main(int argc, char** argv) {
   } else {
     at::set_num_threads(static_cast<int>(threads));
   }
+  // And loom's allocator setting (core/cpu_memory.h, keep_freed_memory), so
+  // that the difference left is loom's machinery.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 256 << 20);
   torch::manual_seed(1234);
   GPT model(vocab, seq_len, hidden, heads, layers);
   std::vector<torch::Tensor> decay, no_decay;

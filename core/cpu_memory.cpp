@@ -2,6 +2,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -92,6 +93,12 @@ int64_t CpuMemory::end_window() {
   std::lock_guard<std::mutex> lock(c.mutex);
   c.counting = false;
   return g_installed ? c.peak - c.window_start : -1;
+}
+
+void CpuMemory::keep_freed_memory() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);         // glibc's largest; bigger blocks are still mapped
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);          // keep up to 1 GiB of free heap top
+  mallopt(M_TOP_PAD, 256 << 20);               // grow the heap in large steps
 }
 
 }  // namespace loom

@@ -20,6 +20,12 @@ class CpuMemory {
   // The peak of the bytes allocated in the window and still held, above its
   // start; -1 when the allocator is not installed.
   static int64_t end_window();
+
+  // Keeps freed memory in the process (glibc: no mmap below 32 MiB, no trimming
+  // of the heap's top). A training step frees and re-allocates the same
+  // activations every time; handing them back to the kernel and faulting them
+  // in again cost a third of the step on the benchmark GPT (bench/README.md).
+  static void keep_freed_memory();
 };
 
 }  // namespace loom

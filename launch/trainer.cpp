@@ -436,6 +436,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   if (args.fault.rank >= env.world()) throw InputError("--inject-fault rank " + std::to_string(args.fault.rank) + " is not below the world size");
   const int threads = set_threads(config, env.info());
   CpuMemory::install();  // before the model exists, so that its step's allocations are counted
+  CpuMemory::keep_freed_memory();
 
   const auto& p = config.parallel;
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
