@@ -12,15 +12,7 @@ source "$(dirname "$0")/common.sh"
 MODEL=(--set model.num_layers=4 --set train.global_batch_size=16 --set train.steps=40)
 L222=(--set parallel.tp=2 --set parallel.pp=2 --set parallel.zero_stage=1)
 
-train() {  # train NP NAME [args...]: exits like loom
-  local np="$1" name="$2"
-  shift 2
-  if [ "$np" = 1 ]; then
-    "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${MODEL[@]}" "$@" > "$WORK/$name.log" 2>&1
-  else
-    mpirun --oversubscribe -np "$np" "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${MODEL[@]}" "$@" > "$WORK/$name.log" 2>&1
-  fi
-}
+train() { run_loom "$1" "$2" "${MODEL[@]}" "${@:3}"; }  # train NP NAME [args...]: exits like loom
 must_train() { train "$@" || { cat "$WORK/$2.log"; fail "run $2 failed"; }; }
 
 # steps_equal A B RTOL FIRST: the losses of run A from step FIRST on equal run B's at the same steps.

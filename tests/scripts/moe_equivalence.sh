@@ -18,13 +18,7 @@ MOE=(--set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.aux_l
      --set model.moe.z_loss_coeff=0.001 --set train.global_batch_size=16 --set train.micro_batch_size=2)
 
 train() {  # train NP NAME [--set ...]
-  local np="$1" name="$2"
-  shift 2
-  if [ "$np" = 1 ]; then
-    "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${MOE[@]}" "$@" > "$WORK/$name.log" 2>&1
-  else
-    mpirun --oversubscribe -np "$np" "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${MOE[@]}" "$@" > "$WORK/$name.log" 2>&1
-  fi || { cat "$WORK/$name.log"; fail "$name failed"; }
+  run_loom "$1" "$2" "${MOE[@]}" "${@:3}" || { cat "$WORK/$2.log"; fail "$2 failed"; }
 }
 
 train 1 ref
@@ -85,15 +79,7 @@ PY
 # Saved at ep=2 (step 10), resumed at ep=4: steps 11-20 equal the uninterrupted run.
 train 4 save_ep2 --set parallel.ep=2 --set checkpoint.dir="$WORK/ck" --set checkpoint.interval=10
 train 4 resume_ep4 --set parallel.ep=4 --resume "$WORK/ck/step_00000010"
-python3 - "$WORK/resume_ep4/metrics.jsonl" "$WORK/save_ep2/metrics.jsonl" << 'PY' || fail "resume at ep=4 differs"
-import json, sys
-a = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
-b = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
-assert sorted(a) == list(range(11, 21)), sorted(a)
-worst = max(abs(a[s] - b[s]) / max(1, abs(b[s])) for s in a)
-assert worst <= 1e-5, worst
-print(f"saved at ep=2, resumed at ep=4: steps 11-20 agree; largest relative difference {worst:.3g}")
-PY
+compare_resumed "$WORK/resume_ep4" "$WORK/save_ep2" 11 20 "saved at ep=2, resumed at ep=4" || fail "resume at ep=4 differs"
 code=0
 "$LOOM" export "$WORK/ck/step_00000020" --format hf-gpt2 --output "$WORK/moe.safetensors" > "$WORK/export.log" 2>&1 || code=$?
 [ "$code" = 2 ] && grep -q "Mixture-of-Experts" "$WORK/export.log" || { cat "$WORK/export.log"; fail "export of an MoE checkpoint was not refused with exit 2"; }
