@@ -7,33 +7,36 @@
 
 namespace loom::launch {
 
-MoEMonitor::MoEMonitor(const Config& config, std::vector<models::MoEStats*> stats)
-    : num_experts_(config.model.moe.num_experts), stats_(std::move(stats)) {
+std::vector<int64_t> moe_layers(const Config& config) {
+  std::vector<int64_t> layers;
   for (int64_t layer = 0; layer < config.model.num_layers; ++layer) {
-    if (models::is_moe_layer(config.model.moe, layer)) layers_.push_back(layer);
+    if (models::is_moe_layer(config.model.moe, layer)) layers.push_back(layer);
   }
+  return layers;
 }
+
+MoEMonitor::MoEMonitor(const Config& config, std::vector<models::MoEStats*> stats)
+    : num_experts_(config.model.moe.num_experts), layers_(moe_layers(config)), stats_(std::move(stats)) {}
 
 nlohmann::json MoEMonitor::collect(parallel::ProcessGroups& groups) {
   // One row per MoE layer: tokens per expert, dropped, aux loss, z-loss,
   // micro-batches; then each rank's all-to-all bytes sent and received.
   const int64_t row = num_experts_ + 4, layers = static_cast<int64_t>(layers_.size()), world = groups.world();
   auto all = torch::zeros({layers * row + 2 * world}, torch::kFloat64);
-  parallel::AllToAllVolume volume;
+  double* v = all.data_ptr<double>();  // filled and read on the host: no tensor per value
+  double* volume = v + layers * row;
   for (auto* s : stats_) {
-    const auto at = std::find(layers_.begin(), layers_.end(), s->layer) - layers_.begin();
-    auto mine = all.narrow(0, at * row, row);
-    mine.narrow(0, 0, num_experts_).copy_(s->tokens_per_expert);
+    double* mine = v + (std::find(layers_.begin(), layers_.end(), s->layer) - layers_.begin()) * row;
+    const auto counts = s->tokens_per_expert.contiguous();
+    std::copy_n(counts.data_ptr<int64_t>(), num_experts_, mine);
     mine[num_experts_] = static_cast<double>(s->dropped);
-    mine[num_experts_ + 1] = s->aux_loss;
-    mine[num_experts_ + 2] = s->z_loss;
+    mine[num_experts_ + 1] = s->aux_loss.item<double>();
+    mine[num_experts_ + 2] = s->z_loss.item<double>();
     mine[num_experts_ + 3] = static_cast<double>(s->micro_batches);
-    volume.sent += s->volume.sent;
-    volume.received += s->volume.received;
+    volume[2 * groups.rank()] += static_cast<double>(s->volume.sent);
+    volume[2 * groups.rank() + 1] += static_cast<double>(s->volume.received);
     s->reset();
   }
-  all[layers * row + 2 * groups.rank()] = static_cast<double>(volume.sent);
-  all[layers * row + 2 * groups.rank() + 1] = static_cast<double>(volume.received);
   groups.world_comm().all_reduce(all).wait();
 
   nlohmann::json record;
@@ -42,23 +45,22 @@ nlohmann::json MoEMonitor::collect(parallel::ProcessGroups& groups) {
   int64_t dropped = 0;
   nlohmann::json imbalance = nlohmann::json::array();
   for (int64_t i = 0; i < layers; ++i) {
-    auto r = all.narrow(0, i * row, row);
-    std::vector<double> counts(static_cast<size_t>(num_experts_));
-    for (int64_t e = 0; e < num_experts_; ++e) counts[static_cast<size_t>(e)] = r[e].item<double>();
+    const double* r = v + i * row;
+    std::vector<double> counts(r, r + num_experts_);
     const double mean = std::accumulate(counts.begin(), counts.end(), 0.0) / static_cast<double>(num_experts_);
     const double ratio = mean > 0 ? *std::max_element(counts.begin(), counts.end()) / mean : 0.0;
     imbalance.push_back(ratio);
     max_imbalance = std::max(max_imbalance, ratio);
-    dropped += static_cast<int64_t>(r[num_experts_].item<double>());
-    const double micro = std::max(1.0, r[num_experts_ + 3].item<double>());
-    aux += r[num_experts_ + 1].item<double>() / micro / static_cast<double>(layers);
-    z += r[num_experts_ + 2].item<double>() / micro / static_cast<double>(layers);
+    dropped += static_cast<int64_t>(r[num_experts_]);
+    const double micro = std::max(1.0, r[num_experts_ + 3]);
+    aux += r[num_experts_ + 1] / micro / static_cast<double>(layers);
+    z += r[num_experts_ + 2] / micro / static_cast<double>(layers);
     tokens.push_back(counts);
   }
   nlohmann::json sent = nlohmann::json::array(), received = nlohmann::json::array();
   for (int64_t r = 0; r < world; ++r) {
-    sent.push_back(static_cast<int64_t>(all[layers * row + 2 * r].item<double>()));
-    received.push_back(static_cast<int64_t>(all[layers * row + 2 * r + 1].item<double>()));
+    sent.push_back(static_cast<int64_t>(volume[2 * r]));
+    received.push_back(static_cast<int64_t>(volume[2 * r + 1]));
   }
   record["layers"] = layers_;
   record["aux_loss"] = aux;  // mean over layers and micro-batches, before the coefficient

@@ -21,6 +21,9 @@ namespace loom::launch {
 constexpr double kHotFactor = 2.0;
 constexpr int kHotSteps = 3;
 
+// The global indices of the model's MoE blocks.
+std::vector<int64_t> moe_layers(const Config& config);
+
 class MoEMonitor {
  public:
   // STATS: this rank's MoE layers (of all its pipeline pieces).

@@ -460,8 +460,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
         config.micro_batches_per_step(), p.dp, config.data.path.empty() ? "synthetic" : config.data.path);
   if (config.model.moe.enabled()) {
     const auto& moe = config.model.moe;
-    int64_t layers = 0;
-    for (int64_t l = 0; l < config.model.num_layers; ++l) layers += models::is_moe_layer(moe, l) ? 1 : 0;
+    const auto layers = moe_layers(config).size();
     info0("moe: {} experts ({} per ep rank), top-{}, {} MoE blocks of {}, capacity factor {}{}, aux loss x{}, z-loss x{}",
           moe.num_experts, moe.num_experts / p.ep, moe.top_k, layers, config.model.num_layers, moe.capacity_factor,
           moe.capacity_factor > 0 ? "" : " (no dropping)", moe.aux_loss_coeff, moe.z_loss_coeff);
