@@ -191,6 +191,8 @@ void resolve_and_validate(Config& c, int64_t world) {
           "must be auto, gloo or nccl, got '" + p.backend + "'");
   require(p.timeout_s > 0, "parallel.timeout_s", "must be positive");
   require(p.bucket_mb >= 0, "parallel.bucket_mb", "must be 0 (one bucket) or positive");
+  require(p.grad_reduce_dtype == "fp32" || p.grad_reduce_dtype == "bf16", "parallel.grad_reduce_dtype",
+          "must be fp32 or bf16, got '" + p.grad_reduce_dtype + "'");
 
   auto& t = c.train;
   require(t.steps >= 1, "train.steps", "must be at least 1");
@@ -222,6 +224,11 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(t.seed >= 0, "train.seed", "must be non-negative");
   require(t.precision == "fp32" || t.precision == "bf16" || t.precision == "fp16", "train.precision",
           "must be fp32, bf16 or fp16, got '" + t.precision + "'");
+  require(t.loss_scale >= 0, "train.loss_scale", "must be 0 (dynamic) or a positive fixed scale");
+  require(t.initial_loss_scale > 0, "train.initial_loss_scale", "must be positive");
+  require(t.loss_scale_window >= 1, "train.loss_scale_window", "must be at least 1");
+  require(t.min_loss_scale > 0 && t.min_loss_scale <= t.initial_loss_scale, "train.min_loss_scale",
+          "must be positive and at most train.initial_loss_scale");
   require(t.threads_per_rank >= 0, "train.threads_per_rank", "must be 0 (automatic) or positive");
   require(t.recompute == "none" || t.recompute == "full" || t.recompute == "selective", "train.recompute",
           "must be none, full or selective, got '" + t.recompute + "'");

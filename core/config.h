@@ -45,6 +45,7 @@ struct ParallelConfig {
   std::string backend = "auto";  // auto | gloo | nccl
   double timeout_s = 300.0;      // every collective fails after this long
   double bucket_mb = 25.0;       // data-parallel gradient buckets; 0: one bucket
+  std::string grad_reduce_dtype = "fp32";  // fp32 | bf16: the dtype gradients are reduced in over dp
 };
 
 struct TrainConfig {
@@ -60,7 +61,14 @@ struct TrainConfig {
   double adam_beta2 = 0.95;
   double adam_eps = 1e-8;
   int64_t seed = 1234;
-  std::string precision = "fp32";
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (fp32 master weights and optimizer state)
+  // fp16 loss scaling: a fixed scale when loss_scale > 0, else dynamic: starts at
+  // initial_loss_scale, halves on an overflow (the step is skipped), doubles
+  // after loss_scale_window steps without one, never below min_loss_scale.
+  double loss_scale = 0.0;
+  double initial_loss_scale = 65536.0;
+  int64_t loss_scale_window = 1000;
+  double min_loss_scale = 1.0;
   int64_t threads_per_rank = 0;  // 0: cores / local ranks
   std::string recompute = "none";  // none | full | selective
   int64_t exit_after = -1;       // save and stop after this step (the schedule still spans steps); -1: never

@@ -114,6 +114,7 @@ std::vector<ConfigField> make_fields() {
       string_field("parallel", "backend", LOOM_MEMBER(parallel.backend)),
       float_field("parallel", "timeout_s", LOOM_MEMBER(parallel.timeout_s)),
       float_field("parallel", "bucket_mb", LOOM_MEMBER(parallel.bucket_mb)),
+      string_field("parallel", "grad_reduce_dtype", LOOM_MEMBER(parallel.grad_reduce_dtype)),
 
       int_field("train", "steps", LOOM_MEMBER(train.steps)),
       int_field("train", "global_batch_size", LOOM_MEMBER(train.global_batch_size)),
@@ -128,6 +129,10 @@ std::vector<ConfigField> make_fields() {
       float_field("train", "adam_eps", LOOM_MEMBER(train.adam_eps)),
       int_field("train", "seed", LOOM_MEMBER(train.seed)),
       string_field("train", "precision", LOOM_MEMBER(train.precision)),
+      float_field("train", "loss_scale", LOOM_MEMBER(train.loss_scale)),
+      float_field("train", "initial_loss_scale", LOOM_MEMBER(train.initial_loss_scale)),
+      int_field("train", "loss_scale_window", LOOM_MEMBER(train.loss_scale_window)),
+      float_field("train", "min_loss_scale", LOOM_MEMBER(train.min_loss_scale)),
       int_field("train", "threads_per_rank", LOOM_MEMBER(train.threads_per_rank)),
       int_field("train", "exit_after", LOOM_MEMBER(train.exit_after)),
       string_field("train", "recompute", LOOM_MEMBER(train.recompute)),

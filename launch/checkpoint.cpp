@@ -125,6 +125,11 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
     manifest["step"] = state.step;
     manifest["consumed_samples"] = state.consumed_samples;
     manifest["optimizer_steps"] = optimizer_.steps_taken();
+    if (state.loss_scale > 0) {
+      manifest["loss_scaler"] = {{"scale", state.loss_scale},
+                                 {"clean_steps", state.loss_scale_clean_steps},
+                                 {"skipped_steps", state.skipped_steps}};
+    }
     manifest["layout"] = layout_of(config_, groups_.world());
     manifest["model"] = model_of(config_);
     manifest["tensors"] = nlohmann::json::object();
@@ -238,6 +243,12 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
           "from an uninterrupted run", saved_layout.dump(), layout_of(config_, groups_.world()).dump());
   }
   TrainingState state{manifest.at("step").get<int64_t>(), manifest.at("consumed_samples").get<int64_t>()};
+  if (manifest.contains("loss_scaler")) {
+    const auto& scaler = manifest["loss_scaler"];
+    state.loss_scale = scaler.at("scale").get<double>();
+    state.loss_scale_clean_steps = scaler.at("clean_steps").get<int64_t>();
+    state.skipped_steps = scaler.at("skipped_steps").get<int64_t>();
+  }
   info0("resumed from {} at step {} ({} samples consumed)", path, state.step, state.consumed_samples);
   return state;
 }

@@ -22,6 +22,10 @@ namespace loom::launch {
 struct TrainingState {
   int64_t step = 0;
   int64_t consumed_samples = 0;
+  // fp16's dynamic loss scale: its value (0: not fp16), clean steps since it last changed, skipped steps.
+  double loss_scale = 0.0;
+  int64_t loss_scale_clean_steps = 0;
+  int64_t skipped_steps = 0;
 };
 
 class Checkpointer {

@@ -60,8 +60,8 @@ FaultInjection parse_fault(const std::string& text) {
   fault.rank = static_cast<int>(parse_integer("--inject-fault RANK", text.substr(0, first), 0));
   fault.step = parse_integer("--inject-fault STEP", text.substr(first + 1, second - first - 1), 1);
   fault.kind = text.substr(second + 1);
-  if (fault.kind != "kill" && fault.kind != "hang" && fault.kind != "kill_in_save") {
-    throw InputError("--inject-fault KIND must be kill, hang or kill_in_save");
+  if (fault.kind != "kill" && fault.kind != "hang" && fault.kind != "kill_in_save" && fault.kind != "overflow") {
+    throw InputError("--inject-fault KIND must be kill, hang, kill_in_save or overflow");
   }
   return fault;
 }

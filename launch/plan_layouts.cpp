@@ -15,6 +15,16 @@
 namespace loom::launch {
 namespace {
 
+// What this version of loom holds per parameter, as its memory report measures
+// it: gradients keep their whole buffer through the step (ZeRO-2 reduce-scatters
+// but does not free it), mixed precision's fp32 master weights and gradients are
+// not sharded, and stage 3 is not implemented (negative).
+double loom_state_bytes(double n, int64_t zero, int64_t dp, bool mixed) {
+  if (zero >= 3) return -1.0;
+  const double param = mixed ? 2 : 4, grad = 4, master = mixed ? 4 : 0, adam = 8;
+  return n * (param + grad + master + (zero >= 1 ? adam / static_cast<double>(dp) : adam));
+}
+
 void print_state_bytes(const Config& config, int64_t world) {
   const auto& p = config.parallel;
   const int64_t dp = std::max<int64_t>(1, world / (p.tp * p.pp));
@@ -25,8 +35,17 @@ void print_state_bytes(const Config& config, int64_t world) {
               n, parallel::gpt_parameters(config), static_cast<long long>(p.tp), static_cast<long long>(p.pp),
               static_cast<long long>(dp), config.train.precision.c_str(), bytes.param, bytes.grad, bytes.optimizer);
   for (int64_t zero = 0; zero <= 3; ++zero) {
-    std::printf("  zero_stage %lld: %12.0f bytes (%.3f GB)\n", static_cast<long long>(zero),
-                parallel::model_state_bytes(n, zero, dp, bytes), parallel::model_state_bytes(n, zero, dp, bytes) / 1e9);
+    const double textbook = parallel::model_state_bytes(n, zero, dp, bytes), held = loom_state_bytes(n, zero, dp, mixed);
+    std::printf("  zero_stage %lld: %12.0f bytes (%.3f GB)", static_cast<long long>(zero), textbook, textbook / 1e9);
+    if (held < 0) {
+      std::printf(" | loom: not implemented\n");
+    } else {
+      std::printf(" | loom holds %12.0f bytes (%.3f GB)\n", held, held / 1e9);
+    }
+  }
+  if (mixed) {
+    std::printf("  (loom under %s: %s parameters 2 B, fp32 gradients 4 B and fp32 master weights 4 B unsharded, "
+                "Adam moments 8 B sharded from stage 1)\n", config.train.precision.c_str(), config.train.precision.c_str());
   }
 }
 

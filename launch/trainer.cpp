@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 #include "core/cpu_memory.h"
@@ -45,11 +46,15 @@ void require_supported(const Config& c) {
   auto unsupported = [](const std::string& key, const std::string& value) {
     return InputError("config key '" + key + "': " + value +
                       " is valid but not implemented in this version of loom; training supports tp, pp, dp, "
-                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-2, ep with MoE, precision fp32");
+                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-2, ep with MoE, precision fp32, "
+                      "bf16 and fp16");
   };
   const auto& p = c.parallel;
   if (p.zero_stage == 3) throw unsupported("parallel.zero_stage", "3");
-  if (c.train.precision != "fp32") throw unsupported("train.precision", c.train.precision);
+  if (c.train.precision == "fp16" && c.model.moe.enabled()) {
+    // The MoE auxiliary losses inject their gradient at a fixed scale, which dynamic loss scaling would not reach.
+    throw unsupported("train.precision", "fp16 with model.moe (use bf16)");
+  }
   if (p.backend == "nccl") {
     throw InputError("config key 'parallel.backend': nccl needs a CUDA build of LibTorch and a GPU; "
                      "this build trains on CPU with gloo");
@@ -160,19 +165,12 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   const auto& coords = groups_.coords();
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
   const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get(), &groups_.ep()};
-  // MoE experts live on one ep rank each and are reduced over expert-dp; the rest over dp.
-  std::vector<torch::Tensor> tensors, expert_tensors, sequence_parallel, tied;
-  std::vector<size_t> part_of;
+  std::vector<torch::Tensor> tied;
   std::vector<models::MoEStats*> moe_stats;
   for (int64_t chunk = 0; chunk < p.virtual_stages; ++chunk) {
     auto piece = make_model(config_, tp, models::PipelinePosition{chunk * p.pp + coords.pp, p.pp * p.virtual_stages});
     piece->train();
-    for (const auto& param : piece->parallel_parameters()) {
-      params_.push_back(param);
-      (param.expert ? expert_tensors : tensors).push_back(param.tensor);
-      part_of.push_back(param.expert ? 1 : 0);
-      if (param.sequence_parallel) sequence_parallel.push_back(param.tensor);
-    }
+    for (const auto& param : piece->parallel_parameters()) params_.push_back(param);
     for (const auto& tensor : piece->tied_parameters()) tied.push_back(tensor);
     for (auto* stats : piece->moe_stats()) moe_stats.push_back(stats);
     chunks_.push_back(std::move(piece));
@@ -180,13 +178,33 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   if (m.moe.enabled()) moe_monitor_ = std::make_unique<MoEMonitor>(config_, moe_stats);
   TORCH_CHECK(tied.empty() || groups_.has(parallel::GroupKind::embedding),
               "rank ", groups_.rank(), " holds tied parameters but is in no embedding group");
+  if (!m.init_from.empty()) init_from_hf_gpt2(config_, params_, coords.tp, groups_.tp().size());
+  precision_ = Precision::from_name(t.precision);
+  if (precision_.mixed()) {
+    std::vector<torch::Tensor> model;
+    for (const auto& param : params_) model.push_back(param.tensor);
+    master_ = std::make_unique<optim::MasterWeights>(model, precision_.params);
+    for (size_t i = 0; i < params_.size(); ++i) params_[i].tensor = master_->masters()[i];
+    for (auto& tensor : tied) tensor = master_->master_of(tensor);
+  }
+  if (precision_.loss_scaling()) {
+    scaler_ = std::make_unique<optim::LossScaler>(
+        optim::LossScalerOptions{t.loss_scale, t.initial_loss_scale, t.loss_scale_window, t.min_loss_scale});
+  }
+  // MoE experts live on one ep rank each and are reduced over expert-dp; the rest over dp.
+  std::vector<torch::Tensor> tensors, expert_tensors, sequence_parallel;
+  std::vector<size_t> part_of;
+  for (const auto& param : params_) {
+    (param.expert ? expert_tensors : tensors).push_back(param.tensor);
+    part_of.push_back(param.expert ? 1 : 0);
+    if (param.sequence_parallel) sequence_parallel.push_back(param.tensor);
+  }
   const std::vector<int64_t> activation_shape =
       p.pp > 1 ? chunks_.front()->activation_shape(t.micro_batch_size) : std::vector<int64_t>{};
   pipeline_ = std::make_unique<parallel::PipelineExecutor>(parallel::parse_pipeline_schedule(p.schedule),
                                                            config_.micro_batches_per_step(), p.virtual_stages,
-                                                           groups_.pp(), activation_shape);
+                                                           groups_.pp(), activation_shape, precision_.activations);
   schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
-  if (!m.init_from.empty()) init_from_hf_gpt2(config_, params_, coords.tp, groups_.tp().size());
   const optim::AdamWOptions adam{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
   const int64_t zero_stage = groups_.dp().size() > 1 ? p.zero_stage : 0;  // with one dp rank there is nothing to shard
   const int64_t bucket_bytes = static_cast<int64_t>(p.bucket_mb * 1024 * 1024);
@@ -199,6 +217,22 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                                                                   config_.micro_batches_per_step(), zero_stage,
                                                                   groups_.dp().size());
     }
+  }
+  if (p.grad_reduce_dtype == "bf16") {
+    for (auto* buckets : {dp_grads_.get(), expert_grads_.get()}) {
+      if (buckets) buckets->reduce_in(torch::kBFloat16);
+    }
+  }
+  if (master_) {
+    // Masters are outside autograd: their buckets hear of each gradient from the master weights.
+    std::vector<std::pair<parallel::GradientBuckets*, size_t>> bucket_of;
+    size_t dense = 0, expert = 0;
+    for (const auto& param : params_) {
+      bucket_of.emplace_back(param.expert ? expert_grads_.get() : dp_grads_.get(), param.expert ? expert++ : dense++);
+    }
+    master_->set_listener([bucket_of](size_t i) {
+      if (auto* buckets = bucket_of[i].first) buckets->gradient_arrived(bucket_of[i].second);
+    });
   }
   auto make_optimizer = [&](const std::vector<torch::Tensor>& part, parallel::GradientBuckets* buckets,
                             parallel::Communicator& group) -> std::unique_ptr<optim::Optimizer> {
@@ -227,7 +261,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, params_, *optimizer_, *rng_);
 }
 
-Trainer::StepResult Trainer::forward_backward(int64_t consumed) {
+Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scale) {
   const auto& t = config_.train;
   const int64_t micro_batches = config_.micro_batches_per_step();
   const int64_t last_chunk = config_.parallel.virtual_stages - 1;
@@ -244,7 +278,8 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed) {
     loss_sum += out.detach().to(torch::kFloat64);
     // Averaging over micro-batches here and over dp in the all-reduce makes the
     // gradient that of the mean loss over the whole global batch.
-    return out / static_cast<double>(micro_batches);
+    return loss_scale == 1.0 ? out / static_cast<double>(micro_batches)
+                             : out * (loss_scale / static_cast<double>(micro_batches));
   });
   // Every stage's timing and the last stage's loss reach every rank of the pipeline in one call.
   auto mine = torch::tensor({loss_sum.item<double>() / static_cast<double>(micro_batches), timing.busy_s,
@@ -275,6 +310,9 @@ nlohmann::json Trainer::memory_report(int64_t activation_bytes) {
     params += p.tensor.numel() * static_cast<int64_t>(p.tensor.element_size());
     if (!dp_grads_ && p.tensor.grad().defined()) grads += p.tensor.grad().numel() * static_cast<int64_t>(p.tensor.grad().element_size());
   }
+  // Under mixed precision params_ are the fp32 masters; the model holds the bf16 (fp16) copies.
+  const int64_t master = master_ ? master_->master_bytes() : 0;
+  if (master_) params = master_->model_bytes();
   for (const auto* buckets : {dp_grads_.get(), expert_grads_.get()}) {
     for (int64_t b = 0; buckets && b < buckets->num_buckets(); ++b) {
       const auto& buffer = buckets->layout(static_cast<size_t>(b)).buffer;
@@ -282,16 +320,18 @@ nlohmann::json Trainer::memory_report(int64_t activation_bytes) {
     }
   }
   auto mine = torch::tensor({static_cast<double>(params), static_cast<double>(grads),
-                             static_cast<double>(optimizer_->state_bytes()), static_cast<double>(activation_bytes)},
+                             static_cast<double>(optimizer_->state_bytes()), static_cast<double>(activation_bytes),
+                             static_cast<double>(master)},
                             torch::kFloat64);
-  auto all = torch::empty({groups_.world(), 4}, torch::kFloat64);
+  auto all = torch::empty({groups_.world(), 5}, torch::kFloat64);
   groups_.world_comm().all_gather(all, mine).wait();
   nlohmann::json ranks = nlohmann::json::array();
   for (int64_t r = 0; r < groups_.world(); ++r) {
     ranks.push_back({{"rank", r},
                      {"params_bytes", static_cast<int64_t>(all[r][0].item<double>())},
                      {"grads_bytes", static_cast<int64_t>(all[r][1].item<double>())},
-                     {"master_bytes", 0},  // fp32 training: the parameters are the master weights
+                     // fp32 training: the parameters are the master weights (0 here)
+                     {"master_bytes", static_cast<int64_t>(all[r][4].item<double>())},
                      {"optimizer_bytes", static_cast<int64_t>(all[r][2].item<double>())},
                      // The peak above the model state during the first step's forward and backward:
                      // activations kept for backward and temporaries (-1: not measured).
@@ -300,8 +340,16 @@ nlohmann::json Trainer::memory_report(int64_t activation_bytes) {
   return ranks;
 }
 
+void Trainer::unscale_gradients() {
+  torch::NoGradGuard no_grad;
+  const double inverse = 1.0 / scaler_->scale();
+  for (auto& p : params_) {
+    if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(inverse);
+  }
+}
+
 void Trainer::maybe_inject_fault(int64_t step) const {
-  if (fault_.kind == "kill_in_save" || fault_.rank != groups_.rank() || fault_.step != step) return;
+  if (fault_.kind == "kill_in_save" || fault_.kind == "overflow" || fault_.rank != groups_.rank() || fault_.step != step) return;
   spdlog::warn("injected fault: {} at step {}", fault_.kind, step);
   if (fault_.kind == "kill") std::raise(SIGKILL);
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
@@ -326,6 +374,8 @@ TrainSummary Trainer::run(const std::string& resume) {
   TrainingState state;
   if (!resume.empty()) {
     if (auto loaded = checkpointer_->load(resume)) state = *loaded;
+    if (master_) master_->copy_to_model();
+    if (scaler_ && state.loss_scale > 0) scaler_->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
   }
   const int64_t first_step = state.step + 1;
   int64_t consumed = state.consumed_samples;
@@ -344,7 +394,13 @@ TrainSummary Trainer::run(const std::string& resume) {
     if (dp_grads_) dp_grads_->start_step();
     if (expert_grads_) expert_grads_->start_step();
     if (step == first_step) CpuMemory::begin_window();
-    const StepResult result = forward_backward(consumed);
+    double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+    if (fault_.kind == "overflow" && fault_.rank == groups_.rank() && fault_.step == step) {
+      spdlog::warn("injected fault: this rank's loss is multiplied by infinity at step {}", step);
+      loss_scale = std::numeric_limits<double>::infinity();
+    }
+    const double used_scale = scaler_ ? scaler_->scale() : 0.0;
+    const StepResult result = forward_backward(consumed, loss_scale);
     const int64_t activation_bytes = step == first_step ? CpuMemory::end_window() : -1;
     if (dp_grads_) dp_grads_->mark("backward done");
     const double mean_loss = result.loss;
@@ -363,9 +419,18 @@ TrainSummary Trainer::run(const std::string& resume) {
     parallel::Communicator* shards = sharded_grads ? &groups_.dp() : nullptr;
     optim::ExpertGroups experts;
     if (moe_monitor_) experts = {&groups_.ep(), sharded_grads ? &groups_.expert_dp() : nullptr};
+    if (scaler_) unscale_gradients();
     const double grad_norm =
         optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel(), groups_.coords().tp, shards, experts);
-    optimizer_->step(lr);
+    // An overflow anywhere makes the global norm inf or nan on every rank alike, so all skip together.
+    const bool skipped = scaler_ && scaler_->update(!std::isfinite(grad_norm));
+    if (skipped) {
+      info0("fp16: gradients overflowed at step {}; the step is skipped and the loss scale goes {} -> {}", step,
+            used_scale, scaler_->scale());
+    } else {
+      optimizer_->step(lr);
+      if (master_) master_->copy_to_model();
+    }
     consumed += t.global_batch_size;
     const double step_s = seconds_since(step_start);
 
@@ -387,6 +452,10 @@ TrainSummary Trainer::run(const std::string& resume) {
                             {"tokens_per_s", static_cast<double>(tokens_per_step) / step_s},
                             {"consumed_samples", consumed}};
       if (config_.parallel.pp > 1) record["pipeline"] = pipeline_metrics(config_, result.stages);
+      if (scaler_) {
+        record["loss_scale"] = used_scale;
+        record["skipped"] = skipped;
+      }
       if (!memory.is_null()) record["memory"] = memory;
       if (!moe.is_null()) record["moe"] = moe;
       metrics_->write(record);
@@ -395,7 +464,12 @@ TrainSummary Trainer::run(const std::string& resume) {
       log_progress(step, mean_loss, lr, grad_norm, step_s, mean_step_s);
     }
     summary.last_step = step;
-    const TrainingState now{step, consumed};
+    TrainingState now{step, consumed};
+    if (scaler_) {
+      now.loss_scale = scaler_->scale();
+      now.loss_scale_clean_steps = scaler_->clean_steps();
+      now.skipped_steps = scaler_->skipped_steps();
+    }
     // A preemption signal may reach only some ranks: they agree before anyone stops.
     bool stop = false;
     if (checkpointing) {
@@ -434,12 +508,21 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   resolve_and_validate(config, env.world());
   require_supported(config);
   if (args.fault.rank >= env.world()) throw InputError("--inject-fault rank " + std::to_string(args.fault.rank) + " is not below the world size");
+  if (args.fault.kind == "overflow" && config.train.precision != "fp16") {
+    throw InputError("--inject-fault overflow tests fp16 loss scaling: it needs train.precision fp16, not " +
+                     config.train.precision);
+  }
   const int threads = set_threads(config, env.info());
   CpuMemory::install();  // before the model exists, so that its step's allocations are counted
   CpuMemory::keep_freed_memory();
 
   const auto& p = config.parallel;
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
+  if (args.fault.kind == "overflow" && grid.coords(args.fault.rank).pp != p.pp - 1) {
+    throw InputError("--inject-fault " + std::to_string(args.fault.rank) +
+                     ":STEP:overflow: the overflow is injected through the loss, which only the last pipeline "
+                     "stage holds; pick one of its ranks");
+  }
   auto stats = std::make_shared<parallel::CommStats>();
   parallel::ProcessGroups groups(grid, env.rank(),
                                  parallel::make_gloo_factory(env.store(), env.single_host(), stats, timeout), stats);

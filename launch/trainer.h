@@ -11,13 +11,16 @@
 #include "core/batch_sampler.h"
 #include "core/config.h"
 #include "core/metrics.h"
+#include "core/precision.h"
 #include "launch/checkpoint.h"
 #include "launch/commands.h"
 #include "launch/moe_metrics.h"
 #include "models/language_model.h"
 #include "optim/grad_clip.h"
 #include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
+#include "optim/master_weights.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grad_buckets.h"
 #include "parallel/pipeline_executor.h"
@@ -48,8 +51,11 @@ class Trainer {
     double loss = 0.0;  // mean over the global batch
     std::vector<parallel::PipelineStepTiming> stages;  // per pipeline stage
   };
-  // Forward and backward over this rank's micro-batches; the mean loss comes from the last stage.
-  StepResult forward_backward(int64_t consumed);
+  // Forward and backward over this rank's micro-batches; the mean loss comes
+  // from the last stage. Each micro-batch's loss is multiplied by LOSS_SCALE for backward.
+  StepResult forward_backward(int64_t consumed, double loss_scale);
+  // fp16: divides the (reduced) gradients by the loss scale.
+  void unscale_gradients();
   void maybe_inject_fault(int64_t step) const;
   // Collective: every rank's bytes of parameters, gradients and optimizer state, and ACTIVATION_BYTES.
   nlohmann::json memory_report(int64_t activation_bytes);
@@ -66,7 +72,12 @@ class Trainer {
   std::unique_ptr<parallel::TensorParallelRng> rng_;
   std::vector<std::shared_ptr<models::LanguageModel>> chunks_;  // this rank's virtual stages, in order
   std::unique_ptr<parallel::PipelineExecutor> pipeline_;
+  Precision precision_;
+  // This rank's parameters as gradient reduction, clipping, the optimizer and
+  // checkpoints see them: the model's own, or their fp32 masters under mixed precision.
   std::vector<parallel::ParallelParameter> params_;
+  std::unique_ptr<optim::MasterWeights> master_;  // bf16 and fp16
+  std::unique_ptr<optim::LossScaler> scaler_;     // fp16
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::CosineSchedule schedule_;
   std::unique_ptr<parallel::GradientBuckets> dp_grads_;  // when dp > 1

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/precision.h"
 #include "parallel/init.h"
 #include "parallel/recompute.h"
 #include "parallel/tp_regions.h"
@@ -16,7 +17,7 @@ constexpr double kInitStd = 0.02;
 constexpr double kLayerNormEps = 1e-5;
 
 torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-  return torch::layer_norm(x, {x.size(-1)}, w, b, kLayerNormEps);
+  return torch::layer_norm(x, {x.size(-1)}, cast_to_activation(w, x), cast_to_activation(b, x), kLayerNormEps);
 }
 
 // Dropout in the residual stream: replicated over tp, unless sequence parallelism split it.
@@ -53,6 +54,7 @@ GPTOptions GPTOptions::from_config(const Config& config) {
   o.seed = static_cast<uint64_t>(config.train.seed);
   o.recompute = config.train.recompute;
   o.moe = config.model.moe;
+  o.activation_dtype = Precision::from_name(config.train.precision).activations;
   if (config.parallel.dp > 0) o.loss_scale = 1.0 / static_cast<double>(config.micro_batches_per_step());
   return o;
 }
@@ -65,10 +67,12 @@ GPTInputStageImpl::GPTInputStageImpl(const GPTOptions& options, TensorParallelCo
 }
 
 torch::Tensor GPTInputStageImpl::forward(const torch::Tensor& tokens) {
-  auto words = wte_->forward(tokens);  // [B, S or S / tp, H]
+  // The embedding's rows come in its parameters' dtype; the model computes in options_.activation_dtype.
+  auto words = wte_->forward(tokens).to(options_.activation_dtype);  // [B, S or S / tp, H]
   // With sequence parallelism this rank holds positions [r * S / tp, (r + 1) * S / tp).
   const int64_t first = tp_.sequence_parallel ? words.size(1) * tp_.tp->rank() : 0;
-  return residual_dropout(words + wpe_.narrow(0, first, words.size(1)), options_.dropout, is_training(), tp_);
+  return residual_dropout(words + cast_to_activation(wpe_.narrow(0, first, words.size(1)), words), options_.dropout,
+                          is_training(), tp_);
 }
 
 std::vector<ParallelParameter> GPTInputStageImpl::parallel_parameters() const {
@@ -212,11 +216,12 @@ torch::Tensor GPTOutputStageImpl::logits(const torch::Tensor& hidden) {
   auto x = layer_norm(hidden, lnf_w_, lnf_b_);
   x = tp_.sequence_parallel ? parallel::gather_from_sequence_region(x, *tp_.tp)
                             : parallel::copy_to_tp_region(x, *tp_.tp);
-  return torch::linear(x, wte_);
+  return torch::linear(x, cast_to_activation(wte_, x));
 }
 
 torch::Tensor GPTOutputStageImpl::forward(const torch::Tensor& hidden, const torch::Tensor& targets) {
-  auto l = logits(hidden);
+  // The loss is computed in fp32 whatever the activations' dtype.
+  auto l = logits(hidden).to(torch::kFloat);
   return parallel::vocab_parallel_cross_entropy(l.view({-1, l.size(-1)}), targets.reshape({-1}), vocab_start_,
                                                 options_.vocab_size, *tp_.tp)
       .mean();

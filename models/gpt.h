@@ -41,6 +41,7 @@ struct GPTOptions {
   std::string recompute = "none";  // none | full (whole blocks) | selective (the attention core)
   MoEConfig moe;                   // num_experts 0: dense MLPs
   double loss_scale = 1.0;         // the trainer's factor on each micro-batch's loss (MoE auxiliary losses)
+  torch::ScalarType activation_dtype = torch::kFloat;  // bf16 under train.precision bf16
 
   static GPTOptions from_config(const Config& config);
 };

@@ -1,5 +1,6 @@
 #include "models/gpt_traffic.h"
 
+#include "core/precision.h"
 #include "parallel/grad_buckets.h"
 
 namespace loom::models {
@@ -53,7 +54,8 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
   const Layout l(c);
   const int64_t b = c.train.micro_batch_size, s = c.model.seq_len, h = c.model.hidden_size;
   const int64_t m = c.micro_batches_per_step();
-  const int64_t activation = b * s * h * kFloat;  // a full [B, S, H] activation
+  // A full [B, S, H] activation, in the dtype layers compute in (bf16 under train.precision bf16).
+  const int64_t activation = b * s * h * static_cast<int64_t>(c10::elementSize(Precision::from_name(c.train.precision).activations));
   std::map<std::pair<std::string, std::string>, PredictedTraffic> out;
   auto add = [&](const std::string& group, const std::string& op, int64_t calls, int64_t bytes_each) {
     auto& p = out[{group, op}];
@@ -108,8 +110,9 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       int64_t sum = 0;
       for (size_t i : bucket) sum += bytes[i];
       if (zero > 0) sum = (sum / kFloat + l.d - 1) / l.d * l.d * kFloat;  // padded to dp equal shards
-      add("dp", zero >= 2 ? "reduce_scatter" : "all_reduce", 1, sum);
-      if (zero > 0) add("dp", "all_gather", 1, sum);  // the updated parameter shards
+      // Gradients are fp32 (the masters' under mixed precision), reduced in bf16 if asked.
+      add("dp", zero >= 2 ? "reduce_scatter" : "all_reduce", 1, c.parallel.grad_reduce_dtype == "bf16" ? sum / 2 : sum);
+      if (zero > 0) add("dp", "all_gather", 1, sum);  // the updated (fp32) parameter shards
     }
     if (zero >= 2) add("dp", "all_reduce", 1, kDouble);  // the gradient norm's shard sums
     add("dp", "all_reduce", 1, kDouble);                                   // the loss

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/precision.h"
 #include "parallel/init.h"
 #include "parallel/tp_regions.h"
 
@@ -121,8 +122,9 @@ torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vect
   std::vector<torch::Tensor> outputs;
   for (size_t i = 0; i < experts_.size(); ++i) {
     const auto& x = experts_[i];
-    auto hidden = torch::gelu(torch::linear(groups[i], x.fc_w, x.fc_b), "tanh");
-    outputs.push_back(torch::linear(hidden, x.proj_w, x.proj_b));
+    const auto& in = groups[i];
+    auto hidden = torch::gelu(torch::linear(in, cast_to_activation(x.fc_w, in), cast_to_activation(x.fc_b, in)), "tanh");
+    outputs.push_back(torch::linear(hidden, cast_to_activation(x.proj_w, in), cast_to_activation(x.proj_b, in)));
   }
   return torch::cat(outputs, 0);
 }
@@ -140,7 +142,7 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
     router_input = tokens * torch::empty_like(tokens).uniform_(1.0 - moe.router_jitter, 1.0 + moe.router_jitter,
                                                                generator);
   }
-  auto logits = torch::linear(router_input, router_);
+  auto logits = torch::linear(router_input, cast_to_activation(router_, router_input));
   Routing routing = route_tokens(logits, moe.top_k, moe.capacity_factor);
 
   // The auxiliary losses are over the whole sequence: under sequence

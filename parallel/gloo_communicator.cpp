@@ -34,6 +34,15 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp::SUM;
 }
 
+// Gloo in LibTorch 1.13 refuses bf16. Operations that only move bytes see a
+// bf16 tensor as fp16 of the same bits; reductions widen it to fp32 and round
+// the result back (the wire then carries fp32).
+torch::Tensor as_wire(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 ? t.view(torch::kHalf) : t;
+}
+
+bool needs_widening(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16; }
+
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(std::string name, std::vector<int64_t> ranks, int rank,
@@ -44,18 +53,23 @@ GlooCommunicator::GlooCommunicator(std::string name, std::vector<int64_t> ranks,
 }
 
 std::unique_ptr<PendingOp> GlooCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
-  std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
+  if (needs_widening(tensor)) {
+    std::vector<at::Tensor> wide{tensor.to(torch::kFloat)};
+    auto work = group_->allreduce(wide, options);
+    return pending(work, [tensor, wide]() mutable { tensor.copy_(wide[0]); });
+  }
+  std::vector<at::Tensor> tensors{tensor};
   return pending(group_->allreduce(tensors, options));
 }
 
 std::unique_ptr<PendingOp> GlooCommunicator::do_all_gather(torch::Tensor& output, torch::Tensor& input) {
   // Gloo has no flat all-gather; it fills one output per rank, here views into OUTPUT.
   std::vector<std::vector<at::Tensor>> outputs(1);
-  auto flat = output.view({size(), -1});
+  auto flat = as_wire(output).view({size(), -1});
   for (int r = 0; r < size(); ++r) outputs[0].push_back(flat[r].view(input.sizes()));
-  std::vector<at::Tensor> inputs{input};
+  std::vector<at::Tensor> inputs{as_wire(input)};
   return pending(group_->allgather(outputs, inputs));
 }
 
@@ -65,11 +79,13 @@ std::unique_ptr<PendingOp> GlooCommunicator::do_reduce_scatter(torch::Tensor& ou
   // chunk from every peer (the same bytes as a ring reduce-scatter), then each
   // rank reduces the chunks it received in rank order.
   auto received = torch::empty({input.numel()}, input.options());
-  auto flat_input = input.view({-1});
+  auto wire_received = as_wire(received);
+  auto flat_input = as_wire(input).view({-1});
   std::vector<int64_t> splits(static_cast<size_t>(size()), output.numel());
-  auto work = group_->alltoall_base(received, flat_input, splits, splits);
+  auto work = group_->alltoall_base(wire_received, flat_input, splits, splits);
   return pending(work, [received, output, op, n = size()]() mutable {
-    auto chunks = received.view({n, -1});
+    // bf16 chunks are summed in fp32 and rounded once, as the widened all-reduce does.
+    auto chunks = needs_widening(received) ? received.view({n, -1}).to(torch::kFloat) : received.view({n, -1});
     torch::Tensor reduced;
     switch (op) {
       case ReduceOp::sum: reduced = chunks.sum(0); break;
@@ -83,11 +99,12 @@ std::unique_ptr<PendingOp> GlooCommunicator::do_reduce_scatter(torch::Tensor& ou
 std::unique_ptr<PendingOp> GlooCommunicator::do_all_to_all(torch::Tensor& output, torch::Tensor& input,
                                                            std::vector<int64_t>& output_splits,
                                                            std::vector<int64_t>& input_splits) {
-  return pending(group_->alltoall_base(output, input, output_splits, input_splits));
+  auto wire_output = as_wire(output), wire_input = as_wire(input);
+  return pending(group_->alltoall_base(wire_output, wire_input, output_splits, input_splits));
 }
 
 std::unique_ptr<PendingOp> GlooCommunicator::do_broadcast(torch::Tensor& tensor, int root) {
-  std::vector<at::Tensor> tensors{tensor};
+  std::vector<at::Tensor> tensors{as_wire(tensor)};
   c10d::BroadcastOptions options;
   options.rootRank = root;
   return pending(group_->broadcast(tensors, options));
@@ -99,7 +116,7 @@ std::unique_ptr<PendingOp> GlooCommunicator::do_send_recv(std::vector<P2POp>& op
   // between one pair match by tag, and in order within a tag.
   std::vector<c10d_compat::WorkPtr> works;
   for (auto& op : ops) {
-    std::vector<at::Tensor> tensors{op.tensor};
+    std::vector<at::Tensor> tensors{as_wire(op.tensor)};
     works.push_back(op.kind == P2POp::send ? group_->send(tensors, op.peer, op.tag) : group_->recv(tensors, op.peer, op.tag));
   }
   return std::make_unique<GlooPending>(std::move(works));

@@ -59,7 +59,8 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    accumulator->add_post_hook(std::make_unique<AccumulatedHook>([this, i] { on_accumulated(i); }));
+    if (!accumulator) continue;
+    accumulator->add_post_hook(std::make_unique<AccumulatedHook>([this, i] { gradient_arrived(i); }));
     accumulators_.push_back(std::move(accumulator));
   }
   start_step();
@@ -105,7 +106,18 @@ void GradientBuckets::mark(const std::string& event) {
   trace_.push_back({event, std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count()});
 }
 
-void GradientBuckets::on_accumulated(size_t param) {
+void GradientBuckets::reduce_in(torch::ScalarType wire_dtype) {
+  for (auto& b : buckets_) {
+    if (wire_dtype == b.layout.buffer.scalar_type()) {
+      b.wire = b.wire_shard = torch::Tensor();
+      continue;
+    }
+    b.wire = torch::empty(b.layout.buffer.sizes(), b.layout.buffer.options().dtype(wire_dtype));
+    if (zero_stage_ >= 2) b.wire_shard = torch::empty({b.layout.shard_size}, b.wire.options());
+  }
+}
+
+void GradientBuckets::gradient_arrived(size_t param) {
   auto& bucket = buckets_[bucket_of_[param]];
   if (--bucket.pending == 0 && !bucket.launched && !bucket.deferred) launch(bucket_of_[param]);
 }
@@ -114,8 +126,13 @@ void GradientBuckets::launch(size_t index) {
   auto& bucket = buckets_[index];
   bucket.launched = true;
   mark("bucket " + std::to_string(index) + " launched");
-  bucket.handle = zero_stage_ >= 2 ? dp_.reduce_scatter(bucket.shard, bucket.layout.buffer)
-                                  : dp_.all_reduce(bucket.layout.buffer);
+  if (bucket.wire.defined()) {
+    torch::NoGradGuard no_grad;
+    bucket.wire.copy_(bucket.layout.buffer);
+  }
+  auto& buffer = bucket.wire.defined() ? bucket.wire : bucket.layout.buffer;
+  auto& shard = bucket.wire.defined() ? bucket.wire_shard : bucket.shard;
+  bucket.handle = zero_stage_ >= 2 ? dp_.reduce_scatter(shard, buffer) : dp_.all_reduce(buffer);
 }
 
 void GradientBuckets::finish() {
@@ -128,6 +145,8 @@ void GradientBuckets::finish() {
   for (auto& bucket : buckets_) {
     bucket.handle.wait();
     auto& l = bucket.layout;
+    if (bucket.wire.defined() && zero_stage_ >= 2) bucket.shard.copy_(bucket.wire_shard);
+    if (bucket.wire.defined() && zero_stage_ < 2) l.buffer.copy_(bucket.wire);
     if (zero_stage_ >= 2) {
       l.buffer.zero_();
       l.buffer.narrow(0, l.shard_begin, l.shard_size).copy_(bucket.shard).mul_(scale);

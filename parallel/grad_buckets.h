@@ -44,8 +44,14 @@ class GradientBuckets {
   // AVERAGE_OVER: the sums are divided by this (0: the group's size). MoE
   // experts reduce over expert-dp but average over all of dp: each expert's
   // gradient already sums the tokens of the ep group's dp ranks.
+  // Parameters outside autograd (fp32 master weights) have no accumulator to
+  // hook: whoever fills their gradient calls gradient_arrived().
   GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes, int64_t accumulations,
                   int64_t zero_stage = 0, int64_t average_over = 0);
+  // Reduce in WIRE_DTYPE (bf16: parallel.grad_reduce_dtype) instead of the buffers' dtype.
+  void reduce_in(torch::ScalarType wire_dtype);
+  // Parameter I's gradient of one micro-batch is in its .grad.
+  void gradient_arrived(size_t param);
   const Layout& layout(size_t bucket) const { return buckets_[bucket].layout; }
   // Holds back the buckets holding any of PARAMS until finish(): their
   // gradients still change after backward (the tied embedding is summed over
@@ -72,12 +78,12 @@ class GradientBuckets {
   struct Bucket {
     Layout layout;
     torch::Tensor shard;  // the reduce-scatter's output (zero stage 2)
+    torch::Tensor wire, wire_shard;  // the buffer and shard in the reduction's dtype, when it differs
     int64_t pending = 0;  // parameter-accumulations still to arrive this step
     CommHandle handle;
     bool launched = false;
     bool deferred = false;
   };
-  void on_accumulated(size_t param);
   void launch(size_t bucket);
 
   std::vector<torch::Tensor> params_;

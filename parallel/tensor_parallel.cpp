@@ -2,6 +2,7 @@
 
 #include <limits>
 
+#include "core/precision.h"
 #include "parallel/init.h"
 #include "parallel/tp_regions.h"
 
@@ -19,7 +20,7 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(ColumnParallelLinearOptions o
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& input) {
   auto x = options.sequence_parallel() ? gather_from_sequence_region(input, *tp_) : copy_to_tp_region(input, *tp_);
-  auto y = torch::linear(x, weight, bias);
+  auto y = torch::linear(x, cast_to_activation(weight, x), cast_to_activation(bias, x));
   return options.gather_output() ? gather_from_tp_region(y, *tp_) : y;
 }
 
@@ -41,10 +42,10 @@ RowParallelLinearImpl::RowParallelLinearImpl(RowParallelLinearOptions options_, 
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& input) {
   auto x = options.input_is_parallel() ? input : scatter_to_tp_region(input, *tp_);
-  auto partial = torch::linear(x, weight);
+  auto partial = torch::linear(x, cast_to_activation(weight, x));
   auto y = options.sequence_parallel() ? reduce_scatter_to_sequence_region(partial, *tp_)
                                        : reduce_from_tp_region(partial, *tp_);
-  return bias.defined() ? y + bias : y;
+  return bias.defined() ? y + cast_to_activation(bias, y) : y;
 }
 
 std::vector<ParallelParameter> RowParallelLinearImpl::parallel_parameters() const {

@@ -1,0 +1,77 @@
+#include "optim/master_weights.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+namespace loom::optim {
+namespace {
+
+class AfterAccumulate : public torch::autograd::FunctionPostHook {
+ public:
+  explicit AfterAccumulate(std::function<void()> callback) : callback_(std::move(callback)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    callback_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> callback_;
+};
+
+}  // namespace
+
+MasterWeights::MasterWeights(std::vector<torch::Tensor> model, torch::ScalarType dtype) : model_(std::move(model)) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < model_.size(); ++i) {
+    auto& p = model_[i];
+    TORCH_CHECK(p.scalar_type() == torch::kFloat, "master weights start from fp32 parameters");
+    // A fresh fp32 tensor that does not require grad: autograd never reaches it.
+    auto master = p.detach().clone();
+    master.mutable_grad() = torch::zeros_like(master);
+    masters_.push_back(master);
+    // The module keeps its parameter object; only its data becomes DTYPE.
+    p.set_data(master.to(dtype));
+    auto accumulator = torch::autograd::impl::grad_accumulator(p);
+    accumulator->add_post_hook(std::make_unique<AfterAccumulate>([this, i] { on_gradient(i); }));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+void MasterWeights::on_gradient(size_t i) {
+  auto& p = model_[i];
+  if (!p.grad().defined()) return;
+  torch::NoGradGuard no_grad;
+  masters_[i].mutable_grad().add_(p.grad());
+  // Dropped, not zeroed: the next micro-batch's AccumulateGrad then takes its
+  // incoming gradient as it is instead of adding into a low-precision buffer.
+  p.mutable_grad() = torch::Tensor();
+  if (listener_) listener_(i);
+}
+
+torch::Tensor MasterWeights::master_of(const torch::Tensor& model_param) const {
+  for (size_t i = 0; i < model_.size(); ++i) {
+    if (model_[i].is_same(model_param)) return masters_[i];
+  }
+  return {};
+}
+
+void MasterWeights::copy_to_model() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < model_.size(); ++i) model_[i].copy_(masters_[i]);
+}
+
+int64_t MasterWeights::model_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : model_) bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  return bytes;
+}
+
+int64_t MasterWeights::master_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& m : masters_) bytes += m.numel() * static_cast<int64_t>(m.element_size());
+  return bytes;
+}
+
+}  // namespace loom::optim
