@@ -18,9 +18,9 @@ namespace {
 // What this version of loom holds per parameter, as its memory report measures
 // it: gradients keep their whole buffer through the step (ZeRO-2 reduce-scatters
 // but does not free it), mixed precision's fp32 master weights and gradients are
-// not sharded, and stage 3 is not implemented (negative).
+// not sharded, and stage 3 shards everything but is fp32 only (negative: refused).
 double loom_state_bytes(double n, int64_t zero, int64_t dp, bool mixed) {
-  if (zero >= 3) return -1.0;
+  if (zero >= 3) return mixed ? -1.0 : 16.0 * n / static_cast<double>(dp);
   const double param = mixed ? 2 : 4, grad = 4, master = mixed ? 4 : 0, adam = 8;
   return n * (param + grad + master + (zero >= 1 ? adam / static_cast<double>(dp) : adam));
 }
@@ -38,7 +38,7 @@ void print_state_bytes(const Config& config, int64_t world) {
     const double textbook = parallel::model_state_bytes(n, zero, dp, bytes), held = loom_state_bytes(n, zero, dp, mixed);
     std::printf("  zero_stage %lld: %12.0f bytes (%.3f GB)", static_cast<long long>(zero), textbook, textbook / 1e9);
     if (held < 0) {
-      std::printf(" | loom: not implemented\n");
+      std::printf(" | loom: not implemented with %s\n", config.train.precision.c_str());
     } else {
       std::printf(" | loom holds %12.0f bytes (%.3f GB)\n", held, held / 1e9);
     }

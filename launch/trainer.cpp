@@ -17,6 +17,7 @@
 #include "core/logging.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/launch_env.h"
+#include "optim/fully_sharded_adamw.h"
 #include "optim/partitioned_optimizer.h"
 #include "optim/zero_adamw.h"
 #include "parallel/traffic_report.h"
@@ -46,11 +47,15 @@ void require_supported(const Config& c) {
   auto unsupported = [](const std::string& key, const std::string& value) {
     return InputError("config key '" + key + "': " + value +
                       " is valid but not implemented in this version of loom; training supports tp, pp, dp, "
-                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-2, ep with MoE, precision fp32, "
-                      "bf16 and fp16");
+                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-3 (3: fp32, dense, without sequence "
+                      "parallelism), ep with MoE, precision fp32, bf16 and fp16");
   };
   const auto& p = c.parallel;
-  if (p.zero_stage == 3) throw unsupported("parallel.zero_stage", "3");
+  if (p.zero_stage == 3 && p.sequence_parallel) throw unsupported("parallel.zero_stage", "3 with sequence_parallel");
+  if (p.zero_stage == 3 && c.model.moe.enabled()) throw unsupported("parallel.zero_stage", "3 with model.moe");
+  if (p.zero_stage == 3 && c.train.precision != "fp32") {
+    throw unsupported("parallel.zero_stage", "3 with train.precision " + c.train.precision);
+  }
   if (c.train.precision == "fp16" && c.model.moe.enabled()) {
     // The MoE auxiliary losses inject their gradient at a fixed scale, which dynamic loss scaling would not reach.
     throw unsupported("train.precision", "fp16 with model.moe (use bf16)");
@@ -151,6 +156,18 @@ nlohmann::json pipeline_metrics(const Config& config, const std::vector<parallel
           {"bubble_formula", (p - 1.0) / (m * v + p - 1.0)}};
 }
 
+// The transformer block a parameter belongs to, from its global name
+// ("h.3.attn.qkv.weight": 3); -1 for the embeddings, final norm and output layer.
+int64_t block_of_parameter(const std::string& name) {
+  if (name.rfind("h.", 0) != 0) return -1;
+  const auto dot = name.find('.', 2);
+  try {
+    return std::stoll(name.substr(2, dot - 2));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 }  // namespace
 
 Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir,
@@ -164,7 +181,8 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                                             static_cast<uint64_t>(t.seed));
   const auto& coords = groups_.coords();
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
-  const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get(), &groups_.ep()};
+  if (p.zero_stage == 3 && groups_.dp().size() > 1) sharded_ = std::make_unique<parallel::FullyShardedParameters>();
+  const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get(), &groups_.ep(), sharded_.get()};
   std::vector<torch::Tensor> tied;
   std::vector<models::MoEStats*> moe_stats;
   for (int64_t chunk = 0; chunk < p.virtual_stages; ++chunk) {
@@ -208,7 +226,11 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   const optim::AdamWOptions adam{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
   const int64_t zero_stage = groups_.dp().size() > 1 ? p.zero_stage : 0;  // with one dp rank there is nothing to shard
   const int64_t bucket_bytes = static_cast<int64_t>(p.bucket_mb * 1024 * 1024);
-  if (groups_.dp().size() > 1) {
+  if (sharded_) {
+    std::vector<int64_t> block_of;
+    for (const auto& param : params_) block_of.push_back(block_of_parameter(param.name));
+    sharded_->shard(tensors, block_of, groups_.dp());
+  } else if (groups_.dp().size() > 1) {
     dp_grads_ = std::make_unique<parallel::GradientBuckets>(tensors, groups_.dp(), bucket_bytes,
                                                             config_.micro_batches_per_step(), zero_stage);
     dp_grads_->defer(tied);
@@ -236,6 +258,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   }
   auto make_optimizer = [&](const std::vector<torch::Tensor>& part, parallel::GradientBuckets* buckets,
                             parallel::Communicator& group) -> std::unique_ptr<optim::Optimizer> {
+    if (zero_stage == 3) return std::make_unique<optim::FullyShardedAdamW>(*sharded_, group, adam);
     if (zero_stage >= 1) return std::make_unique<optim::ZeroAdamW>(part, *buckets, group, adam);
     return std::make_unique<optim::AdamW>(part, adam);
   };
@@ -249,7 +272,8 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   // Gradients exist from the start (AccumulateGrad then adds into them in
   // place), so the first step allocates only activations and temporaries, which
   // the memory report measures.
-  {
+  // (ZeRO-3 allocates each unit's gradients when backward reaches it.)
+  if (!sharded_) {
     torch::NoGradGuard no_grad;
     for (auto& param : params_) {
       if (!param.tensor.grad().defined()) param.tensor.mutable_grad() = torch::zeros_like(param.tensor);
@@ -313,6 +337,13 @@ nlohmann::json Trainer::memory_report(int64_t activation_bytes) {
   // Under mixed precision params_ are the fp32 masters; the model holds the bf16 (fp16) copies.
   const int64_t master = master_ ? master_->master_bytes() : 0;
   if (master_) params = master_->model_bytes();
+  if (sharded_) {  // ZeRO-3: each rank holds its shards; whole units exist only while in use
+    params = grads = 0;
+    for (const auto& u : sharded_->units()) {
+      params += u.shard.numel() * static_cast<int64_t>(u.shard.element_size());
+      grads += u.shard_grad.numel() * static_cast<int64_t>(u.shard_grad.element_size());
+    }
+  }
   for (const auto* buckets : {dp_grads_.get(), expert_grads_.get()}) {
     for (int64_t b = 0; buckets && b < buckets->num_buckets(); ++b) {
       const auto& buffer = buckets->layout(static_cast<size_t>(b)).buffer;
@@ -338,6 +369,28 @@ nlohmann::json Trainer::memory_report(int64_t activation_bytes) {
                      {"activation_peak_bytes", static_cast<int64_t>(all[r][3].item<double>())}});
   }
   return ranks;
+}
+
+double Trainer::clip_sharded_gradients() {
+  std::vector<torch::Tensor> counted, grads;
+  for (const auto& u : sharded_->units()) {
+    grads.push_back(u.shard_grad);
+    const int64_t lo = u.shard_begin, hi = u.shard_begin + u.shard_size;
+    for (size_t j = 0; j < u.params.size(); ++j) {
+      const auto& p = params_[u.params[j]];
+      // Every parameter once: tp-replicated ones on tp rank 0, tied copies at their owner.
+      if ((p.tp_replicated() && groups_.coords().tp != 0) || p.tied_copy) continue;
+      const int64_t begin = std::max(lo, u.offsets[j]), end = std::min(hi, u.offsets[j] + p.tensor.numel());
+      if (begin < end) counted.push_back(u.shard_grad.narrow(0, begin - lo, end - begin));
+    }
+  }
+  return optim::clip_sharded_grad_norm(counted, grads, config_.train.grad_clip, groups_.model_parallel(), groups_.dp());
+}
+
+void Trainer::save_checkpoint(const TrainingState& state, const std::function<void()>& midway) {
+  if (sharded_) sharded_->gather_all();
+  checkpointer_->save(state, midway);
+  if (sharded_) sharded_->release_all();
 }
 
 void Trainer::unscale_gradients() {
@@ -373,7 +426,9 @@ TrainSummary Trainer::run(const std::string& resume) {
   double timed_seconds = 0.0;  // all steps but the first, which pays for warm-up
   TrainingState state;
   if (!resume.empty()) {
+    if (sharded_) sharded_->gather_all();
     if (auto loaded = checkpointer_->load(resume)) state = *loaded;
+    if (sharded_) sharded_->release_all(/*take_values=*/true);
     if (master_) master_->copy_to_model();
     if (scaler_ && state.loss_scale > 0) scaler_->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
   }
@@ -383,7 +438,7 @@ TrainSummary Trainer::run(const std::string& resume) {
   if (checkpointing) install_stop_handlers();
   summary.last_step = state.step;
   if (t.exit_after == state.step) {  // e.g. exit_after 0: save the initial state
-    checkpointer_->save(state);
+    save_checkpoint(state, {});
     summary.stopped_early = true;
   }
   for (int64_t step = first_step; step <= t.steps && !summary.stopped_early; ++step) {
@@ -392,6 +447,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     const double lr = schedule_.at(step - 1);
     optimizer_->zero_grad();
     if (dp_grads_) dp_grads_->start_step();
+    if (sharded_) sharded_->start_step();
     if (expert_grads_) expert_grads_->start_step();
     if (step == first_step) CpuMemory::begin_window();
     double loss_scale = scaler_ ? scaler_->scale() : 1.0;
@@ -410,6 +466,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     if (!tied_grads_->empty()) tied_grads_->all_reduce(groups_.get(parallel::GroupKind::embedding));
     if (dp_grads_) dp_grads_->finish();
     if (expert_grads_) expert_grads_->finish();
+    if (sharded_) sharded_->finish();
     // Sequence-parallel ranks each saw part of the sequence: their gradients of
     // replicated parameters are partial sums. Summed after the dp reduction, which
     // may still be writing the buffers until finish(); tp peers' ZeRO shards align.
@@ -421,7 +478,9 @@ TrainSummary Trainer::run(const std::string& resume) {
     if (moe_monitor_) experts = {&groups_.ep(), sharded_grads ? &groups_.expert_dp() : nullptr};
     if (scaler_) unscale_gradients();
     const double grad_norm =
-        optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel(), groups_.coords().tp, shards, experts);
+        sharded_ ? clip_sharded_gradients()
+                 : optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel(), groups_.coords().tp, shards,
+                                         experts);
     // An overflow anywhere makes the global norm inf or nan on every rank alike, so all skip together.
     const bool skipped = scaler_ && scaler_->update(!std::isfinite(grad_norm));
     if (skipped) {
@@ -478,12 +537,12 @@ TrainSummary Trainer::run(const std::string& resume) {
       stop = flag.item<double>() > 0;
     }
     if (stop || step == t.exit_after) {
-      checkpointer_->save(now, save_fault(step));
+      save_checkpoint(now, save_fault(step));
       info0(stop ? "stopped by a signal after step {}; the checkpoint is saved, resume with --resume auto"
                  : "train.exit_after {}: saved; resume with --resume auto to continue", step);
       summary.stopped_early = true;
     } else if (config_.checkpoint.interval > 0 && (step % config_.checkpoint.interval == 0 || step == t.steps)) {
-      checkpointer_->save(now, save_fault(step));
+      save_checkpoint(now, save_fault(step));
     }
   }
   if (config_.log.trace && dp_grads_) {

@@ -22,6 +22,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/master_weights.h"
 #include "parallel/data_parallel.h"
+#include "parallel/fully_sharded.h"
 #include "parallel/grad_buckets.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_groups.h"
@@ -56,6 +57,10 @@ class Trainer {
   StepResult forward_backward(int64_t consumed, double loss_scale);
   // fp16: divides the (reduced) gradients by the loss scale.
   void unscale_gradients();
+  // ZeRO-3's gradient norm and clipping over the shards.
+  double clip_sharded_gradients();
+  // Checkpoints read and write whole parameters: ZeRO-3 gathers them around.
+  void save_checkpoint(const TrainingState& state, const std::function<void()>& midway);
   void maybe_inject_fault(int64_t step) const;
   // Collective: every rank's bytes of parameters, gradients and optimizer state, and ACTIVATION_BYTES.
   nlohmann::json memory_report(int64_t activation_bytes);
@@ -78,6 +83,7 @@ class Trainer {
   std::vector<parallel::ParallelParameter> params_;
   std::unique_ptr<optim::MasterWeights> master_;  // bf16 and fp16
   std::unique_ptr<optim::LossScaler> scaler_;     // fp16
+  std::unique_ptr<parallel::FullyShardedParameters> sharded_;  // ZeRO-3 with dp > 1
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::CosineSchedule schedule_;
   std::unique_ptr<parallel::GradientBuckets> dp_grads_;  // when dp > 1

@@ -261,7 +261,10 @@ GPTImpl::GPTImpl(const GPTOptions& options, TensorParallelContext tp, PipelinePo
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& input_, const torch::Tensor& targets) {
   auto hidden = position_.first() ? input->forward(input_) : input_;
-  for (auto& block : *blocks) hidden = block->as<GPTBlock>()->forward(hidden);
+  for (auto& block : *blocks) {
+    auto* b = block->as<GPTBlock>();
+    hidden = tp_.sharded ? tp_.sharded->run(b->layer(), [&] { return b->forward(hidden); }) : b->forward(hidden);
+  }
   return position_.last() ? output->forward(hidden, targets) : hidden;
 }
 

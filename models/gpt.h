@@ -68,6 +68,7 @@ class GPTBlockImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& hidden);
   std::vector<parallel::ParallelParameter> parallel_parameters() const;
   MoELayer moe() const { return moe_; }  // null in a dense block
+  int64_t layer() const { return layer_; }
 
  private:
   torch::Tensor attention(const torch::Tensor& x);

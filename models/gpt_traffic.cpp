@@ -43,6 +43,42 @@ std::vector<int64_t> gpt_local_parameter_sizes(const Config& c, const parallel::
   return sizes;
 }
 
+namespace {
+
+// ZeRO-3's units on this rank (parallel/fully_sharded.h): the root (every
+// parameter outside the blocks) and one per block, as parameter counts.
+struct ShardedUnits {
+  int64_t root = 0;
+  std::vector<int64_t> blocks;
+};
+
+ShardedUnits gpt_sharded_units(const Config& c, const parallel::RankCoords& coords) {
+  const Layout l(c);
+  const auto sizes = gpt_local_parameter_sizes(c, coords);
+  constexpr size_t kPerBlock = 12;  // as gpt_local_parameter_sizes lists a block
+  ShardedUnits units;
+  size_t i = 0;
+  for (int64_t chunk = 0; chunk < l.v; ++chunk) {
+    const int64_t k = chunk * l.p + coords.pp;
+    if (k == 0) {  // wte, wpe
+      units.root += sizes[i] + sizes[i + 1];
+      i += 2;
+    }
+    for (int64_t layer = 0; layer < l.layers_per_piece; ++layer) {
+      int64_t block = 0;
+      for (size_t j = 0; j < kPerBlock; ++j) block += sizes[i++];
+      units.blocks.push_back(block);
+    }
+    if (k == l.pieces() - 1) {
+      const size_t rest = k != 0 ? 3 : 2;  // the tied wte copy (on a later stage), ln_f
+      for (size_t j = 0; j < rest; ++j) units.root += sizes[i++];
+    }
+  }
+  return units;
+}
+
+}  // namespace
+
 int64_t gpt_local_parameters(const Config& c, const parallel::RankCoords& coords) {
   int64_t total = 0;
   for (int64_t n : gpt_local_parameter_sizes(c, coords)) total += n;
@@ -100,7 +136,23 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     add("pp", "all_gather", 1, l.p * 3 * kDouble);  // the loss and every stage's timing
     if (first || last) add("embedding", "all_reduce", 1, l.vocab_shard * h * kFloat);
   }
-  if (l.d > 1) {
+  if (l.d > 1 && c.parallel.zero_stage == 3) {
+    // ZeRO-3: the root unit is gathered and reduce-scattered once per step; each
+    // block is gathered for every micro-batch's forward and again for its
+    // backward, and its gradients reduce-scattered after that backward.
+    const auto units = gpt_sharded_units(c, coords);
+    auto padded = [&](int64_t n) { return (n + l.d - 1) / l.d * l.d * kFloat; };
+    if (units.root > 0) {
+      add("dp", "all_gather", 1, padded(units.root));
+      add("dp", "reduce_scatter", 1, padded(units.root));
+    }
+    for (int64_t block : units.blocks) {
+      add("dp", "all_gather", 2 * m, padded(block));
+      add("dp", "reduce_scatter", m, padded(block));
+    }
+    add("dp", "all_reduce", 1, kDouble);  // the gradient norm's shard sums
+    add("dp", "all_reduce", 1, kDouble);  // the loss
+  } else if (l.d > 1) {
     // One all-reduce per gradient bucket (parallel/grad_buckets.h).
     std::vector<int64_t> bytes;
     for (int64_t n : gpt_local_parameter_sizes(c, coords)) bytes.push_back(n * kFloat);
@@ -126,6 +178,18 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
   std::map<std::pair<std::string, std::string>, PredictedTraffic> out;
   const Layout l(c);
   if (l.d == 1 || c.parallel.zero_stage == 0) return out;
+  if (c.parallel.zero_stage == 3) {
+    // Every unit's parameters and both moments are gathered before saving.
+    const auto units = gpt_sharded_units(c, coords);
+    auto& p = out[{"dp", "all_gather"}];
+    auto add_unit = [&](int64_t n) {
+      p.calls += 3;
+      p.bytes += 3 * ((n + l.d - 1) / l.d * l.d * kFloat);
+    };
+    if (units.root > 0) add_unit(units.root);
+    for (int64_t block : units.blocks) add_unit(block);
+    return out;
+  }
   // A sharded optimizer gathers both moments of every bucket before saving.
   std::vector<int64_t> bytes;
   for (int64_t n : gpt_local_parameter_sizes(c, coords)) bytes.push_back(n * kFloat);

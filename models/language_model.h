@@ -13,6 +13,7 @@
 
 #include "core/config.h"
 #include "parallel/communicator.h"
+#include "parallel/fully_sharded.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/tp_rng.h"
 
@@ -26,6 +27,9 @@ struct TensorParallelContext {
   parallel::TensorParallelRng* rng = nullptr;
   // The expert-parallel group MoE layers spread their experts over; null: all experts on this rank.
   parallel::Communicator* ep = nullptr;
+  // ZeRO-3: blocks run through it, which gathers their parameters around
+  // forward and backward; null: parameters are whole.
+  parallel::FullyShardedParameters* sharded = nullptr;
 };
 
 struct MoEStats;

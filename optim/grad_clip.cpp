@@ -31,4 +31,19 @@ double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, do
   return norm;
 }
 
+double clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted, const std::vector<torch::Tensor>& grads,
+                              double max_norm, parallel::Communicator& model_parallel, parallel::Communicator& shards) {
+  torch::NoGradGuard no_grad;
+  auto sum_sq = torch::zeros({1}, torch::kFloat64);
+  for (const auto& g : counted) sum_sq += g.to(torch::kFloat64).pow(2).sum();
+  shards.all_reduce(sum_sq).wait();
+  model_parallel.all_reduce(sum_sq).wait();
+  const double norm = std::sqrt(sum_sq.item<double>());
+  if (max_norm > 0.0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (const auto& g : grads) g.mul_(scale);
+  }
+  return norm;
+}
+
 }  // namespace loom::optim

@@ -27,4 +27,10 @@ double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, do
                       parallel::Communicator& model_parallel, int64_t tp_rank,
                       parallel::Communicator* shards = nullptr, ExpertGroups experts = {});
 
+// ZeRO-3: COUNTED are this rank's pieces of the gradients that count in the
+// norm (parts of its shards), GRADS all its shard gradients; the squares are
+// summed over SHARDS, then over MODEL_PARALLEL.
+double clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted, const std::vector<torch::Tensor>& grads,
+                              double max_norm, parallel::Communicator& model_parallel, parallel::Communicator& shards);
+
 }  // namespace loom::optim

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# ZeRO stages 1 and 2 (sharded AdamW state; stage 2 also reduce-scatters the
-# gradients): at dp=4, alone and with tp=2 or pp=2 (8 ranks), 20 steps give
+# ZeRO stages 1, 2 and 3 (sharded AdamW state; stage 2 also reduce-scatters the
+# gradients; stage 3 shards the parameters, gathered per block around forward
+# and backward): at dp=4, alone and with tp=2 or pp=2 (8 ranks), 20 steps give
 # the zero_stage 0 losses within 1e-6 relative and the same parameters at the
 # end (within 1e-5 of each tensor's largest value), the dp traffic is exactly the cost model's (all-reduce,
-# or reduce-scatter, plus the all-gather of the updated shards), and a
-# checkpoint saved at one stage resumes at another; the memory report matches the
-# fp32 Adam formulas for stages 0 and 1.
+# or reduce-scatter, plus the all-gather of the updated shards; stage 3: two
+# gathers and one reduce-scatter per block and micro-batch, about 3N per step
+# with one micro-batch), and a checkpoint saved at one stage resumes at
+# another; the memory report matches the fp32 Adam formulas for stages 0, 1 and 3.
 source "$(dirname "$0")/common.sh"
 BASE=(--set model.num_layers=4 --set train.global_batch_size=16 --set parallel.bucket_mb=0.02)
 
@@ -17,7 +19,7 @@ for layout in "4 dp4" "8 tp2_dp4 --set parallel.tp=2" "8 pp2_dp4 --set parallel.
   set -- $layout
   np="$1" name="$2"
   shift 2
-  for zero in 0 1 2; do
+  for zero in 0 1 2 3; do
     run="${name}_zero$zero"
     mpirun --oversubscribe -np "$np" "$LOOM" train "$TINY" --run-dir "$WORK/$run" "${BASE[@]}" "$@" \
       --set parallel.zero_stage="$zero" --set checkpoint.dir="$WORK/ck_$run" --set checkpoint.interval=10 \
@@ -25,22 +27,24 @@ for layout in "4 dp4" "8 tp2_dp4 --set parallel.tp=2" "8 pp2_dp4 --set parallel.
     "$LOOM" plan --run "$WORK/$run" > "$WORK/$run.plan"
     grep -q "every rank's predicted traffic equals the counters" "$WORK/$run.plan" || { cat "$WORK/$run.plan"; fail "$run traffic"; }
     export_params "$run"
-    # The memory report (first metrics line): fp32 Adam model state per rank is 16N at stage 0 and
-    # 4N + 4N + 8N/d at stage 1 (N: the rank's parameters, d = 4), within 2%. Stage 2 is printed:
-    # it still holds the whole gradient buffer during backward, 8N + 8N/d, not 4N + 12N/d.
-    python3 - "$WORK/$run/metrics.jsonl" "$zero" << 'PY' || fail "$run: memory report differs from the formula"
+    # The memory report (first metrics line): fp32 Adam model state per rank is 16N at stage 0,
+    # 4N + 4N + 8N/d at stage 1 and 16N/d at stage 3 (N: the rank's parameters, from its stage-0
+    # run, d = 4), within 2%. Stage 2 is printed: it still holds the whole gradient buffer during
+    # backward, 8N + 8N/d, not 4N + 12N/d.
+    python3 - "$WORK/$run/metrics.jsonl" "$zero" "$WORK/${name}_zero0/metrics.jsonl" << 'PY' || fail "$run: memory report differs from the formula"
 import json, sys
 zero, d = int(sys.argv[2]), 4
 ranks = json.loads(open(sys.argv[1]).readline())["memory"]
-for r in ranks:
-    n = r["params_bytes"] / 4
+whole = json.loads(open(sys.argv[3]).readline())["memory"]
+for r, w in zip(ranks, whole):
+    n = w["params_bytes"] / 4
     total = r["params_bytes"] + r["grads_bytes"] + r["master_bytes"] + r["optimizer_bytes"]
-    expected = {0: 16 * n, 1: 8 * n + 8 * n / d, 2: 8 * n + 8 * n / d}[zero]
+    expected = {0: 16 * n, 1: 8 * n + 8 * n / d, 2: 8 * n + 8 * n / d, 3: 16 * n / d}[zero]
     assert abs(total - expected) <= 0.02 * expected, (r, total, expected)
 print(f"    memory report, stage {zero}: {total / n:.3f} bytes per parameter on each of {len(ranks)} ranks")
 PY
   done
-  for zero in 1 2; do
+  for zero in 1 2 3; do
     echo -n "$name zero_stage $zero vs 0: "
     python3 "$LOOM_SOURCE/tests/scripts/compare_metrics.py" "$WORK/${name}_zero$zero/metrics.jsonl" \
       "$WORK/${name}_zero0/metrics.jsonl" --rtol 1e-6 || fail "$name: zero_stage $zero changed the losses"
@@ -61,8 +65,29 @@ PY
   done
 done
 
-# Saved at zero_stage 1 (step 10), resumed at 0 and 2: the next 10 losses equal the uninterrupted run's.
-for zero in 0 2; do
+# ZeRO-3's traffic with one micro-batch per step: per rank, the gathers and reduce-scatters move
+# about 3N bytes of parameters (N: the rank's parameter bytes), 3N for the blocks, 2N for the rest.
+run=dp4_zero3_one_micro_batch
+mpirun --oversubscribe -np 4 "$LOOM" train "$TINY" --run-dir "$WORK/$run" "${BASE[@]}" --set train.global_batch_size=8 \
+  --set parallel.zero_stage=3 > "$WORK/$run.log" 2>&1 || { cat "$WORK/$run.log"; fail "$run failed"; }
+"$LOOM" plan --run "$WORK/$run" | grep -q "every rank's predicted traffic equals the counters" || fail "$run traffic"
+python3 - "$WORK/$run" "$WORK/dp4_zero0/metrics.jsonl" << 'PY' || fail "ZeRO-3 traffic is not about 3N"
+import json, sys
+comm = json.load(open(sys.argv[1] + "/comm_rank0.json"))["dp"]
+steps = sum(1 for _ in open(sys.argv[1] + "/metrics.jsonl"))
+n_bytes = json.loads(open(sys.argv[2]).readline())["memory"][0]["params_bytes"]
+moved = (comm["all_gather"]["bytes"] + comm["reduce_scatter"]["bytes"]) / steps
+assert 2.8 * n_bytes <= moved <= 3.0 * n_bytes * 1.01, (moved, n_bytes)
+print(f"zero_stage 3, one micro-batch: {moved / n_bytes:.3f} N bytes gathered and reduce-scattered per step (rank 0)")
+PY
+
+# Saved at zero_stage 1 (step 10), resumed at 0, 2 and 3; saved at 3, resumed at 0: the next 10
+# losses equal the uninterrupted run's.
+run=resume_zero3_at_zero0
+mpirun --oversubscribe -np 4 "$LOOM" train "$TINY" --run-dir "$WORK/$run" "${BASE[@]}" --set parallel.zero_stage=0 \
+  --resume "$WORK/ck_dp4_zero3/step_00000010" > "$WORK/$run.log" 2>&1 || { cat "$WORK/$run.log"; fail "$run"; }
+compare_resumed "$WORK/$run" "$WORK/dp4_zero3" 11 20 "saved at zero_stage 3, resumed at 0" || fail "$run differs"
+for zero in 0 2 3; do
   run="resume_zero1_at_zero$zero"
   mpirun --oversubscribe -np 4 "$LOOM" train "$TINY" --run-dir "$WORK/$run" "${BASE[@]}" --set parallel.zero_stage="$zero" \
     --resume "$WORK/ck_dp4_zero1/step_00000010" > "$WORK/$run.log" 2>&1 || { cat "$WORK/$run.log"; fail "$run"; }

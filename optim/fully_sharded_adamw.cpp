@@ -1,0 +1,86 @@
+#include "optim/fully_sharded_adamw.h"
+
+namespace loom::optim {
+
+FullyShardedAdamW::FullyShardedAdamW(parallel::FullyShardedParameters& sharded, parallel::Communicator& dp,
+                                     AdamWOptions options)
+    : sharded_(sharded), dp_(dp), options_(options) {
+  for (const auto& p : sharded.params()) decay_.push_back(p.dim() >= 2);
+  for (const auto& u : sharded.units()) {
+    exp_avg_.push_back(torch::zeros_like(u.shard));
+    exp_avg_sq_.push_back(torch::zeros_like(u.shard));
+  }
+}
+
+template <typename F>
+void FullyShardedAdamW::for_each_piece(F f) const {
+  const auto& units = sharded_.units();
+  for (size_t unit = 0; unit < units.size(); ++unit) {
+    const auto& u = units[unit];
+    const int64_t lo = u.shard_begin, hi = u.shard_begin + u.shard_size;
+    for (size_t j = 0; j < u.params.size(); ++j) {
+      const int64_t begin = std::max(lo, u.offsets[j]);
+      const int64_t end = std::min(hi, u.offsets[j] + sharded_.params()[u.params[j]].numel());
+      if (begin < end) f(unit, u.params[j], begin, end);
+    }
+  }
+}
+
+void FullyShardedAdamW::step(double lr) {
+  torch::NoGradGuard no_grad;
+  ++steps_;
+  auto& units = sharded_.units();
+  for_each_piece([&](size_t unit, size_t param, int64_t begin, int64_t end) {
+    auto& u = units[unit];
+    const int64_t at = begin - u.shard_begin, n = end - begin;
+    adamw_update(u.shard.narrow(0, at, n), u.shard_grad.narrow(0, at, n), exp_avg_[unit].narrow(0, at, n),
+                 exp_avg_sq_[unit].narrow(0, at, n), decay_[param], lr, steps_, options_);
+  });
+}
+
+void FullyShardedAdamW::zero_grad() {
+  for (auto& u : sharded_.units()) u.shard_grad.zero_();
+}
+
+void FullyShardedAdamW::gather_moments() {
+  full_exp_avg_.clear();
+  full_exp_avg_sq_.clear();
+  const auto& units = sharded_.units();
+  for (size_t unit = 0; unit < units.size(); ++unit) {
+    const int64_t padded = units[unit].shard_size * dp_.size();
+    full_exp_avg_.push_back(torch::empty({padded}, exp_avg_[unit].options()));
+    full_exp_avg_sq_.push_back(torch::empty({padded}, exp_avg_[unit].options()));
+    dp_.all_gather(full_exp_avg_.back(), exp_avg_[unit]).wait();
+    dp_.all_gather(full_exp_avg_sq_.back(), exp_avg_sq_[unit]).wait();
+  }
+}
+
+std::pair<torch::Tensor, torch::Tensor> FullyShardedAdamW::moments(size_t i) {
+  TORCH_CHECK(!full_exp_avg_.empty(), "FullyShardedAdamW::moments needs gather_moments() first");
+  const auto [unit, offset] = sharded_.where(i);
+  const auto& p = sharded_.params()[i];
+  return {full_exp_avg_[unit].narrow(0, offset, p.numel()).view(p.sizes()),
+          full_exp_avg_sq_[unit].narrow(0, offset, p.numel()).view(p.sizes())};
+}
+
+void FullyShardedAdamW::set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) {
+  torch::NoGradGuard no_grad;
+  const auto [unit, offset] = sharded_.where(i);
+  const auto& u = sharded_.units()[unit];
+  const int64_t n = sharded_.params()[i].numel(), lo = u.shard_begin, hi = u.shard_begin + u.shard_size;
+  const int64_t begin = std::max(lo, offset), end = std::min(hi, offset + n);
+  if (begin >= end) return;
+  exp_avg_[unit].narrow(0, begin - lo, end - begin).copy_(exp_avg.reshape({-1}).narrow(0, begin - offset, end - begin));
+  exp_avg_sq_[unit].narrow(0, begin - lo, end - begin)
+      .copy_(exp_avg_sq.reshape({-1}).narrow(0, begin - offset, end - begin));
+}
+
+int64_t FullyShardedAdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (size_t unit = 0; unit < exp_avg_.size(); ++unit) {
+    bytes += (exp_avg_[unit].numel() + exp_avg_sq_[unit].numel()) * static_cast<int64_t>(exp_avg_[unit].element_size());
+  }
+  return bytes;
+}
+
+}  // namespace loom::optim

@@ -1,0 +1,237 @@
+#include "parallel/fully_sharded.h"
+
+#include <ATen/native/Resize.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <limits>
+
+namespace loom::parallel {
+namespace {
+
+constexpr size_t kNone = std::numeric_limits<size_t>::max();
+
+class ArrivedHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit ArrivedHook(std::function<void()> callback) : callback_(std::move(callback)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    callback_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> callback_;
+};
+
+// Identity in forward; in backward, before the block's own backward runs, its
+// parameters are gathered again (and the block before it prefetched).
+class BackwardGate : public torch::autograd::Function<BackwardGate> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               FullyShardedParameters* owner, int64_t unit) {
+    ctx->saved_data["owner"] = reinterpret_cast<int64_t>(owner);
+    ctx->saved_data["unit"] = unit;
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* owner = reinterpret_cast<FullyShardedParameters*>(ctx->saved_data["owner"].toInt());
+    owner->before_backward(static_cast<size_t>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+void resize_storage(const torch::Tensor& t, int64_t bytes) {
+  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), static_cast<size_t>(bytes));
+}
+
+}  // namespace
+
+FullyShardedParameters::~FullyShardedParameters() = default;
+
+void FullyShardedParameters::shard(std::vector<torch::Tensor> params, const std::vector<int64_t>& block_of,
+                                   Communicator& dp) {
+  TORCH_CHECK(!active(), "parameters are already sharded");
+  params_ = std::move(params);
+  dp_ = &dp;
+  where_.assign(params_.size(), {0, 0});
+  // The root unit first, then one unit per block in order of use.
+  std::vector<std::vector<size_t>> groups(1);
+  std::vector<int64_t> blocks{-1};
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (block_of[i] < 0) {
+      groups[0].push_back(i);
+    } else {
+      if (blocks.back() != block_of[i]) {
+        groups.emplace_back();
+        blocks.push_back(block_of[i]);
+      }
+      groups.back().push_back(i);
+    }
+  }
+  torch::NoGradGuard no_grad;
+  const int64_t d = dp.size();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].empty()) continue;
+    Unit u;
+    u.block = blocks[g];
+    int64_t numel = 0;
+    for (size_t i : groups[g]) numel += params_[i].numel();
+    const int64_t padded = (numel + d - 1) / d * d;
+    u.full = torch::zeros({padded}, params_[groups[g].front()].options());
+    u.shard_size = padded / d;
+    u.shard_begin = u.shard_size * dp.rank();
+    int64_t offset = 0;
+    for (size_t i : groups[g]) {
+      auto& p = params_[i];
+      auto view = u.full.narrow(0, offset, p.numel());
+      view.copy_(p.detach().reshape({-1}));
+      p.set_data(view.view(p.sizes()));  // the module keeps its parameter; its bytes move into the unit
+      u.params.push_back(i);
+      u.offsets.push_back(offset);
+      where_[i] = {units_.size(), offset};
+      offset += p.numel();
+    }
+    u.shard = u.full.narrow(0, u.shard_begin, u.shard_size).clone();
+    u.shard_grad = torch::zeros({u.shard_size}, u.full.options());
+    u.gathered = true;
+    units_.push_back(std::move(u));
+    release(units_.size() - 1);
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+    accumulator->add_post_hook(std::make_unique<ArrivedHook>([this, i] { gradient_arrived(i); }));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+size_t FullyShardedParameters::unit_of_block(int64_t layer) const {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u].block == layer && layer >= 0) return u;
+  }
+  return kNone;
+}
+
+void FullyShardedParameters::launch_gather(size_t unit) {
+  auto& u = units_[unit];
+  if (u.gathered || !u.gather.done()) return;
+  resize_storage(u.full, u.full.numel() * static_cast<int64_t>(u.full.element_size()));
+  u.gather = dp_->all_gather(u.full, u.shard);
+}
+
+void FullyShardedParameters::wait_gathered(size_t unit) {
+  auto& u = units_[unit];
+  if (u.gathered) return;
+  launch_gather(unit);
+  u.gather.wait();
+  u.gathered = true;
+}
+
+void FullyShardedParameters::release(size_t unit) {
+  auto& u = units_[unit];
+  if (!u.gathered) return;
+  resize_storage(u.full, 0);
+  u.gathered = false;
+}
+
+torch::Tensor FullyShardedParameters::run(int64_t layer, const std::function<torch::Tensor()>& forward) {
+  if (!active()) return forward();
+  const size_t unit = unit_of_block(layer);
+  TORCH_CHECK(unit != kNone, "block ", layer, " has no sharded parameters on this rank");
+  wait_gathered(unit);
+  const size_t next = unit_of_block(layer + 1);
+  if (next != kNone) launch_gather(next);  // overlaps this block's compute
+  auto out = forward();
+  release(unit);
+  if (!out.requires_grad()) return out;
+  return BackwardGate::apply(out, this, static_cast<int64_t>(unit));
+}
+
+void FullyShardedParameters::before_backward(size_t unit) {
+  auto& u = units_[unit];
+  wait_gathered(unit);
+  const size_t previous = unit_of_block(u.block - 1);
+  if (previous != kNone) launch_gather(previous);
+  // This micro-batch's gradients accumulate into a flat buffer that is reduce-scattered when complete.
+  u.full_grad = torch::zeros_like(u.full);
+  for (size_t j = 0; j < u.params.size(); ++j) {
+    auto& p = params_[u.params[j]];
+    p.mutable_grad() = u.full_grad.narrow(0, u.offsets[j], p.numel()).view(p.sizes());
+  }
+  u.pending = static_cast<int64_t>(u.params.size());
+}
+
+void FullyShardedParameters::gradient_arrived(size_t param) {
+  const size_t unit = where_[param].first;
+  auto& u = units_[unit];
+  if (u.block < 0) return;  // the root unit is reduced in finish()
+  if (--u.pending == 0) {
+    // Every use of the block's parameters in this backward is done: their bytes can go.
+    release(unit);
+    reduce(unit);
+  }
+}
+
+void FullyShardedParameters::reduce(size_t unit) {
+  // One reduce-scatter in flight: its gradient buffer is freed before the next one is sent.
+  for (size_t other = 0; other < units_.size(); ++other) {
+    if (other != unit && !units_[other].reduce.done()) finish_reduce(other);
+  }
+  auto& u = units_[unit];
+  u.reduced = torch::empty({u.shard_size}, u.full.options());
+  u.reduce = dp_->reduce_scatter(u.reduced, u.full_grad);
+}
+
+void FullyShardedParameters::finish_reduce(size_t unit) {
+  auto& u = units_[unit];
+  u.reduce.wait();
+  torch::NoGradGuard no_grad;
+  u.shard_grad.add_(u.reduced);
+  for (size_t i : u.params) params_[i].mutable_grad() = torch::Tensor();
+  u.full_grad = torch::Tensor();
+  u.reduced = torch::Tensor();
+}
+
+void FullyShardedParameters::start_step() {
+  if (!active()) return;
+  for (auto& u : units_) u.shard_grad.zero_();
+  if (units_.front().block < 0) {
+    wait_gathered(0);
+    before_backward(0);  // the root's gradients accumulate over the whole step
+  }
+}
+
+void FullyShardedParameters::finish() {
+  if (!active()) return;
+  if (units_.front().block < 0 && units_.front().full_grad.defined()) reduce(0);
+  const double scale = 1.0 / static_cast<double>(dp_->size());
+  torch::NoGradGuard no_grad;
+  for (size_t unit = 0; unit < units_.size(); ++unit) {
+    auto& u = units_[unit];
+    if (u.full_grad.defined()) finish_reduce(unit);
+    if (!u.gather.done()) {  // a prefetch nobody used
+      u.gather.wait();
+      u.gathered = true;
+    }
+    release(unit);
+    u.shard_grad.mul_(scale);
+  }
+}
+
+void FullyShardedParameters::gather_all() {
+  for (size_t unit = 0; unit < units_.size(); ++unit) launch_gather(unit);
+  for (size_t unit = 0; unit < units_.size(); ++unit) wait_gathered(unit);
+}
+
+void FullyShardedParameters::release_all(bool take_values) {
+  torch::NoGradGuard no_grad;
+  for (size_t unit = 0; unit < units_.size(); ++unit) {
+    auto& u = units_[unit];
+    if (take_values && u.gathered) u.shard.copy_(u.full.narrow(0, u.shard_begin, u.shard_size));
+    release(unit);
+  }
+}
+
+}  // namespace loom::parallel

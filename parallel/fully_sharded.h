@@ -1,0 +1,92 @@
+// ZeRO-3 / FSDP: parameters sharded over dp. Each unit (a transformer block,
+// or the rest of a rank's model: embeddings, final norm, output layer) keeps
+// one equal contiguous shard of its flattened, padded parameters per dp rank
+// (Megatron-LM's distributed-optimizer shape). A block's parameters are
+// all-gathered just before its forward, freed after it, gathered again when
+// backward reaches the block (a gate on its output), and its gradients are
+// reduce-scattered into the shard as soon as the block's backward is done;
+// the next block's gather is launched while the current one computes. The rest
+// (the root unit) is gathered at the start of a step and reduced at its end:
+// the tied embedding is used at both ends of the model.
+//
+// Freeing resizes the storage of the unit's flat buffer to zero: the
+// parameters (views into it) and what autograd saved of them keep their
+// shapes and get their bytes back when the unit is gathered again.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/communicator.h"
+
+namespace loom::parallel {
+
+class FullyShardedParameters {
+ public:
+  struct Unit {
+    int64_t block = -1;            // the block's layer; -1: the root unit
+    std::vector<size_t> params;    // indices into the parameter list
+    std::vector<int64_t> offsets;  // of each in the flat buffer
+    int64_t shard_begin = 0, shard_size = 0;
+    torch::Tensor full;        // [padded]; the parameters are views of it; storage freed when released
+    torch::Tensor shard;       // this rank's part of the parameters: what the optimizer updates
+    torch::Tensor full_grad;   // [padded] while the unit's gradients arrive
+    torch::Tensor shard_grad;  // this rank's part of the reduced gradients, summed over micro-batches
+    torch::Tensor reduced;     // the reduce-scatter's output in flight
+    CommHandle gather, reduce;
+    bool gathered = false;
+    int64_t pending = 0;  // parameter gradients still to arrive in this backward
+  };
+
+  // An empty set: models built before the parameters are sharded call run()
+  // through it, which only runs the block until shard() is called.
+  FullyShardedParameters() = default;
+  FullyShardedParameters(const FullyShardedParameters&) = delete;
+  FullyShardedParameters& operator=(const FullyShardedParameters&) = delete;
+  ~FullyShardedParameters();
+
+  // PARAMS in order of use; BLOCK_OF[i]: the layer of the block holding
+  // parameter i, or -1. Keeps this rank's shard and releases the rest.
+  void shard(std::vector<torch::Tensor> params, const std::vector<int64_t>& block_of, Communicator& dp);
+  bool active() const { return dp_ != nullptr; }
+
+  // Block LAYER's forward, FORWARD, with its parameters gathered.
+  torch::Tensor run(int64_t layer, const std::function<torch::Tensor()>& forward);
+
+  void start_step();  // gathers the root unit and zeroes the gradients
+  void finish();      // reduces the root unit's gradients, waits for all, averages over dp
+  // Every unit whole (collective), e.g. to save or load; release_all() drops
+  // them again, after copying the (loaded) values into the shards if TAKE_VALUES.
+  void gather_all();
+  void release_all(bool take_values = false);
+
+  const std::vector<Unit>& units() const { return units_; }
+  std::vector<Unit>& units() { return units_; }
+  // Where parameter I sits: unit and offset.
+  std::pair<size_t, int64_t> where(size_t i) const { return where_[i]; }
+  const std::vector<torch::Tensor>& params() const { return params_; }
+
+  // For the backward gate and the gradient hooks.
+  void before_backward(size_t unit);
+  void gradient_arrived(size_t param);
+
+ private:
+  void launch_gather(size_t unit);
+  void wait_gathered(size_t unit);
+  void release(size_t unit);
+  void reduce(size_t unit);
+  void finish_reduce(size_t unit);
+  size_t unit_of_block(int64_t layer) const;
+
+  std::vector<torch::Tensor> params_;
+  std::vector<std::pair<size_t, int64_t>> where_;
+  std::vector<Unit> units_;
+  Communicator* dp_ = nullptr;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+};
+
+}  // namespace loom::parallel
