@@ -47,11 +47,10 @@ void require_supported(const Config& c) {
   auto unsupported = [](const std::string& key, const std::string& value) {
     return InputError("config key '" + key + "': " + value +
                       " is valid but not implemented in this version of loom; training supports tp, pp, dp, "
-                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-3 (3: fp32, dense, without sequence "
-                      "parallelism), ep with MoE, precision fp32, bf16 and fp16");
+                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-3 (3: fp32 and dense), ep with MoE, "
+                      "precision fp32, bf16 and fp16");
   };
   const auto& p = c.parallel;
-  if (p.zero_stage == 3 && p.sequence_parallel) throw unsupported("parallel.zero_stage", "3 with sequence_parallel");
   if (p.zero_stage == 3 && c.model.moe.enabled()) throw unsupported("parallel.zero_stage", "3 with model.moe");
   if (p.zero_stage == 3 && c.train.precision != "fp32") {
     throw unsupported("parallel.zero_stage", "3 with train.precision " + c.train.precision);
@@ -372,18 +371,13 @@ nlohmann::json Trainer::memory_report(int64_t activation_bytes) {
 }
 
 double Trainer::clip_sharded_gradients() {
-  std::vector<torch::Tensor> counted, grads;
-  for (const auto& u : sharded_->units()) {
-    grads.push_back(u.shard_grad);
-    const int64_t lo = u.shard_begin, hi = u.shard_begin + u.shard_size;
-    for (size_t j = 0; j < u.params.size(); ++j) {
-      const auto& p = params_[u.params[j]];
-      // Every parameter once: tp-replicated ones on tp rank 0, tied copies at their owner.
-      if ((p.tp_replicated() && groups_.coords().tp != 0) || p.tied_copy) continue;
-      const int64_t begin = std::max(lo, u.offsets[j]), end = std::min(hi, u.offsets[j] + p.tensor.numel());
-      if (begin < end) counted.push_back(u.shard_grad.narrow(0, begin - lo, end - begin));
-    }
-  }
+  std::vector<torch::Tensor> grads;
+  for (const auto& u : sharded_->units()) grads.push_back(u.shard_grad);
+  // Every parameter once: tp-replicated ones on tp rank 0, tied copies at their owner.
+  const auto counted = sharded_->shard_grad_pieces([&](size_t i) {
+    const auto& p = params_[i];
+    return !(p.tp_replicated() && groups_.coords().tp != 0) && !p.tied_copy;
+  });
   return optim::clip_sharded_grad_norm(counted, grads, config_.train.grad_clip, groups_.model_parallel(), groups_.dp());
 }
 
@@ -470,7 +464,13 @@ TrainSummary Trainer::run(const std::string& resume) {
     // Sequence-parallel ranks each saw part of the sequence: their gradients of
     // replicated parameters are partial sums. Summed after the dp reduction, which
     // may still be writing the buffers until finish(); tp peers' ZeRO shards align.
-    sequence_parallel_grads_->all_reduce(groups_.tp());
+    if (sharded_) {
+      // tp peers' units are laid out alike, so their shards hold the same parameters' pieces.
+      parallel::all_reduce_pieces(sharded_->shard_grad_pieces([&](size_t i) { return params_[i].sequence_parallel; }),
+                                  groups_.tp());
+    } else {
+      sequence_parallel_grads_->all_reduce(groups_.tp());
+    }
     // With ZeRO-2 each dp rank holds the reduced gradients of its shard only: the norm sums the shards.
     const bool sharded_grads = dp_grads_ && config_.parallel.zero_stage >= 2;
     parallel::Communicator* shards = sharded_grads ? &groups_.dp() : nullptr;

@@ -46,35 +46,61 @@ std::vector<int64_t> gpt_local_parameter_sizes(const Config& c, const parallel::
 namespace {
 
 // ZeRO-3's units on this rank (parallel/fully_sharded.h): the root (every
-// parameter outside the blocks) and one per block, as parameter counts.
-struct ShardedUnits {
-  int64_t root = 0;
-  std::vector<int64_t> blocks;
+// parameter outside the blocks, in order) first, then one per block; the
+// sizes of their parameters and which are sequence-parallel.
+struct ShardedUnit {
+  bool root = false;
+  std::vector<int64_t> sizes;
+  std::vector<bool> sequence_parallel;
+  int64_t numel() const {
+    int64_t n = 0;
+    for (int64_t s : sizes) n += s;
+    return n;
+  }
 };
 
-ShardedUnits gpt_sharded_units(const Config& c, const parallel::RankCoords& coords) {
+std::vector<ShardedUnit> gpt_sharded_units(const Config& c, const parallel::RankCoords& coords) {
   const Layout l(c);
   const auto sizes = gpt_local_parameter_sizes(c, coords);
-  constexpr size_t kPerBlock = 12;  // as gpt_local_parameter_sizes lists a block
-  ShardedUnits units;
+  // A block's 12 parameters as gpt_local_parameter_sizes lists them; the norms and
+  // the row-parallel biases are the sequence-parallel ones.
+  const std::vector<bool> block_sp{true, true, false, false, false, true, true, true, false, false, false, true};
+  std::vector<ShardedUnit> units(1);
+  units[0].root = true;
   size_t i = 0;
+  auto add = [&](ShardedUnit& u, bool sp) {
+    u.sizes.push_back(sizes[i++]);
+    u.sequence_parallel.push_back(sp);
+  };
   for (int64_t chunk = 0; chunk < l.v; ++chunk) {
     const int64_t k = chunk * l.p + coords.pp;
-    if (k == 0) {  // wte, wpe
-      units.root += sizes[i] + sizes[i + 1];
-      i += 2;
+    if (k == 0) {
+      add(units[0], false);  // wte
+      add(units[0], true);   // wpe
     }
     for (int64_t layer = 0; layer < l.layers_per_piece; ++layer) {
-      int64_t block = 0;
-      for (size_t j = 0; j < kPerBlock; ++j) block += sizes[i++];
-      units.blocks.push_back(block);
+      units.emplace_back();
+      for (bool sp : block_sp) add(units.back(), sp);
     }
     if (k == l.pieces() - 1) {
-      const size_t rest = k != 0 ? 3 : 2;  // the tied wte copy (on a later stage), ln_f
-      for (size_t j = 0; j < rest; ++j) units.root += sizes[i++];
+      if (k != 0) add(units[0], false);  // the tied wte copy
+      add(units[0], true);               // ln_f
+      add(units[0], true);
     }
   }
+  if (units[0].sizes.empty()) units.erase(units.begin());
   return units;
+}
+
+// Elements of the sequence-parallel parameters inside this dp rank's shard of UNIT.
+int64_t sequence_parallel_in_shard(const ShardedUnit& unit, int64_t d, int64_t dp_rank) {
+  const int64_t shard = (unit.numel() + d - 1) / d, lo = shard * dp_rank, hi = lo + shard;
+  int64_t offset = 0, count = 0;
+  for (size_t j = 0; j < unit.sizes.size(); ++j) {
+    if (unit.sequence_parallel[j]) count += std::max<int64_t>(0, std::min(hi, offset + unit.sizes[j]) - std::max(lo, offset));
+    offset += unit.sizes[j];
+  }
+  return count;
 }
 
 }  // namespace
@@ -125,7 +151,11 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       add("tp", "all_reduce", m, b * s * kFloat);
       add("tp", "all_reduce", m, 2 * b * s * kFloat);
     }
-    if (l.sp) {  // the gradients of what the split sequence feeds: norms, row biases, wpe
+    if (l.sp && l.d > 1 && c.parallel.zero_stage == 3) {  // ZeRO-3: only the pieces in this rank's shards
+      int64_t sp_params = 0;
+      for (const auto& unit : gpt_sharded_units(c, coords)) sp_params += sequence_parallel_in_shard(unit, l.d, coords.dp);
+      add("tp", "all_reduce", 1, sp_params * kFloat);
+    } else if (l.sp) {  // the gradients of what the split sequence feeds: norms, row biases, wpe
       const int64_t sp_params = layers * 6 * h + (first ? s * h : 0) + (last ? 2 * h : 0);
       add("tp", "all_reduce", 1, sp_params * kFloat);
     }
@@ -140,15 +170,10 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     // ZeRO-3: the root unit is gathered and reduce-scattered once per step; each
     // block is gathered for every micro-batch's forward and again for its
     // backward, and its gradients reduce-scattered after that backward.
-    const auto units = gpt_sharded_units(c, coords);
     auto padded = [&](int64_t n) { return (n + l.d - 1) / l.d * l.d * kFloat; };
-    if (units.root > 0) {
-      add("dp", "all_gather", 1, padded(units.root));
-      add("dp", "reduce_scatter", 1, padded(units.root));
-    }
-    for (int64_t block : units.blocks) {
-      add("dp", "all_gather", 2 * m, padded(block));
-      add("dp", "reduce_scatter", m, padded(block));
+    for (const auto& unit : gpt_sharded_units(c, coords)) {
+      add("dp", "all_gather", unit.root ? 1 : 2 * m, padded(unit.numel()));
+      add("dp", "reduce_scatter", unit.root ? 1 : m, padded(unit.numel()));
     }
     add("dp", "all_reduce", 1, kDouble);  // the gradient norm's shard sums
     add("dp", "all_reduce", 1, kDouble);  // the loss
@@ -180,14 +205,11 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
   if (l.d == 1 || c.parallel.zero_stage == 0) return out;
   if (c.parallel.zero_stage == 3) {
     // Every unit's parameters and both moments are gathered before saving.
-    const auto units = gpt_sharded_units(c, coords);
     auto& p = out[{"dp", "all_gather"}];
-    auto add_unit = [&](int64_t n) {
+    for (const auto& unit : gpt_sharded_units(c, coords)) {
       p.calls += 3;
-      p.bytes += 3 * ((n + l.d - 1) / l.d * l.d * kFloat);
-    };
-    if (units.root > 0) add_unit(units.root);
-    for (int64_t block : units.blocks) add_unit(block);
+      p.bytes += 3 * ((unit.numel() + l.d - 1) / l.d * l.d * kFloat);
+    }
     return out;
   }
   // A sharded optimizer gathers both moments of every bucket before saving.

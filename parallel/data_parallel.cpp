@@ -35,4 +35,18 @@ void GradientReducer::all_reduce(Communicator& comm, double scale) {
   }
 }
 
+void all_reduce_pieces(const std::vector<torch::Tensor>& pieces, Communicator& comm) {
+  if (comm.size() == 1 || pieces.empty()) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat;
+  for (const auto& p : pieces) flat.push_back(p.reshape({-1}));
+  auto all = torch::cat(flat);
+  comm.all_reduce(all).wait();
+  int64_t offset = 0;
+  for (const auto& p : pieces) {
+    p.copy_(all.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+}
+
 }  // namespace loom::parallel

@@ -24,4 +24,7 @@ class GradientReducer {
   torch::Tensor flat_;  // reused every step
 };
 
+// Sums PIECES (views, e.g. parts of ZeRO-3 gradient shards) over COMM in one flat all-reduce, in place.
+void all_reduce_pieces(const std::vector<torch::Tensor>& pieces, Communicator& comm);
+
 }  // namespace loom::parallel

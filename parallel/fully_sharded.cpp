@@ -220,6 +220,19 @@ void FullyShardedParameters::finish() {
   }
 }
 
+std::vector<torch::Tensor> FullyShardedParameters::shard_grad_pieces(const std::function<bool(size_t)>& keep) const {
+  std::vector<torch::Tensor> pieces;
+  for (const auto& u : units_) {
+    const int64_t lo = u.shard_begin, hi = u.shard_begin + u.shard_size;
+    for (size_t j = 0; j < u.params.size(); ++j) {
+      const size_t i = u.params[j];
+      const int64_t begin = std::max(lo, u.offsets[j]), end = std::min(hi, u.offsets[j] + params_[i].numel());
+      if (begin < end && keep(i)) pieces.push_back(u.shard_grad.narrow(0, begin - lo, end - begin));
+    }
+  }
+  return pieces;
+}
+
 void FullyShardedParameters::gather_all() {
   for (size_t unit = 0; unit < units_.size(); ++unit) launch_gather(unit);
   for (size_t unit = 0; unit < units_.size(); ++unit) wait_gathered(unit);

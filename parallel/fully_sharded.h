@@ -70,6 +70,9 @@ class FullyShardedParameters {
   std::pair<size_t, int64_t> where(size_t i) const { return where_[i]; }
   const std::vector<torch::Tensor>& params() const { return params_; }
 
+  // This rank's pieces of the reduced gradients of the parameters KEEP accepts (by index).
+  std::vector<torch::Tensor> shard_grad_pieces(const std::function<bool(size_t)>& keep) const;
+
   // For the backward gate and the gradient hooks.
   void before_backward(size_t unit);
   void gradient_arrived(size_t param);

@@ -65,6 +65,19 @@ PY
   done
 done
 
+# ZeRO-3 with sequence parallelism and dropout (tp=2 dp=4): the tp sum of the sequence-parallel
+# gradients runs over the pieces in each rank's shards; the losses equal stage 0's.
+for zero in 0 3; do
+  run="tp2sp_dp4_zero$zero"
+  mpirun --oversubscribe -np 8 "$LOOM" train "$TINY" --run-dir "$WORK/$run" "${BASE[@]}" --set parallel.tp=2 \
+    --set parallel.sequence_parallel=true --set model.dropout=0.1 --set parallel.zero_stage=$zero > "$WORK/$run.log" 2>&1 ||
+    { cat "$WORK/$run.log"; fail "$run failed"; }
+  "$LOOM" plan --run "$WORK/$run" | grep -q "every rank's predicted traffic equals the counters" || fail "$run traffic"
+done
+echo -n "tp2 sp dp4 (dropout 0.1) zero_stage 3 vs 0: "
+python3 "$LOOM_SOURCE/tests/scripts/compare_metrics.py" "$WORK/tp2sp_dp4_zero3/metrics.jsonl" \
+  "$WORK/tp2sp_dp4_zero0/metrics.jsonl" --rtol 1e-6 || fail "tp2 sp: zero_stage 3 changed the losses"
+
 # ZeRO-3's traffic with one micro-batch per step: per rank, the gathers and reduce-scatters move
 # about 3N bytes of parameters (N: the rank's parameter bytes), 3N for the blocks, 2N for the rest.
 run=dp4_zero3_one_micro_batch
