@@ -16,13 +16,14 @@ namespace loom::launch {
 namespace {
 
 // What this version of loom holds per parameter, as its memory report measures
-// it: gradients keep their whole buffer through the step (ZeRO-2 reduce-scatters
-// but does not free it), mixed precision's fp32 master weights and gradients are
-// not sharded, and stage 3 shards everything but is fp32 only (negative: refused).
+// it: fp32 follows the textbook; under mixed precision the fp32 master weights
+// and gradients are not sharded (ZeRO-2 keeps whole gradient buckets), and
+// stage 3 is refused (negative).
 double loom_state_bytes(double n, int64_t zero, int64_t dp, bool mixed) {
-  if (zero >= 3) return mixed ? -1.0 : 16.0 * n / static_cast<double>(dp);
-  const double param = mixed ? 2 : 4, grad = 4, master = mixed ? 4 : 0, adam = 8;
-  return n * (param + grad + master + (zero >= 1 ? adam / static_cast<double>(dp) : adam));
+  if (!mixed) return parallel::model_state_bytes(n, zero, dp, parallel::StateBytes{4, 4, 8});
+  if (zero >= 3) return -1.0;
+  // bf16 parameters, fp32 gradients, fp32 master weights, Adam moments sharded from stage 1.
+  return n * (2.0 + 4.0 + 4.0 + (zero >= 1 ? 8.0 / static_cast<double>(dp) : 8.0));
 }
 
 void print_state_bytes(const Config& config, int64_t world) {

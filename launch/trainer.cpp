@@ -180,7 +180,12 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                                             static_cast<uint64_t>(t.seed));
   const auto& coords = groups_.coords();
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
-  if (p.zero_stage == 3 && groups_.dp().size() > 1) sharded_ = std::make_unique<parallel::FullyShardedParameters>();
+  // ZeRO-3, and ZeRO-2 of dense fp32 models, work unit by unit (parallel/fully_sharded.h); ZeRO-2 of
+  // MoE or mixed-precision models reduce-scatters whole gradient buckets (parallel/grad_buckets.h).
+  const bool unit_zero2 = p.zero_stage == 2 && !m.moe.enabled() && t.precision == "fp32";
+  if ((p.zero_stage == 3 || unit_zero2) && groups_.dp().size() > 1) {
+    sharded_ = std::make_unique<parallel::FullyShardedParameters>();
+  }
   const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get(), &groups_.ep(), sharded_.get()};
   std::vector<torch::Tensor> tied;
   std::vector<models::MoEStats*> moe_stats;
@@ -228,7 +233,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   if (sharded_) {
     std::vector<int64_t> block_of;
     for (const auto& param : params_) block_of.push_back(block_of_parameter(param.name));
-    sharded_->shard(tensors, block_of, groups_.dp());
+    sharded_->shard(tensors, block_of, groups_.dp(), /*shard_parameters=*/p.zero_stage == 3);
   } else if (groups_.dp().size() > 1) {
     dp_grads_ = std::make_unique<parallel::GradientBuckets>(tensors, groups_.dp(), bucket_bytes,
                                                             config_.micro_batches_per_step(), zero_stage);
@@ -257,7 +262,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   }
   auto make_optimizer = [&](const std::vector<torch::Tensor>& part, parallel::GradientBuckets* buckets,
                             parallel::Communicator& group) -> std::unique_ptr<optim::Optimizer> {
-    if (zero_stage == 3) return std::make_unique<optim::FullyShardedAdamW>(*sharded_, group, adam);
+    if (sharded_) return std::make_unique<optim::FullyShardedAdamW>(*sharded_, group, adam);
     if (zero_stage >= 1) return std::make_unique<optim::ZeroAdamW>(part, *buckets, group, adam);
     return std::make_unique<optim::AdamW>(part, adam);
   };
@@ -339,7 +344,8 @@ nlohmann::json Trainer::memory_report(int64_t activation_bytes) {
   if (sharded_) {  // ZeRO-3: each rank holds its shards; whole units exist only while in use
     params = grads = 0;
     for (const auto& u : sharded_->units()) {
-      params += u.shard.numel() * static_cast<int64_t>(u.shard.element_size());
+      const auto& held = sharded_->shards_parameters() ? u.shard : u.full;  // ZeRO-2: whole parameters
+      params += held.numel() * static_cast<int64_t>(held.element_size());
       grads += u.shard_grad.numel() * static_cast<int64_t>(u.shard_grad.element_size());
     }
   }
@@ -488,6 +494,7 @@ TrainSummary Trainer::run(const std::string& resume) {
             used_scale, scaler_->scale());
     } else {
       optimizer_->step(lr);
+      if (sharded_) sharded_->gather_updated();
       if (master_) master_->copy_to_model();
     }
     consumed += t.global_batch_size;

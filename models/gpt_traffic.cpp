@@ -92,6 +92,12 @@ std::vector<ShardedUnit> gpt_sharded_units(const Config& c, const parallel::Rank
   return units;
 }
 
+// ZeRO-3, and ZeRO-2 of a dense fp32 model, shard unit by unit (launch/trainer.cpp).
+bool works_by_units(const Config& c) {
+  const auto& p = c.parallel;
+  return p.zero_stage == 3 || (p.zero_stage == 2 && c.train.precision == "fp32" && !c.model.moe.enabled());
+}
+
 // Elements of the sequence-parallel parameters inside this dp rank's shard of UNIT.
 int64_t sequence_parallel_in_shard(const ShardedUnit& unit, int64_t d, int64_t dp_rank) {
   const int64_t shard = (unit.numel() + d - 1) / d, lo = shard * dp_rank, hi = lo + shard;
@@ -151,7 +157,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       add("tp", "all_reduce", m, b * s * kFloat);
       add("tp", "all_reduce", m, 2 * b * s * kFloat);
     }
-    if (l.sp && l.d > 1 && c.parallel.zero_stage == 3) {  // ZeRO-3: only the pieces in this rank's shards
+    if (l.sp && l.d > 1 && works_by_units(c)) {  // ZeRO-2/3: only the pieces in this rank's shards
       int64_t sp_params = 0;
       for (const auto& unit : gpt_sharded_units(c, coords)) sp_params += sequence_parallel_in_shard(unit, l.d, coords.dp);
       add("tp", "all_reduce", 1, sp_params * kFloat);
@@ -166,13 +172,15 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     add("pp", "all_gather", 1, l.p * 3 * kDouble);  // the loss and every stage's timing
     if (first || last) add("embedding", "all_reduce", 1, l.vocab_shard * h * kFloat);
   }
-  if (l.d > 1 && c.parallel.zero_stage == 3) {
+  if (l.d > 1 && works_by_units(c)) {
     // ZeRO-3: the root unit is gathered and reduce-scattered once per step; each
     // block is gathered for every micro-batch's forward and again for its
     // backward, and its gradients reduce-scattered after that backward.
+    // ZeRO-2 (dense fp32) reduces the same way and gathers each updated unit once.
+    const bool zero3 = c.parallel.zero_stage == 3;
     auto padded = [&](int64_t n) { return (n + l.d - 1) / l.d * l.d * kFloat; };
     for (const auto& unit : gpt_sharded_units(c, coords)) {
-      add("dp", "all_gather", unit.root ? 1 : 2 * m, padded(unit.numel()));
+      add("dp", "all_gather", unit.root || !zero3 ? 1 : 2 * m, padded(unit.numel()));
       add("dp", "reduce_scatter", unit.root ? 1 : m, padded(unit.numel()));
     }
     add("dp", "all_reduce", 1, kDouble);  // the gradient norm's shard sums
@@ -203,12 +211,13 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
   std::map<std::pair<std::string, std::string>, PredictedTraffic> out;
   const Layout l(c);
   if (l.d == 1 || c.parallel.zero_stage == 0) return out;
-  if (c.parallel.zero_stage == 3) {
-    // Every unit's parameters and both moments are gathered before saving.
+  if (works_by_units(c)) {
+    // Both moments of every unit are gathered before saving, and with ZeRO-3 its parameters.
+    const int64_t gathers = c.parallel.zero_stage == 3 ? 3 : 2;
     auto& p = out[{"dp", "all_gather"}];
     for (const auto& unit : gpt_sharded_units(c, coords)) {
-      p.calls += 3;
-      p.bytes += 3 * ((unit.numel() + l.d - 1) / l.d * l.d * kFloat);
+      p.calls += gathers;
+      p.bytes += gathers * ((unit.numel() + l.d - 1) / l.d * l.d * kFloat);
     }
     return out;
   }

@@ -52,10 +52,11 @@ void resize_storage(const torch::Tensor& t, int64_t bytes) {
 FullyShardedParameters::~FullyShardedParameters() = default;
 
 void FullyShardedParameters::shard(std::vector<torch::Tensor> params, const std::vector<int64_t>& block_of,
-                                   Communicator& dp) {
+                                   Communicator& dp, bool shard_parameters) {
   TORCH_CHECK(!active(), "parameters are already sharded");
   params_ = std::move(params);
   dp_ = &dp;
+  shard_parameters_ = shard_parameters;
   where_.assign(params_.size(), {0, 0});
   // The root unit first, then one unit per block in order of use.
   std::vector<std::vector<size_t>> groups(1);
@@ -94,7 +95,9 @@ void FullyShardedParameters::shard(std::vector<torch::Tensor> params, const std:
       where_[i] = {units_.size(), offset};
       offset += p.numel();
     }
-    u.shard = u.full.narrow(0, u.shard_begin, u.shard_size).clone();
+    // ZeRO-3 keeps the shard apart from the buffer it frees; ZeRO-2 updates its part of the whole in place.
+    u.shard = u.full.narrow(0, u.shard_begin, u.shard_size);
+    if (shard_parameters) u.shard = u.shard.clone();
     u.shard_grad = torch::zeros({u.shard_size}, u.full.options());
     u.gathered = true;
     units_.push_back(std::move(u));
@@ -131,7 +134,7 @@ void FullyShardedParameters::wait_gathered(size_t unit) {
 
 void FullyShardedParameters::release(size_t unit) {
   auto& u = units_[unit];
-  if (!u.gathered) return;
+  if (!u.gathered || !shard_parameters_) return;
   resize_storage(u.full, 0);
   u.gathered = false;
 }
@@ -233,6 +236,17 @@ std::vector<torch::Tensor> FullyShardedParameters::shard_grad_pieces(const std::
   return pieces;
 }
 
+void FullyShardedParameters::gather_updated() {
+  if (!active() || shard_parameters_) return;
+  std::vector<CommHandle> gathers;
+  std::vector<torch::Tensor> inputs;  // the shards are views of the outputs: sent from copies
+  for (auto& u : units_) {
+    inputs.push_back(u.shard.clone());
+    gathers.push_back(dp_->all_gather(u.full, inputs.back()));
+  }
+  for (auto& g : gathers) g.wait();
+}
+
 void FullyShardedParameters::gather_all() {
   for (size_t unit = 0; unit < units_.size(); ++unit) launch_gather(unit);
   for (size_t unit = 0; unit < units_.size(); ++unit) wait_gathered(unit);
@@ -242,7 +256,7 @@ void FullyShardedParameters::release_all(bool take_values) {
   torch::NoGradGuard no_grad;
   for (size_t unit = 0; unit < units_.size(); ++unit) {
     auto& u = units_[unit];
-    if (take_values && u.gathered) u.shard.copy_(u.full.narrow(0, u.shard_begin, u.shard_size));
+    if (take_values && u.gathered && shard_parameters_) u.shard.copy_(u.full.narrow(0, u.shard_begin, u.shard_size));
     release(unit);
   }
 }

@@ -12,6 +12,10 @@
 // Freeing resizes the storage of the unit's flat buffer to zero: the
 // parameters (views into it) and what autograd saved of them keep their
 // shapes and get their bytes back when the unit is gathered again.
+//
+// ZeRO-2 uses the same units with the parameters kept whole: only the
+// gradients are reduce-scattered block by block (and their whole buffers
+// freed), and the updated shards are all-gathered after the optimizer step.
 #pragma once
 
 #include <torch/torch.h>
@@ -50,15 +54,20 @@ class FullyShardedParameters {
   ~FullyShardedParameters();
 
   // PARAMS in order of use; BLOCK_OF[i]: the layer of the block holding
-  // parameter i, or -1. Keeps this rank's shard and releases the rest.
-  void shard(std::vector<torch::Tensor> params, const std::vector<int64_t>& block_of, Communicator& dp);
+  // parameter i, or -1. Keeps this rank's shard and, if SHARD_PARAMETERS
+  // (ZeRO-3), releases the rest.
+  void shard(std::vector<torch::Tensor> params, const std::vector<int64_t>& block_of, Communicator& dp,
+             bool shard_parameters = true);
   bool active() const { return dp_ != nullptr; }
+  bool shards_parameters() const { return shard_parameters_; }
 
   // Block LAYER's forward, FORWARD, with its parameters gathered.
   torch::Tensor run(int64_t layer, const std::function<torch::Tensor()>& forward);
 
   void start_step();  // gathers the root unit and zeroes the gradients
   void finish();      // reduces the root unit's gradients, waits for all, averages over dp
+  // ZeRO-2: all-gathers the updated shards into the whole parameters (after the optimizer step).
+  void gather_updated();
   // Every unit whole (collective), e.g. to save or load; release_all() drops
   // them again, after copying the (loaded) values into the shards if TAKE_VALUES.
   void gather_all();
@@ -89,6 +98,7 @@ class FullyShardedParameters {
   std::vector<std::pair<size_t, int64_t>> where_;
   std::vector<Unit> units_;
   Communicator* dp_ = nullptr;
+  bool shard_parameters_ = true;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
 };
 
