@@ -47,11 +47,10 @@ void require_supported(const Config& c) {
   auto unsupported = [](const std::string& key, const std::string& value) {
     return InputError("config key '" + key + "': " + value +
                       " is valid but not implemented in this version of loom; training supports tp, pp, dp, "
-                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-3 (3: fp32 and dense), ep with MoE, "
+                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-3 (3: fp32), ep with MoE, "
                       "precision fp32, bf16 and fp16");
   };
   const auto& p = c.parallel;
-  if (p.zero_stage == 3 && c.model.moe.enabled()) throw unsupported("parallel.zero_stage", "3 with model.moe");
   if (p.zero_stage == 3 && c.train.precision != "fp32") {
     throw unsupported("parallel.zero_stage", "3 with train.precision " + c.train.precision);
   }
@@ -180,11 +179,15 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                                             static_cast<uint64_t>(t.seed));
   const auto& coords = groups_.coords();
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
-  // ZeRO-3, and ZeRO-2 of dense fp32 models, work unit by unit (parallel/fully_sharded.h); ZeRO-2 of
-  // MoE or mixed-precision models reduce-scatters whole gradient buckets (parallel/grad_buckets.h).
-  const bool unit_zero2 = p.zero_stage == 2 && !m.moe.enabled() && t.precision == "fp32";
+  // ZeRO-3, and ZeRO-2 of fp32 models, work unit by unit (parallel/fully_sharded.h); ZeRO-2 of
+  // mixed-precision models reduce-scatters whole gradient buckets (parallel/grad_buckets.h).
+  const bool unit_zero2 = p.zero_stage == 2 && t.precision == "fp32";
   if ((p.zero_stage == 3 || unit_zero2) && groups_.dp().size() > 1) {
     sharded_ = std::make_unique<parallel::FullyShardedParameters>();
+    if (m.moe.enabled()) {
+      sharded_experts_ = std::make_unique<parallel::FullyShardedParameters>();
+      sharded_->chain(sharded_experts_.get());
+    }
   }
   const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get(), &groups_.ep(), sharded_.get()};
   std::vector<torch::Tensor> tied;
@@ -231,9 +234,16 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   const int64_t zero_stage = groups_.dp().size() > 1 ? p.zero_stage : 0;  // with one dp rank there is nothing to shard
   const int64_t bucket_bytes = static_cast<int64_t>(p.bucket_mb * 1024 * 1024);
   if (sharded_) {
-    std::vector<int64_t> block_of;
-    for (const auto& param : params_) block_of.push_back(block_of_parameter(param.name));
+    std::vector<int64_t> block_of, expert_block_of;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      (params_[i].expert ? sharded_experts_index_ : sharded_index_).push_back(i);
+      (params_[i].expert ? expert_block_of : block_of).push_back(block_of_parameter(params_[i].name));
+    }
     sharded_->shard(tensors, block_of, groups_.dp(), /*shard_parameters=*/p.zero_stage == 3);
+    if (sharded_experts_) {
+      sharded_experts_->shard(expert_tensors, expert_block_of, groups_.expert_dp(), p.zero_stage == 3,
+                              groups_.dp().size());
+    }
   } else if (groups_.dp().size() > 1) {
     dp_grads_ = std::make_unique<parallel::GradientBuckets>(tensors, groups_.dp(), bucket_bytes,
                                                             config_.micro_batches_per_step(), zero_stage);
@@ -261,16 +271,17 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
     });
   }
   auto make_optimizer = [&](const std::vector<torch::Tensor>& part, parallel::GradientBuckets* buckets,
-                            parallel::Communicator& group) -> std::unique_ptr<optim::Optimizer> {
-    if (sharded_) return std::make_unique<optim::FullyShardedAdamW>(*sharded_, group, adam);
+                            parallel::Communicator& group,
+                            parallel::FullyShardedParameters* units) -> std::unique_ptr<optim::Optimizer> {
+    if (units) return std::make_unique<optim::FullyShardedAdamW>(*units, group, adam);
     if (zero_stage >= 1) return std::make_unique<optim::ZeroAdamW>(part, *buckets, group, adam);
     return std::make_unique<optim::AdamW>(part, adam);
   };
-  optimizer_ = make_optimizer(tensors, dp_grads_.get(), groups_.dp());
+  optimizer_ = make_optimizer(tensors, dp_grads_.get(), groups_.dp(), sharded_.get());
   if (!expert_tensors.empty()) {
     std::vector<std::unique_ptr<optim::Optimizer>> parts;
     parts.push_back(std::move(optimizer_));
-    parts.push_back(make_optimizer(expert_tensors, expert_grads_.get(), groups_.expert_dp()));
+    parts.push_back(make_optimizer(expert_tensors, expert_grads_.get(), groups_.expert_dp(), sharded_experts_.get()));
     optimizer_ = std::make_unique<optim::PartitionedOptimizer>(std::move(parts), part_of);
   }
   // Gradients exist from the start (AccumulateGrad then adds into them in
@@ -341,14 +352,15 @@ nlohmann::json Trainer::memory_report(int64_t activation_bytes) {
   // Under mixed precision params_ are the fp32 masters; the model holds the bf16 (fp16) copies.
   const int64_t master = master_ ? master_->master_bytes() : 0;
   if (master_) params = master_->model_bytes();
-  if (sharded_) {  // ZeRO-3: each rank holds its shards; whole units exist only while in use
-    params = grads = 0;
-    for (const auto& u : sharded_->units()) {
-      const auto& held = sharded_->shards_parameters() ? u.shard : u.full;  // ZeRO-2: whole parameters
+  if (sharded_) params = grads = 0;
+  for_each_sharded([&](parallel::FullyShardedParameters& sharded, const std::vector<size_t>&) {
+    // ZeRO-3: each rank holds its shards; whole units exist only while in use. ZeRO-2: whole parameters.
+    for (const auto& u : sharded.units()) {
+      const auto& held = sharded.shards_parameters() ? u.shard : u.full;
       params += held.numel() * static_cast<int64_t>(held.element_size());
       grads += u.shard_grad.numel() * static_cast<int64_t>(u.shard_grad.element_size());
     }
-  }
+  });
   for (const auto* buckets : {dp_grads_.get(), expert_grads_.get()}) {
     for (int64_t b = 0; buckets && b < buckets->num_buckets(); ++b) {
       const auto& buffer = buckets->layout(static_cast<size_t>(b)).buffer;
@@ -376,21 +388,34 @@ nlohmann::json Trainer::memory_report(int64_t activation_bytes) {
   return ranks;
 }
 
+void Trainer::for_each_sharded(
+    const std::function<void(parallel::FullyShardedParameters&, const std::vector<size_t>&)>& f) {
+  if (sharded_) f(*sharded_, sharded_index_);
+  if (sharded_experts_) f(*sharded_experts_, sharded_experts_index_);
+}
+
 double Trainer::clip_sharded_gradients() {
-  std::vector<torch::Tensor> grads;
-  for (const auto& u : sharded_->units()) grads.push_back(u.shard_grad);
-  // Every parameter once: tp-replicated ones on tp rank 0, tied copies at their owner.
-  const auto counted = sharded_->shard_grad_pieces([&](size_t i) {
-    const auto& p = params_[i];
-    return !(p.tp_replicated() && groups_.coords().tp != 0) && !p.tied_copy;
+  std::vector<torch::Tensor> grads, counted, expert_counted;
+  for_each_sharded([&](parallel::FullyShardedParameters& sharded, const std::vector<size_t>& index) {
+    for (const auto& u : sharded.units()) grads.push_back(u.shard_grad);
+    // Every parameter once: tp-replicated ones on tp rank 0, tied copies at their owner.
+    auto pieces = sharded.shard_grad_pieces([&](size_t i) {
+      const auto& p = params_[index[i]];
+      return !(p.tp_replicated() && groups_.coords().tp != 0) && !p.tied_copy;
+    });
+    auto& into = &sharded == sharded_experts_.get() ? expert_counted : counted;
+    into.insert(into.end(), pieces.begin(), pieces.end());
   });
-  return optim::clip_sharded_grad_norm(counted, grads, config_.train.grad_clip, groups_.model_parallel(), groups_.dp());
+  optim::ExpertGroups experts;
+  if (sharded_experts_) experts = {&groups_.ep(), &groups_.expert_dp()};
+  return optim::clip_sharded_grad_norm(counted, grads, config_.train.grad_clip, groups_.model_parallel(), groups_.dp(),
+                                       expert_counted, experts);
 }
 
 void Trainer::save_checkpoint(const TrainingState& state, const std::function<void()>& midway) {
-  if (sharded_) sharded_->gather_all();
+  for_each_sharded([](parallel::FullyShardedParameters& sharded, const std::vector<size_t>&) { sharded.gather_all(); });
   checkpointer_->save(state, midway);
-  if (sharded_) sharded_->release_all();
+  for_each_sharded([](parallel::FullyShardedParameters& sharded, const std::vector<size_t>&) { sharded.release_all(); });
 }
 
 void Trainer::unscale_gradients() {
@@ -426,9 +451,11 @@ TrainSummary Trainer::run(const std::string& resume) {
   double timed_seconds = 0.0;  // all steps but the first, which pays for warm-up
   TrainingState state;
   if (!resume.empty()) {
-    if (sharded_) sharded_->gather_all();
+    for_each_sharded([](parallel::FullyShardedParameters& sharded, const std::vector<size_t>&) { sharded.gather_all(); });
     if (auto loaded = checkpointer_->load(resume)) state = *loaded;
-    if (sharded_) sharded_->release_all(/*take_values=*/true);
+    for_each_sharded([](parallel::FullyShardedParameters& sharded, const std::vector<size_t>&) {
+      sharded.release_all(/*take_values=*/true);
+    });
     if (master_) master_->copy_to_model();
     if (scaler_ && state.loss_scale > 0) scaler_->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
   }
@@ -447,7 +474,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     const double lr = schedule_.at(step - 1);
     optimizer_->zero_grad();
     if (dp_grads_) dp_grads_->start_step();
-    if (sharded_) sharded_->start_step();
+    for_each_sharded([](parallel::FullyShardedParameters& sharded, const std::vector<size_t>&) { sharded.start_step(); });
     if (expert_grads_) expert_grads_->start_step();
     if (step == first_step) CpuMemory::begin_window();
     double loss_scale = scaler_ ? scaler_->scale() : 1.0;
@@ -466,14 +493,18 @@ TrainSummary Trainer::run(const std::string& resume) {
     if (!tied_grads_->empty()) tied_grads_->all_reduce(groups_.get(parallel::GroupKind::embedding));
     if (dp_grads_) dp_grads_->finish();
     if (expert_grads_) expert_grads_->finish();
-    if (sharded_) sharded_->finish();
+    for_each_sharded([](parallel::FullyShardedParameters& sharded, const std::vector<size_t>&) { sharded.finish(); });
     // Sequence-parallel ranks each saw part of the sequence: their gradients of
     // replicated parameters are partial sums. Summed after the dp reduction, which
     // may still be writing the buffers until finish(); tp peers' ZeRO shards align.
     if (sharded_) {
       // tp peers' units are laid out alike, so their shards hold the same parameters' pieces.
-      parallel::all_reduce_pieces(sharded_->shard_grad_pieces([&](size_t i) { return params_[i].sequence_parallel; }),
-                                  groups_.tp());
+      std::vector<torch::Tensor> pieces;
+      for_each_sharded([&](parallel::FullyShardedParameters& sharded, const std::vector<size_t>& index) {
+        auto mine = sharded.shard_grad_pieces([&](size_t i) { return params_[index[i]].sequence_parallel; });
+        pieces.insert(pieces.end(), mine.begin(), mine.end());
+      });
+      parallel::all_reduce_pieces(pieces, groups_.tp());
     } else {
       sequence_parallel_grads_->all_reduce(groups_.tp());
     }
@@ -494,7 +525,7 @@ TrainSummary Trainer::run(const std::string& resume) {
             used_scale, scaler_->scale());
     } else {
       optimizer_->step(lr);
-      if (sharded_) sharded_->gather_updated();
+      for_each_sharded([](parallel::FullyShardedParameters& sharded, const std::vector<size_t>&) { sharded.gather_updated(); });
       if (master_) master_->copy_to_model();
     }
     consumed += t.global_batch_size;

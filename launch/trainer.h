@@ -59,6 +59,8 @@ class Trainer {
   void unscale_gradients();
   // ZeRO-3's gradient norm and clipping over the shards.
   double clip_sharded_gradients();
+  // Calls F on each set of sharded units (dense, experts) that exists, with the indices of its parameters in params_.
+  void for_each_sharded(const std::function<void(parallel::FullyShardedParameters&, const std::vector<size_t>&)>& f);
   // Checkpoints read and write whole parameters: ZeRO-3 gathers them around.
   void save_checkpoint(const TrainingState& state, const std::function<void()>& midway);
   void maybe_inject_fault(int64_t step) const;
@@ -83,7 +85,9 @@ class Trainer {
   std::vector<parallel::ParallelParameter> params_;
   std::unique_ptr<optim::MasterWeights> master_;  // bf16 and fp16
   std::unique_ptr<optim::LossScaler> scaler_;     // fp16
-  std::unique_ptr<parallel::FullyShardedParameters> sharded_;  // ZeRO-3 with dp > 1
+  // ZeRO-3 (and ZeRO-2 in fp32) with dp > 1: the dense parameters over dp, MoE experts over expert-dp.
+  std::unique_ptr<parallel::FullyShardedParameters> sharded_, sharded_experts_;
+  std::vector<size_t> sharded_index_, sharded_experts_index_;  // their parameters' indices in params_
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::CosineSchedule schedule_;
   std::unique_ptr<parallel::GradientBuckets> dp_grads_;  // when dp > 1

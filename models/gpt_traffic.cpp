@@ -92,10 +92,10 @@ std::vector<ShardedUnit> gpt_sharded_units(const Config& c, const parallel::Rank
   return units;
 }
 
-// ZeRO-3, and ZeRO-2 of a dense fp32 model, shard unit by unit (launch/trainer.cpp).
+// ZeRO-3, and ZeRO-2 in fp32, shard unit by unit (launch/trainer.cpp).
 bool works_by_units(const Config& c) {
   const auto& p = c.parallel;
-  return p.zero_stage == 3 || (p.zero_stage == 2 && c.train.precision == "fp32" && !c.model.moe.enabled());
+  return p.zero_stage == 3 || (p.zero_stage == 2 && c.train.precision == "fp32");
 }
 
 // Elements of the sequence-parallel parameters inside this dp rank's shard of UNIT.

@@ -32,11 +32,18 @@ double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, do
 }
 
 double clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted, const std::vector<torch::Tensor>& grads,
-                              double max_norm, parallel::Communicator& model_parallel, parallel::Communicator& shards) {
+                              double max_norm, parallel::Communicator& model_parallel, parallel::Communicator& shards,
+                              const std::vector<torch::Tensor>& expert_counted, ExpertGroups experts) {
   torch::NoGradGuard no_grad;
-  auto sum_sq = torch::zeros({1}, torch::kFloat64);
+  auto sum_sq = torch::zeros({1}, torch::kFloat64), expert_sum_sq = torch::zeros({1}, torch::kFloat64);
   for (const auto& g : counted) sum_sq += g.to(torch::kFloat64).pow(2).sum();
   shards.all_reduce(sum_sq).wait();
+  if (experts.ep) {
+    for (const auto& g : expert_counted) expert_sum_sq += g.to(torch::kFloat64).pow(2).sum();
+    if (experts.shards) experts.shards->all_reduce(expert_sum_sq).wait();
+    experts.ep->all_reduce(expert_sum_sq).wait();
+    sum_sq += expert_sum_sq;
+  }
   model_parallel.all_reduce(sum_sq).wait();
   const double norm = std::sqrt(sum_sq.item<double>());
   if (max_norm > 0.0 && norm > max_norm) {

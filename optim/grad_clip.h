@@ -27,10 +27,12 @@ double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, do
                       parallel::Communicator& model_parallel, int64_t tp_rank,
                       parallel::Communicator* shards = nullptr, ExpertGroups experts = {});
 
-// ZeRO-3: COUNTED are this rank's pieces of the gradients that count in the
-// norm (parts of its shards), GRADS all its shard gradients; the squares are
-// summed over SHARDS, then over MODEL_PARALLEL.
+// ZeRO-2/3 by units: COUNTED are this rank's pieces of the gradients that
+// count in the norm (parts of its shards), GRADS all its shard gradients; the
+// squares are summed over SHARDS, then over MODEL_PARALLEL. MoE experts'
+// pieces, EXPERT_COUNTED, are summed over EXPERTS.shards and EXPERTS.ep first.
 double clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted, const std::vector<torch::Tensor>& grads,
-                              double max_norm, parallel::Communicator& model_parallel, parallel::Communicator& shards);
+                              double max_norm, parallel::Communicator& model_parallel, parallel::Communicator& shards,
+                              const std::vector<torch::Tensor>& expert_counted = {}, ExpertGroups experts = {});
 
 }  // namespace loom::optim

@@ -52,11 +52,12 @@ void resize_storage(const torch::Tensor& t, int64_t bytes) {
 FullyShardedParameters::~FullyShardedParameters() = default;
 
 void FullyShardedParameters::shard(std::vector<torch::Tensor> params, const std::vector<int64_t>& block_of,
-                                   Communicator& dp, bool shard_parameters) {
+                                   Communicator& dp, bool shard_parameters, int64_t average_over) {
   TORCH_CHECK(!active(), "parameters are already sharded");
   params_ = std::move(params);
   dp_ = &dp;
   shard_parameters_ = shard_parameters;
+  average_over_ = average_over > 0 ? average_over : dp.size();
   where_.assign(params_.size(), {0, 0});
   // The root unit first, then one unit per block in order of use.
   std::vector<std::vector<size_t>> groups(1);
@@ -119,9 +120,10 @@ size_t FullyShardedParameters::unit_of_block(int64_t layer) const {
 
 void FullyShardedParameters::launch_gather(size_t unit) {
   auto& u = units_[unit];
-  if (u.gathered || !u.gather.done()) return;
+  if (u.gathered || u.gathering) return;
   resize_storage(u.full, u.full.numel() * static_cast<int64_t>(u.full.element_size()));
   u.gather = dp_->all_gather(u.full, u.shard);
+  u.gathering = true;
 }
 
 void FullyShardedParameters::wait_gathered(size_t unit) {
@@ -129,6 +131,7 @@ void FullyShardedParameters::wait_gathered(size_t unit) {
   if (u.gathered) return;
   launch_gather(unit);
   u.gather.wait();
+  u.gathering = false;
   u.gathered = true;
 }
 
@@ -140,9 +143,13 @@ void FullyShardedParameters::release(size_t unit) {
 }
 
 torch::Tensor FullyShardedParameters::run(int64_t layer, const std::function<torch::Tensor()>& forward) {
-  if (!active()) return forward();
-  const size_t unit = unit_of_block(layer);
-  TORCH_CHECK(unit != kNone, "block ", layer, " has no sharded parameters on this rank");
+  if (!inner_) return run_unit(layer, forward);
+  return run_unit(layer, [&] { return inner_->run(layer, forward); });
+}
+
+torch::Tensor FullyShardedParameters::run_unit(int64_t layer, const std::function<torch::Tensor()>& forward) {
+  const size_t unit = active() ? unit_of_block(layer) : kNone;
+  if (unit == kNone) return forward();  // nothing of this block is sharded here (a dense block's experts)
   wait_gathered(unit);
   const size_t next = unit_of_block(layer + 1);
   if (next != kNone) launch_gather(next);  // overlaps this block's compute
@@ -180,16 +187,18 @@ void FullyShardedParameters::gradient_arrived(size_t param) {
 void FullyShardedParameters::reduce(size_t unit) {
   // One reduce-scatter in flight: its gradient buffer is freed before the next one is sent.
   for (size_t other = 0; other < units_.size(); ++other) {
-    if (other != unit && !units_[other].reduce.done()) finish_reduce(other);
+    if (other != unit && units_[other].reducing) finish_reduce(other);
   }
   auto& u = units_[unit];
   u.reduced = torch::empty({u.shard_size}, u.full.options());
   u.reduce = dp_->reduce_scatter(u.reduced, u.full_grad);
+  u.reducing = true;
 }
 
 void FullyShardedParameters::finish_reduce(size_t unit) {
   auto& u = units_[unit];
   u.reduce.wait();
+  u.reducing = false;
   torch::NoGradGuard no_grad;
   u.shard_grad.add_(u.reduced);
   for (size_t i : u.params) params_[i].mutable_grad() = torch::Tensor();
@@ -209,15 +218,12 @@ void FullyShardedParameters::start_step() {
 void FullyShardedParameters::finish() {
   if (!active()) return;
   if (units_.front().block < 0 && units_.front().full_grad.defined()) reduce(0);
-  const double scale = 1.0 / static_cast<double>(dp_->size());
+  const double scale = 1.0 / static_cast<double>(average_over_);
   torch::NoGradGuard no_grad;
   for (size_t unit = 0; unit < units_.size(); ++unit) {
     auto& u = units_[unit];
-    if (u.full_grad.defined()) finish_reduce(unit);
-    if (!u.gather.done()) {  // a prefetch nobody used
-      u.gather.wait();
-      u.gathered = true;
-    }
+    if (u.reducing) finish_reduce(unit);
+    if (u.gathering) wait_gathered(unit);  // a prefetch nobody used
     release(unit);
     u.shard_grad.mul_(scale);
   }

@@ -42,6 +42,8 @@ class FullyShardedParameters {
     torch::Tensor shard_grad;  // this rank's part of the reduced gradients, summed over micro-batches
     torch::Tensor reduced;     // the reduce-scatter's output in flight
     CommHandle gather, reduce;
+    // In flight until waited for (a group of one completes at launch, so the handles cannot tell).
+    bool gathering = false, reducing = false;
     bool gathered = false;
     int64_t pending = 0;  // parameter gradients still to arrive in this backward
   };
@@ -56,8 +58,12 @@ class FullyShardedParameters {
   // PARAMS in order of use; BLOCK_OF[i]: the layer of the block holding
   // parameter i, or -1. Keeps this rank's shard and, if SHARD_PARAMETERS
   // (ZeRO-3), releases the rest.
+  // AVERAGE_OVER divides the summed gradients (0: the group's size; MoE
+  // experts are sharded over expert-dp but averaged over all of dp).
   void shard(std::vector<torch::Tensor> params, const std::vector<int64_t>& block_of, Communicator& dp,
-             bool shard_parameters = true);
+             bool shard_parameters = true, int64_t average_over = 0);
+  // INNER's blocks run inside this one's (MoE experts, sharded over their own group).
+  void chain(FullyShardedParameters* inner) { inner_ = inner; }
   bool active() const { return dp_ != nullptr; }
   bool shards_parameters() const { return shard_parameters_; }
 
@@ -87,6 +93,7 @@ class FullyShardedParameters {
   void gradient_arrived(size_t param);
 
  private:
+  torch::Tensor run_unit(int64_t layer, const std::function<torch::Tensor()>& forward);
   void launch_gather(size_t unit);
   void wait_gathered(size_t unit);
   void release(size_t unit);
@@ -99,6 +106,8 @@ class FullyShardedParameters {
   std::vector<Unit> units_;
   Communicator* dp_ = nullptr;
   bool shard_parameters_ = true;
+  int64_t average_over_ = 1;
+  FullyShardedParameters* inner_ = nullptr;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
 };
 

@@ -2,7 +2,7 @@
 # Mixture of Experts with expert parallelism, end to end (4 experts, top-2, in
 # every block, auxiliary and z losses on):
 # 1. without capacity limits, ep 2 and 4 at dp=4, alone, with tp=2 (with and
-#    without sequence parallelism), with pp=2, with zero_stage 1 and 2 and with
+#    without sequence parallelism), with pp=2, with zero_stage 1, 2 and 3 and with
 #    full recomputation (which re-runs the dispatch in backward), give the
 #    one-process losses within 1e-5 relative for 20 steps (same micro-batch size:
 #    the load-balancing loss is per micro-batch);
@@ -29,8 +29,9 @@ for ep in 2 4; do
   train 8 "ep${ep}_pp2" --set parallel.ep="$ep" --set parallel.pp=2
   train 4 "ep${ep}_zero1" --set parallel.ep="$ep" --set parallel.zero_stage=1
   train 4 "ep${ep}_zero2" --set parallel.ep="$ep" --set parallel.zero_stage=2
+  train 4 "ep${ep}_zero3" --set parallel.ep="$ep" --set parallel.zero_stage=3
   train 4 "ep${ep}_recompute" --set parallel.ep="$ep" --set train.recompute=full
-  for layout in dp4 tp2 tp2_sp pp2 zero1 zero2 recompute; do
+  for layout in dp4 tp2 tp2_sp pp2 zero1 zero2 zero3 recompute; do
     echo -n "ep=$ep $layout vs one process: "
     compare_losses "$WORK/ep${ep}_$layout" "$WORK/ref" || fail "ep=$ep $layout differs from one process"
   done
