@@ -16,14 +16,16 @@ namespace loom::launch {
 namespace {
 
 // What this version of loom holds per parameter, as its memory report measures
-// it: fp32 follows the textbook; under mixed precision the fp32 master weights
-// and gradients are not sharded (ZeRO-2 keeps whole gradient buckets), and
-// stage 3 is refused (negative).
+// it: fp32 follows the textbook. Under mixed precision: bf16 parameters, fp32
+// gradients, fp32 master weights and Adam moments; stage 1 shards the moments,
+// stage 2 the masters and gradients too, stage 3 everything (no bf16 copy kept).
 double loom_state_bytes(double n, int64_t zero, int64_t dp, bool mixed) {
   if (!mixed) return parallel::model_state_bytes(n, zero, dp, parallel::StateBytes{4, 4, 8});
-  if (zero >= 3) return -1.0;
-  // bf16 parameters, fp32 gradients, fp32 master weights, Adam moments sharded from stage 1.
-  return n * (2.0 + 4.0 + 4.0 + (zero >= 1 ? 8.0 / static_cast<double>(dp) : 8.0));
+  const double d = static_cast<double>(dp);
+  if (zero == 0) return 18.0 * n;
+  if (zero == 1) return n * (10.0 + 8.0 / d);
+  if (zero == 2) return n * (2.0 + 16.0 / d);
+  return 16.0 * n / d;
 }
 
 void print_state_bytes(const Config& config, int64_t world) {
@@ -38,15 +40,12 @@ void print_state_bytes(const Config& config, int64_t world) {
   for (int64_t zero = 0; zero <= 3; ++zero) {
     const double textbook = parallel::model_state_bytes(n, zero, dp, bytes), held = loom_state_bytes(n, zero, dp, mixed);
     std::printf("  zero_stage %lld: %12.0f bytes (%.3f GB)", static_cast<long long>(zero), textbook, textbook / 1e9);
-    if (held < 0) {
-      std::printf(" | loom: not implemented with %s\n", config.train.precision.c_str());
-    } else {
-      std::printf(" | loom holds %12.0f bytes (%.3f GB)\n", held, held / 1e9);
-    }
+    std::printf(" | loom holds %12.0f bytes (%.3f GB)\n", held, held / 1e9);
   }
   if (mixed) {
-    std::printf("  (loom under %s: %s parameters 2 B, fp32 gradients 4 B and fp32 master weights 4 B unsharded, "
-                "Adam moments 8 B sharded from stage 1)\n", config.train.precision.c_str(), config.train.precision.c_str());
+    std::printf("  (loom under %s: %s parameters 2 B, fp32 gradients 4 B, fp32 master weights 4 B, Adam moments 8 B; "
+                "stage 1 shards the moments, 2 also masters and gradients, 3 everything)\n",
+                config.train.precision.c_str(), config.train.precision.c_str());
   }
 }
 

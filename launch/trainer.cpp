@@ -47,12 +47,13 @@ void require_supported(const Config& c) {
   auto unsupported = [](const std::string& key, const std::string& value) {
     return InputError("config key '" + key + "': " + value +
                       " is valid but not implemented in this version of loom; training supports tp, pp, dp, "
-                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-3 (3: fp32), ep with MoE, "
+                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-3, ep with MoE, "
                       "precision fp32, bf16 and fp16");
   };
   const auto& p = c.parallel;
-  if (p.zero_stage == 3 && c.train.precision != "fp32") {
-    throw unsupported("parallel.zero_stage", "3 with train.precision " + c.train.precision);
+  if (p.zero_stage >= 2 && p.grad_reduce_dtype != "fp32") {
+    throw InputError("config key 'parallel.grad_reduce_dtype': " + p.grad_reduce_dtype +
+                     " applies to zero_stage 0 and 1; stages 2 and 3 reduce gradients in fp32");
   }
   if (c.train.precision == "fp16" && c.model.moe.enabled()) {
     // The MoE auxiliary losses inject their gradient at a fixed scale, which dynamic loss scaling would not reach.
@@ -179,10 +180,9 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                                             static_cast<uint64_t>(t.seed));
   const auto& coords = groups_.coords();
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
-  // ZeRO-3, and ZeRO-2 of fp32 models, work unit by unit (parallel/fully_sharded.h); ZeRO-2 of
-  // mixed-precision models reduce-scatters whole gradient buckets (parallel/grad_buckets.h).
-  const bool unit_zero2 = p.zero_stage == 2 && t.precision == "fp32";
-  if ((p.zero_stage == 3 || unit_zero2) && groups_.dp().size() > 1) {
+  // ZeRO-2 and 3 work unit by unit (parallel/fully_sharded.h); stages 0 and 1 reduce gradient
+  // buckets (parallel/grad_buckets.h).
+  if (p.zero_stage >= 2 && groups_.dp().size() > 1) {
     sharded_ = std::make_unique<parallel::FullyShardedParameters>();
     if (m.moe.enabled()) {
       sharded_experts_ = std::make_unique<parallel::FullyShardedParameters>();
@@ -205,7 +205,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
               "rank ", groups_.rank(), " holds tied parameters but is in no embedding group");
   if (!m.init_from.empty()) init_from_hf_gpt2(config_, params_, coords.tp, groups_.tp().size());
   precision_ = Precision::from_name(t.precision);
-  if (precision_.mixed()) {
+  if (precision_.mixed() && !sharded_) {  // (sharded units keep their own fp32 master shards)
     std::vector<torch::Tensor> model;
     for (const auto& param : params_) model.push_back(param.tensor);
     master_ = std::make_unique<optim::MasterWeights>(model, precision_.params);
@@ -239,10 +239,27 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
       (params_[i].expert ? sharded_experts_index_ : sharded_index_).push_back(i);
       (params_[i].expert ? expert_block_of : block_of).push_back(block_of_parameter(params_[i].name));
     }
-    sharded_->shard(tensors, block_of, groups_.dp(), /*shard_parameters=*/p.zero_stage == 3);
+    sharded_->shard(tensors, block_of, groups_.dp(), /*shard_parameters=*/p.zero_stage == 3, 0, precision_.params);
     if (sharded_experts_) {
       sharded_experts_->shard(expert_tensors, expert_block_of, groups_.expert_dp(), p.zero_stage == 3,
-                              groups_.dp().size());
+                              groups_.dp().size(), precision_.params);
+    }
+    if (precision_.mixed()) {
+      // Gradient reduction, clipping and the optimizer use the units' fp32 shards; checkpoints
+      // read and write whole fp32 masters, which the units gather around them.
+      // The tied embedding's sum over the embedding group works on fp32 views of its gradient.
+      for (auto& tensor : tied) {
+        for (size_t i = 0; i < sharded_->params().size(); ++i) {
+          if (!sharded_->params()[i].is_same(tensor)) continue;
+          tensor = sharded_->master_views()[i];
+          tied_in_sharded_.emplace_back(i, tensor);
+          break;
+        }
+      }
+      for_each_sharded([&](parallel::FullyShardedParameters& sharded, const std::vector<size_t>& index) {
+        const auto views = sharded.master_views();
+        for (size_t i = 0; i < index.size(); ++i) params_[index[i]].tensor = views[i];
+      });
     }
   } else if (groups_.dp().size() > 1) {
     dp_grads_ = std::make_unique<parallel::GradientBuckets>(tensors, groups_.dp(), bucket_bytes,
@@ -350,15 +367,17 @@ nlohmann::json Trainer::memory_report(int64_t activation_bytes) {
     if (!dp_grads_ && p.tensor.grad().defined()) grads += p.tensor.grad().numel() * static_cast<int64_t>(p.tensor.grad().element_size());
   }
   // Under mixed precision params_ are the fp32 masters; the model holds the bf16 (fp16) copies.
-  const int64_t master = master_ ? master_->master_bytes() : 0;
+  int64_t master = master_ ? master_->master_bytes() : 0;
   if (master_) params = master_->model_bytes();
   if (sharded_) params = grads = 0;
+  auto bytes = [](const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); };
   for_each_sharded([&](parallel::FullyShardedParameters& sharded, const std::vector<size_t>&) {
-    // ZeRO-3: each rank holds its shards; whole units exist only while in use. ZeRO-2: whole parameters.
+    // ZeRO-3: each rank holds its shards; whole units exist only while in use. ZeRO-2: whole
+    // parameters. Under mixed precision the shards are the fp32 master weights.
     for (const auto& u : sharded.units()) {
-      const auto& held = sharded.shards_parameters() ? u.shard : u.full;
-      params += held.numel() * static_cast<int64_t>(held.element_size());
-      grads += u.shard_grad.numel() * static_cast<int64_t>(u.shard_grad.element_size());
+      if (!sharded.shards_parameters()) params += bytes(u.full);
+      (sharded.mixed() ? master : params) += sharded.mixed() || sharded.shards_parameters() ? bytes(u.shard) : 0;
+      grads += bytes(u.shard_grad);
     }
   });
   for (const auto* buckets : {dp_grads_.get(), expert_grads_.get()}) {
@@ -421,6 +440,10 @@ void Trainer::save_checkpoint(const TrainingState& state, const std::function<vo
 void Trainer::unscale_gradients() {
   torch::NoGradGuard no_grad;
   const double inverse = 1.0 / scaler_->scale();
+  for_each_sharded([&](parallel::FullyShardedParameters& sharded, const std::vector<size_t>&) {
+    for (auto& u : sharded.units()) u.shard_grad.mul_(inverse);
+  });
+  if (sharded_) return;
   for (auto& p : params_) {
     if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(inverse);
   }
@@ -490,6 +513,10 @@ TrainSummary Trainer::run(const std::string& resume) {
     // The first stage's embedding and the last stage's output layer are one
     // tied weight: each copy has half of its gradient. Their dp buckets are
     // held back until this sum is in.
+    if (sharded_ && sharded_->mixed()) {
+      // The units add mixed-precision gradients into fp32 buffers: the tied sum works on those.
+      for (auto& [i, view] : tied_in_sharded_) view.mutable_grad() = sharded_->gradient_of(i);
+    }
     if (!tied_grads_->empty()) tied_grads_->all_reduce(groups_.get(parallel::GroupKind::embedding));
     if (dp_grads_) dp_grads_->finish();
     if (expert_grads_) expert_grads_->finish();

@@ -88,6 +88,8 @@ class Trainer {
   // ZeRO-3 (and ZeRO-2 in fp32) with dp > 1: the dense parameters over dp, MoE experts over expert-dp.
   std::unique_ptr<parallel::FullyShardedParameters> sharded_, sharded_experts_;
   std::vector<size_t> sharded_index_, sharded_experts_index_;  // their parameters' indices in params_
+  // Mixed precision with units: the tied embedding's index in sharded_ and the fp32 view its sum uses.
+  std::vector<std::pair<size_t, torch::Tensor>> tied_in_sharded_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::CosineSchedule schedule_;
   std::unique_ptr<parallel::GradientBuckets> dp_grads_;  // when dp > 1

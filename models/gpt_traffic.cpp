@@ -92,10 +92,10 @@ std::vector<ShardedUnit> gpt_sharded_units(const Config& c, const parallel::Rank
   return units;
 }
 
-// ZeRO-3, and ZeRO-2 in fp32, shard unit by unit (launch/trainer.cpp).
+// ZeRO-2 and 3 shard unit by unit (launch/trainer.cpp).
 bool works_by_units(const Config& c) {
   const auto& p = c.parallel;
-  return p.zero_stage == 3 || (p.zero_stage == 2 && c.train.precision == "fp32");
+  return p.zero_stage >= 2;
 }
 
 // Elements of the sequence-parallel parameters inside this dp rank's shard of UNIT.
@@ -177,11 +177,13 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     // block is gathered for every micro-batch's forward and again for its
     // backward, and its gradients reduce-scattered after that backward.
     // ZeRO-2 (dense fp32) reduces the same way and gathers each updated unit once.
+    // Parameters are gathered in the model's dtype (bf16 under mixed precision), gradients reduced in fp32.
     const bool zero3 = c.parallel.zero_stage == 3;
-    auto padded = [&](int64_t n) { return (n + l.d - 1) / l.d * l.d * kFloat; };
+    const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(Precision::from_name(c.train.precision).params));
+    auto padded = [&](int64_t n) { return (n + l.d - 1) / l.d * l.d; };
     for (const auto& unit : gpt_sharded_units(c, coords)) {
-      add("dp", "all_gather", unit.root || !zero3 ? 1 : 2 * m, padded(unit.numel()));
-      add("dp", "reduce_scatter", unit.root ? 1 : m, padded(unit.numel()));
+      add("dp", "all_gather", unit.root || !zero3 ? 1 : 2 * m, padded(unit.numel()) * param_bytes);
+      add("dp", "reduce_scatter", unit.root ? 1 : m, padded(unit.numel()) * kFloat);
     }
     add("dp", "all_reduce", 1, kDouble);  // the gradient norm's shard sums
     add("dp", "all_reduce", 1, kDouble);  // the loss
@@ -212,12 +214,23 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
   const Layout l(c);
   if (l.d == 1 || c.parallel.zero_stage == 0) return out;
   if (works_by_units(c)) {
-    // Both moments of every unit are gathered before saving, and with ZeRO-3 its parameters.
-    const int64_t gathers = c.parallel.zero_stage == 3 ? 3 : 2;
+    // Both moments of every unit are gathered before saving, with ZeRO-3 its parameters (in the
+    // model's dtype), and under mixed precision its fp32 master weights.
+    const auto precision = Precision::from_name(c.train.precision);
+    const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(precision.params));
     auto& p = out[{"dp", "all_gather"}];
     for (const auto& unit : gpt_sharded_units(c, coords)) {
-      p.calls += gathers;
-      p.bytes += gathers * ((unit.numel() + l.d - 1) / l.d * l.d * kFloat);
+      const int64_t padded = (unit.numel() + l.d - 1) / l.d * l.d;
+      p.calls += 2;
+      p.bytes += 2 * padded * kFloat;
+      if (c.parallel.zero_stage == 3) {
+        p.calls += 1;
+        p.bytes += padded * param_bytes;
+      }
+      if (precision.mixed()) {
+        p.calls += 1;
+        p.bytes += padded * kFloat;
+      }
     }
     return out;
   }

@@ -52,12 +52,14 @@ void resize_storage(const torch::Tensor& t, int64_t bytes) {
 FullyShardedParameters::~FullyShardedParameters() = default;
 
 void FullyShardedParameters::shard(std::vector<torch::Tensor> params, const std::vector<int64_t>& block_of,
-                                   Communicator& dp, bool shard_parameters, int64_t average_over) {
+                                   Communicator& dp, bool shard_parameters, int64_t average_over,
+                                   torch::ScalarType model_dtype) {
   TORCH_CHECK(!active(), "parameters are already sharded");
   params_ = std::move(params);
   dp_ = &dp;
   shard_parameters_ = shard_parameters;
   average_over_ = average_over > 0 ? average_over : dp.size();
+  mixed_ = model_dtype != torch::kFloat;
   where_.assign(params_.size(), {0, 0});
   // The root unit first, then one unit per block in order of use.
   std::vector<std::vector<size_t>> groups(1);
@@ -82,24 +84,37 @@ void FullyShardedParameters::shard(std::vector<torch::Tensor> params, const std:
     int64_t numel = 0;
     for (size_t i : groups[g]) numel += params_[i].numel();
     const int64_t padded = (numel + d - 1) / d * d;
-    u.full = torch::zeros({padded}, params_[groups[g].front()].options());
+    auto master = torch::zeros({padded}, params_[groups[g].front()].options());
     u.shard_size = padded / d;
     u.shard_begin = u.shard_size * dp.rank();
     int64_t offset = 0;
     for (size_t i : groups[g]) {
-      auto& p = params_[i];
-      auto view = u.full.narrow(0, offset, p.numel());
-      view.copy_(p.detach().reshape({-1}));
-      p.set_data(view.view(p.sizes()));  // the module keeps its parameter; its bytes move into the unit
+      master.narrow(0, offset, params_[i].numel()).copy_(params_[i].detach().reshape({-1}));
       u.params.push_back(i);
       u.offsets.push_back(offset);
       where_[i] = {units_.size(), offset};
-      offset += p.numel();
+      offset += params_[i].numel();
     }
-    // ZeRO-3 keeps the shard apart from the buffer it frees; ZeRO-2 updates its part of the whole in place.
-    u.shard = u.full.narrow(0, u.shard_begin, u.shard_size);
-    if (shard_parameters) u.shard = u.shard.clone();
-    u.shard_grad = torch::zeros({u.shard_size}, u.full.options());
+    u.full = mixed_ ? master.to(model_dtype) : master;
+    for (size_t j = 0; j < u.params.size(); ++j) {
+      auto& p = params_[u.params[j]];
+      // The module keeps its parameter; its bytes move into the unit.
+      p.set_data(u.full.narrow(0, u.offsets[j], p.numel()).view(p.sizes()));
+    }
+    // ZeRO-3 (and mixed precision) keep the fp32 shard apart from the whole; ZeRO-2 in fp32
+    // updates its part of the whole in place.
+    u.shard = master.narrow(0, u.shard_begin, u.shard_size);
+    if (shard_parameters || mixed_) u.shard = u.shard.clone();
+    u.shard_grad = torch::zeros({u.shard_size}, master.options());
+    if (mixed_) {  // kept for master_views() (made while it has bytes), without its bytes
+      u.full_master = master;
+      master_views_.resize(params_.size());
+      for (size_t j = 0; j < u.params.size(); ++j) {
+        const auto& p = params_[u.params[j]];
+        master_views_[u.params[j]] = master.narrow(0, u.offsets[j], p.numel()).view(p.sizes());
+      }
+      resize_storage(u.full_master, 0);
+    }
     u.gathered = true;
     units_.push_back(std::move(u));
     release(units_.size() - 1);
@@ -122,7 +137,8 @@ void FullyShardedParameters::launch_gather(size_t unit) {
   auto& u = units_[unit];
   if (u.gathered || u.gathering) return;
   resize_storage(u.full, u.full.numel() * static_cast<int64_t>(u.full.element_size()));
-  u.gather = dp_->all_gather(u.full, u.shard);
+  if (mixed_) u.wire = u.shard.to(u.full.scalar_type());
+  u.gather = dp_->all_gather(u.full, mixed_ ? u.wire : u.shard);
   u.gathering = true;
 }
 
@@ -131,6 +147,7 @@ void FullyShardedParameters::wait_gathered(size_t unit) {
   if (u.gathered) return;
   launch_gather(unit);
   u.gather.wait();
+  u.wire = torch::Tensor();
   u.gathering = false;
   u.gathered = true;
 }
@@ -161,12 +178,16 @@ torch::Tensor FullyShardedParameters::run_unit(int64_t layer, const std::functio
 
 void FullyShardedParameters::before_backward(size_t unit) {
   auto& u = units_[unit];
+  // The previous micro-batch's reduction of this unit (1F1B runs a stage's only block twice in a row).
+  if (u.reducing) finish_reduce(unit);
   wait_gathered(unit);
   const size_t previous = unit_of_block(u.block - 1);
   if (previous != kNone) launch_gather(previous);
-  // This micro-batch's gradients accumulate into a flat buffer that is reduce-scattered when complete.
-  u.full_grad = torch::zeros_like(u.full);
-  for (size_t j = 0; j < u.params.size(); ++j) {
+  // This micro-batch's gradients accumulate into a flat buffer that is reduce-scattered when
+  // complete: autograd adds into it directly, or under mixed precision each gradient is added
+  // in fp32 when it arrives (gradient_arrived).
+  u.full_grad = torch::zeros({u.full.numel()}, u.shard.options());
+  for (size_t j = 0; j < u.params.size() && !mixed_; ++j) {
     auto& p = params_[u.params[j]];
     p.mutable_grad() = u.full_grad.narrow(0, u.offsets[j], p.numel()).view(p.sizes());
   }
@@ -174,8 +195,16 @@ void FullyShardedParameters::before_backward(size_t unit) {
 }
 
 void FullyShardedParameters::gradient_arrived(size_t param) {
-  const size_t unit = where_[param].first;
+  const auto [unit, offset] = where_[param];
   auto& u = units_[unit];
+  if (mixed_) {
+    auto& p = params_[param];
+    if (p.grad().defined()) {
+      torch::NoGradGuard no_grad;
+      u.full_grad.narrow(0, offset, p.numel()).add_(p.grad().reshape({-1}));
+      p.mutable_grad() = torch::Tensor();  // the next micro-batch's gradient is taken as it comes
+    }
+  }
   if (u.block < 0) return;  // the root unit is reduced in finish()
   if (--u.pending == 0) {
     // Every use of the block's parameters in this backward is done: their bytes can go.
@@ -187,10 +216,10 @@ void FullyShardedParameters::gradient_arrived(size_t param) {
 void FullyShardedParameters::reduce(size_t unit) {
   // One reduce-scatter in flight: its gradient buffer is freed before the next one is sent.
   for (size_t other = 0; other < units_.size(); ++other) {
-    if (other != unit && units_[other].reducing) finish_reduce(other);
+    if (units_[other].reducing) finish_reduce(other);
   }
   auto& u = units_[unit];
-  u.reduced = torch::empty({u.shard_size}, u.full.options());
+  u.reduced = torch::empty({u.shard_size}, u.full_grad.options());
   u.reduce = dp_->reduce_scatter(u.reduced, u.full_grad);
   u.reducing = true;
 }
@@ -247,22 +276,41 @@ void FullyShardedParameters::gather_updated() {
   std::vector<CommHandle> gathers;
   std::vector<torch::Tensor> inputs;  // the shards are views of the outputs: sent from copies
   for (auto& u : units_) {
-    inputs.push_back(u.shard.clone());
+    inputs.push_back(u.shard.to(u.full.scalar_type(), /*non_blocking=*/false, /*copy=*/true));
     gathers.push_back(dp_->all_gather(u.full, inputs.back()));
   }
   for (auto& g : gathers) g.wait();
 }
 
+torch::Tensor FullyShardedParameters::gradient_of(size_t i) const {
+  const auto [unit, offset] = where_[i];
+  const auto& g = units_[unit].full_grad;
+  return g.defined() ? g.narrow(0, offset, params_[i].numel()).view(params_[i].sizes()) : torch::Tensor();
+}
+
 void FullyShardedParameters::gather_all() {
   for (size_t unit = 0; unit < units_.size(); ++unit) launch_gather(unit);
   for (size_t unit = 0; unit < units_.size(); ++unit) wait_gathered(unit);
+  if (!mixed_) return;
+  // Checkpoints read and write the fp32 master weights.
+  std::vector<CommHandle> gathers;
+  for (auto& u : units_) {
+    resize_storage(u.full_master, u.full_master.numel() * static_cast<int64_t>(u.full_master.element_size()));
+    gathers.push_back(dp_->all_gather(u.full_master, u.shard));
+  }
+  for (auto& g : gathers) g.wait();
 }
 
 void FullyShardedParameters::release_all(bool take_values) {
   torch::NoGradGuard no_grad;
   for (size_t unit = 0; unit < units_.size(); ++unit) {
     auto& u = units_[unit];
-    if (take_values && u.gathered && shard_parameters_) u.shard.copy_(u.full.narrow(0, u.shard_begin, u.shard_size));
+    const auto& whole = mixed_ ? u.full_master : u.full;
+    if (take_values && u.gathered && (shard_parameters_ || mixed_)) {
+      u.shard.copy_(whole.narrow(0, u.shard_begin, u.shard_size));
+      if (!shard_parameters_) u.full.copy_(whole);  // ZeRO-2: the whole parameters stay
+    }
+    if (mixed_) resize_storage(u.full_master, 0);
     release(unit);
   }
 }

@@ -16,6 +16,12 @@
 // ZeRO-2 uses the same units with the parameters kept whole: only the
 // gradients are reduce-scattered block by block (and their whole buffers
 // freed), and the updated shards are all-gathered after the optimizer step.
+//
+// Under mixed precision the whole parameters are bf16 (fp16) and the shards
+// fp32 master weights: gathers send the shards rounded to the model's dtype,
+// each micro-batch's gradients are added into an fp32 buffer as they arrive
+// (reduced in fp32), and checkpoints see fp32 views (master_views()) that hold
+// bytes only between gather_all() and release_all().
 #pragma once
 
 #include <torch/torch.h>
@@ -37,6 +43,8 @@ class FullyShardedParameters {
     std::vector<int64_t> offsets;  // of each in the flat buffer
     int64_t shard_begin = 0, shard_size = 0;
     torch::Tensor full;        // [padded]; the parameters are views of it; storage freed when released
+    torch::Tensor wire;        // mixed precision: the shard rounded to the model's dtype, in flight
+    torch::Tensor full_master; // mixed precision: [padded] fp32, with bytes only between gather_all and release_all
     torch::Tensor shard;       // this rank's part of the parameters: what the optimizer updates
     torch::Tensor full_grad;   // [padded] while the unit's gradients arrive
     torch::Tensor shard_grad;  // this rank's part of the reduced gradients, summed over micro-batches
@@ -60,8 +68,14 @@ class FullyShardedParameters {
   // (ZeRO-3), releases the rest.
   // AVERAGE_OVER divides the summed gradients (0: the group's size; MoE
   // experts are sharded over expert-dp but averaged over all of dp).
+  // MODEL_DTYPE: the dtype the model computes with its parameters (bf16 or fp16: mixed precision).
   void shard(std::vector<torch::Tensor> params, const std::vector<int64_t>& block_of, Communicator& dp,
-             bool shard_parameters = true, int64_t average_over = 0);
+             bool shard_parameters = true, int64_t average_over = 0, torch::ScalarType model_dtype = torch::kFloat);
+  bool mixed() const { return mixed_; }
+  // Mixed precision: fp32 views of every parameter (for checkpoints), valid between gather_all() and release_all().
+  const std::vector<torch::Tensor>& master_views() const { return master_views_; }
+  // The whole gradient of parameter I while its unit's backward is in progress (the root's: the whole step).
+  torch::Tensor gradient_of(size_t i) const;
   // INNER's blocks run inside this one's (MoE experts, sharded over their own group).
   void chain(FullyShardedParameters* inner) { inner_ = inner; }
   bool active() const { return dp_ != nullptr; }
@@ -102,10 +116,12 @@ class FullyShardedParameters {
   size_t unit_of_block(int64_t layer) const;
 
   std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> master_views_;  // mixed precision
   std::vector<std::pair<size_t, int64_t>> where_;
   std::vector<Unit> units_;
   Communicator* dp_ = nullptr;
   bool shard_parameters_ = true;
+  bool mixed_ = false;
   int64_t average_over_ = 1;
   FullyShardedParameters* inner_ = nullptr;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;

@@ -17,7 +17,7 @@ expect_exit 2 "cannot read config file '/nope.yaml'" "$LOOM" train /nope.yaml
 expect_exit 2 "did you mean 'train.micro_batch_size'" "$LOOM" train "$TINY" --set train.micro_batch=2
 expect_exit 2 "'train.global_batch_size'" "$LOOM" train "$TINY" --set train.global_batch_size=7
 expect_exit 2 "'parallel.dp'" "$LOOM" train "$TINY" --set parallel.dp=2
-expect_exit 2 "not implemented in this version" "$LOOM" train "$TINY" --set parallel.zero_stage=3 --set train.precision=bf16
+expect_exit 2 "not implemented in this version" "$LOOM" train "$TINY" --set train.precision=fp16 --set model.moe.num_experts=4
 expect_exit 2 "data.path" "$LOOM" train "$TINY" --set data.path="$WORK/missing"
 expect_exit 2 "'parallel.virtual_stages'" "$LOOM" train "$TINY" --set parallel.schedule=interleaved
 expect_exit 2 "12 layers would split; so would pp \* virtual_stages of 1, 2, 3 or 6" "$LOOM" topology "$TINY" --world 3 --set parallel.pp=3 --set model.num_layers=6 \

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Mixed precision (train.precision bf16 and fp16) trains on CPU:
-# - bf16 in one process and at tp=2 pp=2 with sequence parallelism, and at
-#   dp=4 with ZeRO-2 reducing gradients in bf16: the loss falls, and the
-#   layouts end near the one-process run (bf16 rounds differently per layout,
-#   so this is a sanity bound, not the fp32 equivalence the other tests hold);
-#   the traffic counters equal `loom plan --run`'s prediction (bf16
-#   activations, bf16 gradient reduction);
-# - the memory report shows bf16 parameters (2N), fp32 gradients (4N) and
-#   fp32 master weights (4N) beside the Adam moments (8N, or 8N/d with ZeRO);
+# - bf16 in one process, at tp=2 pp=2 with sequence parallelism, at dp=4 with
+#   ZeRO-1 reducing gradients in bf16, and at dp=4 with ZeRO-2 and ZeRO-3: the
+#   loss falls, and the layouts end near the one-process run (bf16 rounds
+#   differently per layout, so this is a sanity bound, not the fp32
+#   equivalence the other tests hold); ZeRO-3 at tp=2 pp=2 dp=2 gives the
+#   ZeRO-0 losses of the same layout within 1e-5; the traffic counters equal
+#   `loom plan --run`'s prediction (bf16 activations, bf16 gradient reduction,
+#   bf16 parameter gathers);
+# - the memory report: bf16 parameters 2N, fp32 gradients 4N and fp32 master
+#   weights 4N beside the Adam moments 8N (8N/d with ZeRO-1); ZeRO-2 2N + 16N/d;
+#   ZeRO-3 16N/d (fp32 master shards, no persistent bf16 copy);
 # - fp16 with an overflow injected at step 3: that step is skipped (the
 #   checkpoints of steps 2 and 3 hold the same weights and moments), the
 #   loss scale halves, no other step is skipped, the loss falls, and a run
-#   resumed after step 5 continues with the same scale and losses;
+#   resumed after step 5 continues with the same scale and losses; the same
+#   with ZeRO-3 (tp=2 dp=2);
 # - bad input exits 2.
 source "$(dirname "$0")/common.sh"
 
@@ -19,9 +23,20 @@ run_loom 1 fp32 || { cat "$WORK/fp32.log"; fail "fp32 run"; }
 run_loom 1 bf16 --set train.precision=bf16 || { cat "$WORK/bf16.log"; fail "bf16 run"; }
 run_loom 4 bf16_tp2pp2sp --set train.precision=bf16 --set parallel.tp=2 --set parallel.pp=2 \
   --set parallel.sequence_parallel=true || { cat "$WORK/bf16_tp2pp2sp.log"; fail "bf16 tp2 pp2 run"; }
-run_loom 4 bf16_dp4z2 --set train.precision=bf16 --set parallel.zero_stage=2 --set parallel.grad_reduce_dtype=bf16 ||
-  { cat "$WORK/bf16_dp4z2.log"; fail "bf16 dp4 zero2 run"; }
-for run in bf16_tp2pp2sp bf16_dp4z2; do
+run_loom 4 bf16_dp4z1 --set train.precision=bf16 --set parallel.zero_stage=1 --set parallel.grad_reduce_dtype=bf16 ||
+  { cat "$WORK/bf16_dp4z1.log"; fail "bf16 dp4 zero1 run"; }
+for zero in 2 3; do
+  run_loom 4 bf16_dp4z$zero --set train.precision=bf16 --set parallel.zero_stage=$zero ||
+    { cat "$WORK/bf16_dp4z$zero.log"; fail "bf16 dp4 zero$zero run"; }
+done
+for zero in 0 3; do
+  run_loom 8 bf16_tp2pp2z$zero --set train.precision=bf16 --set parallel.tp=2 --set parallel.pp=2 --set parallel.zero_stage=$zero ||
+    { cat "$WORK/bf16_tp2pp2z$zero.log"; fail "bf16 tp2 pp2 dp2 zero$zero run"; }
+done
+echo -n "bf16, tp=2 pp=2 dp=2, zero_stage 3 vs 0: "
+python3 "$LOOM_SOURCE/tests/scripts/compare_metrics.py" "$WORK/bf16_tp2pp2z3/metrics.jsonl" \
+  "$WORK/bf16_tp2pp2z0/metrics.jsonl" --rtol 1e-5 || fail "bf16 zero_stage 3 differs from 0"
+for run in bf16_tp2pp2sp bf16_dp4z1 bf16_dp4z2 bf16_dp4z3 bf16_tp2pp2z3; do
   "$LOOM" plan --run "$WORK/$run" | grep -q "every rank's predicted traffic equals the counters" || fail "$run traffic"
 done
 python3 - "$WORK" << 'PY' || fail "bf16 runs"
@@ -31,14 +46,21 @@ def records(run):
     return [json.loads(line) for line in open(f"{work}/{run}/metrics.jsonl")]
 fp32, bf16 = records("fp32"), records("bf16")
 n = fp32[0]["memory"][0]["params_bytes"] // 4
-for run, d in [("bf16", 1), ("bf16_dp4z2", 4)]:
+d = 4
+expected = {  # (params, grads, master, optimizer) per rank
+    "bf16": (2 * n, 4 * n, 4 * n, 8 * n),
+    "bf16_dp4z1": (2 * n, 4 * n, 4 * n, 8 * n / d),
+    "bf16_dp4z2": (2 * n, 4 * n / d, 4 * n / d, 8 * n / d),
+    "bf16_dp4z3": (0, 4 * n / d, 4 * n / d, 8 * n / d),
+}
+for run, (params, grads, master, optimizer) in expected.items():
     for rank in records(run)[0]["memory"]:
-        assert rank["params_bytes"] == 2 * n, (run, rank, n)
-        assert rank["master_bytes"] == 4 * n, (run, rank, n)
-        assert rank["grads_bytes"] == 4 * n, (run, rank, n)
-        assert abs(rank["optimizer_bytes"] - 8 * n / d) <= 8 * d, (run, rank, n)
-print(f"memory per rank, N = {n}: bf16 params 2N, fp32 grads 4N, fp32 master 4N, Adam 8N (8N/4 at dp=4, ZeRO-2)")
-for run in ["bf16", "bf16_tp2pp2sp", "bf16_dp4z2"]:
+        got = (rank["params_bytes"], rank["grads_bytes"], rank["master_bytes"], rank["optimizer_bytes"])
+        # Shards are padded to a multiple of d elements per unit: a few bytes over.
+        assert all(w <= g <= w * 1.02 + 64 for g, w in zip(got, (params, grads, master, optimizer))), (run, got, n)
+    print(f"{run}: memory per rank {sum(got) / n:.3f} bytes per parameter (params, grads, master, Adam: "
+          f"{', '.join(f'{g / n:.2f}N' for g in got)})")
+for run in ["bf16", "bf16_tp2pp2sp", "bf16_dp4z1", "bf16_dp4z2", "bf16_dp4z3"]:
     r = records(run)
     first, last = r[0]["loss"], r[-1]["loss"]
     assert last < first - 0.5, (run, first, last)
@@ -87,6 +109,16 @@ PY
 run_loom 2 fp16_resumed "${FP16[@]}" --set checkpoint.dir="$WORK/fp16_ckpt" --resume "$WORK/fp16_ckpt/step_00000005" ||
   { cat "$WORK/fp16_resumed.log"; fail "fp16 resume"; }
 compare_resumed "$WORK/fp16_resumed" "$WORK/fp16" 6 20 "fp16 resumed after step 5"
+# The same with ZeRO-3 (tp=2 dp=2): skipped step, halved scale, resume.
+FP16_Z3=(--set train.precision=fp16 --set parallel.tp=2 --set parallel.zero_stage=3 --set checkpoint.interval=5
+  --set checkpoint.keep=10 --set checkpoint.dir="$WORK/fp16_z3_ckpt")
+run_loom 4 fp16_z3 "${FP16_Z3[@]}" --inject-fault 1:3:overflow ||
+  { cat "$WORK/fp16_z3.log"; fail "fp16 zero3 run"; }
+grep -q "gradients overflowed at step 3; the step is skipped and the loss scale goes 65536 -> 32768" "$WORK/fp16_z3.log" ||
+  fail "fp16 zero3: no overflow message"
+run_loom 4 fp16_z3_resumed "${FP16_Z3[@]}" --resume "$WORK/fp16_z3_ckpt/step_00000005" ||
+  { cat "$WORK/fp16_z3_resumed.log"; fail "fp16 zero3 resume"; }
+compare_resumed "$WORK/fp16_z3_resumed" "$WORK/fp16_z3" 6 20 "fp16 ZeRO-3 resumed after step 5"
 python3 - "$WORK/fp16_resumed" "$WORK/fp16" << 'PY' || fail "resumed loss scale"
 import json, sys
 a, b = ({json.loads(l)["step"]: json.loads(l)["loss_scale"] for l in open(d + "/metrics.jsonl")} for d in sys.argv[1:3])
@@ -101,6 +133,7 @@ expect_bad() {  # expect_bad PATTERN ARGS...: loom train exits 2 and names PATTE
 }
 expect_bad "needs train.precision fp16" --inject-fault 0:2:overflow
 expect_bad "parallel.grad_reduce_dtype" --set parallel.grad_reduce_dtype=fp16
+expect_bad "applies to zero_stage 0 and 1" --set parallel.grad_reduce_dtype=bf16 --set parallel.zero_stage=2
 expect_bad "train.loss_scale_window" --set train.loss_scale_window=0
 expect_bad "fp16 with model.moe" --set train.precision=fp16 --set model.moe.num_experts=4
 echo "mixed_precision: ok"

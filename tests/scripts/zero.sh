@@ -77,6 +77,17 @@ echo -n "tp2 sp dp4 (dropout 0.1) zero_stage 3 vs 0: "
 python3 "$LOOM_SOURCE/tests/scripts/compare_metrics.py" "$WORK/tp2sp_dp4_zero3/metrics.jsonl" \
   "$WORK/tp2sp_dp4_zero0/metrics.jsonl" --rtol 1e-6 || fail "tp2 sp: zero_stage 3 changed the losses"
 
+# One block per pipeline stage (2 layers, pp=2): 1F1B backs through a stage's only block for two
+# micro-batches in a row, so its second reduction must wait for the first.
+for zero in 0 3; do
+  run="pp2_one_block_zero$zero"
+  mpirun --oversubscribe -np 4 "$LOOM" train "$TINY" --run-dir "$WORK/$run" --set parallel.pp=2 \
+    --set parallel.zero_stage=$zero > "$WORK/$run.log" 2>&1 || { cat "$WORK/$run.log"; fail "$run failed"; }
+done
+echo -n "pp2 dp2, one block per stage, zero_stage 3 vs 0: "
+python3 "$LOOM_SOURCE/tests/scripts/compare_metrics.py" "$WORK/pp2_one_block_zero3/metrics.jsonl" \
+  "$WORK/pp2_one_block_zero0/metrics.jsonl" --rtol 1e-6 || fail "pp2 one block per stage: zero_stage 3 changed the losses"
+
 # ZeRO-3's traffic with one micro-batch per step: per rank, the gathers and reduce-scatters move
 # about 3N bytes of parameters (N: the rank's parameter bytes), 3N for the blocks, 2N for the rest.
 run=dp4_zero3_one_micro_batch
