@@ -3,17 +3,19 @@
 #include <cmath>
 
 namespace loom::optim {
+namespace {
 
-double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, double max_norm,
-                      parallel::Communicator& model_parallel, int64_t tp_rank, parallel::Communicator* shards,
-                      ExpertGroups experts) {
+// The global norm from this rank's COUNTED (and EXPERT_COUNTED) gradient
+// pieces, summed over the groups in the order every rank uses; GRADS scaled
+// when MAX_NORM > 0 and the norm exceeds it.
+double global_norm_and_clip(const std::vector<torch::Tensor>& counted, const std::vector<torch::Tensor>& expert_counted,
+                            const std::vector<torch::Tensor>& grads, double max_norm,
+                            parallel::Communicator& model_parallel, parallel::Communicator* shards,
+                            ExpertGroups experts) {
   torch::NoGradGuard no_grad;
   auto sum_sq = torch::zeros({1}, torch::kFloat64), expert_sum_sq = torch::zeros({1}, torch::kFloat64);
-  for (const auto& p : params) {
-    // Count every parameter once: tp-replicated ones on tp rank 0, tied copies at their owner.
-    if (!p.tensor.grad().defined() || (p.tp_replicated() && tp_rank != 0) || p.tied_copy) continue;
-    (p.expert ? expert_sum_sq : sum_sq) += p.tensor.grad().to(torch::kFloat64).pow(2).sum();
-  }
+  for (const auto& g : counted) sum_sq += g.to(torch::kFloat64).pow(2).sum();
+  for (const auto& g : expert_counted) expert_sum_sq += g.to(torch::kFloat64).pow(2).sum();
   if (shards) shards->all_reduce(sum_sq).wait();
   if (experts.ep) {
     if (experts.shards) experts.shards->all_reduce(expert_sum_sq).wait();
@@ -24,33 +26,31 @@ double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, do
   const double norm = std::sqrt(sum_sq.item<double>());
   if (max_norm > 0.0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);
-    for (const auto& p : params) {
-      if (p.tensor.grad().defined()) p.tensor.grad().mul_(scale);
-    }
+    for (const auto& g : grads) g.mul_(scale);
   }
   return norm;
+}
+
+}  // namespace
+
+double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, double max_norm,
+                      parallel::Communicator& model_parallel, int64_t tp_rank, parallel::Communicator* shards,
+                      ExpertGroups experts) {
+  std::vector<torch::Tensor> counted, expert_counted, grads;
+  for (const auto& p : params) {
+    if (!p.tensor.grad().defined()) continue;
+    grads.push_back(p.tensor.grad());
+    // Count every parameter once: tp-replicated ones on tp rank 0, tied copies at their owner.
+    if ((p.tp_replicated() && tp_rank != 0) || p.tied_copy) continue;
+    (p.expert ? expert_counted : counted).push_back(p.tensor.grad());
+  }
+  return global_norm_and_clip(counted, expert_counted, grads, max_norm, model_parallel, shards, experts);
 }
 
 double clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted, const std::vector<torch::Tensor>& grads,
                               double max_norm, parallel::Communicator& model_parallel, parallel::Communicator& shards,
                               const std::vector<torch::Tensor>& expert_counted, ExpertGroups experts) {
-  torch::NoGradGuard no_grad;
-  auto sum_sq = torch::zeros({1}, torch::kFloat64), expert_sum_sq = torch::zeros({1}, torch::kFloat64);
-  for (const auto& g : counted) sum_sq += g.to(torch::kFloat64).pow(2).sum();
-  shards.all_reduce(sum_sq).wait();
-  if (experts.ep) {
-    for (const auto& g : expert_counted) expert_sum_sq += g.to(torch::kFloat64).pow(2).sum();
-    if (experts.shards) experts.shards->all_reduce(expert_sum_sq).wait();
-    experts.ep->all_reduce(expert_sum_sq).wait();
-    sum_sq += expert_sum_sq;
-  }
-  model_parallel.all_reduce(sum_sq).wait();
-  const double norm = std::sqrt(sum_sq.item<double>());
-  if (max_norm > 0.0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (const auto& g : grads) g.mul_(scale);
-  }
-  return norm;
+  return global_norm_and_clip(counted, expert_counted, grads, max_norm, model_parallel, &shards, experts);
 }
 
 }  // namespace loom::optim

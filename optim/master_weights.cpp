@@ -1,27 +1,8 @@
 #include "optim/master_weights.h"
 
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
+#include "parallel/grad_hooks.h"
 
 namespace loom::optim {
-namespace {
-
-class AfterAccumulate : public torch::autograd::FunctionPostHook {
- public:
-  explicit AfterAccumulate(std::function<void()> callback) : callback_(std::move(callback)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    callback_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> callback_;
-};
-
-}  // namespace
-
 MasterWeights::MasterWeights(std::vector<torch::Tensor> model, torch::ScalarType dtype) : model_(std::move(model)) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < model_.size(); ++i) {
@@ -33,9 +14,7 @@ MasterWeights::MasterWeights(std::vector<torch::Tensor> model, torch::ScalarType
     masters_.push_back(master);
     // The module keeps its parameter object; only its data becomes DTYPE.
     p.set_data(master.to(dtype));
-    auto accumulator = torch::autograd::impl::grad_accumulator(p);
-    accumulator->add_post_hook(std::make_unique<AfterAccumulate>([this, i] { on_gradient(i); }));
-    accumulators_.push_back(std::move(accumulator));
+    accumulators_.push_back(parallel::after_gradient_accumulated(p, [this, i] { on_gradient(i); }));
   }
 }
 

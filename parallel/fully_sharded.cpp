@@ -1,29 +1,15 @@
 #include "parallel/fully_sharded.h"
 
 #include <ATen/native/Resize.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include <limits>
+
+#include "parallel/grad_hooks.h"
 
 namespace loom::parallel {
 namespace {
 
 constexpr size_t kNone = std::numeric_limits<size_t>::max();
-
-class ArrivedHook : public torch::autograd::FunctionPostHook {
- public:
-  explicit ArrivedHook(std::function<void()> callback) : callback_(std::move(callback)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    callback_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> callback_;
-};
 
 // Identity in forward; in backward, before the block's own backward runs, its
 // parameters are gathered again (and the block before it prefetched).
@@ -120,9 +106,7 @@ void FullyShardedParameters::shard(std::vector<torch::Tensor> params, const std:
     release(units_.size() - 1);
   }
   for (size_t i = 0; i < params_.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    accumulator->add_post_hook(std::make_unique<ArrivedHook>([this, i] { gradient_arrived(i); }));
-    accumulators_.push_back(std::move(accumulator));
+    accumulators_.push_back(after_gradient_accumulated(params_[i], [this, i] { gradient_arrived(i); }));
   }
 }
 

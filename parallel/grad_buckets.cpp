@@ -1,28 +1,8 @@
 #include "parallel/grad_buckets.h"
 
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
+#include "parallel/grad_hooks.h"
 
 namespace loom::parallel {
-namespace {
-
-// Runs after AccumulateGrad has added a micro-batch's gradient into .grad.
-class AccumulatedHook : public torch::autograd::FunctionPostHook {
- public:
-  explicit AccumulatedHook(std::function<void()> callback) : callback_(std::move(callback)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    callback_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> callback_;
-};
-
-}  // namespace
-
 GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes,
                                  int64_t accumulations, int64_t zero_stage, int64_t average_over)
     : params_(std::move(params)),
@@ -58,10 +38,9 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator
     buckets_.push_back(std::move(bucket));
   }
   for (size_t i = 0; i < params_.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    if (!accumulator) continue;
-    accumulator->add_post_hook(std::make_unique<AccumulatedHook>([this, i] { gradient_arrived(i); }));
-    accumulators_.push_back(std::move(accumulator));
+    if (auto accumulator = after_gradient_accumulated(params_[i], [this, i] { gradient_arrived(i); })) {
+      accumulators_.push_back(std::move(accumulator));
+    }
   }
   start_step();
 }
