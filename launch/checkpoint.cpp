@@ -115,6 +115,7 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
   }
   shard.add_bytes("rng/rank_" + std::to_string(rank), rng_.state());
   const auto written = shard.finish();
+  optimizer_.release_moments();
   std::ofstream(fs::path(temporary) / rank_file(rank, "json")) << written.dump();
   if (midway) midway();
   world.barrier().wait();

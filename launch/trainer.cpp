@@ -518,6 +518,7 @@ TrainSummary Trainer::run(const std::string& resume) {
       for (auto& [i, view] : tied_in_sharded_) view.mutable_grad() = sharded_->gradient_of(i);
     }
     if (!tied_grads_->empty()) tied_grads_->all_reduce(groups_.get(parallel::GroupKind::embedding));
+    for (auto& [i, view] : tied_in_sharded_) view.mutable_grad() = torch::Tensor();  // the unit owns the buffer
     if (dp_grads_) dp_grads_->finish();
     if (expert_grads_) expert_grads_->finish();
     for_each_sharded([](parallel::FullyShardedParameters& sharded, const std::vector<size_t>&) { sharded.finish(); });

@@ -55,6 +55,11 @@ void FullyShardedAdamW::gather_moments() {
   }
 }
 
+void FullyShardedAdamW::release_moments() {
+  full_exp_avg_.clear();
+  full_exp_avg_sq_.clear();
+}
+
 std::pair<torch::Tensor, torch::Tensor> FullyShardedAdamW::moments(size_t i) {
   TORCH_CHECK(!full_exp_avg_.empty(), "FullyShardedAdamW::moments needs gather_moments() first");
   const auto [unit, offset] = sharded_.where(i);

@@ -18,6 +18,7 @@ class FullyShardedAdamW : public Optimizer {
   int64_t steps_taken() const override { return steps_; }
   void set_steps_taken(int64_t steps) override { steps_ = steps; }
   void gather_moments() override;
+  void release_moments() override;
   std::pair<torch::Tensor, torch::Tensor> moments(size_t i) override;
   void set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) override;
   int64_t state_bytes() const override;

@@ -22,7 +22,7 @@ bool LossScaler::update(bool overflow) {
 }
 
 void LossScaler::restore(double scale, int64_t clean_steps, int64_t skipped_steps) {
-  scale_ = scale;
+  scale_ = options_.fixed > 0 ? options_.fixed : scale;  // a fixed scale given now wins over the saved one
   clean_ = clean_steps;
   skipped_ = skipped_steps;
 }

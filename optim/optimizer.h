@@ -18,6 +18,8 @@ class Optimizer {
   virtual void set_steps_taken(int64_t steps) = 0;
   // Collective for sharded optimizers: makes moments() answer for every parameter.
   virtual void gather_moments() {}
+  // Drops what gather_moments() gathered (sharded optimizers hold whole moments only while saving).
+  virtual void release_moments() {}
   // The first and second moments of parameter I, whole (as this rank's part of the parameter).
   virtual std::pair<torch::Tensor, torch::Tensor> moments(size_t i) = 0;
   // Sets them from whole tensors; a sharded optimizer keeps its part.

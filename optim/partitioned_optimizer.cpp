@@ -30,6 +30,10 @@ void PartitionedOptimizer::gather_moments() {
   for (auto& p : parts_) p->gather_moments();
 }
 
+void PartitionedOptimizer::release_moments() {
+  for (auto& p : parts_) p->release_moments();
+}
+
 std::pair<torch::Tensor, torch::Tensor> PartitionedOptimizer::moments(size_t i) {
   const auto [part, index] = where_.at(i);
   return parts_[part]->moments(index);

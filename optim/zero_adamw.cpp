@@ -65,6 +65,10 @@ void ZeroAdamW::gather_moments() {
   }
 }
 
+void ZeroAdamW::release_moments() {
+  for (auto& s : shards_) s.full_exp_avg = s.full_exp_avg_sq = torch::Tensor();
+}
+
 std::pair<torch::Tensor, torch::Tensor> ZeroAdamW::moments(size_t i) {
   const auto [b, offset] = where_[i];
   const auto& s = shards_[b];

@@ -24,6 +24,7 @@ class ZeroAdamW : public Optimizer {
   int64_t steps_taken() const override { return steps_; }
   void set_steps_taken(int64_t steps) override { steps_ = steps; }
   void gather_moments() override;
+  void release_moments() override;
   std::pair<torch::Tensor, torch::Tensor> moments(size_t i) override;
   void set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) override;
 

@@ -220,7 +220,7 @@ void FullyShardedParameters::finish_reduce(size_t unit) {
 }
 
 void FullyShardedParameters::start_step() {
-  if (!active()) return;
+  if (!active() || units_.empty()) return;  // (a stage whose blocks have no experts)
   for (auto& u : units_) u.shard_grad.zero_();
   if (units_.front().block < 0) {
     wait_gathered(0);
@@ -229,7 +229,7 @@ void FullyShardedParameters::start_step() {
 }
 
 void FullyShardedParameters::finish() {
-  if (!active()) return;
+  if (!active() || units_.empty()) return;
   if (units_.front().block < 0 && units_.front().full_grad.defined()) reduce(0);
   const double scale = 1.0 / static_cast<double>(average_over_);
   torch::NoGradGuard no_grad;

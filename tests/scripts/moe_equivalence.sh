@@ -36,6 +36,14 @@ for ep in 2 4; do
     compare_losses "$WORK/ep${ep}_$layout" "$WORK/ref" || fail "ep=$ep $layout differs from one process"
   done
 done
+# MoE in one block of four (every=4) at pp=2: the first stage has no expert, also under ZeRO-3
+# (whose expert units are then empty on that stage).
+EVERY4=(--set model.num_layers=4 --set model.moe.every=4)
+train 1 ref_every4 "${EVERY4[@]}"
+train 8 ep2_pp2_zero3_every4 "${EVERY4[@]}" --set parallel.ep=2 --set parallel.pp=2 --set parallel.zero_stage=3
+echo -n "every=4, ep=2 pp=2 zero_stage 3 vs one process: "
+compare_losses "$WORK/ep2_pp2_zero3_every4" "$WORK/ref_every4" || fail "every=4 pp=2 zero3 differs from one process"
+
 # The comparison can fail: without the auxiliary losses the run differs.
 train 4 no_aux --set parallel.ep=2 --set model.moe.aux_loss_coeff=0 --set model.moe.z_loss_coeff=0
 if compare_losses "$WORK/no_aux" "$WORK/ref" > /dev/null; then fail "a run without auxiliary losses passed the comparison"; fi
