@@ -375,8 +375,12 @@ nlohmann::json Trainer::memory_report(int64_t activation_bytes) {
     // ZeRO-3: each rank holds its shards; whole units exist only while in use. ZeRO-2: whole
     // parameters. Under mixed precision the shards are the fp32 master weights.
     for (const auto& u : sharded.units()) {
-      if (!sharded.shards_parameters()) params += bytes(u.full);
-      (sharded.mixed() ? master : params) += sharded.mixed() || sharded.shards_parameters() ? bytes(u.shard) : 0;
+      if (!sharded.shards_parameters()) params += bytes(u.full);  // (in fp32, the shard is part of it)
+      if (sharded.mixed()) {
+        master += bytes(u.shard);
+      } else if (sharded.shards_parameters()) {
+        params += bytes(u.shard);
+      }
       grads += bytes(u.shard_grad);
     }
   });
@@ -536,15 +540,12 @@ TrainSummary Trainer::run(const std::string& resume) {
     } else {
       sequence_parallel_grads_->all_reduce(groups_.tp());
     }
-    // With ZeRO-2 each dp rank holds the reduced gradients of its shard only: the norm sums the shards.
-    const bool sharded_grads = dp_grads_ && config_.parallel.zero_stage >= 2;
-    parallel::Communicator* shards = sharded_grads ? &groups_.dp() : nullptr;
     optim::ExpertGroups experts;
-    if (moe_monitor_) experts = {&groups_.ep(), sharded_grads ? &groups_.expert_dp() : nullptr};
+    if (moe_monitor_) experts = {&groups_.ep(), nullptr};
     if (scaler_) unscale_gradients();
     const double grad_norm =
         sharded_ ? clip_sharded_gradients()
-                 : optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel(), groups_.coords().tp, shards,
+                 : optim::clip_grad_norm(params_, t.grad_clip, groups_.model_parallel(), groups_.coords().tp, nullptr,
                                          experts);
     // An overflow anywhere makes the global norm inf or nan on every rank alike, so all skip together.
     const bool skipped = scaler_ && scaler_->update(!std::isfinite(grad_norm));

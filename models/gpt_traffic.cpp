@@ -188,7 +188,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     add("dp", "all_reduce", 1, kDouble);  // the gradient norm's shard sums
     add("dp", "all_reduce", 1, kDouble);  // the loss
   } else if (l.d > 1) {
-    // One all-reduce per gradient bucket (parallel/grad_buckets.h).
+    // One all-reduce per gradient bucket (parallel/grad_buckets.h); ZeRO-1 also gathers the updated shards.
     std::vector<int64_t> bytes;
     for (int64_t n : gpt_local_parameter_sizes(c, coords)) bytes.push_back(n * kFloat);
     const auto bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
@@ -198,11 +198,10 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       for (size_t i : bucket) sum += bytes[i];
       if (zero > 0) sum = (sum / kFloat + l.d - 1) / l.d * l.d * kFloat;  // padded to dp equal shards
       // Gradients are fp32 (the masters' under mixed precision), reduced in bf16 if asked.
-      add("dp", zero >= 2 ? "reduce_scatter" : "all_reduce", 1, c.parallel.grad_reduce_dtype == "bf16" ? sum / 2 : sum);
+      add("dp", "all_reduce", 1, c.parallel.grad_reduce_dtype == "bf16" ? sum / 2 : sum);
       if (zero > 0) add("dp", "all_gather", 1, sum);  // the updated (fp32) parameter shards
     }
-    if (zero >= 2) add("dp", "all_reduce", 1, kDouble);  // the gradient norm's shard sums
-    add("dp", "all_reduce", 1, kDouble);                                   // the loss
+    add("dp", "all_reduce", 1, kDouble);  // the loss
   }
   if (l.t * l.p > 1) add("model-parallel", "all_reduce", 1, kDouble);  // the gradient norm
   return out;

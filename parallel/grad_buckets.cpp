@@ -8,7 +8,6 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator
     : params_(std::move(params)),
       dp_(dp),
       accumulations_(accumulations),
-      zero_stage_(zero_stage),
       average_over_(average_over > 0 ? average_over : dp.size()) {
   bucket_of_.assign(params_.size(), 0);
   std::vector<int64_t> bytes;
@@ -34,7 +33,6 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator
       bucket_of_[i] = buckets_.size();
     }
     l.params = group;
-    if (zero_stage >= 2) bucket.shard = torch::empty({l.shard_size}, l.buffer.options());
     buckets_.push_back(std::move(bucket));
   }
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -88,11 +86,10 @@ void GradientBuckets::mark(const std::string& event) {
 void GradientBuckets::reduce_in(torch::ScalarType wire_dtype) {
   for (auto& b : buckets_) {
     if (wire_dtype == b.layout.buffer.scalar_type()) {
-      b.wire = b.wire_shard = torch::Tensor();
+      b.wire = torch::Tensor();
       continue;
     }
     b.wire = torch::empty(b.layout.buffer.sizes(), b.layout.buffer.options().dtype(wire_dtype));
-    if (zero_stage_ >= 2) b.wire_shard = torch::empty({b.layout.shard_size}, b.wire.options());
   }
 }
 
@@ -110,8 +107,7 @@ void GradientBuckets::launch(size_t index) {
     bucket.wire.copy_(bucket.layout.buffer);
   }
   auto& buffer = bucket.wire.defined() ? bucket.wire : bucket.layout.buffer;
-  auto& shard = bucket.wire.defined() ? bucket.wire_shard : bucket.shard;
-  bucket.handle = zero_stage_ >= 2 ? dp_.reduce_scatter(shard, buffer) : dp_.all_reduce(buffer);
+  bucket.handle = dp_.all_reduce(buffer);
 }
 
 void GradientBuckets::finish() {
@@ -124,14 +120,8 @@ void GradientBuckets::finish() {
   for (auto& bucket : buckets_) {
     bucket.handle.wait();
     auto& l = bucket.layout;
-    if (bucket.wire.defined() && zero_stage_ >= 2) bucket.shard.copy_(bucket.wire_shard);
-    if (bucket.wire.defined() && zero_stage_ < 2) l.buffer.copy_(bucket.wire);
-    if (zero_stage_ >= 2) {
-      l.buffer.zero_();
-      l.buffer.narrow(0, l.shard_begin, l.shard_size).copy_(bucket.shard).mul_(scale);
-    } else {
-      l.buffer.mul_(scale);
-    }
+    if (bucket.wire.defined()) l.buffer.copy_(bucket.wire);
+    l.buffer.mul_(scale);
   }
   mark("reductions done");
 }

@@ -39,8 +39,8 @@ class GradientBuckets {
 
   // PARAMS in order of use in forward. ACCUMULATIONS: gradients each
   // parameter receives per step (micro-batches). BUCKET_BYTES <= 0: one bucket.
-  // ZERO_STAGE 0 and 1 all-reduce the buckets; 2 reduce-scatters them, so that
-  // after finish() a rank's gradients are right in its shard only (zero elsewhere).
+  // ZERO_STAGE 1 pads each bucket into dp equal shards for the sharded
+  // optimizer (ZeRO-2 and 3 work by units: parallel/fully_sharded.h).
   // AVERAGE_OVER: the sums are divided by this (0: the group's size). MoE
   // experts reduce over expert-dp but average over all of dp: each expert's
   // gradient already sums the tokens of the ep group's dp ranks.
@@ -77,8 +77,7 @@ class GradientBuckets {
  private:
   struct Bucket {
     Layout layout;
-    torch::Tensor shard;  // the reduce-scatter's output (zero stage 2)
-    torch::Tensor wire, wire_shard;  // the buffer and shard in the reduction's dtype, when it differs
+    torch::Tensor wire;  // the buffer in the reduction's dtype, when it differs
     int64_t pending = 0;  // parameter-accumulations still to arrive this step
     CommHandle handle;
     bool launched = false;
@@ -89,7 +88,6 @@ class GradientBuckets {
   std::vector<torch::Tensor> params_;
   Communicator& dp_;
   int64_t accumulations_;
-  int64_t zero_stage_;
   int64_t average_over_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
