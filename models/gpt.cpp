@@ -4,6 +4,8 @@
 #include <limits>
 
 #include "core/precision.h"
+#include "models/causal_attention.h"
+#include "models/gelu.h"
 #include "parallel/init.h"
 #include "parallel/recompute.h"
 #include "parallel/tp_regions.h"
@@ -136,13 +138,17 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
   causal_mask_ = register_buffer("causal_mask",
                                  torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
   block_fn_ = [this](const torch::Tensor& hidden, const torch::Tensor&, const torch::Tensor&) { return block(hidden); };
-  core_fn_ = [this](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    return attention_core(q, k, v);
-  };
+  core_fn_ = [this](const torch::Tensor& qkv, const torch::Tensor&, const torch::Tensor&) { return attention_core(qkv); };
 }
 
-torch::Tensor GPTBlockImpl::attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  const int64_t b = q.size(0), heads = q.size(1), s = q.size(2), d = q.size(3);
+torch::Tensor GPTBlockImpl::attention_core(const torch::Tensor& qkv) {
+  const int64_t heads = options_.num_heads / tp_.tp->size(), d = options_.hidden_size / options_.num_heads;
+  const int64_t b = qkv.size(0), s = qkv.size(1);
+  const bool attention_dropout = options_.dropout > 0 && is_training();
+  // On CPU without attention dropout, head by head (models/causal_attention.h): the same function.
+  if (!attention_dropout && qkv.device().is_cpu()) return causal_attention(qkv, heads);
+  auto parts = qkv.view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4});
+  auto q = parts[0], k = parts[1], v = parts[2];  // [B, heads, S, d]
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
   scores = scores.masked_fill(causal_mask_.narrow(0, 0, s).narrow(1, 0, s), -std::numeric_limits<float>::infinity());
   // Heads are split across tp, so each rank draws its own attention-dropout mask.
@@ -152,21 +158,17 @@ torch::Tensor GPTBlockImpl::attention_core(const torch::Tensor& q, const torch::
 }
 
 torch::Tensor GPTBlockImpl::attention(const torch::Tensor& x) {
-  const int64_t heads = options_.num_heads / tp_.tp->size(), d = options_.hidden_size / options_.num_heads;
   auto qkv = qkv_->forward(x);  // [B, S, heads * 3 * d], the full sequence
-  const int64_t b = qkv.size(0), s = qkv.size(1);
-  qkv = qkv.view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4});
-  auto q = qkv[0], k = qkv[1], v = qkv[2];  // [B, heads, S, d]
   // Selective recomputation (Korthikanti et al.): the S x S scores and probabilities are
   // most of a block's activation memory and cheap to recompute.
-  auto context = recomputing("selective") ? parallel::recompute_in_backward(core_fn_, split_generator(), q, k, v)
-                                          : attention_core(q, k, v);
+  auto context = recomputing("selective") ? parallel::recompute_in_backward(core_fn_, split_generator(), qkv)
+                                          : attention_core(qkv);
   return proj_->forward(context);
 }
 
 torch::Tensor GPTBlockImpl::mlp(const torch::Tensor& x, bool record) {
   if (moe_) return moe_->forward(x, record);
-  return fc_proj_->forward(torch::gelu(fc_->forward(x), "tanh"));
+  return fc_proj_->forward(gelu_tanh(fc_->forward(x)));
 }
 
 torch::Tensor GPTBlockImpl::block(const torch::Tensor& hidden) {

@@ -72,7 +72,7 @@ class GPTBlockImpl : public torch::nn::Module {
 
  private:
   torch::Tensor attention(const torch::Tensor& x);
-  torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+  torch::Tensor attention_core(const torch::Tensor& qkv);  // qkv [B, S, heads * 3 * d] -> [B, S, heads * d]
   torch::Tensor block(const torch::Tensor& hidden);
   torch::Tensor mlp(const torch::Tensor& x, bool record);
   bool recomputing(const std::string& kind) const;

@@ -1,0 +1,25 @@
+// The BLAS library's threads, lent to independent pieces of work.
+//
+// loom gives a rank's cores to OpenBLAS and runs LibTorch's own ops on one
+// thread (README, "Threads"). That suits the large matrix products; work made
+// of many small independent products (attention, head by head) goes faster
+// with one core per piece, each piece calling BLAS single-threaded.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace loom {
+
+// The threads BLAS would use for one product (OpenBLAS's setting; 1 for a
+// BLAS that does not say).
+int blas_threads();
+
+// Runs FN(begin, end) over [0, N) cut into one contiguous range per BLAS
+// thread: the calling thread takes the first, the others run on threads of
+// their own, with BLAS set to one thread meanwhile and put back after. FN runs
+// without autograd (the callers are autograd functions' bodies). An exception
+// thrown by any piece is rethrown here once all have finished.
+void parallel_over_blas_threads(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
+
+}  // namespace loom

@@ -1,0 +1,17 @@
+// OpenBLAS's threads spin after each product, yielding the core, for about
+// 2^28 cycles (0.1 s) before they sleep. loom lends those cores to its own
+// pieces of work between products (core/blas_threads.h: attention head by
+// head, the GELU), which then share each core with a spinning thread: on the
+// benchmark GPT that costs more than the pieces gain. OpenBLAS reads its spin
+// time (OPENBLAS_THREAD_TIMEOUT, 2^N cycles) once, when it is loaded, so
+// `loom train` sets it to the shortest (4) and starts itself again, when
+// OpenBLAS is loaded, the variable is unset and each rank has more than one
+// core. Measured in bench/README.md. A user's own setting is left alone.
+#pragma once
+
+namespace loom::launch {
+
+// Returns only if no restart was needed or the restart failed (then loom runs as it is).
+void restart_with_short_blas_spin(int argc, char** argv);
+
+}  // namespace loom::launch

@@ -1,0 +1,58 @@
+#include "models/gelu.h"
+
+#include <functional>
+
+#include "core/blas_threads.h"
+
+namespace loom::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr int64_t kPieceAlignment = 64;
+
+// FN(begin, length) over [0, NUMEL) in pieces, one per BLAS thread, starting at aligned offsets.
+void over_pieces(int64_t numel, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t blocks = (numel + kPieceAlignment - 1) / kPieceAlignment;
+  parallel_over_blas_threads(blocks, [&](int64_t begin, int64_t end) {
+    const int64_t first = begin * kPieceAlignment, last = std::min(numel, end * kPieceAlignment);
+    fn(first, last - first);
+  });
+}
+
+class GeluTanh : public torch::autograd::Function<GeluTanh> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x) {
+    auto input = x.contiguous();
+    auto out = torch::empty_like(input);
+    auto flat_in = input.view(-1), flat_out = out.view(-1);
+    over_pieces(input.numel(), [&](int64_t begin, int64_t length) {
+      auto piece = flat_out.narrow(0, begin, length);
+      at::gelu_out(piece, flat_in.narrow(0, begin, length), "tanh");
+    });
+    ctx->save_for_backward({input});
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto input = ctx->get_saved_variables()[0];
+    const auto grad_out = grads[0].contiguous();
+    auto grad_in = torch::empty_like(input);
+    auto flat_in = input.view(-1), flat_grad_out = grad_out.view(-1), flat_grad_in = grad_in.view(-1);
+    over_pieces(input.numel(), [&](int64_t begin, int64_t length) {
+      auto piece = flat_grad_in.narrow(0, begin, length);
+      at::gelu_backward_out(piece, flat_grad_out.narrow(0, begin, length), flat_in.narrow(0, begin, length), "tanh");
+    });
+    return {grad_in};
+  }
+};
+
+}  // namespace
+
+torch::Tensor gelu_tanh(const torch::Tensor& x) {
+  if (!x.device().is_cpu()) return torch::gelu(x, "tanh");
+  return GeluTanh::apply(x);
+}
+
+}  // namespace loom::models
