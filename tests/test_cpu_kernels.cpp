@@ -56,8 +56,9 @@ double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
 TEST_CASE("causal attention head by head equals the textbook composition", "[kernels]") {
   torch::manual_seed(7);
   const int64_t heads = 3;
-  auto qkv = torch::randn({2, 17, heads * 3 * 8});  // d = 8: the scale 1/sqrt(8) is not a power of two
-  auto grad = torch::randn({2, 17, heads * 8});
+  // S = 150: two whole blocks of 64 queries and a part block; d = 8: the scale 1/sqrt(8) is not a power of two.
+  auto qkv = torch::randn({2, 150, heads * 3 * 8});
+  auto grad = torch::randn({2, 150, heads * 8});
   const auto want = run([&](const torch::Tensor& x) { return reference_attention(x, heads); }, qkv, grad);
   for (int threads : {1, 2}) {
     BlasThreads scope(threads);
@@ -67,14 +68,14 @@ TEST_CASE("causal attention head by head equals the textbook composition", "[ker
   }
   // Causality: the first position sees only itself, so its context is its own v.
   const auto got = run([&](const torch::Tensor& x) { return models::causal_attention(x, heads); }, qkv, grad);
-  auto v0 = qkv.view({2, 17, heads, 3, 8}).select(3, 2).select(1, 0).reshape({2, heads * 8});
+  auto v0 = qkv.view({2, 150, heads, 3, 8}).select(3, 2).select(1, 0).reshape({2, heads * 8});
   CHECK(max_diff(got.out.select(1, 0), v0) == 0.0);
 }
 
 TEST_CASE("causal attention and GELU give the same bits on any number of BLAS threads", "[kernels]") {
   torch::manual_seed(3);
-  auto qkv = torch::randn({3, 32, 2 * 3 * 16});
-  auto grad_attn = torch::randn({3, 32, 2 * 16});
+  auto qkv = torch::randn({3, 100, 2 * 3 * 16});
+  auto grad_attn = torch::randn({3, 100, 2 * 16});
   auto x = torch::randn({5, 77, 41});  // 15785 elements: pieces end off the 64-element grid
   auto grad_x = torch::randn({5, 77, 41});
   Result attn[2], gelu[2];
