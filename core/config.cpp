@@ -230,6 +230,7 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(t.min_loss_scale > 0 && t.min_loss_scale <= t.initial_loss_scale, "train.min_loss_scale",
           "must be positive and at most train.initial_loss_scale");
   require(t.threads_per_rank >= 0, "train.threads_per_rank", "must be 0 (automatic) or positive");
+  require(t.peak_tflops >= 0.0, "train.peak_tflops", "must be 0 (no peak assumed) or positive");
   require(t.recompute == "none" || t.recompute == "full" || t.recompute == "selective", "train.recompute",
           "must be none, full or selective, got '" + t.recompute + "'");
   require(t.exit_after >= -1 && t.exit_after <= t.steps, "train.exit_after",

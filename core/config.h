@@ -70,6 +70,7 @@ struct TrainConfig {
   int64_t loss_scale_window = 1000;
   double min_loss_scale = 1.0;
   int64_t threads_per_rank = 0;  // 0: cores / local ranks
+  double peak_tflops = 0.0;       // one device's dense peak (TFLOP/s) for the MFU line; 0: none assumed
   std::string recompute = "none";  // none | full | selective
   int64_t exit_after = -1;       // save and stop after this step (the schedule still spans steps); -1: never
 };

@@ -9,6 +9,7 @@
 #include "core/errors.h"
 #include "launch/commands.h"
 #include "models/gpt.h"
+#include "models/gpt_flops.h"
 
 namespace loom::launch {
 namespace {
@@ -95,7 +96,11 @@ int dispatch(int argc, char** argv) {
   }
   const std::string command = argv[1];
   ArgReader args(argc, argv, 2);
-  if (command == "train") return train(parse_train_args(args), models::make_gpt_piece);
+  if (command == "train") {
+    TrainArgs train_args = parse_train_args(args);
+    train_args.flops_per_token = models::gpt_flops_per_token;
+    return train(train_args, models::make_gpt_piece);
+  }
   if (command == "topology" || command == "schedule") {
     TopologyArgs topo;
     while (!args.done()) {

@@ -2,6 +2,7 @@
 // (InputError: exit 2; anything else: exit 1); cli.cpp turns throws into one message.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct TrainArgs {
   std::string run_dir;
   FaultInjection fault;
   std::string resume;  // "auto", a checkpoint path, or empty
+  // The model's training FLOPs per token, for the MFU line (models/gpt_flops.h); empty: not reported.
+  std::function<double(const Config&)> flops_per_token;
 };
 
 int train(const TrainArgs& args, const models::PipelineModelFactory& make_model);

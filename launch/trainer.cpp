@@ -85,6 +85,23 @@ int set_threads(const Config& config, const parallel::LaunchInfo& launch) {
   return threads;
 }
 
+// Model FLOPs per second per rank, and their share of the device's peak (MFU)
+// when one is configured or known. This build trains on CPU, where no peak is
+// assumed: train.peak_tflops gives one.
+void report_model_flops(const Config& config, double flops_per_token, double tokens_per_s, int world) {
+  const double tflops = flops_per_token * tokens_per_s / static_cast<double>(world) / 1e12;
+  const double peak = config.train.peak_tflops;
+  if (peak > 0.0) {
+    info0("model FLOPs: {:.4g} GFLOP per token (6 x weights + 12 L h S) | {:.4g} TFLOP/s per rank | MFU {:.1f}% of "
+          "{:g} TFLOP/s per device (train.peak_tflops)",
+          flops_per_token / 1e9, tflops, 100.0 * tflops / peak, peak);
+  } else {
+    info0("model FLOPs: {:.4g} GFLOP per token (6 x weights + 12 L h S) | {:.4g} TFLOP/s per rank | MFU: no peak "
+          "assumed on CPU (set train.peak_tflops)",
+          flops_per_token / 1e9, tflops);
+  }
+}
+
 // LOOM_HOST overrides the name, for containers whose ranks all share one
 // hostname though they sit on different machines (and for tests).
 std::string host_name() {
@@ -687,6 +704,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   groups.world_comm().barrier().wait();
   info0("done: {} steps in {} | loss {:.4f} -> {:.4f} | {:.0f} tokens/s | metrics in {}/metrics.jsonl", summary.steps,
         format_duration(summary.seconds), summary.first_loss, summary.last_loss, summary.tokens_per_s, run_dir);
+  if (args.flops_per_token) report_model_flops(config, args.flops_per_token(config), summary.tokens_per_s, env.world());
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "models/gpt.h"
+#include "models/gpt_flops.h"
 #include "parallel/init.h"
 
 using namespace loom::models;
@@ -167,4 +168,20 @@ TEST_CASE("an untrained GPT predicts about uniformly and every parameter gets a 
     CHECK(p.tensor.grad().abs().sum().item<double>() > 0);
   }
   CHECK(model->num_parameters() == 256 * 32 + 16 * 32 + 2 * (4 * 32 + 3 * 32 * 32 + 3 * 32 + 32 * 32 + 32 + 2 * 32 * 64 + 64 + 32) + 2 * 32);
+}
+
+TEST_CASE("model FLOPs per token: 6 per weight in a product plus 12 L h S for attention", "[gpt]") {
+  loom::Config c;
+  c.model.num_layers = 2;
+  c.model.hidden_size = 8;
+  c.model.num_heads = 2;
+  c.model.vocab_size = 10;
+  c.model.seq_len = 5;
+  // Per layer 4 h^2 (attention) + 2 h f (MLP, f = 4h) = 256 + 512 weights; the output layer V h = 80.
+  CHECK(gpt_flops_per_token(c) == 6.0 * (2 * (256 + 512) + 80) + 12.0 * 2 * 8 * 5);
+  // MoE in every other layer (layers 0): top-2 of 4 experts plus the router (h x E).
+  c.model.moe.num_experts = 4;
+  c.model.moe.top_k = 2;
+  c.model.moe.every = 2;
+  CHECK(gpt_flops_per_token(c) == 6.0 * ((256 + 2 * 512 + 32) + (256 + 512) + 80) + 12.0 * 2 * 8 * 5);
 }
