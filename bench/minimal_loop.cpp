@@ -3,6 +3,10 @@
 // LibTorch loop (torch::nn modules, torch::optim::AdamW), with none of loom's
 // parallel layers, buckets, schedules, metrics or checkpoints. Prints one
 // JSON line like bench/reference_gpt.py.
+//
+// With --loom-kernels 1 the loop uses loom's CPU kernels (causal attention head
+// by head, the GELU on every core, the fused AdamW) instead of LibTorch's ops:
+// against that, what is left between it and `loom train` is the framework.
 #include <dlfcn.h>
 #include <malloc.h>
 #include <torch/torch.h>
@@ -15,11 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "models/causal_attention.h"
+#include "models/gelu.h"
+#include "optim/adamw.h"
+
 namespace {
 
 struct BlockImpl : torch::nn::Module {
-  BlockImpl(int64_t hidden, int64_t heads, int64_t seq_len)
+  BlockImpl(int64_t hidden, int64_t heads, int64_t seq_len, bool loom_kernels)
       : heads(heads),
+        loom_kernels(loom_kernels),
         ln_1(register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden})))),
         qkv(register_module("qkv", torch::nn::Linear(hidden, 3 * hidden))),
         proj(register_module("proj", torch::nn::Linear(hidden, hidden))),
@@ -29,6 +38,10 @@ struct BlockImpl : torch::nn::Module {
         mask(register_buffer("mask", torch::ones({seq_len, seq_len}, torch::kBool).triu(1))) {}
 
   torch::Tensor forward(torch::Tensor x) {
+    if (loom_kernels) {
+      x = x + proj(loom::models::causal_attention(qkv(ln_1(x)), heads));
+      return x + fc_proj(loom::models::gelu_tanh(fc(ln_2(x))));
+    }
     const int64_t b = x.size(0), s = x.size(1), h = x.size(2), d = h / heads;
     auto qkv_out = qkv(ln_1(x)).view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4});
     auto scores = torch::matmul(qkv_out[0], qkv_out[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
@@ -38,6 +51,7 @@ struct BlockImpl : torch::nn::Module {
   }
 
   int64_t heads;
+  bool loom_kernels;
   torch::nn::LayerNorm ln_1;
   torch::nn::Linear qkv, proj;
   torch::nn::LayerNorm ln_2;
@@ -47,11 +61,11 @@ struct BlockImpl : torch::nn::Module {
 TORCH_MODULE(Block);
 
 struct GPTImpl : torch::nn::Module {
-  GPTImpl(int64_t vocab, int64_t seq_len, int64_t hidden, int64_t heads, int64_t layers)
+  GPTImpl(int64_t vocab, int64_t seq_len, int64_t hidden, int64_t heads, int64_t layers, bool loom_kernels)
       : wte(register_module("wte", torch::nn::Embedding(vocab, hidden))),
         wpe(register_parameter("wpe", torch::zeros({seq_len, hidden}))),
         ln_f(register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden})))) {
-    for (int64_t i = 0; i < layers; ++i) blocks.push_back(register_module("block" + std::to_string(i), Block(hidden, heads, seq_len)));
+    for (int64_t i = 0; i < layers; ++i) blocks.push_back(register_module("block" + std::to_string(i), Block(hidden, heads, seq_len, loom_kernels)));
     torch::NoGradGuard no_grad;
     for (auto& p : parameters()) {
       if (p.dim() >= 2) p.normal_(0.0, 0.02);
@@ -85,6 +99,7 @@ int main(int argc, char** argv) {
                 vocab = flag(argc, argv, "vocab", 256), batch = flag(argc, argv, "global-batch", 8),
                 steps = flag(argc, argv, "steps", 20), warmup = flag(argc, argv, "warmup-steps", 5),
                 threads = flag(argc, argv, "threads", 1);
+  const bool loom_kernels = flag(argc, argv, "loom-kernels", 0) != 0;
   // The thread split loom uses (README, "Threads"): BLAS gets the threads, LibTorch's own ops one.
   using SetThreads = void (*)(int);
   if (auto openblas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
@@ -99,7 +114,7 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_TOP_PAD, 256 << 20);
   torch::manual_seed(1234);
-  GPT model(vocab, seq_len, hidden, heads, layers);
+  GPT model(vocab, seq_len, hidden, heads, layers, loom_kernels);
   std::vector<torch::Tensor> decay, no_decay;
   for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   std::vector<torch::optim::OptimizerParamGroup> groups;
@@ -108,23 +123,34 @@ int main(int argc, char** argv) {
   groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
                                     torch::optim::AdamWOptions(3e-4).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.0)));
   torch::optim::AdamW optimizer(groups, torch::optim::AdamWOptions(3e-4));
+  // loom's AdamW decays the same matrices (dim >= 2) with the same betas.
+  loom::optim::AdamW fused(model->parameters(), {0.9, 0.95, 1e-8, 0.1});
   std::vector<double> rates;
   for (int64_t step = 0; step < steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     auto data = torch::randint(vocab, {batch, seq_len + 1}, torch::kInt64);
-    optimizer.zero_grad();
+    if (loom_kernels) {
+      fused.zero_grad();
+    } else {
+      optimizer.zero_grad();
+    }
     auto loss = model->forward(data.narrow(1, 0, seq_len), data.narrow(1, 1, seq_len));
     loss.backward();
     torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
     const double lr = 3e-4 * (step < 2 ? (step + 1) / 2.0 : 0.1 + 0.45 * (1 + std::cos(M_PI * step / steps)));
-    for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    optimizer.step();
+    if (loom_kernels) {
+      fused.step(lr);
+    } else {
+      for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+      optimizer.step();
+    }
     loss.item<float>();
     rates.push_back(static_cast<double>(batch * seq_len) /
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::vector<double> timed(rates.begin() + std::min<int64_t>(warmup, steps - 1), rates.end());
   std::nth_element(timed.begin(), timed.begin() + static_cast<long>(timed.size() / 2), timed.end());
-  std::printf("{\"side\": \"minimal-libtorch\", \"world\": 1, \"median_tokens_per_s\": %.1f}\n", timed[timed.size() / 2]);
+  std::printf("{\"side\": \"minimal-libtorch\", \"loom_kernels\": %s, \"world\": 1, \"median_tokens_per_s\": %.1f}\n",
+              loom_kernels ? "true" : "false", timed[timed.size() / 2]);
   return 0;
 }

@@ -55,22 +55,27 @@ MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_":
               "MALLOC_TOP_PAD_": str(256 << 20)}
 
 
+# What loom train sets for OpenBLAS when it has more than one thread (launch/blas_environment.h).
+BLAS_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4"}
+
+
 def pytorch(world, threads, steps, warmup):
     """PyTorch gets the best of three thread splits of the same budget, then
-    the best split also with loom's allocator setting."""
+    the best split again with loom's allocator setting, and with that and
+    loom's OpenBLAS setting."""
     args = ["--steps", str(steps), "--warmup-steps", str(warmup), "--threads"]
-    best, tried = None, {}
-    splits = [(threads, threads, False), (1, threads, False), (threads, 1, False)]
-    for i in range(len(splits) + 1):
-        if i == len(splits):  # the best split again, with loom's malloc setting
-            best_key = max(tried, key=tried.get)
-            torch_threads, blas_threads, _ = next(sp for sp in splits if f"torch {sp[0]} / openblas {sp[1]}" == best_key)
-            tuned = True
+    tried = {}
+    splits = [(threads, threads), (1, threads), (threads, 1)]
+    tries = [(split, {}, "") for split in splits]
+    for i in range(len(splits) + 2):
+        if i < len(splits):
+            (torch_threads, blas_threads), extra, label = tries[i]
         else:
-            torch_threads, blas_threads, tuned = splits[i]
-        env = dict(ENV, OPENBLAS_NUM_THREADS=str(blas_threads), OMP_NUM_THREADS=str(torch_threads))
-        if tuned:
-            env.update(MALLOC_ENV)
+            best_key = max((k for k in tried if " / loom" not in k), key=tried.get)
+            torch_threads, blas_threads = next(sp for sp in splits if f"torch {sp[0]} / openblas {sp[1]}" == best_key)
+            extra, label = ((MALLOC_ENV, " / loom's malloc setting") if i == len(splits) else
+                            (dict(MALLOC_ENV, **BLAS_ENV), " / loom's malloc and OpenBLAS settings"))
+        env = dict(ENV, OPENBLAS_NUM_THREADS=str(blas_threads), OMP_NUM_THREADS=str(torch_threads), **extra)
         script = [os.path.join(ROOT, "bench", "reference_gpt.py"), *args, str(torch_threads)]
         if world == 1:
             out = run([PYTHON, *script], env)
@@ -78,10 +83,8 @@ def pytorch(world, threads, steps, warmup):
             logs = tempfile.mkdtemp(prefix="loom-bench-torchrun.")
             out = run([shutil.which("torchrun") or "torchrun", "--redirects", "1", "--tee", "1", "--log_dir", logs,
                        "--nproc_per_node", str(world), *script], env)
-        rate = last_json(out, "pytorch")["median_tokens_per_s"]
-        tried[f"torch {torch_threads} / openblas {blas_threads}" + (" / loom's malloc setting" if tuned else "")] = rate
-        best = rate if best is None else max(best, rate)
-    return best, tried
+        tried[f"torch {torch_threads} / openblas {blas_threads}" + label] = last_json(out, "pytorch")["median_tokens_per_s"]
+    return max(tried.values()), tried
 
 
 def traffic_ratio(work, name, world, extra):
@@ -123,19 +126,25 @@ def main():
         rows.append((f"loom vs PyTorch{' DDP' if world > 1 else ''}, {world} rank{'s' if world > 1 else ''}",
                      loom_rate, torch_rate, loom_rate / torch_rate))
         if world == 1:
-            out = run([MINIMAL, "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps),
-                       "--threads", str(threads)])
-            minimal = last_json(out, "minimal-libtorch")["median_tokens_per_s"]
+            minimal_args = [MINIMAL, "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps),
+                            "--threads", str(threads)]
+            minimal = last_json(run(minimal_args), "minimal-libtorch")["median_tokens_per_s"]
+            # The same loop on loom's CPU kernels and OpenBLAS setting: what is left is the framework.
+            kernels = last_json(run(minimal_args + ["--loom-kernels", "1"], dict(ENV, **BLAS_ENV)),
+                                "minimal-libtorch")["median_tokens_per_s"]
             entry["minimal_libtorch_tokens_per_s"] = minimal
-            entry["framework_overhead"] = 1.0 - loom_rate / minimal
+            entry["minimal_loom_kernels_tokens_per_s"] = kernels
+            entry["framework_overhead"] = 1.0 - loom_rate / kernels
             rows.append(("loom vs minimal LibTorch loop, 1 rank", loom_rate, minimal, loom_rate / minimal))
+            rows.append(("loom vs that loop on loom's kernels, 1 rank", loom_rate, kernels, loom_rate / kernels))
         results["throughput"].append(entry)
 
     layouts = {"dp2": (2, []), "dp4": (4, []), "tp2": (2, ["--set", "parallel.tp=2"]),
                "tp2_sp": (2, ["--set", "parallel.tp=2", "--set", "parallel.sequence_parallel=true"]),
                "pp2_dp2": (4, ["--set", "parallel.pp=2", "--set", "train.global_batch_size=16"]),
                "tp2_pp2_dp2": (8, ["--set", "parallel.tp=2", "--set", "parallel.pp=2", "--set", "train.global_batch_size=16"]),
-               "zero1_dp4": (4, ["--set", "parallel.zero_stage=1"]), "zero2_dp4": (4, ["--set", "parallel.zero_stage=2"])}
+               "zero1_dp4": (4, ["--set", "parallel.zero_stage=1"]), "zero2_dp4": (4, ["--set", "parallel.zero_stage=2"]),
+               "zero3_dp4": (4, ["--set", "parallel.zero_stage=3"])}
     for name, (world, extra) in layouts.items():
         results["traffic"][name] = traffic_ratio(work, f"traffic_{name}", world, extra)
     for world in (2, 4):
