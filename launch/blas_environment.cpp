@@ -35,4 +35,10 @@ void restart_with_short_blas_spin(int argc, char** argv) {
   unsetenv(kSpinVariable);  // execv failed: carry on in this process, as it was
 }
 
+std::string blas_spin_setting() {
+  if (dlsym(RTLD_DEFAULT, "openblas_set_num_threads") == nullptr) return "";
+  const char* value = std::getenv(kSpinVariable);
+  return value ? std::string(kSpinVariable) + "=" + value : std::string("OpenBLAS's default spin");
+}
+
 }  // namespace loom::launch

@@ -9,9 +9,14 @@
 // core. Measured in bench/README.md. A user's own setting is left alone.
 #pragma once
 
+#include <string>
+
 namespace loom::launch {
 
 // Returns only if no restart was needed or the restart failed (then loom runs as it is).
 void restart_with_short_blas_spin(int argc, char** argv);
+
+// For the startup line: "OPENBLAS_THREAD_TIMEOUT=N", "OpenBLAS's default spin", or "" without OpenBLAS.
+std::string blas_spin_setting();
 
 }  // namespace loom::launch

@@ -15,6 +15,7 @@
 #include "core/cpu_memory.h"
 #include "core/errors.h"
 #include "core/logging.h"
+#include "launch/blas_environment.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/launch_env.h"
 #include "optim/fully_sharded_adamw.h"
@@ -672,8 +673,9 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   const std::string run_dir = agree_on_run_dir(args, config, env);
 
   Trainer trainer(config, groups, run_dir, make_model, args.fault);
-  info0("{} ranks ({} launch) | tp={} pp={} dp={} ep={} | {} threads per rank | run dir {}", env.world(),
-        env.info().launcher, p.tp, p.pp, p.dp, p.ep, threads, run_dir);
+  const std::string spin = blas_spin_setting();
+  info0("{} ranks ({} launch) | tp={} pp={} dp={} ep={} | {} threads per rank{} | run dir {}", env.world(),
+        env.info().launcher, p.tp, p.pp, p.dp, p.ep, threads, spin.empty() ? "" : " (" + spin + ")", run_dir);
   if (p.pp > 1) {
     info0("pipeline: {} schedule, {} stages x {} virtual stages, {} micro-batches per step; bubble by the formula {:.1f}%",
           p.schedule, p.pp, p.virtual_stages, config.micro_batches_per_step(),
