@@ -64,7 +64,12 @@ void parallel_over_blas_threads(int64_t n, const std::function<void(int64_t, int
   };
   std::vector<std::thread> others;
   others.reserve(static_cast<size_t>(pieces - 1));
-  for (int64_t piece = 1; piece < pieces; ++piece) others.emplace_back(run, piece);
+  int64_t piece = 1;
+  try {
+    for (; piece < pieces; ++piece) others.emplace_back(run, piece);
+  } catch (...) {  // no thread to be had: the pieces not started run here
+    for (; piece < pieces; ++piece) run(piece);
+  }
   run(0);
   for (auto& t : others) t.join();
   for (auto& e : errors) {

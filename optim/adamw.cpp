@@ -24,8 +24,8 @@ constexpr int64_t kPieceElements = 1 << 15;
 // One piece of the fused update below. A function of its own with restrict pointers (and
 // -fno-math-errno for this file, CMakeLists.txt) so that the compiler vectorises the loop.
 void adamw_piece(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
-                 float decay_factor, float beta1, float beta2, float bias2_sqrt, float eps, float step_size) {
-  const float one_minus_beta1 = 1.0f - beta1, one_minus_beta2 = 1.0f - beta2;
+                 float decay_factor, float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
+                 float bias2_sqrt, float eps, float step_size) {
   for (int64_t i = 0; i < n; ++i) {
     const float grad = g[i];
     const float exp_avg = m[i] * beta1 + grad * one_minus_beta1;
@@ -39,11 +39,12 @@ void adamw_piece(float* __restrict p, const float* __restrict g, float* __restri
 // The update of fp32 tensors in one pass over memory (the unfused form below reads
 // and writes them seven times), in pieces on the BLAS threads' cores.
 void fused_adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float decay_factor, float beta1,
-                        float beta2, float bias2_sqrt, float eps, float step_size) {
+                        float one_minus_beta1, float beta2, float one_minus_beta2, float bias2_sqrt, float eps,
+                        float step_size) {
   parallel_over_blas_threads((n + kPieceElements - 1) / kPieceElements, [&](int64_t begin, int64_t end) {
     const int64_t first = begin * kPieceElements, count = std::min(n, end * kPieceElements) - first;
-    adamw_piece(p + first, g + first, m + first, v + first, count, decay_factor, beta1, beta2, bias2_sqrt, eps,
-                step_size);
+    adamw_piece(p + first, g + first, m + first, v + first, count, decay_factor, beta1, one_minus_beta1, beta2,
+                one_minus_beta2, bias2_sqrt, eps, step_size);
   });
 }
 
@@ -59,10 +60,16 @@ void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torc
   const double bias2_sqrt = std::sqrt(bias2);
   const double decay_factor = decay && options.weight_decay != 0.0 ? 1.0 - lr * options.weight_decay : 1.0;
   if (fusable(p) && fusable(g) && fusable(m) && fusable(v)) {
+    TORCH_CHECK(g.numel() == p.numel() && m.numel() == p.numel() && v.numel() == p.numel(),
+                "adamw_update: parameter, gradient and moments differ in size");
+    // 1 - beta in double, as the unfused form's scalars are, then rounded once.
     fused_adamw_update(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), p.numel(),
                        static_cast<float>(decay_factor), static_cast<float>(options.beta1),
-                       static_cast<float>(options.beta2), static_cast<float>(bias2_sqrt),
+                       static_cast<float>(1.0 - options.beta1), static_cast<float>(options.beta2),
+                       static_cast<float>(1.0 - options.beta2), static_cast<float>(bias2_sqrt),
                        static_cast<float>(options.eps), static_cast<float>(step_size));
+    // Written through raw pointers: tell autograd's version counters, as in-place ops would.
+    for (auto* t : {&p, &m, &v}) torch::autograd::impl::bump_version(*t);
     return;
   }
   if (decay_factor != 1.0) p.mul_(decay_factor);
