@@ -8,18 +8,23 @@
 #include <cstring>
 #include <thread>
 
+#include "core/errors.h"
+#include "parallel/launch_env.h"
+
 namespace loom::launch {
 namespace {
 
 constexpr const char* kSpinVariable = "OPENBLAS_THREAD_TIMEOUT";
 constexpr const char* kShortestSpin = "4";  // OpenBLAS's floor: 2^4 cycles
 
-// Ranks on this host, as the launchers say (mpirun, torchrun); 1 when run directly.
+// Ranks on this host, counted as the trainer counts them (parallel/launch_env.h); 1 when the
+// environment is inconsistent, which the (restarted) trainer then reports.
 int local_ranks() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}) {
-    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
+  try {
+    return std::max(1, parallel::detect_launch().local_world);
+  } catch (const InputError&) {
+    return 1;
   }
-  return 1;
 }
 
 }  // namespace
