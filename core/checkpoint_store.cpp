@@ -69,7 +69,7 @@ ShardWriter::ShardWriter(std::string directory, std::string file_name)
 
 void ShardWriter::add(const std::string& name, const std::vector<int64_t>& global_shape, int64_t dim, int64_t offset,
                       const torch::Tensor& slice) {
-  auto data = slice.detach().to(torch::kFloat32).contiguous();
+  auto data = slice.detach().to(torch::kCPU, torch::kFloat32).contiguous();
   const size_t bytes = static_cast<size_t>(data.numel()) * 4;
   entries_.push_back({{"tensor", name},
                       {"global_shape", global_shape},
@@ -84,7 +84,7 @@ void ShardWriter::add(const std::string& name, const std::vector<int64_t>& globa
 }
 
 void ShardWriter::add_bytes(const std::string& name, const torch::Tensor& bytes) {
-  auto data = bytes.contiguous();
+  auto data = bytes.to(torch::kCPU).contiguous();
   TORCH_CHECK(data.scalar_type() == torch::kUInt8, "add_bytes takes a uint8 tensor");
   entries_.push_back({{"tensor", name},
                       {"dtype", "U8"},

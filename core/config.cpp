@@ -230,7 +230,9 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(t.min_loss_scale > 0 && t.min_loss_scale <= t.initial_loss_scale, "train.min_loss_scale",
           "must be positive and at most train.initial_loss_scale");
   require(t.threads_per_rank >= 0, "train.threads_per_rank", "must be 0 (automatic) or positive");
-  require(t.peak_tflops >= 0.0, "train.peak_tflops", "must be 0 (no peak assumed) or positive");
+  require(t.peak_tflops >= 0.0, "train.peak_tflops", "must be 0 (the device's known peak, if any) or positive");
+  require(t.device == "auto" || t.device == "cpu" || t.device == "cuda", "train.device",
+          "must be auto, cpu or cuda, got '" + t.device + "'");
   require(t.recompute == "none" || t.recompute == "full" || t.recompute == "selective", "train.recompute",
           "must be none, full or selective, got '" + t.recompute + "'");
   require(t.exit_after >= -1 && t.exit_after <= t.steps, "train.exit_after",

@@ -70,7 +70,8 @@ struct TrainConfig {
   int64_t loss_scale_window = 1000;
   double min_loss_scale = 1.0;
   int64_t threads_per_rank = 0;  // 0: cores / local ranks
-  double peak_tflops = 0.0;       // one device's dense peak (TFLOP/s) for the MFU line; 0: none assumed
+  double peak_tflops = 0.0;       // one device's dense peak (TFLOP/s) for the MFU line; 0: the device's known peak
+  std::string device = "auto";   // auto (cuda when LibTorch sees a GPU, else cpu) | cpu | cuda (one GPU per local rank)
   std::string recompute = "none";  // none | full | selective
   int64_t exit_after = -1;       // save and stop after this step (the schedule still spans steps); -1: never
 };

@@ -135,6 +135,7 @@ std::vector<ConfigField> make_fields() {
       float_field("train", "min_loss_scale", LOOM_MEMBER(train.min_loss_scale)),
       int_field("train", "threads_per_rank", LOOM_MEMBER(train.threads_per_rank)),
       float_field("train", "peak_tflops", LOOM_MEMBER(train.peak_tflops)),
+      string_field("train", "device", LOOM_MEMBER(train.device)),
       int_field("train", "exit_after", LOOM_MEMBER(train.exit_after)),
       string_field("train", "recompute", LOOM_MEMBER(train.recompute)),
 

@@ -42,7 +42,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     for (int i = 0; i < 8; ++i) out.put(static_cast<char>((length >> (8 * i)) & 0xff));
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     for (const auto& [name, tensor] : tensors) {
-      auto data = tensor.contiguous();
+      auto data = tensor.to(torch::kCPU).contiguous();
       out.write(static_cast<const char*>(data.data_ptr()), static_cast<std::streamsize>(data.numel() * 4));
     }
     if (!out.flush()) throw InputError("cannot write '" + temporary + "' (disk full?)");

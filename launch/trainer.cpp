@@ -13,11 +13,15 @@
 #include <thread>
 
 #include "core/cpu_memory.h"
+#include "core/device.h"
 #include "core/errors.h"
 #include "core/logging.h"
 #include "launch/blas_environment.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/launch_env.h"
+#ifdef LOOM_WITH_NCCL
+#include "parallel/nccl_communicator.h"
+#endif
 #include "optim/fully_sharded_adamw.h"
 #include "optim/partitioned_optimizer.h"
 #include "optim/zero_adamw.h"
@@ -44,7 +48,7 @@ std::string format_duration(double seconds) {
 }
 
 // What this build can train; the rest of a valid config arrives with later features.
-void require_supported(const Config& c) {
+void require_supported(const Config& c, const torch::Device& device, int64_t world) {
   auto unsupported = [](const std::string& key, const std::string& value) {
     return InputError("config key '" + key + "': " + value +
                       " is valid but not implemented in this version of loom; training supports tp, pp, dp, "
@@ -60,9 +64,25 @@ void require_supported(const Config& c) {
     // The MoE auxiliary losses inject their gradient at a fixed scale, which dynamic loss scaling would not reach.
     throw unsupported("train.precision", "fp16 with model.moe (use bf16)");
   }
-  if (p.backend == "nccl") {
-    throw InputError("config key 'parallel.backend': nccl needs a CUDA build of LibTorch and a GPU; "
-                     "this build trains on CPU with gloo");
+  if (p.backend == "nccl" && !device.is_cuda()) {
+    throw InputError("config key 'parallel.backend': nccl moves GPU tensors, but this run trains on the CPU "
+                     "(train.device " + c.train.device + "; a CUDA build of LibTorch and a GPU are needed); use gloo");
+  }
+  if (!device.is_cuda()) return;
+#ifndef LOOM_WITH_NCCL
+  if (world > 1) {
+    throw InputError("config key 'train.device': cuda with several ranks needs the NCCL communicator, which this "
+                     "build of loom left out (CUDA or NCCL not found at configure time)");
+  }
+#endif
+  if (p.backend == "gloo" && world > 1) {
+    throw InputError("config key 'parallel.backend': gloo moves CPU tensors; with train.device cuda use nccl or auto");
+  }
+  // Not yet on GPUs: said here rather than failing inside a step.
+  if (c.model.moe.enabled()) throw unsupported("model.moe", "a mixture of experts on train.device cuda");
+  if (c.model.dropout > 0) {
+    // The tensor-parallel dropout streams (parallel/tp_rng.h) are CPU generators.
+    throw unsupported("model.dropout", std::to_string(c.model.dropout) + " on train.device cuda");
   }
 }
 
@@ -87,15 +107,26 @@ int set_threads(const Config& config, const parallel::LaunchInfo& launch) {
 }
 
 // Model FLOPs per second per rank, and their share of the device's peak (MFU)
-// when one is configured or known. This build trains on CPU, where no peak is
-// assumed: train.peak_tflops gives one.
-void report_model_flops(const Config& config, double flops_per_token, double tokens_per_s, int world) {
+// when one is configured or known: train.peak_tflops, else the GPU's dense bf16
+// data-sheet peak (core/device.h). No peak is assumed on CPU.
+void report_model_flops(const Config& config, double flops_per_token, double tokens_per_s, int world,
+                        const torch::Device& device) {
   const double tflops = flops_per_token * tokens_per_s / static_cast<double>(world) / 1e12;
-  const double peak = config.train.peak_tflops;
+  double peak = config.train.peak_tflops;
+  std::string source = "train.peak_tflops";
+  if (peak <= 0.0 && device.is_cuda()) {
+    const std::string name = gpu_name(device.index());
+    peak = known_bf16_peak_tflops(name);
+    source = (name.empty() ? std::string("unnamed GPU") : name) + ", dense bf16 data-sheet peak";
+  }
   if (peak > 0.0) {
     info0("model FLOPs: {:.4g} GFLOP per token (6 x weights + 12 L h S) | {:.4g} TFLOP/s per rank | MFU {:.1f}% of "
-          "{:g} TFLOP/s per device (train.peak_tflops)",
-          flops_per_token / 1e9, tflops, 100.0 * tflops / peak, peak);
+          "{:g} TFLOP/s per device ({})",
+          flops_per_token / 1e9, tflops, 100.0 * tflops / peak, peak, source);
+  } else if (device.is_cuda()) {
+    info0("model FLOPs: {:.4g} GFLOP per token (6 x weights + 12 L h S) | {:.4g} TFLOP/s per rank | MFU: the peak "
+          "of {} is not known to loom (set train.peak_tflops)",
+          flops_per_token / 1e9, tflops, gpu_name(device.index()));
   } else {
     info0("model FLOPs: {:.4g} GFLOP per token (6 x weights + 12 L h S) | {:.4g} TFLOP/s per rank | MFU: no peak "
           "assumed on CPU (set train.peak_tflops)",
@@ -188,8 +219,8 @@ int64_t block_of_parameter(const std::string& name) {
 }  // namespace
 
 Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir,
-                 const models::PipelineModelFactory& make_model, FaultInjection fault)
-    : config_(config), groups_(groups), run_dir_(std::move(run_dir)), fault_(std::move(fault)) {
+                 const models::PipelineModelFactory& make_model, FaultInjection fault, torch::Device device)
+    : config_(config), device_(device), groups_(groups), run_dir_(std::move(run_dir)), fault_(std::move(fault)) {
   const auto& m = config_.model;
   const auto& t = config_.train;
   const auto& p = config_.parallel;
@@ -212,6 +243,8 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   std::vector<models::MoEStats*> moe_stats;
   for (int64_t chunk = 0; chunk < p.virtual_stages; ++chunk) {
     auto piece = make_model(config_, tp, models::PipelinePosition{chunk * p.pp + coords.pp, p.pp * p.virtual_stages});
+    // Initialised on the CPU, as in every layout, then moved: the same numbers on every device.
+    piece->to(device_);
     piece->train();
     for (const auto& param : piece->parallel_parameters()) params_.push_back(param);
     for (const auto& tensor : piece->tied_parameters()) tied.push_back(tensor);
@@ -246,7 +279,8 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
       p.pp > 1 ? chunks_.front()->activation_shape(t.micro_batch_size) : std::vector<int64_t>{};
   pipeline_ = std::make_unique<parallel::PipelineExecutor>(parallel::parse_pipeline_schedule(p.schedule),
                                                            config_.micro_batches_per_step(), p.virtual_stages,
-                                                           groups_.pp(), activation_shape, precision_.activations);
+                                                           groups_.pp(), activation_shape, precision_.activations,
+                                                           device_);
   schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
   const optim::AdamWOptions adam{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay};
   const int64_t zero_stage = groups_.dp().size() > 1 ? p.zero_stage : 0;  // with one dp rank there is nothing to shard
@@ -341,11 +375,15 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
   const int64_t last_chunk = config_.parallel.virtual_stages - 1;
   const bool holds_loss = groups_.coords().pp == config_.parallel.pp - 1;
   // Summed on the device, read once per step: no host synchronisation per micro-batch.
-  auto loss_sum = torch::zeros({1}, torch::kFloat64);
+  auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   auto timing = pipeline_->run([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
     const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp,
                                             groups_.coords().dp, t.micro_batch_size, micro);
     Batch batch = sampler_->batch(first, t.micro_batch_size);
+    if (!device_.is_cpu()) {
+      batch.tokens = batch.tokens.to(device_);
+      batch.targets = batch.targets.to(device_);
+    }
     auto& piece = *chunks_[static_cast<size_t>(chunk)];
     auto out = piece.forward(input.defined() ? input : batch.tokens, batch.targets);
     if (!holds_loss || chunk != last_chunk) return out;
@@ -529,7 +567,9 @@ TrainSummary Trainer::run(const std::string& resume) {
     }
     const double used_scale = scaler_ ? scaler_->scale() : 0.0;
     const StepResult result = forward_backward(consumed, loss_scale);
-    const int64_t activation_bytes = step == first_step ? CpuMemory::end_window() : -1;
+    // Host memory is what CpuMemory sees; on a GPU the activations live elsewhere (-1: not measured).
+    int64_t activation_bytes = step == first_step ? CpuMemory::end_window() : -1;
+    if (!device_.is_cpu()) activation_bytes = -1;
     if (dp_grads_) dp_grads_->mark("backward done");
     const double mean_loss = result.loss;
     // The first stage's embedding and the last stage's output layer are one
@@ -576,6 +616,8 @@ TrainSummary Trainer::run(const std::string& resume) {
       if (master_) master_->copy_to_model();
     }
     consumed += t.global_batch_size;
+    // A GPU runs behind the host: the step ends when its queued work has.
+    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
     const double step_s = seconds_since(step_start);
 
     const int64_t done = step - first_step;  // steps timed before this one
@@ -650,7 +692,9 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   parallel::LaunchEnv env(timeout);
   init_logging(env.rank(), env.world());
   resolve_and_validate(config, env.world());
-  require_supported(config);
+  const torch::Device device = resolve_train_device(config.train.device, env.info().local_rank, env.info().local_world);
+  use_device(device);
+  require_supported(config, device, env.world());
   if (args.fault.rank >= env.world()) throw InputError("--inject-fault rank " + std::to_string(args.fault.rank) + " is not below the world size");
   if (args.fault.kind == "overflow" && config.train.precision != "fp16") {
     throw InputError("--inject-fault overflow tests fp16 loss scaling: it needs train.precision fp16, not " +
@@ -668,14 +712,22 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
                      "stage holds; pick one of its ranks");
   }
   auto stats = std::make_shared<parallel::CommStats>();
-  parallel::ProcessGroups groups(grid, env.rank(),
-                                 parallel::make_gloo_factory(env.store(), env.single_host(), stats, timeout), stats);
+  parallel::CommunicatorFactory factory;
+#ifdef LOOM_WITH_NCCL
+  if (device.is_cuda()) factory = parallel::make_nccl_factory(env.store(), device.index(), stats, timeout);
+#endif
+  if (!device.is_cuda()) factory = parallel::make_gloo_factory(env.store(), env.single_host(), stats, timeout);
+  parallel::ProcessGroups groups(grid, env.rank(), factory, stats);
   const std::string run_dir = agree_on_run_dir(args, config, env);
 
-  Trainer trainer(config, groups, run_dir, make_model, args.fault);
+  Trainer trainer(config, groups, run_dir, make_model, args.fault, device);
   const std::string spin = blas_spin_setting();
   info0("{} ranks ({} launch) | tp={} pp={} dp={} ep={} | {} threads per rank{} | run dir {}", env.world(),
         env.info().launcher, p.tp, p.pp, p.dp, p.ep, threads, spin.empty() ? "" : " (" + spin + ")", run_dir);
+  if (device.is_cuda()) {
+    info0("device: {} ({}) per rank, {} backend | precision {}", device.str(), gpu_name(device.index()),
+          env.world() > 1 ? "nccl" : "no", config.train.precision);
+  }
   if (p.pp > 1) {
     info0("pipeline: {} schedule, {} stages x {} virtual stages, {} micro-batches per step; bubble by the formula {:.1f}%",
           p.schedule, p.pp, p.virtual_stages, config.micro_batches_per_step(),
@@ -706,7 +758,9 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   groups.world_comm().barrier().wait();
   info0("done: {} steps in {} | loss {:.4f} -> {:.4f} | {:.0f} tokens/s | metrics in {}/metrics.jsonl", summary.steps,
         format_duration(summary.seconds), summary.first_loss, summary.last_loss, summary.tokens_per_s, run_dir);
-  if (args.flops_per_token) report_model_flops(config, args.flops_per_token(config), summary.tokens_per_s, env.world());
+  if (args.flops_per_token) {
+    report_model_flops(config, args.flops_per_token(config), summary.tokens_per_s, env.world(), device);
+  }
   return 0;
 }
 

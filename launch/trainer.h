@@ -42,8 +42,10 @@ struct TrainSummary {
 class Trainer {
  public:
   // CONFIG must be resolved for GROUPS' world. RUN_DIR exists on rank 0.
+  // DEVICE holds the model, its gradients and optimizer state, and the batches (core/device.h).
   Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir,
-          const models::PipelineModelFactory& make_model, FaultInjection fault = {});
+          const models::PipelineModelFactory& make_model, FaultInjection fault = {},
+          torch::Device device = torch::kCPU);
   // RESUME: "auto", a checkpoint path, or empty for a fresh start.
   TrainSummary run(const std::string& resume = "");
 
@@ -71,6 +73,7 @@ class Trainer {
   void log_progress(int64_t step, double loss, double lr, double grad_norm, double step_s, double mean_step_s) const;
 
   Config config_;
+  torch::Device device_;
   parallel::ProcessGroups& groups_;
   std::string run_dir_;
   FaultInjection fault_;

@@ -13,7 +13,10 @@ double global_norm_and_clip(const std::vector<torch::Tensor>& counted, const std
                             parallel::Communicator& model_parallel, parallel::Communicator* shards,
                             ExpertGroups experts) {
   torch::NoGradGuard no_grad;
-  auto sum_sq = torch::zeros({1}, torch::kFloat64), expert_sum_sq = torch::zeros({1}, torch::kFloat64);
+  // Summed where the gradients are: one host read per step, not one per tensor.
+  const auto device = !grads.empty() ? grads.front().device() : torch::Device(torch::kCPU);
+  const auto options = torch::TensorOptions().dtype(torch::kFloat64).device(device);
+  auto sum_sq = torch::zeros({1}, options), expert_sum_sq = torch::zeros({1}, options);
   for (const auto& g : counted) sum_sq += g.to(torch::kFloat64).pow(2).sum();
   for (const auto& g : expert_counted) expert_sum_sq += g.to(torch::kFloat64).pow(2).sum();
   if (shards) shards->all_reduce(sum_sq).wait();

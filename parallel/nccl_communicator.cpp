@@ -125,7 +125,16 @@ std::unique_ptr<PendingOp> NcclCommunicator::finish() {
   return std::make_unique<NcclPending>(done, comm_);
 }
 
+// The trainer's few host numbers per step (losses, timings, flags, reports) go
+// through a copy on the device, since NCCL moves device memory only; they are
+// small, and the call returns once they are back.
 std::unique_ptr<PendingOp> NcclCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
+  if (tensor.is_cpu()) {
+    auto staged = tensor.to(torch::Device(torch::kCUDA, device_));
+    if (auto pending = do_all_reduce(staged, op)) pending->wait(timeout());
+    tensor.copy_(staged);
+    return nullptr;
+  }
   check_cuda_tensor(tensor);
   begin();
   LOOM_NCCL_CHECK(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
@@ -134,6 +143,13 @@ std::unique_ptr<PendingOp> NcclCommunicator::do_all_reduce(torch::Tensor& tensor
 }
 
 std::unique_ptr<PendingOp> NcclCommunicator::do_all_gather(torch::Tensor& output, torch::Tensor& input) {
+  if (output.is_cpu() && input.is_cpu()) {
+    auto staged_output = output.to(torch::Device(torch::kCUDA, device_));
+    auto staged_input = input.to(torch::Device(torch::kCUDA, device_));
+    if (auto pending = do_all_gather(staged_output, staged_input)) pending->wait(timeout());
+    output.copy_(staged_output);
+    return nullptr;
+  }
   check_cuda_tensor(output);
   check_cuda_tensor(input);
   begin();
@@ -177,6 +193,12 @@ std::unique_ptr<PendingOp> NcclCommunicator::do_all_to_all(torch::Tensor& output
 }
 
 std::unique_ptr<PendingOp> NcclCommunicator::do_broadcast(torch::Tensor& tensor, int root) {
+  if (tensor.is_cpu()) {
+    auto staged = tensor.to(torch::Device(torch::kCUDA, device_));
+    if (auto pending = do_broadcast(staged, root)) pending->wait(timeout());
+    tensor.copy_(staged);
+    return nullptr;
+  }
   check_cuda_tensor(tensor);
   begin();
   LOOM_NCCL_CHECK(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
@@ -203,6 +225,16 @@ std::unique_ptr<PendingOp> NcclCommunicator::do_send_recv(std::vector<P2POp>& op
 std::unique_ptr<PendingOp> NcclCommunicator::do_barrier() {
   // NCCL has no barrier: a one-element all-reduce that every rank must join is one.
   return do_all_reduce(barrier_buffer_, ReduceOp::sum);
+}
+
+CommunicatorFactory make_nccl_factory(const c10d_compat::StorePtr& store, int device,
+                                      std::shared_ptr<CommStats> stats, std::chrono::milliseconds timeout) {
+  if (!store) return {};
+  return [device, store, stats, timeout](const std::string& name, const std::string& key,
+                                         const std::vector<int64_t>& ranks, int rank_in_group) {
+    return std::make_unique<NcclCommunicator>(name, ranks, rank_in_group, stats, timeout,
+                                              c10d_compat::prefix_store("nccl/" + key + "/", store), device);
+  };
 }
 
 }  // namespace loom::parallel

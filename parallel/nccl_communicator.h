@@ -9,6 +9,7 @@
 
 #include "parallel/c10d_compat.h"
 #include "parallel/communicator.h"
+#include "parallel/process_groups.h"
 
 namespace loom::parallel {
 
@@ -42,5 +43,10 @@ class NcclCommunicator : public Communicator {
   cudaStream_t stream_ = nullptr;
   torch::Tensor barrier_buffer_;
 };
+
+// Makes the NCCL communicators of a job's groups on CUDA device DEVICE (null
+// without a store: world 1, where every group has one rank).
+CommunicatorFactory make_nccl_factory(const c10d_compat::StorePtr& store, int device,
+                                      std::shared_ptr<CommStats> stats, std::chrono::milliseconds timeout);
 
 }  // namespace loom::parallel

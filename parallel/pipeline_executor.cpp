@@ -17,13 +17,15 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(PipelineSchedule schedule, int64_t micro_batches, int64_t chunks, Communicator& pp,
-                                   std::vector<int64_t> activation_shape, torch::ScalarType activation_dtype)
+                                   std::vector<int64_t> activation_shape, torch::ScalarType activation_dtype,
+                                   torch::Device device)
     : pp_(pp),
       stages_(pp.size()),
       stage_(pp.rank()),
       chunks_(chunks),
       activation_shape_(std::move(activation_shape)),
       activation_dtype_(activation_dtype),
+      device_(device),
       actions_(pipeline_actions(schedule, pp.rank(), pp.size(), micro_batches, chunks)) {}
 
 int PipelineExecutor::tag(const PipelineTransfer& t) const {
@@ -49,7 +51,7 @@ PipelineStepTiming PipelineExecutor::run(const ChunkForward& forward) {
   auto post = [&](const PipelineAction& a) {
     const auto t = transfer(a, PipelineTransfer::recv);
     if (!t || receives.count({a.kind, a.micro, a.chunk})) return;
-    Message message{torch::empty(activation_shape_, torch::TensorOptions().dtype(activation_dtype_)), {}};
+    Message message{torch::empty(activation_shape_, torch::TensorOptions().dtype(activation_dtype_).device(device_)), {}};
     message.handle = pp_.send_recv({{P2POp::recv, message.tensor, static_cast<int>(t->peer), tag(*t)}});
     receives.emplace(std::make_tuple(static_cast<int>(a.kind), a.micro, a.chunk), std::move(message));
   };

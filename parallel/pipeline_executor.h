@@ -42,7 +42,8 @@ class PipelineExecutor {
 
   // PP is the pipeline group, in stage order.
   PipelineExecutor(PipelineSchedule schedule, int64_t micro_batches, int64_t chunks, Communicator& pp,
-                   std::vector<int64_t> activation_shape, torch::ScalarType activation_dtype = torch::kFloat32);
+                   std::vector<int64_t> activation_shape, torch::ScalarType activation_dtype = torch::kFloat32,
+                   torch::Device device = torch::kCPU);
 
   PipelineStepTiming run(const ChunkForward& forward);
 
@@ -59,6 +60,7 @@ class PipelineExecutor {
   int64_t stages_, stage_, chunks_;
   std::vector<int64_t> activation_shape_;
   torch::ScalarType activation_dtype_;
+  torch::Device device_;  // where received activations and gradients land
   std::vector<PipelineAction> actions_;
 };
 

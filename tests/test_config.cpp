@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "core/config.h"
+#include "core/device.h"
 #include "core/errors.h"
 
 using loom::Config;
@@ -105,6 +106,7 @@ TEST_CASE("every validation rule names its key", "[config]") {
       {{"train.min_lr=1"}, 1, "train.min_lr"},
       {{"train.warmup_steps=1000"}, 1, "train.warmup_steps"},
       {{"train.precision=fp8"}, 1, "train.precision"},
+      {{"train.device=tpu"}, 1, "train.device"},
       {{"train.adam_beta2=1"}, 1, "train.adam_beta2"},
       {{"model.dropout=1"}, 1, "model.dropout"},
       {{"model.vocab_size=1"}, 1, "model.vocab_size"},
@@ -143,4 +145,40 @@ TEST_CASE("the resolved config written out reads back to the same config", "[con
   CHECK(b.data.path == "some dir/with: colon");
   CHECK(b.train.lr == 0.000123456789);
   CHECK(b.parallel.dp == 2);
+}
+
+TEST_CASE("train.device resolves to a GPU per local rank, or says why it cannot", "[config]") {
+  using loom::resolve_train_device;
+  CHECK(resolve_train_device("auto", 0, 1, 0) == torch::Device(torch::kCPU));
+  CHECK(resolve_train_device("cpu", 1, 2, 8) == torch::Device(torch::kCPU));
+  CHECK(resolve_train_device("auto", 0, 1, 1) == torch::Device(torch::kCUDA, 0));
+  CHECK(resolve_train_device("cuda", 3, 4, 8) == torch::Device(torch::kCUDA, 3));
+  auto error = [](const std::string& setting, int64_t local_rank, int64_t local_world, int64_t gpus) {
+    try {
+      resolve_train_device(setting, local_rank, local_world, gpus);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(error("cuda", 0, 1, 0), Catch::Contains("'train.device'") && Catch::Contains("sees no GPU"));
+  CHECK_THAT(error("cuda", 2, 4, 2), Catch::Contains("'train.device'") && Catch::Contains("runs 4 ranks and sees 2"));
+  CHECK_THAT(error("auto", 0, 3, 2), Catch::Contains("runs 3 ranks and sees 2"));
+  CHECK_THAT(error("gpu", 0, 1, 1), Catch::Contains("must be auto, cpu or cuda"));
+  // This CPU LibTorch sees no GPU: auto is the CPU, cuda a clear error.
+  if (!torch::cuda::is_available()) {
+    CHECK(resolve_train_device("auto", 0, 1) == torch::Device(torch::kCPU));
+    CHECK_THROWS_AS(resolve_train_device("cuda", 0, 1), InputError);
+  }
+}
+
+TEST_CASE("the MFU line knows the dense bf16 peak of the common training GPUs", "[config]") {
+  using loom::known_bf16_peak_tflops;
+  CHECK(known_bf16_peak_tflops("NVIDIA H100 80GB HBM3") == 989.0);
+  CHECK(known_bf16_peak_tflops("NVIDIA H100 PCIe") == 756.0);
+  CHECK(known_bf16_peak_tflops("NVIDIA H100 NVL") == 835.0);
+  CHECK(known_bf16_peak_tflops("NVIDIA H200") == 989.0);
+  CHECK(known_bf16_peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0);
+  CHECK(known_bf16_peak_tflops("NVIDIA GeForce RTX 4090") == 0.0);
+  CHECK(known_bf16_peak_tflops("") == 0.0);
 }

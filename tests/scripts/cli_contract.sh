@@ -25,6 +25,9 @@ expect_exit 2 "12 layers would split; so would pp \* virtual_stages of 1, 2, 3 o
 expect_exit 2 "checkpoint '$WORK/nope' has no manifest.json" "$LOOM" export "$WORK/nope" --output "$WORK/x.safetensors"
 expect_exit 2 "cannot read safetensors file '$WORK/none.safetensors'" "$LOOM" train "$TINY" --set model.init_from="$WORK/none.safetensors"
 expect_exit 2 "'checkpoint.dir'" "$LOOM" train "$TINY" --set train.exit_after=3
+# This LibTorch is CPU-only: asking for a GPU or for NCCL is refused up front, naming the key.
+expect_exit 2 "'train.device': cuda, but this LibTorch sees no GPU" "$LOOM" train "$TINY" --set train.device=cuda
+expect_exit 2 "'parallel.backend': nccl moves GPU tensors" "$LOOM" train "$TINY" --set parallel.backend=nccl
 expect_exit 2 "--resume auto needs checkpoint.dir" "$LOOM" train "$TINY" --resume auto
 expect_exit 0 "no complete checkpoint in '$WORK/ck_empty'; starting fresh" "$LOOM" train "$TINY" --run-dir "$WORK/fresh" \
   --set checkpoint.dir="$WORK/ck_empty" --set train.steps=2 --set train.warmup_steps=1 --resume auto

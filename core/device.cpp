@@ -1,0 +1,75 @@
+#include "core/device.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "core/errors.h"
+
+#ifdef LOOM_WITH_NCCL  // the NCCL build links the CUDA runtime
+#include <cuda_runtime.h>
+#endif
+
+namespace loom {
+
+torch::Device resolve_train_device(const std::string& setting, int64_t local_rank, int64_t local_world,
+                                   int64_t visible_gpus) {
+  if (setting == "cpu" || (setting == "auto" && visible_gpus == 0)) return torch::Device(torch::kCPU);
+  if (setting != "cuda" && setting != "auto") {
+    throw InputError("config key 'train.device': must be auto, cpu or cuda, got '" + setting + "'");
+  }
+  if (visible_gpus == 0) {
+    throw InputError("config key 'train.device': cuda, but this LibTorch sees no GPU (a CPU-only build, or no "
+                     "device visible); use cpu or auto");
+  }
+  if (local_world > visible_gpus) {
+    throw InputError("config key 'train.device': " + setting + " puts one rank on each GPU, but this node runs " +
+                     std::to_string(local_world) + " ranks and sees " + std::to_string(visible_gpus) +
+                     " GPUs (local rank " + std::to_string(local_rank) +
+                     "); start at most one rank per GPU, or use cpu");
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+torch::Device resolve_train_device(const std::string& setting, int64_t local_rank, int64_t local_world) {
+  const int64_t visible = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  return resolve_train_device(setting, local_rank, local_world, visible);
+}
+
+std::string gpu_name(int64_t index) {
+#ifdef LOOM_WITH_NCCL
+  cudaDeviceProp properties{};
+  if (cudaGetDeviceProperties(&properties, static_cast<int>(index)) == cudaSuccess) return properties.name;
+  cudaGetLastError();  // clear the error, which CUDA would otherwise report again later
+#endif
+  return "";
+}
+
+double known_bf16_peak_tflops(const std::string& gpu_name) {
+  std::string name = gpu_name;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::toupper(c); });
+  auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
+  // Data-sheet dense bf16 figures; the SXM parts unless the name says otherwise.
+  if (has("H100") || has("H800")) {
+    if (has("PCIE")) return 756.0;
+    if (has("NVL")) return 835.0;
+    return 989.0;
+  }
+  if (has("H200") || has("GH200")) return 989.0;
+  if (has("B200")) return 2250.0;
+  if (has("A100") || has("A800")) return 312.0;
+  if (has("L40S")) return 362.0;
+  return 0.0;
+}
+
+void use_device(const torch::Device& device) {
+  if (!device.is_cuda()) return;
+#ifdef LOOM_WITH_NCCL
+  const cudaError_t status = cudaSetDevice(device.index());
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string("cudaSetDevice(") + std::to_string(device.index()) +
+                             ") failed: " + cudaGetErrorString(status));
+  }
+#endif
+}
+
+}  // namespace loom

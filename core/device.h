@@ -1,0 +1,32 @@
+// Where a rank trains: train.device resolved against the GPUs this LibTorch
+// sees, and what loom knows of a GPU (its name, its dense bf16 peak for MFU).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace loom {
+
+// SETTING is train.device (auto | cpu | cuda). With cuda each local rank takes
+// the GPU of its local rank, so a node needs a GPU per local rank. Throws
+// InputError naming train.device when the setting cannot be met.
+torch::Device resolve_train_device(const std::string& setting, int64_t local_rank, int64_t local_world,
+                                   int64_t visible_gpus);
+
+// The same against this process's LibTorch.
+torch::Device resolve_train_device(const std::string& setting, int64_t local_rank, int64_t local_world);
+
+// The GPU's name as the CUDA runtime reports it ("NVIDIA H100 80GB HBM3"); empty
+// when loom was built without the CUDA runtime or the device cannot be read.
+std::string gpu_name(int64_t index);
+
+// Dense bf16 tensor-core peak of one GPU in TFLOP/s, from its vendor's data
+// sheet (no sparsity), for the GPUs named; 0 for anything else.
+double known_bf16_peak_tflops(const std::string& gpu_name);
+
+// Makes DEVICE the current CUDA device of this thread (NCCL and CUDA streams use
+// it); nothing for a CPU device.
+void use_device(const torch::Device& device);
+
+}  // namespace loom
