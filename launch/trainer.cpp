@@ -17,8 +17,10 @@
 #include "core/errors.h"
 #include "core/logging.h"
 #include "launch/blas_environment.h"
-#include "parallel/gloo_communicator.h"
 #include "parallel/launch_env.h"
+#ifndef LOOM_WITHOUT_GLOO
+#include "parallel/gloo_communicator.h"
+#endif
 #ifdef LOOM_WITH_NCCL
 #include "parallel/nccl_communicator.h"
 #endif
@@ -716,7 +718,14 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
 #ifdef LOOM_WITH_NCCL
   if (device.is_cuda()) factory = parallel::make_nccl_factory(env.store(), device.index(), stats, timeout);
 #endif
+#ifndef LOOM_WITHOUT_GLOO
   if (!device.is_cuda()) factory = parallel::make_gloo_factory(env.store(), env.single_host(), stats, timeout);
+#else
+  if (!device.is_cuda() && env.world() > 1) {
+    throw InputError("this loom was built without Gloo (LOOM_WITH_GLOO=OFF), so CPU ranks cannot talk; "
+                     "train on GPUs (train.device cuda) or as one process");
+  }
+#endif
   parallel::ProcessGroups groups(grid, env.rank(), factory, stats);
   const std::string run_dir = agree_on_run_dir(args, config, env);
 

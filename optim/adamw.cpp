@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <torch/version.h>
+
 #include "core/blas_threads.h"
 
 namespace loom::optim {
@@ -73,6 +75,16 @@ void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torc
     for (auto* t : {&p, &m, &v}) torch::autograd::impl::bump_version(*t);
     return;
   }
+#if TORCH_VERSION_MAJOR >= 2
+  // On GPUs LibTorch 2.x has the same update as one kernel. Its step count comes
+  // in a tensor; it decays by 1 - lr * weight_decay, as above.
+  if (p.is_cuda() && p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat) {
+    auto steps = torch::full({}, static_cast<double>(step), p.options());
+    at::_fused_adamw_({p}, {g}, {m}, {v}, {}, {steps}, lr, options.beta1, options.beta2,
+                      decay ? options.weight_decay : 0.0, options.eps, /*amsgrad=*/false, /*maximize=*/false);
+    return;
+  }
+#endif
   if (decay_factor != 1.0) p.mul_(decay_factor);
   m.mul_(options.beta1).add_(g, 1.0 - options.beta1);
   v.mul_(options.beta2).addcmul_(g, g, 1.0 - options.beta2);

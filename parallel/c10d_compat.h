@@ -5,7 +5,9 @@
 #pragma once
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#ifndef LOOM_WITHOUT_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -20,6 +22,7 @@ namespace loom::parallel::c10d_compat {
 using Store = c10d::Store;
 using StorePtr = c10::intrusive_ptr<c10d::Store>;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+#ifndef LOOM_WITHOUT_GLOO
 using GlooGroup = c10d::ProcessGroupGloo;
 using GlooDevice = std::shared_ptr<::gloo::transport::Device>;
 
@@ -32,6 +35,7 @@ inline c10::intrusive_ptr<GlooGroup> make_gloo_group(const StorePtr& store, int 
   options->threads = 1;
   return c10::make_intrusive<GlooGroup>(store, rank, size, options);
 }
+#endif  // LOOM_WITHOUT_GLOO
 
 inline StorePtr make_tcp_store(const std::string& host, uint16_t port, bool is_server, int world,
                                std::chrono::milliseconds timeout) {

@@ -1,6 +1,8 @@
 #include "parallel/launch_env.h"
 
+#ifndef LOOM_WITHOUT_MPI
 #include <mpi.h>
+#endif
 #include <unistd.h>
 
 #include <cstdlib>
@@ -25,6 +27,7 @@ int env_int(const char* name, int fallback) {
   return static_cast<int>(parsed);
 }
 
+#ifndef LOOM_WITHOUT_MPI
 void check_mpi(int code, const char* what) {
   if (code != MPI_SUCCESS) throw CommError(std::string("MPI call failed during rendezvous: ") + what);
 }
@@ -34,6 +37,7 @@ std::string host_name() {
   ::gethostname(name, sizeof(name) - 1);
   return name;
 }
+#endif
 
 }  // namespace
 
@@ -73,6 +77,12 @@ LaunchInfo detect_launch() {
 }
 
 LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch()) {
+#ifdef LOOM_WITHOUT_MPI
+  if (info_.launcher == "mpirun") {
+    throw InputError("this loom was built without MPI (LOOM_WITH_MPI=OFF), but mpirun started it "
+                     "(OMPI_COMM_WORLD_SIZE is set); launch with torchrun, or as one process");
+  }
+#else
   if (info_.launcher == "mpirun") {
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -109,7 +119,9 @@ LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch())
       info_.master_addr = address;
       info_.master_port = port;
     }
-  } else if (info_.world > 1) {
+  } else
+#endif
+  if (info_.world > 1) {
     const bool serve = info_.rank == 0 && !info_.agent_store;
     store_ = c10d_compat::make_tcp_store(info_.master_addr, static_cast<uint16_t>(info_.master_port), serve,
                                          info_.world, timeout);
@@ -119,7 +131,9 @@ LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch())
 
 LaunchEnv::~LaunchEnv() {
   store_.reset();
+#ifndef LOOM_WITHOUT_MPI
   if (mpi_initialized_) MPI_Finalize();
+#endif
 }
 
 }  // namespace loom::parallel

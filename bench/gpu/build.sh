@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Run on the GPU machine, from the repository root: builds loom against the
+# LibTorch inside its PyTorch wheel (CUDA), with the .debs that
+# bench/gpu/fetch_deps.sh downloaded (carried in .gpu_deps/) unpacked under
+# /tmp/loom_deps. No MPI there (jobs start with torchrun or as one process);
+# Gloo only when the wheel ships its headers. Prints where loom is.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+deps=/tmp/loom_deps
+mkdir -p "$deps"
+for deb in .gpu_deps/*.deb; do dpkg -x "$deb" "$deps"; done
+# Absolute links in the packages (libz.so) point into /: make them point into the unpacked tree.
+find "$deps" -type l -lname '/*' | while read -r link; do ln -sfn "$deps$(readlink "$link")" "$link"; done
+arch_lib="$deps/usr/lib/x86_64-linux-gnu"
+# TORCH_PREFIX, LOOM_GLOO (ON/OFF) and BUILD_DIR override what is found (a dry run on the CPU machine uses them).
+torch_prefix=${TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')}
+torch_include=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "include"))' 2>/dev/null || true)
+build_dir=${BUILD_DIR:-build-gpu}
+nccl_root=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+gloo=OFF
+[ -n "$torch_include" ] && [ -f "$torch_include/gloo/config.h" ] && gloo=ON
+gloo=${LOOM_GLOO:-$gloo}
+nccl_args=()
+if [ -n "$nccl_root" ] && [ -f "$nccl_root/include/nccl.h" ]; then
+  nccl_args=(-DNCCL_INCLUDE_DIR="$nccl_root/include" -DNCCL_LIBRARY="$(ls "$nccl_root"/lib/libnccl.so* | head -1)")
+fi
+echo "torch at $torch_prefix | gloo headers: $gloo | nccl: ${nccl_root:-not found} | $(g++ --version | head -1)"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" \
+  -Dyaml-cpp_DIR="$arch_lib/cmake/yaml-cpp" -Dspdlog_DIR="$arch_lib/cmake/spdlog" -Dfmt_DIR="$arch_lib/cmake/fmt" \
+  -Dnlohmann_json_DIR="$deps/usr/share/cmake/nlohmann_json" -DZLIB_ROOT="$deps/usr" \
+  -DCMAKE_CXX_STANDARD="${LOOM_CXX_STANDARD:-17}" \
+  -DLOOM_WITH_MPI=OFF -DLOOM_WITH_GLOO="$gloo" -DLOOM_BUILD_TESTS=OFF "${nccl_args[@]}"
+cmake --build "$build_dir" -j "$(nproc)" --target loom
+echo "export LD_LIBRARY_PATH=$arch_lib:\${LD_LIBRARY_PATH:-}"

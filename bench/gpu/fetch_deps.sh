@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Run on the CPU machine (it reaches Debian's packages): downloads the .debs
+# that loom's GPU build needs beside LibTorch into .gpu_deps/ (ignored by git),
+# for the device tool to carry. The GPU machine has CUDA, CMake, ninja and
+# PyTorch, but no package registry.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p .gpu_deps
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qxF '/.gpu_deps/' "$exclude" 2>/dev/null || echo '/.gpu_deps/' >> "$exclude"
+cd .gpu_deps
+apt-get download libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 \
+  nlohmann-json3-dev zlib1g-dev zlib1g 2>&1 | grep -v '^Get:' || true
+ls -1 *.deb
+du -sh .

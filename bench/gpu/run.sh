@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The GPU half of the benchmark, run on the GPU machine from the repository root
+# (after bench/gpu/build.sh): loom and PyTorch eager train the same 1.3B GPT
+# (bench/gpu/gpt_1.3b.yaml) in bf16 on one GPU; prints a table and writes
+# bench/gpu/results.json (and a copy under $OUT when the device tool sets it).
+# Arguments: loom --set overrides, e.g. train.micro_batch_size=8 (the PyTorch
+# side reads the batch shape from the same resolved config).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export LD_LIBRARY_PATH=/tmp/loom_deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+out=${OUT:-/tmp/loom_gpu_bench}
+mkdir -p "$out"
+sets=()
+for s in "$@"; do sets+=(--set "$s"); done
+rm -rf /tmp/loom_gpu_run
+build-gpu/loom train bench/gpu/gpt_1.3b.yaml --run-dir /tmp/loom_gpu_run "${sets[@]}" 2>&1 | tee "$out/loom.log"
+read -r layers hidden heads seq vocab global micro steps < <(python3 - <<'PY'
+import yaml
+c = yaml.safe_load(open("/tmp/loom_gpu_run/config.yaml"))
+m, t = c["model"], c["train"]
+print(m["num_layers"], m["hidden_size"], m["num_heads"], m["seq_len"], m["vocab_size"],
+      t["global_batch_size"], t["micro_batch_size"], t["steps"])
+PY
+)
+python3 bench/reference_gpt.py --device cuda --precision bf16 --layers "$layers" --hidden "$hidden" --heads "$heads" \
+  --seq-len "$seq" --vocab "$vocab" --global-batch "$global" --micro-batch "$micro" --steps "$steps" \
+  --warmup-steps 2 | tee "$out/pytorch.json"
+python3 - "$out" <<'PY'
+import json, statistics, subprocess, sys, datetime, re
+out = sys.argv[1]
+steps = [json.loads(l) for l in open("/tmp/loom_gpu_run/metrics.jsonl")]
+loom = statistics.median([s["tokens_per_s"] for s in steps[2:]])
+torch_side = json.loads(open(f"{out}/pytorch.json").read().strip().splitlines()[-1])
+mfu = re.search(r"MFU ([0-9.]+)% of ([0-9.]+) TFLOP/s", open(f"{out}/loom.log").read())
+smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "gpu": smi,
+          "torch": torch_side.get("torch_version"), "loom_tokens_per_s": loom,
+          "pytorch_tokens_per_s": torch_side["median_tokens_per_s"], "ratio": loom / torch_side["median_tokens_per_s"],
+          "loom_mfu_percent": float(mfu.group(1)) if mfu else None, "peak_tflops": float(mfu.group(2)) if mfu else None,
+          "pytorch_max_memory_gib": torch_side.get("max_memory_gib")}
+print(f"| GPU | loom tokens/s | PyTorch eager tokens/s | loom / PyTorch | loom MFU |")
+print(f"| {smi} | {loom:.0f} | {result['pytorch_tokens_per_s']:.0f} | {result['ratio']:.2f}x | {result['loom_mfu_percent']}% |")
+for path in ("bench/gpu/results.json", f"{out}/results.json"):
+    json.dump(result, open(path, "w"), indent=1)
+PY
