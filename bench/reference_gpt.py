@@ -43,7 +43,7 @@ class Block(nn.Module):
         if self.fused_attention:
             return self.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, h))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(d)
-        probs = scores.masked_fill(self.mask[:s, :s], float("-inf")).softmax(-1)
+        probs = scores.masked_fill(self.mask[:s, :s].to(x.device), float("-inf")).softmax(-1)
         return self.proj((probs @ v).transpose(1, 2).reshape(b, s, h))
 
     def forward(self, x):
@@ -121,7 +121,7 @@ def main():
             # DDP reduces gradients on the last micro-batch only.
             last = first + micro >= batch
             with autocast, (model.no_sync() if world > 1 and not last else contextlib.nullcontext()):
-                loss = model(piece[:, :-1], piece[:, 1:]) * (micro / batch)
+                loss = model(piece[:, :-1], piece[:, 1:]) * (piece.size(0) / batch)
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

@@ -3,6 +3,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <malloc.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <atomic>
@@ -43,10 +44,20 @@ void counted_delete(void* ptr) {
   c.base_deleter(ptr);
 }
 
+// LibTorch 2.3 made allocate() non-const and copy_data() required.
+#if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 203
+#define LOOM_ALLOCATE_CONST
+#else
+#define LOOM_ALLOCATE_CONST const
+#endif
+
 class CountingAllocator : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-  c10::DataPtr allocate(size_t n) const override {
+#if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 203
+  void copy_data(void* dest, const void* src, size_t count) const override { default_copy_data(dest, src, count); }
+#endif
+  c10::DataPtr allocate(size_t n) LOOM_ALLOCATE_CONST override {
     c10::DataPtr inner = base_->allocate(n);
     auto& c = counts();
     if (!c.counting.load(std::memory_order_relaxed)) return inner;  // freed by the base deleter, uncounted

@@ -21,6 +21,8 @@ torch::Device resolve_train_device(const std::string& setting, int64_t local_ran
     throw InputError("config key 'train.device': cuda, but this LibTorch sees no GPU (a CPU-only build, or no "
                      "device visible); use cpu or auto");
   }
+  // auto takes the GPUs only when every local rank gets one of its own; cuda insists.
+  if (setting == "auto" && local_world > visible_gpus) return torch::Device(torch::kCPU);
   if (local_world > visible_gpus) {
     throw InputError("config key 'train.device': " + setting + " puts one rank on each GPU, but this node runs " +
                      std::to_string(local_world) + " ranks and sees " + std::to_string(visible_gpus) +

@@ -9,7 +9,8 @@
 namespace loom {
 
 // SETTING is train.device (auto | cpu | cuda). With cuda each local rank takes
-// the GPU of its local rank, so a node needs a GPU per local rank. Throws
+// the GPU of its local rank, so a node needs a GPU per local rank; auto takes
+// the GPUs when there are enough of them, else the CPU. Throws
 // InputError naming train.device when the setting cannot be met.
 torch::Device resolve_train_device(const std::string& setting, int64_t local_rank, int64_t local_world,
                                    int64_t visible_gpus);

@@ -10,13 +10,16 @@ deps=/tmp/loom_deps
 mkdir -p "$deps"
 for deb in .gpu_deps/*.deb; do dpkg -x "$deb" "$deps"; done
 # Absolute links in the packages (libz.so) point into /: make them point into the unpacked tree.
-find "$deps" -type l -lname '/*' | while read -r link; do ln -sfn "$deps$(readlink "$link")" "$link"; done
+find "$deps" -type l -lname '/*' | while read -r link; do
+  target=$(readlink "$link")
+  case "$target" in "$deps"/*) ;; *) ln -sfn "$deps$target" "$link" ;; esac
+done
 arch_lib="$deps/usr/lib/x86_64-linux-gnu"
 # TORCH_PREFIX, LOOM_GLOO (ON/OFF) and BUILD_DIR override what is found (a dry run on the CPU machine uses them).
 torch_prefix=${TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')}
 torch_include=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "include"))' 2>/dev/null || true)
 build_dir=${BUILD_DIR:-build-gpu}
-nccl_root=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+nccl_root=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
 gloo=OFF
 [ -n "$torch_include" ] && [ -f "$torch_include/gloo/config.h" ] && gloo=ON
 gloo=${LOOM_GLOO:-$gloo}
@@ -24,7 +27,8 @@ nccl_args=()
 if [ -n "$nccl_root" ] && [ -f "$nccl_root/include/nccl.h" ]; then
   nccl_args=(-DNCCL_INCLUDE_DIR="$nccl_root/include" -DNCCL_LIBRARY="$(ls "$nccl_root"/lib/libnccl.so* | head -1)")
 fi
-echo "torch at $torch_prefix | gloo headers: $gloo | nccl: ${nccl_root:-not found} | $(g++ --version | head -1)"
+# The carried Debian 12 libraries need glibc 2.34 or newer.
+echo "torch at $torch_prefix | gloo headers: $gloo | nccl: ${nccl_root:-not found} | $(g++ --version | head -1) | $(ldd --version | head -1)"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" \
   -Dyaml-cpp_DIR="$arch_lib/cmake/yaml-cpp" -Dspdlog_DIR="$arch_lib/cmake/spdlog" -Dfmt_DIR="$arch_lib/cmake/fmt" \

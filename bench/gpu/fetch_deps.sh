@@ -10,7 +10,10 @@ exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
 grep -qxF '/.gpu_deps/' "$exclude" 2>/dev/null || echo '/.gpu_deps/' >> "$exclude"
 cd .gpu_deps
-apt-get download libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 \
-  nlohmann-json3-dev zlib1g-dev zlib1g 2>&1 | grep -v '^Get:' || true
+packages=(libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 nlohmann-json3-dev zlib1g-dev zlib1g)
+apt-get download "${packages[@]}" > /dev/null
+for p in "${packages[@]}"; do
+  ls "${p}"_*.deb > /dev/null 2>&1 || { echo "fetch_deps: $p was not downloaded" >&2; exit 1; }
+done
 ls -1 *.deb
 du -sh .

@@ -14,12 +14,17 @@ sets=()
 for s in "$@"; do sets+=(--set "$s"); done
 rm -rf /tmp/loom_gpu_run
 build-gpu/loom train bench/gpu/gpt_1.3b.yaml --run-dir /tmp/loom_gpu_run "${sets[@]}" 2>&1 | tee "$out/loom.log"
+# The resolved config loom wrote (sections of "  key: value" lines; no YAML library needed).
 read -r layers hidden heads seq vocab global micro steps < <(python3 - <<'PY'
-import yaml
-c = yaml.safe_load(open("/tmp/loom_gpu_run/config.yaml"))
-m, t = c["model"], c["train"]
-print(m["num_layers"], m["hidden_size"], m["num_heads"], m["seq_len"], m["vocab_size"],
-      t["global_batch_size"], t["micro_batch_size"], t["steps"])
+c, section = {}, None
+for line in open("/tmp/loom_gpu_run/config.yaml"):
+    if line[:1].isalpha():
+        section = line.split(":")[0]
+    elif line.startswith("  ") and not line.startswith("   ") and ":" in line:
+        key, value = line.strip().split(":", 1)
+        c[f"{section}.{key}"] = value.strip()
+print(*(c[k] for k in ["model.num_layers", "model.hidden_size", "model.num_heads", "model.seq_len", "model.vocab_size",
+                       "train.global_batch_size", "train.micro_batch_size", "train.steps"]))
 PY
 )
 python3 bench/reference_gpt.py --device cuda --precision bf16 --layers "$layers" --hidden "$hidden" --heads "$heads" \
