@@ -92,9 +92,50 @@ void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torc
   p.addcdiv_(m, denom, -step_size);
 }
 
+#if TORCH_VERSION_MAJOR >= 2
+namespace {
+
+// GPUs: all fp32 parameters in two multi-tensor kernel launches (decayed and not),
+// rather than one launch per tensor. False when some tensor does not qualify.
+bool step_on_gpu_at_once(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& exp_avg,
+                         const std::vector<torch::Tensor>& exp_avg_sq, const std::vector<bool>& decay, double lr,
+                         int64_t step, const AdamWOptions& options) {
+  std::vector<torch::Tensor> p[2], g[2], m[2], v[2], steps[2];
+  torch::Tensor step_tensor;  // read, never written, by the kernel: one serves every parameter
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& param = params[i];
+    if (!param.grad().defined()) continue;
+    if (!param.is_cuda() || param.scalar_type() != torch::kFloat || param.grad().scalar_type() != torch::kFloat) {
+      return false;
+    }
+    if (!step_tensor.defined()) step_tensor = torch::full({}, static_cast<double>(step), param.options());
+    const int group = decay[i] && options.weight_decay != 0.0 ? 1 : 0;
+    p[group].push_back(param);
+    g[group].push_back(param.grad());
+    m[group].push_back(exp_avg[i]);
+    v[group].push_back(exp_avg_sq[i]);
+    steps[group].push_back(step_tensor);
+  }
+  for (int group = 0; group < 2; ++group) {
+    if (p[group].empty()) continue;
+    at::_fused_adamw_(p[group], g[group], m[group], v[group], {}, steps[group], lr, options.beta1, options.beta2,
+                      group == 1 ? options.weight_decay : 0.0, options.eps, /*amsgrad=*/false, /*maximize=*/false);
+  }
+  return true;
+}
+
+}  // namespace
+#endif
+
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   ++steps_;
+#if TORCH_VERSION_MAJOR >= 2
+  if (!params_.empty() && params_.front().is_cuda() &&
+      step_on_gpu_at_once(params_, exp_avg_, exp_avg_sq_, decay_, lr, steps_, options_)) {
+    return;
+  }
+#endif
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
     if (!p.grad().defined()) continue;
