@@ -125,19 +125,16 @@ void report_model_flops(const Config& config, double flops_per_token, double tok
     peak = known_bf16_peak_tflops(name);
     source = (name.empty() ? std::string("unnamed GPU") : name) + ", dense bf16 data-sheet peak";
   }
+  std::string mfu;
   if (peak > 0.0) {
-    info0("model FLOPs: {:.4g} GFLOP per token (6 x weights + 12 L h S) | {:.4g} TFLOP/s per rank | MFU {:.1f}% of "
-          "{:g} TFLOP/s per device ({})",
-          flops_per_token / 1e9, tflops, 100.0 * tflops / peak, peak, source);
+    mfu = fmt::format("MFU {:.1f}% of {:g} TFLOP/s per device ({})", 100.0 * tflops / peak, peak, source);
   } else if (device.is_cuda()) {
-    info0("model FLOPs: {:.4g} GFLOP per token (6 x weights + 12 L h S) | {:.4g} TFLOP/s per rank | MFU: the peak "
-          "of {} is not known to loom (set train.peak_tflops)",
-          flops_per_token / 1e9, tflops, gpu_name(device.index()));
+    mfu = "MFU: the peak of " + gpu_name(device.index()) + " is not known to loom (set train.peak_tflops)";
   } else {
-    info0("model FLOPs: {:.4g} GFLOP per token (6 x weights + 12 L h S) | {:.4g} TFLOP/s per rank | MFU: no peak "
-          "assumed on CPU (set train.peak_tflops)",
-          flops_per_token / 1e9, tflops);
+    mfu = "MFU: no peak assumed on CPU (set train.peak_tflops)";
   }
+  info0("model FLOPs: {:.4g} GFLOP per token (6 x weights + 12 L h S) | {:.4g} TFLOP/s per rank | {}",
+        flops_per_token / 1e9, tflops, mfu);
 }
 
 // LOOM_HOST overrides the name, for containers whose ranks all share one

@@ -53,6 +53,23 @@ void fused_adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
 
 bool fusable(const torch::Tensor& t) { return t.scalar_type() == torch::kFloat && t.is_contiguous() && t.is_cpu(); }
 
+#if TORCH_VERSION_MAJOR >= 2
+bool gpu_fusable(const torch::Tensor& p, const torch::Tensor& g) {
+  return p.is_cuda() && p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat;
+}
+
+// On GPUs LibTorch 2.x has the same update as one multi-tensor kernel: it decays
+// by 1 - lr * WEIGHT_DECAY, as above, and reads the step count from a tensor
+// (read, never written: one serves every parameter).
+void gpu_fused_adamw(at::TensorList p, at::TensorList g, at::TensorList m, at::TensorList v, double lr, int64_t step,
+                     double weight_decay, const AdamWOptions& options) {
+  if (p.empty()) return;
+  const std::vector<torch::Tensor> steps(p.size(), torch::full({}, static_cast<double>(step), p.front().options()));
+  at::_fused_adamw_(p, g, m, v, {}, steps, lr, options.beta1, options.beta2, weight_decay, options.eps,
+                    /*amsgrad=*/false, /*maximize=*/false);
+}
+#endif
+
 }  // namespace
 
 void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torch::Tensor v, bool decay, double lr,
@@ -76,12 +93,8 @@ void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torc
     return;
   }
 #if TORCH_VERSION_MAJOR >= 2
-  // On GPUs LibTorch 2.x has the same update as one kernel. Its step count comes
-  // in a tensor; it decays by 1 - lr * weight_decay, as above.
-  if (p.is_cuda() && p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat) {
-    auto steps = torch::full({}, static_cast<double>(step), p.options());
-    at::_fused_adamw_({p}, {g}, {m}, {v}, {}, {steps}, lr, options.beta1, options.beta2,
-                      decay ? options.weight_decay : 0.0, options.eps, /*amsgrad=*/false, /*maximize=*/false);
+  if (gpu_fusable(p, g)) {
+    gpu_fused_adamw({p}, {g}, {m}, {v}, lr, step, decay ? options.weight_decay : 0.0, options);
     return;
   }
 #endif
@@ -100,27 +113,19 @@ namespace {
 bool step_on_gpu_at_once(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& exp_avg,
                          const std::vector<torch::Tensor>& exp_avg_sq, const std::vector<bool>& decay, double lr,
                          int64_t step, const AdamWOptions& options) {
-  std::vector<torch::Tensor> p[2], g[2], m[2], v[2], steps[2];
-  torch::Tensor step_tensor;  // read, never written, by the kernel: one serves every parameter
+  std::vector<torch::Tensor> p[2], g[2], m[2], v[2];  // [0]: not decayed, [1]: decayed
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& param = params[i];
     if (!param.grad().defined()) continue;
-    if (!param.is_cuda() || param.scalar_type() != torch::kFloat || param.grad().scalar_type() != torch::kFloat) {
-      return false;
-    }
-    if (!step_tensor.defined()) step_tensor = torch::full({}, static_cast<double>(step), param.options());
-    const int group = decay[i] && options.weight_decay != 0.0 ? 1 : 0;
+    if (!gpu_fusable(param, param.grad())) return false;
+    const int group = decay[i] ? 1 : 0;
     p[group].push_back(param);
     g[group].push_back(param.grad());
     m[group].push_back(exp_avg[i]);
     v[group].push_back(exp_avg_sq[i]);
-    steps[group].push_back(step_tensor);
   }
-  for (int group = 0; group < 2; ++group) {
-    if (p[group].empty()) continue;
-    at::_fused_adamw_(p[group], g[group], m[group], v[group], {}, steps[group], lr, options.beta1, options.beta2,
-                      group == 1 ? options.weight_decay : 0.0, options.eps, /*amsgrad=*/false, /*maximize=*/false);
-  }
+  gpu_fused_adamw(p[0], g[0], m[0], v[0], lr, step, 0.0, options);
+  gpu_fused_adamw(p[1], g[1], m[1], v[1], lr, step, options.weight_decay, options);
   return true;
 }
 

@@ -128,12 +128,21 @@ std::unique_ptr<PendingOp> NcclCommunicator::finish() {
 // The trainer's few host numbers per step (losses, timings, flags, reports) go
 // through a copy on the device, since NCCL moves device memory only; they are
 // small, and the call returns once they are back.
+torch::Tensor NcclCommunicator::on_device(const torch::Tensor& host) const {
+  return host.to(torch::Device(torch::kCUDA, device_));
+}
+
+std::unique_ptr<PendingOp> NcclCommunicator::copy_back(std::unique_ptr<PendingOp> pending, torch::Tensor& host,
+                                                       const torch::Tensor& device) {
+  if (pending) pending->wait(timeout());
+  host.copy_(device);
+  return nullptr;
+}
+
 std::unique_ptr<PendingOp> NcclCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
   if (tensor.is_cpu()) {
-    auto staged = tensor.to(torch::Device(torch::kCUDA, device_));
-    if (auto pending = do_all_reduce(staged, op)) pending->wait(timeout());
-    tensor.copy_(staged);
-    return nullptr;
+    auto staged = on_device(tensor);
+    return copy_back(do_all_reduce(staged, op), tensor, staged);
   }
   check_cuda_tensor(tensor);
   begin();
@@ -144,11 +153,8 @@ std::unique_ptr<PendingOp> NcclCommunicator::do_all_reduce(torch::Tensor& tensor
 
 std::unique_ptr<PendingOp> NcclCommunicator::do_all_gather(torch::Tensor& output, torch::Tensor& input) {
   if (output.is_cpu() && input.is_cpu()) {
-    auto staged_output = output.to(torch::Device(torch::kCUDA, device_));
-    auto staged_input = input.to(torch::Device(torch::kCUDA, device_));
-    if (auto pending = do_all_gather(staged_output, staged_input)) pending->wait(timeout());
-    output.copy_(staged_output);
-    return nullptr;
+    auto staged_output = on_device(output), staged_input = on_device(input);
+    return copy_back(do_all_gather(staged_output, staged_input), output, staged_output);
   }
   check_cuda_tensor(output);
   check_cuda_tensor(input);
@@ -194,10 +200,8 @@ std::unique_ptr<PendingOp> NcclCommunicator::do_all_to_all(torch::Tensor& output
 
 std::unique_ptr<PendingOp> NcclCommunicator::do_broadcast(torch::Tensor& tensor, int root) {
   if (tensor.is_cpu()) {
-    auto staged = tensor.to(torch::Device(torch::kCUDA, device_));
-    if (auto pending = do_broadcast(staged, root)) pending->wait(timeout());
-    tensor.copy_(staged);
-    return nullptr;
+    auto staged = on_device(tensor);
+    return copy_back(do_broadcast(staged, root), tensor, staged);
   }
   check_cuda_tensor(tensor);
   begin();

@@ -37,6 +37,10 @@ class NcclCommunicator : public Communicator {
   void begin();
   // Records completion and returns the handle's pending op.
   std::unique_ptr<PendingOp> finish();
+  // Host tensors are staged: a copy on this rank's device, and the result copied back once PENDING is done.
+  torch::Tensor on_device(const torch::Tensor& host) const;
+  std::unique_ptr<PendingOp> copy_back(std::unique_ptr<PendingOp> pending, torch::Tensor& host,
+                                       const torch::Tensor& device);
 
   int device_;
   ncclComm_t comm_ = nullptr;
