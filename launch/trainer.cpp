@@ -347,7 +347,10 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                             parallel::FullyShardedParameters* units) -> std::unique_ptr<optim::Optimizer> {
     if (units) return std::make_unique<optim::FullyShardedAdamW>(*units, group, adam);
     if (zero_stage >= 1) return std::make_unique<optim::ZeroAdamW>(part, *buckets, group, adam);
-    return std::make_unique<optim::AdamW>(part, adam);
+    auto plain = std::make_unique<optim::AdamW>(part, adam);
+    // Without buckets the gradients are the optimizer's to place: in its flat layout.
+    if (!buckets) plain->use_flat_gradients();
+    return plain;
   };
   optimizer_ = make_optimizer(tensors, dp_grads_.get(), groups_.dp(), sharded_.get());
   if (!expert_tensors.empty()) {

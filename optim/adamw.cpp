@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include <torch/version.h>
 
@@ -9,13 +10,81 @@
 
 namespace loom::optim {
 
+namespace {
+
+// Parameters that can move into one flat buffer: contiguous fp32 on one device,
+// each the sole user of its storage (two parameters sharing one, or a view into
+// someone else's buffer, keep that tie by staying where they are).
+bool flattenable(const std::vector<torch::Tensor>& params) {
+  if (params.empty()) return false;
+  std::set<const void*> storages;
+  for (const auto& p : params) {
+    if (p.scalar_type() != torch::kFloat || !p.is_contiguous() || p.device() != params.front().device()) return false;
+    if (p.storage_offset() != 0 || p.storage().nbytes() != p.numel() * static_cast<int64_t>(sizeof(float))) {
+      return false;
+    }
+    if (!storages.insert(p.storage().data()).second) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 AdamW::AdamW(std::vector<torch::Tensor> params, AdamWOptions options)
     : params_(std::move(params)), options_(options) {
-  for (const auto& p : params_) {
-    exp_avg_.push_back(torch::zeros_like(p));
-    exp_avg_sq_.push_back(torch::zeros_like(p));
-    decay_.push_back(p.dim() >= 2);
+  for (const auto& p : params_) decay_.push_back(p.dim() >= 2);
+  if (!flattenable(params_)) {
+    for (const auto& p : params_) {
+      exp_avg_.push_back(torch::zeros_like(p));
+      exp_avg_sq_.push_back(torch::zeros_like(p));
+    }
+    return;
   }
+  torch::NoGradGuard no_grad;
+  offsets_.resize(params_.size());
+  int64_t total = 0;
+  for (const bool decayed : {true, false}) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (decay_[i] != decayed) continue;
+      offsets_[i] = total;
+      total += params_[i].numel();
+    }
+    if (decayed) decayed_numel_ = total;
+  }
+  flat_params_ = torch::empty({total}, params_.front().options());
+  flat_exp_avg_ = torch::zeros({total}, params_.front().options());
+  flat_exp_avg_sq_ = torch::zeros({total}, params_.front().options());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    auto view = flat_params_.narrow(0, offsets_[i], p.numel());
+    view.copy_(p.detach().reshape({-1}));
+    p.set_data(view.view(p.sizes()));
+    exp_avg_.push_back(flat_exp_avg_.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
+    exp_avg_sq_.push_back(flat_exp_avg_sq_.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
+  }
+}
+
+void AdamW::use_flat_gradients() {
+  if (!flat()) return;
+  torch::NoGradGuard no_grad;
+  flat_grads_ = torch::zeros_like(flat_params_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    auto view = flat_grads_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
+    if (p.grad().defined()) view.copy_(p.grad());
+    p.mutable_grad() = view;
+  }
+}
+
+bool AdamW::gradients_are_flat() const {
+  if (!flat_grads_.defined()) return false;
+  const auto* base = static_cast<const char*>(flat_grads_.data_ptr());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& g = params_[i].grad();
+    // Someone may have put a gradient of their own in place of the view (a test, a user's code).
+    if (!g.defined() || g.data_ptr() != base + offsets_[i] * static_cast<int64_t>(sizeof(float))) return false;
+  }
+  return true;
 }
 
 namespace {
@@ -135,6 +204,19 @@ bool step_on_gpu_at_once(const std::vector<torch::Tensor>& params, const std::ve
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   ++steps_;
+  if (gradients_are_flat()) {
+    const int64_t total = flat_params_.numel();
+    for (const bool decayed : {true, false}) {
+      const int64_t begin = decayed ? 0 : decayed_numel_, count = decayed ? decayed_numel_ : total - decayed_numel_;
+      if (count == 0) continue;
+      adamw_update(flat_params_.narrow(0, begin, count), flat_grads_.narrow(0, begin, count),
+                   flat_exp_avg_.narrow(0, begin, count), flat_exp_avg_sq_.narrow(0, begin, count), decayed, lr,
+                   steps_, options_);
+    }
+    // The parameters keep version counters of their own (set_data): tell them too.
+    for (auto& p : params_) torch::autograd::impl::bump_version(p);
+    return;
+  }
 #if TORCH_VERSION_MAJOR >= 2
   if (!params_.empty() && params_.front().is_cuda() &&
       step_on_gpu_at_once(params_, exp_avg_, exp_avg_sq_, decay_, lr, steps_, options_)) {
@@ -163,6 +245,10 @@ void AdamW::set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Ten
 }
 
 void AdamW::zero_grad() {
+  if (gradients_are_flat()) {
+    flat_grads_.zero_();
+    return;
+  }
   for (auto& p : params_) {
     if (p.grad().defined()) p.mutable_grad().zero_();
   }

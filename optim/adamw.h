@@ -1,6 +1,12 @@
 // AdamW with decoupled weight decay (Loshchilov & Hutter), as torch.optim.AdamW
 // computes it. Weight decay applies to matrices only: biases and norm weights
 // (one-dimensional tensors) are not decayed.
+//
+// The parameters' storage moves into one flat buffer, matrices first, with the
+// moments laid out alike (as Megatron-LM's and DeepSpeed's optimizers keep
+// theirs), so that a step is two fused passes over flat memory, one decayed and
+// one not, instead of a call per tensor. The modules keep their parameter
+// objects; only where their data lives changes.
 #pragma once
 
 #include <torch/torch.h>
@@ -25,7 +31,15 @@ void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torc
 
 class AdamW : public Optimizer {
  public:
+  // PARAMS are flattened when each is a contiguous fp32 tensor with a storage of its
+  // own, all on one device; otherwise each keeps its storage and is updated alone.
   AdamW(std::vector<torch::Tensor> params, AdamWOptions options);
+  // Gives every parameter a .grad that is a view into one flat buffer laid out as the
+  // parameters are (values kept), which the step then reads in its flat passes. For
+  // parameters whose gradients nobody else places (no data-parallel buckets).
+  void use_flat_gradients();
+  // Whether the parameters (and moments) live in one flat buffer.
+  bool flat() const { return flat_params_.defined(); }
   // One update with learning rate LR from the gradients now in the parameters.
   void step(double lr) override;
   void zero_grad() override;
@@ -39,7 +53,13 @@ class AdamW : public Optimizer {
  private:
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
+  // Whether every gradient is still the view into flat_grads_ that use_flat_gradients() made.
+  bool gradients_are_flat() const;
+
   std::vector<bool> decay_;
+  torch::Tensor flat_params_, flat_grads_, flat_exp_avg_, flat_exp_avg_sq_;
+  std::vector<int64_t> offsets_;  // of each parameter in the flat buffers
+  int64_t decayed_numel_ = 0;     // the decayed parameters fill [0, decayed_numel_)
   AdamWOptions options_;
   int64_t steps_ = 0;
 };

@@ -31,6 +31,62 @@ TEST_CASE("AdamW takes the hand-computed first and second steps", "[optim]") {
   CHECK(adam.steps_taken() == 2);
 }
 
+TEST_CASE("AdamW over its flat buffers updates exactly as tensor by tensor", "[optim]") {
+  torch::manual_seed(3);
+  const std::vector<std::vector<int64_t>> shapes{{4, 8}, {8}, {8, 3}, {3}, {600, 500}};
+  std::vector<torch::Tensor> flat_side, tensor_side;
+  for (const auto& shape : shapes) {
+    auto t = torch::randn(shape);
+    flat_side.push_back(t.clone().requires_grad_(true));
+    tensor_side.push_back(t.clone().requires_grad_(true));
+  }
+  const optim::AdamWOptions options{0.9, 0.95, 1e-8, 0.1};
+  optim::AdamW flat(flat_side, options), tensors(tensor_side, options);
+  flat.use_flat_gradients();
+  REQUIRE(flat.flat());
+  // Matrices first, then vectors, back to back in one buffer.
+  const auto* base = static_cast<const char*>(flat_side[0].data_ptr());
+  CHECK(static_cast<const char*>(flat_side[2].data_ptr()) == base + 32 * sizeof(float));
+  CHECK(static_cast<const char*>(flat_side[4].data_ptr()) == base + 56 * sizeof(float));
+  CHECK(static_cast<const char*>(flat_side[1].data_ptr()) == base + (56 + 300000) * sizeof(float));
+  CHECK(static_cast<const char*>(flat_side[1].grad().data_ptr()) - static_cast<const char*>(flat_side[0].grad().data_ptr()) ==
+        (56 + 300000) * static_cast<int64_t>(sizeof(float)));
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      auto g = torch::randn(shapes[i]);
+      {
+        torch::NoGradGuard no_grad;
+        flat_side[i].mutable_grad().copy_(g);  // into the flat buffer, as autograd accumulates
+      }
+      tensor_side[i].mutable_grad() = g.clone();  // a gradient of its own: the tensor-by-tensor path
+    }
+    flat.step(1e-2);
+    tensors.step(1e-2);
+    flat.zero_grad();
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    CHECK(torch::equal(flat_side[i], tensor_side[i]));
+    CHECK(torch::equal(flat.moments(i).first, tensors.moments(i).first));
+    CHECK(torch::equal(flat.moments(i).second, tensors.moments(i).second));
+    CHECK(flat_side[i].grad().abs().sum().item<double>() == 0.0);
+  }
+  CHECK(flat.state_bytes() == tensors.state_bytes());
+}
+
+TEST_CASE("AdamW leaves parameters that share a storage where they are", "[optim]") {
+  auto whole = torch::zeros({2, 3});
+  auto a = whole[0], b = whole[1];  // two views of one buffer: flattening would cut the tie
+  optim::AdamW adam({a, b}, {0.9, 0.95, 1e-8, 0.0});
+  CHECK_FALSE(adam.flat());
+  adam.use_flat_gradients();  // nothing to lay out
+  CHECK_FALSE(a.grad().defined());
+  a.mutable_grad() = torch::ones({3});
+  b.mutable_grad() = -torch::ones({3});
+  adam.step(0.1);
+  CHECK(whole[0][0].item<double>() == Approx(-0.1).epsilon(1e-5));
+  CHECK(whole[1][2].item<double>() == Approx(0.1).epsilon(1e-5));
+}
+
 TEST_CASE("warm-up then cosine decay to min_lr", "[optim]") {
   optim::CosineSchedule s{1.0, 0.1, 4, 14};
   CHECK(s.at(0) == Approx(0.25));
