@@ -56,11 +56,11 @@ AdamW::AdamW(std::vector<torch::Tensor> params, AdamWOptions options)
   flat_exp_avg_sq_ = torch::zeros({total}, params_.front().options());
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
-    auto view = flat_params_.narrow(0, offsets_[i], p.numel());
-    view.copy_(p.detach().reshape({-1}));
-    p.set_data(view.view(p.sizes()));
-    exp_avg_.push_back(flat_exp_avg_.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
-    exp_avg_sq_.push_back(flat_exp_avg_sq_.narrow(0, offsets_[i], p.numel()).view(p.sizes()));
+    auto view = slot(flat_params_, i);
+    view.copy_(p.detach());
+    p.set_data(view);
+    exp_avg_.push_back(slot(flat_exp_avg_, i));
+    exp_avg_sq_.push_back(slot(flat_exp_avg_sq_, i));
   }
 }
 
@@ -70,10 +70,14 @@ void AdamW::use_flat_gradients() {
   flat_grads_ = torch::zeros_like(flat_params_);
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
-    auto view = flat_grads_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
+    auto view = slot(flat_grads_, i);
     if (p.grad().defined()) view.copy_(p.grad());
     p.mutable_grad() = view;
   }
+}
+
+torch::Tensor AdamW::slot(const torch::Tensor& flat, size_t i) const {
+  return flat.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes());
 }
 
 bool AdamW::gradients_are_flat() const {

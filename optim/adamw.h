@@ -51,11 +51,13 @@ class AdamW : public Optimizer {
   const std::vector<torch::Tensor>& params() const { return params_; }
 
  private:
-  std::vector<torch::Tensor> params_;
-  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
+  // Parameter I's place in FLAT (one of the flat buffers), shaped as the parameter.
+  torch::Tensor slot(const torch::Tensor& flat, size_t i) const;
   // Whether every gradient is still the view into flat_grads_ that use_flat_gradients() made.
   bool gradients_are_flat() const;
 
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   std::vector<bool> decay_;
   torch::Tensor flat_params_, flat_grads_, flat_exp_avg_, flat_exp_avg_sq_;
   std::vector<int64_t> offsets_;  // of each parameter in the flat buffers
