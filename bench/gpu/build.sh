@@ -27,13 +27,20 @@ nccl_args=()
 if [ -n "$nccl_root" ] && [ -f "$nccl_root/include/nccl.h" ]; then
   nccl_args=(-DNCCL_INCLUDE_DIR="$nccl_root/include" -DNCCL_LIBRARY="$(ls "$nccl_root"/lib/libnccl.so* | head -1)")
 fi
+# Newer LibTorch headers refuse C++17 (#error ... C++20 ... required): follow them.
+cxx_standard=${LOOM_CXX_STANDARD:-17}
+if [ -z "${LOOM_CXX_STANDARD:-}" ] && [ -n "$torch_include" ] &&
+   grep -rqs "C++20 or later compatible compiler is required" "$torch_include/c10/macros" "$torch_include/ATen" 2>/dev/null; then
+  cxx_standard=20
+fi
 # The carried Debian 12 libraries need glibc 2.34 or newer.
-echo "torch at $torch_prefix | gloo headers: $gloo | nccl: ${nccl_root:-not found} | $(g++ --version | head -1) | $(ldd --version | head -1)"
+echo "torch at $torch_prefix | C++$cxx_standard | gloo headers: $gloo | nccl: ${nccl_root:-not found} | $(g++ --version | head -1) | $(ldd --version | head -1)"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" \
   -Dyaml-cpp_DIR="$arch_lib/cmake/yaml-cpp" -Dspdlog_DIR="$arch_lib/cmake/spdlog" -Dfmt_DIR="$arch_lib/cmake/fmt" \
   -Dnlohmann_json_DIR="$deps/usr/share/cmake/nlohmann_json" -DZLIB_ROOT="$deps/usr" \
-  -DCMAKE_CXX_STANDARD="${LOOM_CXX_STANDARD:-17}" \
+  -DCMAKE_CXX_STANDARD="$cxx_standard" \
   -DLOOM_WITH_MPI=OFF -DLOOM_WITH_GLOO="$gloo" -DLOOM_BUILD_TESTS=OFF "${nccl_args[@]}"
-cmake --build "$build_dir" -j "$(nproc)" --target loom
+# -k 0: every compile error of a first build on a new LibTorch in one log.
+cmake --build "$build_dir" -j "$(nproc)" --target loom -- -k 0
 echo "export LD_LIBRARY_PATH=$arch_lib:\${LD_LIBRARY_PATH:-}"

@@ -12,8 +12,14 @@ out=${OUT:-/tmp/loom_gpu_bench}
 mkdir -p "$out"
 sets=()
 for s in "$@"; do sets+=(--set "$s"); done
+# The GPU's memory in use, sampled every 200 ms while a side runs (both sides alike:
+# the CUDA context and the caching allocator's reserve included).
+sample_memory() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 > "$1" 2> /dev/null & }
 rm -rf /tmp/loom_gpu_run
+sample_memory "$out/loom_memory.txt"
+sampler=$!
 build-gpu/loom train bench/gpu/gpt_1.3b.yaml --run-dir /tmp/loom_gpu_run "${sets[@]}" 2>&1 | tee "$out/loom.log"
+kill "$sampler"
 # The resolved config loom wrote (sections of "  key: value" lines; no YAML library needed).
 read -r layers hidden heads seq vocab global micro steps < <(python3 - <<'PY'
 c, section = {}, None
@@ -29,7 +35,12 @@ PY
 )
 python3 bench/reference_gpt.py --device cuda --precision bf16 --layers "$layers" --hidden "$hidden" --heads "$heads" \
   --seq-len "$seq" --vocab "$vocab" --global-batch "$global" --micro-batch "$micro" --steps "$steps" \
-  --warmup-steps 2 | tee "$out/pytorch.json"
+  --warmup-steps 2 | tee "$out/pytorch.json" &
+reference=$!
+sample_memory "$out/pytorch_memory.txt"
+sampler=$!
+wait "$reference"
+kill "$sampler"
 python3 - "$out" <<'PY'
 import json, statistics, subprocess, sys, datetime, re
 out = sys.argv[1]
@@ -44,8 +55,12 @@ result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "gpu": 
           "pytorch_tokens_per_s": torch_side["median_tokens_per_s"], "ratio": loom / torch_side["median_tokens_per_s"],
           "loom_mfu_percent": float(mfu.group(1)) if mfu else None, "peak_tflops": float(mfu.group(2)) if mfu else None,
           "pytorch_max_memory_gib": torch_side.get("max_memory_gib")}
-print(f"| GPU | loom tokens/s | PyTorch eager tokens/s | loom / PyTorch | loom MFU |")
-print(f"| {smi} | {loom:.0f} | {result['pytorch_tokens_per_s']:.0f} | {result['ratio']:.2f}x | {result['loom_mfu_percent']}% |")
+for side in ("loom", "pytorch"):
+    used = [int(x) for x in open(f"{out}/{side}_memory.txt").read().split() if x.isdigit()]
+    result[f"{side}_peak_used_gib"] = max(used) / 1024 if used else None
+print("| GPU | loom tokens/s | PyTorch eager tokens/s | loom / PyTorch | loom MFU | GPU memory used, loom / PyTorch (GiB) |")
+print(f"| {smi} | {loom:.0f} | {result['pytorch_tokens_per_s']:.0f} | {result['ratio']:.2f}x | {result['loom_mfu_percent']}% "
+      f"| {result['loom_peak_used_gib']:.1f} / {result['pytorch_peak_used_gib']:.1f} |")
 for path in ("bench/gpu/results.json", f"{out}/results.json"):
     json.dump(result, open(path, "w"), indent=1)
 PY

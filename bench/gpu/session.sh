@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One device-tool call's worth of GPU work, from the repository root on the GPU
+# machine (carrying .gpu_deps from bench/gpu/fetch_deps.sh): the machine's
+# versions, the build (skipped when build-gpu/loom is there), the single-GPU
+# checks (bench/gpu/check.sh), then the benchmark (bench/gpu/run.sh, its
+# arguments). Logs go to $OUT: build.log, check.log and run.sh's files.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-/tmp/loom_gpu_bench}
+mkdir -p "$out"
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+  echo "cores $(nproc) | $(g++ --version | head -1) | $(nvcc --version | tail -1)"
+} 2>&1 | tee "$out/build.log"
+if [ ! -x build-gpu/loom ]; then
+  start=$SECONDS
+  if ! timeout "${BUILD_TIMEOUT:-400}" bash bench/gpu/build.sh >> "$out/build.log" 2>&1; then
+    grep -E "error|Error|CMake Error" "$out/build.log" | head -80
+    tail -20 "$out/build.log"
+    exit 1
+  fi
+  echo "built in $((SECONDS - start)) s"
+fi
+[ "${SKIP_CHECK:-0}" = 1 ] || timeout "${CHECK_TIMEOUT:-200}" bash bench/gpu/check.sh 2>&1 | tee "$out/check.log"
+[ "${SKIP_BENCH:-0}" = 1 ] || timeout "${BENCH_TIMEOUT:-420}" bash bench/gpu/run.sh "$@"
