@@ -8,6 +8,8 @@
 #include <cstring>
 #include <thread>
 
+#include <ATen/Parallel.h>
+
 #include "core/errors.h"
 #include "parallel/launch_env.h"
 
@@ -44,6 +46,22 @@ std::string blas_spin_setting() {
   if (dlsym(RTLD_DEFAULT, "openblas_set_num_threads") == nullptr) return "";
   const char* value = std::getenv(kSpinVariable);
   return value ? std::string(kSpinVariable) + "=" + value : std::string("OpenBLAS's default spin");
+}
+
+int apply_thread_policy(const Config& config, const parallel::LaunchInfo& launch) {
+  int threads = static_cast<int>(config.train.threads_per_rank);
+  if (threads == 0) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, cores / std::max(1, launch.local_world));
+  }
+  using SetThreads = void (*)(int);
+  if (auto openblas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    openblas(threads);
+    at::set_num_threads(1);
+  } else {
+    at::set_num_threads(threads);
+  }
+  return threads;
 }
 
 }  // namespace loom::launch

@@ -11,6 +11,9 @@
 
 #include <string>
 
+#include "core/config.h"
+#include "parallel/launch_env.h"
+
 namespace loom::launch {
 
 // Returns only if no restart was needed or the restart failed (then loom runs as it is).
@@ -18,5 +21,12 @@ void restart_with_short_blas_spin(int argc, char** argv);
 
 // For the startup line: "OPENBLAS_THREAD_TIMEOUT=N", "OpenBLAS's default spin", or "" without OpenBLAS.
 std::string blas_spin_setting();
+
+// OpenBLAS keeps its own thread pool beside LibTorch's OpenMP one, and the two
+// together oversubscribe the cores. Measured on 2 cores (README, "Threads"): the
+// matrix products dominate, so BLAS gets the rank's threads (train.threads_per_rank,
+// 0: cores / local ranks) and LibTorch's elementwise ops run on one. Returns the
+// rank's thread count.
+int apply_thread_policy(const Config& config, const parallel::LaunchInfo& launch);
 
 }  // namespace loom::launch

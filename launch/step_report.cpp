@@ -1,0 +1,153 @@
+#include "launch/step_report.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include "core/device.h"
+#include "core/logging.h"
+#include "launch/blas_environment.h"
+#include "launch/moe_metrics.h"
+#include "parallel/traffic_report.h"
+
+namespace loom::launch {
+namespace {
+
+// LOOM_HOST overrides the name, for containers whose ranks all share one
+// hostname though they sit on different machines (and for tests).
+std::string host_name() {
+  if (const char* host = std::getenv("LOOM_HOST")) return host;
+  char name[256] = {};
+  return gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("unknown");
+}
+
+}  // namespace
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  char buffer[32];
+  if (s >= 3600) {
+    std::snprintf(buffer, sizeof(buffer), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  }
+  return buffer;
+}
+
+void log_job_start(const Config& config, const parallel::LaunchEnv& env, int threads, const std::string& run_dir,
+                   const torch::Device& device) {
+  const auto& p = config.parallel;
+  const std::string spin = blas_spin_setting();
+  info0("{} ranks ({} launch) | tp={} pp={} dp={} ep={} | {} threads per rank{} | run dir {}", env.world(),
+        env.info().launcher, p.tp, p.pp, p.dp, p.ep, threads, spin.empty() ? "" : " (" + spin + ")", run_dir);
+  if (device.is_cuda()) {
+    info0("device: {} ({}) per rank, {} backend | precision {}", device.str(), gpu_name(device.index()),
+          env.world() > 1 ? "nccl" : "no", config.train.precision);
+  }
+  if (p.pp > 1) {
+    info0("pipeline: {} schedule, {} stages x {} virtual stages, {} micro-batches per step; bubble by the formula {:.1f}%",
+          p.schedule, p.pp, p.virtual_stages, config.micro_batches_per_step(),
+          100.0 * static_cast<double>(p.pp - 1) /
+              static_cast<double>(config.micro_batches_per_step() * p.virtual_stages + p.pp - 1));
+  }
+  info0("model: {} layers, hidden {}, {} heads, seq {}, vocab {} | global batch {} = micro {} x {} x dp {} | data: {}",
+        config.model.num_layers, config.model.hidden_size, config.model.num_heads, config.model.seq_len,
+        config.model.vocab_size, config.train.global_batch_size, config.train.micro_batch_size,
+        config.micro_batches_per_step(), p.dp, config.data.path.empty() ? "synthetic" : config.data.path);
+  if (config.model.moe.enabled()) {
+    const auto& moe = config.model.moe;
+    const auto layers = moe_layers(config).size();
+    info0("moe: {} experts ({} per ep rank), top-{}, {} MoE blocks of {}, capacity factor {}{}, aux loss x{}, z-loss x{}",
+          moe.num_experts, moe.num_experts / p.ep, moe.top_k, layers, config.model.num_layers, moe.capacity_factor,
+          moe.capacity_factor > 0 ? "" : " (no dropping)", moe.aux_loss_coeff, moe.z_loss_coeff);
+  }
+}
+
+void log_progress(const Config& config, int64_t step, double loss, double lr, double grad_norm, double step_s,
+                  double mean_step_s) {
+  const auto& t = config.train;
+  const double tokens_per_s = static_cast<double>(t.global_batch_size * config.model.seq_len) / step_s;
+  const int width = static_cast<int>(std::to_string(t.steps).size());
+  info0("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tokens/s | {:.0f} ms/step | ETA {}", step,
+        width, t.steps, loss, lr, grad_norm, tokens_per_s, step_s * 1000.0,
+        format_duration(mean_step_s * static_cast<double>(t.steps - step)));
+}
+
+nlohmann::json pipeline_metrics(const Config& config, const std::vector<parallel::PipelineStepTiming>& stages) {
+  const double p = static_cast<double>(config.parallel.pp), v = static_cast<double>(config.parallel.virtual_stages);
+  const double m = static_cast<double>(config.micro_batches_per_step());
+  nlohmann::json busy_ms = nlohmann::json::array();
+  double bubble = 0.0;
+  for (const auto& stage : stages) {
+    busy_ms.push_back(stage.busy_s * 1000.0);
+    bubble += (stage.wall_s > 0 ? 1.0 - stage.busy_s / stage.wall_s : 0.0) / static_cast<double>(stages.size());
+  }
+  return {{"schedule", config.parallel.schedule},
+          {"stage_busy_ms", busy_ms},
+          {"bubble", bubble},
+          {"bubble_formula", (p - 1.0) / (m * v + p - 1.0)}};
+}
+
+nlohmann::json gather_memory_report(parallel::ProcessGroups& groups, const parallel::ModelStateBytes& state,
+                                    int64_t optimizer_bytes, int64_t activation_bytes) {
+  auto mine = torch::tensor({static_cast<double>(state.params), static_cast<double>(state.grads),
+                             static_cast<double>(optimizer_bytes), static_cast<double>(activation_bytes),
+                             static_cast<double>(state.master)},
+                            torch::kFloat64);
+  auto all = torch::empty({groups.world(), 5}, torch::kFloat64);
+  groups.world_comm().all_gather(all, mine).wait();
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int64_t r = 0; r < groups.world(); ++r) {
+    ranks.push_back({{"rank", r},
+                     {"params_bytes", static_cast<int64_t>(all[r][0].item<double>())},
+                     {"grads_bytes", static_cast<int64_t>(all[r][1].item<double>())},
+                     // fp32 training: the parameters are the master weights (0 here)
+                     {"master_bytes", static_cast<int64_t>(all[r][4].item<double>())},
+                     {"optimizer_bytes", static_cast<int64_t>(all[r][2].item<double>())},
+                     // The peak above the model state during the first step's forward and backward:
+                     // activations kept for backward and temporaries (-1: not measured).
+                     {"activation_peak_bytes", static_cast<int64_t>(all[r][3].item<double>())}});
+  }
+  return ranks;
+}
+
+void write_traffic_reports(parallel::ProcessGroups& groups, const parallel::CommStats& stats,
+                           const parallel::RankGrid& grid, const TrainSummary& summary, const std::string& run_dir) {
+  std::ofstream(run_dir + "/comm_rank" + std::to_string(groups.rank()) + ".json") << stats.to_json().dump(2) << "\n";
+  auto report = parallel::gather_traffic_report(groups, stats, summary.steps, host_name());
+  if (report.is_null()) return;
+  report["diagnostics"] = parallel::traffic_diagnostics(report, grid);
+  report["last_step"] = summary.last_step;
+  std::ofstream(run_dir + "/traffic.json") << report.dump(1) << "\n";
+  if (groups.world() > 1) std::cout << parallel::format_traffic_table(report) << std::flush;
+}
+
+void log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir,
+                 double flops_per_token, int world, const torch::Device& device) {
+  info0("done: {} steps in {} | loss {:.4f} -> {:.4f} | {:.0f} tokens/s | metrics in {}/metrics.jsonl", summary.steps,
+        format_duration(summary.seconds), summary.first_loss, summary.last_loss, summary.tokens_per_s, run_dir);
+  if (flops_per_token <= 0.0) return;
+  const double tflops = flops_per_token * summary.tokens_per_s / static_cast<double>(world) / 1e12;
+  double peak = config.train.peak_tflops;
+  std::string source = "train.peak_tflops";
+  if (peak <= 0.0 && device.is_cuda()) {
+    const std::string name = gpu_name(device.index());
+    peak = known_bf16_peak_tflops(name);
+    source = (name.empty() ? std::string("unnamed GPU") : name) + ", dense bf16 data-sheet peak";
+  }
+  std::string mfu;
+  if (peak > 0.0) {
+    mfu = fmt::format("MFU {:.1f}% of {:g} TFLOP/s per device ({})", 100.0 * tflops / peak, peak, source);
+  } else if (device.is_cuda()) {
+    mfu = "MFU: the peak of " + gpu_name(device.index()) + " is not known to loom (set train.peak_tflops)";
+  } else {
+    mfu = "MFU: no peak assumed on CPU (set train.peak_tflops)";
+  }
+  info0("model FLOPs: {:.4g} GFLOP per token (6 x weights + 12 L h S) | {:.4g} TFLOP/s per rank | {}",
+        flops_per_token / 1e9, tflops, mfu);
+}
+
+}  // namespace loom::launch

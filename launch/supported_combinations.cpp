@@ -1,0 +1,67 @@
+#include "launch/supported_combinations.h"
+
+#include <string>
+
+#include "core/errors.h"
+
+namespace loom::launch {
+
+void require_supported(const Config& c, const torch::Device& device, int64_t world) {
+  auto unsupported = [](const std::string& key, const std::string& value) {
+    return InputError("config key '" + key + "': " + value +
+                      " is valid but not implemented in this version of loom; training supports tp, pp, dp, "
+                      "sequence_parallel, virtual_stages, checkpoints, zero_stage 0-3, ep with MoE, "
+                      "precision fp32, bf16 and fp16");
+  };
+  const auto& p = c.parallel;
+  if (p.zero_stage >= 2 && p.grad_reduce_dtype != "fp32") {
+    throw InputError("config key 'parallel.grad_reduce_dtype': " + p.grad_reduce_dtype +
+                     " applies to zero_stage 0 and 1; stages 2 and 3 reduce gradients in fp32");
+  }
+  if (c.train.precision == "fp16" && c.model.moe.enabled()) {
+    // The MoE auxiliary losses inject their gradient at a fixed scale, which dynamic loss scaling would not reach.
+    throw unsupported("train.precision", "fp16 with model.moe (use bf16)");
+  }
+  if (p.backend == "nccl" && !device.is_cuda()) {
+    throw InputError("config key 'parallel.backend': nccl moves GPU tensors, but this run trains on the CPU "
+                     "(train.device " + c.train.device + "; a CUDA build of LibTorch and a GPU are needed); use gloo");
+  }
+  if (!device.is_cuda()) return;
+#ifndef LOOM_WITH_NCCL
+  if (world > 1) {
+    throw InputError("config key 'train.device': cuda with several ranks needs the NCCL communicator, which this "
+                     "build of loom left out (CUDA or NCCL not found at configure time)");
+  }
+#endif
+  if (p.backend == "gloo" && world > 1) {
+    throw InputError("config key 'parallel.backend': gloo moves CPU tensors; with train.device cuda use nccl or auto");
+  }
+  // Not yet on GPUs: said here rather than failing inside a step.
+  if (c.model.moe.enabled()) throw unsupported("model.moe", "a mixture of experts on train.device cuda");
+  if (p.zero_stage >= 2 && p.dp > 1) {
+    // ZeRO-2/3 units free and regrow parameter storage in place, which parallel/fully_sharded.cpp does for CPU storage.
+    throw unsupported("parallel.zero_stage", std::to_string(p.zero_stage) + " on train.device cuda (0 and 1 are)");
+  }
+  if (c.model.dropout > 0) {
+    // The tensor-parallel dropout streams (parallel/tp_rng.h) are CPU generators.
+    throw unsupported("model.dropout", std::to_string(c.model.dropout) + " on train.device cuda");
+  }
+}
+
+void check_fault_injection(const FaultInjection& fault, const Config& config, const parallel::RankGrid& grid) {
+  if (fault.rank >= grid.world()) {
+    throw InputError("--inject-fault rank " + std::to_string(fault.rank) + " is not below the world size");
+  }
+  if (fault.kind != "overflow") return;
+  if (config.train.precision != "fp16") {
+    throw InputError("--inject-fault overflow tests fp16 loss scaling: it needs train.precision fp16, not " +
+                     config.train.precision);
+  }
+  if (grid.coords(fault.rank).pp != config.parallel.pp - 1) {
+    throw InputError("--inject-fault " + std::to_string(fault.rank) +
+                     ":STEP:overflow: the overflow is injected through the loss, which only the last pipeline "
+                     "stage holds; pick one of its ranks");
+  }
+}
+
+}  // namespace loom::launch

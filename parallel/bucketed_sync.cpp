@@ -1,0 +1,197 @@
+// ZeRO 0 and 1 (and every stage at dp = 1): gradients reduced in dp buckets
+// while backward goes on; fp32 master weights under mixed precision.
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "optim/grad_clip.h"
+#include "optim/master_weights.h"
+#include "optim/partitioned_optimizer.h"
+#include "optim/zero_adamw.h"
+#include "parallel/data_parallel.h"
+#include "parallel/grad_buckets.h"
+#include "parallel/gradient_sync.h"
+
+namespace loom::parallel {
+namespace {
+
+int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+class BucketedSync : public GradientSync {
+ public:
+  BucketedSync(ProcessGroups& groups, const GradientSyncOptions& options)
+      : groups_(groups),
+        options_(options),
+        // With one dp rank there is nothing to shard.
+        zero_stage_(groups.dp().size() > 1 ? options.zero_stage : 0) {}
+
+  void attach(std::vector<ParallelParameter> params, std::vector<torch::Tensor> tied) override {
+    params_ = std::move(params);
+    if (options_.model_dtype != torch::kFloat) {
+      std::vector<torch::Tensor> model;
+      for (const auto& param : params_) model.push_back(param.tensor);
+      master_ = std::make_unique<optim::MasterWeights>(model, options_.model_dtype);
+      for (size_t i = 0; i < params_.size(); ++i) params_[i].tensor = master_->masters()[i];
+      for (auto& tensor : tied) tensor = master_->master_of(tensor);
+    }
+    // Parts: [0] every parameter but the experts, over dp; [1] MoE experts, over expert-dp.
+    std::vector<torch::Tensor> sequence_parallel;
+    for (const auto& param : params_) {
+      const size_t part = param.expert ? 1 : 0;
+      parts_[part].tensors.push_back(param.tensor);
+      part_of_.push_back(part);
+      if (param.sequence_parallel) sequence_parallel.push_back(param.tensor);
+    }
+    if (groups_.dp().size() > 1) {
+      parts_[0].buckets = std::make_unique<GradientBuckets>(parts_[0].tensors, groups_.dp(), options_.bucket_bytes,
+                                                            options_.micro_batches, zero_stage_);
+      // The tied copies' gradients change after backward (their sum): their buckets wait for finish().
+      parts_[0].buckets->defer(tied);
+      if (!parts_[1].tensors.empty()) {
+        // Each expert's gradient already sums the tokens of its ep group's dp ranks: averaged over all of dp.
+        parts_[1].buckets = std::make_unique<GradientBuckets>(parts_[1].tensors, groups_.expert_dp(),
+                                                              options_.bucket_bytes, options_.micro_batches,
+                                                              zero_stage_, groups_.dp().size());
+      }
+    }
+    for (auto& part : parts_) {
+      if (part.buckets && options_.reduce_dtype != torch::kFloat) part.buckets->reduce_in(options_.reduce_dtype);
+    }
+    if (master_) {
+      // Masters are outside autograd: their buckets hear of each gradient from the master weights.
+      std::vector<std::pair<GradientBuckets*, size_t>> bucket_of;
+      size_t index_in_part[2] = {0, 0};
+      for (const size_t part : part_of_) bucket_of.emplace_back(parts_[part].buckets.get(), index_in_part[part]++);
+      master_->set_listener([bucket_of](size_t i) {
+        if (auto* buckets = bucket_of[i].first) buckets->gradient_arrived(bucket_of[i].second);
+      });
+    }
+    sequence_parallel_ = std::make_unique<GradientReducer>(sequence_parallel);
+    tied_ = std::make_unique<GradientReducer>(tied);
+  }
+
+  std::unique_ptr<optim::Optimizer> make_optimizer(const optim::AdamWOptions& adam) override {
+    auto make = [&](size_t p) -> std::unique_ptr<optim::Optimizer> {
+      auto& part = parts_[p];
+      if (zero_stage_ >= 1) {
+        return std::make_unique<optim::ZeroAdamW>(part.tensors, *part.buckets, p == 0 ? groups_.dp() : groups_.expert_dp(),
+                                                  adam);
+      }
+      auto plain = std::make_unique<optim::AdamW>(part.tensors, adam);
+      // Without buckets the gradients are the optimizer's to place: in its flat layout.
+      if (!part.buckets) plain->use_flat_gradients();
+      return plain;
+    };
+    std::unique_ptr<optim::Optimizer> optimizer = make(0);
+    if (!parts_[1].tensors.empty()) {
+      std::vector<std::unique_ptr<optim::Optimizer>> both;
+      both.push_back(std::move(optimizer));
+      both.push_back(make(1));
+      optimizer = std::make_unique<optim::PartitionedOptimizer>(std::move(both), part_of_);
+    }
+    // Gradients exist from the start (AccumulateGrad then adds into them in place), so
+    // the first step allocates only activations and temporaries, which the memory report measures.
+    torch::NoGradGuard no_grad;
+    for (auto& param : params_) {
+      if (!param.tensor.grad().defined()) param.tensor.mutable_grad() = torch::zeros_like(param.tensor);
+    }
+    return optimizer;
+  }
+
+  void start_step() override {
+    for (auto& part : parts_) {
+      if (part.buckets) part.buckets->start_step();
+    }
+  }
+
+  void finish_backward() override {
+    if (parts_[0].buckets) parts_[0].buckets->mark("backward done");
+    // The first stage's embedding and the last stage's output layer are one tied
+    // weight: each copy has half of its gradient. Their dp buckets are held back until this sum is in.
+    if (!tied_->empty()) tied_->all_reduce(groups_.get(GroupKind::embedding));
+    for (auto& part : parts_) {
+      if (part.buckets) part.buckets->finish();
+    }
+    // Sequence-parallel ranks each saw part of the sequence: their gradients of
+    // replicated parameters are partial sums. Summed after the dp reduction, which
+    // may still be writing the buffers until finish().
+    sequence_parallel_->all_reduce(groups_.tp());
+  }
+
+  void unscale(double inverse) override {
+    torch::NoGradGuard no_grad;
+    for (auto& p : params_) {
+      if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(inverse);
+    }
+  }
+
+  double clip(double max_norm) override {
+    optim::ExpertGroups experts;
+    if (options_.experts) experts = {&groups_.ep(), nullptr};
+    return optim::clip_grad_norm(params_, max_norm, groups_.model_parallel(), groups_.coords().tp, nullptr, experts);
+  }
+
+  void after_update() override {
+    if (master_) master_->copy_to_model();
+  }
+
+  void release_all(bool loaded) override {
+    if (loaded && master_) master_->copy_to_model();
+  }
+
+  ModelStateBytes state_bytes() const override {
+    ModelStateBytes bytes;
+    for (const auto& p : params_) {
+      bytes.params += bytes_of(p.tensor);
+      if (!parts_[0].buckets && p.tensor.grad().defined()) bytes.grads += bytes_of(p.tensor.grad());
+    }
+    // Under mixed precision params_ are the fp32 masters; the model holds the bf16 (fp16) copies.
+    if (master_) {
+      bytes.master = master_->master_bytes();
+      bytes.params = master_->model_bytes();
+    }
+    for (const auto& part : parts_) {
+      for (int64_t b = 0; part.buckets && b < part.buckets->num_buckets(); ++b) {
+        bytes.grads += bytes_of(part.buckets->layout(static_cast<size_t>(b)).buffer);
+      }
+    }
+    return bytes;
+  }
+
+  void write_trace(const std::filesystem::path& path, int64_t last_step) const override {
+    const auto& buckets = parts_[0].buckets;
+    if (!buckets) return;
+    nlohmann::json events = nlohmann::json::array();
+    for (const auto& e : buckets->trace()) events.push_back({{"event", e.what}, {"seconds", e.seconds}});
+    std::ofstream(path) << nlohmann::json{{"step", last_step}, {"buckets", buckets->num_buckets()}, {"events", events}}
+                               .dump(1)
+                        << "\n";
+  }
+
+ private:
+  struct Part {
+    std::vector<torch::Tensor> tensors;
+    std::unique_ptr<GradientBuckets> buckets;  // when dp > 1
+  };
+
+  ProcessGroups& groups_;
+  GradientSyncOptions options_;
+  int64_t zero_stage_;
+  Part parts_[2];
+  std::vector<size_t> part_of_;  // each parameter's part
+  std::unique_ptr<optim::MasterWeights> master_;  // mixed precision
+  std::unique_ptr<GradientReducer> sequence_parallel_;  // summed over tp
+  std::unique_ptr<GradientReducer> tied_;  // summed over the embedding group
+};
+
+}  // namespace
+
+std::unique_ptr<GradientSync> make_bucketed_sync(ProcessGroups& groups, const GradientSyncOptions& options) {
+  return std::make_unique<BucketedSync>(groups, options);
+}
+
+std::unique_ptr<GradientSync> make_gradient_sync(ProcessGroups& groups, const GradientSyncOptions& options) {
+  if (options.zero_stage >= 2 && groups.dp().size() > 1) return make_unit_sharded_sync(groups, options);
+  return make_bucketed_sync(groups, options);
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,91 @@
+// How this rank's gradients become the global batch's mean gradients, whatever
+// the ZeRO stage: one interface the trainer's step loop talks to, with two
+// implementations.
+//  - bucketed (ZeRO 0 and 1, and any stage at dp = 1): each parameter's .grad is a
+//    view into a dp bucket that is all-reduced while backward goes on
+//    (parallel/grad_buckets.h); under mixed precision the parameters the
+//    optimizer sees are fp32 masters (optim/master_weights.h).
+//  - unit-sharded (ZeRO 2 and 3 at dp > 1): per-block units gather parameters and
+//    reduce-scatter gradients into shards (parallel/fully_sharded.h); under mixed
+//    precision the shards are the fp32 masters.
+// MoE experts are a second part of either, reduced over expert-dp (and averaged over dp).
+//
+// A step: start_step(), forward and backward, finish_backward(), unscale() (fp16),
+// clip(), the optimizer's step, after_update().
+#pragma once
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "optim/adamw.h"
+#include "optim/optimizer.h"
+#include "parallel/fully_sharded.h"
+#include "parallel/parallel_parameter.h"
+#include "parallel/process_groups.h"
+
+namespace loom::parallel {
+
+struct GradientSyncOptions {
+  int64_t zero_stage = 0;            // parallel.zero_stage
+  int64_t micro_batches = 1;         // gradients each parameter receives per step
+  int64_t bucket_bytes = 0;          // dp buckets (parallel.bucket_mb)
+  torch::ScalarType reduce_dtype = torch::kFloat;  // the dp buckets' wire (parallel.grad_reduce_dtype)
+  torch::ScalarType model_dtype = torch::kFloat;   // bf16 or fp16: mixed precision, fp32 masters
+  bool experts = false;              // the model has MoE experts (ep group)
+};
+
+// Bytes of model state one rank holds, for the memory report.
+struct ModelStateBytes {
+  int64_t params = 0;  // the model's parameters (under mixed precision its bf16 / fp16 copies)
+  int64_t grads = 0;
+  int64_t master = 0;  // fp32 master weights beside 16-bit parameters
+};
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+
+  // ZeRO-3's units, which the model's blocks run through (nullptr: none).
+  virtual FullyShardedParameters* units() { return nullptr; }
+  // Takes this rank's parameters, as the model made and initialised them, and the
+  // tied copies summed over the embedding group after backward.
+  virtual void attach(std::vector<ParallelParameter> params, std::vector<torch::Tensor> tied) = 0;
+  // The parameters as the optimizer, clipping and checkpoints see them: the model's,
+  // or their fp32 masters under mixed precision (attach() first).
+  const std::vector<ParallelParameter>& parameters() const { return params_; }
+  // AdamW over these parameters, sharded to match (ZeRO-1 over the buckets, the units' shards).
+  virtual std::unique_ptr<optim::Optimizer> make_optimizer(const optim::AdamWOptions& options) = 0;
+
+  virtual void start_step() = 0;
+  // After this rank's backward: the tied copies summed, the dp reductions done and
+  // averaged, sequence-parallel gradients summed over tp.
+  virtual void finish_backward() = 0;
+  // fp16: divides the reduced gradients by the loss scale.
+  virtual void unscale(double inverse) = 0;
+  // The global gradient norm (every rank alike); scales the gradients to MAX_NORM when above it (> 0).
+  virtual double clip(double max_norm) = 0;
+  // After the optimizer's step: the model's parameters take the updated values.
+  virtual void after_update() = 0;
+
+  // Around checkpoints: every parameter whole and readable (collective), then
+  // released; LOADED: parameters() were written and the model takes their values.
+  virtual void gather_all() {}
+  virtual void release_all(bool loaded) = 0;
+
+  virtual ModelStateBytes state_bytes() const = 0;
+  // log.trace: this step's bucket events (bucketed only).
+  virtual void write_trace(const std::filesystem::path&, int64_t /*last_step*/) const {}
+
+ protected:
+  std::vector<ParallelParameter> params_;
+};
+
+// The implementation for the layout: unit-sharded for ZeRO 2 and 3 at dp > 1, else bucketed.
+std::unique_ptr<GradientSync> make_gradient_sync(ProcessGroups& groups, const GradientSyncOptions& options);
+std::unique_ptr<GradientSync> make_bucketed_sync(ProcessGroups& groups, const GradientSyncOptions& options);
+std::unique_ptr<GradientSync> make_unit_sharded_sync(ProcessGroups& groups, const GradientSyncOptions& options);
+
+}  // namespace loom::parallel
