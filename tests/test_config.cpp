@@ -1,9 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "core/config.h"
+#include "core/config_fields.h"
 #include "core/device.h"
 #include "core/errors.h"
 
@@ -71,6 +73,22 @@ TEST_CASE("unknown keys and sections are errors that suggest the closest name", 
   CHECK_THROWS_WITH(loom::apply_override(*std::make_unique<Config>(), "parallel.tpp=2"),
                     Catch::Contains("did you mean 'parallel.tp'"));
   CHECK_THROWS_WITH(loom::load_config("/nonexistent/loom.yaml"), Catch::Contains("/nonexistent/loom.yaml"));
+}
+
+TEST_CASE("every config key has a meaning, and the help lists it with its type and default", "[config]") {
+  const std::string help = loom::config_keys_help();
+  const Config defaults;
+  for (const auto& field : loom::config_fields()) {
+    INFO(field.name());
+    CHECK_FALSE(field.help.empty());
+    const auto at = help.find("\n  " + field.name() + " ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = help.substr(at + 1, help.find('\n', at + 1) - at - 1);
+    const std::string value = field.print(defaults);
+    CHECK_THAT(line, Catch::Contains(" " + field.type + " ") && Catch::Contains(value.empty() ? "\"\"" : value) &&
+                         Catch::EndsWith(field.help));
+  }
+  CHECK_THAT(help, Catch::Contains("train.steps") && Catch::Contains("100") && Catch::Contains("optimizer steps"));
 }
 
 TEST_CASE("dp is derived from the world and checked when given", "[config]") {
