@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/config_aliases.h"
 #include "core/config_fields.h"
 #include "core/errors.h"
 
@@ -27,11 +28,18 @@ std::vector<std::string> section_names() {
   return names;
 }
 
+// "unknown key 'NAME'; did you mean ...?": Megatron-LM's name for the key if NAME is one, else the closest candidate.
+std::string unknown(const std::string& what, const std::string& name, const std::vector<std::string>& candidates) {
+  const std::string megatron = megatron_hint(name);
+  if (!megatron.empty()) return "unknown key '" + name + "'; " + megatron;
+  return "unknown " + what + " '" + name + "'; did you mean '" + closest_name(name, candidates) + "'?";
+}
+
 const ConfigField& find_field(const std::string& name, const std::string& where) {
   for (const auto& f : config_fields()) {
     if (f.name() == name) return f;
   }
-  throw InputError(where + "unknown key '" + name + "'; did you mean '" + closest_name(name, all_names()) + "'?");
+  throw InputError(where + unknown("key", name, all_names()));
 }
 
 void set_field(Config& config, const std::string& name, const std::string& text, const std::string& where) {
@@ -90,8 +98,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     const std::string section_name = section.first.as<std::string>();
     auto sections = section_names();
     if (std::find(sections.begin(), sections.end(), section_name) == sections.end()) {
-      throw InputError(where + "unknown section '" + section_name + "'; did you mean '" +
-                       closest_name(section_name, sections) + "'?");
+      throw InputError(where + unknown("section", section_name, sections));
     }
     if (section.second.IsNull()) continue;
     if (!section.second.IsMap()) throw InputError(where + "section '" + section_name + "' must be a mapping");

@@ -44,37 +44,41 @@ bool parse_bool(const std::string& text, bool& out) {
   return true;
 }
 
+// The shortest text (of at least 6 digits, so 300 is not 3e+02) that reads back to V exactly:
+// 0.1 rather than 0.10000000000000001.
 std::string print_float(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  return s.str();
+  for (int digits = 6;; ++digits) {
+    std::ostringstream s;
+    s.precision(digits);
+    s << v;
+    if (digits >= 17 || std::strtod(s.str().c_str(), nullptr) == v) return s.str();
+  }
 }
 
 template <typename Member>
-ConfigField int_field(std::string section, std::string key, Member member) {
-  return {section, key, "int",
+ConfigField int_field(std::string section, std::string key, Member member, std::string help) {
+  return {section, key, "int", help,
           [member](Config& c, const std::string& t) { return parse_int(t, member(c)); },
           [member](const Config& c) { return std::to_string(member(c)); }};
 }
 
 template <typename Member>
-ConfigField float_field(std::string section, std::string key, Member member) {
-  return {section, key, "float",
+ConfigField float_field(std::string section, std::string key, Member member, std::string help) {
+  return {section, key, "float", help,
           [member](Config& c, const std::string& t) { return parse_float(t, member(c)); },
           [member](const Config& c) { return print_float(member(c)); }};
 }
 
 template <typename Member>
-ConfigField bool_field(std::string section, std::string key, Member member) {
-  return {section, key, "bool",
+ConfigField bool_field(std::string section, std::string key, Member member, std::string help) {
+  return {section, key, "bool", help,
           [member](Config& c, const std::string& t) { return parse_bool(t, member(c)); },
           [member](const Config& c) { return std::string(member(c) ? "true" : "false"); }};
 }
 
 template <typename Member>
-ConfigField string_field(std::string section, std::string key, Member member) {
-  return {section, key, "string",
+ConfigField string_field(std::string section, std::string key, Member member, std::string help) {
+  return {section, key, "string", help,
           [member](Config& c, const std::string& t) {
             member(c) = t;
             return true;
@@ -86,68 +90,101 @@ ConfigField string_field(std::string section, std::string key, Member member) {
 
 std::vector<ConfigField> make_fields() {
   return {
-      int_field("model", "num_layers", LOOM_MEMBER(model.num_layers)),
-      int_field("model", "hidden_size", LOOM_MEMBER(model.hidden_size)),
-      int_field("model", "num_heads", LOOM_MEMBER(model.num_heads)),
-      int_field("model", "ffn_hidden_size", LOOM_MEMBER(model.ffn_hidden_size)),
-      int_field("model", "vocab_size", LOOM_MEMBER(model.vocab_size)),
-      int_field("model", "seq_len", LOOM_MEMBER(model.seq_len)),
-      float_field("model", "dropout", LOOM_MEMBER(model.dropout)),
-      string_field("model", "init_from", LOOM_MEMBER(model.init_from)),
-      int_field("model", "moe.num_experts", LOOM_MEMBER(model.moe.num_experts)),
-      int_field("model", "moe.top_k", LOOM_MEMBER(model.moe.top_k)),
-      int_field("model", "moe.every", LOOM_MEMBER(model.moe.every)),
-      float_field("model", "moe.capacity_factor", LOOM_MEMBER(model.moe.capacity_factor)),
-      float_field("model", "moe.aux_loss_coeff", LOOM_MEMBER(model.moe.aux_loss_coeff)),
-      float_field("model", "moe.z_loss_coeff", LOOM_MEMBER(model.moe.z_loss_coeff)),
-      float_field("model", "moe.router_jitter", LOOM_MEMBER(model.moe.router_jitter)),
+      int_field("model", "num_layers", LOOM_MEMBER(model.num_layers), "transformer blocks"),
+      int_field("model", "hidden_size", LOOM_MEMBER(model.hidden_size), "width of the residual stream"),
+      int_field("model", "num_heads", LOOM_MEMBER(model.num_heads),
+                "attention heads (divides hidden_size; divisible by parallel.tp)"),
+      int_field("model", "ffn_hidden_size", LOOM_MEMBER(model.ffn_hidden_size),
+                "inner width of the MLP; 0: 4 x hidden_size"),
+      int_field("model", "vocab_size", LOOM_MEMBER(model.vocab_size), "token ids the model embeds and predicts"),
+      int_field("model", "seq_len", LOOM_MEMBER(model.seq_len), "tokens per sample (the context length)"),
+      float_field("model", "dropout", LOOM_MEMBER(model.dropout), "dropout probability; 0: off"),
+      string_field("model", "init_from", LOOM_MEMBER(model.init_from),
+                   "Hugging Face GPT-2 .safetensors file to start from; empty: random init"),
+      int_field("model", "moe.num_experts", LOOM_MEMBER(model.moe.num_experts),
+                "experts per MoE layer; 0: dense MLPs everywhere"),
+      int_field("model", "moe.top_k", LOOM_MEMBER(model.moe.top_k), "experts each token is routed to"),
+      int_field("model", "moe.every", LOOM_MEMBER(model.moe.every),
+                "the MLP of every n-th block (0, n, 2n, ...) is an MoE layer"),
+      float_field("model", "moe.capacity_factor", LOOM_MEMBER(model.moe.capacity_factor),
+                  "tokens an expert takes, as a multiple of its even share; 0: none dropped"),
+      float_field("model", "moe.aux_loss_coeff", LOOM_MEMBER(model.moe.aux_loss_coeff),
+                  "weight of the load-balancing loss (Switch/GShard)"),
+      float_field("model", "moe.z_loss_coeff", LOOM_MEMBER(model.moe.z_loss_coeff),
+                  "weight of the router z-loss (ST-MoE)"),
+      float_field("model", "moe.router_jitter", LOOM_MEMBER(model.moe.router_jitter),
+                  "multiplicative noise on the router input, uniform in [1 - j, 1 + j]; 0: none"),
 
-      int_field("parallel", "tp", LOOM_MEMBER(parallel.tp)),
-      int_field("parallel", "pp", LOOM_MEMBER(parallel.pp)),
-      int_field("parallel", "dp", LOOM_MEMBER(parallel.dp)),
-      int_field("parallel", "ep", LOOM_MEMBER(parallel.ep)),
-      bool_field("parallel", "sequence_parallel", LOOM_MEMBER(parallel.sequence_parallel)),
-      int_field("parallel", "virtual_stages", LOOM_MEMBER(parallel.virtual_stages)),
-      string_field("parallel", "schedule", LOOM_MEMBER(parallel.schedule)),
-      int_field("parallel", "zero_stage", LOOM_MEMBER(parallel.zero_stage)),
-      string_field("parallel", "order", LOOM_MEMBER(parallel.order)),
-      string_field("parallel", "backend", LOOM_MEMBER(parallel.backend)),
-      float_field("parallel", "timeout_s", LOOM_MEMBER(parallel.timeout_s)),
-      float_field("parallel", "bucket_mb", LOOM_MEMBER(parallel.bucket_mb)),
-      string_field("parallel", "grad_reduce_dtype", LOOM_MEMBER(parallel.grad_reduce_dtype)),
+      int_field("parallel", "tp", LOOM_MEMBER(parallel.tp), "tensor-parallel size"),
+      int_field("parallel", "pp", LOOM_MEMBER(parallel.pp), "pipeline-parallel size (stages)"),
+      int_field("parallel", "dp", LOOM_MEMBER(parallel.dp), "data-parallel size; 0: world / (tp x pp)"),
+      int_field("parallel", "ep", LOOM_MEMBER(parallel.ep),
+                "expert-parallel size (divides dp and model.moe.num_experts)"),
+      bool_field("parallel", "sequence_parallel", LOOM_MEMBER(parallel.sequence_parallel),
+                 "shard activations along the sequence outside tp regions (needs tp > 1)"),
+      int_field("parallel", "virtual_stages", LOOM_MEMBER(parallel.virtual_stages),
+                "model chunks per pipeline stage (the interleaved schedule)"),
+      string_field("parallel", "schedule", LOOM_MEMBER(parallel.schedule),
+                   "pipeline schedule: gpipe, 1f1b or interleaved"),
+      int_field("parallel", "zero_stage", LOOM_MEMBER(parallel.zero_stage),
+                "ZeRO: 0 off, 1 optimizer state, 2 also gradients, 3 also parameters (FSDP)"),
+      string_field("parallel", "order", LOOM_MEMBER(parallel.order),
+                   "order of the rank grid's dimensions, fastest first"),
+      string_field("parallel", "backend", LOOM_MEMBER(parallel.backend),
+                   "communicator: auto, gloo (CPU) or nccl (GPU)"),
+      float_field("parallel", "timeout_s", LOOM_MEMBER(parallel.timeout_s), "seconds after which any collective fails"),
+      float_field("parallel", "bucket_mb", LOOM_MEMBER(parallel.bucket_mb),
+                  "size of the data-parallel gradient buckets in MB; 0: one bucket"),
+      string_field("parallel", "grad_reduce_dtype", LOOM_MEMBER(parallel.grad_reduce_dtype),
+                   "dtype gradients are reduced in over dp: fp32 or bf16"),
 
-      int_field("train", "steps", LOOM_MEMBER(train.steps)),
-      int_field("train", "global_batch_size", LOOM_MEMBER(train.global_batch_size)),
-      int_field("train", "micro_batch_size", LOOM_MEMBER(train.micro_batch_size)),
-      float_field("train", "lr", LOOM_MEMBER(train.lr)),
-      float_field("train", "min_lr", LOOM_MEMBER(train.min_lr)),
-      int_field("train", "warmup_steps", LOOM_MEMBER(train.warmup_steps)),
-      float_field("train", "weight_decay", LOOM_MEMBER(train.weight_decay)),
-      float_field("train", "grad_clip", LOOM_MEMBER(train.grad_clip)),
-      float_field("train", "adam_beta1", LOOM_MEMBER(train.adam_beta1)),
-      float_field("train", "adam_beta2", LOOM_MEMBER(train.adam_beta2)),
-      float_field("train", "adam_eps", LOOM_MEMBER(train.adam_eps)),
-      int_field("train", "seed", LOOM_MEMBER(train.seed)),
-      string_field("train", "precision", LOOM_MEMBER(train.precision)),
-      float_field("train", "loss_scale", LOOM_MEMBER(train.loss_scale)),
-      float_field("train", "initial_loss_scale", LOOM_MEMBER(train.initial_loss_scale)),
-      int_field("train", "loss_scale_window", LOOM_MEMBER(train.loss_scale_window)),
-      float_field("train", "min_loss_scale", LOOM_MEMBER(train.min_loss_scale)),
-      int_field("train", "threads_per_rank", LOOM_MEMBER(train.threads_per_rank)),
-      float_field("train", "peak_tflops", LOOM_MEMBER(train.peak_tflops)),
-      string_field("train", "device", LOOM_MEMBER(train.device)),
-      int_field("train", "exit_after", LOOM_MEMBER(train.exit_after)),
-      string_field("train", "recompute", LOOM_MEMBER(train.recompute)),
+      int_field("train", "steps", LOOM_MEMBER(train.steps), "optimizer steps"),
+      int_field("train", "global_batch_size", LOOM_MEMBER(train.global_batch_size),
+                "samples per step: micro batch x accumulation steps x dp"),
+      int_field("train", "micro_batch_size", LOOM_MEMBER(train.micro_batch_size),
+                "samples per forward and backward pass on one rank"),
+      float_field("train", "lr", LOOM_MEMBER(train.lr), "peak learning rate, reached after warm-up"),
+      float_field("train", "min_lr", LOOM_MEMBER(train.min_lr), "learning rate at the end of the cosine decay"),
+      int_field("train", "warmup_steps", LOOM_MEMBER(train.warmup_steps), "steps of linear learning-rate warm-up"),
+      float_field("train", "weight_decay", LOOM_MEMBER(train.weight_decay), "AdamW's decoupled weight decay"),
+      float_field("train", "grad_clip", LOOM_MEMBER(train.grad_clip), "clip the global gradient norm to this; 0: off"),
+      float_field("train", "adam_beta1", LOOM_MEMBER(train.adam_beta1), "AdamW's first-moment decay"),
+      float_field("train", "adam_beta2", LOOM_MEMBER(train.adam_beta2), "AdamW's second-moment decay"),
+      float_field("train", "adam_eps", LOOM_MEMBER(train.adam_eps), "AdamW's epsilon"),
+      int_field("train", "seed", LOOM_MEMBER(train.seed), "seed of the initialisation, dropout and data order"),
+      string_field("train", "precision", LOOM_MEMBER(train.precision),
+                   "fp32, bf16 or fp16 (fp32 master weights and optimizer state)"),
+      float_field("train", "loss_scale", LOOM_MEMBER(train.loss_scale), "fp16 loss scale; 0: dynamic"),
+      float_field("train", "initial_loss_scale", LOOM_MEMBER(train.initial_loss_scale),
+                  "fp16 dynamic loss scale at the start"),
+      int_field("train", "loss_scale_window", LOOM_MEMBER(train.loss_scale_window),
+                "steps without an overflow before the dynamic loss scale doubles"),
+      float_field("train", "min_loss_scale", LOOM_MEMBER(train.min_loss_scale),
+                  "the dynamic loss scale never goes below this"),
+      int_field("train", "threads_per_rank", LOOM_MEMBER(train.threads_per_rank),
+                "BLAS threads per rank; 0: cores / local ranks"),
+      float_field("train", "peak_tflops", LOOM_MEMBER(train.peak_tflops),
+                  "one device's dense peak TFLOP/s for the MFU line; 0: a known GPU's bf16 peak"),
+      string_field("train", "device", LOOM_MEMBER(train.device),
+                   "auto (cuda when LibTorch sees a GPU, else cpu), cpu, or cuda (a GPU per local rank)"),
+      int_field("train", "exit_after", LOOM_MEMBER(train.exit_after),
+                "save and exit after this step (the schedule still spans train.steps); -1: never"),
+      string_field("train", "recompute", LOOM_MEMBER(train.recompute),
+                   "activation recomputation: none, full or selective"),
 
-      string_field("data", "path", LOOM_MEMBER(data.path)),
-      string_field("data", "order", LOOM_MEMBER(data.order)),
+      string_field("data", "path", LOOM_MEMBER(data.path),
+                   "PREFIX of an indexed dataset (PREFIX.bin, PREFIX.idx); empty: built-in synthetic corpus"),
+      string_field("data", "order", LOOM_MEMBER(data.order), "sample order: sequential or shuffled"),
 
-      string_field("checkpoint", "dir", LOOM_MEMBER(checkpoint.dir)),
-      int_field("checkpoint", "interval", LOOM_MEMBER(checkpoint.interval)),
-      int_field("checkpoint", "keep", LOOM_MEMBER(checkpoint.keep)),
+      string_field("checkpoint", "dir", LOOM_MEMBER(checkpoint.dir),
+                   "directory checkpoints are saved in and resumed from; empty: none"),
+      int_field("checkpoint", "interval", LOOM_MEMBER(checkpoint.interval),
+                "save every this many steps; 0: only on train.exit_after or a signal"),
+      int_field("checkpoint", "keep", LOOM_MEMBER(checkpoint.keep), "newest checkpoints kept; older ones are removed"),
 
-      int_field("log", "interval", LOOM_MEMBER(log.interval)),
-      bool_field("log", "trace", LOOM_MEMBER(log.trace)),
+      int_field("log", "interval", LOOM_MEMBER(log.interval), "steps between progress lines"),
+      bool_field("log", "trace", LOOM_MEMBER(log.trace),
+                 "write RUN_DIR/trace_rankR.json: the last step's gradient-bucket events"),
   };
 }
 
@@ -171,6 +208,32 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 const std::vector<ConfigField>& config_fields() {
   static const std::vector<ConfigField> fields = make_fields();
   return fields;
+}
+
+std::string config_keys_help() {
+  const Config defaults;
+  std::vector<std::string> shown;
+  size_t name_width = 3, type_width = 4, default_width = 7;
+  for (const auto& f : config_fields()) {
+    const std::string value = f.print(defaults);
+    shown.push_back(value.empty() ? "\"\"" : value);
+    name_width = std::max(name_width, f.name().size());
+    type_width = std::max(type_width, f.type.size());
+    default_width = std::max(default_width, shown.back().size());
+  }
+  std::ostringstream out;
+  auto row = [&](const std::string& name, const std::string& type, const std::string& value, const std::string& help) {
+    out << "  " << name << std::string(name_width + 2 - name.size(), ' ') << type
+        << std::string(type_width + 2 - type.size(), ' ') << value << std::string(default_width + 2 - value.size(), ' ')
+        << help << "\n";
+  };
+  out << "Config keys (in CONFIG.yaml as section: {key: value}, or --set section.key=value):\n";
+  row("key", "type", "default", "meaning");
+  for (size_t i = 0; i < config_fields().size(); ++i) {
+    const ConfigField& f = config_fields()[i];
+    row(f.name(), f.type, shown[i], f.help);
+  }
+  return out.str();
 }
 
 std::string closest_name(const std::string& name, const std::vector<std::string>& candidates) {

@@ -1,11 +1,18 @@
 #include <c10/util/Exception.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/config_fields.h"
 #include "core/errors.h"
 #include "launch/commands.h"
 #include "models/gpt.h"
@@ -14,34 +21,7 @@
 namespace loom::launch {
 namespace {
 
-constexpr const char* kUsage = R"(usage:
-  loom train CONFIG.yaml [--set section.key=value]... [--run-dir DIR] [--resume auto|CHECKPOINT]
-  loom topology CONFIG.yaml --world N [--set section.key=value]...
-  loom schedule CONFIG.yaml [--world N] [--set section.key=value]...
-  loom export CHECKPOINT --format hf-gpt2 --output FILE.safetensors
-  loom plan CONFIG.yaml --cluster CLUSTER.yaml [--world N] [--top K] [--set section.key=value]...
-  loom plan CONFIG.yaml --world N             (model-state bytes per rank for each ZeRO stage)
-  loom plan --run RUN_DIR
-  loom prepare --input FILE... --output PREFIX [--tokenizer byte] [--append-eod]
-
-exit codes: 0 success, 2 bad input (config, arguments, data), 1 anything else
-)";
-
-class ArgReader {
- public:
-  ArgReader(int argc, char** argv, int first) : args_(argv + first, argv + argc) {}
-  bool done() const { return pos_ >= args_.size(); }
-  const std::string& peek() const { return args_[pos_]; }
-  std::string next() { return args_[pos_++]; }
-  std::string value_of(const std::string& flag) {
-    if (done() || peek().rfind("--", 0) == 0) throw InputError(flag + " needs a value");
-    return next();
-  }
-
- private:
-  std::vector<std::string> args_;
-  size_t pos_ = 0;
-};
+constexpr const char* kExitCodes = "exit codes: 0 success, 2 bad input (config, arguments, data), 1 anything else";
 
 int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min) {
   char* end = nullptr;
@@ -67,127 +47,223 @@ FaultInjection parse_fault(const std::string& text) {
   return fault;
 }
 
-TrainArgs parse_train_args(ArgReader& args) {
-  TrainArgs train_args;
-  while (!args.done()) {
-    std::string a = args.next();
-    if (a == "--set") {
-      train_args.overrides.push_back(args.value_of(a));
-    } else if (a == "--run-dir") {
-      train_args.run_dir = args.value_of(a);
-    } else if (a == "--resume") {
-      train_args.resume = args.value_of(a);
-    } else if (a == "--inject-fault") {
-      train_args.fault = parse_fault(args.value_of(a));
-    } else if (a.rfind("--", 0) != 0 && train_args.config_path.empty()) {
-      train_args.config_path = a;
-    } else {
-      throw InputError("loom train: unexpected argument '" + a + "'\n" + kUsage);
+void add_overrides(CLI::App& command, std::vector<std::string>& overrides) {
+  command.add_option("--set", overrides, "override a config key (repeatable, applied in order): --set train.steps=50")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+}
+
+CLI::Option* add_config(CLI::App& command, std::string& path) {
+  return command.add_option("CONFIG.yaml", path, "the job's config")->type_name("");
+}
+
+// `loom train`'s flags, which a user's own program (train_main) takes too. Returns what gives the
+// TrainArgs once they are parsed (converting --inject-fault).
+std::function<TrainArgs()> add_train_flags(CLI::App& command) {
+  auto args = std::make_shared<TrainArgs>();
+  auto fault = std::make_shared<std::string>();
+  add_config(command, args->config_path)->required();
+  add_overrides(command, args->overrides);
+  command
+      .add_option("--run-dir", args->run_dir,
+                  "where config.yaml, metrics.jsonl and comm_rankR.json go (default runs/CONFIGNAME-DATE-TIME)")
+      ->type_name("DIR");
+  command.add_option("--resume", args->resume, "continue from the newest checkpoint in checkpoint.dir, or CHECKPOINT")
+      ->type_name("auto|CHECKPOINT");
+  command
+      .add_option("--inject-fault", *fault,
+                  "for tests: rank RANK fails after step STEP by KIND (kill, hang, kill_in_save, overflow)")
+      ->type_name("RANK:STEP:KIND");
+  command.footer(config_keys_help() + "\n" + kExitCodes);
+  return [args, fault] {
+    TrainArgs parsed = *args;
+    if (!fault->empty()) parsed.fault = parse_fault(*fault);
+    return parsed;
+  };
+}
+
+// Each command adds its subcommand and flags to LOOM and returns what runs it once they are parsed.
+// Numbers (--world N, --top K) arrive as text and are converted then, so that their messages
+// are loom's: "--world expects an integer of at least 1, got 'x'".
+using Command = std::function<int()>;
+
+Command add_train(CLI::App& loom) {
+  auto parsed = add_train_flags(*loom.add_subcommand("train", "train a model from a YAML config"));
+  return [parsed] {
+    TrainArgs args = parsed();
+    args.flops_per_token = models::gpt_flops_per_token;
+    return train(args, models::make_gpt_piece);
+  };
+}
+
+Command add_topology(CLI::App& loom) {
+  auto& command = *loom.add_subcommand("topology", "print every group of a layout and each rank's coordinates as JSON");
+  auto args = std::make_shared<TopologyArgs>();
+  auto world = std::make_shared<std::string>();
+  add_config(command, args->config_path)->required();
+  command.add_option("--world", *world, "ranks in the job")->type_name("N")->required();
+  add_overrides(command, args->overrides);
+  return [args, world] {
+    args->world = parse_integer("--world", *world, 1);
+    return topology(*args);
+  };
+}
+
+Command add_schedule(CLI::App& loom) {
+  auto& command = *loom.add_subcommand("schedule", "print the simulated pipeline timeline and bubble of a layout");
+  auto args = std::make_shared<TopologyArgs>();
+  auto world = std::make_shared<std::string>();
+  add_config(command, args->config_path)->required();
+  command.add_option("--world", *world, "ranks in the job (default tp x pp x dp of the config)")->type_name("N");
+  add_overrides(command, args->overrides);
+  return [args, world] {
+    if (!world->empty()) args->world = parse_integer("--world", *world, 1);
+    return schedule(*args);
+  };
+}
+
+Command add_plan(CLI::App& loom) {
+  auto& command = *loom.add_subcommand(
+      "plan", "rank layouts on a cluster by the cost model, or set a finished run's traffic beside it");
+  auto args = std::make_shared<PlanArgs>();
+  auto world = std::make_shared<std::string>(), run = std::make_shared<std::string>();
+  auto top = std::make_shared<std::string>(std::to_string(args->top));
+  CLI::Option* config = add_config(command, args->config_path);
+  CLI::Option* cluster =
+      command.add_option("--cluster", args->cluster_path, "the cluster (configs/clusters/)")->type_name("CLUSTER.yaml");
+  CLI::Option* world_flag =
+      command.add_option("--world", *world, "ranks to plan for (default the whole cluster)")->type_name("N");
+  CLI::Option* top_flag = command.add_option("--top", *top, "layouts to show")->type_name("K")->capture_default_str();
+  add_overrides(command, args->overrides);
+  command.add_option("--run", *run, "a finished run: the cost model's traffic beside its counters")
+      ->type_name("RUN_DIR")
+      ->excludes(config)
+      ->excludes(cluster)
+      ->excludes(world_flag)
+      ->excludes(top_flag)
+      ->excludes(command.get_option("--set"));
+  command.footer(
+      "forms:\n"
+      "  loom plan CONFIG.yaml --cluster CLUSTER.yaml [--world N] [--top K]: layouts ranked by the cost model\n"
+      "  loom plan CONFIG.yaml --world N: model-state bytes per rank for each ZeRO stage\n"
+      "  loom plan --run RUN_DIR: a finished run's traffic as the cost model predicts it, beside its counters");
+  return [args, world, top, run] {
+    if (!run->empty()) return plan_run(*run);
+    if (args->config_path.empty()) {
+      throw InputError("loom plan: CONFIG.yaml or --run RUN_DIR is required (see 'loom plan --help')");
     }
+    if (!world->empty()) args->world = parse_integer("--world", *world, 1);
+    args->top = parse_integer("--top", *top, 1);
+    return plan(*args);
+  };
+}
+
+Command add_export(CLI::App& loom) {
+  auto& command = *loom.add_subcommand("export", "write a checkpoint as another framework's file");
+  auto args = std::make_shared<ExportArgs>();
+  command.add_option("CHECKPOINT", args->checkpoint, "a checkpoint directory (step_N)")->type_name("")->required();
+  command.add_option("--format", args->format, "the file's format: hf-gpt2 (Hugging Face GPT-2 safetensors)")
+      ->type_name("FORMAT")
+      ->capture_default_str();
+  command.add_option("--output", args->output, "the file to write")->type_name("FILE.safetensors")->required();
+  return [args] { return export_checkpoint(*args); };
+}
+
+Command add_prepare(CLI::App& loom) {
+  auto& command =
+      *loom.add_subcommand("prepare", "turn text files into a Megatron-LM indexed dataset (PREFIX.bin and PREFIX.idx)");
+  auto args = std::make_shared<PrepareArgs>();
+  command.add_option("--input", args->inputs, "text files, each one document")->type_name("FILE")->required();
+  command.add_option("--output", args->output_prefix, "the dataset's path without .bin or .idx")
+      ->type_name("PREFIX")
+      ->required();
+  command.add_option("--tokenizer", args->tokenizer, "byte: each byte is a token (256 ids)")
+      ->type_name("NAME")
+      ->capture_default_str();
+  command.add_flag("--append-eod", args->append_eod, "end each document with an end-of-document token (id 256)");
+  return [args] { return prepare(*args); };
+}
+
+// The command line as CLI11 reports a problem with it, as one line for InputError:
+// "loom train: the following argument was not expected: --bogus (see 'loom train --help')".
+std::string parse_error_message(const CLI::App& app, const CLI::ParseError& error) {
+  std::string command = app.get_name();
+  for (const CLI::App* at = &app; !at->get_subcommands().empty();) {
+    at = at->get_subcommands().front();
+    command += " " + at->get_name();
   }
-  if (train_args.config_path.empty()) throw InputError(std::string("loom train needs CONFIG.yaml\n") + kUsage);
-  return train_args;
+  // CLI11 starts sentences with a capital ("The following argument..."), but not names ("CONFIG.yaml is required").
+  std::string what = error.what();
+  const std::string first_word = what.substr(0, what.find(' '));
+  if (!what.empty() &&
+      std::all_of(first_word.begin() + 1, first_word.end(), [](unsigned char c) { return std::islower(c); })) {
+    what[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(what[0])));
+  }
+  return (command == app.get_name() ? "" : command + ": ") + what + " (see '" + command + " --help')";
+}
+
+// Help that reads like the rest of loom's output; subcommands inherit the formatter.
+void format_help(CLI::App& app) {
+  app.get_formatter()->label("Usage", "usage");
+  app.get_formatter()->column_width(34);
+}
+
+// Parses ARGV into APP. Help and --version print and give exit code 0; any other problem is an InputError.
+// Returns -1 when the command line is good and the command should run.
+int parse(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& done) {
+    return app.exit(done);
+  } catch (const CLI::ParseError& error) {
+    throw InputError(parse_error_message(app, error));
+  }
+  return -1;
+}
+
+// Before a command loom takes only --help and --version: says so, or names the closest command,
+// rather than CLI11's "a subcommand is required".
+void check_command(const CLI::App& loom, const std::string& command) {
+  const auto& options = loom.get_options();
+  if (command.rfind('-', 0) == 0) {
+    if (std::none_of(options.begin(), options.end(), [&](const CLI::Option* o) { return o->check_name(command); })) {
+      throw InputError("unknown flag '" + command + "': flags follow the command, as in 'loom train CONFIG.yaml " +
+                       command + "' (see 'loom --help')");
+    }
+    return;
+  }
+  std::vector<std::string> names;
+  for (const CLI::App* sub : loom.get_subcommands([](const CLI::App*) { return true; })) {
+    names.push_back(sub->get_name());
+  }
+  if (std::find(names.begin(), names.end(), command) == names.end()) {
+    throw InputError("unknown command '" + command + "'; did you mean '" + closest_name(command, names) +
+                     "'? (see 'loom --help')");
+  }
 }
 
 int dispatch(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::cout << kUsage;
-    return argc < 2 ? 2 : 0;
+  CLI::App loom("loom: hybrid-parallel training of transformer models on LibTorch", "loom");
+  format_help(loom);
+  loom.footer(
+      std::string("'loom COMMAND --help' shows a command's flags; 'loom train --help' also every config key.\n") +
+      kExitCodes);
+  loom.set_version_flag("--version", std::string("loom ") + LOOM_VERSION);
+  loom.require_subcommand(1);
+  const std::vector<std::pair<std::string, Command>> commands = {
+      {"train", add_train(loom)}, {"topology", add_topology(loom)}, {"schedule", add_schedule(loom)},
+      {"plan", add_plan(loom)},   {"export", add_export(loom)},     {"prepare", add_prepare(loom)},
+  };
+  if (argc < 2) {
+    std::cout << loom.help();
+    return 2;
   }
-  const std::string command = argv[1];
-  ArgReader args(argc, argv, 2);
-  if (command == "train") {
-    TrainArgs train_args = parse_train_args(args);
-    train_args.flops_per_token = models::gpt_flops_per_token;
-    return train(train_args, models::make_gpt_piece);
+  check_command(loom, argv[1]);
+  if (int code = parse(loom, argc, argv); code >= 0) return code;
+  for (const auto& [name, run] : commands) {
+    if (loom.got_subcommand(name)) return run();
   }
-  if (command == "topology" || command == "schedule") {
-    TopologyArgs topo;
-    while (!args.done()) {
-      std::string a = args.next();
-      if (a == "--set") {
-        topo.overrides.push_back(args.value_of(a));
-      } else if (a == "--world") {
-        topo.world = parse_integer(a, args.value_of(a), 1);
-      } else if (a.rfind("--", 0) != 0 && topo.config_path.empty()) {
-        topo.config_path = a;
-      } else {
-        throw InputError("loom " + command + ": unexpected argument '" + a + "'\n" + kUsage);
-      }
-    }
-    if (command == "schedule") {
-      if (topo.config_path.empty()) throw InputError(std::string("loom schedule needs CONFIG.yaml\n") + kUsage);
-      return schedule(topo);
-    }
-    if (topo.config_path.empty() || topo.world == 0) {
-      throw InputError(std::string("loom topology needs CONFIG.yaml and --world N\n") + kUsage);
-    }
-    return topology(topo);
-  }
-  if (command == "plan") {
-    if (argc == 4 && std::string(argv[2]) == "--run") return plan_run(argv[3]);
-    PlanArgs plan_args;
-    while (!args.done()) {
-      std::string a = args.next();
-      if (a == "--set") {
-        plan_args.overrides.push_back(args.value_of(a));
-      } else if (a == "--cluster") {
-        plan_args.cluster_path = args.value_of(a);
-      } else if (a == "--world") {
-        plan_args.world = parse_integer(a, args.value_of(a), 1);
-      } else if (a == "--top") {
-        plan_args.top = parse_integer(a, args.value_of(a), 1);
-      } else if (a.rfind("--", 0) != 0 && plan_args.config_path.empty()) {
-        plan_args.config_path = a;
-      } else {
-        throw InputError("loom plan: unexpected argument '" + a + "'\n" + kUsage);
-      }
-    }
-    if (plan_args.config_path.empty()) throw InputError(std::string("loom plan needs CONFIG.yaml or --run DIR\n") + kUsage);
-    return plan(plan_args);
-  }
-  if (command == "export") {
-    ExportArgs exp;
-    while (!args.done()) {
-      std::string a = args.next();
-      if (a == "--format") {
-        exp.format = args.value_of(a);
-      } else if (a == "--output") {
-        exp.output = args.value_of(a);
-      } else if (a.rfind("--", 0) != 0 && exp.checkpoint.empty()) {
-        exp.checkpoint = a;
-      } else {
-        throw InputError("loom export: unexpected argument '" + a + "'\n" + kUsage);
-      }
-    }
-    if (exp.checkpoint.empty() || exp.output.empty()) {
-      throw InputError(std::string("loom export needs CHECKPOINT and --output FILE\n") + kUsage);
-    }
-    return export_checkpoint(exp);
-  }
-  if (command == "prepare") {
-    PrepareArgs prep;
-    while (!args.done()) {
-      std::string a = args.next();
-      if (a == "--input") {
-        prep.inputs.push_back(args.value_of(a));
-        while (!args.done() && args.peek().rfind("--", 0) != 0) prep.inputs.push_back(args.next());
-      } else if (a == "--output") {
-        prep.output_prefix = args.value_of(a);
-      } else if (a == "--tokenizer") {
-        prep.tokenizer = args.value_of(a);
-      } else if (a == "--append-eod") {
-        prep.append_eod = true;
-      } else {
-        throw InputError("loom prepare: unexpected argument '" + a + "'\n" + kUsage);
-      }
-    }
-    if (prep.inputs.empty() || prep.output_prefix.empty()) {
-      throw InputError(std::string("loom prepare needs --input FILE... and --output PREFIX\n") + kUsage);
-    }
-    return prepare(prep);
-  }
-  throw InputError("unknown command '" + command + "'\n" + kUsage);
+  throw InputError("no command given (see 'loom --help')");
 }
 
 // Leaves without running destructors: after a failed collective, communicator
@@ -224,8 +300,12 @@ int train_main(int argc, char** argv, const models::ModelFactory& make_model) {
 
 int train_main(int argc, char** argv, const models::PipelineModelFactory& make_model) {
   return guarded([&] {
-    ArgReader args(argc, argv, 1);
-    return train(parse_train_args(args), make_model);
+    const std::string program = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "train";
+    CLI::App app("train a model with loom", program);
+    format_help(app);
+    auto parsed = add_train_flags(app);
+    if (int code = parse(app, argc, argv); code >= 0) return code;
+    return train(parsed(), make_model);
   });
 }
 

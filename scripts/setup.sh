@@ -11,6 +11,7 @@ packages=(
   libopenblas0-pthread                          # LibTorch's BLAS: the reference one is ~14x slower
   libopenmpi-dev openmpi-bin                    # mpirun, and MPI for the rendezvous
   libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev catch2 zlib1g-dev
+  libcli11-dev                                  # the command line (CLI11 2.x, header-only)
 )
 missing=()
 for p in "${packages[@]}"; do

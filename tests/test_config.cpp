@@ -1,9 +1,12 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "core/config.h"
+#include "core/config_aliases.h"
+#include "core/config_fields.h"
 #include "core/device.h"
 #include "core/errors.h"
 
@@ -36,6 +39,16 @@ std::string error_of(const std::vector<std::string>& overrides, int64_t world) {
   }
   FAIL("expected an InputError");
   return "";
+}
+
+// The message of loading YAML with OVERRIDES; "no error" if there is none.
+std::string load_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    loom::load_config(write_yaml(yaml), overrides);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 }  // namespace
@@ -71,6 +84,79 @@ TEST_CASE("unknown keys and sections are errors that suggest the closest name", 
   CHECK_THROWS_WITH(loom::apply_override(*std::make_unique<Config>(), "parallel.tpp=2"),
                     Catch::Contains("did you mean 'parallel.tp'"));
   CHECK_THROWS_WITH(loom::load_config("/nonexistent/loom.yaml"), Catch::Contains("/nonexistent/loom.yaml"));
+}
+
+TEST_CASE("every config key has a meaning, and the help lists it with its type and default", "[config]") {
+  const std::string help = loom::config_keys_help();
+  const Config defaults;
+  for (const auto& field : loom::config_fields()) {
+    INFO(field.name());
+    CHECK_FALSE(field.help.empty());
+    const auto at = help.find("\n  " + field.name() + " ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = help.substr(at + 1, help.find('\n', at + 1) - at - 1);
+    const std::string value = field.print(defaults);
+    CHECK_THAT(line, Catch::Contains(" " + field.type + " ") && Catch::Contains(value.empty() ? "\"\"" : value) &&
+                         Catch::EndsWith(field.help));
+  }
+  CHECK_THAT(help, Catch::Contains("train.steps") && Catch::Contains("100") && Catch::Contains("optimizer steps"));
+}
+
+TEST_CASE("Megatron-LM's names, as --set keys or YAML keys, suggest loom's", "[config]") {
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"train_iters", "train.steps"},
+      {"tensor_model_parallel_size", "parallel.tp"},
+      {"pipeline_model_parallel_size", "parallel.pp"},
+      {"lr_warmup_iters", "train.warmup_steps"},
+      {"clip_grad", "train.grad_clip"},
+      {"micro_batch_size", "train.micro_batch_size"},
+      {"global_batch_size", "train.global_batch_size"},
+      {"seq_length", "model.seq_len"},
+      {"num_attention_heads", "model.num_heads"},
+      {"hidden_size", "model.hidden_size"},
+      {"ffn_hidden_size", "model.ffn_hidden_size"},
+      {"num_layers", "model.num_layers"},
+      {"weight_decay", "train.weight_decay"},
+      {"adam_beta1", "train.adam_beta1"},
+      {"adam_beta2", "train.adam_beta2"},
+      {"adam_eps", "train.adam_eps"},
+      {"min_lr", "train.min_lr"},
+      {"seed", "train.seed"},
+      {"save", "checkpoint.dir"},
+      {"save_interval", "checkpoint.interval"},
+      {"log_interval", "log.interval"},
+      {"bf16", "train.precision"},
+      {"fp16", "train.precision"},
+      {"sequence_parallel", "parallel.sequence_parallel"},
+      {"num_experts", "model.moe.num_experts"},
+      {"expert_model_parallel_size", "parallel.ep"},
+      {"data_path", "data.path"},
+      {"recompute_granularity", "train.recompute"},
+      {"use_distributed_optimizer", "parallel.zero_stage"},
+      {"virtual_pipeline_model_parallel_size", "parallel.virtual_stages"},
+  };
+  for (const auto& [megatron, key] : expected) {
+    INFO(megatron);
+    const std::string hint = "did you mean '" + key + "'";
+    CHECK_THAT(load_error("", {megatron + "=1"}), Catch::Contains("unknown key '" + megatron + "'") &&
+                                                      Catch::Contains(hint));
+    CHECK_THAT(load_error(megatron + ": 1\n"), Catch::Contains(hint));  // top level, where a section would be
+    CHECK_THAT(load_error("log:\n  " + megatron + ": 1\n"), Catch::Contains(hint));
+  }
+  CHECK_THAT(load_error("", {"--train-iters=5"}), Catch::Contains("did you mean 'train.steps'"));
+  CHECK_THAT(load_error("", {"bf16=true"}), Catch::Contains("set it to bf16"));
+  CHECK_THAT(load_error("", {"context_parallel_size=2"}), Catch::Contains("context parallelism is not supported"));
+  CHECK_THAT(load_error("parallel:\n  context_parallel_size: 2\n"), Catch::Contains("not supported"));
+  // Every alias points at a key that exists.
+  std::vector<std::string> names;
+  for (const auto& field : loom::config_fields()) names.push_back(field.name());
+  for (const auto& alias : loom::megatron_aliases()) {
+    INFO(alias.megatron);
+    if (*alias.loom != '\0') CHECK(std::find(names.begin(), names.end(), alias.loom) != names.end());
+    CHECK_FALSE(loom::megatron_hint(alias.megatron).empty());
+  }
+  // Names that are no one's alias still get the closest key.
+  CHECK_THAT(load_error("", {"train.step=5"}), Catch::Contains("did you mean 'train.steps'?"));
 }
 
 TEST_CASE("dp is derived from the world and checked when given", "[config]") {

@@ -38,7 +38,7 @@ echo "torch at $torch_prefix | C++$cxx_standard | gloo headers: $gloo | nccl: ${
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" \
   -Dyaml-cpp_DIR="$arch_lib/cmake/yaml-cpp" -Dspdlog_DIR="$arch_lib/cmake/spdlog" -Dfmt_DIR="$arch_lib/cmake/fmt" \
-  -Dnlohmann_json_DIR="$deps/usr/share/cmake/nlohmann_json" -DZLIB_ROOT="$deps/usr" \
+  -Dnlohmann_json_DIR="$deps/usr/share/cmake/nlohmann_json" -DZLIB_ROOT="$deps/usr" -DCLI11_DIR="$deps/usr/share/cmake/CLI11" \
   -DCMAKE_CXX_STANDARD="$cxx_standard" \
   -DLOOM_WITH_MPI=OFF -DLOOM_WITH_GLOO="$gloo" -DLOOM_BUILD_TESTS=OFF "${nccl_args[@]}"
 # -k 0: every compile error of a first build on a new LibTorch in one log.

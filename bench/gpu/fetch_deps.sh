@@ -10,7 +10,7 @@ exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
 grep -qxF '/.gpu_deps/' "$exclude" 2>/dev/null || echo '/.gpu_deps/' >> "$exclude"
 cd .gpu_deps
-packages=(libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 nlohmann-json3-dev zlib1g-dev zlib1g)
+packages=(libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 nlohmann-json3-dev zlib1g-dev zlib1g libcli11-dev)
 apt-get download "${packages[@]}" > /dev/null
 for p in "${packages[@]}"; do
   ls "${p}"_*.deb > /dev/null 2>&1 || { echo "fetch_deps: $p was not downloaded" >&2; exit 1; }

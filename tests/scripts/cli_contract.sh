@@ -14,6 +14,36 @@ expect_exit() {  # expect_exit CODE PATTERN COMMAND...
 expect_exit 2 "usage:" "$LOOM"
 expect_exit 2 "unknown command 'trian'" "$LOOM" trian
 expect_exit 2 "cannot read config file '/nope.yaml'" "$LOOM" train /nope.yaml
+expect_exit 2 "unknown command 'trian'; did you mean 'train'?" "$LOOM" trian
+# Help and the version exit 0; `loom train --help` lists every config key (type, default, meaning)
+# from the table the parser reads.
+version=$(sed -n 's/^project(loom VERSION \([0-9.]*\).*/\1/p' "$LOOM_SOURCE/CMakeLists.txt")
+expect_exit 0 "^loom $version\$" "$LOOM" --version
+expect_exit 0 "usage: loom \[OPTIONS\] SUBCOMMAND" "$LOOM" --help
+for command in train topology schedule plan export prepare; do
+  expect_exit 0 "usage: loom $command" "$LOOM" "$command" --help
+done
+expect_exit 0 "^  train.steps  *int  *100  *optimizer steps$" "$LOOM" train --help
+expect_exit 0 "^  model.init_from  *string  *\"\"  *Hugging Face GPT-2" "$LOOM" train --help
+expect_exit 0 "--inject-fault RANK:STEP:KIND" "$LOOM" train --help
+# Flags: CLI11's complaints become loom's one-line errors and exit 2, naming the flag.
+expect_exit 2 "loom train: the following argument was not expected: --bogus" "$LOOM" train "$TINY" --bogus
+expect_exit 2 "loom train: --set: 1 required KEY=VALUE missing" "$LOOM" train "$TINY" --set
+expect_exit 2 "loom train: CONFIG.yaml is required" "$LOOM" train --set train.steps=2
+expect_exit 2 "unknown flag '--set'" "$LOOM" --set train.steps=2
+expect_exit 2 "--world expects an integer of at least 1, got 'x'" "$LOOM" topology "$TINY" --world x
+expect_exit 2 "--inject-fault KIND must be kill, hang, kill_in_save or overflow" "$LOOM" train "$TINY" --inject-fault 0:1:boom
+expect_exit 2 "loom plan: CONFIG.yaml excludes --run" "$LOOM" plan "$TINY" --run "$WORK"
+expect_exit 2 "loom plan: CONFIG.yaml or --run RUN_DIR is required" "$LOOM" plan
+expect_exit 2 "loom export: --output is required" "$LOOM" export "$WORK/nope"
+expect_exit 2 "loom prepare: --output is required" "$LOOM" prepare --input "$WORK/none.txt"
+expect_exit 2 "--format 'onnx' is not known; use hf-gpt2" "$LOOM" export "$WORK/nope" --format onnx --output "$WORK/x.onnx"
+# Megatron-LM's names, typed by habit, point at loom's keys.
+expect_exit 2 "--set train_iters=5: unknown key 'train_iters'; did you mean 'train.steps'?" "$LOOM" train "$TINY" --set train_iters=5
+expect_exit 2 "did you mean 'parallel.tp'?" "$LOOM" topology "$TINY" --world 2 --set tensor_model_parallel_size=2
+printf 'seq_length: 128\n' > "$WORK/megatron.yaml"
+expect_exit 2 "unknown key 'seq_length'; did you mean 'model.seq_len'?" "$LOOM" train "$WORK/megatron.yaml"
+expect_exit 2 "context parallelism is not supported" "$LOOM" train "$TINY" --set context_parallel_size=2
 expect_exit 2 "did you mean 'train.micro_batch_size'" "$LOOM" train "$TINY" --set train.micro_batch=2
 expect_exit 2 "'train.global_batch_size'" "$LOOM" train "$TINY" --set train.global_batch_size=7
 expect_exit 2 "'parallel.dp'" "$LOOM" train "$TINY" --set parallel.dp=2
