@@ -41,16 +41,18 @@ AdamW::AdamW(std::vector<torch::Tensor> params, AdamWOptions options)
     return;
   }
   torch::NoGradGuard no_grad;
-  offsets_.resize(params_.size());
-  int64_t total = 0;
+  position_.resize(params_.size());
+  std::vector<int64_t> numels;
   for (const bool decayed : {true, false}) {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (decay_[i] != decayed) continue;
-      offsets_[i] = total;
-      total += params_[i].numel();
+      position_[i] = numels.size();
+      numels.push_back(params_[i].numel());
+      if (decayed) decayed_numel_ += params_[i].numel();
     }
-    if (decayed) decayed_numel_ = total;
   }
+  layout_ = parallel::FlatLayout(std::move(numels));
+  const int64_t total = layout_.padded();
   flat_params_ = torch::empty({total}, params_.front().options());
   flat_exp_avg_ = torch::zeros({total}, params_.front().options());
   flat_exp_avg_sq_ = torch::zeros({total}, params_.front().options());
@@ -77,7 +79,7 @@ void AdamW::use_flat_gradients() {
 }
 
 torch::Tensor AdamW::slot(const torch::Tensor& flat, size_t i) const {
-  return flat.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes());
+  return layout_.view(flat, position_[i], params_[i].sizes());
 }
 
 bool AdamW::gradients_are_flat() const {
@@ -86,7 +88,9 @@ bool AdamW::gradients_are_flat() const {
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& g = params_[i].grad();
     // Someone may have put a gradient of their own in place of the view (a test, a user's code).
-    if (!g.defined() || g.data_ptr() != base + offsets_[i] * static_cast<int64_t>(sizeof(float))) return false;
+    if (!g.defined() || g.data_ptr() != base + layout_.offset(position_[i]) * static_cast<int64_t>(sizeof(float))) {
+      return false;
+    }
   }
   return true;
 }

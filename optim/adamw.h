@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "optim/optimizer.h"
+#include "parallel/flat_layout.h"
 
 namespace loom::optim {
 
@@ -60,7 +61,8 @@ class AdamW : public Optimizer {
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   std::vector<bool> decay_;
   torch::Tensor flat_params_, flat_grads_, flat_exp_avg_, flat_exp_avg_sq_;
-  std::vector<int64_t> offsets_;  // of each parameter in the flat buffers
+  parallel::FlatLayout layout_;   // the flat buffers: matrices (decayed) first, then the rest
+  std::vector<size_t> position_;  // each parameter's place in layout_
   int64_t decayed_numel_ = 0;     // the decayed parameters fill [0, decayed_numel_)
   AdamWOptions options_;
   int64_t steps_ = 0;

@@ -17,10 +17,8 @@ void FullyShardedAdamW::for_each_piece(F f) const {
   const auto& units = sharded_.units();
   for (size_t unit = 0; unit < units.size(); ++unit) {
     const auto& u = units[unit];
-    const int64_t lo = u.shard_begin, hi = u.shard_begin + u.shard_size;
     for (size_t j = 0; j < u.params.size(); ++j) {
-      const int64_t begin = std::max(lo, u.offsets[j]);
-      const int64_t end = std::min(hi, u.offsets[j] + sharded_.params()[u.params[j]].numel());
+      const auto [begin, end] = u.flat.in_shard(j, u.shard_begin);
       if (begin < end) f(unit, u.params[j], begin, end);
     }
   }
@@ -47,7 +45,7 @@ void FullyShardedAdamW::gather_moments() {
   full_exp_avg_sq_.clear();
   const auto& units = sharded_.units();
   for (size_t unit = 0; unit < units.size(); ++unit) {
-    const int64_t padded = units[unit].shard_size * dp_.size();
+    const int64_t padded = units[unit].flat.padded();
     full_exp_avg_.push_back(torch::empty({padded}, exp_avg_[unit].options()));
     full_exp_avg_sq_.push_back(torch::empty({padded}, exp_avg_[unit].options()));
     dp_.all_gather(full_exp_avg_.back(), exp_avg_[unit]).wait();
@@ -62,18 +60,18 @@ void FullyShardedAdamW::release_moments() {
 
 std::pair<torch::Tensor, torch::Tensor> FullyShardedAdamW::moments(size_t i) {
   TORCH_CHECK(!full_exp_avg_.empty(), "FullyShardedAdamW::moments needs gather_moments() first");
-  const auto [unit, offset] = sharded_.where(i);
+  const auto [unit, j] = sharded_.where(i);
+  const auto& flat = sharded_.units()[unit].flat;
   const auto& p = sharded_.params()[i];
-  return {full_exp_avg_[unit].narrow(0, offset, p.numel()).view(p.sizes()),
-          full_exp_avg_sq_[unit].narrow(0, offset, p.numel()).view(p.sizes())};
+  return {flat.view(full_exp_avg_[unit], j, p.sizes()), flat.view(full_exp_avg_sq_[unit], j, p.sizes())};
 }
 
 void FullyShardedAdamW::set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) {
   torch::NoGradGuard no_grad;
-  const auto [unit, offset] = sharded_.where(i);
+  const auto [unit, j] = sharded_.where(i);
   const auto& u = sharded_.units()[unit];
-  const int64_t n = sharded_.params()[i].numel(), lo = u.shard_begin, hi = u.shard_begin + u.shard_size;
-  const int64_t begin = std::max(lo, offset), end = std::min(hi, offset + n);
+  const int64_t lo = u.shard_begin, offset = u.flat.offset(j);
+  const auto [begin, end] = u.flat.in_shard(j, lo);
   if (begin >= end) return;
   exp_avg_[unit].narrow(0, begin - lo, end - begin).copy_(exp_avg.reshape({-1}).narrow(0, begin - offset, end - begin));
   exp_avg_sq_[unit].narrow(0, begin - lo, end - begin)

@@ -14,14 +14,14 @@ ZeroAdamW::ZeroAdamW(std::vector<torch::Tensor> params, parallel::GradientBucket
     shard.params = torch::zeros_like(l.buffer);
     for (size_t j = 0; j < l.params.size(); ++j) {
       auto& p = params_[l.params[j]];
-      auto view = shard.params.narrow(0, l.offsets[j], p.numel());
+      auto view = l.flat.flat_view(shard.params, j);
       view.copy_(p.detach().reshape({-1}));
       // The module keeps its parameter; only the storage moves into the flat buffer.
       p.set_data(view.view(p.sizes()));
-      where_[l.params[j]] = {b, l.offsets[j]};
+      where_[l.params[j]] = {b, j};
     }
-    shard.exp_avg = torch::zeros({l.shard_size}, l.buffer.options());
-    shard.exp_avg_sq = torch::zeros({l.shard_size}, l.buffer.options());
+    shard.exp_avg = torch::zeros({l.flat.shard_size()}, l.buffer.options());
+    shard.exp_avg_sq = torch::zeros({l.flat.shard_size()}, l.buffer.options());
     shards_.push_back(std::move(shard));
   }
 }
@@ -34,17 +34,16 @@ void ZeroAdamW::step(double lr) {
   for (size_t b = 0; b < shards_.size(); ++b) {
     const auto& l = buckets_.layout(b);
     auto& s = shards_[b];
-    const int64_t lo = l.shard_begin, hi = l.shard_begin + l.shard_size;
+    const int64_t lo = l.shard_begin;
     // Each parameter's piece inside this rank's shard, updated exactly as AdamW would update it.
     for (size_t j = 0; j < l.params.size(); ++j) {
-      const int64_t begin = std::max(lo, l.offsets[j]);
-      const int64_t end = std::min(hi, l.offsets[j] + params_[l.params[j]].numel());
+      const auto [begin, end] = l.flat.in_shard(j, lo);
       if (begin >= end) continue;
       adamw_update(s.params.narrow(0, begin, end - begin), l.buffer.narrow(0, begin, end - begin),
                    s.exp_avg.narrow(0, begin - lo, end - begin), s.exp_avg_sq.narrow(0, begin - lo, end - begin),
                    decay_[l.params[j]], lr, steps_, options_);
     }
-    inputs.push_back(s.params.narrow(0, lo, l.shard_size).clone());
+    inputs.push_back(s.params.narrow(0, lo, l.flat.shard_size()).clone());
     gathers.push_back(dp_.all_gather(s.params, inputs.back()));
   }
   for (auto& g : gathers) g.wait();
@@ -70,21 +69,21 @@ void ZeroAdamW::release_moments() {
 }
 
 std::pair<torch::Tensor, torch::Tensor> ZeroAdamW::moments(size_t i) {
-  const auto [b, offset] = where_[i];
+  const auto [b, j] = where_[i];
   const auto& s = shards_[b];
   TORCH_CHECK(s.full_exp_avg.defined(), "ZeroAdamW::moments needs gather_moments() first");
+  const auto& flat = buckets_.layout(b).flat;
   const auto& p = params_[i];
-  return {s.full_exp_avg.narrow(0, offset, p.numel()).view(p.sizes()),
-          s.full_exp_avg_sq.narrow(0, offset, p.numel()).view(p.sizes())};
+  return {flat.view(s.full_exp_avg, j, p.sizes()), flat.view(s.full_exp_avg_sq, j, p.sizes())};
 }
 
 void ZeroAdamW::set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) {
   torch::NoGradGuard no_grad;
-  const auto [b, offset] = where_[i];
+  const auto [b, j] = where_[i];
   const auto& l = buckets_.layout(b);
   auto& s = shards_[b];
-  const int64_t n = params_[i].numel(), lo = l.shard_begin, hi = l.shard_begin + l.shard_size;
-  const int64_t begin = std::max(lo, offset), end = std::min(hi, offset + n);
+  const int64_t lo = l.shard_begin, offset = l.flat.offset(j);
+  const auto [begin, end] = l.flat.in_shard(j, lo);
   if (begin >= end) return;
   s.exp_avg.narrow(0, begin - lo, end - begin).copy_(exp_avg.reshape({-1}).narrow(0, begin - offset, end - begin));
   s.exp_avg_sq.narrow(0, begin - lo, end - begin).copy_(exp_avg_sq.reshape({-1}).narrow(0, begin - offset, end - begin));

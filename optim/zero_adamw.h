@@ -36,8 +36,7 @@ class ZeroAdamW : public Optimizer {
     torch::Tensor exp_avg, exp_avg_sq;  // this rank's shard only
     torch::Tensor full_exp_avg, full_exp_avg_sq;  // after gather_moments()
   };
-  // Where parameter I sits: bucket and offset.
-  std::vector<std::pair<size_t, int64_t>> where_;
+  std::vector<std::pair<size_t, size_t>> where_;  // each parameter's bucket and place in it
   std::vector<torch::Tensor> params_;
   std::vector<bool> decay_;
   parallel::GradientBuckets& buckets_;

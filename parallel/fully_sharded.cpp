@@ -67,37 +67,33 @@ void FullyShardedParameters::shard(std::vector<torch::Tensor> params, const std:
     if (groups[g].empty()) continue;
     Unit u;
     u.block = blocks[g];
-    int64_t numel = 0;
-    for (size_t i : groups[g]) numel += params_[i].numel();
-    const int64_t padded = (numel + d - 1) / d * d;
-    auto master = torch::zeros({padded}, params_[groups[g].front()].options());
-    u.shard_size = padded / d;
-    u.shard_begin = u.shard_size * dp.rank();
-    int64_t offset = 0;
-    for (size_t i : groups[g]) {
-      master.narrow(0, offset, params_[i].numel()).copy_(params_[i].detach().reshape({-1}));
-      u.params.push_back(i);
-      u.offsets.push_back(offset);
-      where_[i] = {units_.size(), offset};
-      offset += params_[i].numel();
+    u.params = groups[g];
+    std::vector<torch::Tensor> members;
+    for (size_t i : u.params) members.push_back(params_[i]);
+    u.flat = FlatLayout::of(members, d);
+    u.shard_begin = u.flat.shard_begin(dp.rank());
+    auto master = torch::zeros({u.flat.padded()}, params_[u.params.front()].options());
+    for (size_t j = 0; j < u.params.size(); ++j) {
+      u.flat.flat_view(master, j).copy_(params_[u.params[j]].detach().reshape({-1}));
+      where_[u.params[j]] = {units_.size(), j};
     }
     u.full = mixed_ ? master.to(model_dtype) : master;
     for (size_t j = 0; j < u.params.size(); ++j) {
       auto& p = params_[u.params[j]];
       // The module keeps its parameter; its bytes move into the unit.
-      p.set_data(u.full.narrow(0, u.offsets[j], p.numel()).view(p.sizes()));
+      p.set_data(u.flat.view(u.full, j, p.sizes()));
     }
     // ZeRO-3 (and mixed precision) keep the fp32 shard apart from the whole; ZeRO-2 in fp32
     // updates its part of the whole in place.
-    u.shard = master.narrow(0, u.shard_begin, u.shard_size);
+    u.shard = master.narrow(0, u.shard_begin, u.flat.shard_size());
     if (shard_parameters || mixed_) u.shard = u.shard.clone();
-    u.shard_grad = torch::zeros({u.shard_size}, master.options());
+    u.shard_grad = torch::zeros({u.flat.shard_size()}, master.options());
     if (mixed_) {  // kept for master_views() (made while it has bytes), without its bytes
       u.full_master = master;
       master_views_.resize(params_.size());
       for (size_t j = 0; j < u.params.size(); ++j) {
         const auto& p = params_[u.params[j]];
-        master_views_[u.params[j]] = master.narrow(0, u.offsets[j], p.numel()).view(p.sizes());
+        master_views_[u.params[j]] = u.flat.view(master, j, p.sizes());
       }
       resize_storage(u.full_master, 0);
     }
@@ -173,19 +169,19 @@ void FullyShardedParameters::before_backward(size_t unit) {
   u.full_grad = torch::zeros({u.full.numel()}, u.shard.options());
   for (size_t j = 0; j < u.params.size() && !mixed_; ++j) {
     auto& p = params_[u.params[j]];
-    p.mutable_grad() = u.full_grad.narrow(0, u.offsets[j], p.numel()).view(p.sizes());
+    p.mutable_grad() = u.flat.view(u.full_grad, j, p.sizes());
   }
   u.pending = static_cast<int64_t>(u.params.size());
 }
 
 void FullyShardedParameters::gradient_arrived(size_t param) {
-  const auto [unit, offset] = where_[param];
+  const auto [unit, j] = where_[param];
   auto& u = units_[unit];
   if (mixed_) {
     auto& p = params_[param];
     if (p.grad().defined()) {
       torch::NoGradGuard no_grad;
-      u.full_grad.narrow(0, offset, p.numel()).add_(p.grad().reshape({-1}));
+      u.flat.flat_view(u.full_grad, j).add_(p.grad().reshape({-1}));
       p.mutable_grad() = torch::Tensor();  // the next micro-batch's gradient is taken as it comes
     }
   }
@@ -203,7 +199,7 @@ void FullyShardedParameters::reduce(size_t unit) {
     if (units_[other].reducing) finish_reduce(other);
   }
   auto& u = units_[unit];
-  u.reduced = torch::empty({u.shard_size}, u.full_grad.options());
+  u.reduced = torch::empty({u.flat.shard_size()}, u.full_grad.options());
   u.reduce = dp_->reduce_scatter(u.reduced, u.full_grad);
   u.reducing = true;
 }
@@ -245,11 +241,9 @@ void FullyShardedParameters::finish() {
 std::vector<torch::Tensor> FullyShardedParameters::shard_grad_pieces(const std::function<bool(size_t)>& keep) const {
   std::vector<torch::Tensor> pieces;
   for (const auto& u : units_) {
-    const int64_t lo = u.shard_begin, hi = u.shard_begin + u.shard_size;
     for (size_t j = 0; j < u.params.size(); ++j) {
-      const size_t i = u.params[j];
-      const int64_t begin = std::max(lo, u.offsets[j]), end = std::min(hi, u.offsets[j] + params_[i].numel());
-      if (begin < end && keep(i)) pieces.push_back(u.shard_grad.narrow(0, begin - lo, end - begin));
+      const auto [begin, end] = u.flat.in_shard(j, u.shard_begin);
+      if (begin < end && keep(u.params[j])) pieces.push_back(u.shard_grad.narrow(0, begin - u.shard_begin, end - begin));
     }
   }
   return pieces;
@@ -267,9 +261,9 @@ void FullyShardedParameters::gather_updated() {
 }
 
 torch::Tensor FullyShardedParameters::gradient_of(size_t i) const {
-  const auto [unit, offset] = where_[i];
+  const auto [unit, j] = where_[i];
   const auto& g = units_[unit].full_grad;
-  return g.defined() ? g.narrow(0, offset, params_[i].numel()).view(params_[i].sizes()) : torch::Tensor();
+  return g.defined() ? units_[unit].flat.view(g, j, params_[i].sizes()) : torch::Tensor();
 }
 
 void FullyShardedParameters::gather_all() {
@@ -291,7 +285,7 @@ void FullyShardedParameters::release_all(bool take_values) {
     auto& u = units_[unit];
     const auto& whole = mixed_ ? u.full_master : u.full;
     if (take_values && u.gathered && (shard_parameters_ || mixed_)) {
-      u.shard.copy_(whole.narrow(0, u.shard_begin, u.shard_size));
+      u.shard.copy_(whole.narrow(0, u.shard_begin, u.flat.shard_size()));
       if (!shard_parameters_) u.full.copy_(whole);  // ZeRO-2: the whole parameters stay
     }
     if (mixed_) resize_storage(u.full_master, 0);

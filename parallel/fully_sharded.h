@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/flat_layout.h"
 
 namespace loom::parallel {
 
@@ -40,8 +41,8 @@ class FullyShardedParameters {
   struct Unit {
     int64_t block = -1;            // the block's layer; -1: the root unit
     std::vector<size_t> params;    // indices into the parameter list
-    std::vector<int64_t> offsets;  // of each in the flat buffer
-    int64_t shard_begin = 0, shard_size = 0;
+    FlatLayout flat;               // params[j] at flat.offset(j), padded and cut into dp shards
+    int64_t shard_begin = 0;       // this rank's shard: [shard_begin, shard_begin + flat.shard_size())
     torch::Tensor full;        // [padded]; the parameters are views of it; storage freed when released
     torch::Tensor wire;        // mixed precision: the shard rounded to the model's dtype, in flight
     torch::Tensor full_master; // mixed precision: [padded] fp32, with bytes only between gather_all and release_all
@@ -95,8 +96,8 @@ class FullyShardedParameters {
 
   const std::vector<Unit>& units() const { return units_; }
   std::vector<Unit>& units() { return units_; }
-  // Where parameter I sits: unit and offset.
-  std::pair<size_t, int64_t> where(size_t i) const { return where_[i]; }
+  // Where parameter I sits: its unit, and its place in the unit's flat layout.
+  std::pair<size_t, size_t> where(size_t i) const { return where_[i]; }
   const std::vector<torch::Tensor>& params() const { return params_; }
 
   // This rank's pieces of the reduced gradients of the parameters KEEP accepts (by index).
@@ -117,7 +118,7 @@ class FullyShardedParameters {
 
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> master_views_;  // mixed precision
-  std::vector<std::pair<size_t, int64_t>> where_;
+  std::vector<std::pair<size_t, size_t>> where_;
   std::vector<Unit> units_;
   Communicator* dp_ = nullptr;
   bool shard_parameters_ = true;

@@ -16,21 +16,16 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator
   for (auto& group : plan(bytes, bucket_bytes)) {
     Bucket bucket;
     auto& l = bucket.layout;
-    int64_t numel = 0;
-    for (size_t i : group) numel += params_[i].numel();
+    std::vector<torch::Tensor> members;
+    for (size_t i : group) members.push_back(params_[i]);
     // Sharded buckets split into dp equal contiguous ranges (Megatron-LM's distributed optimizer).
-    const int64_t d = zero_stage > 0 ? dp.size() : 1;
-    const int64_t padded = (numel + d - 1) / d * d;
-    l.buffer = torch::zeros({padded}, params_[group.front()].options());
-    l.shard_size = padded / d;
-    l.shard_begin = zero_stage > 0 ? l.shard_size * dp.rank() : 0;
-    int64_t offset = 0;
-    for (size_t i : group) {
-      auto& p = params_[i];
-      p.mutable_grad() = l.buffer.narrow(0, offset, p.numel()).view(p.sizes());
-      l.offsets.push_back(offset);
-      offset += p.numel();
-      bucket_of_[i] = buckets_.size();
+    l.flat = FlatLayout::of(members, zero_stage > 0 ? dp.size() : 1);
+    l.buffer = torch::zeros({l.flat.padded()}, params_[group.front()].options());
+    l.shard_begin = zero_stage > 0 ? l.flat.shard_begin(dp.rank()) : 0;
+    for (size_t j = 0; j < group.size(); ++j) {
+      auto& p = params_[group[j]];
+      p.mutable_grad() = l.flat.view(l.buffer, j, p.sizes());
+      bucket_of_[group[j]] = buckets_.size();
     }
     l.params = group;
     buckets_.push_back(std::move(bucket));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/flat_layout.h"
 
 namespace loom::parallel {
 
@@ -27,14 +28,14 @@ class GradientBuckets {
     double seconds;    // since start_step()
   };
 
-  // One bucket's layout: parameter I of the bucket sits at OFFSETS[i] of
-  // BUFFER. With ZeRO, the buffer is padded to a multiple of dp and this
-  // rank's shard is [shard_begin, shard_begin + shard_size).
+  // One bucket: parameter PARAMS[j] sits at FLAT.offset(j) of BUFFER. With ZeRO
+  // the buffer is padded to a multiple of dp and this rank's shard is
+  // [shard_begin, shard_begin + flat.shard_size()); without, one shard is all of it.
   struct Layout {
     torch::Tensor buffer;
     std::vector<size_t> params;
-    std::vector<int64_t> offsets;
-    int64_t shard_begin = 0, shard_size = 0;
+    FlatLayout flat;
+    int64_t shard_begin = 0;
   };
 
   // PARAMS in order of use in forward. ACCUMULATIONS: gradients each

@@ -10,8 +10,9 @@
 //    precision the shards are the fp32 masters.
 // MoE experts are a second part of either, reduced over expert-dp (and averaged over dp).
 //
-// A step: start_step(), forward and backward, finish_backward(), unscale() (fp16),
-// clip(), the optimizer's step, after_update().
+// A step: the optimizer's zero_grad() (the buckets' gradients accumulate until it),
+// start_step(), forward and backward, finish_backward(), unscale() (fp16), clip(),
+// the optimizer's step, after_update().
 #pragma once
 
 #include <torch/torch.h>
