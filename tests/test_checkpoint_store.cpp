@@ -132,7 +132,8 @@ TEST_CASE("checkpoint store: a tensor missing a slice is refused, not filled wit
   fs::remove_all(dir);
 }
 
-TEST_CASE("checkpoint store: a flipped byte, a truncated or missing file is refused naming the file", "[checkpoint_store]") {
+TEST_CASE("checkpoint store: a flipped byte, a truncated or missing file is refused naming the file",
+          "[checkpoint_store]") {
   const auto dir = test::temp_dir("ckpt_corrupt");
   const SavedTensors t;
   const auto path = save(dir, 7, t);
@@ -161,8 +162,8 @@ TEST_CASE("checkpoint store: a flipped byte, a truncated or missing file is refu
   SECTION("manifest not JSON") {
     std::ofstream(fs::path(path) / "manifest.json", std::ios::trunc) << "{\"step\": 7, \"files\": {";
     CHECK_THROWS_AS(read_manifest(path), InputError);
-    CHECK_THROWS_WITH(read_manifest(path), Catch::Contains((fs::path(path) / "manifest.json").string()) &&
-                                               Catch::Contains("corrupted"));
+    CHECK_THROWS_WITH(read_manifest(path),
+                      Catch::Contains((fs::path(path) / "manifest.json").string()) && Catch::Contains("corrupted"));
     CHECK_FALSE(verify_checkpoint(path).empty());
   }
   SECTION("manifest of another format") {
@@ -178,7 +179,8 @@ TEST_CASE("checkpoint store: a flipped byte, a truncated or missing file is refu
   fs::remove_all(dir);
 }
 
-TEST_CASE("checkpoint store: a save interrupted before publishing leaves the previous checkpoint", "[checkpoint_store]") {
+TEST_CASE("checkpoint store: a save interrupted before publishing leaves the previous checkpoint",
+          "[checkpoint_store]") {
   const auto dir = test::temp_dir("ckpt_interrupted");
   SavedTensors first;
   const auto published = save(dir, 10, first);

@@ -25,7 +25,9 @@ const std::vector<float> kInput2 = {1.5f, 0.25f, -4.0f, 0.75f, -1.0f, 2.0f};
 const std::vector<float> kBiasInput1 = {1.0f, -2.0f};
 const std::vector<float> kBiasInput2 = {0.5f, 6.0f};
 
-torch::Tensor tensor_of(const std::vector<float>& values) { return torch::tensor(values); }
+torch::Tensor tensor_of(const std::vector<float>& values) {
+  return torch::tensor(values);
+}
 
 // Forward and backward of one micro-batch: loss = sum(w * x) + sum(b * y), so dw = x and db = y.
 void micro_batch(const torch::Tensor& w, const torch::Tensor& b, const std::vector<float>& x,

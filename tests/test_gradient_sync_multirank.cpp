@@ -79,7 +79,8 @@ std::vector<torch::Tensor> whole_weights(parallel::GradientSync& sync) {
   return out;
 }
 
-void check_close(const torch::Tensor& actual, const torch::Tensor& expected, double tolerance, const std::string& what) {
+void check_close(const torch::Tensor& actual, const torch::Tensor& expected, double tolerance,
+                 const std::string& what) {
   INFO(what);
   REQUIRE(actual.sizes() == expected.sizes());
   const double diff = ((actual - expected).abs() / expected.abs().clamp_min(1.0)).max().item<double>();

@@ -52,8 +52,8 @@ Run run(bool recompute) {
   torch::rand({3});
   torch::rand({3}, split);
   (output * upstream).sum().backward();
-  return {output.detach(), input.grad(), b.grad(), piece.weight.grad(), torch::rand({4}), torch::rand({4}, split),
-          piece.calls};
+  return {output.detach(),         input.grad(), b.grad(), piece.weight.grad(), torch::rand({4}),
+          torch::rand({4}, split), piece.calls};
 }
 
 }  // namespace

@@ -100,17 +100,17 @@ TEST_CASE("safetensors: the reader takes F32, F16 and BF16 files written by hand
   for (uint64_t bits : {0x3F80, 0xC000, 0x3E20, 0x4040}) bf16 += little_endian(bits, 2);
   for (uint64_t bits : {0x3C00, 0xC000, 0x3800, 0x3E00, 0x7BFF, 0x0001}) f16 += little_endian(bits, 2);
   for (float f : {-1.5f, 1e-30f}) f32 += f32_bytes(f);
-  const std::string header =
-      R"({"__metadata__":{"format":"pt"},)"
-      R"("half":{"dtype":"F16","shape":[2,3],"data_offsets":[8,20]},)"
-      R"("brain":{"dtype":"BF16","shape":[4,1],"data_offsets":[20,28]},)"
-      R"("single":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string header = R"({"__metadata__":{"format":"pt"},)"
+                             R"("half":{"dtype":"F16","shape":[2,3],"data_offsets":[8,20]},)"
+                             R"("brain":{"dtype":"BF16","shape":[4,1],"data_offsets":[20,28]},)"
+                             R"("single":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   write_bytes(path, file_of(header, f32 + f16 + bf16));
 
   const auto tensors = read_safetensors(path);
   REQUIRE(tensors.size() == 3);
   for (const auto& [name, tensor] : tensors) CHECK(tensor.scalar_type() == torch::kFloat32);
-  CHECK(torch::equal(tensors.at("half"), torch::tensor({{1.0f, -2.0f, 0.5f}, {1.5f, 65504.0f, 5.9604644775390625e-8f}})));
+  CHECK(
+      torch::equal(tensors.at("half"), torch::tensor({{1.0f, -2.0f, 0.5f}, {1.5f, 65504.0f, 5.9604644775390625e-8f}})));
   CHECK(torch::equal(tensors.at("brain"), torch::tensor({{1.0f}, {-2.0f}, {0.15625f}, {3.0f}})));
   CHECK(torch::equal(tensors.at("single"), torch::tensor({-1.5f, 1e-30f})));
   fs::remove_all(dir);
@@ -157,9 +157,12 @@ TEST_CASE("safetensors: malformed files are refused naming the file", "[safetens
   SECTION("missing") {
     CHECK_THROWS_WITH(read_safetensors(dir + "/none.safetensors"), Catch::Contains(dir + "/none.safetensors"));
   }
-  SECTION("shorter than the length field") { refused(std::string("\x05\x00\x00", 3), "too short"); }
+  SECTION("shorter than the length field") {
+    refused(std::string("\x05\x00\x00", 3), "too short");
+  }
   SECTION("header longer than the file") {
-    refused(little_endian(1000, 8) + R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", "longer than the file");
+    refused(little_endian(1000, 8) + R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+            "longer than the file");
   }
   SECTION("length field big endian") {
     const std::string header = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
@@ -167,7 +170,9 @@ TEST_CASE("safetensors: malformed files are refused naming the file", "[safetens
     std::reverse(length.begin(), length.end());
     refused(length + header + four_floats, "longer than the file");
   }
-  SECTION("header not JSON") { refused(file_of("{\"a\": [1, 2", four_floats), "header"); }
+  SECTION("header not JSON") {
+    refused(file_of("{\"a\": [1, 2", four_floats), "header");
+  }
   SECTION("dtype loom does not read") {
     refused(file_of(R"({"a":{"dtype":"I32","shape":[4],"data_offsets":[0,16]}})", four_floats), "I32");
   }

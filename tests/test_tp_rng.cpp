@@ -22,7 +22,8 @@ struct DefaultGeneratorGuard {
 
 // A few draws, enough that two different streams cannot agree by chance.
 std::vector<int64_t> draws(at::Generator* generator = nullptr) {
-  auto t = generator ? torch::randint(1 << 30, {4}, *generator, torch::kInt64) : torch::randint(1 << 30, {4}, torch::kInt64);
+  auto t =
+      generator ? torch::randint(1 << 30, {4}, *generator, torch::kInt64) : torch::randint(1 << 30, {4}, torch::kInt64);
   return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + 4);
 }
 

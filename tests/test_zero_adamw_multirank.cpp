@@ -28,8 +28,8 @@ std::vector<torch::Tensor> initial() {
 
 // Rank RANK's gradient of parameter I at step STEP.
 torch::Tensor gradient(int64_t rank, int64_t step, size_t i, const torch::Tensor& like) {
-  return torch::sin(torch::arange(like.numel(), torch::kFloat).reshape(like.sizes()) * (1.0 + 0.37 * i) +
-                    3.0 * rank + 0.5 * step) *
+  return torch::sin(torch::arange(like.numel(), torch::kFloat).reshape(like.sizes()) * (1.0 + 0.37 * i) + 3.0 * rank +
+                    0.5 * step) *
          (1.0 + rank);
 }
 
