@@ -1,0 +1,220 @@
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/checkpoint_store.h"
+#include "core/errors.h"
+#include "test_helpers.h"
+
+using namespace loom;
+namespace fs = std::filesystem;
+
+namespace {
+
+// What launch/checkpoint.cpp does on every rank and then on rank 0: each rank writes its
+// slices with a ShardWriter into the temporary directory, and the manifest gathers them.
+// Tensor "w" (global 4 x 3) is split along dim 0 over two "ranks" (rows 0-1 and 2-3),
+// "b" is saved whole by rank 0, and each rank saves a blob of raw bytes.
+struct SavedTensors {
+  torch::Tensor w = torch::arange(12, torch::kFloat32).reshape({4, 3}) * 0.5 - 1.25;
+  torch::Tensor b = torch::tensor({3.0f, -7.5f, 1e-20f});
+  torch::Tensor blob0 = torch::tensor({1, 2, 3, 250}, torch::kUInt8);
+  torch::Tensor blob1 = torch::tensor({9, 8}, torch::kUInt8);
+};
+
+nlohmann::json write_ranks(const std::string& temporary, const SavedTensors& t) {
+  fs::create_directories(temporary);
+  ShardWriter rank0(temporary, "rank_00000.bin");
+  rank0.add("w", {4, 3}, 0, 0, t.w.narrow(0, 0, 2));
+  rank0.add("b", {3}, -1, 0, t.b);
+  rank0.add_bytes("rng/rank_0", t.blob0);
+  ShardWriter rank1(temporary, "rank_00001.bin");
+  rank1.add("w", {4, 3}, 0, 2, t.w.narrow(0, 2, 2));
+  rank1.add_bytes("rng/rank_1", t.blob1);
+  nlohmann::json manifest;
+  manifest["step"] = 0;
+  manifest["tensors"] = nlohmann::json::object();
+  manifest["blobs"] = nlohmann::json::object();
+  for (auto* writer : {&rank0, &rank1}) {
+    const auto written = writer->finish();
+    const auto& file = written.at("file");
+    manifest["files"][file.at("name").get<std::string>()] = {{"bytes", file.at("bytes")}, {"crc32", file.at("crc32")}};
+    for (const auto& e : written.at("entries")) {
+      const std::string name = e.at("tensor").get<std::string>();
+      if (e.value("dtype", "F32") == "U8") {
+        manifest["blobs"][name] = e;
+        continue;
+      }
+      manifest["tensors"][name]["global_shape"] = e.at("global_shape");
+      manifest["tensors"][name]["slices"].push_back(e);
+    }
+  }
+  return manifest;
+}
+
+std::string save(const std::string& dir, int64_t step, const SavedTensors& t, int64_t keep = 3) {
+  auto manifest = write_ranks(temporary_checkpoint_path(dir, step), t);
+  manifest["step"] = step;
+  return publish_checkpoint(dir, step, manifest, keep);
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::vector<int64_t> steps_of(const std::vector<CheckpointInfo>& list) {
+  std::vector<int64_t> steps;
+  for (const auto& c : list) steps.push_back(c.step);
+  return steps;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint store: slices saved by two ranks read back whole and at another split", "[checkpoint_store]") {
+  const auto dir = test::temp_dir("ckpt_round_trip");
+  const SavedTensors t;
+  const auto path = save(dir, 40, t);
+
+  CHECK(checkpoint_name(40) == "step_00000040");
+  CHECK(path == (fs::path(dir) / "step_00000040").string());
+  CHECK_FALSE(fs::exists(temporary_checkpoint_path(dir, 40)));  // renamed, not copied
+  CHECK(read_text(fs::path(dir) / "latest") == "step_00000040\n");
+  REQUIRE(list_checkpoints(dir).size() == 1);
+  CHECK(list_checkpoints(dir)[0].path == path);
+  CHECK(verify_checkpoint(path).empty());
+
+  const auto manifest = read_manifest(path);
+  CHECK(manifest.at("step") == 40);
+  // The files hold the float32 bytes of what each rank wrote, nothing more.
+  CHECK(fs::file_size(fs::path(path) / "rank_00000.bin") == (6 + 3) * 4 + 4);
+  CHECK(fs::file_size(fs::path(path) / "rank_00001.bin") == 6 * 4 + 2);
+
+  auto whole = read_tensor_slice(path, manifest, "w", -1, 0, 0);
+  REQUIRE(whole.has_value());
+  CHECK(torch::equal(*whole, t.w));
+  // Rows 1 and 2 come from two different files.
+  auto middle = read_tensor_slice(path, manifest, "w", 0, 1, 2);
+  REQUIRE(middle.has_value());
+  CHECK(torch::equal(*middle, t.w.narrow(0, 1, 2)));
+  auto last_row = read_tensor_slice(path, manifest, "w", 0, 3, 1);
+  REQUIRE(last_row.has_value());
+  CHECK(torch::equal(*last_row, t.w.narrow(0, 3, 1)));
+  // A tensor saved whole is cut at load when a layout asks for a part.
+  auto b_part = read_tensor_slice(path, manifest, "b", 0, 1, 2);
+  REQUIRE(b_part.has_value());
+  CHECK(torch::equal(*b_part, t.b.narrow(0, 1, 2)));
+  CHECK_FALSE(read_tensor_slice(path, manifest, "nope", -1, 0, 0).has_value());
+  // Split along dim 0: asking along dim 1 is a contradiction, not a silent misread.
+  CHECK_THROWS(read_tensor_slice(path, manifest, "w", 1, 0, 1));
+
+  auto blob0 = read_checkpoint_bytes(path, manifest, "rng/rank_0");
+  auto blob1 = read_checkpoint_bytes(path, manifest, "rng/rank_1");
+  REQUIRE(blob0.has_value());
+  REQUIRE(blob1.has_value());
+  CHECK(torch::equal(*blob0, t.blob0));
+  CHECK(torch::equal(*blob1, t.blob1));
+  CHECK_FALSE(read_checkpoint_bytes(path, manifest, "rng/rank_2").has_value());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint store: a tensor missing a slice is refused, not filled with garbage", "[checkpoint_store]") {
+  const auto dir = test::temp_dir("ckpt_missing_slice");
+  const SavedTensors t;
+  auto manifest = write_ranks(temporary_checkpoint_path(dir, 1), t);
+  manifest["tensors"]["w"]["slices"].erase(1);  // rows 2 and 3
+  const auto path = publish_checkpoint(dir, 1, manifest, 1);
+  CHECK(torch::equal(*read_tensor_slice(path, read_manifest(path), "w", 0, 0, 2), t.w.narrow(0, 0, 2)));
+  CHECK_THROWS_AS(read_tensor_slice(path, read_manifest(path), "w", -1, 0, 0), InputError);
+  CHECK_THROWS_WITH(read_tensor_slice(path, read_manifest(path), "w", 0, 1, 2),
+                    Catch::Contains("'w'") && Catch::Contains("1 of 2"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint store: a flipped byte, a truncated or missing file is refused naming the file",
+          "[checkpoint_store]") {
+  const auto dir = test::temp_dir("ckpt_corrupt");
+  const SavedTensors t;
+  const auto path = save(dir, 7, t);
+  const fs::path file = fs::path(path) / "rank_00001.bin";
+  REQUIRE(verify_checkpoint(path).empty());
+  const auto original = read_text(file);
+
+  SECTION("flipped byte") {
+    std::string bytes = original;
+    bytes[5] = static_cast<char>(bytes[5] ^ 0x10);
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+    REQUIRE(fs::file_size(file) == original.size());  // same size: only the checksum can tell
+    const auto problem = verify_checkpoint(path);
+    CHECK_THAT(problem, Catch::Contains(file.string()) && Catch::Contains("CRC-32"));
+  }
+  SECTION("truncated") {
+    fs::resize_file(file, original.size() - 3);
+    const auto problem = verify_checkpoint(path);
+    CHECK_THAT(problem, Catch::Contains(file.string()) && Catch::Contains("truncated") &&
+                            Catch::Contains(std::to_string(original.size() - 3) + " bytes"));
+  }
+  SECTION("missing") {
+    fs::remove(file);
+    CHECK_THAT(verify_checkpoint(path), Catch::Contains(file.string()) && Catch::Contains("missing"));
+  }
+  SECTION("manifest not JSON") {
+    std::ofstream(fs::path(path) / "manifest.json", std::ios::trunc) << "{\"step\": 7, \"files\": {";
+    CHECK_THROWS_AS(read_manifest(path), InputError);
+    CHECK_THROWS_WITH(read_manifest(path),
+                      Catch::Contains((fs::path(path) / "manifest.json").string()) && Catch::Contains("corrupted"));
+    CHECK_FALSE(verify_checkpoint(path).empty());
+  }
+  SECTION("manifest of another format") {
+    std::ofstream(fs::path(path) / "manifest.json", std::ios::trunc) << R"({"format": "something-else", "files": {}})";
+    CHECK_THROWS_WITH(read_manifest(path), Catch::Contains("manifest.json") && Catch::Contains("loom-checkpoint-1"));
+    CHECK_FALSE(verify_checkpoint(path).empty());
+  }
+  SECTION("no manifest") {
+    fs::remove(fs::path(path) / "manifest.json");
+    CHECK_THROWS_WITH(read_manifest(path), Catch::Contains(path) && Catch::Contains("no manifest.json"));
+    CHECK(list_checkpoints(dir).empty());  // a directory without a manifest is never a checkpoint
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint store: a save interrupted before publishing leaves the previous checkpoint",
+          "[checkpoint_store]") {
+  const auto dir = test::temp_dir("ckpt_interrupted");
+  SavedTensors first;
+  const auto published = save(dir, 10, first);
+
+  // Step 20: every rank wrote its file, then the job died before the manifest and the rename.
+  SavedTensors second;
+  second.w = second.w * 2;
+  write_ranks(temporary_checkpoint_path(dir, 20), second);
+  REQUIRE(fs::exists(fs::path(temporary_checkpoint_path(dir, 20)) / "rank_00000.bin"));
+  // And a directory with the final name but no manifest (a crash inside someone's copy).
+  fs::create_directories(fs::path(dir) / "step_00000030");
+
+  CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{10});
+  CHECK(read_text(fs::path(dir) / "latest") == "step_00000010\n");
+  CHECK(verify_checkpoint(published).empty());
+  const auto manifest = read_manifest(published);
+  CHECK(torch::equal(*read_tensor_slice(published, manifest, "w", -1, 0, 0), first.w));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint store: publishing keeps the newest KEEP, newest first, and replaces a same-step save",
+          "[checkpoint_store]") {
+  const auto dir = test::temp_dir("ckpt_keep");
+  SavedTensors t;
+  for (int64_t step : {100, 200, 300}) save(dir, step, t, 2);
+  CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{300, 200});
+  CHECK_FALSE(fs::exists(fs::path(dir) / "step_00000100"));
+  CHECK(read_text(fs::path(dir) / "latest") == "step_00000300\n");
+  // An older save of the same step (a resumed run reaching it again) is replaced.
+  SavedTensors again;
+  again.b = torch::tensor({0.0f, 1.0f, 2.0f});
+  const auto path = save(dir, 300, again, 2);
+  CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{300, 200});
+  CHECK(torch::equal(*read_tensor_slice(path, read_manifest(path), "b", -1, 0, 0), again.b));
+  CHECK(verify_checkpoint(path).empty());
+  fs::remove_all(dir);
+}

@@ -1,0 +1,175 @@
+// Every gradient synchronisation (bucketed at ZeRO 0 and 1, unit-sharded at 2
+// and 3) on real processes, all ranks one dp group (run at dp = 2 and 3: 3
+// pads the shards). Each rank feeds its own micro-batches; the global norm must
+// equal the one computed by hand from the mean gradient over all ranks, the
+// first AdamW step must move each parameter by lr against that gradient's
+// sign, and two steps must leave every stage with stage 0's parameters.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "multirank_world.h"
+#include "parallel/gradient_sync.h"
+
+using namespace loom;
+using parallel::GradientSyncOptions;
+using parallel::ParallelParameter;
+
+namespace {
+
+test::MultiRankWorld* g_world = nullptr;  // set once in main
+constexpr int64_t kMicroBatches = 2;
+constexpr double kLr = 0.01;
+
+// A root unit (the embedding) and two blocks, named as the unit-sharded sync finds blocks.
+const std::vector<std::string> kNames = {"wte.weight", "h.0.w", "h.0.b", "h.1.w"};
+
+std::vector<torch::Tensor> initial_weights() {
+  return {torch::linspace(-1, 1, 12).reshape({4, 3}), torch::linspace(0.5, -0.7, 9).reshape({3, 3}),
+          torch::tensor({0.1f, -0.2f, 0.3f}), torch::linspace(-0.9, 1.1, 9).reshape({3, 3})};
+}
+
+// Micro-batch MICRO of rank RANK: input and target, the same wherever it is drawn.
+std::pair<torch::Tensor, torch::Tensor> batch(int64_t rank, int64_t micro) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(1000 + 10 * rank + micro);
+  auto x = torch::randn({2, 4}, generator);
+  return {x, torch::randn({2, 3}, generator)};
+}
+
+// x -> embedding -> block 0: tanh(h w0 + b0) -> block 1: h w1 -> sum(h * target), times 2 (the
+// "loss scale" that unscale(0.5) takes off). Blocks run through the units when there are any.
+torch::Tensor loss_of(const std::vector<torch::Tensor>& p, int64_t rank, int64_t micro,
+                      parallel::FullyShardedParameters* units) {
+  const auto [x, target] = batch(rank, micro);
+  const auto h = x.to(p[0].scalar_type()).matmul(p[0]);
+  std::function<torch::Tensor()> block0 = [h, p] { return torch::tanh(h.matmul(p[1]) + p[2]); };
+  const auto h0 = units ? units->run(0, block0) : block0();
+  std::function<torch::Tensor()> block1 = [h0, p] { return h0.matmul(p[3]); };
+  const auto h1 = units ? units->run(1, block1) : block1();
+  return (h1.to(torch::kFloat) * target).sum() * 2;
+}
+
+// The mean over all ranks of each rank's gradient summed over its micro-batches, computed
+// plainly at the whole weights CURRENT (fp32), with the model in DTYPE.
+std::vector<torch::Tensor> mean_gradient(const std::vector<torch::Tensor>& current, torch::ScalarType dtype,
+                                         int64_t world) {
+  std::vector<torch::Tensor> sum;
+  for (const auto& w : current) sum.push_back(torch::zeros_like(w));
+  for (int64_t rank = 0; rank < world; ++rank) {
+    for (int64_t micro = 0; micro < kMicroBatches; ++micro) {
+      std::vector<torch::Tensor> leaves;
+      for (const auto& w : current) leaves.push_back(w.to(dtype).detach().requires_grad_(true));
+      loss_of(leaves, rank, micro, nullptr).backward();
+      for (size_t i = 0; i < leaves.size(); ++i) sum[i] += leaves[i].grad().to(torch::kFloat) / 2;
+    }
+  }
+  for (auto& s : sum) s /= static_cast<double>(world);
+  return sum;
+}
+
+// Every weight whole in fp32 (the masters under mixed precision), as checkpoints read them.
+std::vector<torch::Tensor> whole_weights(parallel::GradientSync& sync) {
+  sync.gather_all();
+  std::vector<torch::Tensor> out;
+  for (const auto& p : sync.parameters()) out.push_back(p.tensor.detach().to(torch::kFloat).clone());
+  sync.release_all(false);
+  return out;
+}
+
+void check_close(const torch::Tensor& actual, const torch::Tensor& expected, double tolerance,
+                 const std::string& what) {
+  INFO(what);
+  REQUIRE(actual.sizes() == expected.sizes());
+  const double diff = ((actual - expected).abs() / expected.abs().clamp_min(1.0)).max().item<double>();
+  INFO("max scaled |difference| = " << diff);
+  CHECK(diff <= tolerance);
+}
+
+// Two steps at ZERO_STAGE with the model in DTYPE; returns the whole weights after them.
+std::vector<torch::Tensor> train_two_steps(int64_t zero_stage, torch::ScalarType dtype) {
+  auto& groups = g_world->groups;
+  const int64_t world = groups.dp().size(), rank = groups.dp().rank();
+  GradientSyncOptions options;
+  options.zero_stage = zero_stage;
+  options.model_dtype = dtype;
+  options.micro_batches = kMicroBatches;
+  options.bucket_bytes = 40;  // several buckets, each padded to a multiple of dp at stage 1
+  auto sync = parallel::make_gradient_sync(groups, options);
+  CHECK((sync->units() != nullptr) == (zero_stage >= 2));
+
+  std::vector<torch::Tensor> model;
+  std::vector<ParallelParameter> params;
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    model.push_back(initial_weights()[i].requires_grad_(true));
+    params.push_back({kNames[i], model.back()});
+  }
+  sync->attach(params, {});
+  for (const auto& p : sync->parameters()) CHECK(p.tensor.scalar_type() == torch::kFloat);
+  auto optimizer = sync->make_optimizer({});
+
+  for (int step = 0; step < 2; ++step) {
+    INFO("step " << step);
+    const auto current = whole_weights(*sync);
+    if (step == 0) {
+      for (size_t i = 0; i < current.size(); ++i) CHECK(torch::equal(current[i], initial_weights()[i]));
+    }
+    const auto expected = mean_gradient(current, dtype, world);
+    double sum_sq = 0;
+    for (const auto& g : expected) sum_sq += g.to(torch::kDouble).pow(2).sum().item<double>();
+    const double norm = std::sqrt(sum_sq);
+
+    optimizer->zero_grad();  // as the trainer does before each step
+    sync->start_step();
+    for (int64_t micro = 0; micro < kMicroBatches; ++micro) loss_of(model, rank, micro, sync->units()).backward();
+    sync->finish_backward();
+    sync->unscale(0.5);
+    CHECK(sync->clip(norm / 2) == Approx(norm).epsilon(1e-5));
+    CHECK(sync->clip(0.0) == Approx(norm / 2).epsilon(1e-5));  // clipped
+    optimizer->step(kLr);
+    sync->after_update();
+
+    const auto after = whole_weights(*sync);
+    if (step == 0) {
+      // AdamW's first step: m / sqrt(v) = g / |g|, whatever the clipping.
+      for (size_t i = 0; i < after.size(); ++i) {
+        check_close(after[i], current[i] - kLr * torch::sign(expected[i]), 1e-5, "first step of " + kNames[i]);
+      }
+    }
+    if (zero_stage < 3) {
+      // The model computes with the updated weights (rounded to its dtype); ZeRO-3 holds none between steps.
+      for (size_t i = 0; i < model.size(); ++i) {
+        INFO(kNames[i]);
+        CHECK(model[i].scalar_type() == dtype);
+        CHECK(torch::equal(model[i].detach(), after[i].to(dtype)));
+      }
+    }
+  }
+  return whole_weights(*sync);
+}
+
+}  // namespace
+
+TEST_CASE("gradient sync: every ZeRO stage gives the mean gradient's norm and stage 0's weights", "[gradient_sync]") {
+  REQUIRE(g_world->groups.dp().size() > 1);
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    INFO("model dtype " << dtype);
+    const auto reference = train_two_steps(0, dtype);
+    for (int64_t stage = 1; stage <= 3; ++stage) {
+      INFO("zero stage " << stage);
+      const auto weights = train_two_steps(stage, dtype);
+      for (size_t i = 0; i < weights.size(); ++i) check_close(weights[i], reference[i], 1e-6, kNames[i]);
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  torch::set_num_threads(1);
+  test::MultiRankWorld world([](int64_t) { return 1; });
+  g_world = &world;
+  const int failed = Catch::Session().run(argc, argv);
+  world.groups.world_comm().barrier().wait();
+  return failed == 0 ? 0 : 1;
+}
