@@ -20,17 +20,9 @@ using parallel::ParallelParameter;
 constexpr double kInitStd = 0.02;
 constexpr double kLayerNormEps = 1e-5;
 
-torch::Tensor layer_norm(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-  return torch::layer_norm(x, {x.size(-1)}, cast_to_activation(w, x), cast_to_activation(b, x), kLayerNormEps);
-}
-
 // Dropout in the residual stream: replicated over tp, unless sequence parallelism split it.
 torch::Tensor residual_dropout(const torch::Tensor& x, double p, bool training, const TensorParallelContext& tp) {
   return parallel::dropout(x, p, training, tp.sequence_parallel && tp.rng ? &tp.rng->split() : nullptr);
-}
-
-void append(std::vector<ParallelParameter>& all, std::vector<ParallelParameter> more) {
-  all.insert(all.end(), more.begin(), more.end());
 }
 
 // The word embedding, also the output layer's weight (tied). Its init is
@@ -66,8 +58,9 @@ GPTOptions GPTOptions::from_config(const Config& config) {
 GPTInputStageImpl::GPTInputStageImpl(const GPTOptions& options, TensorParallelContext tp)
     : options_(options), tp_(tp) {
   wte_ = register_module("wte", make_word_embedding(options, tp));
-  wpe_ = register_parameter("wpe", parallel::init_normal(options.seed, "wpe", {options.seq_len, options.hidden_size},
-                                                         kInitStd));
+  wpe_ = register_parallel_parameter(
+      "wpe", parallel::init_normal(options.seed, "wpe", {options.seq_len, options.hidden_size}, kInitStd),
+      {"wpe", {}, -1, tp.sequence_parallel});
 }
 
 torch::Tensor GPTInputStageImpl::forward(const torch::Tensor& tokens) {
@@ -80,9 +73,7 @@ torch::Tensor GPTInputStageImpl::forward(const torch::Tensor& tokens) {
 }
 
 std::vector<ParallelParameter> GPTInputStageImpl::parallel_parameters() const {
-  auto all = wte_->parallel_parameters();
-  all.push_back({"wpe", wpe_, -1, tp_.sequence_parallel});
-  return all;
+  return parallel::collect_parallel_parameters(*this);
 }
 
 GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp)
@@ -92,10 +83,8 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
   const bool sp = tp.sequence_parallel;
   // GPT-2 scales the init of the projections that feed the residual stream by 1/sqrt(2L).
   const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(options.num_layers));
-  ln1_w_ = register_parameter("ln_1_weight", torch::ones({h}));
-  ln1_b_ = register_parameter("ln_1_bias", torch::zeros({h}));
-  ln2_w_ = register_parameter("ln_2_weight", torch::ones({h}));
-  ln2_b_ = register_parameter("ln_2_bias", torch::zeros({h}));
+  // Registered in order of use: the parameters are collected in this order (parallel/parallel_module.h).
+  ln_1_ = register_module("ln_1", LayerNorm(p + "ln_1", h, sp, kLayerNormEps));
   // QKV rows are laid out head by head ([heads, 3, head_dim]), so the column
   // split gives each tp rank whole heads.
   qkv_ = register_module("qkv", parallel::ColumnParallelLinear(parallel::ColumnParallelLinearOptions(h, 3 * h)
@@ -110,6 +99,7 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
                                                                   .input_is_parallel(true)
                                                                   .sequence_parallel(sp),
                                                               *tp.tp));
+  ln_2_ = register_module("ln_2", LayerNorm(p + "ln_2", h, sp, kLayerNormEps));
   if (is_moe_layer(options.moe, layer)) {
     MoELayerOptions moe;
     moe.hidden_size = h;
@@ -186,8 +176,8 @@ torch::Tensor GPTBlockImpl::block(const torch::Tensor& hidden) {
   // Under full recomputation this runs twice per micro-batch: without
   // autograd in forward, with it in backward. The MoE statistics count the first.
   const bool rerun = options_.recompute == "full" && is_training() && torch::GradMode::is_enabled();
-  auto x = hidden + residual_dropout(attention(layer_norm(hidden, ln1_w_, ln1_b_)), options_.dropout, is_training(), tp_);
-  return x + residual_dropout(mlp(layer_norm(x, ln2_w_, ln2_b_), !rerun), options_.dropout, is_training(), tp_);
+  auto x = hidden + residual_dropout(attention(ln_1_->forward(hidden)), options_.dropout, is_training(), tp_);
+  return x + residual_dropout(mlp(ln_2_->forward(x), !rerun), options_.dropout, is_training(), tp_);
 }
 
 torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) {
@@ -202,31 +192,17 @@ bool GPTBlockImpl::recomputing(const std::string& kind) const {
 at::Generator* GPTBlockImpl::split_generator() const { return tp_.rng ? &tp_.rng->split() : nullptr; }
 
 std::vector<ParallelParameter> GPTBlockImpl::parallel_parameters() const {
-  const std::string p = "h." + std::to_string(layer_) + ".";
-  const bool sp = tp_.sequence_parallel;
-  std::vector<ParallelParameter> all{{p + "ln_1.weight", ln1_w_, -1, sp}, {p + "ln_1.bias", ln1_b_, -1, sp}};
-  append(all, qkv_->parallel_parameters());
-  append(all, proj_->parallel_parameters());
-  all.push_back({p + "ln_2.weight", ln2_w_, -1, sp});
-  all.push_back({p + "ln_2.bias", ln2_b_, -1, sp});
-  if (moe_) {
-    append(all, moe_->parallel_parameters());
-  } else {
-    append(all, fc_->parallel_parameters());
-    append(all, fc_proj_->parallel_parameters());
-  }
-  return all;
+  return parallel::collect_parallel_parameters(*this);
 }
 
 GPTOutputStageImpl::GPTOutputStageImpl(const GPTOptions& options, TensorParallelContext tp,
                                        torch::Tensor word_embedding, int64_t vocab_start)
     : options_(options), tp_(tp), wte_(std::move(word_embedding)), vocab_start_(vocab_start) {
-  lnf_w_ = register_parameter("ln_f_weight", torch::ones({options.hidden_size}));
-  lnf_b_ = register_parameter("ln_f_bias", torch::zeros({options.hidden_size}));
+  ln_f_ = register_module("ln_f", LayerNorm("ln_f", options.hidden_size, tp.sequence_parallel, kLayerNormEps));
 }
 
 torch::Tensor GPTOutputStageImpl::logits(const torch::Tensor& hidden) {
-  auto x = layer_norm(hidden, lnf_w_, lnf_b_);
+  auto x = ln_f_->forward(hidden);
   x = tp_.sequence_parallel ? parallel::gather_from_sequence_region(x, *tp_.tp)
                             : parallel::copy_to_tp_region(x, *tp_.tp);
   return torch::linear(x, cast_to_activation(wte_, x));
@@ -241,8 +217,7 @@ torch::Tensor GPTOutputStageImpl::forward(const torch::Tensor& hidden, const tor
 }
 
 std::vector<ParallelParameter> GPTOutputStageImpl::parallel_parameters() const {
-  const bool sp = tp_.sequence_parallel;
-  return {{"ln_f.weight", lnf_w_, -1, sp}, {"ln_f.bias", lnf_b_, -1, sp}};
+  return parallel::collect_parallel_parameters(*this);
 }
 
 GPTImpl::GPTImpl(const GPTOptions& options, TensorParallelContext tp, PipelinePosition position)
@@ -266,7 +241,10 @@ GPTImpl::GPTImpl(const GPTOptions& options, TensorParallelContext tp, PipelinePo
     blocks->push_back(GPTBlock(options, i, tp));
   }
   if (position.last()) {
-    if (!position.first()) tied_wte_ = register_module("tied_wte", make_word_embedding(options, tp));
+    if (!position.first()) {
+      tied_wte_ = register_module("tied_wte", make_word_embedding(options, tp));
+      tied_wte_->mark_tied_copies();  // the first stage's embedding owns it
+    }
     const auto& wte = position.first() ? input->word_embedding() : tied_wte_;
     output = register_module("output", GPTOutputStage(options, tp, wte->weight, wte->vocab_start()));
   }
@@ -282,19 +260,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& input_, const torch::Tensor&
 }
 
 std::vector<ParallelParameter> GPTImpl::parallel_parameters() const {
-  std::vector<ParallelParameter> all;
-  if (position_.first()) all = input->parallel_parameters();
-  for (const auto& block : *blocks) append(all, block->as<GPTBlockImpl>()->parallel_parameters());
-  if (position_.last()) {
-    if (tied_wte_) {
-      for (auto p : tied_wte_->parallel_parameters()) {
-        p.tied_copy = true;
-        all.push_back(p);
-      }
-    }
-    append(all, output->parallel_parameters());
-  }
-  return all;
+  return parallel::collect_parallel_parameters(*this);
 }
 
 std::vector<int64_t> GPTImpl::activation_shape(int64_t micro_batch_size) const {

@@ -20,6 +20,7 @@
 
 #include "core/config.h"
 #include "models/language_model.h"
+#include "models/layer_norm.h"
 #include "models/moe.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_parameter.h"
@@ -46,7 +47,7 @@ struct GPTOptions {
   static GPTOptions from_config(const Config& config);
 };
 
-class GPTInputStageImpl : public torch::nn::Module {
+class GPTInputStageImpl : public parallel::ParallelModule {
  public:
   GPTInputStageImpl(const GPTOptions& options, TensorParallelContext tp);
   // tokens [B, S] int64 -> hidden [B, S, H] ([B, S / tp, H] with sequence parallelism)
@@ -81,7 +82,7 @@ class GPTBlockImpl : public torch::nn::Module {
   parallel::RecomputedFn block_fn_, core_fn_;  // what a recomputing backward re-runs
   int64_t layer_;
   TensorParallelContext tp_;
-  torch::Tensor ln1_w_, ln1_b_, ln2_w_, ln2_b_;
+  LayerNorm ln_1_{nullptr}, ln_2_{nullptr};
   parallel::ColumnParallelLinear qkv_{nullptr}, fc_{nullptr};
   parallel::RowParallelLinear proj_{nullptr}, fc_proj_{nullptr};
   MoELayer moe_{nullptr};  // instead of fc_ and fc_proj_ in an MoE block
@@ -104,7 +105,7 @@ class GPTOutputStageImpl : public torch::nn::Module {
  private:
   GPTOptions options_;
   TensorParallelContext tp_;
-  torch::Tensor lnf_w_, lnf_b_;
+  LayerNorm ln_f_{nullptr};
   torch::Tensor wte_;
   int64_t vocab_start_;
 };

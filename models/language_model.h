@@ -14,6 +14,7 @@
 #include "core/config.h"
 #include "parallel/communicator.h"
 #include "parallel/fully_sharded.h"
+#include "parallel/parallel_module.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/tp_rng.h"
 
@@ -50,8 +51,12 @@ class LanguageModel : public torch::nn::Module {
   // A pipeline piece maps its INPUT (tokens on the first piece, the previous
   // piece's activations otherwise) to activations, or to the loss on the last piece.
   virtual torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& targets) = 0;
-  // Every parameter once, with its global name (the same at every layout).
-  virtual std::vector<parallel::ParallelParameter> parallel_parameters() const = 0;
+  // Every parameter once, with its global name (the same at every layout): by
+  // default as the parallel layers described them when they created them
+  // (parallel/parallel_module.h); a parameter none described is refused by name.
+  virtual std::vector<parallel::ParallelParameter> parallel_parameters() const {
+    return parallel::collect_parallel_parameters(*this);
+  }
 
   // For pipelines: the shape of the activations a non-last piece returns for a
   // micro-batch of MICRO_BATCH_SIZE sequences, known before any data flows.

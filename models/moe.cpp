@@ -94,20 +94,29 @@ MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicato
     : options_(options), ep_(ep), tp_(tp), dispatcher_(options.moe.num_experts, ep, &stats_.volume) {
   const int64_t h = options.hidden_size, f = options.ffn_hidden_size, e = options.moe.num_experts;
   const std::string p = "h." + std::to_string(options.layer) + ".moe.";
-  router_ = register_parameter("router_weight", parallel::init_normal(options.seed, p + "router.weight", {e, h},
-                                                                      options.init_std));
+  const bool sp = options.sequence_parallel;
+  router_ = register_parallel_parameter(
+      "router_weight", parallel::init_normal(options.seed, p + "router.weight", {e, h}, options.init_std),
+      {p + "router.weight", {}, -1, sp});
   for (int64_t i = 0; i < dispatcher_.num_local_experts(); ++i) {
     const int64_t g = dispatcher_.first_local_expert() + i;
     const std::string name = p + "experts." + std::to_string(g) + ".";
     const std::string reg = "expert_" + std::to_string(g) + "_";
     Expert x{g, {}, {}, {}, {}};
     // Drawn by global name: expert g starts the same whichever rank holds it.
-    x.fc_w = register_parameter(reg + "fc_weight", parallel::init_normal(options.seed, name + "fc.weight", {f, h},
-                                                                         options.init_std));
-    x.fc_b = register_parameter(reg + "fc_bias", torch::zeros({f}));
-    x.proj_w = register_parameter(reg + "proj_weight", parallel::init_normal(options.seed, name + "proj.weight", {h, f},
-                                                                             options.output_init_std));
-    x.proj_b = register_parameter(reg + "proj_bias", torch::zeros({h}));
+    // Each expert lives on one ep rank, replicated over expert-dp.
+    auto expert = [&](const std::string& suffix, torch::Tensor init) {
+      parallel::ParallelParameter spec{name + suffix, {}, -1, sp};
+      spec.expert = true;
+      std::string local = reg + suffix;
+      std::replace(local.begin(), local.end(), '.', '_');
+      return register_parallel_parameter(local, std::move(init), spec);
+    };
+    x.fc_w = expert("fc.weight", parallel::init_normal(options.seed, name + "fc.weight", {f, h}, options.init_std));
+    x.fc_b = expert("fc.bias", torch::zeros({f}));
+    x.proj_w = expert("proj.weight",
+                      parallel::init_normal(options.seed, name + "proj.weight", {h, f}, options.output_init_std));
+    x.proj_b = expert("proj.bias", torch::zeros({h}));
     experts_.push_back(x);
   }
   stats_.layer = options.layer;
@@ -181,19 +190,7 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
 }
 
 std::vector<parallel::ParallelParameter> MoELayerImpl::parallel_parameters() const {
-  const std::string p = "h." + std::to_string(options_.layer) + ".moe.";
-  const bool sp = options_.sequence_parallel;
-  std::vector<parallel::ParallelParameter> all{{p + "router.weight", router_, -1, sp}};
-  for (const auto& x : experts_) {
-    const std::string name = p + "experts." + std::to_string(x.index) + ".";
-    for (auto [suffix, tensor] : {std::pair{"fc.weight", x.fc_w}, std::pair{"fc.bias", x.fc_b},
-                                  std::pair{"proj.weight", x.proj_w}, std::pair{"proj.bias", x.proj_b}}) {
-      parallel::ParallelParameter param{name + suffix, tensor, -1, sp};
-      param.expert = true;
-      all.push_back(param);
-    }
-  }
-  return all;
+  return parallel::collect_parallel_parameters(*this);
 }
 
 }  // namespace loom::models

@@ -34,6 +34,7 @@
 #include "core/config.h"
 #include "parallel/communicator.h"
 #include "parallel/moe_dispatch.h"
+#include "parallel/parallel_module.h"
 #include "parallel/parallel_parameter.h"
 
 namespace loom::models {
@@ -86,7 +87,7 @@ struct MoELayerOptions {
   double loss_scale = 1.0;
 };
 
-class MoELayerImpl : public torch::nn::Module {
+class MoELayerImpl : public parallel::ParallelModule {
  public:
   // EP: the expert-parallel group; TP: the tensor-parallel group (for the router statistics under SP).
   MoELayerImpl(const MoELayerOptions& options, parallel::Communicator& ep, parallel::Communicator& tp);

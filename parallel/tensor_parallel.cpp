@@ -14,8 +14,11 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(ColumnParallelLinearOptions o
               " output features do not split into ", tp.size(), " tensor-parallel parts");
   auto full = init_normal(options.seed(), options.name() + ".weight", {options.out_features(), options.in_features()},
                           options.init_std());
-  weight = register_parameter("weight", slice_along(full, 0, tp));
-  if (options.bias()) bias = register_parameter("bias", torch::zeros({options.out_features() / tp.size()}));
+  weight = register_parallel_parameter("weight", slice_along(full, 0, tp), {options.name() + ".weight", {}, 0});
+  if (options.bias()) {
+    bias = register_parallel_parameter("bias", torch::zeros({options.out_features() / tp.size()}),
+                                       {options.name() + ".bias", {}, 0});
+  }
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& input) {
@@ -25,9 +28,7 @@ torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& input) {
 }
 
 std::vector<ParallelParameter> ColumnParallelLinearImpl::parallel_parameters() const {
-  std::vector<ParallelParameter> params{{options.name() + ".weight", weight, 0}};
-  if (bias.defined()) params.push_back({options.name() + ".bias", bias, 0});
-  return params;
+  return collect_parallel_parameters(*this);
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(RowParallelLinearOptions options_, Communicator& tp)
@@ -36,8 +37,12 @@ RowParallelLinearImpl::RowParallelLinearImpl(RowParallelLinearOptions options_, 
               " input features do not split into ", tp.size(), " tensor-parallel parts");
   auto full = init_normal(options.seed(), options.name() + ".weight", {options.out_features(), options.in_features()},
                           options.init_std());
-  weight = register_parameter("weight", slice_along(full, 1, tp));
-  if (options.bias()) bias = register_parameter("bias", torch::zeros({options.out_features()}));
+  weight = register_parallel_parameter("weight", slice_along(full, 1, tp), {options.name() + ".weight", {}, 1});
+  if (options.bias()) {
+    // Replicated, but fed by sequence-split activations under sequence parallelism.
+    bias = register_parallel_parameter("bias", torch::zeros({options.out_features()}),
+                                       {options.name() + ".bias", {}, -1, options.sequence_parallel()});
+  }
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& input) {
@@ -49,9 +54,7 @@ torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& input) {
 }
 
 std::vector<ParallelParameter> RowParallelLinearImpl::parallel_parameters() const {
-  std::vector<ParallelParameter> params{{options.name() + ".weight", weight, 1}};
-  if (bias.defined()) params.push_back({options.name() + ".bias", bias, -1, options.sequence_parallel()});
-  return params;
+  return collect_parallel_parameters(*this);
 }
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(VocabParallelEmbeddingOptions options_, Communicator& tp)
@@ -61,7 +64,9 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(VocabParallelEmbeddingOpt
   vocab_start_ = padded_vocab_ / t * tp.rank();
   auto full = init_normal(options.seed(), options.name(), {v, options.embedding_dim()}, options.init_std());
   if (padded_vocab_ > v) full = torch::cat({full, torch::zeros({padded_vocab_ - v, options.embedding_dim()})});
-  weight = register_parameter("weight", slice_along(full, 0, tp));
+  ParallelParameter spec{options.name(), {}, 0};
+  spec.global_shape = {options.num_embeddings(), options.embedding_dim()};  // without the padding
+  weight = register_parallel_parameter("weight", slice_along(full, 0, tp), spec);
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
@@ -74,9 +79,7 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
 }
 
 std::vector<ParallelParameter> VocabParallelEmbeddingImpl::parallel_parameters() const {
-  ParallelParameter p{options.name(), weight, 0};
-  p.global_shape = {options.num_embeddings(), options.embedding_dim()};
-  return {p};
+  return collect_parallel_parameters(*this);
 }
 
 namespace {

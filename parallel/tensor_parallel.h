@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/parallel_module.h"
 #include "parallel/parallel_parameter.h"
 
 namespace loom::parallel {
@@ -45,7 +46,7 @@ struct ColumnParallelLinearOptions {
   TORCH_ARG(double, init_std) = 0.02;
 };
 
-class ColumnParallelLinearImpl : public torch::nn::Module {
+class ColumnParallelLinearImpl : public ParallelModule {
  public:
   ColumnParallelLinearImpl(ColumnParallelLinearOptions options, Communicator& tp);
   torch::Tensor forward(const torch::Tensor& input);
@@ -75,7 +76,7 @@ struct RowParallelLinearOptions {
   TORCH_ARG(double, init_std) = 0.02;
 };
 
-class RowParallelLinearImpl : public torch::nn::Module {
+class RowParallelLinearImpl : public ParallelModule {
  public:
   RowParallelLinearImpl(RowParallelLinearOptions options, Communicator& tp);
   torch::Tensor forward(const torch::Tensor& input);
@@ -102,7 +103,7 @@ struct VocabParallelEmbeddingOptions {
   TORCH_ARG(double, init_std) = 0.02;
 };
 
-class VocabParallelEmbeddingImpl : public torch::nn::Module {
+class VocabParallelEmbeddingImpl : public ParallelModule {
  public:
   VocabParallelEmbeddingImpl(VocabParallelEmbeddingOptions options, Communicator& tp);
   // tokens [B, S] -> [B, S, H] (or [B, S / tp, H] with sequence_parallel)

@@ -43,13 +43,6 @@ class MlpLanguageModel : public models::LanguageModel {
         .mean();
   }
 
-  std::vector<parallel::ParallelParameter> parallel_parameters() const override {
-    auto all = embedding_->parallel_parameters();
-    for (auto& p : up_->parallel_parameters()) all.push_back(p);
-    for (auto& p : down_->parallel_parameters()) all.push_back(p);
-    return all;
-  }
-
  private:
   parallel::Communicator& tp_;
   int64_t vocab_size_ = 0;

@@ -1,0 +1,88 @@
+// parallel/parallel_module.h: the parameters a model's layers described, in order,
+// and a parameter nobody described refused by name.
+#include <catch2/catch.hpp>
+
+#include "core/errors.h"
+#include "models/gpt.h"
+#include "parallel/parallel_module.h"
+#include "parallel/tensor_parallel.h"
+
+using namespace loom;
+
+namespace {
+
+// A user's model that adds a parameter of its own without describing it.
+struct Forgetful : models::LanguageModel {
+  Forgetful() {
+    up = register_module("up", parallel::ColumnParallelLinear(parallel::ColumnParallelLinearOptions(4, 8).name("up"), tp));
+    scale = register_parameter("scale", torch::ones({8}));
+  }
+  torch::Tensor forward(const torch::Tensor& input, const torch::Tensor&) override { return up->forward(input) * scale; }
+  parallel::SelfCommunicator tp{"tp", 0, std::make_shared<parallel::CommStats>()};
+  parallel::ColumnParallelLinear up{nullptr};
+  torch::Tensor scale;
+};
+
+}  // namespace
+
+TEST_CASE("a GPT's parameters are collected from its layers, in order of use", "[parallel_module]") {
+  models::GPTOptions o;
+  o.num_layers = 1;
+  o.hidden_size = 8;
+  o.num_heads = 2;
+  o.ffn_hidden_size = 16;
+  o.vocab_size = 11;
+  o.seq_len = 4;
+  auto model = std::make_shared<models::GPTImpl>(o);
+  std::vector<std::string> names;
+  for (const auto& p : model->parallel_parameters()) names.push_back(p.name);
+  const std::vector<std::string> expected{
+      "wpe", "wte", "h.0.ln_1.weight", "h.0.ln_1.bias", "h.0.attn.qkv.weight", "h.0.attn.qkv.bias",
+      "h.0.attn.proj.weight", "h.0.attn.proj.bias", "h.0.ln_2.weight", "h.0.ln_2.bias", "h.0.mlp.fc.weight",
+      "h.0.mlp.fc.bias", "h.0.mlp.proj.weight", "h.0.mlp.proj.bias", "ln_f.weight", "ln_f.bias"};
+  CHECK(names == expected);
+  // Every registered parameter is described exactly once, by the very tensor the module holds.
+  CHECK(model->named_parameters().size() == expected.size());
+  for (const auto& p : model->parallel_parameters()) {
+    int holders = 0;
+    for (const auto& item : model->named_parameters()) holders += item.value().is_same(p.tensor);
+    CHECK(holders == 1);
+  }
+  const auto params = model->parallel_parameters();
+  CHECK(params[1].tp_split_dim == 0);                                  // wte: vocabulary split
+  CHECK(params[1].global_shape == std::vector<int64_t>{11, 8});        // without tp padding
+  CHECK(params[4].tp_split_dim == 0);                                  // qkv: column parallel
+  CHECK(params[6].tp_split_dim == 1);                                  // proj: row parallel
+  CHECK(params[7].tp_split_dim == -1);                                 // proj bias: replicated
+}
+
+TEST_CASE("a parameter no layer described is refused by name", "[parallel_module]") {
+  auto model = std::make_shared<Forgetful>();
+  try {
+    model->parallel_parameters();
+    FAIL("an undescribed parameter was accepted");
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("'scale'") != std::string::npos);
+    CHECK(what.find("'up.weight'") == std::string::npos);  // the described ones are not blamed
+  }
+}
+
+TEST_CASE("the last pipeline stage's word embedding is a tied copy", "[parallel_module]") {
+  models::GPTOptions o;
+  o.num_layers = 2;
+  o.hidden_size = 8;
+  o.num_heads = 2;
+  o.ffn_hidden_size = 16;
+  auto last = std::make_shared<models::GPTImpl>(o, models::TensorParallelContext{}, models::PipelinePosition{1, 2});
+  int tied = 0;
+  for (const auto& p : last->parallel_parameters()) {
+    if (p.name == "wte") {
+      CHECK(p.tied_copy);
+      ++tied;
+    } else {
+      CHECK_FALSE(p.tied_copy);
+    }
+  }
+  CHECK(tied == 1);
+}
