@@ -10,6 +10,7 @@
 #include "core/errors.h"
 #include "core/logging.h"
 #include "launch/blas_environment.h"
+#include "launch/block_wrapping.h"
 #include "launch/run_directory.h"
 #include "launch/stop_signals.h"
 #include "launch/supported_combinations.h"
@@ -74,7 +75,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
   precision_ = Precision::from_name(t.precision);
   sync_ = parallel::make_gradient_sync(groups_, gradient_sync_options(config_, precision_));
-  const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get(), &groups_.ep(), sync_->units()};
+  const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get(), &groups_.ep()};
   std::vector<parallel::ParallelParameter> params;
   std::vector<torch::Tensor> tied;
   std::vector<models::MoEStats*> moe_stats;
@@ -83,6 +84,8 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
     // Initialised on the CPU, as in every layout, then moved: the same numbers on every device.
     piece->to(device_);
     piece->train();
+    // ZeRO-3 and full recomputation go around the blocks the model declares, from outside.
+    if (auto* stack = piece->block_stack()) wrap_blocks(*stack, sync_->units(), t.recompute == "full", &rng_->split());
     for (const auto& param : piece->parallel_parameters()) params.push_back(param);
     for (const auto& tensor : piece->tied_parameters()) tied.push_back(tensor);
     for (auto* stats : piece->moe_stats()) moe_stats.push_back(stats);
@@ -92,7 +95,8 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   TORCH_CHECK(tied.empty() || groups_.has(parallel::GroupKind::embedding),
               "rank ", groups_.rank(), " holds tied parameters but is in no embedding group");
   if (!m.init_from.empty()) init_from_hf_gpt2(config_, params, coords.tp, groups_.tp().size());
-  sync_->attach(std::move(params), std::move(tied));
+  const auto block_of = block_of_parameters(chunks_, params);
+  sync_->attach(std::move(params), std::move(tied), block_of);
   if (precision_.loss_scaling()) {
     scaler_ = std::make_unique<optim::LossScaler>(
         optim::LossScalerOptions{t.loss_scale, t.initial_loss_scale, t.loss_scale_window, t.min_loss_scale});

@@ -129,7 +129,6 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
   }
   causal_mask_ = register_buffer("causal_mask",
                                  torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
-  block_fn_ = [this](const torch::Tensor& hidden, const torch::Tensor&, const torch::Tensor&) { return block(hidden); };
   core_fn_ = [this](const torch::Tensor& qkv, const torch::Tensor&, const torch::Tensor&) { return attention_core(qkv); };
 }
 
@@ -173,17 +172,15 @@ torch::Tensor GPTBlockImpl::mlp(const torch::Tensor& x, bool record) {
 }
 
 torch::Tensor GPTBlockImpl::block(const torch::Tensor& hidden) {
-  // Under full recomputation this runs twice per micro-batch: without
-  // autograd in forward, with it in backward. The MoE statistics count the first.
+  // Under full recomputation (applied by the trainer around the block) this runs twice
+  // per micro-batch: without autograd in forward, with it in backward. The MoE
+  // statistics count the first.
   const bool rerun = options_.recompute == "full" && is_training() && torch::GradMode::is_enabled();
   auto x = hidden + residual_dropout(attention(ln_1_->forward(hidden)), options_.dropout, is_training(), tp_);
   return x + residual_dropout(mlp(ln_2_->forward(x), !rerun), options_.dropout, is_training(), tp_);
 }
 
-torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) {
-  // Full recomputation keeps only the block's input.
-  return recomputing("full") ? parallel::recompute_in_backward(block_fn_, split_generator(), hidden) : block(hidden);
-}
+torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) { return block(hidden); }
 
 bool GPTBlockImpl::recomputing(const std::string& kind) const {
   return options_.recompute == kind && is_training() && torch::GradMode::is_enabled();
@@ -235,10 +232,10 @@ GPTImpl::GPTImpl(const GPTOptions& options, TensorParallelContext tp, PipelinePo
   }
   tp_ = tp;
   if (position.first()) input = register_module("input", GPTInputStage(options, tp));
-  blocks = register_module("blocks", torch::nn::ModuleList());
+  blocks = register_module("blocks", BlockStack(position.index * (options.num_layers / position.count)));
   const int64_t per_piece = options.num_layers / position.count;
   for (int64_t i = position.index * per_piece; i < (position.index + 1) * per_piece; ++i) {
-    blocks->push_back(GPTBlock(options, i, tp));
+    blocks->push_back(GPTBlock(options, i, tp).ptr());
   }
   if (position.last()) {
     if (!position.first()) {
@@ -252,10 +249,7 @@ GPTImpl::GPTImpl(const GPTOptions& options, TensorParallelContext tp, PipelinePo
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& input_, const torch::Tensor& targets) {
   auto hidden = position_.first() ? input->forward(input_) : input_;
-  for (auto& block : *blocks) {
-    auto* b = block->as<GPTBlock>();
-    hidden = tp_.sharded ? tp_.sharded->run(b->layer(), [&] { return b->forward(hidden); }) : b->forward(hidden);
-  }
+  hidden = blocks->forward(hidden);  // each block through whatever the trainer wrapped around it
   return position_.last() ? output->forward(hidden, targets) : hidden;
 }
 
@@ -277,8 +271,8 @@ std::vector<torch::Tensor> GPTImpl::tied_parameters() const {
 
 std::vector<MoEStats*> GPTImpl::moe_stats() {
   std::vector<MoEStats*> all;
-  for (auto& block : *blocks) {
-    if (auto moe = block->as<GPTBlockImpl>()->moe()) all.push_back(&moe->stats());
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    if (auto moe = std::static_pointer_cast<GPTBlockImpl>((*blocks)[i])->moe()) all.push_back(&moe->stats());
   }
   return all;
 }

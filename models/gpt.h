@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "models/block_stack.h"
 #include "models/language_model.h"
 #include "models/layer_norm.h"
 #include "models/moe.h"
@@ -63,10 +64,10 @@ class GPTInputStageImpl : public parallel::ParallelModule {
 };
 TORCH_MODULE(GPTInputStage);
 
-class GPTBlockImpl : public torch::nn::Module {
+class GPTBlockImpl : public BlockModule {
  public:
   GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp);
-  torch::Tensor forward(const torch::Tensor& hidden);
+  torch::Tensor forward(const torch::Tensor& hidden) override;
   std::vector<parallel::ParallelParameter> parallel_parameters() const;
   MoELayer moe() const { return moe_; }  // null in a dense block
   int64_t layer() const { return layer_; }
@@ -79,7 +80,7 @@ class GPTBlockImpl : public torch::nn::Module {
   bool recomputing(const std::string& kind) const;
   at::Generator* split_generator() const;
   GPTOptions options_;
-  parallel::RecomputedFn block_fn_, core_fn_;  // what a recomputing backward re-runs
+  parallel::RecomputedFn core_fn_;  // what a selectively recomputing backward re-runs
   int64_t layer_;
   TensorParallelContext tp_;
   LayerNorm ln_1_{nullptr}, ln_2_{nullptr};
@@ -126,11 +127,12 @@ class GPTImpl : public LanguageModel {
   std::vector<int64_t> activation_shape(int64_t micro_batch_size) const override;
   std::vector<torch::Tensor> tied_parameters() const override;
   std::vector<MoEStats*> moe_stats() override;
+  BlockStackImpl* block_stack() override { return blocks.get(); }
   // Parameters of the whole (unsplit) model.
   int64_t num_parameters() const;
 
   GPTInputStage input{nullptr};     // first piece only
-  torch::nn::ModuleList blocks{nullptr};
+  BlockStack blocks{nullptr};
   GPTOutputStage output{nullptr};   // last piece only
 
  private:

@@ -13,7 +13,7 @@
 
 #include "core/config.h"
 #include "parallel/communicator.h"
-#include "parallel/fully_sharded.h"
+#include "models/block_stack.h"
 #include "parallel/parallel_module.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/tp_rng.h"
@@ -28,9 +28,6 @@ struct TensorParallelContext {
   parallel::TensorParallelRng* rng = nullptr;
   // The expert-parallel group MoE layers spread their experts over; null: all experts on this rank.
   parallel::Communicator* ep = nullptr;
-  // ZeRO-3: blocks run through it, which gathers their parameters around
-  // forward and backward; null: parameters are whole.
-  parallel::FullyShardedParameters* sharded = nullptr;
 };
 
 struct MoEStats;
@@ -71,6 +68,10 @@ class LanguageModel : public torch::nn::Module {
   // The statistics of this piece's MoE layers (parallel/moe.h), which the
   // trainer gathers and resets every step; none for a dense model.
   virtual std::vector<MoEStats*> moe_stats() { return {}; }
+  // The model's repeated blocks, if it declares them (models/block_stack.h): the
+  // trainer wraps each from outside (ZeRO-3 units, full recomputation). A model
+  // without them trains with its parameters in one ZeRO-3 unit and no full recomputation.
+  virtual BlockStackImpl* block_stack() { return nullptr; }
 };
 
 // Builds this rank's part of a model for a resolved config.

@@ -24,7 +24,8 @@ class BucketedSync : public GradientSync {
         // With one dp rank there is nothing to shard.
         zero_stage_(groups.dp().size() > 1 ? options.zero_stage : 0) {}
 
-  void attach(std::vector<ParallelParameter> params, std::vector<torch::Tensor> tied) override {
+  void attach(std::vector<ParallelParameter> params, std::vector<torch::Tensor> tied,
+              const std::vector<int64_t>& /*block_of: buckets follow the order of use*/) override {
     params_ = std::move(params);
     if (options_.model_dtype != torch::kFloat) {
       std::vector<torch::Tensor> model;

@@ -51,9 +51,12 @@ class GradientSync {
 
   // ZeRO-3's units, which the model's blocks run through (nullptr: none).
   virtual FullyShardedParameters* units() { return nullptr; }
-  // Takes this rank's parameters, as the model made and initialised them, and the
-  // tied copies summed over the embedding group after backward.
-  virtual void attach(std::vector<ParallelParameter> params, std::vector<torch::Tensor> tied) = 0;
+  // Takes this rank's parameters, as the model made and initialised them, the tied
+  // copies summed over the embedding group after backward and, for ZeRO-3's units,
+  // BLOCK_OF[i]: the layer of the block holding parameter i, -1 outside the blocks
+  // (empty: no blocks, every parameter in one unit).
+  virtual void attach(std::vector<ParallelParameter> params, std::vector<torch::Tensor> tied,
+                      const std::vector<int64_t>& block_of = {}) = 0;
   // The parameters as the optimizer, clipping and checkpoints see them: the model's,
   // or their fp32 masters under mixed precision (attach() first).
   const std::vector<ParallelParameter>& parameters() const { return params_; }

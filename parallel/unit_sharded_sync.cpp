@@ -12,18 +12,6 @@ namespace {
 
 int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-// The transformer block a parameter belongs to, from its global name
-// ("h.3.attn.qkv.weight": 3); -1 for the embeddings, final norm and output layer.
-int64_t block_of_parameter(const std::string& name) {
-  if (name.rfind("h.", 0) != 0) return -1;
-  const auto dot = name.find('.', 2);
-  try {
-    return std::stoll(name.substr(2, dot - 2));
-  } catch (const std::exception&) {
-    return -1;
-  }
-}
-
 class UnitShardedSync : public GradientSync {
  public:
   UnitShardedSync(ProcessGroups& groups, const GradientSyncOptions& options) : groups_(groups), options_(options) {
@@ -36,8 +24,11 @@ class UnitShardedSync : public GradientSync {
 
   FullyShardedParameters* units() override { return parts_[0].units.get(); }
 
-  void attach(std::vector<ParallelParameter> params, std::vector<torch::Tensor> tied) override {
+  void attach(std::vector<ParallelParameter> params, std::vector<torch::Tensor> tied,
+              const std::vector<int64_t>& block_of_param) override {
     params_ = std::move(params);
+    TORCH_CHECK(block_of_param.empty() || block_of_param.size() == params_.size(),
+                "UnitShardedSync::attach: ", block_of_param.size(), " block indices for ", params_.size(), " parameters");
     // Parts: [0] every parameter but the experts, over dp; [1] MoE experts, over expert-dp.
     std::vector<torch::Tensor> tensors[2];
     std::vector<int64_t> block_of[2];
@@ -45,7 +36,7 @@ class UnitShardedSync : public GradientSync {
       const size_t part = params_[i].expert ? 1 : 0;
       parts_[part].index.push_back(i);
       tensors[part].push_back(params_[i].tensor);
-      block_of[part].push_back(block_of_parameter(params_[i].name));
+      block_of[part].push_back(block_of_param.empty() ? -1 : block_of_param[i]);
       part_of_.push_back(part);
     }
     const bool shard_parameters = options_.zero_stage == 3;

@@ -26,6 +26,7 @@ constexpr double kLr = 0.01;
 
 // A root unit (the embedding) and two blocks, named as the unit-sharded sync finds blocks.
 const std::vector<std::string> kNames = {"wte.weight", "h.0.w", "h.0.b", "h.1.w"};
+const std::vector<int64_t> kBlockOf = {-1, 0, 0, 1};  // the block (ZeRO-3 unit) of each; -1: the root unit
 
 std::vector<torch::Tensor> initial_weights() {
   return {torch::linspace(-1, 1, 12).reshape({4, 3}), torch::linspace(0.5, -0.7, 9).reshape({3, 3}),
@@ -106,7 +107,7 @@ std::vector<torch::Tensor> train_two_steps(int64_t zero_stage, torch::ScalarType
     model.push_back(initial_weights()[i].requires_grad_(true));
     params.push_back({kNames[i], model.back()});
   }
-  sync->attach(params, {});
+  sync->attach(params, {}, kBlockOf);
   for (const auto& p : sync->parameters()) CHECK(p.tensor.scalar_type() == torch::kFloat);
   auto optimizer = sync->make_optimizer({});
 

@@ -4,16 +4,43 @@
 //
 //   tokens -> VocabParallelEmbedding (current and previous token, concatenated)
 //          -> ColumnParallelLinear -> GELU -> RowParallelLinear (+ residual)
+//          -> model.num_layers residual MLP blocks (the same shape), declared as a BlockStack
 //          -> logits against the embedding (tied) -> vocab-parallel cross-entropy
 //
+// Declaring the blocks is all it does for ZeRO-3 and recomputation: the trainer
+// gathers each block's parameters around it (parallel.zero_stage 3) and reruns it
+// in backward (train.recompute full) from outside.
+//
 // Usage, like `loom train`:  mlp_language_model CONFIG.yaml [--set k=v]... [--run-dir DIR]
-// It uses model.hidden_size, model.ffn_hidden_size and model.vocab_size.
+// It uses model.hidden_size, model.ffn_hidden_size, model.num_layers and model.vocab_size.
 #include <launch/commands.h>
+#include <models/block_stack.h>
 #include <models/language_model.h>
 #include <parallel/tensor_parallel.h>
 #include <parallel/tp_regions.h>
 
 using namespace loom;
+
+// x + down(gelu(up(x))), tensor parallel: up splits the features, down sums them back.
+class ResidualMlp : public models::BlockModule {
+ public:
+  ResidualMlp(const std::string& name, int64_t h, int64_t f, uint64_t seed, parallel::Communicator& tp) {
+    up_ = register_module("up", parallel::ColumnParallelLinear(
+                                    parallel::ColumnParallelLinearOptions(h, f).name(name + ".up").seed(seed), tp));
+    down_ = register_module("down", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(f, h)
+                                                                    .name(name + ".down")
+                                                                    .seed(seed)
+                                                                    .input_is_parallel(true),
+                                                                tp));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    return x + down_->forward(torch::gelu(up_->forward(x), "tanh"));
+  }
+
+ private:
+  parallel::ColumnParallelLinear up_{nullptr};
+  parallel::RowParallelLinear down_{nullptr};
+};
 
 class MlpLanguageModel : public models::LanguageModel {
  public:
@@ -31,17 +58,24 @@ class MlpLanguageModel : public models::LanguageModel {
                                                                     .seed(seed)
                                                                     .input_is_parallel(true),
                                                                 tp_));
+    blocks_ = register_module("blocks", models::BlockStack());
+    for (int64_t i = 0; i < config.model.num_layers; ++i) {
+      blocks_->push_back(std::make_shared<ResidualMlp>("blocks." + std::to_string(i), h, f, seed, tp_));
+    }
   }
 
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets) override {
     auto current = embedding_->forward(tokens);                        // [B, S, H]
     auto previous = torch::constant_pad_nd(current, {0, 0, 1, 0}).narrow(1, 0, tokens.size(1));
     auto x = current + down_->forward(torch::gelu(up_->forward(torch::cat({current, previous}, -1)), "tanh"));
+    x = blocks_->forward(x);
     auto logits = torch::linear(parallel::copy_to_tp_region(x, tp_), embedding_->weight);  // [B, S, V / tp]
     return parallel::vocab_parallel_cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}),
                                                   embedding_->vocab_start(), vocab_size_, tp_)
         .mean();
   }
+
+  models::BlockStackImpl* block_stack() override { return blocks_.get(); }
 
  private:
   parallel::Communicator& tp_;
@@ -49,6 +83,7 @@ class MlpLanguageModel : public models::LanguageModel {
   parallel::VocabParallelEmbedding embedding_{nullptr};
   parallel::ColumnParallelLinear up_{nullptr};
   parallel::RowParallelLinear down_{nullptr};
+  models::BlockStack blocks_{nullptr};
 };
 
 int main(int argc, char** argv) {
