@@ -55,12 +55,16 @@ GPTOptions GPTOptions::from_config(const Config& config) {
   return o;
 }
 
+GPTPositionEmbeddingImpl::GPTPositionEmbeddingImpl(const GPTOptions& options, bool sequence_parallel) {
+  weight = register_parallel_parameter(
+      "weight", parallel::init_normal(options.seed, "wpe", {options.seq_len, options.hidden_size}, kInitStd),
+      {"wpe", {}, -1, sequence_parallel});
+}
+
 GPTInputStageImpl::GPTInputStageImpl(const GPTOptions& options, TensorParallelContext tp)
     : options_(options), tp_(tp) {
   wte_ = register_module("wte", make_word_embedding(options, tp));
-  wpe_ = register_parallel_parameter(
-      "wpe", parallel::init_normal(options.seed, "wpe", {options.seq_len, options.hidden_size}, kInitStd),
-      {"wpe", {}, -1, tp.sequence_parallel});
+  wpe_ = register_module("wpe", GPTPositionEmbedding(options, tp.sequence_parallel));
 }
 
 torch::Tensor GPTInputStageImpl::forward(const torch::Tensor& tokens) {
@@ -68,7 +72,7 @@ torch::Tensor GPTInputStageImpl::forward(const torch::Tensor& tokens) {
   auto words = wte_->forward(tokens).to(options_.activation_dtype);  // [B, S or S / tp, H]
   // With sequence parallelism this rank holds positions [r * S / tp, (r + 1) * S / tp).
   const int64_t first = tp_.sequence_parallel ? words.size(1) * tp_.tp->rank() : 0;
-  return residual_dropout(words + cast_to_activation(wpe_.narrow(0, first, words.size(1)), words), options_.dropout,
+  return residual_dropout(words + cast_to_activation(wpe_->weight.narrow(0, first, words.size(1)), words), options_.dropout,
                           is_training(), tp_);
 }
 

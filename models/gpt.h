@@ -48,7 +48,17 @@ struct GPTOptions {
   static GPTOptions from_config(const Config& config);
 };
 
-class GPTInputStageImpl : public parallel::ParallelModule {
+// GPT-2's learned positions [S, H], replicated over tp (split along the sequence
+// under sequence parallelism). A module of its own so that it is collected after
+// the word embedding, in order of use.
+class GPTPositionEmbeddingImpl : public parallel::ParallelModule {
+ public:
+  GPTPositionEmbeddingImpl(const GPTOptions& options, bool sequence_parallel);
+  torch::Tensor weight;
+};
+TORCH_MODULE(GPTPositionEmbedding);
+
+class GPTInputStageImpl : public torch::nn::Module {
  public:
   GPTInputStageImpl(const GPTOptions& options, TensorParallelContext tp);
   // tokens [B, S] int64 -> hidden [B, S, H] ([B, S / tp, H] with sequence parallelism)
@@ -60,7 +70,7 @@ class GPTInputStageImpl : public parallel::ParallelModule {
   GPTOptions options_;
   TensorParallelContext tp_;
   parallel::VocabParallelEmbedding wte_{nullptr};
-  torch::Tensor wpe_;
+  GPTPositionEmbedding wpe_{nullptr};
 };
 TORCH_MODULE(GPTInputStage);
 

@@ -37,7 +37,7 @@ TEST_CASE("a GPT's parameters are collected from its layers, in order of use", "
   std::vector<std::string> names;
   for (const auto& p : model->parallel_parameters()) names.push_back(p.name);
   const std::vector<std::string> expected{
-      "wpe", "wte", "h.0.ln_1.weight", "h.0.ln_1.bias", "h.0.attn.qkv.weight", "h.0.attn.qkv.bias",
+      "wte", "wpe", "h.0.ln_1.weight", "h.0.ln_1.bias", "h.0.attn.qkv.weight", "h.0.attn.qkv.bias",
       "h.0.attn.proj.weight", "h.0.attn.proj.bias", "h.0.ln_2.weight", "h.0.ln_2.bias", "h.0.mlp.fc.weight",
       "h.0.mlp.fc.bias", "h.0.mlp.proj.weight", "h.0.mlp.proj.bias", "ln_f.weight", "ln_f.bias"};
   CHECK(names == expected);
@@ -49,8 +49,8 @@ TEST_CASE("a GPT's parameters are collected from its layers, in order of use", "
     CHECK(holders == 1);
   }
   const auto params = model->parallel_parameters();
-  CHECK(params[1].tp_split_dim == 0);                                  // wte: vocabulary split
-  CHECK(params[1].global_shape == std::vector<int64_t>{11, 8});        // without tp padding
+  CHECK(params[0].tp_split_dim == 0);                                  // wte: vocabulary split
+  CHECK(params[0].global_shape == std::vector<int64_t>{11, 8});        // without tp padding
   CHECK(params[4].tp_split_dim == 0);                                  // qkv: column parallel
   CHECK(params[6].tp_split_dim == 1);                                  // proj: row parallel
   CHECK(params[7].tp_split_dim == -1);                                 // proj bias: replicated
