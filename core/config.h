@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/config_enums.h"
+
 namespace loom {
 
 // Mixture of Experts: the MLP of every `every`-th block (layers 0, every, 2 every, ...)
@@ -39,13 +41,13 @@ struct ParallelConfig {
   int64_t ep = 1;
   bool sequence_parallel = false;
   int64_t virtual_stages = 1;
-  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   int64_t zero_stage = 0;
   std::string order = "tp-cp-ep-dp-pp";
-  std::string backend = "auto";  // auto | gloo | nccl
+  CommBackend backend = CommBackend::automatic;
   double timeout_s = 300.0;      // every collective fails after this long
   double bucket_mb = 25.0;       // data-parallel gradient buckets; 0: one bucket
-  std::string grad_reduce_dtype = "fp32";  // fp32 | bf16: the dtype gradients are reduced in over dp
+  GradReduceDtype grad_reduce_dtype = GradReduceDtype::fp32;  // the dtype gradients are reduced in over dp
 };
 
 struct TrainConfig {
@@ -61,7 +63,7 @@ struct TrainConfig {
   double adam_beta2 = 0.95;
   double adam_eps = 1e-8;
   int64_t seed = 1234;
-  std::string precision = "fp32";  // fp32 | bf16 | fp16 (fp32 master weights and optimizer state)
+  TrainPrecision precision = TrainPrecision::fp32;  // fp32 master weights and optimizer state under bf16, fp16
   // fp16 loss scaling: a fixed scale when loss_scale > 0, else dynamic: starts at
   // initial_loss_scale, halves on an overflow (the step is skipped), doubles
   // after loss_scale_window steps without one, never below min_loss_scale.
@@ -71,14 +73,15 @@ struct TrainConfig {
   double min_loss_scale = 1.0;
   int64_t threads_per_rank = 0;  // 0: cores / local ranks
   double peak_tflops = 0.0;       // one device's dense peak (TFLOP/s) for the MFU line; 0: the device's known peak
-  std::string device = "auto";   // auto (cuda when LibTorch sees a GPU, else cpu) | cpu | cuda (one GPU per local rank)
-  std::string recompute = "none";  // none | full | selective
+  // auto: cuda when LibTorch sees a GPU, else cpu; cuda: one GPU per local rank.
+  TrainDevice device = TrainDevice::automatic;
+  Recompute recompute = Recompute::none;
   int64_t exit_after = -1;       // save and stop after this step (the schedule still spans steps); -1: never
 };
 
 struct DataConfig {
   std::string path;  // PREFIX of PREFIX.bin/.idx; empty: built-in synthetic corpus
-  std::string order = "sequential";  // sequential | shuffled
+  DataOrder order = DataOrder::sequential;
 };
 
 struct CheckpointConfig {
@@ -115,7 +118,7 @@ void apply_override(Config& config, const std::string& assignment);
 
 // Resolves parallel.dp against WORLD and checks every value and their
 // relations. Throws InputError naming the key and what would be valid.
-void resolve_and_validate(Config& config, int64_t world);
+void resolve_and_validate(Config& config, int64_t world);  // core/config_validation.cpp
 
 // The fully resolved config as YAML (every key, defaults included).
 std::string to_yaml(const Config& config);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
+#include <type_traits>
 
 namespace loom {
 namespace {
@@ -86,6 +87,18 @@ ConfigField string_field(std::string section, std::string key, Member member, st
           [member](const Config& c) { return member(c); }};
 }
 
+// A key with a few named values: typed "string" (as the key table and the YAML dump
+// have always shown it); a value outside them throws the InputError of from_string.
+template <typename Member>
+ConfigField enum_field(std::string section, std::string key, Member member, std::string help) {
+  auto parse = [member](Config& c, const std::string& t) {
+    auto& field = member(c);
+    field = from_string<std::decay_t<decltype(field)>>(t);
+    return true;
+  };
+  return {section, key, "string", help, parse, [member](const Config& c) { return to_string(member(c)); }};
+}
+
 #define LOOM_MEMBER(path) [](auto& c) -> auto& { return c.path; }
 
 std::vector<ConfigField> make_fields() {
@@ -124,19 +137,18 @@ std::vector<ConfigField> make_fields() {
                  "shard activations along the sequence outside tp regions (needs tp > 1)"),
       int_field("parallel", "virtual_stages", LOOM_MEMBER(parallel.virtual_stages),
                 "model chunks per pipeline stage (the interleaved schedule)"),
-      string_field("parallel", "schedule", LOOM_MEMBER(parallel.schedule),
-                   "pipeline schedule: gpipe, 1f1b or interleaved"),
+      enum_field("parallel", "schedule", LOOM_MEMBER(parallel.schedule),
+                 "pipeline schedule: gpipe, 1f1b or interleaved"),
       int_field("parallel", "zero_stage", LOOM_MEMBER(parallel.zero_stage),
                 "ZeRO: 0 off, 1 optimizer state, 2 also gradients, 3 also parameters (FSDP)"),
       string_field("parallel", "order", LOOM_MEMBER(parallel.order),
                    "order of the rank grid's dimensions, fastest first"),
-      string_field("parallel", "backend", LOOM_MEMBER(parallel.backend),
-                   "communicator: auto, gloo (CPU) or nccl (GPU)"),
+      enum_field("parallel", "backend", LOOM_MEMBER(parallel.backend), "communicator: auto, gloo (CPU) or nccl (GPU)"),
       float_field("parallel", "timeout_s", LOOM_MEMBER(parallel.timeout_s), "seconds after which any collective fails"),
       float_field("parallel", "bucket_mb", LOOM_MEMBER(parallel.bucket_mb),
                   "size of the data-parallel gradient buckets in MB; 0: one bucket"),
-      string_field("parallel", "grad_reduce_dtype", LOOM_MEMBER(parallel.grad_reduce_dtype),
-                   "dtype gradients are reduced in over dp: fp32 or bf16"),
+      enum_field("parallel", "grad_reduce_dtype", LOOM_MEMBER(parallel.grad_reduce_dtype),
+                 "dtype gradients are reduced in over dp: fp32 or bf16"),
 
       int_field("train", "steps", LOOM_MEMBER(train.steps), "optimizer steps"),
       int_field("train", "global_batch_size", LOOM_MEMBER(train.global_batch_size),
@@ -152,8 +164,8 @@ std::vector<ConfigField> make_fields() {
       float_field("train", "adam_beta2", LOOM_MEMBER(train.adam_beta2), "AdamW's second-moment decay"),
       float_field("train", "adam_eps", LOOM_MEMBER(train.adam_eps), "AdamW's epsilon"),
       int_field("train", "seed", LOOM_MEMBER(train.seed), "seed of the initialisation, dropout and data order"),
-      string_field("train", "precision", LOOM_MEMBER(train.precision),
-                   "fp32, bf16 or fp16 (fp32 master weights and optimizer state)"),
+      enum_field("train", "precision", LOOM_MEMBER(train.precision),
+                 "fp32, bf16 or fp16 (fp32 master weights and optimizer state)"),
       float_field("train", "loss_scale", LOOM_MEMBER(train.loss_scale), "fp16 loss scale; 0: dynamic"),
       float_field("train", "initial_loss_scale", LOOM_MEMBER(train.initial_loss_scale),
                   "fp16 dynamic loss scale at the start"),
@@ -165,16 +177,16 @@ std::vector<ConfigField> make_fields() {
                 "BLAS threads per rank; 0: cores / local ranks"),
       float_field("train", "peak_tflops", LOOM_MEMBER(train.peak_tflops),
                   "one device's dense peak TFLOP/s for the MFU line; 0: a known GPU's bf16 peak"),
-      string_field("train", "device", LOOM_MEMBER(train.device),
-                   "auto (cuda when LibTorch sees a GPU, else cpu), cpu, or cuda (a GPU per local rank)"),
+      enum_field("train", "device", LOOM_MEMBER(train.device),
+                 "auto (cuda when LibTorch sees a GPU, else cpu), cpu, or cuda (a GPU per local rank)"),
       int_field("train", "exit_after", LOOM_MEMBER(train.exit_after),
                 "save and exit after this step (the schedule still spans train.steps); -1: never"),
-      string_field("train", "recompute", LOOM_MEMBER(train.recompute),
-                   "activation recomputation: none, full or selective"),
+      enum_field("train", "recompute", LOOM_MEMBER(train.recompute),
+                 "activation recomputation: none, full or selective"),
 
       string_field("data", "path", LOOM_MEMBER(data.path),
                    "PREFIX of an indexed dataset (PREFIX.bin, PREFIX.idx); empty: built-in synthetic corpus"),
-      string_field("data", "order", LOOM_MEMBER(data.order), "sample order: sequential or shuffled"),
+      enum_field("data", "order", LOOM_MEMBER(data.order), "sample order: sequential or shuffled"),
 
       string_field("checkpoint", "dir", LOOM_MEMBER(checkpoint.dir),
                    "directory checkpoints are saved in and resumed from; empty: none"),

@@ -11,28 +11,25 @@
 
 namespace loom {
 
-torch::Device resolve_train_device(const std::string& setting, int64_t local_rank, int64_t local_world,
-                                   int64_t visible_gpus) {
-  if (setting == "cpu" || (setting == "auto" && visible_gpus == 0)) return torch::Device(torch::kCPU);
-  if (setting != "cuda" && setting != "auto") {
-    throw InputError("config key 'train.device': must be auto, cpu or cuda, got '" + setting + "'");
-  }
+torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int64_t local_world, int64_t visible_gpus) {
+  const bool automatic = setting == TrainDevice::automatic;
+  if (setting == TrainDevice::cpu || (automatic && visible_gpus == 0)) return torch::Device(torch::kCPU);
   if (visible_gpus == 0) {
     throw InputError("config key 'train.device': cuda, but this LibTorch sees no GPU (a CPU-only build, or no "
                      "device visible); use cpu or auto");
   }
   // auto takes the GPUs only when every local rank gets one of its own; cuda insists.
-  if (setting == "auto" && local_world > visible_gpus) return torch::Device(torch::kCPU);
+  if (automatic && local_world > visible_gpus) return torch::Device(torch::kCPU);
   if (local_world > visible_gpus) {
-    throw InputError("config key 'train.device': " + setting + " puts one rank on each GPU, but this node runs " +
-                     std::to_string(local_world) + " ranks and sees " + std::to_string(visible_gpus) +
-                     " GPUs (local rank " + std::to_string(local_rank) +
-                     "); start at most one rank per GPU, or use cpu");
+    throw InputError("config key 'train.device': " + to_string(setting) +
+                     " puts one rank on each GPU, but this node runs " + std::to_string(local_world) +
+                     " ranks and sees " + std::to_string(visible_gpus) + " GPUs (local rank " +
+                     std::to_string(local_rank) + "); start at most one rank per GPU, or use cpu");
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
-torch::Device resolve_train_device(const std::string& setting, int64_t local_rank, int64_t local_world) {
+torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int64_t local_world) {
   const int64_t visible = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
   return resolve_train_device(setting, local_rank, local_world, visible);
 }

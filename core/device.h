@@ -6,17 +6,18 @@
 
 #include <string>
 
+#include "core/config_enums.h"
+
 namespace loom {
 
-// SETTING is train.device (auto | cpu | cuda). With cuda each local rank takes
+// SETTING is train.device. With cuda each local rank takes
 // the GPU of its local rank, so a node needs a GPU per local rank; auto takes
 // the GPUs when there are enough of them, else the CPU. Throws
 // InputError naming train.device when the setting cannot be met.
-torch::Device resolve_train_device(const std::string& setting, int64_t local_rank, int64_t local_world,
-                                   int64_t visible_gpus);
+torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int64_t local_world, int64_t visible_gpus);
 
 // The same against this process's LibTorch.
-torch::Device resolve_train_device(const std::string& setting, int64_t local_rank, int64_t local_world);
+torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int64_t local_world);
 
 // The GPU's name as the CUDA runtime reports it ("NVIDIA H100 80GB HBM3"); empty
 // when loom was built without the CUDA runtime or the device cannot be read.

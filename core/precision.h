@@ -6,7 +6,7 @@
 
 #include <torch/torch.h>
 
-#include <string>
+#include "core/config_enums.h"
 
 namespace loom {
 
@@ -16,12 +16,12 @@ struct Precision {
   bool mixed() const { return params != torch::kFloat; }
   bool loss_scaling() const { return params == torch::kHalf; }
 
-  static Precision from_name(const std::string& precision) {
-    if (precision == "bf16") return {torch::kBFloat16, torch::kBFloat16};
+  static Precision of(TrainPrecision precision) {
+    if (precision == TrainPrecision::bf16) return {torch::kBFloat16, torch::kBFloat16};
     // LibTorch's CPU build has no fp16 kernels for matrix products, layer norm,
     // softmax or GELU: fp16 parameters (and so fp16 gradients, which is what
     // loss scaling protects) with fp32 arithmetic around them.
-    if (precision == "fp16") return {torch::kHalf, torch::kFloat};
+    if (precision == TrainPrecision::fp16) return {torch::kHalf, torch::kFloat};
     return {};
   }
 };

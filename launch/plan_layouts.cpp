@@ -32,20 +32,23 @@ void print_state_bytes(const Config& config, int64_t world) {
   const auto& p = config.parallel;
   const int64_t dp = std::max<int64_t>(1, world / (p.tp * p.pp));
   const double n = parallel::gpt_parameters(config) / static_cast<double>(p.tp * p.pp);
-  const bool mixed = config.train.precision != "fp32";
+  const bool mixed = config.train.precision != TrainPrecision::fp32;
   const parallel::StateBytes bytes = mixed ? parallel::StateBytes{2, 2, 12} : parallel::StateBytes{4, 4, 8};
-  std::printf("model state per rank: %.4g parameters (of %.4g, tp=%lld pp=%lld), dp=%lld, %s: %g B param, %g B grad, %g B optimizer each\n",
-              n, parallel::gpt_parameters(config), static_cast<long long>(p.tp), static_cast<long long>(p.pp),
-              static_cast<long long>(dp), config.train.precision.c_str(), bytes.param, bytes.grad, bytes.optimizer);
+  std::printf(
+      "model state per rank: %.4g parameters (of %.4g, tp=%lld pp=%lld), dp=%lld, %s: %g B param, %g B grad, %g B "
+      "optimizer each\n",
+      n, parallel::gpt_parameters(config), static_cast<long long>(p.tp), static_cast<long long>(p.pp),
+      static_cast<long long>(dp), to_string(config.train.precision).c_str(), bytes.param, bytes.grad, bytes.optimizer);
   for (int64_t zero = 0; zero <= 3; ++zero) {
     const double textbook = parallel::model_state_bytes(n, zero, dp, bytes), held = loom_state_bytes(n, zero, dp, mixed);
     std::printf("  zero_stage %lld: %12.0f bytes (%.3f GB)", static_cast<long long>(zero), textbook, textbook / 1e9);
     std::printf(" | loom holds %12.0f bytes (%.3f GB)\n", held, held / 1e9);
   }
   if (mixed) {
-    std::printf("  (loom under %s: %s parameters 2 B, fp32 gradients 4 B, fp32 master weights 4 B, Adam moments 8 B; "
-                "stage 1 shards the moments, 2 also masters and gradients, 3 everything)\n",
-                config.train.precision.c_str(), config.train.precision.c_str());
+    std::printf(
+        "  (loom under %s: %s parameters 2 B, fp32 gradients 4 B, fp32 master weights 4 B, Adam moments 8 B; "
+        "stage 1 shards the moments, 2 also masters and gradients, 3 everything)\n",
+        to_string(config.train.precision).c_str(), to_string(config.train.precision).c_str());
   }
 }
 
@@ -85,8 +88,8 @@ int plan(const PlanArgs& args) {
     std::printf("  %-4lld %-4lld %-5lld %-2lld %-4lld %-3lld %-9s %9.1f %9.2f %5.1f%% %6.1f%%  %s\n",
                 static_cast<long long>(l.tp), static_cast<long long>(l.pp), static_cast<long long>(l.dp),
                 static_cast<long long>(l.virtual_stages), static_cast<long long>(l.zero_stage),
-                static_cast<long long>(l.micro_batch), l.recompute.c_str(), e.memory_bytes / 1e9, e.step_s, 100 * e.mfu,
-                100 * e.bubble, traffic.c_str());
+                static_cast<long long>(l.micro_batch), to_string(l.recompute).c_str(), e.memory_bytes / 1e9, e.step_s,
+                100 * e.mfu, 100 * e.bubble, traffic.c_str());
     ++shown;
   }
   if (shown == 0) std::printf("  no layout fits in %.0f GB per GPU\n", cluster.memory_bytes / 1e9);
@@ -101,7 +104,7 @@ int plan(const PlanArgs& args) {
       char s[200];
       std::snprintf(s, sizeof(s), "tp=%lld pp=%lld dp=%lld zero %lld mb %lld %s: %s", static_cast<long long>(l.tp),
                     static_cast<long long>(l.pp), static_cast<long long>(l.dp), static_cast<long long>(l.zero_stage),
-                    static_cast<long long>(l.micro_batch), l.recompute.c_str(), v.c_str());
+                    static_cast<long long>(l.micro_batch), to_string(l.recompute).c_str(), v.c_str());
       r.second = s;
     }
   }
@@ -117,12 +120,13 @@ int plan(const PlanArgs& args) {
                 static_cast<long long>(b.dp));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("assumptions: %s model state (bytes per parameter above), Korthikanti et al. activations, sequence\n"
-              "parallelism with tp, ranks tp-fastest then dp then pp, ring collectives, tp and pp transfers on the\n"
-              "critical path, dp reduction hidden behind backward up to 2/3 of compute, compute at %.0f%% of peak.\n"
-              "%zu layouts estimated in %.3f s\n",
-              config.train.precision == "fp32" ? "fp32" : "mixed-precision", 100 * cluster.compute_efficiency,
-              all.size(), seconds);
+  std::printf(
+      "assumptions: %s model state (bytes per parameter above), Korthikanti et al. activations, sequence\n"
+      "parallelism with tp, ranks tp-fastest then dp then pp, ring collectives, tp and pp transfers on the\n"
+      "critical path, dp reduction hidden behind backward up to 2/3 of compute, compute at %.0f%% of peak.\n"
+      "%zu layouts estimated in %.3f s\n",
+      config.train.precision == TrainPrecision::fp32 ? "fp32" : "mixed-precision", 100 * cluster.compute_efficiency,
+      all.size(), seconds);
   return 0;
 }
 

@@ -14,11 +14,10 @@ int schedule(const TopologyArgs& args) {
   const int64_t world = args.world > 0 ? args.world : p.tp * p.pp * std::max<int64_t>(p.dp, 1);
   resolve_and_validate(config, world);
   const int64_t m = config.micro_batches_per_step();
-  std::cout << p.schedule << " schedule: pp=" << p.pp << ", virtual_stages=" << p.virtual_stages << ", " << m
+  std::cout << to_string(p.schedule) << " schedule: pp=" << p.pp << ", virtual_stages=" << p.virtual_stages << ", " << m
             << " micro-batches per step (world " << world << ", dp " << p.dp << ")\n"
             << "unit costs: a chunk's forward is one column, its backward two; communication is free\n\n"
-            << parallel::render_pipeline_timeline(parallel::parse_pipeline_schedule(p.schedule), p.pp, m,
-                                                  p.virtual_stages);
+            << parallel::render_pipeline_timeline(p.schedule, p.pp, m, p.virtual_stages);
   return 0;
 }
 

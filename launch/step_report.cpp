@@ -45,13 +45,15 @@ void log_job_start(const Config& config, const parallel::LaunchEnv& env, int thr
         env.info().launcher, p.tp, p.pp, p.dp, p.ep, threads, spin.empty() ? "" : " (" + spin + ")", run_dir);
   if (device.is_cuda()) {
     info0("device: {} ({}) per rank, {} backend | precision {}", device.str(), gpu_name(device.index()),
-          env.world() > 1 ? "nccl" : "no", config.train.precision);
+          env.world() > 1 ? "nccl" : "no", to_string(config.train.precision));
   }
   if (p.pp > 1) {
-    info0("pipeline: {} schedule, {} stages x {} virtual stages, {} micro-batches per step; bubble by the formula {:.1f}%",
-          p.schedule, p.pp, p.virtual_stages, config.micro_batches_per_step(),
-          100.0 * static_cast<double>(p.pp - 1) /
-              static_cast<double>(config.micro_batches_per_step() * p.virtual_stages + p.pp - 1));
+    info0(
+        "pipeline: {} schedule, {} stages x {} virtual stages, {} micro-batches per step; bubble by the formula "
+        "{:.1f}%",
+        to_string(p.schedule), p.pp, p.virtual_stages, config.micro_batches_per_step(),
+        100.0 * static_cast<double>(p.pp - 1) /
+            static_cast<double>(config.micro_batches_per_step() * p.virtual_stages + p.pp - 1));
   }
   info0("model: {} layers, hidden {}, {} heads, seq {}, vocab {} | global batch {} = micro {} x {} x dp {} | data: {}",
         config.model.num_layers, config.model.hidden_size, config.model.num_heads, config.model.seq_len,
@@ -85,7 +87,7 @@ nlohmann::json pipeline_metrics(const Config& config, const std::vector<parallel
     busy_ms.push_back(stage.busy_s * 1000.0);
     bubble += (stage.wall_s > 0 ? 1.0 - stage.busy_s / stage.wall_s : 0.0) / static_cast<double>(stages.size());
   }
-  return {{"schedule", config.parallel.schedule},
+  return {{"schedule", to_string(config.parallel.schedule)},
           {"stage_busy_ms", busy_ms},
           {"bubble", bubble},
           {"bubble_formula", (p - 1.0) / (m * v + p - 1.0)}};

@@ -14,17 +14,19 @@ void require_supported(const Config& c, const torch::Device& device, int64_t wor
                       "precision fp32, bf16 and fp16");
   };
   const auto& p = c.parallel;
-  if (p.zero_stage >= 2 && p.grad_reduce_dtype != "fp32") {
-    throw InputError("config key 'parallel.grad_reduce_dtype': " + p.grad_reduce_dtype +
+  if (p.zero_stage >= 2 && p.grad_reduce_dtype != GradReduceDtype::fp32) {
+    throw InputError("config key 'parallel.grad_reduce_dtype': " + to_string(p.grad_reduce_dtype) +
                      " applies to zero_stage 0 and 1; stages 2 and 3 reduce gradients in fp32");
   }
-  if (c.train.precision == "fp16" && c.model.moe.enabled()) {
+  if (c.train.precision == TrainPrecision::fp16 && c.model.moe.enabled()) {
     // The MoE auxiliary losses inject their gradient at a fixed scale, which dynamic loss scaling would not reach.
     throw unsupported("train.precision", "fp16 with model.moe (use bf16)");
   }
-  if (p.backend == "nccl" && !device.is_cuda()) {
-    throw InputError("config key 'parallel.backend': nccl moves GPU tensors, but this run trains on the CPU "
-                     "(train.device " + c.train.device + "; a CUDA build of LibTorch and a GPU are needed); use gloo");
+  if (p.backend == CommBackend::nccl && !device.is_cuda()) {
+    throw InputError(
+        "config key 'parallel.backend': nccl moves GPU tensors, but this run trains on the CPU "
+        "(train.device " +
+        to_string(c.train.device) + "; a CUDA build of LibTorch and a GPU are needed); use gloo");
   }
   if (!device.is_cuda()) return;
 #ifndef LOOM_WITH_NCCL
@@ -33,7 +35,7 @@ void require_supported(const Config& c, const torch::Device& device, int64_t wor
                      "build of loom left out (CUDA or NCCL not found at configure time)");
   }
 #endif
-  if (p.backend == "gloo" && world > 1) {
+  if (p.backend == CommBackend::gloo && world > 1) {
     throw InputError("config key 'parallel.backend': gloo moves CPU tensors; with train.device cuda use nccl or auto");
   }
   // Not yet on GPUs: said here rather than failing inside a step.
@@ -53,9 +55,9 @@ void check_fault_injection(const FaultInjection& fault, const Config& config, co
     throw InputError("--inject-fault rank " + std::to_string(fault.rank) + " is not below the world size");
   }
   if (fault.kind != "overflow") return;
-  if (config.train.precision != "fp16") {
+  if (config.train.precision != TrainPrecision::fp16) {
     throw InputError("--inject-fault overflow tests fp16 loss scaling: it needs train.precision fp16, not " +
-                     config.train.precision);
+                     to_string(config.train.precision));
   }
   if (grid.coords(fault.rank).pp != config.parallel.pp - 1) {
     throw InputError("--inject-fault " + std::to_string(fault.rank) +

@@ -35,7 +35,7 @@ parallel::GradientSyncOptions gradient_sync_options(const Config& config, const 
   options.zero_stage = p.zero_stage;
   options.micro_batches = config.micro_batches_per_step();
   options.bucket_bytes = static_cast<int64_t>(p.bucket_mb * 1024 * 1024);
-  options.reduce_dtype = p.grad_reduce_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  options.reduce_dtype = p.grad_reduce_dtype == GradReduceDtype::bf16 ? torch::kBFloat16 : torch::kFloat;
   options.model_dtype = precision.params;
   options.experts = config.model.moe.enabled();
   return options;
@@ -69,11 +69,11 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   const auto& t = config_.train;
   const auto& p = config_.parallel;
   corpus_ = open_corpus(config_.data.path, m.vocab_size, static_cast<uint64_t>(t.seed));
-  sampler_ = std::make_unique<BatchSampler>(*corpus_, m.seq_len, m.vocab_size, config_.data.order == "shuffled",
-                                            static_cast<uint64_t>(t.seed));
+  sampler_ = std::make_unique<BatchSampler>(*corpus_, m.seq_len, m.vocab_size,
+                                            config_.data.order == DataOrder::shuffled, static_cast<uint64_t>(t.seed));
   const auto& coords = groups_.coords();
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
-  precision_ = Precision::from_name(t.precision);
+  precision_ = Precision::of(t.precision);
   sync_ = parallel::make_gradient_sync(groups_, gradient_sync_options(config_, precision_));
   const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get(), &groups_.ep()};
   std::vector<parallel::ParallelParameter> params;
@@ -85,7 +85,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
     piece->to(device_);
     piece->train();
     // ZeRO-3 and full recomputation go around the blocks the model declares, from outside.
-    if (auto* stack = piece->block_stack()) wrap_blocks(*stack, sync_->units(), t.recompute == "full", &rng_->split());
+    if (auto* stack = piece->block_stack()) wrap_blocks(*stack, sync_->units(), t.recompute == Recompute::full, &rng_->split());
     for (const auto& param : piece->parallel_parameters()) params.push_back(param);
     for (const auto& tensor : piece->tied_parameters()) tied.push_back(tensor);
     for (auto* stats : piece->moe_stats()) moe_stats.push_back(stats);
@@ -103,10 +103,9 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   }
   const std::vector<int64_t> activation_shape =
       p.pp > 1 ? chunks_.front()->activation_shape(t.micro_batch_size) : std::vector<int64_t>{};
-  pipeline_ = std::make_unique<parallel::PipelineExecutor>(parallel::parse_pipeline_schedule(p.schedule),
-                                                           config_.micro_batches_per_step(), p.virtual_stages,
-                                                           groups_.pp(), activation_shape, precision_.activations,
-                                                           device_);
+  pipeline_ =
+      std::make_unique<parallel::PipelineExecutor>(p.schedule, config_.micro_batches_per_step(), p.virtual_stages,
+                                                   groups_.pp(), activation_shape, precision_.activations, device_);
   schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
   optimizer_ = sync_->make_optimizer(optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
   if (groups_.rank() == 0) metrics_ = std::make_unique<MetricsWriter>(run_dir_ + "/metrics.jsonl");

@@ -50,7 +50,7 @@ GPTOptions GPTOptions::from_config(const Config& config) {
   o.seed = static_cast<uint64_t>(config.train.seed);
   o.recompute = config.train.recompute;
   o.moe = config.model.moe;
-  o.activation_dtype = Precision::from_name(config.train.precision).activations;
+  o.activation_dtype = Precision::of(config.train.precision).activations;
   if (config.parallel.dp > 0) o.loss_scale = 1.0 / static_cast<double>(config.micro_batches_per_step());
   return o;
 }
@@ -165,8 +165,8 @@ torch::Tensor GPTBlockImpl::attention(const torch::Tensor& x) {
   auto qkv = qkv_->forward(x);  // [B, S, heads * 3 * d], the full sequence
   // Selective recomputation (Korthikanti et al.): the S x S scores and probabilities are
   // most of a block's activation memory and cheap to recompute.
-  auto context = recomputing("selective") ? parallel::recompute_in_backward(core_fn_, split_generator(), qkv)
-                                          : attention_core(qkv);
+  auto context = recomputing(Recompute::selective) ? parallel::recompute_in_backward(core_fn_, split_generator(), qkv)
+                                                   : attention_core(qkv);
   return proj_->forward(context);
 }
 
@@ -179,14 +179,14 @@ torch::Tensor GPTBlockImpl::block(const torch::Tensor& hidden) {
   // Under full recomputation (applied by the trainer around the block) this runs twice
   // per micro-batch: without autograd in forward, with it in backward. The MoE
   // statistics count the first.
-  const bool rerun = options_.recompute == "full" && is_training() && torch::GradMode::is_enabled();
+  const bool rerun = options_.recompute == Recompute::full && is_training() && torch::GradMode::is_enabled();
   auto x = hidden + residual_dropout(attention(ln_1_->forward(hidden)), options_.dropout, is_training(), tp_);
   return x + residual_dropout(mlp(ln_2_->forward(x), !rerun), options_.dropout, is_training(), tp_);
 }
 
 torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) { return block(hidden); }
 
-bool GPTBlockImpl::recomputing(const std::string& kind) const {
+bool GPTBlockImpl::recomputing(Recompute kind) const {
   return options_.recompute == kind && is_training() && torch::GradMode::is_enabled();
 }
 

@@ -40,7 +40,7 @@ struct GPTOptions {
   int64_t num_layers = 2;
   double dropout = 0.0;
   uint64_t seed = 1234;
-  std::string recompute = "none";  // none | full (whole blocks) | selective (the attention core)
+  Recompute recompute = Recompute::none;  // full: whole blocks; selective: the attention core
   MoEConfig moe;                   // num_experts 0: dense MLPs
   double loss_scale = 1.0;         // the trainer's factor on each micro-batch's loss (MoE auxiliary losses)
   torch::ScalarType activation_dtype = torch::kFloat;  // bf16 under train.precision bf16
@@ -87,7 +87,7 @@ class GPTBlockImpl : public BlockModule {
   torch::Tensor attention_core(const torch::Tensor& qkv);  // qkv [B, S, heads * 3 * d] -> [B, S, heads * d]
   torch::Tensor block(const torch::Tensor& hidden);
   torch::Tensor mlp(const torch::Tensor& x, bool record);
-  bool recomputing(const std::string& kind) const;
+  bool recomputing(Recompute kind) const;
   at::Generator* split_generator() const;
   GPTOptions options_;
   parallel::RecomputedFn core_fn_;  // what a selectively recomputing backward re-runs

@@ -123,7 +123,8 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
   const int64_t b = c.train.micro_batch_size, s = c.model.seq_len, h = c.model.hidden_size;
   const int64_t m = c.micro_batches_per_step();
   // A full [B, S, H] activation, in the dtype layers compute in (bf16 under train.precision bf16).
-  const int64_t activation = b * s * h * static_cast<int64_t>(c10::elementSize(Precision::from_name(c.train.precision).activations));
+  const int64_t activation =
+      b * s * h * static_cast<int64_t>(c10::elementSize(Precision::of(c.train.precision).activations));
   std::map<std::pair<std::string, std::string>, PredictedTraffic> out;
   auto add = [&](const std::string& group, const std::string& op, int64_t calls, int64_t bytes_each) {
     auto& p = out[{group, op}];
@@ -145,7 +146,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     // Each layer has two tp regions (attention, MLP), each crossed forward and
     // backward; the embedding and the output layer add one crossing each.
     // Full recomputation runs each block's forward, and its two forward crossings, again.
-    const int64_t recomputed = c.train.recompute == "full" ? 2 * layers : 0;
+    const int64_t recomputed = c.train.recompute == Recompute::full ? 2 * layers : 0;
     const int64_t crossings = 4 * layers + recomputed + (first ? 1 : 0) + (last ? 1 : 0);
     if (l.sp) {
       add("tp", "all_gather", m * crossings, activation);
@@ -179,7 +180,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     // ZeRO-2 (dense fp32) reduces the same way and gathers each updated unit once.
     // Parameters are gathered in the model's dtype (bf16 under mixed precision), gradients reduced in fp32.
     const bool zero3 = c.parallel.zero_stage == 3;
-    const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(Precision::from_name(c.train.precision).params));
+    const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(Precision::of(c.train.precision).params));
     auto padded = [&](int64_t n) { return (n + l.d - 1) / l.d * l.d; };
     for (const auto& unit : gpt_sharded_units(c, coords)) {
       add("dp", "all_gather", unit.root || !zero3 ? 1 : 2 * m, padded(unit.numel()) * param_bytes);
@@ -198,7 +199,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       for (size_t i : bucket) sum += bytes[i];
       if (zero > 0) sum = (sum / kFloat + l.d - 1) / l.d * l.d * kFloat;  // padded to dp equal shards
       // Gradients are fp32 (the masters' under mixed precision), reduced in bf16 if asked.
-      add("dp", "all_reduce", 1, c.parallel.grad_reduce_dtype == "bf16" ? sum / 2 : sum);
+      add("dp", "all_reduce", 1, c.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? sum / 2 : sum);
       if (zero > 0) add("dp", "all_gather", 1, sum);  // the updated (fp32) parameter shards
     }
     add("dp", "all_reduce", 1, kDouble);  // the loss
@@ -215,7 +216,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
   if (works_by_units(c)) {
     // Both moments of every unit are gathered before saving, with ZeRO-3 its parameters (in the
     // model's dtype), and under mixed precision its fp32 master weights.
-    const auto precision = Precision::from_name(c.train.precision);
+    const auto precision = Precision::of(c.train.precision);
     const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(precision.params));
     auto& p = out[{"dp", "all_gather"}];
     for (const auto& unit : gpt_sharded_units(c, coords)) {

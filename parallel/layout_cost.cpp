@@ -43,10 +43,11 @@ double pipeline_bubble(int64_t p, int64_t m, int64_t v) {
   return static_cast<double>(p - 1) / static_cast<double>(m * v + p - 1);
 }
 
-double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, int64_t t, const std::string& recompute) {
+double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, int64_t t, Recompute recompute) {
   const double sbh = static_cast<double>(s * b * h), q = static_cast<double>(t);
-  if (recompute == "full") return 2.0 * sbh / q;
-  const double attention = recompute == "selective" ? 0.0 : 5.0 * static_cast<double>(heads * s) / static_cast<double>(h);
+  if (recompute == Recompute::full) return 2.0 * sbh / q;
+  const double attention =
+      recompute == Recompute::selective ? 0.0 : 5.0 * static_cast<double>(heads * s) / static_cast<double>(h);
   return sbh * (34.0 + attention) / q;
 }
 
@@ -76,7 +77,7 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   LayoutEstimate e;
   e.layout = l;
   const auto& m = config.model;
-  const bool mixed = config.train.precision != "fp32";
+  const bool mixed = config.train.precision != TrainPrecision::fp32;
   const StateBytes bytes = mixed ? StateBytes{2, 2, 12} : StateBytes{4, 4, 8};
   const double element = mixed ? 2.0 : 4.0;
   const double n = gpt_parameters(config);
@@ -104,7 +105,7 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   const double activation = static_cast<double>(l.micro_batch * m.seq_len * m.hidden_size) * element;
   const double m_d = static_cast<double>(micro_batches);
   if (l.tp > 1) {
-    const double per_micro = static_cast<double>(layers_per_stage) * (l.recompute == "full" ? 6.0 : 4.0);
+    const double per_micro = static_cast<double>(layers_per_stage) * (l.recompute == Recompute::full ? 6.0 : 4.0);
     const double q = static_cast<double>(l.tp);
     e.traffic.push_back({"tp", tp_link.name, m_d * per_micro * 2.0 * (q - 1) / q * activation,
                          m_d * per_micro * ring_all_reduce_time(activation, l.tp, tp_link.alpha, tp_link.beta)});
@@ -136,8 +137,9 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   const double model_flops = 6.0 * n * tokens + 12.0 * static_cast<double>(m.num_layers * m.hidden_size * m.seq_len) * tokens;
   // Full recomputation runs the forward twice (4/3 of the work); selective re-runs the
   // attention core, 4 S H flops per token and layer (QK^T and PV).
-  double hardware_flops = model_flops * (l.recompute == "full" ? 4.0 / 3.0 : 1.0);
-  if (l.recompute == "selective") hardware_flops += 4.0 * static_cast<double>(m.num_layers * m.seq_len * m.hidden_size) * tokens;
+  double hardware_flops = model_flops * (l.recompute == Recompute::full ? 4.0 / 3.0 : 1.0);
+  if (l.recompute == Recompute::selective)
+    hardware_flops += 4.0 * static_cast<double>(m.num_layers * m.seq_len * m.hidden_size) * tokens;
   const double world = static_cast<double>(l.tp * l.pp * l.dp);
   e.compute_s = hardware_flops / (world * cluster.peak_flops * cluster.compute_efficiency);
   e.bubble = pipeline_bubble(l.pp, micro_batches, l.virtual_stages);
@@ -173,7 +175,7 @@ std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const Cluste
           if ((pp > 1 && micro < pp) || (v > 1 && micro % pp)) continue;
           for (int64_t zero = 0; zero <= 3; ++zero) {
             if (dp == 1 && zero > 0) continue;
-            for (const char* recompute : {"none", "selective", "full"}) {
+            for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
               all.push_back(estimate_layout(config, cluster, {tp, pp, dp, v, zero, mb, recompute}));
             }
           }

@@ -40,7 +40,7 @@ double pipeline_bubble(int64_t p, int64_t m, int64_t v);                        
 // Activation bytes of one transformer layer for one micro-batch (Korthikanti et al. 2022, 16-bit):
 // S B H (34 + 5 a S / H) / t with tp t and sequence parallelism; selective recomputation drops the
 // 5 a S / H term; full recomputation keeps only the layer input, 2 S B H / t.
-double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, int64_t t, const std::string& recompute);
+double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, int64_t t, Recompute recompute);
 
 // GPT parameters as loom builds them (tied embedding).
 double gpt_parameters(const Config& config);
@@ -49,7 +49,7 @@ double gpt_parameters(const Config& config);
 
 struct Layout {
   int64_t tp = 1, pp = 1, dp = 1, virtual_stages = 1, zero_stage = 0, micro_batch = 1;
-  std::string recompute = "none";
+  Recompute recompute = Recompute::none;
 };
 
 struct GroupTraffic {

@@ -7,16 +7,7 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "core/errors.h"
-
 namespace loom::parallel {
-
-PipelineSchedule parse_pipeline_schedule(const std::string& name) {
-  if (name == "gpipe") return PipelineSchedule::gpipe;
-  if (name == "1f1b") return PipelineSchedule::one_f_one_b;
-  if (name == "interleaved") return PipelineSchedule::interleaved;
-  throw InputError("config key 'parallel.schedule': '" + name + "' is not a schedule; use gpipe, 1f1b or interleaved");
-}
 
 namespace {
 

@@ -18,12 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "core/config_enums.h"
+
 namespace loom::parallel {
 
-enum class PipelineSchedule { gpipe, one_f_one_b, interleaved };
-
-// "gpipe", "1f1b", "interleaved"; throws InputError naming parallel.schedule otherwise.
-PipelineSchedule parse_pipeline_schedule(const std::string& name);
+using loom::PipelineSchedule;  // parallel.schedule
 
 struct PipelineAction {
   enum Kind { forward, backward };

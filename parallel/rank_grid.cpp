@@ -1,10 +1,10 @@
 #include "parallel/rank_grid.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <map>
 #include <sstream>
-
-#include "core/errors.h"
 
 namespace loom::parallel {
 
@@ -23,29 +23,23 @@ std::string group_kind_name(GroupKind kind) {
 
 RankGrid::RankGrid(ParallelSizes sizes, const std::string& order) : sizes_(sizes) {
   world_ = sizes.tp * sizes.pp * sizes.dp;
-  if (sizes.dp % sizes.ep != 0) {
-    throw InputError("config key 'parallel.ep': " + std::to_string(sizes.ep) + " does not divide dp = " +
-                     std::to_string(sizes.dp));
-  }
+  TORCH_CHECK(sizes.ep >= 1 && sizes.dp % sizes.ep == 0, "RankGrid: ep ", sizes.ep, " does not divide dp ", sizes.dp);
   size_ = {sizes.tp, 1, sizes.ep, sizes.dp / sizes.ep, sizes.pp};
 
   const std::map<std::string, int> names = {{"tp", kTp}, {"cp", kCp}, {"ep", kEp}, {"dp", kDpInner}, {"pp", kPp}};
   std::vector<int> dims;
   std::stringstream in(order);
   std::string token;
-  auto bad = [&](const std::string& why) {
-    return InputError("config key 'parallel.order': '" + order + "' " + why +
-                      "; expected the dimensions tp, cp, ep, dp, pp joined by '-', fastest first, "
-                      "like tp-cp-ep-dp-pp");
-  };
   while (std::getline(in, token, '-')) {
     auto it = names.find(token);
-    if (it == names.end()) throw bad("has unknown dimension '" + token + "'");
-    if (std::find(dims.begin(), dims.end(), it->second) != dims.end()) throw bad("repeats '" + token + "'");
+    TORCH_CHECK(it != names.end(), "RankGrid: unknown dimension '", token, "' in order '", order, "'");
+    TORCH_CHECK(std::find(dims.begin(), dims.end(), it->second) == dims.end(), "RankGrid: order '", order,
+                "' repeats '", token, "'");
     dims.push_back(it->second);
   }
   for (int required : {kTp, kDpInner, kPp}) {
-    if (std::find(dims.begin(), dims.end(), required) == dims.end()) throw bad("lacks tp, dp or pp");
+    TORCH_CHECK(std::find(dims.begin(), dims.end(), required) != dims.end(), "RankGrid: order '", order,
+                "' lacks tp, dp or pp");
   }
   // Dimensions left out have size 1 here (cp) or sit just before dp (ep).
   for (int optional : {kCp, kEp}) {

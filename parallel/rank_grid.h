@@ -51,8 +51,9 @@ struct RankCoords {
 
 class RankGrid {
  public:
-  // Throws InputError naming parallel.order when ORDER is not a permutation of
-  // tp, cp, ep, dp, pp (cp and ep may be left out).
+  // ORDER is a permutation of tp, cp, ep, dp, pp (cp and ep may be left out) and
+  // ep divides dp: resolve_and_validate refuses a config that breaks either, so
+  // here a breach is a bug (c10::Error).
   RankGrid(ParallelSizes sizes, const std::string& order = "tp-cp-ep-dp-pp");
 
   int64_t world() const { return world_; }

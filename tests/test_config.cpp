@@ -213,6 +213,13 @@ TEST_CASE("every validation rule names its key", "[config]") {
   }
   CHECK_THAT(error_of({"train.global_batch_size=12", "train.micro_batch_size=4"}, 2),
              Catch::Contains("use a multiple of 8"));
+  // The rank grid's order and sizes are checked here, before any grid is built.
+  CHECK_THAT(error_of({"parallel.order=tp-xx-dp-pp"}, 1), Catch::Contains("parallel.order") && Catch::Contains("'xx'"));
+  CHECK_THAT(error_of({"parallel.order=tp-dp-dp-pp"}, 1),
+             Catch::Contains("parallel.order") && Catch::Contains("repeats"));
+  CHECK_THAT(error_of({"parallel.order=tp-dp"}, 1), Catch::Contains("parallel.order") && Catch::Contains("lacks"));
+  CHECK_THAT(error_of({"parallel.ep=2"}, 3),
+             Catch::Contains("'parallel.ep'") && Catch::Contains("does not divide dp = 3"));
   // Pipeline errors say what would work.
   CHECK_THAT(error_of({"parallel.pp=3"}, 3), Catch::Contains("3 or 6 layers would split") &&
                                                  Catch::Contains("pp * virtual_stages of 1, 2 or 4"));
@@ -233,13 +240,53 @@ TEST_CASE("the resolved config written out reads back to the same config", "[con
   CHECK(b.parallel.dp == 2);
 }
 
+TEST_CASE("enum keys are parsed as the config is read, and print back as they were written", "[config]") {
+  // A bad value fails where it is read (a file or --set), naming the key and every valid value.
+  CHECK(load_error("train:\n  precision: fp8\n") ==
+        "config key 'train.precision': must be fp32, bf16 or fp16, got 'fp8'");
+  CHECK(error_of({"train.recompute=some"}, 1) ==
+        "config key 'train.recompute': must be none, full or selective, got 'some'");
+  CHECK(error_of({"parallel.schedule=zb"}, 1) ==
+        "config key 'parallel.schedule': must be gpipe, 1f1b or interleaved, got 'zb'");
+  CHECK(error_of({"train.device=gpu"}, 1) == "config key 'train.device': must be auto, cpu or cuda, got 'gpu'");
+  CHECK(error_of({"data.order=random"}, 1) == "config key 'data.order': must be sequential or shuffled, got 'random'");
+  CHECK(error_of({"parallel.grad_reduce_dtype=fp16"}, 1) ==
+        "config key 'parallel.grad_reduce_dtype': must be fp32 or bf16, got 'fp16'");
+  CHECK(error_of({"parallel.backend=mpi"}, 1) ==
+        "config key 'parallel.backend': must be auto, gloo or nccl, got 'mpi'");
+
+  const Config c = resolved({"train.precision=bf16", "train.recompute=selective", "parallel.pp=2",
+                             "parallel.virtual_stages=2", "parallel.schedule=interleaved", "train.device=cpu",
+                             "data.order=shuffled", "parallel.grad_reduce_dtype=bf16", "parallel.backend=gloo"},
+                            2);
+  CHECK(c.train.precision == loom::TrainPrecision::bf16);
+  CHECK(c.train.recompute == loom::Recompute::selective);
+  CHECK(c.parallel.schedule == loom::PipelineSchedule::interleaved);
+  CHECK(c.train.device == loom::TrainDevice::cpu);
+  CHECK(c.data.order == loom::DataOrder::shuffled);
+  CHECK(c.parallel.grad_reduce_dtype == loom::GradReduceDtype::bf16);
+  CHECK(c.parallel.backend == loom::CommBackend::gloo);
+  const std::string yaml = loom::to_yaml(c);
+  for (const char* line :
+       {"precision: \"bf16\"", "recompute: \"selective\"", "schedule: \"interleaved\"", "device: \"cpu\"",
+        "order: \"shuffled\"", "grad_reduce_dtype: \"bf16\"", "backend: \"gloo\""}) {
+    CHECK_THAT(yaml, Catch::Contains(line));
+  }
+  const std::string defaults = loom::to_yaml(Config{});
+  for (const char* line : {"precision: \"fp32\"", "recompute: \"none\"", "schedule: \"1f1b\"", "device: \"auto\"",
+                           "order: \"sequential\"", "grad_reduce_dtype: \"fp32\"", "backend: \"auto\""}) {
+    CHECK_THAT(defaults, Catch::Contains(line));
+  }
+}
+
 TEST_CASE("train.device resolves to a GPU per local rank, or says why it cannot", "[config]") {
   using loom::resolve_train_device;
-  CHECK(resolve_train_device("auto", 0, 1, 0) == torch::Device(torch::kCPU));
-  CHECK(resolve_train_device("cpu", 1, 2, 8) == torch::Device(torch::kCPU));
-  CHECK(resolve_train_device("auto", 0, 1, 1) == torch::Device(torch::kCUDA, 0));
-  CHECK(resolve_train_device("cuda", 3, 4, 8) == torch::Device(torch::kCUDA, 3));
-  auto error = [](const std::string& setting, int64_t local_rank, int64_t local_world, int64_t gpus) {
+  using loom::TrainDevice;
+  CHECK(resolve_train_device(TrainDevice::automatic, 0, 1, 0) == torch::Device(torch::kCPU));
+  CHECK(resolve_train_device(TrainDevice::cpu, 1, 2, 8) == torch::Device(torch::kCPU));
+  CHECK(resolve_train_device(TrainDevice::automatic, 0, 1, 1) == torch::Device(torch::kCUDA, 0));
+  CHECK(resolve_train_device(TrainDevice::cuda, 3, 4, 8) == torch::Device(torch::kCUDA, 3));
+  auto error = [](TrainDevice setting, int64_t local_rank, int64_t local_world, int64_t gpus) {
     try {
       resolve_train_device(setting, local_rank, local_world, gpus);
     } catch (const InputError& e) {
@@ -247,14 +294,16 @@ TEST_CASE("train.device resolves to a GPU per local rank, or says why it cannot"
     }
     return std::string("no error");
   };
-  CHECK_THAT(error("cuda", 0, 1, 0), Catch::Contains("'train.device'") && Catch::Contains("sees no GPU"));
-  CHECK_THAT(error("cuda", 2, 4, 2), Catch::Contains("'train.device'") && Catch::Contains("runs 4 ranks and sees 2"));
-  CHECK(resolve_train_device("auto", 0, 3, 2) == torch::Device(torch::kCPU));  // too few GPUs: auto stays on the CPU
-  CHECK_THAT(error("gpu", 0, 1, 1), Catch::Contains("must be auto, cpu or cuda"));
+  CHECK_THAT(error(TrainDevice::cuda, 0, 1, 0), Catch::Contains("'train.device'") && Catch::Contains("sees no GPU"));
+  CHECK_THAT(error(TrainDevice::cuda, 2, 4, 2),
+             Catch::Contains("'train.device'") && Catch::Contains("runs 4 ranks and sees 2"));
+  // too few GPUs: auto stays on the CPU
+  CHECK(resolve_train_device(TrainDevice::automatic, 0, 3, 2) == torch::Device(torch::kCPU));
+  CHECK_THAT(error_of({"train.device=gpu"}, 1), Catch::Contains("must be auto, cpu or cuda"));
   // This CPU LibTorch sees no GPU: auto is the CPU, cuda a clear error.
   if (!torch::cuda::is_available()) {
-    CHECK(resolve_train_device("auto", 0, 1) == torch::Device(torch::kCPU));
-    CHECK_THROWS_AS(resolve_train_device("cuda", 0, 1), InputError);
+    CHECK(resolve_train_device(TrainDevice::automatic, 0, 1) == torch::Device(torch::kCPU));
+    CHECK_THROWS_AS(resolve_train_device(TrainDevice::cuda, 0, 1), InputError);
   }
 }
 

@@ -44,9 +44,10 @@ TEST_CASE("collective times, tp volume, bubble and crossover follow the formulas
   CHECK(pipeline_bubble(4, 8, 1) == Approx(3.0 / 11));
   CHECK(pipeline_bubble(8, 64, 2) == Approx(7.0 / 135));
   // Activations per layer: S B H (34 + 5 a S / H) / t; selective drops the attention term.
-  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, "none") == Approx(2048.0 * 12288 * (34 + 5.0 * 96 * 2048 / 12288) / 8));
-  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, "selective") == Approx(2048.0 * 12288 * 34 / 8));
-  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, "full") == Approx(2.0 * 2048 * 12288 / 8));
+  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, loom::Recompute::none) ==
+        Approx(2048.0 * 12288 * (34 + 5.0 * 96 * 2048 / 12288) / 8));
+  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, loom::Recompute::selective) == Approx(2048.0 * 12288 * 34 / 8));
+  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, loom::Recompute::full) == Approx(2.0 * 2048 * 12288 / 8));
 }
 
 TEST_CASE("GPT-3 175B on 1,024 H100s: the best layout keeps tp inside a node", "[plan]") {
@@ -57,7 +58,7 @@ TEST_CASE("GPT-3 175B on 1,024 H100s: the best layout keeps tp inside a node", "
   c.model.vocab_size = 51200;
   c.model.seq_len = 2048;
   c.train.global_batch_size = 1536;
-  c.train.precision = "bf16";
+  c.train.precision = loom::TrainPrecision::bf16;
   CHECK(gpt_parameters(c) == Approx(175e9).epsilon(0.01));
   const auto cluster = load_cluster(std::string(LOOM_SOURCE_DIR) + "/configs/clusters/h100_sxm_8x_ib.yaml");
   const auto all = enumerate_layouts(c, cluster, 1024);

@@ -73,8 +73,8 @@ TEST_CASE("parameters are cast to the activation's dtype at use", "[mixed]") {
   CHECK(cast_to_activation(param, torch::zeros({1})).scalar_type() == torch::kFloat);
   auto same = torch::ones({2});
   CHECK(cast_to_activation(same, torch::zeros({1})).is_same(same));
-  CHECK(Precision::from_name("bf16").activations == torch::kBFloat16);
-  CHECK(Precision::from_name("fp16").params == torch::kHalf);
-  CHECK(Precision::from_name("fp16").loss_scaling());
-  CHECK_FALSE(Precision::from_name("fp32").mixed());
+  CHECK(Precision::of(loom::TrainPrecision::bf16).activations == torch::kBFloat16);
+  CHECK(Precision::of(loom::TrainPrecision::fp16).params == torch::kHalf);
+  CHECK(Precision::of(loom::TrainPrecision::fp16).loss_scaling());
+  CHECK_FALSE(Precision::of(loom::TrainPrecision::fp32).mixed());
 }

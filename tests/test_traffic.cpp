@@ -61,7 +61,7 @@ TEST_CASE("the traffic model's parameter shards add up to the whole GPT", "[traf
     layout.parallel.tp = tp;
     layout.parallel.pp = pp;
     layout.parallel.virtual_stages = v;
-    layout.parallel.schedule = v > 1 ? "interleaved" : "1f1b";
+    layout.parallel.schedule = v > 1 ? loom::PipelineSchedule::interleaved : loom::PipelineSchedule::one_f_one_b;
     resolve_and_validate(layout, tp * pp);
     parallel::RankGrid grid({tp, pp, 1, 1});
     int64_t sum = 0;

@@ -1,0 +1,178 @@
+// Every check on a Config, the relations between its keys included: the one place
+// a user's config is refused, each refusal an InputError naming the key and what
+// would be valid. (A value outside an enum's names never gets this far: it is
+// refused when the config is read, core/config_enums.h.)
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/errors.h"
+
+namespace loom {
+namespace {
+
+void require(bool ok, const std::string& key, const std::string& message) {
+  if (!ok) throw InputError("config key '" + key + "': " + message);
+}
+
+// parallel.order: a permutation of tp, cp, ep, dp, pp joined by '-' (cp and ep may be left out).
+void check_grid_order(const std::string& order) {
+  auto bad = [&](const std::string& why) {
+    return InputError("config key 'parallel.order': '" + order + "' " + why +
+                      "; expected the dimensions tp, cp, ep, dp, pp joined by '-', fastest first, "
+                      "like tp-cp-ep-dp-pp");
+  };
+  const std::vector<std::string> known = {"tp", "cp", "ep", "dp", "pp"};
+  std::vector<std::string> seen;
+  std::stringstream in(order);
+  std::string token;
+  while (std::getline(in, token, '-')) {
+    if (std::find(known.begin(), known.end(), token) == known.end()) throw bad("has unknown dimension '" + token + "'");
+    if (std::find(seen.begin(), seen.end(), token) != seen.end()) throw bad("repeats '" + token + "'");
+    seen.push_back(token);
+  }
+  for (const char* required : {"tp", "dp", "pp"}) {
+    if (std::find(seen.begin(), seen.end(), required) == seen.end()) throw bad("lacks tp, dp or pp");
+  }
+}
+
+// "4 or 8 layers would split; so would pp * virtual_stages of 1, 2, 3 or 6".
+std::string layer_split_hint(int64_t layers, int64_t chunks) {
+  const int64_t below = layers / chunks * chunks, above = below + chunks;
+  std::string hint = (below > 0 ? std::to_string(below) + " or " : std::string()) + std::to_string(above) +
+                     " layers would split; so would pp * virtual_stages of ";
+  std::vector<int64_t> divisors;
+  for (int64_t d = 1; d <= layers; ++d) {
+    if (layers % d == 0) divisors.push_back(d);
+  }
+  for (size_t i = 0; i < divisors.size(); ++i) {
+    hint += std::to_string(divisors[i]) + (i + 2 == divisors.size() ? " or " : i + 1 == divisors.size() ? "" : ", ");
+  }
+  return hint;
+}
+
+}  // namespace
+
+void resolve_and_validate(Config& c, int64_t world) {
+  const auto& m = c.model;
+  require(m.num_layers >= 1, "model.num_layers", "must be at least 1");
+  require(m.hidden_size >= 1, "model.hidden_size", "must be at least 1");
+  require(m.num_heads >= 1, "model.num_heads", "must be at least 1");
+  require(m.hidden_size % m.num_heads == 0, "model.hidden_size",
+          std::to_string(m.hidden_size) + " is not divisible by model.num_heads=" + std::to_string(m.num_heads));
+  require(m.ffn_hidden_size >= 0, "model.ffn_hidden_size", "must be 0 (meaning 4 * hidden_size) or positive");
+  require(m.vocab_size >= 2, "model.vocab_size", "must be at least 2");
+  require(m.seq_len >= 1, "model.seq_len", "must be at least 1");
+  require(m.dropout >= 0.0 && m.dropout < 1.0, "model.dropout", "must be in [0, 1)");
+
+  auto& p = c.parallel;
+  require(world >= 1, "world", "must be at least 1");
+  require(p.tp >= 1, "parallel.tp", "must be at least 1");
+  require(p.pp >= 1, "parallel.pp", "must be at least 1");
+  require(p.ep >= 1, "parallel.ep", "must be at least 1");
+  require(world % (p.tp * p.pp) == 0, "parallel.tp",
+          "world size " + std::to_string(world) + " is not divisible by tp * pp = " + std::to_string(p.tp * p.pp));
+  const int64_t dp = world / (p.tp * p.pp);
+  require(p.dp == 0 || p.dp == dp, "parallel.dp",
+          "is " + std::to_string(p.dp) + " but world / (tp * pp) = " + std::to_string(dp) + "; omit it or set it to " +
+              std::to_string(dp));
+  p.dp = dp;
+  require(dp % p.ep == 0, "parallel.ep", std::to_string(p.ep) + " does not divide dp = " + std::to_string(dp));
+  const auto& moe = m.moe;
+  require(moe.num_experts >= 0, "model.moe.num_experts", "must be 0 (no MoE) or positive");
+  if (moe.enabled()) {
+    require(moe.top_k >= 1 && moe.top_k <= moe.num_experts, "model.moe.top_k",
+            "must be in [1, model.moe.num_experts = " + std::to_string(moe.num_experts) + "], got " +
+                std::to_string(moe.top_k));
+    require(
+        moe.every >= 1 && moe.every <= m.num_layers, "model.moe.every",
+        "must be in [1, model.num_layers = " + std::to_string(m.num_layers) + "], got " + std::to_string(moe.every));
+    require(moe.capacity_factor >= 0, "model.moe.capacity_factor", "must be 0 (no dropping) or positive");
+    require(moe.aux_loss_coeff >= 0, "model.moe.aux_loss_coeff", "must be non-negative");
+    require(moe.z_loss_coeff >= 0, "model.moe.z_loss_coeff", "must be non-negative");
+    require(moe.router_jitter >= 0 && moe.router_jitter < 1, "model.moe.router_jitter", "must be in [0, 1)");
+    require(moe.num_experts % p.ep == 0, "model.moe.num_experts",
+            std::to_string(moe.num_experts) + " experts cannot be spread evenly over parallel.ep = " +
+                std::to_string(p.ep) + " ranks; use a multiple of " + std::to_string(p.ep));
+    require(m.init_from.empty(), "model.init_from",
+            "loads a dense GPT-2, which has no experts; unset model.moe.num_experts");
+  } else {
+    require(p.ep == 1, "parallel.ep",
+            std::to_string(p.ep) + " needs experts to spread: set model.moe.num_experts (a multiple of " +
+                std::to_string(p.ep) + ")");
+  }
+  require(m.num_heads % p.tp == 0, "model.num_heads",
+          std::to_string(m.num_heads) + " is not divisible by parallel.tp=" + std::to_string(p.tp));
+  require(c.ffn_size() % p.tp == 0, "model.ffn_hidden_size",
+          std::to_string(c.ffn_size()) + " is not divisible by parallel.tp=" + std::to_string(p.tp));
+  require(!p.sequence_parallel || p.tp > 1, "parallel.sequence_parallel", "needs parallel.tp > 1");
+  require(!p.sequence_parallel || m.seq_len % p.tp == 0, "model.seq_len",
+          std::to_string(m.seq_len) + " is not divisible by parallel.tp=" + std::to_string(p.tp) +
+              " (needed by sequence_parallel)");
+  require(p.virtual_stages >= 1, "parallel.virtual_stages", "must be at least 1");
+  require(m.num_layers % (p.pp * p.virtual_stages) == 0, "model.num_layers",
+          std::to_string(m.num_layers) +
+              " layers cannot be split into pp * virtual_stages = " + std::to_string(p.pp * p.virtual_stages) +
+              " equal chunks; " + layer_split_hint(m.num_layers, p.pp * p.virtual_stages));
+  const bool interleaved = p.schedule == PipelineSchedule::interleaved;
+  require(!interleaved || p.virtual_stages > 1, "parallel.virtual_stages",
+          "the interleaved schedule needs virtual_stages of 2 or more (1 is plain 1f1b)");
+  require(!interleaved || p.pp > 1, "parallel.pp", "the interleaved schedule needs pp of 2 or more");
+  require(p.virtual_stages == 1 || interleaved, "parallel.schedule",
+          "virtual_stages = " + std::to_string(p.virtual_stages) + " needs the interleaved schedule, not '" +
+              to_string(p.schedule) + "'");
+  require(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", "must be 0, 1, 2 or 3");
+  require(p.timeout_s > 0, "parallel.timeout_s", "must be positive");
+  require(p.bucket_mb >= 0, "parallel.bucket_mb", "must be 0 (one bucket) or positive");
+  check_grid_order(p.order);
+
+  auto& t = c.train;
+  require(t.steps >= 1, "train.steps", "must be at least 1");
+  require(t.micro_batch_size >= 1, "train.micro_batch_size", "must be at least 1");
+  require(t.global_batch_size >= 1, "train.global_batch_size", "must be at least 1");
+  require(t.global_batch_size % (t.micro_batch_size * dp) == 0, "train.global_batch_size",
+          std::to_string(t.global_batch_size) +
+              " is not divisible by micro_batch_size * dp = " + std::to_string(t.micro_batch_size) + " * " +
+              std::to_string(dp) + "; use a multiple of " + std::to_string(t.micro_batch_size * dp));
+  const int64_t micro_batches = t.global_batch_size / (t.micro_batch_size * dp);
+  require(p.pp == 1 || micro_batches >= p.pp, "train.global_batch_size",
+          std::to_string(t.global_batch_size) + " gives " + std::to_string(micro_batches) +
+              " micro-batches per step (global_batch_size / (micro_batch_size * dp)), fewer than parallel.pp = " +
+              std::to_string(p.pp) + ", so stages would stand idle; use at least " +
+              std::to_string(p.pp * t.micro_batch_size * dp));
+  require(!interleaved || micro_batches % p.pp == 0, "train.global_batch_size",
+          std::to_string(t.global_batch_size) + " gives " + std::to_string(micro_batches) +
+              " micro-batches per step; the interleaved schedule needs a multiple of parallel.pp = " +
+              std::to_string(p.pp) + " (global_batch_size a multiple of " +
+              std::to_string(p.pp * t.micro_batch_size * dp) + ")");
+  require(t.lr > 0, "train.lr", "must be positive");
+  require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "must be in [0, train.lr]");
+  require(t.warmup_steps >= 0 && t.warmup_steps <= t.steps, "train.warmup_steps", "must be in [0, train.steps]");
+  require(t.weight_decay >= 0, "train.weight_decay", "must be non-negative");
+  require(t.grad_clip >= 0, "train.grad_clip", "must be non-negative (0 turns clipping off)");
+  require(t.adam_beta1 >= 0 && t.adam_beta1 < 1, "train.adam_beta1", "must be in [0, 1)");
+  require(t.adam_beta2 >= 0 && t.adam_beta2 < 1, "train.adam_beta2", "must be in [0, 1)");
+  require(t.adam_eps > 0, "train.adam_eps", "must be positive");
+  require(t.seed >= 0, "train.seed", "must be non-negative");
+  require(t.loss_scale >= 0, "train.loss_scale", "must be 0 (dynamic) or a positive fixed scale");
+  require(t.initial_loss_scale > 0, "train.initial_loss_scale", "must be positive");
+  require(t.loss_scale_window >= 1, "train.loss_scale_window", "must be at least 1");
+  require(t.min_loss_scale > 0 && t.min_loss_scale <= t.initial_loss_scale, "train.min_loss_scale",
+          "must be positive and at most train.initial_loss_scale");
+  require(t.threads_per_rank >= 0, "train.threads_per_rank", "must be 0 (automatic) or positive");
+  require(t.peak_tflops >= 0.0, "train.peak_tflops", "must be 0 (the device's known peak, if any) or positive");
+  require(t.exit_after >= -1 && t.exit_after <= t.steps, "train.exit_after",
+          "must be -1 (never) or a step in [0, train.steps], got " + std::to_string(t.exit_after));
+  require(t.exit_after < 0 || !c.checkpoint.dir.empty(), "checkpoint.dir",
+          "is needed by train.exit_after (it saves before exiting)");
+  require(c.checkpoint.interval == 0 || !c.checkpoint.dir.empty(), "checkpoint.dir",
+          "is needed by checkpoint.interval > 0");
+
+  require(c.checkpoint.interval >= 0, "checkpoint.interval", "must be non-negative");
+  require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be at least 1");
+  require(c.log.interval >= 1, "log.interval", "must be at least 1");
+}
+
+}  // namespace loom
