@@ -19,11 +19,7 @@ code=0
 mpirun --oversubscribe -np 2 "$example" "$TINY" --run-dir "$WORK/pp2" --set parallel.pp=2 "${sets[@]}" \
   > "$WORK/pp2.log" 2>&1 || code=$?
 [ "$code" = 2 ] && grep -q "config key 'parallel.pp'" "$WORK/pp2.log" || { cat "$WORK/pp2.log"; fail "pp=2 of a whole model: exit $code"; }
-python3 - "$WORK/tp1/metrics.jsonl" << 'PY' || fail "the custom model did not learn"
-import json, sys
-losses = [json.loads(line)["loss"] for line in open(sys.argv[1])]
-assert losses[-1] < losses[0] - 0.5, losses
-PY
+python3 "$SCRIPTS/checks.py" learns "$WORK/tp1" --by 0.5 || fail "the custom model did not learn"
 
 # Install, then build the example as a separate project against the installed package.
 cmake --install "$build_dir" --prefix "$WORK/prefix" > "$WORK/install.log" || { cat "$WORK/install.log"; fail "install"; }
