@@ -468,7 +468,7 @@ def parser():
 
     def command(name, function):
         summary = " ".join(function.__doc__.split()).split(". ")[0].rstrip(".")
-        s = sub.add_parser(name, help=summary, description=function.__doc__)
+        s = sub.add_parser(name, help=summary.replace("%", "%%"), description=function.__doc__)
         s.set_defaults(function=function)
         return s
 
