@@ -17,18 +17,7 @@ must_train() { train "$@" || { cat "$WORK/$2.log"; fail "run $2 failed"; }; }
 
 # steps_equal A B RTOL FIRST: the losses of run A from step FIRST on equal run B's at the same steps.
 steps_equal() {
-  python3 - "$WORK/$1/metrics.jsonl" "$WORK/$2/metrics.jsonl" "$3" "$4" << 'PY'
-import json, sys
-a = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
-b = {r["step"]: r for r in map(json.loads, open(sys.argv[2]))}
-rtol, first = float(sys.argv[3]), int(sys.argv[4])
-steps = [s for s in sorted(a) if s >= first]
-assert steps and all(s in b for s in steps), (sorted(a), sorted(b))
-worst = max(abs(a[s]["loss"] - b[s]["loss"]) / max(1, abs(b[s]["loss"])) for s in steps)
-assert all(a[s]["consumed_samples"] == b[s]["consumed_samples"] for s in steps)
-assert worst <= rtol, f"largest relative difference {worst:.3g} > {rtol}"
-print(f"steps {steps[0]}-{steps[-1]} agree; largest relative difference {worst:.3g}")
-PY
+  python3 "$SCRIPTS/checks.py" steps-agree "$WORK/$1" "$WORK/$2" --rtol "$3" --first "$4" --same-samples
 }
 
 # 1. Exact resume, dropout on.
@@ -73,10 +62,7 @@ for kind in flip truncate missing; do
   cp -r "$WORK/ck_nodrop" "$WORK/broken_$kind"
   rm -r "$WORK/broken_$kind/step_00000030" "$WORK/broken_$kind/step_00000040"  # step 20 is the newest
 done
-python3 - "$WORK/broken_flip/step_00000020/rank_00003.bin" << 'PY'
-import sys
-data = bytearray(open(sys.argv[1], "rb").read()); data[len(data) // 2] ^= 0x01; open(sys.argv[1], "wb").write(data)
-PY
+python3 "$SCRIPTS/checks.py" flip-byte "$WORK/broken_flip/step_00000020/rank_00003.bin"
 truncate -s -100 "$WORK/broken_truncate/step_00000020/rank_00005.bin"
 rm "$WORK/broken_missing/step_00000020/rank_00007.bin"
 expect_refusal flip "rank_00003.bin' fails its CRC-32 check"

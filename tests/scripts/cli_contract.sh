@@ -78,18 +78,7 @@ expect_exit 2 "not valid YAML" "$LOOM" train "$WORK/bad.yaml"
 
 # Topology of tp=2 pp=2 dp=2 on 8 ranks, as written out by hand.
 "$LOOM" topology "$TINY" --world 8 --set parallel.tp=2 --set parallel.pp=2 > "$WORK/topo.json"
-python3 - "$WORK/topo.json" << 'PY'
-import json, sys
-t = json.load(open(sys.argv[1]))
-g = t["groups"]
-assert g["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]], g["tp"]
-assert g["dp"] == [[0, 2], [1, 3], [4, 6], [5, 7]], g["dp"]
-assert g["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]], g["pp"]
-assert g["model-parallel"] == [[0, 1, 4, 5], [2, 3, 6, 7]], g["model-parallel"]
-assert g["embedding"] == [[0, 4], [1, 5], [2, 6], [3, 7]], g["embedding"]
-assert set(g) == {"tp", "pp", "dp", "ep", "expert-dp", "model-parallel", "embedding"}
-assert t["ranks"][6] == {"rank": 6, "tp": 0, "pp": 1, "dp": 1, "ep": 0, "expert-dp": 1}, t["ranks"][6]
-PY
+python3 "$SCRIPTS/checks.py" topology-tp2-pp2-dp2 "$WORK/topo.json" || fail "topology of tp=2 pp=2 dp=2"
 
 # prepare -> train on the prepared data, and the run directory's contents.
 for i in 1 2 3; do head -c 3000 "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/doc$i.txt"; done

@@ -4,6 +4,7 @@ set -euo pipefail
 : "${LOOM_SOURCE:?LOOM_SOURCE must point at the repository}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 TINY="$LOOM_SOURCE/tests/configs/tiny.yaml"
+SCRIPTS="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"  # this folder: checks.py, the checks on loom's output
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/loom-test.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
@@ -15,7 +16,7 @@ free_port() {
 
 # compare_losses RUN_A RUN_B: per-step losses agree within 1e-5 * max(1, |b|).
 compare_losses() {
-  python3 "$LOOM_SOURCE/tests/scripts/compare_metrics.py" "$1/metrics.jsonl" "$2/metrics.jsonl" --rtol 1e-5
+  python3 "$SCRIPTS/checks.py" compare-metrics "$1/metrics.jsonl" "$2/metrics.jsonl" --rtol 1e-5
 }
 
 # run_loom NP NAME [args...]: loom train on the tiny config into $WORK/NAME, its output in
@@ -33,14 +34,5 @@ run_loom() {
 # compare_resumed RESUMED STRAIGHT FIRST LAST WHAT: the resumed run has exactly steps FIRST..LAST,
 # whose losses equal the uninterrupted run's within 1e-5 relative.
 compare_resumed() {
-  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" "$4" "$5" << 'PY'
-import json, sys
-a = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
-b = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
-first, last = int(sys.argv[3]), int(sys.argv[4])
-assert sorted(a) == list(range(first, last + 1)), sorted(a)
-worst = max(abs(a[s] - b[s]) / max(1, abs(b[s])) for s in a)
-assert worst <= 1e-5, worst
-print(f"{sys.argv[5]}: steps {first}-{last} agree; largest relative difference {worst:.3g}")
-PY
+  python3 "$SCRIPTS/checks.py" steps-agree "$1" "$2" --rtol 1e-5 --first "$3" --last "$4" --label "$5"
 }

@@ -20,11 +20,7 @@ code=0
 mpirun --oversubscribe -np 2 "$example" "$TINY" --run-dir "$WORK/pp2" --set parallel.pp=2 "${sets[@]}" \
   > "$WORK/pp2.log" 2>&1 || code=$?
 [ "$code" = 2 ] && grep -q "config key 'parallel.pp'" "$WORK/pp2.log" || { cat "$WORK/pp2.log"; fail "pp=2 of a whole model: exit $code"; }
-python3 - "$WORK/tp1/metrics.jsonl" << 'PY' || fail "the custom model did not learn"
-import json, sys
-losses = [json.loads(line)["loss"] for line in open(sys.argv[1])]
-assert losses[-1] < losses[0] - 0.5, losses
-PY
+python3 "$SCRIPTS/checks.py" learns "$WORK/tp1" --by 0.5 || fail "the custom model did not learn"
 
 # ZeRO-3 and full recomputation applied from outside: the example only declares its blocks
 # (models/block_stack.h). At dp=4, stage 3 keeps 16N/d bytes of model state per rank (N: the
@@ -35,23 +31,14 @@ for run in "zero0 0 none" "zero3 3 none" "zero3_full 3 full"; do
   mpirun --oversubscribe -np 4 "$example" "$TINY" --run-dir "$WORK/$1" "${sets[@]}" --set parallel.zero_stage="$2" \
     --set train.recompute="$3" > "$WORK/$1.log" 2>&1 || { cat "$WORK/$1.log"; fail "custom model $1"; }
 done
-python3 - "$WORK/zero3/metrics.jsonl" "$WORK/zero0/metrics.jsonl" << 'PY' || fail "custom model: ZeRO-3 memory report differs from 16N/d"
-import json, sys
-d = 4
-ranks = json.loads(open(sys.argv[1]).readline())["memory"]
-whole = json.loads(open(sys.argv[2]).readline())["memory"]
-for r, w in zip(ranks, whole):
-    n = w["params_bytes"] / 4
-    total = r["params_bytes"] + r["grads_bytes"] + r["master_bytes"] + r["optimizer_bytes"]
-    assert abs(total - 16 * n / d) <= 0.02 * 16 * n / d, (r, total, 16 * n / d)
-print(f"custom model, zero_stage 3 at dp=4: {total / n:.3f} bytes per parameter per rank (16/d = {16 / d})")
-PY
+python3 "$SCRIPTS/checks.py" zero-memory "$WORK/zero3" --stage 3 --baseline "$WORK/zero0" --dp 4 ||
+  fail "custom model: ZeRO-3 memory report differs from 16N/d"
 echo -n "custom model zero_stage 3 vs 0: "
-python3 "$LOOM_SOURCE/tests/scripts/compare_metrics.py" "$WORK/zero3/metrics.jsonl" "$WORK/zero0/metrics.jsonl" \
-  --rtol 1e-6 || fail "custom model: zero_stage 3 changed the losses"
+python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/zero3/metrics.jsonl" "$WORK/zero0/metrics.jsonl" --rtol 1e-6 ||
+  fail "custom model: zero_stage 3 changed the losses"
 echo -n "custom model zero_stage 3 with full recomputation vs without: "
-python3 "$LOOM_SOURCE/tests/scripts/compare_metrics.py" "$WORK/zero3_full/metrics.jsonl" "$WORK/zero3/metrics.jsonl" \
-  --rtol 0 || fail "custom model: full recomputation changed the losses"
+python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/zero3_full/metrics.jsonl" "$WORK/zero3/metrics.jsonl" --rtol 0 ||
+  fail "custom model: full recomputation changed the losses"
 
 # Install, then build the example as a separate project against the installed package.
 cmake --install "$build_dir" --prefix "$WORK/prefix" > "$WORK/install.log" || { cat "$WORK/install.log"; fail "install"; }

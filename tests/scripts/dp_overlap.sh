@@ -15,15 +15,6 @@ for layout in "2 dp2" "4 pp2_dp2 --set parallel.pp=2"; do
   compare_losses "$WORK/$name" "$WORK/ref" || fail "$name: buckets changed the losses"
   "$LOOM" plan --run "$WORK/$name" > "$WORK/$name.plan" || fail "loom plan --run $name"
   grep -q "every rank's predicted traffic equals the counters" "$WORK/$name.plan" || { cat "$WORK/$name.plan"; fail "$name traffic"; }
-  python3 - "$WORK/$name/trace_rank0.json" << 'PY' || fail "$name: no overlap in the trace"
-import json, sys
-t = json.load(open(sys.argv[1]))
-events = [e["event"] for e in t["events"]]
-assert t["buckets"] > 2, t["buckets"]
-first_launch = events.index("bucket 0 launched")
-assert first_launch < events.index("backward done"), events
-launched_early = events.index("backward done")
-print(f"{t['buckets']} buckets; {launched_early} launched before backward ended; order: {events[:3]} ...")
-PY
+  python3 "$SCRIPTS/checks.py" trace-overlap "$WORK/$name" || fail "$name: no overlap in the trace"
 done
 echo "dp overlap: ok"

@@ -34,40 +34,18 @@ for zero in 0 3; do
     { cat "$WORK/bf16_tp2pp2z$zero.log"; fail "bf16 tp2 pp2 dp2 zero$zero run"; }
 done
 echo -n "bf16, tp=2 pp=2 dp=2, zero_stage 3 vs 0: "
-python3 "$LOOM_SOURCE/tests/scripts/compare_metrics.py" "$WORK/bf16_tp2pp2z3/metrics.jsonl" \
+python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/bf16_tp2pp2z3/metrics.jsonl" \
   "$WORK/bf16_tp2pp2z0/metrics.jsonl" --rtol 1e-5 || fail "bf16 zero_stage 3 differs from 0"
 for run in bf16_tp2pp2sp bf16_dp4z1 bf16_dp4z2 bf16_dp4z3 bf16_tp2pp2z3; do
   "$LOOM" plan --run "$WORK/$run" | grep -q "every rank's predicted traffic equals the counters" || fail "$run traffic"
 done
-python3 - "$WORK" << 'PY' || fail "bf16 runs"
-import json, sys
-work = sys.argv[1]
-def records(run):
-    return [json.loads(line) for line in open(f"{work}/{run}/metrics.jsonl")]
-fp32, bf16 = records("fp32"), records("bf16")
-n = fp32[0]["memory"][0]["params_bytes"] // 4
-d = 4
-expected = {  # (params, grads, master, optimizer) per rank
-    "bf16": (2 * n, 4 * n, 4 * n, 8 * n),
-    "bf16_dp4z1": (2 * n, 4 * n, 4 * n, 8 * n / d),
-    "bf16_dp4z2": (2 * n, 4 * n / d, 4 * n / d, 8 * n / d),
-    "bf16_dp4z3": (0, 4 * n / d, 4 * n / d, 8 * n / d),
-}
-for run, (params, grads, master, optimizer) in expected.items():
-    for rank in records(run)[0]["memory"]:
-        got = (rank["params_bytes"], rank["grads_bytes"], rank["master_bytes"], rank["optimizer_bytes"])
-        # Shards are padded to a multiple of d elements per unit: a few bytes over.
-        assert all(w <= g <= w * 1.02 + 64 for g, w in zip(got, (params, grads, master, optimizer))), (run, got, n)
-    print(f"{run}: memory per rank {sum(got) / n:.3f} bytes per parameter (params, grads, master, Adam: "
-          f"{', '.join(f'{g / n:.2f}N' for g in got)})")
-for run in ["bf16", "bf16_tp2pp2sp", "bf16_dp4z1", "bf16_dp4z2", "bf16_dp4z3"]:
-    r = records(run)
-    first, last = r[0]["loss"], r[-1]["loss"]
-    assert last < first - 0.5, (run, first, last)
-    gap_fp32 = abs(last - fp32[-1]["loss"])
-    assert gap_fp32 < 0.05, (run, last, fp32[-1]["loss"])
-    print(f"{run}: loss {first:.4f} -> {last:.4f} (fp32 one process ends at {fp32[-1]['loss']:.4f})")
-PY
+# The memory report: (params, grads, master, Adam) per rank by stage, N from the fp32 run.
+python3 "$SCRIPTS/checks.py" bf16-memory "$WORK/bf16" --stage 0 --dp 1 --fp32 "$WORK/fp32" || fail "bf16 runs"
+for zero in 1 2 3; do
+  python3 "$SCRIPTS/checks.py" bf16-memory "$WORK/bf16_dp4z$zero" --stage $zero --dp 4 --fp32 "$WORK/fp32" || fail "bf16 runs"
+done
+python3 "$SCRIPTS/checks.py" learns "$WORK"/{bf16,bf16_tp2pp2sp,bf16_dp4z1,bf16_dp4z2,bf16_dp4z3} --by 0.5 \
+  --ends-near "$WORK/fp32" --within 0.05 || fail "bf16 runs"
 
 # fp16: an overflow at step 3 on rank 1 (tp=2), a checkpoint after every step.
 FP16=(--set train.precision=fp16 --set parallel.tp=2 --set checkpoint.interval=1 --set checkpoint.keep=30)
@@ -75,36 +53,8 @@ run_loom 2 fp16 "${FP16[@]}" --set checkpoint.dir="$WORK/fp16_ckpt" --inject-fau
   { cat "$WORK/fp16.log"; fail "fp16 run"; }
 grep -q "gradients overflowed at step 3; the step is skipped and the loss scale goes 65536 -> 32768" "$WORK/fp16.log" ||
   { cat "$WORK/fp16.log"; fail "no overflow message"; }
-python3 - "$WORK/fp16" "$WORK/fp16_ckpt" << 'PY' || fail "fp16 loss scaling"
-import json, os, sys
-r = [json.loads(line) for line in open(sys.argv[1] + "/metrics.jsonl")]
-skipped = [x["step"] for x in r if x["skipped"]]
-assert skipped == [3], skipped
-scales = {x["step"]: x["loss_scale"] for x in r}
-assert scales[1] == scales[2] == scales[3] == 65536 and all(scales[s] == 32768 for s in range(4, 21)), scales
-assert r[-1]["loss"] < r[0]["loss"] - 0.5, (r[0]["loss"], r[-1]["loss"])
-def tensors(step):
-    d = f"{sys.argv[2]}/step_{step:08d}"
-    m = json.load(open(d + "/manifest.json"))
-    out = {}
-    for name, t in m["tensors"].items():
-        data = b""
-        for s in t["slices"]:
-            with open(os.path.join(d, s["file"]), "rb") as f:
-                f.seek(s["byte_offset"])
-                data += f.read(s["nbytes"])
-        out[name] = data
-    return m, out
-m2, t2 = tensors(2)
-m3, t3 = tensors(3)
-m4, t4 = tensors(4)
-assert m3["optimizer_steps"] == m2["optimizer_steps"] == 2 and m4["optimizer_steps"] == 3
-assert t2 == t3, [k for k in t2 if t2[k] != t3[k]][:5]
-assert any(t3[k] != t4[k] for k in t3 if k.startswith("model/"))
-assert m3["loss_scaler"] == {"scale": 32768.0, "clean_steps": 0, "skipped_steps": 1}, m3["loss_scaler"]
-print(f"fp16: step 3 skipped (weights and moments of steps 2 and 3 identical), scale 65536 -> 32768, "
-      f"loss {r[0]['loss']:.4f} -> {r[-1]['loss']:.4f}")
-PY
+python3 "$SCRIPTS/checks.py" fp16-skipped-step "$WORK/fp16" "$WORK/fp16_ckpt" --step 3 --scale 65536 --last 20 ||
+  fail "fp16 loss scaling"
 # Resumed after step 5 (scale 32768, 2 clean steps): steps 6-20 as the uninterrupted run.
 run_loom 2 fp16_resumed "${FP16[@]}" --set checkpoint.dir="$WORK/fp16_ckpt" --resume "$WORK/fp16_ckpt/step_00000005" ||
   { cat "$WORK/fp16_resumed.log"; fail "fp16 resume"; }
@@ -119,11 +69,8 @@ grep -q "gradients overflowed at step 3; the step is skipped and the loss scale 
 run_loom 4 fp16_z3_resumed "${FP16_Z3[@]}" --resume "$WORK/fp16_z3_ckpt/step_00000005" ||
   { cat "$WORK/fp16_z3_resumed.log"; fail "fp16 zero3 resume"; }
 compare_resumed "$WORK/fp16_z3_resumed" "$WORK/fp16_z3" 6 20 "fp16 ZeRO-3 resumed after step 5"
-python3 - "$WORK/fp16_resumed" "$WORK/fp16" << 'PY' || fail "resumed loss scale"
-import json, sys
-a, b = ({json.loads(l)["step"]: json.loads(l)["loss_scale"] for l in open(d + "/metrics.jsonl")} for d in sys.argv[1:3])
-assert all(a[s] == b[s] for s in a), (a, b)
-PY
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/fp16_resumed" "$WORK/fp16" --key loss_scale --rtol 0 ||
+  fail "resumed loss scale"
 
 expect_bad() {  # expect_bad PATTERN ARGS...: loom train exits 2 and names PATTERN
   local pattern="$1" code=0

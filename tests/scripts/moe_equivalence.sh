@@ -6,7 +6,7 @@
 #    full recomputation (which re-runs the dispatch in backward), give the
 #    one-process losses within 1e-5 relative for 20 steps, or up to the first routing
 #    near-tie where a token picks the other of two experts scored within ~1e-7 (one
-#    choice moved; compare_metrics.py --routing-flips) (same micro-batch size:
+#    choice moved; checks.py compare-metrics --routing-flips) (same micro-batch size:
 #    the load-balancing loss is per micro-batch);
 # 2. with capacity_factor 1.25, ep 1, 2 and 4 at dp=4 drop the same tokens (1468
 #    choices in 20 steps) and give the same losses (README: why a near-tie of router
@@ -23,9 +23,9 @@ MOE=(--set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.aux_l
 # layouts; compare_moe_losses would then check only the 3 steps before it).
 SEED=(--set train.seed=4321)
 
-# Losses within 1e-5 up to the first routing near-tie, if any (tests/scripts/compare_metrics.py).
+# Losses within 1e-5 up to the first routing near-tie, if any (checks.py compare-metrics).
 compare_moe_losses() {
-  python3 "$LOOM_SOURCE/tests/scripts/compare_metrics.py" "$1/metrics.jsonl" "$2/metrics.jsonl" --rtol 1e-5 --routing-flips
+  python3 "$SCRIPTS/checks.py" compare-metrics "$1/metrics.jsonl" "$2/metrics.jsonl" --rtol 1e-5 --routing-flips
 }
 
 train() {  # train NP NAME [--set ...]
@@ -68,34 +68,15 @@ for ep in 2 4; do
   compare_losses "$WORK/capacity_ep$ep" "$WORK/capacity_ep1" || fail "capacity: ep=$ep differs from ep=1"
 done
 
-python3 - "$WORK" << 'PY' || fail "MoE metrics"
-import json, sys
-work = sys.argv[1]
-def records(run):
-    return [json.loads(line) for line in open(f"{work}/{run}/metrics.jsonl")]
-# Every step counts 16 sequences x 32 tokens x 2 choices per MoE layer (2 layers), before dropping.
-for run in ["ref", "ep2_dp4", "ep4_tp2_sp", "ep4_pp2"]:
-    for r in records(run):
-        moe = r["moe"]
-        assert moe["layers"] == [0, 1], moe["layers"]
-        assert all(sum(t) == 16 * 32 * 2 for t in moe["tokens_per_expert"]), (run, moe["tokens_per_expert"])
-        assert moe["dropped_tokens"] == 0 and moe["max_imbalance"] >= 1.0 and moe["aux_loss"] > 0, moe
-# The same tokens are dropped at every ep with a finite capacity, and some are.
-drops = {ep: [r["moe"]["dropped_tokens"] for r in records(f"capacity_ep{ep}")] for ep in (1, 2, 4)}
-assert all(r["moe"]["dropped_tokens"] == 0 for r in records("ep2_dp4")), "capacity 0 dropped tokens"
-assert drops[1] == drops[2] == drops[4] and sum(drops[1]) > 0, drops
-# All-to-all bytes in the metrics, summed over the steps, equal each rank's ep counters.
-for run, np in [("ep2_dp4", 4), ("ep4_dp4", 4), ("ep4_tp2", 8)]:
-    recs = records(run)
-    for rank in range(np):
-        counted = json.load(open(f"{work}/{run}/comm_rank{rank}.json"))["ep"]["all_to_all"]["sent"]
-        reported = sum(r["moe"]["all_to_all"]["sent_bytes"][rank] for r in recs)
-        assert counted == reported > 0, (run, rank, counted, reported)
-    sent = sum(sum(r["moe"]["all_to_all"]["sent_bytes"]) for r in recs)
-    received = sum(sum(r["moe"]["all_to_all"]["received_bytes"]) for r in recs)
-    assert sent == received, (run, sent, received)
-print(f"moe metrics: tokens per expert, drops equal across ep ({sum(drops[1])} dropped in 20 steps), all-to-all bytes equal the counters")
-PY
+# Every step counts 16 sequences x 32 tokens x 2 choices per MoE layer (2 layers), before dropping;
+# the same tokens are dropped at every ep with a finite capacity, and some are; all-to-all bytes in
+# the metrics, summed over the steps, equal each rank's ep counters.
+python3 "$SCRIPTS/checks.py" moe-routing "$WORK"/{ref,ep2_dp4,ep4_tp2_sp,ep4_pp2} --tokens $((16 * 32 * 2)) || fail "MoE metrics"
+python3 "$SCRIPTS/checks.py" moe-drops "$WORK"/capacity_ep{1,2,4} || fail "MoE metrics"
+for run in "ep2_dp4 4" "ep4_dp4 4" "ep4_tp2 8"; do
+  set -- $run
+  python3 "$SCRIPTS/checks.py" moe-all-to-all "$WORK/$1" --np "$2" || fail "MoE metrics"
+done
 
 # Saved at ep=2 (step 10), resumed at ep=4: steps 11-20 equal the uninterrupted run.
 train 4 save_ep2 --set parallel.ep=2 --set checkpoint.dir="$WORK/ck" --set checkpoint.interval=10

@@ -25,15 +25,8 @@ run_layout() {  # run_layout TP PP SCHEDULE
   echo -n "$name vs one process: "
   compare_losses "$WORK/$name" "$WORK/ref" || fail "$name differs from the one-process run"
   # The per-step pipeline record: one busy time per stage and the formula's bubble.
-  python3 - "$WORK/$name/metrics.jsonl" "$pp" "$v" "$((16 / 2 / dp))" << 'PY'
-import json, sys
-path, p, v, m = sys.argv[1], *map(int, sys.argv[2:])
-for line in open(path):
-    rec = json.loads(line)["pipeline"]
-    assert len(rec["stage_busy_ms"]) == p and all(b > 0 for b in rec["stage_busy_ms"]), rec
-    assert abs(rec["bubble_formula"] - (p - 1) / (m * v + p - 1)) < 1e-12, rec
-    assert 0 <= rec["bubble"] < 1, rec
-PY
+  python3 "$SCRIPTS/checks.py" pipeline-record "$WORK/$name" --pp "$pp" --v "$v" --m "$((16 / 2 / dp))" ||
+    fail "$name: pipeline record"
 }
 
 tp=1

@@ -17,18 +17,11 @@ for sp in false true; do
   done
   # The memory report's activation peak (first step, every rank) falls: full keeps only each
   # block's input, selective drops the attention scores and probabilities.
-  python3 - "$WORK/sp${sp}_none" "$WORK/sp${sp}_full" "$WORK/sp${sp}_selective" "$sp" << 'PY' || fail "activation memory did not fall"
-import json, sys
-peaks = [[r["activation_peak_bytes"] for r in json.loads(open(d + "/metrics.jsonl").readline())["memory"]] for d in sys.argv[1:4]]
-none, full, selective = peaks
-assert all(p > 0 for p in none), none
-assert all(f < n for f, n in zip(full, none)) and all(s < n for s, n in zip(selective, none)), peaks
-print(f"sequence_parallel={sys.argv[4]}: activation peak per rank (KB) none {[n // 1024 for n in none]}, "
-      f"full {[f // 1024 for f in full]}, selective {[s // 1024 for s in selective]}")
-PY
+  python3 "$SCRIPTS/checks.py" activation-peaks-fall "$WORK"/sp${sp}_{none,full,selective} --label "sequence_parallel=$sp" ||
+    fail "activation memory did not fall"
   for recompute in full selective; do
     echo -n "sequence_parallel=$sp, recompute $recompute vs none: "
-    python3 "$LOOM_SOURCE/tests/scripts/compare_metrics.py" "$WORK/sp${sp}_$recompute/metrics.jsonl" \
+    python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/sp${sp}_$recompute/metrics.jsonl" \
       "$WORK/sp${sp}_none/metrics.jsonl" --rtol 0 || fail "recompute $recompute changed the losses"
   done
 done

@@ -13,20 +13,7 @@ check_run() {  # check_run NAME NP [--set ...]
     > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
   grep -q "traffic per step, rank 0" "$WORK/$name.log" || { cat "$WORK/$name.log"; fail "$name printed no traffic table"; }
   "$LOOM" plan --run "$WORK/$name" > "$WORK/$name.plan" || { cat "$WORK/$name.plan"; fail "loom plan --run $name"; }
-  python3 - "$WORK/$name" << 'PY' || fail "$name: prediction or matrix differs from the counters"
-import json, sys
-run = sys.argv[1]
-cmp = json.load(open(f"{run}/plan_vs_run.json"))
-bad = [(r["rank"], e) for r in cmp["ranks"] for e in r["entries"] if not e["equal"]]
-assert cmp["all_equal"] and not bad, bad[:3]
-groups = {e["group"] for r in cmp["ranks"] for e in r["entries"]}
-t = json.load(open(f"{run}/traffic.json"))
-for r, row in zip(t["ranks"], t["matrix_sent_bytes"]):
-    sent = sum(c["sent"] for ops in r["groups"].values() for c in ops.values())
-    assert sum(row) == sent > 0, (r["rank"], sum(row), sent)
-    assert row[r["rank"]] == 0, "a rank never sends to itself"
-print(f"{run.split('/')[-1]}: predicted == counted on all {len(cmp['ranks'])} ranks for {sorted(groups)}; matrix sums match")
-PY
+  python3 "$SCRIPTS/checks.py" plan-vs-run "$WORK/$name" || fail "$name: prediction or matrix differs from the counters"
 }
 
 check_run dp4 4
