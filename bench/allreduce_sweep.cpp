@@ -21,8 +21,8 @@ int main() {
   LaunchEnv env(std::chrono::seconds(120));
   auto stats = std::make_shared<CommStats>();
   RankGrid grid(ParallelSizes{1, 1, env.world(), 1});
-  ProcessGroups groups(grid, env.rank(), make_gloo_factory(env.store(), env.single_host(), stats, std::chrono::seconds(120)),
-                       stats);
+  ProcessGroups groups(grid, env.rank(),
+                       make_gloo_factory(env.store(), env.single_host(), stats, std::chrono::seconds(120)), stats);
   auto& comm = groups.world_comm();
   const int repeats = 10, warmup = 2;
   std::vector<double> sizes, times;
@@ -33,7 +33,8 @@ int main() {
       comm.barrier().wait();
       const auto start = std::chrono::steady_clock::now();
       comm.all_reduce(t).wait();
-      if (i >= warmup) samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      if (i >= warmup)
+        samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::nth_element(samples.begin(), samples.begin() + repeats / 2, samples.end());
     sizes.push_back(static_cast<double>(bytes));
@@ -48,10 +49,11 @@ int main() {
   const double beta = (n * sxy - sx * sy) / (n * sxx - sx * sx), alpha = (sy - beta * sx) / n;
   if (env.rank() == 0) {
     const double p = static_cast<double>(env.world());
-    std::printf("{\"side\": \"allreduce\", \"backend\": \"%s\", \"world\": %lld, \"alpha_us\": %.1f, "
-                "\"beta_s_per_byte\": %.4g, \"algbw_GBps\": %.3f, \"busbw_GBps\": %.3f, \"sizes\": [",
-                comm.backend().c_str(), static_cast<long long>(env.world()), alpha * 1e6, beta, 1e-9 / beta,
-                2.0 * (p - 1.0) / p * sizes.back() / times.back() * 1e-9);
+    std::printf(
+        "{\"side\": \"allreduce\", \"backend\": \"%s\", \"world\": %lld, \"alpha_us\": %.1f, "
+        "\"beta_s_per_byte\": %.4g, \"algbw_GBps\": %.3f, \"busbw_GBps\": %.3f, \"sizes\": [",
+        comm.backend().c_str(), static_cast<long long>(env.world()), alpha * 1e6, beta, 1e-9 / beta,
+        2.0 * (p - 1.0) / p * sizes.back() / times.back() * 1e-9);
     for (size_t i = 0; i < sizes.size(); ++i) {
       std::printf("%s[%.0f, %.6g]", i ? ", " : "", sizes[i], times[i]);
     }

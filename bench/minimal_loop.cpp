@@ -65,7 +65,8 @@ struct GPTImpl : torch::nn::Module {
       : wte(register_module("wte", torch::nn::Embedding(vocab, hidden))),
         wpe(register_parameter("wpe", torch::zeros({seq_len, hidden}))),
         ln_f(register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden})))) {
-    for (int64_t i = 0; i < layers; ++i) blocks.push_back(register_module("block" + std::to_string(i), Block(hidden, heads, seq_len, loom_kernels)));
+    for (int64_t i = 0; i < layers; ++i)
+      blocks.push_back(register_module("block" + std::to_string(i), Block(hidden, heads, seq_len, loom_kernels)));
     torch::NoGradGuard no_grad;
     for (auto& p : parameters()) {
       if (p.dim() >= 2) p.normal_(0.0, 0.02);

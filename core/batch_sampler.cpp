@@ -6,8 +6,7 @@
 
 namespace loom {
 
-BatchSampler::BatchSampler(const TokenCorpus& corpus, int64_t seq_len, int64_t vocab_size, bool shuffled,
-                           uint64_t seed)
+BatchSampler::BatchSampler(const TokenCorpus& corpus, int64_t seq_len, int64_t vocab_size, bool shuffled, uint64_t seed)
     : corpus_(corpus), seq_len_(seq_len), vocab_size_(vocab_size), shuffled_(shuffled), seed_(seed) {
   num_samples_ = (corpus.num_tokens() - 1) / seq_len;
   if (num_samples_ < 1) {

@@ -55,7 +55,7 @@ void parallel_over_blas_threads(int64_t n, const std::function<void(int64_t, int
   std::vector<std::exception_ptr> errors(static_cast<size_t>(pieces));
   auto run = [&](int64_t piece) {
     try {
-      torch::NoGradGuard piece_no_grad;  // grad mode is per thread
+      torch::NoGradGuard piece_no_grad;       // grad mode is per thread
       if (piece > 0) at::init_num_threads();  // LibTorch's thread count is per thread too
       fn(n * piece / pieces, n * (piece + 1) / pieces);
     } catch (...) {

@@ -122,7 +122,8 @@ nlohmann::json read_manifest(const std::string& path) {
   if (!in) throw InputError("checkpoint '" + path + "' has no manifest.json (not a checkpoint, or an unfinished one)");
   try {
     auto manifest = nlohmann::json::parse(in);
-    if (manifest.value("format", "") != kFormat) throw InputError("'" + file.string() + "' is not a " + kFormat + " manifest");
+    if (manifest.value("format", "") != kFormat)
+      throw InputError("'" + file.string() + "' is not a " + kFormat + " manifest");
     return manifest;
   } catch (const nlohmann::json::exception& e) {
     throw InputError("checkpoint manifest '" + file.string() + "' is corrupted: " + e.what());
@@ -141,8 +142,8 @@ std::string verify_checkpoint(const std::string& path) {
     if (!fs::exists(file)) return "checkpoint file '" + file.string() + "' is missing";
     const auto expected = info.at("bytes").get<uint64_t>();
     if (fs::file_size(file) != expected) {
-      return "checkpoint file '" + file.string() + "' has " + std::to_string(fs::file_size(file)) + " bytes, the manifest says " +
-             std::to_string(expected) + " (truncated?)";
+      return "checkpoint file '" + file.string() + "' has " + std::to_string(fs::file_size(file)) +
+             " bytes, the manifest says " + std::to_string(expected) + " (truncated?)";
     }
     const auto data = read_file(file);
     if (crc_of(data.data(), data.size()) != info.at("crc32").get<uint32_t>()) {
@@ -210,8 +211,8 @@ std::optional<torch::Tensor> read_tensor_slice(const std::string& path, const nl
     covered += hi - lo;
   }
   if (covered != want_end - want_begin) {
-    throw InputError("checkpoint '" + path + "' does not hold all of tensor '" + name + "' (" + std::to_string(covered) +
-                     " of " + std::to_string(want_end - want_begin) + " indices)");
+    throw InputError("checkpoint '" + path + "' does not hold all of tensor '" + name + "' (" +
+                     std::to_string(covered) + " of " + std::to_string(want_end - want_begin) + " indices)");
   }
   return out;
 }

@@ -85,7 +85,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw InputError("config file '" + path + "' is not valid YAML: " + e.what());
   }
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  if (!root.IsMap()) throw InputError("config file '" + path + "' must be a mapping of sections (model, parallel, train, ...)");
+  if (!root.IsMap())
+    throw InputError("config file '" + path + "' must be a mapping of sections (model, parallel, train, ...)");
 
   const std::string where = path + ": ";
   for (const auto& section : root) {

@@ -12,7 +12,7 @@ namespace loom {
 // Mixture of Experts: the MLP of every `every`-th block (layers 0, every, 2 every, ...)
 // becomes num_experts expert MLPs behind a top-k router.
 struct MoEConfig {
-  int64_t num_experts = 0;       // 0: dense MLPs everywhere
+  int64_t num_experts = 0;  // 0: dense MLPs everywhere
   int64_t top_k = 2;
   int64_t every = 1;
   double capacity_factor = 0.0;  // 0: no token is dropped
@@ -45,8 +45,8 @@ struct ParallelConfig {
   int64_t zero_stage = 0;
   std::string order = "tp-cp-ep-dp-pp";
   CommBackend backend = CommBackend::automatic;
-  double timeout_s = 300.0;      // every collective fails after this long
-  double bucket_mb = 25.0;       // data-parallel gradient buckets; 0: one bucket
+  double timeout_s = 300.0;                                   // every collective fails after this long
+  double bucket_mb = 25.0;                                    // data-parallel gradient buckets; 0: one bucket
   GradReduceDtype grad_reduce_dtype = GradReduceDtype::fp32;  // the dtype gradients are reduced in over dp
 };
 
@@ -72,11 +72,11 @@ struct TrainConfig {
   int64_t loss_scale_window = 1000;
   double min_loss_scale = 1.0;
   int64_t threads_per_rank = 0;  // 0: cores / local ranks
-  double peak_tflops = 0.0;       // one device's dense peak (TFLOP/s) for the MFU line; 0: the device's known peak
+  double peak_tflops = 0.0;      // one device's dense peak (TFLOP/s) for the MFU line; 0: the device's known peak
   // auto: cuda when LibTorch sees a GPU, else cpu; cuda: one GPU per local rank.
   TrainDevice device = TrainDevice::automatic;
   Recompute recompute = Recompute::none;
-  int64_t exit_after = -1;       // save and stop after this step (the schedule still spans steps); -1: never
+  int64_t exit_after = -1;  // save and stop after this step (the schedule still spans steps); -1: never
 };
 
 struct DataConfig {

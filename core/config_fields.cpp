@@ -58,28 +58,40 @@ std::string print_float(double v) {
 
 template <typename Member>
 ConfigField int_field(std::string section, std::string key, Member member, std::string help) {
-  return {section, key, "int", help,
+  return {section,
+          key,
+          "int",
+          help,
           [member](Config& c, const std::string& t) { return parse_int(t, member(c)); },
           [member](const Config& c) { return std::to_string(member(c)); }};
 }
 
 template <typename Member>
 ConfigField float_field(std::string section, std::string key, Member member, std::string help) {
-  return {section, key, "float", help,
+  return {section,
+          key,
+          "float",
+          help,
           [member](Config& c, const std::string& t) { return parse_float(t, member(c)); },
           [member](const Config& c) { return print_float(member(c)); }};
 }
 
 template <typename Member>
 ConfigField bool_field(std::string section, std::string key, Member member, std::string help) {
-  return {section, key, "bool", help,
+  return {section,
+          key,
+          "bool",
+          help,
           [member](Config& c, const std::string& t) { return parse_bool(t, member(c)); },
           [member](const Config& c) { return std::string(member(c) ? "true" : "false"); }};
 }
 
 template <typename Member>
 ConfigField string_field(std::string section, std::string key, Member member, std::string help) {
-  return {section, key, "string", help,
+  return {section,
+          key,
+          "string",
+          help,
           [member](Config& c, const std::string& t) {
             member(c) = t;
             return true;
@@ -99,7 +111,10 @@ ConfigField enum_field(std::string section, std::string key, Member member, std:
   return {section, key, "string", help, parse, [member](const Config& c) { return to_string(member(c)); }};
 }
 
-#define LOOM_MEMBER(path) [](auto& c) -> auto& { return c.path; }
+#define LOOM_MEMBER(path) \
+  [](auto& c) -> auto& {  \
+    return c.path;        \
+  }
 
 std::vector<ConfigField> make_fields() {
   return {

@@ -55,7 +55,9 @@ class CountingAllocator : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
 #if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 203
-  void copy_data(void* dest, const void* src, size_t count) const override { default_copy_data(dest, src, count); }
+  void copy_data(void* dest, const void* src, size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 #endif
   c10::DataPtr allocate(size_t n) LOOM_ALLOCATE_CONST override {
     c10::DataPtr inner = base_->allocate(n);
@@ -70,7 +72,9 @@ class CountingAllocator : public c10::Allocator {
     }
     return {ptr, ptr, &counted_delete, c10::Device(c10::DeviceType::CPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return &counted_delete; }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &counted_delete;
+  }
 
  private:
   c10::Allocator* base_;
@@ -90,7 +94,9 @@ void CpuMemory::install() {
   });
 }
 
-bool CpuMemory::installed() { return g_installed; }
+bool CpuMemory::installed() {
+  return g_installed;
+}
 
 void CpuMemory::begin_window() {
   auto& c = counts();
@@ -107,9 +113,9 @@ int64_t CpuMemory::end_window() {
 }
 
 void CpuMemory::keep_freed_memory() {
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);         // glibc's largest; bigger blocks are still mapped
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);          // keep up to 1 GiB of free heap top
-  mallopt(M_TOP_PAD, 256 << 20);               // grow the heap in large steps
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest; bigger blocks are still mapped
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);   // keep up to 1 GiB of free heap top
+  mallopt(M_TOP_PAD, 256 << 20);        // grow the heap in large steps
 }
 
 }  // namespace loom

@@ -15,8 +15,9 @@ torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int6
   const bool automatic = setting == TrainDevice::automatic;
   if (setting == TrainDevice::cpu || (automatic && visible_gpus == 0)) return torch::Device(torch::kCPU);
   if (visible_gpus == 0) {
-    throw InputError("config key 'train.device': cuda, but this LibTorch sees no GPU (a CPU-only build, or no "
-                     "device visible); use cpu or auto");
+    throw InputError(
+        "config key 'train.device': cuda, but this LibTorch sees no GPU (a CPU-only build, or no "
+        "device visible); use cpu or auto");
   }
   // auto takes the GPUs only when every local rank gets one of its own; cuda insists.
   if (automatic && local_world > visible_gpus) return torch::Device(torch::kCPU);

@@ -49,17 +49,13 @@ void widen(const uint8_t* src, int64_t count, int64_t* out) {
 size_t dtype_size(TokenDtype dtype) {
   switch (dtype) {
     case TokenDtype::u8:
-    case TokenDtype::i8:
-      return 1;
+    case TokenDtype::i8: return 1;
     case TokenDtype::i16:
-    case TokenDtype::u16:
-      return 2;
+    case TokenDtype::u16: return 2;
     case TokenDtype::i32:
-    case TokenDtype::f32:
-      return 4;
+    case TokenDtype::f32: return 4;
     case TokenDtype::i64:
-    case TokenDtype::f64:
-      return 8;
+    case TokenDtype::f64: return 8;
   }
   return 0;
 }
@@ -68,7 +64,8 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   const std::string idx = prefix + ".idx";
   const std::string bin = prefix + ".bin";
   std::ifstream in(idx, std::ios::binary);
-  if (!in) throw InputError("cannot open dataset index '" + idx + "' (data.path is the prefix of PREFIX.bin and PREFIX.idx)");
+  if (!in)
+    throw InputError("cannot open dataset index '" + idx + "' (data.path is the prefix of PREFIX.bin and PREFIX.idx)");
 
   char magic[9];
   in.read(magic, 9);
@@ -76,7 +73,8 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
     throw InputError("'" + idx + "' is not a Megatron-LM indexed dataset (bad magic)");
   }
   const auto version = read_scalar<uint64_t>(in, idx);
-  if (version != 1) throw InputError("'" + idx + "' has index version " + std::to_string(version) + "; only 1 is supported");
+  if (version != 1)
+    throw InputError("'" + idx + "' has index version " + std::to_string(version) + "; only 1 is supported");
   const auto code = read_scalar<uint8_t>(in, idx);
   if (code < 1 || code > 8) throw InputError("'" + idx + "' has unknown dtype code " + std::to_string(code));
   dtype_ = static_cast<TokenDtype>(code);
@@ -143,10 +141,26 @@ void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
     const int64_t t = tokens[i];
     switch (dtype_) {
       case TokenDtype::u8: bytes[i] = static_cast<uint8_t>(t); break;
-      case TokenDtype::i8: { int8_t v = static_cast<int8_t>(t); std::memcpy(&bytes[i], &v, 1); break; }
-      case TokenDtype::i16: { int16_t v = static_cast<int16_t>(t); std::memcpy(&bytes[i * 2], &v, 2); break; }
-      case TokenDtype::u16: { uint16_t v = static_cast<uint16_t>(t); std::memcpy(&bytes[i * 2], &v, 2); break; }
-      case TokenDtype::i32: { int32_t v = static_cast<int32_t>(t); std::memcpy(&bytes[i * 4], &v, 4); break; }
+      case TokenDtype::i8: {
+        int8_t v = static_cast<int8_t>(t);
+        std::memcpy(&bytes[i], &v, 1);
+        break;
+      }
+      case TokenDtype::i16: {
+        int16_t v = static_cast<int16_t>(t);
+        std::memcpy(&bytes[i * 2], &v, 2);
+        break;
+      }
+      case TokenDtype::u16: {
+        uint16_t v = static_cast<uint16_t>(t);
+        std::memcpy(&bytes[i * 2], &v, 2);
+        break;
+      }
+      case TokenDtype::i32: {
+        int32_t v = static_cast<int32_t>(t);
+        std::memcpy(&bytes[i * 4], &v, 4);
+        break;
+      }
       case TokenDtype::i64: std::memcpy(&bytes[i * 8], &t, 8); break;
       case TokenDtype::f32:
       case TokenDtype::f64: throw InputError("token datasets must use an integer dtype");

@@ -20,6 +20,8 @@ void init_logging(int rank, int world) {
   spdlog::set_default_logger(logger);
 }
 
-bool is_log_rank() { return g_log_rank == 0; }
+bool is_log_rank() {
+  return g_log_rank == 0;
+}
 
 }  // namespace loom

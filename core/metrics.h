@@ -1,9 +1,8 @@
 // RUN_DIR/metrics.jsonl: one JSON object per optimizer step, written by global rank 0.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace loom {

@@ -1,10 +1,9 @@
 #include "core/safetensors.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/errors.h"
 
@@ -55,10 +54,12 @@ std::map<std::string, torch::Tensor> read_safetensors(const std::string& path) {
   if (!in) throw InputError("cannot read safetensors file '" + path + "'");
   const auto file_size = static_cast<uint64_t>(std::filesystem::file_size(path));
   unsigned char length_bytes[8];
-  if (!in.read(reinterpret_cast<char*>(length_bytes), 8)) throw InputError("'" + path + "' is not a safetensors file (too short)");
+  if (!in.read(reinterpret_cast<char*>(length_bytes), 8))
+    throw InputError("'" + path + "' is not a safetensors file (too short)");
   uint64_t length = 0;
   for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
-  if (length > file_size - 8) throw InputError("'" + path + "' is not a safetensors file (header longer than the file)");
+  if (length > file_size - 8)
+    throw InputError("'" + path + "' is not a safetensors file (header longer than the file)");
   std::string text(length, '\0');
   in.read(text.data(), static_cast<std::streamsize>(length));
   nlohmann::json header;
@@ -78,7 +79,8 @@ std::map<std::string, torch::Tensor> read_safetensors(const std::string& path) {
       auto tensor = torch::empty(shape, torch::TensorOptions().dtype(dtype));
       const uint64_t bytes = static_cast<uint64_t>(tensor.numel()) * tensor.element_size();
       if (range.size() != 2 || range[1] - range[0] != bytes || data_start + range[1] > file_size) {
-        throw InputError("'" + path + "': tensor '" + name + "' has a byte range that does not fit its shape or the file");
+        throw InputError("'" + path + "': tensor '" + name +
+                         "' has a byte range that does not fit its shape or the file");
       }
       in.seekg(static_cast<std::streamoff>(data_start + range[0]));
       in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(bytes));

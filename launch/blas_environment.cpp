@@ -1,5 +1,6 @@
 #include "launch/blas_environment.h"
 
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -7,8 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
-
-#include <ATen/Parallel.h>
 
 #include "core/errors.h"
 #include "parallel/launch_env.h"

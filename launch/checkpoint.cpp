@@ -25,14 +25,20 @@ std::string rank_file(int64_t rank, const std::string& extension) {
 
 nlohmann::json layout_of(const Config& c, int64_t world) {
   const auto& p = c.parallel;
-  return {{"world", world}, {"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"ep", p.ep}, {"virtual_stages", p.virtual_stages},
-          {"zero_stage", p.zero_stage}, {"order", p.order}};
+  return {{"world", world},
+          {"tp", p.tp},
+          {"pp", p.pp},
+          {"dp", p.dp},
+          {"ep", p.ep},
+          {"virtual_stages", p.virtual_stages},
+          {"zero_stage", p.zero_stage},
+          {"order", p.order}};
 }
 
 nlohmann::json model_of(const Config& c) {
   const auto& m = c.model;
-  nlohmann::json model = {{"num_layers", m.num_layers}, {"hidden_size", m.hidden_size}, {"num_heads", m.num_heads},
-          {"ffn_hidden_size", c.ffn_size()}, {"vocab_size", m.vocab_size}, {"seq_len", m.seq_len}};
+  nlohmann::json model = {{"num_layers", m.num_layers},      {"hidden_size", m.hidden_size}, {"num_heads", m.num_heads},
+                          {"ffn_hidden_size", c.ffn_size()}, {"vocab_size", m.vocab_size},   {"seq_len", m.seq_len}};
   if (m.moe.enabled()) {  // dense checkpoints stay as they were
     model["moe_num_experts"] = m.moe.num_experts;
     model["moe_every"] = m.moe.every;
@@ -54,8 +60,9 @@ SliceSpec slice_of(const parallel::ParallelParameter& p, int64_t tp_rank, int64_
 
 }  // namespace
 
-void load_parameter_slices(const std::vector<parallel::ParallelParameter>& params, const std::vector<torch::Tensor>& into,
-                           int64_t tp_rank, int64_t tp_size, const GlobalSliceReader& read, const std::string& source) {
+void load_parameter_slices(const std::vector<parallel::ParallelParameter>& params,
+                           const std::vector<torch::Tensor>& into, int64_t tp_rank, int64_t tp_size,
+                           const GlobalSliceReader& read, const std::string& source) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
@@ -142,7 +149,8 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
       std::ifstream(part) >> written_by;
       fs::remove(part);
       const auto& file = written_by.at("file");
-      manifest["files"][file.at("name").get<std::string>()] = {{"bytes", file.at("bytes")}, {"crc32", file.at("crc32")}};
+      manifest["files"][file.at("name").get<std::string>()] = {{"bytes", file.at("bytes")},
+                                                               {"crc32", file.at("crc32")}};
       bytes += file.at("bytes").get<int64_t>();
       for (const auto& e : written_by.at("entries")) {
         const std::string name = e.at("tensor").get<std::string>();
@@ -209,8 +217,8 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
     const auto saved = manifest.at("model").value(key, nlohmann::json("none"));
     const auto value = model.value(key, nlohmann::json("none"));
     if (saved != value) {
-      throw InputError("--resume " + path + ": the checkpoint has model." + key + " = " + saved.dump() + ", the config " +
-                       value.dump());
+      throw InputError("--resume " + path + ": the checkpoint has model." + key + " = " + saved.dump() +
+                       ", the config " + value.dump());
     }
   }
 
@@ -240,8 +248,10 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
     if (!state) throw InputError(source + " has no RNG state for rank " + std::to_string(groups_.rank()));
     rng_.set_state(*state);
   } else {
-    info0("RNG states not restored: the checkpoint's layout {} differs from this run's {}; dropout masks will differ "
-          "from an uninterrupted run", saved_layout.dump(), layout_of(config_, groups_.world()).dump());
+    info0(
+        "RNG states not restored: the checkpoint's layout {} differs from this run's {}; dropout masks will differ "
+        "from an uninterrupted run",
+        saved_layout.dump(), layout_of(config_, groups_.world()).dump());
   }
   TrainingState state{manifest.at("step").get<int64_t>(), manifest.at("consumed_samples").get<int64_t>()};
   if (manifest.contains("loss_scaler")) {
@@ -257,7 +267,8 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
 void init_from_hf_gpt2(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
                        int64_t tp_size) {
   const std::string& file = config.model.init_from;
-  const auto tensors = models::gpt_from_hf(read_safetensors(file), config.model.num_layers, config.model.num_heads, file);
+  const auto tensors =
+      models::gpt_from_hf(read_safetensors(file), config.model.num_layers, config.model.num_heads, file);
   std::vector<torch::Tensor> into;
   for (const auto& p : params) into.push_back(p.tensor);
   load_parameter_slices(

@@ -30,11 +30,13 @@ struct TrainingState {
 
 class Checkpointer {
  public:
-  Checkpointer(const Config& config, parallel::ProcessGroups& groups, const std::vector<parallel::ParallelParameter>& params,
-               optim::Optimizer& optimizer, parallel::TensorParallelRng& rng);
+  Checkpointer(const Config& config, parallel::ProcessGroups& groups,
+               const std::vector<parallel::ParallelParameter>& params, optim::Optimizer& optimizer,
+               parallel::TensorParallelRng& rng);
 
   // Collective. Saves the state after STATE.step into checkpoint.dir; returns the checkpoint's path.
-  // MIDWAY, when given, runs after this rank's files are written and before the checkpoint is published (tests kill the job there).
+  // MIDWAY, when given, runs after this rank's files are written and before the checkpoint is published (tests kill the
+  // job there).
   std::string save(const TrainingState& state, const std::function<void()>& midway = {});
 
   // Collective. RESUME is "auto" (the newest complete checkpoint in
@@ -55,8 +57,9 @@ class Checkpointer {
 // when a tensor is missing or has another shape.
 using GlobalSliceReader =
     std::function<std::optional<torch::Tensor>(const std::string& name, int64_t dim, int64_t offset, int64_t length)>;
-void load_parameter_slices(const std::vector<parallel::ParallelParameter>& params, const std::vector<torch::Tensor>& into,
-                           int64_t tp_rank, int64_t tp_size, const GlobalSliceReader& read, const std::string& source);
+void load_parameter_slices(const std::vector<parallel::ParallelParameter>& params,
+                           const std::vector<torch::Tensor>& into, int64_t tp_rank, int64_t tp_size,
+                           const GlobalSliceReader& read, const std::string& source);
 
 // model.init_from: this rank's slices of a Hugging Face GPT-2 safetensors file.
 void init_from_hf_gpt2(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,

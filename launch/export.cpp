@@ -28,9 +28,11 @@ int export_checkpoint(const ExportArgs& args) {
     tensors[name.substr(prefix.size())] = *read_tensor_slice(args.checkpoint, manifest, name, -1, 0, 0);
   }
   const auto& model = manifest.at("model");
-  const auto hf = models::gpt_to_hf(tensors, model.at("num_layers").get<int64_t>(), model.at("num_heads").get<int64_t>());
-  write_safetensors(args.output, hf,
-                    {{"format", "pt"}, {"source", "loom"}, {"step", std::to_string(manifest.at("step").get<int64_t>())}});
+  const auto hf =
+      models::gpt_to_hf(tensors, model.at("num_layers").get<int64_t>(), model.at("num_heads").get<int64_t>());
+  write_safetensors(
+      args.output, hf,
+      {{"format", "pt"}, {"source", "loom"}, {"step", std::to_string(manifest.at("step").get<int64_t>())}});
   int64_t parameters = 0;
   for (const auto& [name, t] : hf) parameters += t.numel();
   std::cout << "wrote " << args.output << ": " << hf.size() << " tensors, " << parameters

@@ -5,10 +5,9 @@
 // ep rank holding it is the fabric's hot spot.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "core/config.h"

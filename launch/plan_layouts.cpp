@@ -40,7 +40,8 @@ void print_state_bytes(const Config& config, int64_t world) {
       n, parallel::gpt_parameters(config), static_cast<long long>(p.tp), static_cast<long long>(p.pp),
       static_cast<long long>(dp), to_string(config.train.precision).c_str(), bytes.param, bytes.grad, bytes.optimizer);
   for (int64_t zero = 0; zero <= 3; ++zero) {
-    const double textbook = parallel::model_state_bytes(n, zero, dp, bytes), held = loom_state_bytes(n, zero, dp, mixed);
+    const double textbook = parallel::model_state_bytes(n, zero, dp, bytes),
+                 held = loom_state_bytes(n, zero, dp, mixed);
     std::printf("  zero_stage %lld: %12.0f bytes (%.3f GB)", static_cast<long long>(zero), textbook, textbook / 1e9);
     std::printf(" | loom holds %12.0f bytes (%.3f GB)\n", held, held / 1e9);
   }
@@ -65,7 +66,8 @@ int plan(const PlanArgs& args) {
   const auto cluster = parallel::load_cluster(args.cluster_path);
   const int64_t world = args.world > 0 ? args.world : cluster.gpus();
   if (world > cluster.gpus()) {
-    throw InputError("--world " + std::to_string(world) + " is more than the cluster's " + std::to_string(cluster.gpus()) + " GPUs");
+    throw InputError("--world " + std::to_string(world) + " is more than the cluster's " +
+                     std::to_string(cluster.gpus()) + " GPUs");
   }
   const auto all = parallel::enumerate_layouts(config, cluster, world);
   if (all.empty()) throw InputError("no valid layout of this model on " + std::to_string(world) + " GPUs");
@@ -73,8 +75,8 @@ int plan(const PlanArgs& args) {
               args.config_path.c_str(), static_cast<long long>(world), cluster.name.c_str(),
               static_cast<long long>(cluster.gpus_per_node), parallel::gpt_parameters(config),
               static_cast<long long>(config.train.global_batch_size), static_cast<long long>(config.model.seq_len));
-  std::printf("  %-4s %-4s %-5s %-2s %-4s %-3s %-9s %9s %9s %6s %7s  %s\n", "tp", "pp", "dp", "v", "zero", "mb", "recompute",
-              "mem GB", "step s", "MFU", "bubble", "traffic per step (GB, link)");
+  std::printf("  %-4s %-4s %-5s %-2s %-4s %-3s %-9s %9s %9s %6s %7s  %s\n", "tp", "pp", "dp", "v", "zero", "mb",
+              "recompute", "mem GB", "step s", "MFU", "bubble", "traffic per step (GB, link)");
   int shown = 0;
   for (const auto& e : all) {
     if (!e.fits || shown >= args.top) break;
@@ -82,7 +84,8 @@ int plan(const PlanArgs& args) {
     std::string traffic;
     for (const auto& t : e.traffic) {
       char s[80];
-      std::snprintf(s, sizeof(s), "%s%s %.2f %s", traffic.empty() ? "" : ", ", t.group.c_str(), t.bytes / 1e9, t.link.c_str());
+      std::snprintf(s, sizeof(s), "%s%s %.2f %s", traffic.empty() ? "" : ", ", t.group.c_str(), t.bytes / 1e9,
+                    t.link.c_str());
       traffic += s;
     }
     std::printf("  %-4lld %-4lld %-5lld %-2lld %-4lld %-3lld %-9s %9.1f %9.2f %5.1f%% %6.1f%%  %s\n",

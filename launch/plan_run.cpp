@@ -1,12 +1,11 @@
 // loom plan --run DIR: the traffic the cost model predicts for a finished run's
 // layout, beside what the run's communicators counted, rank by rank. Writes
 // DIR/plan_vs_run.json and prints rank 0's side of it.
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "core/config.h"
 #include "core/errors.h"
@@ -29,7 +28,8 @@ int plan_run(const std::string& run_dir) {
   const int64_t world = p.tp * p.pp * p.dp;
   resolve_and_validate(config, world);
   if (config.model.moe.enabled()) {
-    throw InputError("loom plan --run: '" + run_dir + "' trained a Mixture-of-Experts model, whose all-to-all volume "
+    throw InputError("loom plan --run: '" + run_dir +
+                     "' trained a Mixture-of-Experts model, whose all-to-all volume "
                      "follows the router's choices, which the cost model cannot know; its metrics.jsonl has the "
                      "measured all-to-all bytes of every rank (moe.all_to_all) and traffic.json the counters");
   }
@@ -67,7 +67,8 @@ int plan_run(const std::string& run_dir) {
     }
     for (const auto& [group, ops] : measured.items()) {
       if (group == "world") continue;
-      for (const auto& [op, c] : ops.items()) rows[{group, op}].second = {c.at("calls").get<int64_t>(), c.at("bytes").get<int64_t>()};
+      for (const auto& [op, c] : ops.items())
+        rows[{group, op}].second = {c.at("calls").get<int64_t>(), c.at("bytes").get<int64_t>()};
     }
     nlohmann::json entries = nlohmann::json::array();
     for (const auto& [key, pair] : rows) {

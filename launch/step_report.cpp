@@ -32,7 +32,8 @@ std::string format_duration(double seconds) {
     std::snprintf(buffer, sizeof(buffer), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
                   static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
   } else {
-    std::snprintf(buffer, sizeof(buffer), "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+    std::snprintf(buffer, sizeof(buffer), "%lld:%02lld", static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
   }
   return buffer;
 }
@@ -62,9 +63,10 @@ void log_job_start(const Config& config, const parallel::LaunchEnv& env, int thr
   if (config.model.moe.enabled()) {
     const auto& moe = config.model.moe;
     const auto layers = moe_layers(config).size();
-    info0("moe: {} experts ({} per ep rank), top-{}, {} MoE blocks of {}, capacity factor {}{}, aux loss x{}, z-loss x{}",
-          moe.num_experts, moe.num_experts / p.ep, moe.top_k, layers, config.model.num_layers, moe.capacity_factor,
-          moe.capacity_factor > 0 ? "" : " (no dropping)", moe.aux_loss_coeff, moe.z_loss_coeff);
+    info0(
+        "moe: {} experts ({} per ep rank), top-{}, {} MoE blocks of {}, capacity factor {}{}, aux loss x{}, z-loss x{}",
+        moe.num_experts, moe.num_experts / p.ep, moe.top_k, layers, config.model.num_layers, moe.capacity_factor,
+        moe.capacity_factor > 0 ? "" : " (no dropping)", moe.aux_loss_coeff, moe.z_loss_coeff);
   }
 }
 
@@ -95,10 +97,10 @@ nlohmann::json pipeline_metrics(const Config& config, const std::vector<parallel
 
 nlohmann::json gather_memory_report(parallel::ProcessGroups& groups, const parallel::ModelStateBytes& state,
                                     int64_t optimizer_bytes, int64_t activation_bytes) {
-  auto mine = torch::tensor({static_cast<double>(state.params), static_cast<double>(state.grads),
-                             static_cast<double>(optimizer_bytes), static_cast<double>(activation_bytes),
-                             static_cast<double>(state.master)},
-                            torch::kFloat64);
+  auto mine = torch::tensor(
+      {static_cast<double>(state.params), static_cast<double>(state.grads), static_cast<double>(optimizer_bytes),
+       static_cast<double>(activation_bytes), static_cast<double>(state.master)},
+      torch::kFloat64);
   auto all = torch::empty({groups.world(), 5}, torch::kFloat64);
   groups.world_comm().all_gather(all, mine).wait();
   nlohmann::json ranks = nlohmann::json::array();
@@ -127,8 +129,8 @@ void write_traffic_reports(parallel::ProcessGroups& groups, const parallel::Comm
   if (groups.world() > 1) std::cout << parallel::format_traffic_table(report) << std::flush;
 }
 
-void log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir,
-                 double flops_per_token, int world, const torch::Device& device) {
+void log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir, double flops_per_token,
+                 int world, const torch::Device& device) {
   info0("done: {} steps in {} | loss {:.4f} -> {:.4f} | {:.0f} tokens/s | metrics in {}/metrics.jsonl", summary.steps,
         format_duration(summary.seconds), summary.first_loss, summary.last_loss, summary.tokens_per_s, run_dir);
   if (flops_per_token <= 0.0) return;

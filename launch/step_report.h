@@ -4,9 +4,9 @@
 // Lines print on rank 0 (core/logging.h); collective functions say so.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -58,7 +58,7 @@ void write_traffic_reports(parallel::ProcessGroups& groups, const parallel::Comm
 // and their share of the device's peak (MFU) when one is configured or known:
 // train.peak_tflops, else the GPU's dense bf16 data-sheet peak (core/device.h). No
 // peak is assumed on CPU.
-void log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir,
-                 double flops_per_token, int world, const torch::Device& device);
+void log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir, double flops_per_token,
+                 int world, const torch::Device& device);
 
 }  // namespace loom::launch

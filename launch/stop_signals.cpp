@@ -9,7 +9,9 @@ namespace {
 // A handler can only reach a variable with static storage; nothing else in loom is global.
 std::atomic<int> g_stop_signal{0};
 
-extern "C" void record_stop_signal(int signal) { g_stop_signal.store(signal); }
+extern "C" void record_stop_signal(int signal) {
+  g_stop_signal.store(signal);
+}
 
 }  // namespace
 
@@ -21,6 +23,8 @@ void install_stop_handlers() {
   sigaction(SIGINT, &action, nullptr);
 }
 
-int stop_signal() { return g_stop_signal.load(); }
+int stop_signal() {
+  return g_stop_signal.load();
+}
 
 }  // namespace loom::launch

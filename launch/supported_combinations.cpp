@@ -31,8 +31,9 @@ void require_supported(const Config& c, const torch::Device& device, int64_t wor
   if (!device.is_cuda()) return;
 #ifndef LOOM_WITH_NCCL
   if (world > 1) {
-    throw InputError("config key 'train.device': cuda with several ranks needs the NCCL communicator, which this "
-                     "build of loom left out (CUDA or NCCL not found at configure time)");
+    throw InputError(
+        "config key 'train.device': cuda with several ranks needs the NCCL communicator, which this "
+        "build of loom left out (CUDA or NCCL not found at configure time)");
   }
 #endif
   if (p.backend == CommBackend::gloo && world > 1) {

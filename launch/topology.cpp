@@ -1,7 +1,6 @@
 // loom topology: every process group of a layout as JSON, without launching anything.
-#include <nlohmann/json.hpp>
-
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "core/config.h"
 #include "launch/commands.h"

@@ -27,7 +27,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 parallel::GradientSyncOptions gradient_sync_options(const Config& config, const Precision& precision) {
   const auto& p = config.parallel;
@@ -53,8 +55,9 @@ parallel::CommunicatorFactory communicator_factory(const parallel::LaunchEnv& en
   if (!device.is_cuda()) factory = parallel::make_gloo_factory(env.store(), env.single_host(), stats, timeout);
 #else
   if (!device.is_cuda() && env.world() > 1) {
-    throw InputError("this loom was built without Gloo (LOOM_WITH_GLOO=OFF), so CPU ranks cannot talk; "
-                     "train on GPUs (train.device cuda) or as one process");
+    throw InputError(
+        "this loom was built without Gloo (LOOM_WITH_GLOO=OFF), so CPU ranks cannot talk; "
+        "train on GPUs (train.device cuda) or as one process");
   }
 #endif
   return factory;
@@ -85,15 +88,16 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
     piece->to(device_);
     piece->train();
     // ZeRO-3 and full recomputation go around the blocks the model declares, from outside.
-    if (auto* stack = piece->block_stack()) wrap_blocks(*stack, sync_->units(), t.recompute == Recompute::full, &rng_->split());
+    if (auto* stack = piece->block_stack())
+      wrap_blocks(*stack, sync_->units(), t.recompute == Recompute::full, &rng_->split());
     for (const auto& param : piece->parallel_parameters()) params.push_back(param);
     for (const auto& tensor : piece->tied_parameters()) tied.push_back(tensor);
     for (auto* stats : piece->moe_stats()) moe_stats.push_back(stats);
     chunks_.push_back(std::move(piece));
   }
   if (m.moe.enabled()) moe_monitor_ = std::make_unique<MoEMonitor>(config_, moe_stats);
-  TORCH_CHECK(tied.empty() || groups_.has(parallel::GroupKind::embedding),
-              "rank ", groups_.rank(), " holds tied parameters but is in no embedding group");
+  TORCH_CHECK(tied.empty() || groups_.has(parallel::GroupKind::embedding), "rank ", groups_.rank(),
+              " holds tied parameters but is in no embedding group");
   if (!m.init_from.empty()) init_from_hf_gpt2(config_, params, coords.tp, groups_.tp().size());
   const auto block_of = block_of_parameters(chunks_, params);
   sync_->attach(std::move(params), std::move(tied), block_of);
@@ -120,8 +124,8 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
   // Summed on the device, read once per step: no host synchronisation per micro-batch.
   auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   auto timing = pipeline_->run([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
-    const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp,
-                                            groups_.coords().dp, t.micro_batch_size, micro);
+    const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp, groups_.coords().dp,
+                                            t.micro_batch_size, micro);
     Batch batch = sampler_->batch(first, t.micro_batch_size);
     if (!device_.is_cpu()) {
       batch.tokens = batch.tokens.to(device_);
@@ -137,8 +141,8 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
                              : out * (loss_scale / static_cast<double>(micro_batches));
   });
   // Every stage's timing and the last stage's loss reach every rank of the pipeline in one call.
-  auto mine = torch::tensor({loss_sum.item<double>() / static_cast<double>(micro_batches), timing.busy_s,
-                             timing.wall_s}, torch::kFloat64);
+  auto mine = torch::tensor(
+      {loss_sum.item<double>() / static_cast<double>(micro_batches), timing.busy_s, timing.wall_s}, torch::kFloat64);
   auto all = torch::empty({groups_.pp().size(), 3}, torch::kFloat64);
   groups_.pp().all_gather(all, mine).wait();
   StepResult result;
@@ -166,7 +170,9 @@ void Trainer::save_checkpoint(const TrainingState& state, const std::function<vo
 }
 
 void Trainer::maybe_inject_fault(int64_t step) const {
-  if (fault_.kind == "kill_in_save" || fault_.kind == "overflow" || fault_.rank != groups_.rank() || fault_.step != step) return;
+  if (fault_.kind == "kill_in_save" || fault_.kind == "overflow" || fault_.rank != groups_.rank() ||
+      fault_.step != step)
+    return;
   spdlog::warn("injected fault: {} at step {}", fault_.kind, step);
   if (fault_.kind == "kill") std::raise(SIGKILL);
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
@@ -231,7 +237,8 @@ TrainSummary Trainer::run(const std::string& resume) {
     sync_->gather_all();
     if (auto loaded = checkpointer_->load(resume)) state = *loaded;
     sync_->release_all(/*loaded=*/true);
-    if (scaler_ && state.loss_scale > 0) scaler_->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
+    if (scaler_ && state.loss_scale > 0)
+      scaler_->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
   }
   const int64_t first_step = state.step + 1;
   int64_t consumed = state.consumed_samples;
@@ -290,7 +297,8 @@ TrainSummary Trainer::run(const std::string& resume) {
     if (stop || step == t.exit_after) {
       save_checkpoint(state_after(step, consumed), save_fault(step));
       info0(stop ? "stopped by a signal after step {}; the checkpoint is saved, resume with --resume auto"
-                 : "train.exit_after {}: saved; resume with --resume auto to continue", step);
+                 : "train.exit_after {}: saved; resume with --resume auto to continue",
+            step);
       summary.stopped_early = true;
     } else if (config_.checkpoint.interval > 0 && (step % config_.checkpoint.interval == 0 || step == t.steps)) {
       save_checkpoint(state_after(step, consumed), save_fault(step));

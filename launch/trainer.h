@@ -40,7 +40,7 @@ class Trainer {
 
  private:
   struct StepResult {
-    double loss = 0.0;  // mean over the global batch
+    double loss = 0.0;                                 // mean over the global batch
     std::vector<parallel::PipelineStepTiming> stages;  // per pipeline stage
   };
   // Forward and backward over this rank's micro-batches; the mean loss comes
@@ -72,7 +72,7 @@ class Trainer {
   std::unique_ptr<parallel::PipelineExecutor> pipeline_;
   Precision precision_;
   std::unique_ptr<parallel::GradientSync> sync_;  // dp buckets or ZeRO-2/3 units, master weights
-  std::unique_ptr<optim::LossScaler> scaler_;      // fp16
+  std::unique_ptr<optim::LossScaler> scaler_;     // fp16
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::CosineSchedule schedule_;
   std::unique_ptr<MetricsWriter> metrics_;

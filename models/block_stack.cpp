@@ -13,7 +13,9 @@ torch::Tensor BlockStackImpl::forward(torch::Tensor hidden) {
       return block->forward(x);
     };
     for (const auto& wrapper : wrappers_) {
-      run = [wrapper, inner = std::move(run), layer = layer(i)](const torch::Tensor& x) { return wrapper(layer, x, inner); };
+      run = [wrapper, inner = std::move(run), layer = layer(i)](const torch::Tensor& x) {
+        return wrapper(layer, x, inner);
+      };
     }
     hidden = run(hidden);
   }

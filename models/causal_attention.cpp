@@ -20,7 +20,9 @@ using torch::autograd::variable_list;
 // partial sum written back would be rounded to 16 bits.
 constexpr int64_t kBlockRows = 64;
 
-int64_t block_rows(int64_t s, torch::ScalarType dtype) { return dtype == torch::kFloat ? std::min(kBlockRows, s) : s; }
+int64_t block_rows(int64_t s, torch::ScalarType dtype) {
+  return dtype == torch::kFloat ? std::min(kBlockRows, s) : s;
+}
 
 // One block of a head's queries: rows [first, first + rows) attend to keys [0, keys = first + rows).
 // Its probabilities sit at OFFSET in the head's packed buffer, [rows, keys] contiguous.
@@ -74,8 +76,9 @@ class CausalAttention : public torch::autograd::Function<CausalAttention> {
           auto p = block_of(packed, blk);
           at::addmm_out(p, p, q.narrow(0, blk.first, blk.rows), k.narrow(0, 0, blk.keys).t(), /*beta=*/0,
                         /*alpha=*/scale);
-          p.narrow(1, blk.first, blk.rows).masked_fill_(mask.narrow(0, 0, blk.rows).narrow(1, 0, blk.rows),
-                                                        -std::numeric_limits<double>::infinity());
+          p.narrow(1, blk.first, blk.rows)
+              .masked_fill_(mask.narrow(0, 0, blk.rows).narrow(1, 0, blk.rows),
+                            -std::numeric_limits<double>::infinity());
           at::_softmax_out(p, p, -1, false);
           auto rows_out = out.narrow(0, blk.first, blk.rows);
           at::mm_out(rows_out, p, v.narrow(0, 0, blk.keys));

@@ -28,12 +28,13 @@ torch::Tensor residual_dropout(const torch::Tensor& x, double p, bool training, 
 // The word embedding, also the output layer's weight (tied). Its init is
 // seeded by name, so a second copy on the last pipeline stage starts equal.
 parallel::VocabParallelEmbedding make_word_embedding(const GPTOptions& options, const TensorParallelContext& tp) {
-  return parallel::VocabParallelEmbedding(parallel::VocabParallelEmbeddingOptions(options.vocab_size, options.hidden_size)
-                                              .name("wte")
-                                              .seed(options.seed)
-                                              .init_std(kInitStd)
-                                              .sequence_parallel(tp.sequence_parallel),
-                                          *tp.tp);
+  return parallel::VocabParallelEmbedding(
+      parallel::VocabParallelEmbeddingOptions(options.vocab_size, options.hidden_size)
+          .name("wte")
+          .seed(options.seed)
+          .init_std(kInitStd)
+          .sequence_parallel(tp.sequence_parallel),
+      *tp.tp);
 }
 
 }  // namespace
@@ -61,8 +62,7 @@ GPTPositionEmbeddingImpl::GPTPositionEmbeddingImpl(const GPTOptions& options, bo
       {"wpe", {}, -1, sequence_parallel});
 }
 
-GPTInputStageImpl::GPTInputStageImpl(const GPTOptions& options, TensorParallelContext tp)
-    : options_(options), tp_(tp) {
+GPTInputStageImpl::GPTInputStageImpl(const GPTOptions& options, TensorParallelContext tp) : options_(options), tp_(tp) {
   wte_ = register_module("wte", make_word_embedding(options, tp));
   wpe_ = register_module("wpe", GPTPositionEmbedding(options, tp.sequence_parallel));
 }
@@ -72,8 +72,8 @@ torch::Tensor GPTInputStageImpl::forward(const torch::Tensor& tokens) {
   auto words = wte_->forward(tokens).to(options_.activation_dtype);  // [B, S or S / tp, H]
   // With sequence parallelism this rank holds positions [r * S / tp, (r + 1) * S / tp).
   const int64_t first = tp_.sequence_parallel ? words.size(1) * tp_.tp->rank() : 0;
-  return residual_dropout(words + cast_to_activation(wpe_->weight.narrow(0, first, words.size(1)), words), options_.dropout,
-                          is_training(), tp_);
+  return residual_dropout(words + cast_to_activation(wpe_->weight.narrow(0, first, words.size(1)), words),
+                          options_.dropout, is_training(), tp_);
 }
 
 std::vector<ParallelParameter> GPTInputStageImpl::parallel_parameters() const {
@@ -91,11 +91,11 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
   ln_1_ = register_module("ln_1", LayerNorm(p + "ln_1", h, sp, kLayerNormEps));
   // QKV rows are laid out head by head ([heads, 3, head_dim]), so the column
   // split gives each tp rank whole heads.
-  qkv_ = register_module("qkv", parallel::ColumnParallelLinear(parallel::ColumnParallelLinearOptions(h, 3 * h)
-                                                                   .name(p + "attn.qkv")
-                                                                   .seed(options.seed)
-                                                                   .sequence_parallel(sp),
-                                                               *tp.tp));
+  qkv_ = register_module(
+      "qkv",
+      parallel::ColumnParallelLinear(
+          parallel::ColumnParallelLinearOptions(h, 3 * h).name(p + "attn.qkv").seed(options.seed).sequence_parallel(sp),
+          *tp.tp));
   proj_ = register_module("proj", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(h, h)
                                                                   .name(p + "attn.proj")
                                                                   .seed(options.seed)
@@ -118,11 +118,11 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
     moe.split_generator = tp.rng ? &tp.rng->split() : nullptr;
     moe_ = register_module("moe", MoELayer(moe, *tp.ep, *tp.tp));
   } else {
-    fc_ = register_module("fc", parallel::ColumnParallelLinear(parallel::ColumnParallelLinearOptions(h, f)
-                                                                   .name(p + "mlp.fc")
-                                                                   .seed(options.seed)
-                                                                   .sequence_parallel(sp),
-                                                               *tp.tp));
+    fc_ = register_module(
+        "fc",
+        parallel::ColumnParallelLinear(
+            parallel::ColumnParallelLinearOptions(h, f).name(p + "mlp.fc").seed(options.seed).sequence_parallel(sp),
+            *tp.tp));
     fc_proj_ = register_module("fc_proj", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(f, h)
                                                                           .name(p + "mlp.proj")
                                                                           .seed(options.seed)
@@ -131,9 +131,10 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
                                                                           .sequence_parallel(sp),
                                                                       *tp.tp));
   }
-  causal_mask_ = register_buffer("causal_mask",
-                                 torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
-  core_fn_ = [this](const torch::Tensor& qkv, const torch::Tensor&, const torch::Tensor&) { return attention_core(qkv); };
+  causal_mask_ = register_buffer("causal_mask", torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
+  core_fn_ = [this](const torch::Tensor& qkv, const torch::Tensor&, const torch::Tensor&) {
+    return attention_core(qkv);
+  };
 }
 
 torch::Tensor GPTBlockImpl::attention_core(const torch::Tensor& qkv) {
@@ -184,13 +185,17 @@ torch::Tensor GPTBlockImpl::block(const torch::Tensor& hidden) {
   return x + residual_dropout(mlp(ln_2_->forward(x), !rerun), options_.dropout, is_training(), tp_);
 }
 
-torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) { return block(hidden); }
+torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) {
+  return block(hidden);
+}
 
 bool GPTBlockImpl::recomputing(Recompute kind) const {
   return options_.recompute == kind && is_training() && torch::GradMode::is_enabled();
 }
 
-at::Generator* GPTBlockImpl::split_generator() const { return tp_.rng ? &tp_.rng->split() : nullptr; }
+at::Generator* GPTBlockImpl::split_generator() const {
+  return tp_.rng ? &tp_.rng->split() : nullptr;
+}
 
 std::vector<ParallelParameter> GPTBlockImpl::parallel_parameters() const {
   return parallel::collect_parallel_parameters(*this);
@@ -296,7 +301,8 @@ int64_t GPTImpl::num_parameters() const {
   const int64_t block = 4 * h + 3 * h * h + 3 * h + h * h + h + mlp;
   int64_t experts = 0;  // what MoE blocks have beyond a dense block: a router and E - 1 more MLPs
   for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
-    if (is_moe_layer(options_.moe, layer)) experts += options_.moe.num_experts * h + (options_.moe.num_experts - 1) * mlp;
+    if (is_moe_layer(options_.moe, layer))
+      experts += options_.moe.num_experts * h + (options_.moe.num_experts - 1) * mlp;
   }
   return options_.vocab_size * h + options_.seq_len * h + options_.num_layers * block + experts + 2 * h;
 }

@@ -41,8 +41,8 @@ struct GPTOptions {
   double dropout = 0.0;
   uint64_t seed = 1234;
   Recompute recompute = Recompute::none;  // full: whole blocks; selective: the attention core
-  MoEConfig moe;                   // num_experts 0: dense MLPs
-  double loss_scale = 1.0;         // the trainer's factor on each micro-batch's loss (MoE auxiliary losses)
+  MoEConfig moe;                          // num_experts 0: dense MLPs
+  double loss_scale = 1.0;                // the trainer's factor on each micro-batch's loss (MoE auxiliary losses)
   torch::ScalarType activation_dtype = torch::kFloat;  // bf16 under train.precision bf16
 
   static GPTOptions from_config(const Config& config);
@@ -96,7 +96,7 @@ class GPTBlockImpl : public BlockModule {
   LayerNorm ln_1_{nullptr}, ln_2_{nullptr};
   parallel::ColumnParallelLinear qkv_{nullptr}, fc_{nullptr};
   parallel::RowParallelLinear proj_{nullptr}, fc_proj_{nullptr};
-  MoELayer moe_{nullptr};  // instead of fc_ and fc_proj_ in an MoE block
+  MoELayer moe_{nullptr};      // instead of fc_ and fc_proj_ in an MoE block
   torch::Tensor causal_mask_;  // [S, S], true above the diagonal
 };
 TORCH_MODULE(GPTBlock);
@@ -141,21 +141,22 @@ class GPTImpl : public LanguageModel {
   // Parameters of the whole (unsplit) model.
   int64_t num_parameters() const;
 
-  GPTInputStage input{nullptr};     // first piece only
+  GPTInputStage input{nullptr};  // first piece only
   BlockStack blocks{nullptr};
-  GPTOutputStage output{nullptr};   // last piece only
+  GPTOutputStage output{nullptr};  // last piece only
 
  private:
   GPTOptions options_;
   TensorParallelContext tp_;
   PipelinePosition position_;
-  parallel::VocabParallelEmbedding tied_wte_{nullptr};  // the last piece's copy, when it is not the first
+  parallel::VocabParallelEmbedding tied_wte_{nullptr};       // the last piece's copy, when it is not the first
   std::shared_ptr<parallel::Communicator> own_tp_, own_ep_;  // groups of one when none was given
 };
 TORCH_MODULE(GPT);
 
 // The factories `loom train` uses.
 std::shared_ptr<LanguageModel> make_gpt(const Config& config, TensorParallelContext tp);
-std::shared_ptr<LanguageModel> make_gpt_piece(const Config& config, TensorParallelContext tp, PipelinePosition position);
+std::shared_ptr<LanguageModel> make_gpt_piece(const Config& config, TensorParallelContext tp,
+                                              PipelinePosition position);
 
 }  // namespace loom::models

@@ -13,8 +13,8 @@ double gpt_flops_per_token(const Config& config) {
   for (int64_t layer = 0; layer < m.num_layers; ++layer) {
     const bool moe = is_moe_layer(m.moe, layer);
     weights += attention_weights;
-    weights += moe ? static_cast<double>(m.moe.top_k) * dense_mlp + h * static_cast<double>(m.moe.num_experts)
-                   : dense_mlp;
+    weights +=
+        moe ? static_cast<double>(m.moe.top_k) * dense_mlp + h * static_cast<double>(m.moe.num_experts) : dense_mlp;
   }
   const double attention = 12.0 * static_cast<double>(m.num_layers) * h * static_cast<double>(m.seq_len);
   return 6.0 * weights + attention;

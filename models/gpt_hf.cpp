@@ -30,7 +30,8 @@ std::vector<std::pair<std::string, torch::Tensor>> gpt_to_hf(const std::map<std:
     const std::string h = "h." + std::to_string(i) + ".";
     out.emplace_back(h + "ln_1.weight", get(h + "ln_1.weight"));
     out.emplace_back(h + "ln_1.bias", get(h + "ln_1.bias"));
-    out.emplace_back(h + "attn.c_attn.weight", swap_head_and_qkv(get(h + "attn.qkv.weight"), num_heads, 3).t().contiguous());
+    out.emplace_back(h + "attn.c_attn.weight",
+                     swap_head_and_qkv(get(h + "attn.qkv.weight"), num_heads, 3).t().contiguous());
     out.emplace_back(h + "attn.c_attn.bias", swap_head_and_qkv(get(h + "attn.qkv.bias"), num_heads, 3));
     out.emplace_back(h + "attn.c_proj.weight", get(h + "attn.proj.weight").t().contiguous());
     out.emplace_back(h + "attn.c_proj.bias", get(h + "attn.proj.bias"));

@@ -103,7 +103,8 @@ int64_t sequence_parallel_in_shard(const ShardedUnit& unit, int64_t d, int64_t d
   const int64_t shard = (unit.numel() + d - 1) / d, lo = shard * dp_rank, hi = lo + shard;
   int64_t offset = 0, count = 0;
   for (size_t j = 0; j < unit.sizes.size(); ++j) {
-    if (unit.sequence_parallel[j]) count += std::max<int64_t>(0, std::min(hi, offset + unit.sizes[j]) - std::max(lo, offset));
+    if (unit.sequence_parallel[j])
+      count += std::max<int64_t>(0, std::min(hi, offset + unit.sizes[j]) - std::max(lo, offset));
     offset += unit.sizes[j];
   }
   return count;
@@ -160,7 +161,8 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     }
     if (l.sp && l.d > 1 && works_by_units(c)) {  // ZeRO-2/3: only the pieces in this rank's shards
       int64_t sp_params = 0;
-      for (const auto& unit : gpt_sharded_units(c, coords)) sp_params += sequence_parallel_in_shard(unit, l.d, coords.dp);
+      for (const auto& unit : gpt_sharded_units(c, coords))
+        sp_params += sequence_parallel_in_shard(unit, l.d, coords.dp);
       add("tp", "all_reduce", 1, sp_params * kFloat);
     } else if (l.sp) {  // the gradients of what the split sequence feeds: norms, row biases, wpe
       const int64_t sp_params = layers * 6 * h + (first ? s * h : 0) + (last ? 2 * h : 0);
@@ -237,7 +239,8 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
   // A sharded optimizer gathers both moments of every bucket before saving.
   std::vector<int64_t> bytes;
   for (int64_t n : gpt_local_parameter_sizes(c, coords)) bytes.push_back(n * kFloat);
-  for (const auto& bucket : parallel::GradientBuckets::plan(bytes, static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024))) {
+  for (const auto& bucket :
+       parallel::GradientBuckets::plan(bytes, static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024))) {
     int64_t sum = 0;
     for (size_t i : bucket) sum += bytes[i];
     sum = (sum / kFloat + l.d - 1) / l.d * l.d * kFloat;

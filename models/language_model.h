@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/config.h"
-#include "parallel/communicator.h"
 #include "models/block_stack.h"
+#include "parallel/communicator.h"
 #include "parallel/parallel_module.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/tp_rng.h"

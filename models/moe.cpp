@@ -132,7 +132,8 @@ torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vect
   for (size_t i = 0; i < experts_.size(); ++i) {
     const auto& x = experts_[i];
     const auto& in = groups[i];
-    auto hidden = torch::gelu(torch::linear(in, cast_to_activation(x.fc_w, in), cast_to_activation(x.fc_b, in)), "tanh");
+    auto hidden =
+        torch::gelu(torch::linear(in, cast_to_activation(x.fc_w, in), cast_to_activation(x.fc_b, in)), "tanh");
     outputs.push_back(torch::linear(hidden, cast_to_activation(x.proj_w, in), cast_to_activation(x.proj_b, in)));
   }
   return torch::cat(outputs, 0);
@@ -148,8 +149,8 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
     // Under sequence parallelism each tp rank holds other tokens: they draw their own noise.
     c10::optional<at::Generator> generator;
     if (options_.sequence_parallel && options_.split_generator) generator = *options_.split_generator;
-    router_input = tokens * torch::empty_like(tokens).uniform_(1.0 - moe.router_jitter, 1.0 + moe.router_jitter,
-                                                               generator);
+    router_input =
+        tokens * torch::empty_like(tokens).uniform_(1.0 - moe.router_jitter, 1.0 + moe.router_jitter, generator);
   }
   auto logits = torch::linear(router_input, cast_to_activation(router_, router_input));
   Routing routing = route_tokens(logits, moe.top_k, moe.capacity_factor);

@@ -61,10 +61,10 @@ torch::Tensor router_z_loss(const torch::Tensor& logits, int64_t tokens);
 // What an MoE layer saw during one optimizer step. Each rank records its share so that
 // the sum over all ranks is the global figure (tp replicas record once).
 struct MoEStats {
-  int64_t layer = 0;             // global block index
+  int64_t layer = 0;                // global block index
   torch::Tensor tokens_per_expert;  // [E] int64: choices routed to each expert, before dropping
   int64_t dropped = 0;
-  torch::Tensor aux_loss, z_loss;   // sums over the step's micro-batches, unscaled by coefficients
+  torch::Tensor aux_loss, z_loss;  // sums over the step's micro-batches, unscaled by coefficients
   int64_t micro_batches = 0;
   parallel::AllToAllVolume volume;  // this rank's all-to-all bytes, forward and backward
   void reset();
@@ -74,10 +74,10 @@ struct MoELayerOptions {
   int64_t hidden_size = 64;
   int64_t ffn_hidden_size = 256;
   MoEConfig moe;
-  int64_t layer = 0;                // names are "h.LAYER.moe...."
+  int64_t layer = 0;  // names are "h.LAYER.moe...."
   uint64_t seed = 1234;
   double init_std = 0.02;
-  double output_init_std = 0.02;    // the experts' projection into the residual stream
+  double output_init_std = 0.02;  // the experts' projection into the residual stream
   bool sequence_parallel = false;
   // Draws the router jitter under sequence parallelism (tp ranks hold different
   // tokens); null, or without SP: the default generator.
@@ -114,6 +114,8 @@ class MoELayerImpl : public parallel::ParallelModule {
 TORCH_MODULE(MoELayer);
 
 // Whether block LAYER of a model with MOE has experts.
-inline bool is_moe_layer(const MoEConfig& moe, int64_t layer) { return moe.enabled() && layer % moe.every == 0; }
+inline bool is_moe_layer(const MoEConfig& moe, int64_t layer) {
+  return moe.enabled() && layer % moe.every == 0;
+}
 
 }  // namespace loom::models

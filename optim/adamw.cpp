@@ -1,10 +1,10 @@
 #include "optim/adamw.h"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>
-
-#include <torch/version.h>
 
 #include "core/blas_threads.h"
 
@@ -30,8 +30,7 @@ bool flattenable(const std::vector<torch::Tensor>& params) {
 
 }  // namespace
 
-AdamW::AdamW(std::vector<torch::Tensor> params, AdamWOptions options)
-    : params_(std::move(params)), options_(options) {
+AdamW::AdamW(std::vector<torch::Tensor> params, AdamWOptions options) : params_(std::move(params)), options_(options) {
   for (const auto& p : params_) decay_.push_back(p.dim() >= 2);
   if (!flattenable(params_)) {
     for (const auto& p : params_) {
@@ -128,7 +127,9 @@ void fused_adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
   });
 }
 
-bool fusable(const torch::Tensor& t) { return t.scalar_type() == torch::kFloat && t.is_contiguous() && t.is_cpu(); }
+bool fusable(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kFloat && t.is_contiguous() && t.is_cpu();
+}
 
 #if TORCH_VERSION_MAJOR >= 2
 bool gpu_fusable(const torch::Tensor& p, const torch::Tensor& g) {
@@ -218,8 +219,8 @@ void AdamW::step(double lr) {
       const int64_t begin = decayed ? 0 : decayed_numel_, count = decayed ? decayed_numel_ : total - decayed_numel_;
       if (count == 0) continue;
       adamw_update(flat_params_.narrow(0, begin, count), flat_grads_.narrow(0, begin, count),
-                   flat_exp_avg_.narrow(0, begin, count), flat_exp_avg_sq_.narrow(0, begin, count), decayed, lr,
-                   steps_, options_);
+                   flat_exp_avg_.narrow(0, begin, count), flat_exp_avg_sq_.narrow(0, begin, count), decayed, lr, steps_,
+                   options_);
     }
     // The parameters keep version counters of their own (set_data): tell them too.
     for (auto& p : params_) torch::autograd::impl::bump_version(p);

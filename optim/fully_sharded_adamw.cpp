@@ -74,7 +74,8 @@ void FullyShardedAdamW::set_moments(size_t i, const torch::Tensor& exp_avg, cons
   const auto [begin, end] = u.flat.in_shard(j, lo);
   if (begin >= end) return;
   exp_avg_[unit].narrow(0, begin - lo, end - begin).copy_(exp_avg.reshape({-1}).narrow(0, begin - offset, end - begin));
-  exp_avg_sq_[unit].narrow(0, begin - lo, end - begin)
+  exp_avg_sq_[unit]
+      .narrow(0, begin - lo, end - begin)
       .copy_(exp_avg_sq.reshape({-1}).narrow(0, begin - offset, end - begin));
 }
 

@@ -24,8 +24,8 @@ struct ExpertGroups {
   parallel::Communicator* shards = nullptr;
 };
 double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, double max_norm,
-                      parallel::Communicator& model_parallel, int64_t tp_rank,
-                      parallel::Communicator* shards = nullptr, ExpertGroups experts = {});
+                      parallel::Communicator& model_parallel, int64_t tp_rank, parallel::Communicator* shards = nullptr,
+                      ExpertGroups experts = {});
 
 // ZeRO-2/3 by units: COUNTED are this rank's pieces of the gradients that
 // count in the norm (parts of its shards), GRADS all its shard gradients; the

@@ -20,7 +20,9 @@ void PartitionedOptimizer::zero_grad() {
   for (auto& p : parts_) p->zero_grad();
 }
 
-int64_t PartitionedOptimizer::steps_taken() const { return parts_.front()->steps_taken(); }
+int64_t PartitionedOptimizer::steps_taken() const {
+  return parts_.front()->steps_taken();
+}
 
 void PartitionedOptimizer::set_steps_taken(int64_t steps) {
   for (auto& p : parts_) p->set_steps_taken(steps);

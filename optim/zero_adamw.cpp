@@ -86,7 +86,8 @@ void ZeroAdamW::set_moments(size_t i, const torch::Tensor& exp_avg, const torch:
   const auto [begin, end] = l.flat.in_shard(j, lo);
   if (begin >= end) return;
   s.exp_avg.narrow(0, begin - lo, end - begin).copy_(exp_avg.reshape({-1}).narrow(0, begin - offset, end - begin));
-  s.exp_avg_sq.narrow(0, begin - lo, end - begin).copy_(exp_avg_sq.reshape({-1}).narrow(0, begin - offset, end - begin));
+  s.exp_avg_sq.narrow(0, begin - lo, end - begin)
+      .copy_(exp_avg_sq.reshape({-1}).narrow(0, begin - offset, end - begin));
 }
 
 int64_t ZeroAdamW::state_bytes() const {

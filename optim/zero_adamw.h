@@ -32,8 +32,8 @@ class ZeroAdamW : public Optimizer {
 
  private:
   struct Shard {
-    torch::Tensor params;               // the bucket's parameters, flat (padded like its gradients)
-    torch::Tensor exp_avg, exp_avg_sq;  // this rank's shard only
+    torch::Tensor params;                         // the bucket's parameters, flat (padded like its gradients)
+    torch::Tensor exp_avg, exp_avg_sq;            // this rank's shard only
     torch::Tensor full_exp_avg, full_exp_avg_sq;  // after gather_moments()
   };
   std::vector<std::pair<size_t, size_t>> where_;  // each parameter's bucket and place in it

@@ -14,7 +14,9 @@
 namespace loom::parallel {
 namespace {
 
-int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+int64_t bytes_of(const torch::Tensor& t) {
+  return t.numel() * static_cast<int64_t>(t.element_size());
+}
 
 class BucketedSync : public GradientSync {
  public:
@@ -49,9 +51,9 @@ class BucketedSync : public GradientSync {
       parts_[0].buckets->defer(tied);
       if (!parts_[1].tensors.empty()) {
         // Each expert's gradient already sums the tokens of its ep group's dp ranks: averaged over all of dp.
-        parts_[1].buckets = std::make_unique<GradientBuckets>(parts_[1].tensors, groups_.expert_dp(),
-                                                              options_.bucket_bytes, options_.micro_batches,
-                                                              zero_stage_, groups_.dp().size());
+        parts_[1].buckets =
+            std::make_unique<GradientBuckets>(parts_[1].tensors, groups_.expert_dp(), options_.bucket_bytes,
+                                              options_.micro_batches, zero_stage_, groups_.dp().size());
       }
     }
     for (auto& part : parts_) {
@@ -74,8 +76,8 @@ class BucketedSync : public GradientSync {
     auto make = [&](size_t p) -> std::unique_ptr<optim::Optimizer> {
       auto& part = parts_[p];
       if (zero_stage_ >= 1) {
-        return std::make_unique<optim::ZeroAdamW>(part.tensors, *part.buckets, p == 0 ? groups_.dp() : groups_.expert_dp(),
-                                                  adam);
+        return std::make_unique<optim::ZeroAdamW>(part.tensors, *part.buckets,
+                                                  p == 0 ? groups_.dp() : groups_.expert_dp(), adam);
       }
       auto plain = std::make_unique<optim::AdamW>(part.tensors, adam);
       // Without buckets the gradients are the optimizer's to place: in its flat layout.
@@ -163,9 +165,8 @@ class BucketedSync : public GradientSync {
     if (!buckets) return;
     nlohmann::json events = nlohmann::json::array();
     for (const auto& e : buckets->trace()) events.push_back({{"event", e.what}, {"seconds", e.seconds}});
-    std::ofstream(path) << nlohmann::json{{"step", last_step}, {"buckets", buckets->num_buckets()}, {"events", events}}
-                               .dump(1)
-                        << "\n";
+    std::ofstream(path)
+        << nlohmann::json{{"step", last_step}, {"buckets", buckets->num_buckets()}, {"events", events}}.dump(1) << "\n";
   }
 
  private:
@@ -178,10 +179,10 @@ class BucketedSync : public GradientSync {
   GradientSyncOptions options_;
   int64_t zero_stage_;
   Part parts_[2];
-  std::vector<size_t> part_of_;  // each parameter's part
-  std::unique_ptr<optim::MasterWeights> master_;  // mixed precision
+  std::vector<size_t> part_of_;                         // each parameter's part
+  std::unique_ptr<optim::MasterWeights> master_;        // mixed precision
   std::unique_ptr<GradientReducer> sequence_parallel_;  // summed over tp
-  std::unique_ptr<GradientReducer> tied_;  // summed over the embedding group
+  std::unique_ptr<GradientReducer> tied_;               // summed over the embedding group
 };
 
 }  // namespace

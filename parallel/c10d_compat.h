@@ -8,14 +8,13 @@
 #ifndef LOOM_WITHOUT_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
+#include <chrono>
+#include <memory>
+#include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-
-#include <chrono>
-#include <memory>
-#include <string>
 
 namespace loom::parallel::c10d_compat {
 

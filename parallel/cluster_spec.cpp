@@ -18,9 +18,16 @@ ClusterSpec load_cluster(const std::string& path) {
   } catch (const YAML::Exception& e) {
     throw InputError("cluster file '" + path + "' is not valid YAML: " + e.what());
   }
-  const std::set<std::string> keys = {"name", "gpus_per_node", "nodes", "peak_bf16_tflops", "memory_gb",
-                                      "intra_node_bandwidth_GBps", "intra_node_latency_us",
-                                      "inter_node_bandwidth_GBps", "inter_node_latency_us", "compute_efficiency"};
+  const std::set<std::string> keys = {"name",
+                                      "gpus_per_node",
+                                      "nodes",
+                                      "peak_bf16_tflops",
+                                      "memory_gb",
+                                      "intra_node_bandwidth_GBps",
+                                      "intra_node_latency_us",
+                                      "inter_node_bandwidth_GBps",
+                                      "inter_node_latency_us",
+                                      "compute_efficiency"};
   if (!root.IsMap()) throw InputError("cluster file '" + path + "' must be a mapping of keys");
   for (const auto& entry : root) {
     const auto key = entry.first.as<std::string>();
@@ -34,7 +41,8 @@ ClusterSpec load_cluster(const std::string& path) {
     } catch (const YAML::Exception&) {
       throw InputError("cluster file '" + path + "': key '" + key + "' must be a number");
     }
-    if (!(value > min)) throw InputError("cluster file '" + path + "': key '" + key + "' must be above " + std::to_string(min));
+    if (!(value > min))
+      throw InputError("cluster file '" + path + "': key '" + key + "' must be above " + std::to_string(min));
     return value;
   };
   ClusterSpec c;

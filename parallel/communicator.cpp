@@ -10,7 +10,9 @@
 namespace loom::parallel {
 namespace {
 
-int64_t nbytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+int64_t nbytes(const torch::Tensor& t) {
+  return t.numel() * static_cast<int64_t>(t.element_size());
+}
 
 // c10 errors carry a long C++ backtrace that would bury the one line that matters.
 std::string reason(const std::exception& e) {
@@ -144,8 +146,7 @@ std::unique_ptr<PendingOp> SelfCommunicator::do_all_gather(torch::Tensor& output
   return nullptr;
 }
 
-std::unique_ptr<PendingOp> SelfCommunicator::do_reduce_scatter(torch::Tensor& output, torch::Tensor& input,
-                                                               ReduceOp) {
+std::unique_ptr<PendingOp> SelfCommunicator::do_reduce_scatter(torch::Tensor& output, torch::Tensor& input, ReduceOp) {
   output.copy_(input.view_as(output));
   return nullptr;
 }

@@ -22,14 +22,16 @@ class FlatLayout {
   size_t size() const { return numels_.size(); }
   int64_t offset(size_t j) const { return offsets_[j]; }
   int64_t numel(size_t j) const { return numels_[j]; }
-  int64_t used() const { return used_; }          // elements the tensors fill
-  int64_t padded() const { return padded_; }      // the buffer's length: used() rounded up to the shards
+  int64_t used() const { return used_; }      // elements the tensors fill
+  int64_t padded() const { return padded_; }  // the buffer's length: used() rounded up to the shards
   int64_t shards() const { return shards_; }
   int64_t shard_size() const { return padded_ / shards_; }
   int64_t shard_begin(int64_t shard) const { return shard * shard_size(); }
 
   // Tensor J's place in BUFFER (of padded() elements), flat or shaped SIZES.
-  torch::Tensor flat_view(const torch::Tensor& buffer, size_t j) const { return buffer.narrow(0, offsets_[j], numels_[j]); }
+  torch::Tensor flat_view(const torch::Tensor& buffer, size_t j) const {
+    return buffer.narrow(0, offsets_[j], numels_[j]);
+  }
   torch::Tensor view(const torch::Tensor& buffer, size_t j, at::IntArrayRef sizes) const {
     return flat_view(buffer, j).view(sizes);
   }

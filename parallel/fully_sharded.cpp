@@ -243,7 +243,8 @@ std::vector<torch::Tensor> FullyShardedParameters::shard_grad_pieces(const std::
   for (const auto& u : units_) {
     for (size_t j = 0; j < u.params.size(); ++j) {
       const auto [begin, end] = u.flat.in_shard(j, u.shard_begin);
-      if (begin < end && keep(u.params[j])) pieces.push_back(u.shard_grad.narrow(0, begin - u.shard_begin, end - begin));
+      if (begin < end && keep(u.params[j]))
+        pieces.push_back(u.shard_grad.narrow(0, begin - u.shard_begin, end - begin));
     }
   }
   return pieces;

@@ -39,17 +39,17 @@ namespace loom::parallel {
 class FullyShardedParameters {
  public:
   struct Unit {
-    int64_t block = -1;            // the block's layer; -1: the root unit
-    std::vector<size_t> params;    // indices into the parameter list
-    FlatLayout flat;               // params[j] at flat.offset(j), padded and cut into dp shards
-    int64_t shard_begin = 0;       // this rank's shard: [shard_begin, shard_begin + flat.shard_size())
-    torch::Tensor full;        // [padded]; the parameters are views of it; storage freed when released
-    torch::Tensor wire;        // mixed precision: the shard rounded to the model's dtype, in flight
-    torch::Tensor full_master; // mixed precision: [padded] fp32, with bytes only between gather_all and release_all
-    torch::Tensor shard;       // this rank's part of the parameters: what the optimizer updates
-    torch::Tensor full_grad;   // [padded] while the unit's gradients arrive
-    torch::Tensor shard_grad;  // this rank's part of the reduced gradients, summed over micro-batches
-    torch::Tensor reduced;     // the reduce-scatter's output in flight
+    int64_t block = -1;          // the block's layer; -1: the root unit
+    std::vector<size_t> params;  // indices into the parameter list
+    FlatLayout flat;             // params[j] at flat.offset(j), padded and cut into dp shards
+    int64_t shard_begin = 0;     // this rank's shard: [shard_begin, shard_begin + flat.shard_size())
+    torch::Tensor full;          // [padded]; the parameters are views of it; storage freed when released
+    torch::Tensor wire;          // mixed precision: the shard rounded to the model's dtype, in flight
+    torch::Tensor full_master;   // mixed precision: [padded] fp32, with bytes only between gather_all and release_all
+    torch::Tensor shard;         // this rank's part of the parameters: what the optimizer updates
+    torch::Tensor full_grad;     // [padded] while the unit's gradients arrive
+    torch::Tensor shard_grad;    // this rank's part of the reduced gradients, summed over micro-batches
+    torch::Tensor reduced;       // the reduce-scatter's output in flight
     CommHandle gather, reduce;
     // In flight until waited for (a group of one completes at launch, so the handles cannot tell).
     bool gathering = false, reducing = false;

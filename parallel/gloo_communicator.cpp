@@ -41,7 +41,9 @@ torch::Tensor as_wire(const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 ? t.view(torch::kHalf) : t;
 }
 
-bool needs_widening(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16; }
+bool needs_widening(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16;
+}
 
 }  // namespace
 
@@ -117,12 +119,15 @@ std::unique_ptr<PendingOp> GlooCommunicator::do_send_recv(std::vector<P2POp>& op
   std::vector<c10d_compat::WorkPtr> works;
   for (auto& op : ops) {
     std::vector<at::Tensor> tensors{as_wire(op.tensor)};
-    works.push_back(op.kind == P2POp::send ? group_->send(tensors, op.peer, op.tag) : group_->recv(tensors, op.peer, op.tag));
+    works.push_back(op.kind == P2POp::send ? group_->send(tensors, op.peer, op.tag)
+                                           : group_->recv(tensors, op.peer, op.tag));
   }
   return std::make_unique<GlooPending>(std::move(works));
 }
 
-std::unique_ptr<PendingOp> GlooCommunicator::do_barrier() { return pending(group_->barrier()); }
+std::unique_ptr<PendingOp> GlooCommunicator::do_barrier() {
+  return pending(group_->barrier());
+}
 
 c10d_compat::GlooDevice make_gloo_device(bool single_host) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {

@@ -78,7 +78,7 @@ class GradientBuckets {
  private:
   struct Bucket {
     Layout layout;
-    torch::Tensor wire;  // the buffer in the reduction's dtype, when it differs
+    torch::Tensor wire;   // the buffer in the reduction's dtype, when it differs
     int64_t pending = 0;  // parameter-accumulations still to arrive this step
     CommHandle handle;
     bool launched = false;

@@ -30,12 +30,12 @@
 namespace loom::parallel {
 
 struct GradientSyncOptions {
-  int64_t zero_stage = 0;            // parallel.zero_stage
-  int64_t micro_batches = 1;         // gradients each parameter receives per step
-  int64_t bucket_bytes = 0;          // dp buckets (parallel.bucket_mb)
+  int64_t zero_stage = 0;                          // parallel.zero_stage
+  int64_t micro_batches = 1;                       // gradients each parameter receives per step
+  int64_t bucket_bytes = 0;                        // dp buckets (parallel.bucket_mb)
   torch::ScalarType reduce_dtype = torch::kFloat;  // the dp buckets' wire (parallel.grad_reduce_dtype)
   torch::ScalarType model_dtype = torch::kFloat;   // bf16 or fp16: mixed precision, fp32 masters
-  bool experts = false;              // the model has MoE experts (ep group)
+  bool experts = false;                            // the model has MoE experts (ep group)
 };
 
 // Bytes of model state one rank holds, for the memory report.

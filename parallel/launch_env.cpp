@@ -14,7 +14,9 @@
 namespace loom::parallel {
 namespace {
 
-const char* env(const char* name) { return std::getenv(name); }
+const char* env(const char* name) {
+  return std::getenv(name);
+}
 
 int env_int(const char* name, int fallback) {
   const char* value = env(name);
@@ -50,8 +52,8 @@ LaunchInfo detect_launch() {
     info.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
     info.local_world = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", info.world);
   } else if (env("WORLD_SIZE")) {
-    const bool agent = env("TORCHELASTIC_USE_AGENT_STORE") &&
-                       std::string(env("TORCHELASTIC_USE_AGENT_STORE")) == "True";
+    const bool agent =
+        env("TORCHELASTIC_USE_AGENT_STORE") && std::string(env("TORCHELASTIC_USE_AGENT_STORE")) == "True";
     info.launcher = env("TORCHELASTIC_RUN_ID") ? "torchrun" : "env";
     info.rank = env_int("RANK", -1);
     info.world = env_int("WORLD_SIZE", 1);
@@ -79,8 +81,9 @@ LaunchInfo detect_launch() {
 LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch()) {
 #ifdef LOOM_WITHOUT_MPI
   if (info_.launcher == "mpirun") {
-    throw InputError("this loom was built without MPI (LOOM_WITH_MPI=OFF), but mpirun started it "
-                     "(OMPI_COMM_WORLD_SIZE is set); launch with torchrun, or as one process");
+    throw InputError(
+        "this loom was built without MPI (LOOM_WITH_MPI=OFF), but mpirun started it "
+        "(OMPI_COMM_WORLD_SIZE is set); launch with torchrun, or as one process");
   }
 #else
   if (info_.launcher == "mpirun") {
@@ -106,8 +109,8 @@ LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch())
     if (info_.world > 1) {
       if (info_.rank == 0) {
         const std::string addr = env("MASTER_ADDR") ? env("MASTER_ADDR") : (one_host ? "127.0.0.1" : host);
-        store_ = c10d_compat::make_tcp_store(addr, static_cast<uint16_t>(env_int("MASTER_PORT", 0)), true,
-                                             info_.world, timeout);
+        store_ = c10d_compat::make_tcp_store(addr, static_cast<uint16_t>(env_int("MASTER_PORT", 0)), true, info_.world,
+                                             timeout);
         port = c10d_compat::tcp_store_port(store_);
         std::strncpy(address, addr.c_str(), 255);
       }

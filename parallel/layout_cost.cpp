@@ -28,11 +28,17 @@ double ring_all_gather_time(double n, int64_t p, double alpha, double beta) {
   return (q - 1) / q * n * beta + (q - 1) * alpha;
 }
 
-double all_to_all_time(double n, int64_t p, double alpha, double beta) { return ring_all_gather_time(n, p, alpha, beta); }
+double all_to_all_time(double n, int64_t p, double alpha, double beta) {
+  return ring_all_gather_time(n, p, alpha, beta);
+}
 
-double point_to_point_time(double n, double alpha, double beta) { return alpha + n * beta; }
+double point_to_point_time(double n, double alpha, double beta) {
+  return alpha + n * beta;
+}
 
-double crossover_bytes(double alpha, double beta) { return alpha / beta; }
+double crossover_bytes(double alpha, double beta) {
+  return alpha / beta;
+}
 
 double tp_layer_volume_elements(int64_t b, int64_t s, int64_t h, int64_t t) {
   const double q = static_cast<double>(t);
@@ -87,8 +93,9 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   e.parameters_per_rank = n / static_cast<double>(l.tp * l.pp);
   e.state_bytes = model_state_bytes(e.parameters_per_rank, l.zero_stage, l.dp, bytes);
   // 1F1B keeps up to pp micro-batches in flight on the first stage; interleaving adds (p-1)/(p v).
-  const double in_flight = static_cast<double>(std::min(l.pp, micro_batches)) *
-                           (l.virtual_stages > 1 ? 1.0 + static_cast<double>(l.pp - 1) / static_cast<double>(l.pp * l.virtual_stages) : 1.0);
+  const double in_flight =
+      static_cast<double>(std::min(l.pp, micro_batches)) *
+      (l.virtual_stages > 1 ? 1.0 + static_cast<double>(l.pp - 1) / static_cast<double>(l.pp * l.virtual_stages) : 1.0);
   e.activation_bytes = layer_activation_bytes(m.seq_len, l.micro_batch, m.hidden_size, m.num_heads, l.tp, l.recompute) *
                        static_cast<double>(layers_per_stage) * in_flight * (element / 2.0);
   e.memory_bytes = e.state_bytes + e.activation_bytes;
@@ -113,7 +120,8 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   if (l.pp > 1) {
     const double message = activation / static_cast<double>(l.tp);  // sequence-parallel activations
     const double sends = m_d * 2.0 * static_cast<double>(l.virtual_stages);
-    e.traffic.push_back({"pp", pp_link.name, sends * message, sends * point_to_point_time(message, pp_link.alpha, pp_link.beta)});
+    e.traffic.push_back(
+        {"pp", pp_link.name, sends * message, sends * point_to_point_time(message, pp_link.alpha, pp_link.beta)});
   }
   double dp_seconds = 0;
   if (l.dp > 1) {
@@ -134,7 +142,8 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   }
 
   const double tokens = static_cast<double>(config.train.global_batch_size * m.seq_len);
-  const double model_flops = 6.0 * n * tokens + 12.0 * static_cast<double>(m.num_layers * m.hidden_size * m.seq_len) * tokens;
+  const double model_flops =
+      6.0 * n * tokens + 12.0 * static_cast<double>(m.num_layers * m.hidden_size * m.seq_len) * tokens;
   // Full recomputation runs the forward twice (4/3 of the work); selective re-runs the
   // attention core, 4 S H flops per token and layer (QK^T and PV).
   double hardware_flops = model_flops * (l.recompute == Recompute::full ? 4.0 / 3.0 : 1.0);

@@ -26,16 +26,16 @@ struct StateBytes {
 double model_state_bytes(double parameters, int64_t zero_stage, int64_t dp, const StateBytes& b);
 
 // Ring collectives over P ranks of N bytes on a link of latency ALPHA (s) and BETA (s/byte).
-double ring_all_reduce_time(double n, int64_t p, double alpha, double beta);      // 2(P-1)/P n beta + 2(P-1) alpha
-double ring_all_gather_time(double n, int64_t p, double alpha, double beta);      // (P-1)/P n beta + (P-1) alpha
-double all_to_all_time(double n, int64_t p, double alpha, double beta);           // (P-1)/P n beta + (P-1) alpha
-double point_to_point_time(double n, double alpha, double beta);                 // alpha + n beta
+double ring_all_reduce_time(double n, int64_t p, double alpha, double beta);  // 2(P-1)/P n beta + 2(P-1) alpha
+double ring_all_gather_time(double n, int64_t p, double alpha, double beta);  // (P-1)/P n beta + (P-1) alpha
+double all_to_all_time(double n, int64_t p, double alpha, double beta);       // (P-1)/P n beta + (P-1) alpha
+double point_to_point_time(double n, double alpha, double beta);              // alpha + n beta
 // The message size at which latency and bandwidth cost the same: alpha / beta.
 double crossover_bytes(double alpha, double beta);
 
 // Tensor-parallel bytes a rank moves per layer and micro-batch: 4 all-reduces of B*S*H (2 forward, 2 backward).
 double tp_layer_volume_elements(int64_t b, int64_t s, int64_t h, int64_t t);  // 4 * 2(T-1)/T * B*S*H
-double pipeline_bubble(int64_t p, int64_t m, int64_t v);                        // (p-1)/(m v + p-1)
+double pipeline_bubble(int64_t p, int64_t m, int64_t v);                      // (p-1)/(m v + p-1)
 
 // Activation bytes of one transformer layer for one micro-batch (Korthikanti et al. 2022, 16-bit):
 // S B H (34 + 5 a S / H) / t with tp t and sequence parallelism; selective recomputation drops the

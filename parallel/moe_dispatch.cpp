@@ -8,7 +8,9 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-int64_t sum(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
+int64_t sum(const std::vector<int64_t>& v) {
+  return std::accumulate(v.begin(), v.end(), int64_t{0});
+}
 
 // The rows that leave (or arrive at) this rank, its own rows excluded, in bytes.
 int64_t foreign_bytes(const std::vector<int64_t>& splits, int rank, int64_t row_bytes) {
@@ -70,8 +72,9 @@ TokenDispatcher::TokenDispatcher(int64_t num_experts, Communicator& ep, AllToAll
 
 TokenDispatcher::Dispatched TokenDispatcher::dispatch(const torch::Tensor& x, const ExpertAssignment& a) {
   const int64_t tokens = x.size(0), k = a.experts.size(1), ranks = ep_.size();
-  TORCH_CHECK(a.experts.size(0) == tokens && a.weights.sizes() == a.experts.sizes() && a.keep.sizes() == a.experts.sizes(),
-              "TokenDispatcher: the assignment must be [tokens, k] for ", tokens, " tokens");
+  TORCH_CHECK(
+      a.experts.size(0) == tokens && a.weights.sizes() == a.experts.sizes() && a.keep.sizes() == a.experts.sizes(),
+      "TokenDispatcher: the assignment must be [tokens, k] for ", tokens, " tokens");
   Dispatched out;
   Plan& plan = out.plan;
   plan.num_tokens = tokens;
@@ -90,7 +93,8 @@ TokenDispatcher::Dispatched TokenDispatcher::dispatch(const torch::Tensor& x, co
   auto received_counts = counts;
   std::vector<int64_t> per_rank(static_cast<size_t>(ranks), num_local_);
   if (ranks > 1) received_counts = exchange(counts, per_rank, per_rank, ep_, volume_);
-  auto sent = counts.view({ranks, num_local_}), got = received_counts.view({ranks, num_local_});  // [rank, local expert]
+  auto sent = counts.view({ranks, num_local_}),
+       got = received_counts.view({ranks, num_local_});  // [rank, local expert]
   const auto sent_per_rank = sent.sum(1), got_per_rank = got.sum(1);
   for (int64_t r = 0; r < ranks; ++r) {
     plan.input_splits.push_back(sent_per_rank[r].item<int64_t>());

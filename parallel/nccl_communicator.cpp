@@ -8,20 +8,20 @@ namespace loom::parallel {
 namespace {
 
 // Every foreign call is checked where it is made, and says which call failed.
-#define LOOM_CUDA_CHECK(call)                                                                  \
-  do {                                                                                         \
-    cudaError_t status_ = (call);                                                              \
-    if (status_ != cudaSuccess) {                                                              \
+#define LOOM_CUDA_CHECK(call)                                                                 \
+  do {                                                                                        \
+    cudaError_t status_ = (call);                                                             \
+    if (status_ != cudaSuccess) {                                                             \
       throw std::runtime_error(std::string(#call " failed: ") + cudaGetErrorString(status_)); \
-    }                                                                                          \
+    }                                                                                         \
   } while (0)
 
-#define LOOM_NCCL_CHECK(call)                                                                  \
-  do {                                                                                         \
-    ncclResult_t status_ = (call);                                                             \
-    if (status_ != ncclSuccess) {                                                              \
+#define LOOM_NCCL_CHECK(call)                                                                 \
+  do {                                                                                        \
+    ncclResult_t status_ = (call);                                                            \
+    if (status_ != ncclSuccess) {                                                             \
       throw std::runtime_error(std::string(#call " failed: ") + ncclGetErrorString(status_)); \
-    }                                                                                          \
+    }                                                                                         \
   } while (0)
 
 ncclDataType_t nccl_dtype(const torch::Tensor& t) {
@@ -34,7 +34,8 @@ ncclDataType_t nccl_dtype(const torch::Tensor& t) {
     case torch::kInt64: return ncclInt64;
     case torch::kUInt8: return ncclUint8;
     case torch::kInt8: return ncclInt8;
-    default: throw std::runtime_error("NCCL cannot move tensors of type " + std::string(c10::toString(t.scalar_type())));
+    default:
+      throw std::runtime_error("NCCL cannot move tensors of type " + std::string(c10::toString(t.scalar_type())));
   }
 }
 
@@ -231,8 +232,8 @@ std::unique_ptr<PendingOp> NcclCommunicator::do_barrier() {
   return do_all_reduce(barrier_buffer_, ReduceOp::sum);
 }
 
-CommunicatorFactory make_nccl_factory(const c10d_compat::StorePtr& store, int device,
-                                      std::shared_ptr<CommStats> stats, std::chrono::milliseconds timeout) {
+CommunicatorFactory make_nccl_factory(const c10d_compat::StorePtr& store, int device, std::shared_ptr<CommStats> stats,
+                                      std::chrono::milliseconds timeout) {
   if (!store) return {};
   return [device, store, stats, timeout](const std::string& name, const std::string& key,
                                          const std::vector<int64_t>& ranks, int rank_in_group) {

@@ -50,7 +50,7 @@ class NcclCommunicator : public Communicator {
 
 // Makes the NCCL communicators of a job's groups on CUDA device DEVICE (null
 // without a store: world 1, where every group has one rank).
-CommunicatorFactory make_nccl_factory(const c10d_compat::StorePtr& store, int device,
-                                      std::shared_ptr<CommStats> stats, std::chrono::milliseconds timeout);
+CommunicatorFactory make_nccl_factory(const c10d_compat::StorePtr& store, int device, std::shared_ptr<CommStats> stats,
+                                      std::chrono::milliseconds timeout);
 
 }  // namespace loom::parallel

@@ -12,7 +12,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Key = std::pair<int64_t, int64_t>;  // (micro-batch, chunk)
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 }  // namespace
 
@@ -42,7 +44,8 @@ PipelineStepTiming PipelineExecutor::run(const ChunkForward& forward) {
   std::map<std::tuple<int, int64_t, int64_t>, Message> receives;  // (kind, micro, chunk) of the receiving action
   std::vector<Message> gradient_sends;
 
-  auto transfer = [&](const PipelineAction& a, PipelineTransfer::Direction direction) -> std::optional<PipelineTransfer> {
+  auto transfer = [&](const PipelineAction& a,
+                      PipelineTransfer::Direction direction) -> std::optional<PipelineTransfer> {
     for (const auto& t : pipeline_transfers(a, stage_, stages_, chunks_)) {
       if (t.direction == direction) return t;
     }
@@ -51,7 +54,8 @@ PipelineStepTiming PipelineExecutor::run(const ChunkForward& forward) {
   auto post = [&](const PipelineAction& a) {
     const auto t = transfer(a, PipelineTransfer::recv);
     if (!t || receives.count({a.kind, a.micro, a.chunk})) return;
-    Message message{torch::empty(activation_shape_, torch::TensorOptions().dtype(activation_dtype_).device(device_)), {}};
+    Message message{torch::empty(activation_shape_, torch::TensorOptions().dtype(activation_dtype_).device(device_)),
+                    {}};
     message.handle = pp_.send_recv({{P2POp::recv, message.tensor, static_cast<int>(t->peer), tag(*t)}});
     receives.emplace(std::make_tuple(static_cast<int>(a.kind), a.micro, a.chunk), std::move(message));
   };

@@ -39,16 +39,24 @@ std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, int64_t 
     }
     case PipelineSchedule::one_f_one_b:
       return one_f_one_b(
-          p - stage - 1, m, [](int64_t k) { return PipelineAction{PipelineAction::forward, k, 0}; },
-          [](int64_t k) { return PipelineAction{PipelineAction::backward, k, 0}; });
+          p - stage - 1, m,
+          [](int64_t k) {
+            return PipelineAction{PipelineAction::forward, k, 0};
+          },
+          [](int64_t k) {
+            return PipelineAction{PipelineAction::backward, k, 0};
+          });
     case PipelineSchedule::interleaved: {
       // The k-th forward of a stage runs chunk (k / P) mod V on micro-batch
       // (k / (P V)) P + k mod P: P micro-batches go through one chunk, then the next.
       auto micro_of = [p, v](int64_t k) { return (k / (p * v)) * p + k % p; };
-      return one_f_one_b(
-          (p - stage - 1) * 2 + (v - 1) * p, m * v,
-          [=](int64_t k) { return PipelineAction{PipelineAction::forward, micro_of(k), (k / p) % v}; },
-          [=](int64_t k) { return PipelineAction{PipelineAction::backward, micro_of(k), v - 1 - (k / p) % v}; });
+      return one_f_one_b((p - stage - 1) * 2 + (v - 1) * p, m * v,
+                         [=](int64_t k) {
+                           return PipelineAction{PipelineAction::forward, micro_of(k), (k / p) % v};
+                         },
+                         [=](int64_t k) {
+                           return PipelineAction{PipelineAction::backward, micro_of(k), v - 1 - (k / p) % v};
+                         });
     }
   }
   return {};
@@ -69,8 +77,7 @@ std::vector<PipelineTransfer> pipeline_transfers(const PipelineAction& a, int64_
   return transfers;
 }
 
-PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches,
-                                     int64_t chunks) {
+PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches, int64_t chunks) {
   const int64_t p = stages, v = chunks, last = p * v - 1;
   const double forward_cost = 1.0 / static_cast<double>(v), backward_cost = 2.0 / static_cast<double>(v);
   std::vector<std::vector<PipelineAction>> lists;
@@ -90,9 +97,9 @@ PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, 
         const int64_t k = a.chunk * p + s;
         // A forward needs the previous virtual stage's forward; a backward the next one's backward.
         std::tuple<int, int64_t, int64_t> dependency =
-            a.kind == PipelineAction::forward ? std::make_tuple(0, a.micro, k - 1)
-                                              : (k == last ? std::make_tuple(0, a.micro, k)
-                                                           : std::make_tuple(1, a.micro, k + 1));
+            a.kind == PipelineAction::forward
+                ? std::make_tuple(0, a.micro, k - 1)
+                : (k == last ? std::make_tuple(0, a.micro, k) : std::make_tuple(1, a.micro, k + 1));
         double ready = 0.0;
         if (!(a.kind == PipelineAction::forward && k == 0)) {
           auto it = finish.find(dependency);
@@ -118,8 +125,7 @@ PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, 
   return sim;
 }
 
-std::string render_pipeline_timeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches,
-                                     int64_t chunks) {
+std::string render_pipeline_timeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches, int64_t chunks) {
   const auto sim = simulate_pipeline(schedule, stages, micro_batches, chunks);
   // Columns of one chunk's forward: times are multiples of 1 / chunks.
   const auto column = [chunks](double t) { return static_cast<size_t>(t * static_cast<double>(chunks) + 0.5); };
@@ -137,7 +143,8 @@ std::string render_pipeline_timeline(PipelineSchedule schedule, int64_t stages, 
       std::string label = letter + std::to_string(a.micro);
       label.resize(static_cast<size_t>(cell), ' ');
       const size_t begin = column(sim.start[s][i]), span = a.kind == PipelineAction::forward ? 1 : 2;
-      for (size_t c = begin; c < begin + span && c < width; ++c) cells[c] = c == begin ? label : std::string(static_cast<size_t>(cell), '=');
+      for (size_t c = begin; c < begin + span && c < width; ++c)
+        cells[c] = c == begin ? label : std::string(static_cast<size_t>(cell), '=');
       if (span == 2 && begin + 1 < width) cells[begin + 1].back() = ' ';
     }
     out += "stage " + std::to_string(s) + " |";

@@ -61,17 +61,15 @@ std::vector<PipelineTransfer> pipeline_transfers(const PipelineAction& a, int64_
 // its backward 2/V) and the send/receive dependencies, communication free.
 struct PipelineSimulation {
   double makespan = 0;
-  double bubble = 0;  // idle fraction of the makespan, averaged over stages
+  double bubble = 0;                       // idle fraction of the makespan, averaged over stages
   std::vector<std::vector<double>> start;  // start[stage][i]: when action i of that stage began
 };
 
-PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches,
-                                     int64_t chunks);
+PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches, int64_t chunks);
 
 // The simulated timeline as text, a row per stage and a column per forward of
 // one chunk ("F3" forward of micro-batch 3, "B3" backward over two columns,
 // "." idle; with chunks, lower case for odd chunks), then the bubble.
-std::string render_pipeline_timeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches,
-                                     int64_t chunks);
+std::string render_pipeline_timeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches, int64_t chunks);
 
 }  // namespace loom::parallel

@@ -42,8 +42,8 @@ class ProcessGroups {
   Communicator& model_parallel() { return get(GroupKind::model_parallel); }
 
  private:
-  std::unique_ptr<Communicator> make(const std::string& name, const std::string& key,
-                                     const std::vector<int64_t>& ranks, const CommunicatorFactory& factory);
+  std::unique_ptr<Communicator> make(const std::string& name, const std::string& key, const std::vector<int64_t>& ranks,
+                                     const CommunicatorFactory& factory);
 
   RankGrid grid_;
   int64_t rank_;

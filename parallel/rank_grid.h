@@ -28,8 +28,8 @@ namespace loom::parallel {
 enum class GroupKind { tp, pp, dp, ep, expert_dp, model_parallel, embedding };
 
 inline constexpr std::array<GroupKind, 7> kAllGroupKinds = {
-    GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::ep,
-    GroupKind::expert_dp, GroupKind::model_parallel, GroupKind::embedding};
+    GroupKind::tp,       GroupKind::pp, GroupKind::dp, GroupKind::ep, GroupKind::expert_dp, GroupKind::model_parallel,
+    GroupKind::embedding};
 
 // "tp", "pp", "dp", "ep", "expert-dp", "model-parallel", "embedding".
 std::string group_kind_name(GroupKind kind);

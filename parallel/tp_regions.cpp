@@ -24,8 +24,8 @@ torch::Tensor reduce_scatter_along(const torch::Tensor& x, int64_t dim, Communic
 }
 
 torch::Tensor slice_along(const torch::Tensor& x, int64_t dim, const Communicator& comm) {
-  TORCH_CHECK(x.size(dim) % comm.size() == 0, "dimension ", dim, " of size ", x.size(dim),
-              " does not split into ", comm.size(), " tensor-parallel parts");
+  TORCH_CHECK(x.size(dim) % comm.size() == 0, "dimension ", dim, " of size ", x.size(dim), " does not split into ",
+              comm.size(), " tensor-parallel parts");
   return x.chunk(comm.size(), dim)[comm.rank()].contiguous();
 }
 

@@ -13,8 +13,8 @@ TensorParallelRng::TensorParallelRng(uint64_t seed, int64_t tp_rank, int64_t dp_
 
 torch::Tensor TensorParallelRng::state() const {
   auto replicated = at::detail::getDefaultCPUGenerator().get_state();
-  return torch::cat({torch::tensor({replicated.numel()}, torch::kInt64).view(torch::kUInt8), replicated,
-                     split_.get_state()});
+  return torch::cat(
+      {torch::tensor({replicated.numel()}, torch::kInt64).view(torch::kUInt8), replicated, split_.get_state()});
 }
 
 void TensorParallelRng::set_state(const torch::Tensor& state) {
@@ -27,8 +27,8 @@ void TensorParallelRng::set_state(const torch::Tensor& state) {
 
 torch::Tensor dropout(const torch::Tensor& x, double p, bool training, at::Generator* generator) {
   if (!training || p == 0.0) return x;
-  auto keep = torch::empty_like(x).bernoulli_(1.0 - p, generator ? c10::optional<at::Generator>(*generator)
-                                                                 : c10::optional<at::Generator>());
+  auto keep = torch::empty_like(x).bernoulli_(
+      1.0 - p, generator ? c10::optional<at::Generator>(*generator) : c10::optional<at::Generator>());
   return x * keep / (1.0 - p);
 }
 

@@ -11,7 +11,7 @@ namespace {
 // order, four numbers each, then bytes sent to each rank, then the host id.
 const std::vector<std::string> kGroups = {"world", "tp", "pp", "dp", "ep", "expert-dp", "model-parallel", "embedding"};
 const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                       "broadcast", "send_recv", "barrier"};
+                                       "broadcast",  "send_recv",  "barrier"};
 constexpr int64_t kFields = 4;  // calls, bytes, sent, seconds
 
 std::string format(const char* fmt, double a, double b = 0, double c = 0) {
@@ -79,11 +79,11 @@ nlohmann::json gather_traffic_report(ProcessGroups& groups, const CommStats& sta
     const double h = a[r][row - 1];
     auto found = std::find(hosts.begin(), hosts.end(), h);
     if (found == hosts.end()) hosts.push_back(h);
-    report["ranks"].push_back({{"rank", r},
-                               {"node", std::find(hosts.begin(), hosts.end(), h) - hosts.begin()},
-                               {"groups", rank_groups}});
+    report["ranks"].push_back(
+        {{"rank", r}, {"node", std::find(hosts.begin(), hosts.end(), h) - hosts.begin()}, {"groups", rank_groups}});
     std::vector<int64_t> matrix_row;
-    for (int64_t peer = 0; peer < world; ++peer) matrix_row.push_back(static_cast<int64_t>(a[r][counter_fields + peer]));
+    for (int64_t peer = 0; peer < world; ++peer)
+      matrix_row.push_back(static_cast<int64_t>(a[r][counter_fields + peer]));
     report["matrix_sent_bytes"].push_back(matrix_row);
   }
   for (const auto& [op, fit] : fits) {
@@ -109,9 +109,10 @@ std::vector<std::string> traffic_diagnostics(const nlohmann::json& report, const
     }
   }
   if (total > 0 && all_to_all > 0.5 * total) {
-    out.push_back(format("all-to-all carries %.0f%% of the bytes sent: an MoE job, whose expert dispatch is what "
-                         "the fabric carries",
-                         100.0 * all_to_all / total));
+    out.push_back(
+        format("all-to-all carries %.0f%% of the bytes sent: an MoE job, whose expert dispatch is what "
+               "the fabric carries",
+               100.0 * all_to_all / total));
   }
   // A rank that receives far more than the others.
   const auto& matrix = report.at("matrix_sent_bytes");
@@ -125,9 +126,10 @@ std::vector<std::string> traffic_diagnostics(const nlohmann::json& report, const
     const double median = sorted[sorted.size() / 2];
     for (size_t r = 0; r < received.size(); ++r) {
       if (median > 0 && received[r] > 3.0 * median) {
-        out.push_back(format("rank %.0f receives %.1fx the median rank's bytes: a hot spot (in an MoE job, a hot "
-                             "expert)",
-                             static_cast<double>(r), received[r] / median));
+        out.push_back(
+            format("rank %.0f receives %.1fx the median rank's bytes: a hot spot (in an MoE job, a hot "
+                   "expert)",
+                   static_cast<double>(r), received[r] / median));
       }
     }
   }
@@ -138,9 +140,10 @@ std::vector<std::string> traffic_diagnostics(const nlohmann::json& report, const
     std::sort(nodes.begin(), nodes.end());
     const auto distinct = std::unique(nodes.begin(), nodes.end()) - nodes.begin();
     if (distinct > 1) {
-      out.push_back(format("a tp group starting at rank %.0f spans %.0f nodes: its per-layer all-reduces cross the "
-                           "inter-node link; keep tp within a node",
-                           static_cast<double>(group.front()), static_cast<double>(distinct)));
+      out.push_back(
+          format("a tp group starting at rank %.0f spans %.0f nodes: its per-layer all-reduces cross the "
+                 "inter-node link; keep tp within a node",
+                 static_cast<double>(group.front()), static_cast<double>(distinct)));
     }
   }
   return out;

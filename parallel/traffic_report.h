@@ -6,9 +6,8 @@
 // Written as RUN_DIR/traffic.json and printed as a short table.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

@@ -10,7 +10,9 @@
 namespace loom::parallel {
 namespace {
 
-int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+int64_t bytes_of(const torch::Tensor& t) {
+  return t.numel() * static_cast<int64_t>(t.element_size());
+}
 
 class UnitShardedSync : public GradientSync {
  public:
@@ -28,7 +30,8 @@ class UnitShardedSync : public GradientSync {
               const std::vector<int64_t>& block_of_param) override {
     params_ = std::move(params);
     TORCH_CHECK(block_of_param.empty() || block_of_param.size() == params_.size(),
-                "UnitShardedSync::attach: ", block_of_param.size(), " block indices for ", params_.size(), " parameters");
+                "UnitShardedSync::attach: ", block_of_param.size(), " block indices for ", params_.size(),
+                " parameters");
     // Parts: [0] every parameter but the experts, over dp; [1] MoE experts, over expert-dp.
     std::vector<torch::Tensor> tensors[2];
     std::vector<int64_t> block_of[2];

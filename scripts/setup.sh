@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-  cmake ninja-build ccache g++
+  cmake ninja-build ccache g++ clang-format
   libtorch-dev libgloo-dev python3-torch        # LibTorch 1.13 (CPU), its c10d Gloo headers, torchrun
   libopenblas0-pthread                          # LibTorch's BLAS: the reference one is ~14x slower
   libopenmpi-dev openmpi-bin                    # mpirun, and MPI for the rendezvous

@@ -20,8 +20,8 @@ struct MultiRankWorld {
   parallel::ParallelSizes grid_sizes;
   parallel::RankGrid grid{grid_sizes};
   parallel::ProcessGroups groups{
-      grid, env.rank(),
-      parallel::make_gloo_factory(env.store(), env.single_host(), stats, std::chrono::seconds(60)), stats};
+      grid, env.rank(), parallel::make_gloo_factory(env.store(), env.single_host(), stats, std::chrono::seconds(60)),
+      stats};
 };
 
 }  // namespace loom::test

@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "optim/adamw.h"
@@ -11,7 +10,7 @@ using namespace loom;
 
 TEST_CASE("AdamW takes the hand-computed first and second steps", "[optim]") {
   auto w = torch::tensor({{1.0f, -2.0f}}).requires_grad_(true);  // decayed (2-D)
-  auto b = torch::tensor({0.5f}).requires_grad_(true);            // not decayed (1-D)
+  auto b = torch::tensor({0.5f}).requires_grad_(true);           // not decayed (1-D)
   optim::AdamW adam({w, b}, {0.9, 0.95, 1e-8, 0.1});
   w.mutable_grad() = torch::tensor({{0.1f, -0.3f}});
   b.mutable_grad() = torch::tensor({0.2f});
@@ -24,8 +23,8 @@ TEST_CASE("AdamW takes the hand-computed first and second steps", "[optim]") {
 
   b.mutable_grad() = torch::tensor({-0.4f});
   adam.step(0.01);
-  const double m = 0.9 * 0.02 + 0.1 * -0.4;                // 0.9 m1 + 0.1 g2
-  const double v = 0.95 * 0.05 * 0.04 + 0.05 * 0.16;       // 0.95 v1 + 0.05 g2^2
+  const double m = 0.9 * 0.02 + 0.1 * -0.4;           // 0.9 m1 + 0.1 g2
+  const double v = 0.95 * 0.05 * 0.04 + 0.05 * 0.16;  // 0.95 v1 + 0.05 g2^2
   const double update = (m / (1 - 0.81)) / (std::sqrt(v / (1 - 0.9025)) + 1e-8);
   CHECK(b[0].item<double>() == Approx(0.49 - 0.01 * update).epsilon(1e-6));
   CHECK(adam.steps_taken() == 2);
@@ -49,7 +48,8 @@ TEST_CASE("AdamW over its flat buffers updates exactly as tensor by tensor", "[o
   CHECK(static_cast<const char*>(flat_side[2].data_ptr()) == base + 32 * sizeof(float));
   CHECK(static_cast<const char*>(flat_side[4].data_ptr()) == base + 56 * sizeof(float));
   CHECK(static_cast<const char*>(flat_side[1].data_ptr()) == base + (56 + 300000) * sizeof(float));
-  CHECK(static_cast<const char*>(flat_side[1].grad().data_ptr()) - static_cast<const char*>(flat_side[0].grad().data_ptr()) ==
+  CHECK(static_cast<const char*>(flat_side[1].grad().data_ptr()) -
+            static_cast<const char*>(flat_side[0].grad().data_ptr()) ==
         (56 + 300000) * static_cast<int64_t>(sizeof(float)));
   for (int step = 0; step < 3; ++step) {
     for (size_t i = 0; i < shapes.size(); ++i) {

@@ -1,6 +1,5 @@
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 
@@ -80,7 +79,8 @@ TEST_CASE("unknown keys and sections are errors that suggest the closest name", 
   check("model:\n  dropout: [1, 2]\n", "'model.dropout' must be a single value");
   check("model: 3\n", "section 'model' must be a mapping");
   check("model:\n  hidden_size: 3\n   bad: [\n", "not valid YAML");
-  CHECK_THROWS_WITH(loom::apply_override(*std::make_unique<Config>(), "train.lr"), Catch::Contains("section.key=value"));
+  CHECK_THROWS_WITH(loom::apply_override(*std::make_unique<Config>(), "train.lr"),
+                    Catch::Contains("section.key=value"));
   CHECK_THROWS_WITH(loom::apply_override(*std::make_unique<Config>(), "parallel.tpp=2"),
                     Catch::Contains("did you mean 'parallel.tp'"));
   CHECK_THROWS_WITH(loom::load_config("/nonexistent/loom.yaml"), Catch::Contains("/nonexistent/loom.yaml"));
@@ -138,8 +138,8 @@ TEST_CASE("Megatron-LM's names, as --set keys or YAML keys, suggest loom's", "[c
   for (const auto& [megatron, key] : expected) {
     INFO(megatron);
     const std::string hint = "did you mean '" + key + "'";
-    CHECK_THAT(load_error("", {megatron + "=1"}), Catch::Contains("unknown key '" + megatron + "'") &&
-                                                      Catch::Contains(hint));
+    CHECK_THAT(load_error("", {megatron + "=1"}),
+               Catch::Contains("unknown key '" + megatron + "'") && Catch::Contains(hint));
     CHECK_THAT(load_error(megatron + ": 1\n"), Catch::Contains(hint));  // top level, where a section would be
     CHECK_THAT(load_error("log:\n  " + megatron + ": 1\n"), Catch::Contains(hint));
   }
@@ -204,7 +204,8 @@ TEST_CASE("every validation rule names its key", "[config]") {
       {{"parallel.pp=2", "parallel.virtual_stages=2"}, 2, "parallel.schedule"},
       {{"parallel.virtual_stages=2", "parallel.schedule=interleaved"}, 1, "parallel.pp"},
       {{"parallel.pp=4", "train.global_batch_size=4", "train.micro_batch_size=2"}, 4, "train.global_batch_size"},
-      {{"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=interleaved", "train.global_batch_size=3"}, 2,
+      {{"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=interleaved", "train.global_batch_size=3"},
+       2,
        "train.global_batch_size"},
   };
   for (const auto& c : cases) {
@@ -221,12 +222,13 @@ TEST_CASE("every validation rule names its key", "[config]") {
   CHECK_THAT(error_of({"parallel.ep=2"}, 3),
              Catch::Contains("'parallel.ep'") && Catch::Contains("does not divide dp = 3"));
   // Pipeline errors say what would work.
-  CHECK_THAT(error_of({"parallel.pp=3"}, 3), Catch::Contains("3 or 6 layers would split") &&
-                                                 Catch::Contains("pp * virtual_stages of 1, 2 or 4"));
+  CHECK_THAT(error_of({"parallel.pp=3"}, 3),
+             Catch::Contains("3 or 6 layers would split") && Catch::Contains("pp * virtual_stages of 1, 2 or 4"));
   CHECK_THAT(error_of({"parallel.pp=4", "train.global_batch_size=4", "train.micro_batch_size=2"}, 4),
              Catch::Contains("2 micro-batches per step") && Catch::Contains("use at least 8"));
   CHECK_THAT(error_of({"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=interleaved",
-                       "train.global_batch_size=3"}, 2),
+                       "train.global_batch_size=3"},
+                      2),
              Catch::Contains("3 micro-batches per step; the interleaved schedule needs a multiple of parallel.pp = 2"));
 }
 

@@ -99,8 +99,8 @@ TEST_CASE("causal attention in bf16 stays close to fp32", "[kernels]") {
   auto qkv = torch::randn({2, 100, 2 * 3 * 8});  // fp32 in two blocks, bf16 in one
   auto grad = torch::randn({2, 100, 2 * 8});
   const auto fp32 = run([](const torch::Tensor& x) { return models::causal_attention(x, 2); }, qkv, grad);
-  const auto bf16 = run([](const torch::Tensor& x) { return models::causal_attention(x, 2); },
-                        qkv.to(torch::kBFloat16), grad.to(torch::kBFloat16));
+  const auto bf16 = run([](const torch::Tensor& x) { return models::causal_attention(x, 2); }, qkv.to(torch::kBFloat16),
+                        grad.to(torch::kBFloat16));
   CHECK(bf16.out.scalar_type() == torch::kBFloat16);
   CHECK(max_diff(bf16.out, fp32.out) < 0.05);
   CHECK(max_diff(bf16.grad, fp32.grad) < 0.1);

@@ -37,8 +37,8 @@ TEST_CASE("a tensor's part of a shard", "[flat_layout]") {
   FlatLayout layout({5, 6}, 4);
   using Range = std::pair<int64_t, int64_t>;
   CHECK(layout.in_shard(0, layout.shard_begin(0)) == Range{0, 3});
-  CHECK(layout.in_shard(0, layout.shard_begin(1)) == Range{3, 5});  // the rest of tensor 0
-  CHECK(layout.in_shard(1, layout.shard_begin(1)) == Range{5, 6});  // and the start of tensor 1
+  CHECK(layout.in_shard(0, layout.shard_begin(1)) == Range{3, 5});   // the rest of tensor 0
+  CHECK(layout.in_shard(1, layout.shard_begin(1)) == Range{5, 6});   // and the start of tensor 1
   CHECK(layout.in_shard(1, layout.shard_begin(3)) == Range{9, 11});  // the padding [11, 12) is nobody's
   const auto [begin, end] = layout.in_shard(0, layout.shard_begin(2));
   CHECK(begin >= end);  // tensor 0 does not reach shard 2

@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <map>
 
@@ -52,7 +51,9 @@ std::vector<double> affine(const torch::Tensor& w, const torch::Tensor& b, const
   return y;
 }
 
-double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+double gelu_tanh(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
 
 // The GPT-2 forward of one sequence, position by position, in double precision.
 double reference_loss(Params& p, const GPTOptions& o, const std::vector<int64_t>& tokens,
@@ -65,7 +66,8 @@ double reference_loss(Params& p, const GPTOptions& o, const std::vector<int64_t>
   const std::string l = "h.0.";
   std::vector<std::vector<double>> q(s), k(s), v(s);
   for (int64_t t = 0; t < s; ++t) {
-    auto qkv = affine(p[l + "attn.qkv.weight"], p[l + "attn.qkv.bias"], layer_norm(x[t], p[l + "ln_1.weight"], p[l + "ln_1.bias"]));
+    auto qkv = affine(p[l + "attn.qkv.weight"], p[l + "attn.qkv.bias"],
+                      layer_norm(x[t], p[l + "ln_1.weight"], p[l + "ln_1.bias"]));
     q[t].resize(h), k[t].resize(h), v[t].resize(h);
     for (int64_t head = 0; head < heads; ++head) {
       for (int64_t j = 0; j < d; ++j) {  // rows are [head, (q, k, v), d]
@@ -96,7 +98,8 @@ double reference_loss(Params& p, const GPTOptions& o, const std::vector<int64_t>
     auto attn = affine(p[l + "attn.proj.weight"], p[l + "attn.proj.bias"], context);
     std::vector<double> y(h);
     for (int64_t i = 0; i < h; ++i) y[i] = x[t][i] + attn[i];
-    auto fc = affine(p[l + "mlp.fc.weight"], p[l + "mlp.fc.bias"], layer_norm(y, p[l + "ln_2.weight"], p[l + "ln_2.bias"]));
+    auto fc =
+        affine(p[l + "mlp.fc.weight"], p[l + "mlp.fc.bias"], layer_norm(y, p[l + "ln_2.weight"], p[l + "ln_2.bias"]));
     for (double& f : fc) f = gelu_tanh(f);
     auto mlp = affine(p[l + "mlp.proj.weight"], p[l + "mlp.proj.bias"], fc);
     for (int64_t i = 0; i < h; ++i) y[i] += mlp[i];
@@ -167,7 +170,8 @@ TEST_CASE("an untrained GPT predicts about uniformly and every parameter gets a 
     REQUIRE(p.tensor.grad().defined());
     CHECK(p.tensor.grad().abs().sum().item<double>() > 0);
   }
-  CHECK(model->num_parameters() == 256 * 32 + 16 * 32 + 2 * (4 * 32 + 3 * 32 * 32 + 3 * 32 + 32 * 32 + 32 + 2 * 32 * 64 + 64 + 32) + 2 * 32);
+  CHECK(model->num_parameters() ==
+        256 * 32 + 16 * 32 + 2 * (4 * 32 + 3 * 32 * 32 + 3 * 32 + 32 * 32 + 32 + 2 * 32 * 64 + 64 + 32) + 2 * 32);
 }
 
 TEST_CASE("model FLOPs per token: 6 per weight in a product plus 12 L h S for attention", "[gpt]") {

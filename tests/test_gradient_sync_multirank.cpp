@@ -5,10 +5,9 @@
 // first AdamW step must move each parameter by lr against that gradient's
 // sign, and two steps must leave every stage with stage 0's parameters.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "multirank_world.h"

@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -37,15 +36,15 @@ TEST_CASE("the writer produces Megatron-LM's MMIDIDX layout byte for byte", "[da
   const auto idx = slurp(prefix + ".idx");
   REQUIRE(idx.size() == 9 + 8 + 1 + 8 + 8 + 2 * 4 + 2 * 8 + 3 * 8);
   CHECK(std::memcmp(idx.data(), "MMIDIDX\0\0", 9) == 0);
-  CHECK(field_at<uint64_t>(idx, 9) == 1);       // version
-  CHECK(field_at<uint8_t>(idx, 17) == 8);       // dtype code of uint16
-  CHECK(field_at<uint64_t>(idx, 18) == 2);      // sequences
-  CHECK(field_at<uint64_t>(idx, 26) == 3);      // document index entries: 0, 1, 2
-  CHECK(field_at<int32_t>(idx, 34) == 3);       // lengths
+  CHECK(field_at<uint64_t>(idx, 9) == 1);   // version
+  CHECK(field_at<uint8_t>(idx, 17) == 8);   // dtype code of uint16
+  CHECK(field_at<uint64_t>(idx, 18) == 2);  // sequences
+  CHECK(field_at<uint64_t>(idx, 26) == 3);  // document index entries: 0, 1, 2
+  CHECK(field_at<int32_t>(idx, 34) == 3);   // lengths
   CHECK(field_at<int32_t>(idx, 38) == 2);
-  CHECK(field_at<int64_t>(idx, 42) == 0);       // byte offsets
+  CHECK(field_at<int64_t>(idx, 42) == 0);  // byte offsets
   CHECK(field_at<int64_t>(idx, 50) == 6);
-  CHECK(field_at<int64_t>(idx, 58) == 0);       // document index
+  CHECK(field_at<int64_t>(idx, 58) == 0);  // document index
   CHECK(field_at<int64_t>(idx, 66) == 1);
   CHECK(field_at<int64_t>(idx, 74) == 2);
   const auto bin = slurp(prefix + ".bin");
@@ -62,8 +61,8 @@ TEST_CASE("the writer produces Megatron-LM's MMIDIDX layout byte for byte", "[da
 }
 
 TEST_CASE("every integer dtype round-trips", "[data]") {
-  for (auto dtype : {TokenDtype::u8, TokenDtype::i8, TokenDtype::i16, TokenDtype::u16, TokenDtype::i32,
-                     TokenDtype::i64}) {
+  for (auto dtype :
+       {TokenDtype::u8, TokenDtype::i8, TokenDtype::i16, TokenDtype::u16, TokenDtype::i32, TokenDtype::i64}) {
     const std::string prefix = test::temp_dir("dtype") + "/ds";
     IndexedDatasetWriter writer(prefix, dtype);
     writer.add_document({0, 5, 100, 127});

@@ -2,7 +2,6 @@
 // the layer against a token-by-token loop; the imbalance monitor on a router
 // forced to one expert; the moe config keys.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,7 +16,9 @@ using namespace loom::models;
 
 namespace {
 
-std::shared_ptr<parallel::CommStats> no_stats() { return std::make_shared<parallel::CommStats>(); }
+std::shared_ptr<parallel::CommStats> no_stats() {
+  return std::make_shared<parallel::CommStats>();
+}
 
 MoELayerOptions small_options(int64_t experts, int64_t top_k) {
   MoELayerOptions o;
@@ -54,7 +55,7 @@ TEST_CASE("router: top-k choices, weights renormalised over them", "[moe]") {
 TEST_CASE("capacity: ceil(T k / E c), lowest router probability dropped first", "[moe]") {
   CHECK(expert_capacity(4, 1, 2, 1.0) == 2);
   CHECK(expert_capacity(6, 2, 4, 1.0) == 3);
-  CHECK(expert_capacity(5, 1, 2, 1.0) == 3);   // 2.5 rounds up
+  CHECK(expert_capacity(5, 1, 2, 1.0) == 3);    // 2.5 rounds up
   CHECK(expert_capacity(10, 1, 4, 1.25) == 4);  // 3.125
   // Four tokens all pick expert 0 (top-1), with probabilities from these
   // logits; capacity 2 keeps the two most confident: tokens 0 and 2.
@@ -97,8 +98,8 @@ TEST_CASE("MoE layer equals a token-by-token loop over the chosen experts", "[mo
     auto expected = torch::zeros({8});
     for (int64_t c = 0; c < 2; ++c) {
       const auto e = std::to_string(r.assignment.experts[t][c].item<int64_t>());
-      auto hidden = torch::gelu(torch::linear(tokens[t], params["expert_" + e + "_fc_weight"],
-                                              params["expert_" + e + "_fc_bias"]), "tanh");
+      auto hidden = torch::gelu(
+          torch::linear(tokens[t], params["expert_" + e + "_fc_weight"], params["expert_" + e + "_fc_bias"]), "tanh");
       expected += r.assignment.weights[t][c] *
                   torch::linear(hidden, params["expert_" + e + "_proj_weight"], params["expert_" + e + "_proj_bias"]);
     }
@@ -159,7 +160,8 @@ TEST_CASE("a router forced to one expert is flagged hot and imbalanced", "[moe]"
   for (int step = 0; step < launch::kHotSteps; ++step) {
     layer->forward(torch::rand({2, 5, 8}) + 0.1);
     std::vector<double> counts;
-    for (int64_t e = 0; e < 4; ++e) counts.push_back(static_cast<double>(layer->stats().tokens_per_expert[e].item<int64_t>()));
+    for (int64_t e = 0; e < 4; ++e)
+      counts.push_back(static_cast<double>(layer->stats().tokens_per_expert[e].item<int64_t>()));
     CHECK(counts[2] == 10);
     CHECK(*std::max_element(counts.begin(), counts.end()) / 2.5 == Approx(4.0));  // imbalance max/mean
     warnings = monitor.check_hot({0}, {counts});
@@ -195,8 +197,10 @@ TEST_CASE("model.moe keys: nested YAML, --set, validation, resolved dump", "[moe
     return "";
   };
   CHECK_THAT(error({"model.moe.top_k=9"}, 8), Catch::Contains("model.moe.top_k"));
-  CHECK_THAT(error({"model.moe.num_experts=6"}, 8), Catch::Contains("model.moe.num_experts") && Catch::Contains("parallel.ep = 4"));
-  CHECK_THAT(error({"model.moe.num_experts=0"}, 8), Catch::Contains("parallel.ep") && Catch::Contains("model.moe.num_experts"));
+  CHECK_THAT(error({"model.moe.num_experts=6"}, 8),
+             Catch::Contains("model.moe.num_experts") && Catch::Contains("parallel.ep = 4"));
+  CHECK_THAT(error({"model.moe.num_experts=0"}, 8),
+             Catch::Contains("parallel.ep") && Catch::Contains("model.moe.num_experts"));
   CHECK_THAT(error({"parallel.ep=3"}, 8), Catch::Contains("parallel.ep"));
   CHECK_THAT(error({"model.moe.capacity_factor=-1"}, 8), Catch::Contains("model.moe.capacity_factor"));
   CHECK_THAT(error({"model.moe.every=0"}, 8), Catch::Contains("model.moe.every"));

@@ -20,8 +20,8 @@ struct EpWorld {
   LaunchEnv env{std::chrono::seconds(60)};
   std::shared_ptr<CommStats> stats = std::make_shared<CommStats>();
   RankGrid grid{ParallelSizes{1, 1, env.world(), env.world()}};
-  ProcessGroups groups{grid, env.rank(), make_gloo_factory(env.store(), env.single_host(), stats, std::chrono::seconds(60)),
-                       stats};
+  ProcessGroups groups{grid, env.rank(),
+                       make_gloo_factory(env.store(), env.single_host(), stats, std::chrono::seconds(60)), stats};
 };
 EpWorld* g_world = nullptr;  // set once in main
 

@@ -14,10 +14,13 @@ namespace {
 // A user's model that adds a parameter of its own without describing it.
 struct Forgetful : models::LanguageModel {
   Forgetful() {
-    up = register_module("up", parallel::ColumnParallelLinear(parallel::ColumnParallelLinearOptions(4, 8).name("up"), tp));
+    up = register_module("up",
+                         parallel::ColumnParallelLinear(parallel::ColumnParallelLinearOptions(4, 8).name("up"), tp));
     scale = register_parameter("scale", torch::ones({8}));
   }
-  torch::Tensor forward(const torch::Tensor& input, const torch::Tensor&) override { return up->forward(input) * scale; }
+  torch::Tensor forward(const torch::Tensor& input, const torch::Tensor&) override {
+    return up->forward(input) * scale;
+  }
   parallel::SelfCommunicator tp{"tp", 0, std::make_shared<parallel::CommStats>()};
   parallel::ColumnParallelLinear up{nullptr};
   torch::Tensor scale;
@@ -36,10 +39,22 @@ TEST_CASE("a GPT's parameters are collected from its layers, in order of use", "
   auto model = std::make_shared<models::GPTImpl>(o);
   std::vector<std::string> names;
   for (const auto& p : model->parallel_parameters()) names.push_back(p.name);
-  const std::vector<std::string> expected{
-      "wte", "wpe", "h.0.ln_1.weight", "h.0.ln_1.bias", "h.0.attn.qkv.weight", "h.0.attn.qkv.bias",
-      "h.0.attn.proj.weight", "h.0.attn.proj.bias", "h.0.ln_2.weight", "h.0.ln_2.bias", "h.0.mlp.fc.weight",
-      "h.0.mlp.fc.bias", "h.0.mlp.proj.weight", "h.0.mlp.proj.bias", "ln_f.weight", "ln_f.bias"};
+  const std::vector<std::string> expected{"wte",
+                                          "wpe",
+                                          "h.0.ln_1.weight",
+                                          "h.0.ln_1.bias",
+                                          "h.0.attn.qkv.weight",
+                                          "h.0.attn.qkv.bias",
+                                          "h.0.attn.proj.weight",
+                                          "h.0.attn.proj.bias",
+                                          "h.0.ln_2.weight",
+                                          "h.0.ln_2.bias",
+                                          "h.0.mlp.fc.weight",
+                                          "h.0.mlp.fc.bias",
+                                          "h.0.mlp.proj.weight",
+                                          "h.0.mlp.proj.bias",
+                                          "ln_f.weight",
+                                          "ln_f.bias"};
   CHECK(names == expected);
   // Every registered parameter is described exactly once, by the very tensor the module holds.
   CHECK(model->named_parameters().size() == expected.size());
@@ -49,11 +64,11 @@ TEST_CASE("a GPT's parameters are collected from its layers, in order of use", "
     CHECK(holders == 1);
   }
   const auto params = model->parallel_parameters();
-  CHECK(params[0].tp_split_dim == 0);                                  // wte: vocabulary split
-  CHECK(params[0].global_shape == std::vector<int64_t>{11, 8});        // without tp padding
-  CHECK(params[4].tp_split_dim == 0);                                  // qkv: column parallel
-  CHECK(params[6].tp_split_dim == 1);                                  // proj: row parallel
-  CHECK(params[7].tp_split_dim == -1);                                 // proj bias: replicated
+  CHECK(params[0].tp_split_dim == 0);                            // wte: vocabulary split
+  CHECK(params[0].global_shape == std::vector<int64_t>{11, 8});  // without tp padding
+  CHECK(params[4].tp_split_dim == 0);                            // qkv: column parallel
+  CHECK(params[6].tp_split_dim == 1);                            // proj: row parallel
+  CHECK(params[7].tp_split_dim == -1);                           // proj bias: replicated
 }
 
 TEST_CASE("a parameter no layer described is refused by name", "[parallel_module]") {

@@ -4,10 +4,9 @@
 // must be its micro-batch's (no message mixed up), the last stage's losses and
 // every stage's weight gradients must equal one process running the whole chain.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <catch2/catch.hpp>
 #include <map>
 
 #include "parallel/gloo_communicator.h"

@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <map>
 
 #include "core/errors.h"
@@ -58,10 +57,12 @@ TEST_CASE("1F1B keeps at most pp - stage micro-batches in flight", "[pipeline]")
 
 TEST_CASE("the interleaved order matches the table written by hand for pp=2, v=2, m=4", "[pipeline]") {
   const auto f = A::forward, b = A::backward;
-  const std::vector<A> stage0 = {{f, 0, 0}, {f, 1, 0}, {f, 0, 1}, {f, 1, 1}, {f, 2, 0}, {b, 0, 1}, {f, 3, 0}, {b, 1, 1},
-                                 {f, 2, 1}, {b, 0, 0}, {f, 3, 1}, {b, 1, 0}, {b, 2, 1}, {b, 3, 1}, {b, 2, 0}, {b, 3, 0}};
-  const std::vector<A> stage1 = {{f, 0, 0}, {f, 1, 0}, {f, 0, 1}, {b, 0, 1}, {f, 1, 1}, {b, 1, 1}, {f, 2, 0}, {b, 0, 0},
-                                 {f, 3, 0}, {b, 1, 0}, {f, 2, 1}, {b, 2, 1}, {f, 3, 1}, {b, 3, 1}, {b, 2, 0}, {b, 3, 0}};
+  const std::vector<A> stage0 = {{f, 0, 0}, {f, 1, 0}, {f, 0, 1}, {f, 1, 1}, {f, 2, 0}, {b, 0, 1},
+                                 {f, 3, 0}, {b, 1, 1}, {f, 2, 1}, {b, 0, 0}, {f, 3, 1}, {b, 1, 0},
+                                 {b, 2, 1}, {b, 3, 1}, {b, 2, 0}, {b, 3, 0}};
+  const std::vector<A> stage1 = {{f, 0, 0}, {f, 1, 0}, {f, 0, 1}, {b, 0, 1}, {f, 1, 1}, {b, 1, 1},
+                                 {f, 2, 0}, {b, 0, 0}, {f, 3, 0}, {b, 1, 0}, {f, 2, 1}, {b, 2, 1},
+                                 {f, 3, 1}, {b, 3, 1}, {b, 2, 0}, {b, 3, 0}};
   CHECK(pipeline_actions(PipelineSchedule::interleaved, 0, 2, 4, 2) == stage0);
   CHECK(pipeline_actions(PipelineSchedule::interleaved, 1, 2, 4, 2) == stage1);
 }

@@ -56,8 +56,8 @@ TEST_CASE("the order string decides which dimension is fastest", "[rank_grid]") 
 
 TEST_CASE("every rank sits in exactly one group of each kind", "[rank_grid]") {
   RankGrid grid({2, 2, 4, 2});
-  for (auto kind : {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::ep, GroupKind::expert_dp,
-                    GroupKind::model_parallel}) {
+  for (auto kind :
+       {GroupKind::tp, GroupKind::pp, GroupKind::dp, GroupKind::ep, GroupKind::expert_dp, GroupKind::model_parallel}) {
     std::vector<int> seen(16, 0);
     for (const auto& group : grid.groups(kind)) {
       for (auto r : group) seen[r]++;

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include <ATen/CPUGeneratorImpl.h>
+
+#include <catch2/catch.hpp>
 
 #include "parallel/recompute.h"
 #include "parallel/tp_rng.h"

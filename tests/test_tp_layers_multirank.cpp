@@ -15,7 +15,9 @@ namespace {
 
 loom::test::MultiRankWorld* g_world = nullptr;  // set once in main
 
-Communicator& tp() { return g_world->groups.tp(); }
+Communicator& tp() {
+  return g_world->groups.tp();
+}
 
 // The same random tensor on every rank.
 torch::Tensor shared_randn(torch::IntArrayRef shape, uint64_t seed) {
@@ -32,7 +34,9 @@ void check_close(const torch::Tensor& actual, const torch::Tensor& expected, con
   CHECK(diff <= 1e-6);
 }
 
-torch::Tensor tp_slice(const torch::Tensor& x, int64_t dim) { return slice_along(x, dim, tp()); }
+torch::Tensor tp_slice(const torch::Tensor& x, int64_t dim) {
+  return slice_along(x, dim, tp());
+}
 
 }  // namespace
 

@@ -1,7 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <catch2/catch.hpp>
 #include <map>
 #include <tuple>
 

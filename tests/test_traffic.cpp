@@ -18,7 +18,10 @@ nlohmann::json report_of(const std::vector<int64_t>& sent, const std::string& op
   report["steps"] = 1;
   report["world"] = world;
   for (size_t r = 0; r < world; ++r) {
-    report["ranks"].push_back({{"rank", r}, {"node", nodes[r]}, {"groups", {{"ep", {{op, {{"calls", 1}, {"bytes", sent[r]}, {"sent", sent[r]}, {"seconds", 0.0}}}}}}}});
+    report["ranks"].push_back(
+        {{"rank", r},
+         {"node", nodes[r]},
+         {"groups", {{"ep", {{op, {{"calls", 1}, {"bytes", sent[r]}, {"sent", sent[r]}, {"seconds", 0.0}}}}}}}});
     std::vector<int64_t> row(world, 0);
     row[(r + 1) % world] = sent[r];
     report["matrix_sent_bytes"].push_back(row);
@@ -56,7 +59,8 @@ TEST_CASE("the traffic model's parameter shards add up to the whole GPT", "[traf
   c.train.global_batch_size = 8;
   c.train.micro_batch_size = 2;
   const int64_t whole = models::GPTImpl(models::GPTOptions::from_config(c)).num_parameters();
-  for (auto [tp, pp, v] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {2, 2, 2}}) {
+  for (auto [tp, pp, v] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {2, 2, 2}}) {
     Config layout = c;
     layout.parallel.tp = tp;
     layout.parallel.pp = pp;

@@ -27,11 +27,10 @@ class ResidualMlp : public models::BlockModule {
   ResidualMlp(const std::string& name, int64_t h, int64_t f, uint64_t seed, parallel::Communicator& tp) {
     up_ = register_module("up", parallel::ColumnParallelLinear(
                                     parallel::ColumnParallelLinearOptions(h, f).name(name + ".up").seed(seed), tp));
-    down_ = register_module("down", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(f, h)
-                                                                    .name(name + ".down")
-                                                                    .seed(seed)
-                                                                    .input_is_parallel(true),
-                                                                tp));
+    down_ = register_module(
+        "down",
+        parallel::RowParallelLinear(
+            parallel::RowParallelLinearOptions(f, h).name(name + ".down").seed(seed).input_is_parallel(true), tp));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
     return x + down_->forward(torch::gelu(up_->forward(x), "tanh"));
@@ -48,16 +47,14 @@ class MlpLanguageModel : public models::LanguageModel {
     const int64_t h = config.model.hidden_size, f = config.ffn_size(), v = config.model.vocab_size;
     const auto seed = static_cast<uint64_t>(config.train.seed);
     vocab_size_ = v;
-    embedding_ = register_module(
-        "embedding", parallel::VocabParallelEmbedding(
-                         parallel::VocabParallelEmbeddingOptions(v, h).name("embedding").seed(seed), tp_));
+    embedding_ = register_module("embedding",
+                                 parallel::VocabParallelEmbedding(
+                                     parallel::VocabParallelEmbeddingOptions(v, h).name("embedding").seed(seed), tp_));
     up_ = register_module("up", parallel::ColumnParallelLinear(
                                     parallel::ColumnParallelLinearOptions(2 * h, f).name("up").seed(seed), tp_));
-    down_ = register_module("down", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(f, h)
-                                                                    .name("down")
-                                                                    .seed(seed)
-                                                                    .input_is_parallel(true),
-                                                                tp_));
+    down_ = register_module(
+        "down", parallel::RowParallelLinear(
+                    parallel::RowParallelLinearOptions(f, h).name("down").seed(seed).input_is_parallel(true), tp_));
     blocks_ = register_module("blocks", models::BlockStack());
     for (int64_t i = 0; i < config.model.num_layers; ++i) {
       blocks_->push_back(std::make_shared<ResidualMlp>("blocks." + std::to_string(i), h, f, seed, tp_));
@@ -65,7 +62,7 @@ class MlpLanguageModel : public models::LanguageModel {
   }
 
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets) override {
-    auto current = embedding_->forward(tokens);                        // [B, S, H]
+    auto current = embedding_->forward(tokens);  // [B, S, H]
     auto previous = torch::constant_pad_nd(current, {0, 0, 1, 0}).narrow(1, 0, tokens.size(1));
     auto x = current + down_->forward(torch::gelu(up_->forward(torch::cat({current, previous}, -1)), "tanh"));
     x = blocks_->forward(x);
