@@ -1,6 +1,7 @@
 #include "launch/block_wrapping.h"
 
 #include <map>
+#include <set>
 
 #include "parallel/recompute.h"
 
@@ -9,9 +10,14 @@ namespace loom::launch {
 std::vector<int64_t> block_of_parameters(const std::vector<std::shared_ptr<models::LanguageModel>>& pieces,
                                          const std::vector<parallel::ParallelParameter>& params) {
   std::map<const c10::TensorImpl*, int64_t> layer_of;
+  std::set<int64_t> layers;
   for (const auto& piece : pieces) {
     auto* stack = piece->block_stack();
     for (size_t i = 0; stack && i < stack->size(); ++i) {
+      // A ZeRO-3 unit is found by its layer: two blocks of one rank must not share one
+      // (pipeline pieces give their BlockStack the model-wide index of their first block).
+      TORCH_CHECK(layers.insert(stack->layer(i)).second, "two declared blocks on this rank have layer ",
+                  stack->layer(i), ": give each pipeline piece's BlockStack its first block's model-wide index");
       for (const auto& p : (*stack)[i]->parameters()) layer_of[p.unsafeGetTensorImpl()] = stack->layer(i);
     }
   }
@@ -26,6 +32,8 @@ std::vector<int64_t> block_of_parameters(const std::vector<std::shared_ptr<model
 void wrap_blocks(models::BlockStackImpl& stack, parallel::FullyShardedParameters* units, bool recompute_full,
                  at::Generator* split_generator) {
   if (recompute_full) {
+    // Innermost, so it must come first: it re-runs the block itself and would skip wrappers inside it.
+    TORCH_CHECK(!stack.wrapped(), "wrap_blocks: full recomputation must be the first wrapper of a block stack");
     // The backward re-runs the block itself, so its function must outlive the step: one per block, kept here.
     auto reruns = std::make_shared<std::vector<parallel::RecomputedFn>>();
     for (size_t i = 0; i < stack.size(); ++i) {
@@ -36,7 +44,7 @@ void wrap_blocks(models::BlockStackImpl& stack, parallel::FullyShardedParameters
     stack.wrap([reruns, first, split_generator, &stack](int64_t layer, const torch::Tensor& hidden, const auto& run) {
       // Full recomputation keeps only the block's input (innermost: it re-runs the block itself).
       if (!stack.is_training() || !torch::GradMode::is_enabled()) return run(hidden);
-      return parallel::recompute_in_backward((*reruns)[static_cast<size_t>(layer - first)], split_generator, hidden);
+      return parallel::recompute_in_backward(reruns->at(static_cast<size_t>(layer - first)), split_generator, hidden);
     });
   }
   if (units) {

@@ -36,6 +36,7 @@ class BlockStackImpl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor hidden);
   // WRAPPER goes around every block's run, outside those added before.
   void wrap(Wrapper wrapper) { wrappers_.push_back(std::move(wrapper)); }
+  bool wrapped() const { return !wrappers_.empty(); }
 
  private:
   int64_t first_layer_;

@@ -2,6 +2,7 @@
 
 #include <ATen/native/Resize.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "parallel/grad_hooks.h"
@@ -55,6 +56,10 @@ void FullyShardedParameters::shard(std::vector<torch::Tensor> params, const std:
       groups[0].push_back(i);
     } else {
       if (blocks.back() != block_of[i]) {
+        // A block's parameters are contiguous in order of use: a layer seen before would open a second unit.
+        TORCH_CHECK(std::find(blocks.begin(), blocks.end(), block_of[i]) == blocks.end(),
+                    "ZeRO units: the parameters of block ", block_of[i],
+                    " are not contiguous, or two blocks share that layer");
         groups.emplace_back();
         blocks.push_back(block_of[i]);
       }

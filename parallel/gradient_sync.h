@@ -49,7 +49,7 @@ class GradientSync {
  public:
   virtual ~GradientSync() = default;
 
-  // ZeRO-3's units, which the model's blocks run through (nullptr: none).
+  // ZeRO-2/3's units, which the model's declared blocks run through (nullptr: none).
   virtual FullyShardedParameters* units() { return nullptr; }
   // Takes this rank's parameters, as the model made and initialised them, the tied
   // copies summed over the embedding group after backward and, for ZeRO-3's units,
