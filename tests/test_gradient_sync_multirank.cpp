@@ -10,10 +10,12 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "check_close.h"
 #include "multirank_world.h"
 #include "parallel/gradient_sync.h"
 
 using namespace loom;
+using loom::test::check_close;
 using parallel::GradientSyncOptions;
 using parallel::ParallelParameter;
 
@@ -79,15 +81,6 @@ std::vector<torch::Tensor> whole_weights(parallel::GradientSync& sync) {
   return out;
 }
 
-void check_close(const torch::Tensor& actual, const torch::Tensor& expected, double tolerance,
-                 const std::string& what) {
-  INFO(what);
-  REQUIRE(actual.sizes() == expected.sizes());
-  const double diff = ((actual - expected).abs() / expected.abs().clamp_min(1.0)).max().item<double>();
-  INFO("max scaled |difference| = " << diff);
-  CHECK(diff <= tolerance);
-}
-
 // Two steps at ZERO_STAGE with the model in DTYPE; returns the whole weights after them.
 std::vector<torch::Tensor> train_two_steps(int64_t zero_stage, torch::ScalarType dtype) {
   auto& groups = g_world->groups;
@@ -135,7 +128,7 @@ std::vector<torch::Tensor> train_two_steps(int64_t zero_stage, torch::ScalarType
     if (step == 0) {
       // AdamW's first step: m / sqrt(v) = g / |g|, whatever the clipping.
       for (size_t i = 0; i < after.size(); ++i) {
-        check_close(after[i], current[i] - kLr * torch::sign(expected[i]), 1e-5, "first step of " + kNames[i]);
+        check_close(after[i], current[i] - kLr * torch::sign(expected[i]), "first step of " + kNames[i], 1e-5);
       }
     }
     if (zero_stage < 3) {
@@ -160,7 +153,7 @@ TEST_CASE("gradient sync: every ZeRO stage gives the mean gradient's norm and st
     for (int64_t stage = 1; stage <= 3; ++stage) {
       INFO("zero stage " << stage);
       const auto weights = train_two_steps(stage, dtype);
-      for (size_t i = 0; i < weights.size(); ++i) check_close(weights[i], reference[i], 1e-6, kNames[i]);
+      for (size_t i = 0; i < weights.size(); ++i) check_close(weights[i], reference[i], kNames[i], 1e-6);
     }
   }
 }

@@ -9,12 +9,14 @@
 #include <catch2/catch.hpp>
 #include <map>
 
+#include "check_close.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/launch_env.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_groups.h"
 
 using namespace loom::parallel;
+using loom::test::check_close;
 
 namespace {
 
@@ -63,14 +65,6 @@ struct Reference {
     for (auto& w : weights) grads.push_back(w.grad());
   }
 };
-
-void check_close(const torch::Tensor& actual, const torch::Tensor& expected, const std::string& what) {
-  INFO(what);
-  REQUIRE(actual.sizes() == expected.sizes());
-  const double diff = ((actual - expected).abs() / expected.abs().clamp_min(1.0)).max().item<double>();
-  INFO("max scaled |difference| = " << diff);
-  CHECK(diff <= 1e-6);
-}
 
 void run_schedule(PipelineSchedule schedule, int64_t chunks) {
   auto& pp = g_world->groups.pp();

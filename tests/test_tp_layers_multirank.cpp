@@ -4,12 +4,14 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include "check_close.h"
 #include "multirank_world.h"
 #include "parallel/init.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/tp_regions.h"
 
 using namespace loom::parallel;
+using loom::test::check_close;
 
 namespace {
 
@@ -22,16 +24,6 @@ Communicator& tp() {
 // The same random tensor on every rank.
 torch::Tensor shared_randn(torch::IntArrayRef shape, uint64_t seed) {
   return init_normal(seed, "test-input", shape, 1.0);
-}
-
-void check_close(const torch::Tensor& actual, const torch::Tensor& expected, const std::string& what) {
-  INFO(what);
-  REQUIRE(actual.sizes() == expected.sizes());
-  // |a - b| <= 1e-6 * max(1, |b|) elementwise: absolute for values of order one,
-  // relative for the sums of several ranks' contributions.
-  const double diff = ((actual - expected).abs() / expected.abs().clamp_min(1.0)).max().item<double>();
-  INFO("max scaled |difference| = " << diff);
-  CHECK(diff <= 1e-6);
 }
 
 torch::Tensor tp_slice(const torch::Tensor& x, int64_t dim) {

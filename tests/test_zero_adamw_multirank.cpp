@@ -7,12 +7,14 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include "check_close.h"
 #include "multirank_world.h"
 #include "optim/adamw.h"
 #include "optim/zero_adamw.h"
 #include "parallel/grad_buckets.h"
 
 using namespace loom;
+using loom::test::check_close;
 
 namespace {
 
@@ -31,14 +33,6 @@ torch::Tensor gradient(int64_t rank, int64_t step, size_t i, const torch::Tensor
   return torch::sin(torch::arange(like.numel(), torch::kFloat).reshape(like.sizes()) * (1.0 + 0.37 * i) + 3.0 * rank +
                     0.5 * step) *
          (1.0 + rank);
-}
-
-void check_close(const torch::Tensor& actual, const torch::Tensor& expected, const std::string& what) {
-  INFO(what);
-  REQUIRE(actual.sizes() == expected.sizes());
-  const double diff = ((actual - expected).abs() / expected.abs().clamp_min(1.0)).max().item<double>();
-  INFO("max scaled |difference| = " << diff);
-  CHECK(diff <= 1e-6);
 }
 
 struct Sharded {
