@@ -14,10 +14,6 @@
 namespace loom::parallel {
 namespace {
 
-int64_t bytes_of(const torch::Tensor& t) {
-  return t.numel() * static_cast<int64_t>(t.element_size());
-}
-
 class BucketedSync : public GradientSync {
  public:
   BucketedSync(ProcessGroups& groups, const GradientSyncOptions& options)
@@ -144,8 +140,9 @@ class BucketedSync : public GradientSync {
   ModelStateBytes state_bytes() const override {
     ModelStateBytes bytes;
     for (const auto& p : params_) {
-      bytes.params += bytes_of(p.tensor);
-      if (!parts_[0].buckets && p.tensor.grad().defined()) bytes.grads += bytes_of(p.tensor.grad());
+      bytes.params += static_cast<int64_t>(p.tensor.nbytes());
+      if (!parts_[0].buckets && p.tensor.grad().defined())
+        bytes.grads += static_cast<int64_t>(p.tensor.grad().nbytes());
     }
     // Under mixed precision params_ are the fp32 masters; the model holds the bf16 (fp16) copies.
     if (master_) {
@@ -154,7 +151,7 @@ class BucketedSync : public GradientSync {
     }
     for (const auto& part : parts_) {
       for (int64_t b = 0; part.buckets && b < part.buckets->num_buckets(); ++b) {
-        bytes.grads += bytes_of(part.buckets->layout(static_cast<size_t>(b)).buffer);
+        bytes.grads += static_cast<int64_t>(part.buckets->layout(static_cast<size_t>(b)).buffer.nbytes());
       }
     }
     return bytes;

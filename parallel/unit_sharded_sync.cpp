@@ -10,10 +10,6 @@
 namespace loom::parallel {
 namespace {
 
-int64_t bytes_of(const torch::Tensor& t) {
-  return t.numel() * static_cast<int64_t>(t.element_size());
-}
-
 class UnitShardedSync : public GradientSync {
  public:
   UnitShardedSync(ProcessGroups& groups, const GradientSyncOptions& options) : groups_(groups), options_(options) {
@@ -150,13 +146,14 @@ class UnitShardedSync : public GradientSync {
     for (const auto& part : parts_) {
       if (!part.units) continue;
       for (const auto& u : part.units->units()) {
-        if (!part.units->shards_parameters()) bytes.params += bytes_of(u.full);  // (in fp32, the shard is part of it)
+        if (!part.units->shards_parameters())
+          bytes.params += static_cast<int64_t>(u.full.nbytes());  // (in fp32, the shard is part of it)
         if (part.units->mixed()) {
-          bytes.master += bytes_of(u.shard);
+          bytes.master += static_cast<int64_t>(u.shard.nbytes());
         } else if (part.units->shards_parameters()) {
-          bytes.params += bytes_of(u.shard);
+          bytes.params += static_cast<int64_t>(u.shard.nbytes());
         }
-        bytes.grads += bytes_of(u.shard_grad);
+        bytes.grads += static_cast<int64_t>(u.shard_grad.nbytes());
       }
     }
     return bytes;

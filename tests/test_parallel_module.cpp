@@ -26,14 +26,20 @@ struct Forgetful : models::LanguageModel {
   torch::Tensor scale;
 };
 
-}  // namespace
-
-TEST_CASE("a GPT's parameters are collected from its layers, in order of use", "[parallel_module]") {
+// A GPT small enough to build in a unit test: hidden 8, 2 heads, ffn 16, L layers.
+models::GPTOptions tiny_gpt(int64_t layers) {
   models::GPTOptions o;
-  o.num_layers = 1;
+  o.num_layers = layers;
   o.hidden_size = 8;
   o.num_heads = 2;
   o.ffn_hidden_size = 16;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a GPT's parameters are collected from its layers, in order of use", "[parallel_module]") {
+  auto o = tiny_gpt(1);
   o.vocab_size = 11;
   o.seq_len = 4;
   auto model = std::make_shared<models::GPTImpl>(o);
@@ -84,11 +90,7 @@ TEST_CASE("a parameter no layer described is refused by name", "[parallel_module
 }
 
 TEST_CASE("the last pipeline stage's word embedding is a tied copy", "[parallel_module]") {
-  models::GPTOptions o;
-  o.num_layers = 2;
-  o.hidden_size = 8;
-  o.num_heads = 2;
-  o.ffn_hidden_size = 16;
+  const auto o = tiny_gpt(2);
   auto last = std::make_shared<models::GPTImpl>(o, models::TensorParallelContext{}, models::PipelinePosition{1, 2});
   int tied = 0;
   for (const auto& p : last->parallel_parameters()) {
