@@ -5,7 +5,6 @@
 
 #include "optim/grad_clip.h"
 #include "optim/master_weights.h"
-#include "optim/partitioned_optimizer.h"
 #include "optim/zero_adamw.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grad_buckets.h"
@@ -37,7 +36,6 @@ class BucketedSync : public GradientSync {
     for (const auto& param : params_) {
       const size_t part = param.expert ? 1 : 0;
       parts_[part].tensors.push_back(param.tensor);
-      part_of_.push_back(part);
       if (param.sequence_parallel) sequence_parallel.push_back(param.tensor);
     }
     if (groups_.dp().size() > 1) {
@@ -59,7 +57,10 @@ class BucketedSync : public GradientSync {
       // Masters are outside autograd: their buckets hear of each gradient from the master weights.
       std::vector<std::pair<GradientBuckets*, size_t>> bucket_of;
       size_t index_in_part[2] = {0, 0};
-      for (const size_t part : part_of_) bucket_of.emplace_back(parts_[part].buckets.get(), index_in_part[part]++);
+      for (const auto& param : params_) {
+        const size_t part = param.expert ? 1 : 0;
+        bucket_of.emplace_back(parts_[part].buckets.get(), index_in_part[part]++);
+      }
       master_->set_listener([bucket_of](size_t i) {
         if (auto* buckets = bucket_of[i].first) buckets->gradient_arrived(bucket_of[i].second);
       });
@@ -80,13 +81,7 @@ class BucketedSync : public GradientSync {
       if (!part.buckets) plain->use_flat_gradients();
       return plain;
     };
-    std::unique_ptr<optim::Optimizer> optimizer = make(0);
-    if (!parts_[1].tensors.empty()) {
-      std::vector<std::unique_ptr<optim::Optimizer>> both;
-      both.push_back(std::move(optimizer));
-      both.push_back(make(1));
-      optimizer = std::make_unique<optim::PartitionedOptimizer>(std::move(both), part_of_);
-    }
+    auto optimizer = join_parts(make(0), parts_[1].tensors.empty() ? nullptr : make(1));
     // Gradients exist from the start (AccumulateGrad then adds into them in place), so
     // the first step allocates only activations and temporaries, which the memory report measures.
     torch::NoGradGuard no_grad;
@@ -176,7 +171,6 @@ class BucketedSync : public GradientSync {
   GradientSyncOptions options_;
   int64_t zero_stage_;
   Part parts_[2];
-  std::vector<size_t> part_of_;                         // each parameter's part
   std::unique_ptr<optim::MasterWeights> master_;        // mixed precision
   std::unique_ptr<GradientReducer> sequence_parallel_;  // summed over tp
   std::unique_ptr<GradientReducer> tied_;               // summed over the embedding group
@@ -186,11 +180,6 @@ class BucketedSync : public GradientSync {
 
 std::unique_ptr<GradientSync> make_bucketed_sync(ProcessGroups& groups, const GradientSyncOptions& options) {
   return std::make_unique<BucketedSync>(groups, options);
-}
-
-std::unique_ptr<GradientSync> make_gradient_sync(ProcessGroups& groups, const GradientSyncOptions& options) {
-  if (options.zero_stage >= 2 && groups.dp().size() > 1) return make_unit_sharded_sync(groups, options);
-  return make_bucketed_sync(groups, options);
 }
 
 }  // namespace loom::parallel

@@ -84,6 +84,11 @@ class GradientSync {
   virtual void write_trace(const std::filesystem::path&, int64_t /*last_step*/) const {}
 
  protected:
+  // DENSE alone when no parameter is an expert, else DENSE and EXPERTS as one optimizer over
+  // parameters() (each parameter's part is its expert flag).
+  std::unique_ptr<optim::Optimizer> join_parts(std::unique_ptr<optim::Optimizer> dense,
+                                               std::unique_ptr<optim::Optimizer> experts) const;
+
   std::vector<ParallelParameter> params_;
 };
 

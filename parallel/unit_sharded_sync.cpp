@@ -3,7 +3,6 @@
 // mixed precision the units keep fp32 master shards beside the 16-bit model.
 #include "optim/fully_sharded_adamw.h"
 #include "optim/grad_clip.h"
-#include "optim/partitioned_optimizer.h"
 #include "parallel/data_parallel.h"
 #include "parallel/gradient_sync.h"
 
@@ -36,7 +35,6 @@ class UnitShardedSync : public GradientSync {
       parts_[part].index.push_back(i);
       tensors[part].push_back(params_[i].tensor);
       block_of[part].push_back(block_of_param.empty() ? -1 : block_of_param[i]);
-      part_of_.push_back(part);
     }
     const bool shard_parameters = options_.zero_stage == 3;
     parts_[0].units->shard(tensors[0], block_of[0], groups_.dp(), shard_parameters, 0, options_.model_dtype);
@@ -68,14 +66,11 @@ class UnitShardedSync : public GradientSync {
   }
 
   std::unique_ptr<optim::Optimizer> make_optimizer(const optim::AdamWOptions& adam) override {
-    std::unique_ptr<optim::Optimizer> optimizer =
-        std::make_unique<optim::FullyShardedAdamW>(*parts_[0].units, groups_.dp(), adam);
-    if (parts_[1].units && !parts_[1].index.empty()) {
-      std::vector<std::unique_ptr<optim::Optimizer>> both;
-      both.push_back(std::move(optimizer));
-      both.push_back(std::make_unique<optim::FullyShardedAdamW>(*parts_[1].units, groups_.expert_dp(), adam));
-      optimizer = std::make_unique<optim::PartitionedOptimizer>(std::move(both), part_of_);
-    }
+    auto optimizer =
+        join_parts(std::make_unique<optim::FullyShardedAdamW>(*parts_[0].units, groups_.dp(), adam),
+                   parts_[1].units && !parts_[1].index.empty()
+                       ? std::make_unique<optim::FullyShardedAdamW>(*parts_[1].units, groups_.expert_dp(), adam)
+                       : nullptr);
     // (Each unit allocates its gradients when backward reaches it.)
     return optimizer;
   }
@@ -174,7 +169,6 @@ class UnitShardedSync : public GradientSync {
   ProcessGroups& groups_;
   GradientSyncOptions options_;
   Part parts_[2];  // [0] dense, over dp; [1] MoE experts, over expert-dp
-  std::vector<size_t> part_of_;
   // Mixed precision: the tied embedding's index in the dense units and the fp32 view its sum uses.
   std::vector<std::pair<size_t, torch::Tensor>> tied_in_units_;
   std::unique_ptr<GradientReducer> tied_;
