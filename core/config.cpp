@@ -45,6 +45,7 @@ void set_field(Config& config, const std::string& name, const std::string& text,
   if (!field.parse(config, text)) {
     throw InputError(where + "key '" + name + "' expects a " + field.type + ", got '" + text + "'");
   }
+  config.set_keys.insert(name);
 }
 
 // The entries of MAP under the dotted PREFIX; a nested mapping (model.moe) adds a level.
@@ -100,7 +101,20 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     set_entries(config, section_name, section.second, where);
   }
   for (const auto& o : overrides) apply_override(config, o);
+  resolve_model_defaults(config);
   return config;
+}
+
+void resolve_model_defaults(Config& config) {
+  auto& m = config.model;
+  const bool llama = m.arch == ModelArch::llama;
+  auto unset = [&](const char* key) { return config.set_keys.count(std::string("model.") + key) == 0; };
+  if (unset("norm")) m.norm = llama ? NormKind::rmsnorm : NormKind::layernorm;
+  if (unset("activation")) m.activation = llama ? Activation::swiglu : Activation::gelu;
+  if (unset("position")) m.position = llama ? PositionKind::rope : PositionKind::learned;
+  if (unset("bias")) m.bias = !llama;
+  if (unset("qkv_bias")) m.qkv_bias = m.bias;
+  if (unset("tie_embeddings")) m.tie_embeddings = !llama;
 }
 
 std::string to_yaml(const Config& config) {

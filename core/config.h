@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,32 @@ struct MoEConfig {
   bool enabled() const { return num_experts > 0; }
 };
 
+// Llama 3's rescaling of the rotary frequencies for long contexts (Hugging Face's rope_type "llama3"):
+// wavelengths below original_max_position_embeddings / high_freq_factor are kept, those above
+// original_max_position_embeddings / low_freq_factor divided by factor, those between blended.
+struct RopeScalingConfig {
+  RopeScalingKind type = RopeScalingKind::none;
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+// model.arch sets the defaults of the keys below it that a config leaves unset
+// (resolve_model_defaults): GPT-2 (LayerNorm, GELU, learned positions, biases, tied
+// output) or Llama (RMSNorm, SwiGLU, RoPE, no biases, untied output).
 struct ModelConfig {
+  ModelArch arch = ModelArch::gpt2;
+  NormKind norm = NormKind::layernorm;
+  double norm_eps = 1e-5;
+  Activation activation = Activation::gelu;
+  PositionKind position = PositionKind::learned;
+  double rope_theta = 10000.0;
+  RopeScalingConfig rope_scaling;
+  int64_t num_kv_heads = 0;  // grouped-query attention; 0: num_heads (multi-head attention)
+  bool bias = true;          // biases of the linear layers
+  bool qkv_bias = true;      // biases of the query, key and value projections (Qwen2 has them, Llama not)
+  bool tie_embeddings = true;
   int64_t num_layers = 2;
   int64_t hidden_size = 64;
   int64_t num_heads = 4;
@@ -30,8 +56,12 @@ struct ModelConfig {
   int64_t vocab_size = 256;
   int64_t seq_len = 64;
   double dropout = 0.0;
-  std::string init_from;  // a Hugging Face GPT-2 .safetensors file to start from; empty: random init
+  // A Hugging Face model directory (config.json and safetensors) or a GPT-2 .safetensors file to start from.
+  std::string init_from;
   MoEConfig moe;
+
+  int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  int64_t head_dim() const { return hidden_size / num_heads; }
 };
 
 struct ParallelConfig {
@@ -104,8 +134,16 @@ struct Config {
   LogConfig log;
 
   std::string source;  // file the config came from, for messages
+  // The keys the YAML file or an override set ("model.norm"): the others keep their
+  // defaults, which model.arch or a Hugging Face config.json may choose.
+  std::set<std::string> set_keys;
 
-  int64_t ffn_size() const { return model.ffn_hidden_size > 0 ? model.ffn_hidden_size : 4 * model.hidden_size; }
+  // model.ffn_hidden_size, or its default: 4 h for GELU; Llama's 2/3 of 4 h rounded up to a multiple of 256 for SwiGLU.
+  int64_t ffn_size() const {
+    if (model.ffn_hidden_size > 0) return model.ffn_hidden_size;
+    if (model.activation == Activation::gelu) return 4 * model.hidden_size;
+    return (8 * model.hidden_size / 3 + 255) / 256 * 256;
+  }
   int64_t micro_batches_per_step() const { return train.global_batch_size / (train.micro_batch_size * parallel.dp); }
 };
 
@@ -115,6 +153,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 // Applies one "section.key=value" override.
 void apply_override(Config& config, const std::string& assignment);
+
+// Gives the model keys the config did not set (Config::set_keys) model.arch's
+// defaults. load_config calls it; a Config built in code calls it after setting arch.
+void resolve_model_defaults(Config& config);
 
 // Resolves parallel.dp against WORLD and checks every value and their
 // relations. Throws InputError naming the key and what would be valid.

@@ -18,6 +18,11 @@ enum class TrainDevice { automatic, cpu, cuda };                  // train.devic
 enum class DataOrder { sequential, shuffled };                    // data.order
 enum class GradReduceDtype { fp32, bf16 };                        // parallel.grad_reduce_dtype
 enum class CommBackend { automatic, gloo, nccl };                 // parallel.backend
+enum class ModelArch { gpt2, llama };                             // model.arch
+enum class NormKind { layernorm, rmsnorm };                       // model.norm
+enum class Activation { gelu, swiglu };                           // model.activation
+enum class PositionKind { learned, rope };                        // model.position
+enum class RopeScalingKind { none, llama3 };                      // model.rope_scaling.type
 
 // Each enum's key and its values' names, in the order of the enumerators.
 template <typename E>
@@ -37,6 +42,11 @@ LOOM_CONFIG_ENUM(TrainDevice, "train.device", "auto", "cpu", "cuda")
 LOOM_CONFIG_ENUM(DataOrder, "data.order", "sequential", "shuffled")
 LOOM_CONFIG_ENUM(GradReduceDtype, "parallel.grad_reduce_dtype", "fp32", "bf16")
 LOOM_CONFIG_ENUM(CommBackend, "parallel.backend", "auto", "gloo", "nccl")
+LOOM_CONFIG_ENUM(ModelArch, "model.arch", "gpt2", "llama")
+LOOM_CONFIG_ENUM(NormKind, "model.norm", "layernorm", "rmsnorm")
+LOOM_CONFIG_ENUM(Activation, "model.activation", "gelu", "swiglu")
+LOOM_CONFIG_ENUM(PositionKind, "model.position", "learned", "rope")
+LOOM_CONFIG_ENUM(RopeScalingKind, "model.rope_scaling.type", "none", "llama3")
 
 #undef LOOM_CONFIG_ENUM
 

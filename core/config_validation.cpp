@@ -53,6 +53,46 @@ std::string layer_split_hint(int64_t layers, int64_t chunks) {
   return hint;
 }
 
+// Grouped-query attention under tensor parallelism, by Megatron-LM's rule: each tp rank
+// holds whole kv heads (kv_heads divisible by tp), or each kv head is replicated on
+// tp / kv_heads ranks (tp divisible by kv_heads).
+void check_attention_heads(const Config& c) {
+  const auto& m = c.model;
+  const int64_t tp = c.parallel.tp, kv = m.kv_heads();
+  require(m.num_kv_heads >= 0, "model.num_kv_heads", "must be 0 (as many as num_heads) or positive");
+  require(m.num_heads % kv == 0, "model.num_kv_heads",
+          std::to_string(kv) + " key/value heads do not divide model.num_heads = " + std::to_string(m.num_heads) +
+              " into equal groups of query heads");
+  require(kv % tp == 0 || tp % kv == 0, "model.num_kv_heads",
+          std::to_string(kv) + " key/value heads cannot be laid over parallel.tp = " + std::to_string(tp) +
+              " ranks: each rank must hold whole kv heads (kv heads divisible by tp) or share one kv head with "
+              "others (tp divisible by kv heads)");
+}
+
+void check_model_shape(const Config& c) {
+  const auto& m = c.model;
+  require(m.norm_eps > 0, "model.norm_eps", "must be positive");
+  if (m.position == PositionKind::rope) {
+    require(m.head_dim() % 2 == 0, "model.position",
+            "rope rotates pairs of features: the head dimension hidden_size / num_heads = " +
+                std::to_string(m.head_dim()) + " must be even");
+    require(m.rope_theta > 0, "model.rope_theta", "must be positive");
+  }
+  const auto& scaling = m.rope_scaling;
+  if (scaling.type == RopeScalingKind::llama3) {
+    require(m.position == PositionKind::rope, "model.rope_scaling.type",
+            "scales rotary embeddings: needs model.position: rope");
+    require(scaling.factor >= 1, "model.rope_scaling.factor", "must be at least 1");
+    require(scaling.low_freq_factor > 0 && scaling.high_freq_factor > scaling.low_freq_factor,
+            "model.rope_scaling.high_freq_factor",
+            "must be above model.rope_scaling.low_freq_factor, which is positive");
+    require(scaling.original_max_position_embeddings >= 1, "model.rope_scaling.original_max_position_embeddings",
+            "must be positive");
+  }
+  require(!m.moe.enabled() || m.activation == Activation::gelu, "model.moe.num_experts",
+          "experts are GELU MLPs; set model.activation: gelu or model.moe.num_experts: 0");
+}
+
 }  // namespace
 
 void resolve_and_validate(Config& c, int64_t world) {
@@ -105,6 +145,8 @@ void resolve_and_validate(Config& c, int64_t world) {
   }
   require(m.num_heads % p.tp == 0, "model.num_heads",
           std::to_string(m.num_heads) + " is not divisible by parallel.tp=" + std::to_string(p.tp));
+  check_attention_heads(c);
+  check_model_shape(c);
   require(c.ffn_size() % p.tp == 0, "model.ffn_hidden_size",
           std::to_string(c.ffn_size()) + " is not divisible by parallel.tp=" + std::to_string(p.tp));
   require(!p.sequence_parallel || p.tp > 1, "parallel.sequence_parallel", "needs parallel.tp > 1");

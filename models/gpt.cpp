@@ -88,7 +88,7 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
   // GPT-2 scales the init of the projections that feed the residual stream by 1/sqrt(2L).
   const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(options.num_layers));
   // Registered in order of use: the parameters are collected in this order (parallel/parallel_module.h).
-  ln_1_ = register_module("ln_1", LayerNorm(p + "ln_1", h, sp, kLayerNormEps));
+  ln_1_ = register_module("ln_1", Norm(NormKind::layernorm, p + "ln_1", h, sp, kLayerNormEps));
   // QKV rows are laid out head by head ([heads, 3, head_dim]), so the column
   // split gives each tp rank whole heads.
   qkv_ = register_module(
@@ -103,7 +103,7 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
                                                                   .input_is_parallel(true)
                                                                   .sequence_parallel(sp),
                                                               *tp.tp));
-  ln_2_ = register_module("ln_2", LayerNorm(p + "ln_2", h, sp, kLayerNormEps));
+  ln_2_ = register_module("ln_2", Norm(NormKind::layernorm, p + "ln_2", h, sp, kLayerNormEps));
   if (is_moe_layer(options.moe, layer)) {
     MoELayerOptions moe;
     moe.hidden_size = h;
@@ -204,7 +204,8 @@ std::vector<ParallelParameter> GPTBlockImpl::parallel_parameters() const {
 GPTOutputStageImpl::GPTOutputStageImpl(const GPTOptions& options, TensorParallelContext tp,
                                        torch::Tensor word_embedding, int64_t vocab_start)
     : options_(options), tp_(tp), wte_(std::move(word_embedding)), vocab_start_(vocab_start) {
-  ln_f_ = register_module("ln_f", LayerNorm("ln_f", options.hidden_size, tp.sequence_parallel, kLayerNormEps));
+  ln_f_ = register_module("ln_f",
+                          Norm(NormKind::layernorm, "ln_f", options.hidden_size, tp.sequence_parallel, kLayerNormEps));
 }
 
 torch::Tensor GPTOutputStageImpl::logits(const torch::Tensor& hidden) {

@@ -21,8 +21,8 @@
 #include "core/config.h"
 #include "models/block_stack.h"
 #include "models/language_model.h"
-#include "models/layer_norm.h"
 #include "models/moe.h"
+#include "models/norm.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/recompute.h"
@@ -93,7 +93,7 @@ class GPTBlockImpl : public BlockModule {
   parallel::RecomputedFn core_fn_;  // what a selectively recomputing backward re-runs
   int64_t layer_;
   TensorParallelContext tp_;
-  LayerNorm ln_1_{nullptr}, ln_2_{nullptr};
+  Norm ln_1_{nullptr}, ln_2_{nullptr};
   parallel::ColumnParallelLinear qkv_{nullptr}, fc_{nullptr};
   parallel::RowParallelLinear proj_{nullptr}, fc_proj_{nullptr};
   MoELayer moe_{nullptr};      // instead of fc_ and fc_proj_ in an MoE block
@@ -116,7 +116,7 @@ class GPTOutputStageImpl : public torch::nn::Module {
  private:
   GPTOptions options_;
   TensorParallelContext tp_;
-  LayerNorm ln_f_{nullptr};
+  Norm ln_f_{nullptr};
   torch::Tensor wte_;
   int64_t vocab_start_;
 };

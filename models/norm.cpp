@@ -1,0 +1,26 @@
+#include "models/norm.h"
+
+#include "core/precision.h"
+
+namespace loom::models {
+
+NormImpl::NormImpl(NormKind kind, const std::string& name, int64_t size, bool sequence_parallel, double eps)
+    : kind_(kind), eps_(eps) {
+  weight = register_parallel_parameter("weight", torch::ones({size}), {name + ".weight", {}, -1, sequence_parallel});
+  if (kind == NormKind::layernorm) {
+    bias = register_parallel_parameter("bias", torch::zeros({size}), {name + ".bias", {}, -1, sequence_parallel});
+  }
+}
+
+torch::Tensor NormImpl::forward(const torch::Tensor& x) {
+  if (kind_ == NormKind::rmsnorm) return rms_norm(x, cast_to_activation(weight, x), eps_);
+  return torch::layer_norm(x, {x.size(-1)}, cast_to_activation(weight, x), cast_to_activation(bias, x), eps_);
+}
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto x32 = x.to(torch::kFloat);
+  auto normalised = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * normalised.to(x.scalar_type());
+}
+
+}  // namespace loom::models

@@ -1,0 +1,34 @@
+// Rotary position embeddings (RoPE, Su et al.) in Hugging Face's rotate-half
+// layout: feature i of a head and feature i + d/2 form a pair rotated by the
+// angle position * inv_freq[i], so a query-key product depends on their
+// distance only. Positions are global (a rank holding part of the sequence
+// passes its first position), so every layout rotates a token alike.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "core/config.h"
+
+namespace loom::models {
+
+// The d/2 inverse frequencies theta^(-2i/d), with Llama 3's rescaling when SCALING asks for it.
+torch::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeScalingConfig& scaling);
+
+// [x1, x2] -> [-x2, x1] along the last dimension.
+torch::Tensor rotate_half(const torch::Tensor& x);
+
+class RotaryEmbedding {
+ public:
+  RotaryEmbedding() = default;
+  RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta, const RopeScalingConfig& scaling);
+  // x [B, S, heads, d] whose token s sits at global position FIRST_POSITION + s -> rotated x, in x's dtype.
+  torch::Tensor apply(const torch::Tensor& x, int64_t first_position = 0) const;
+  bool defined() const { return cos_.defined(); }
+
+ private:
+  torch::Tensor cos_, sin_;  // [max_positions, d], fp32: cat(angles, angles)
+};
+
+}  // namespace loom::models
