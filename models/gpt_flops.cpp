@@ -7,15 +7,21 @@ namespace loom::models {
 double gpt_flops_per_token(const Config& config) {
   const auto& m = config.model;
   const double h = static_cast<double>(m.hidden_size), f = static_cast<double>(config.ffn_size());
-  const double attention_weights = 4.0 * h * h;  // QKV and the output projection
-  const double dense_mlp = 2.0 * h * f;
-  double weights = static_cast<double>(m.vocab_size) * h;  // the output layer
+  const double d = static_cast<double>(m.head_dim()), heads = static_cast<double>(m.num_heads);
+  const double kv = static_cast<double>(m.kv_heads());
+  // The queries and the output projection (heads x d each way), the keys and values (kv_heads x d each):
+  // 4 h^2 with as many kv heads as heads.
+  const double attention_weights = 2.0 * heads * d * h + 2.0 * kv * d * h;
+  // GELU: fc and proj; SwiGLU: gate, up and proj.
+  const double dense_mlp = (m.activation == Activation::swiglu ? 3.0 : 2.0) * h * f;
+  double weights = static_cast<double>(m.vocab_size) * h;  // the output layer, tied or not
   for (int64_t layer = 0; layer < m.num_layers; ++layer) {
     const bool moe = is_moe_layer(m.moe, layer);
     weights += attention_weights;
     weights +=
         moe ? static_cast<double>(m.moe.top_k) * dense_mlp + h * static_cast<double>(m.moe.num_experts) : dense_mlp;
   }
+  // Scores and the weighted sum use every query head (h = heads x d), however few kv heads there are.
   const double attention = 12.0 * static_cast<double>(m.num_layers) * h * static_cast<double>(m.seq_len);
   return 6.0 * weights + attention;
 }

@@ -5,8 +5,10 @@
 // backward) plus 12 L h S for attention's two S x S products, counted whole
 // even though the causal half is masked (loom skips most of it: that is
 // speed, not model FLOPs). Recomputation is not counted either. Embedding
-// lookups cost nothing; the output layer does (V x h). An MoE layer counts its
-// router and top_k experts.
+// lookups cost nothing; the output layer does (V x h), tied or not. Llama
+// shapes count SwiGLU's three matrices and GQA's smaller key and value
+// projections; attention's products still use every query head. An MoE layer
+// counts its router and top_k experts.
 #pragma once
 
 #include "core/config.h"

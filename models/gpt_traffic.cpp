@@ -1,6 +1,7 @@
 #include "models/gpt_traffic.h"
 
 #include "core/precision.h"
+#include "models/gpt_shapes.h"
 #include "parallel/grad_buckets.h"
 
 namespace loom::models {
@@ -22,24 +23,38 @@ struct Layout {
   int64_t pieces() const { return p * v; }
 };
 
+// One parameter this rank holds, in the trainer's order (order of use).
+struct LocalParameter {
+  int64_t numel;
+  bool tp_summed;      // its gradient is summed over tp after backward (ParallelParameter::sequence_parallel)
+  int64_t block = -1;  // the layer of the block holding it; -1: outside the blocks
+};
+
+std::vector<LocalParameter> local_parameters(const Config& c, const parallel::RankCoords& coords) {
+  const Layout l(c);
+  std::vector<LocalParameter> out;
+  auto add = [&](const std::vector<ParameterShape>& shapes, int64_t block) {
+    for (const auto& s : shapes) out.push_back({s.local_numel(l.t), s.tp_summed, block});
+  };
+  for (int64_t chunk = 0; chunk < l.v; ++chunk) {
+    const int64_t k = chunk * l.p + coords.pp;
+    if (k == 0) add(gpt_input_parameters(c), -1);
+    for (int64_t layer = k * l.layers_per_piece; layer < (k + 1) * l.layers_per_piece; ++layer)
+      add(gpt_block_parameters(c, layer), layer);
+    if (k == l.pieces() - 1) {
+      // A last piece that is not the first holds its own copy of a tied word embedding, ahead of the output stage.
+      if (k != 0 && c.model.tie_embeddings) add({gpt_input_parameters(c).front()}, -1);
+      add(gpt_output_parameters(c), -1);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<int64_t> gpt_local_parameter_sizes(const Config& c, const parallel::RankCoords& coords) {
-  const Layout l(c);
-  const int64_t h = c.model.hidden_size, f = c.ffn_size(), t = l.t;
   std::vector<int64_t> sizes;
-  for (int64_t chunk = 0; chunk < l.v; ++chunk) {
-    const int64_t k = chunk * l.p + coords.pp;
-    if (k == 0) sizes.insert(sizes.end(), {l.vocab_shard * h, c.model.seq_len * h});
-    for (int64_t layer = 0; layer < l.layers_per_piece; ++layer) {
-      // ln_1, qkv, proj, ln_2, fc, fc_proj: weights then biases, as GPTBlock lists them.
-      sizes.insert(sizes.end(), {h, h, 3 * h * h / t, 3 * h / t, h * h / t, h, h, h, f * h / t, f / t, h * f / t, h});
-    }
-    if (k == l.pieces() - 1) {
-      if (k != 0) sizes.push_back(l.vocab_shard * h);
-      sizes.insert(sizes.end(), {h, h});
-    }
-  }
+  for (const auto& p : local_parameters(c, coords)) sizes.push_back(p.numel);
   return sizes;
 }
 
@@ -47,11 +62,11 @@ namespace {
 
 // ZeRO-3's units on this rank (parallel/fully_sharded.h): the root (every
 // parameter outside the blocks, in order) first, then one per block; the
-// sizes of their parameters and which are sequence-parallel.
+// sizes of their parameters and which are summed over tp.
 struct ShardedUnit {
   bool root = false;
   std::vector<int64_t> sizes;
-  std::vector<bool> sequence_parallel;
+  std::vector<bool> tp_summed;
   int64_t numel() const {
     int64_t n = 0;
     for (int64_t s : sizes) n += s;
@@ -60,33 +75,15 @@ struct ShardedUnit {
 };
 
 std::vector<ShardedUnit> gpt_sharded_units(const Config& c, const parallel::RankCoords& coords) {
-  const Layout l(c);
-  const auto sizes = gpt_local_parameter_sizes(c, coords);
-  // A block's 12 parameters as gpt_local_parameter_sizes lists them; the norms and
-  // the row-parallel biases are the sequence-parallel ones.
-  const std::vector<bool> block_sp{true, true, false, false, false, true, true, true, false, false, false, true};
   std::vector<ShardedUnit> units(1);
   units[0].root = true;
-  size_t i = 0;
-  auto add = [&](ShardedUnit& u, bool sp) {
-    u.sizes.push_back(sizes[i++]);
-    u.sequence_parallel.push_back(sp);
-  };
-  for (int64_t chunk = 0; chunk < l.v; ++chunk) {
-    const int64_t k = chunk * l.p + coords.pp;
-    if (k == 0) {
-      add(units[0], false);  // wte
-      add(units[0], true);   // wpe
-    }
-    for (int64_t layer = 0; layer < l.layers_per_piece; ++layer) {
-      units.emplace_back();
-      for (bool sp : block_sp) add(units.back(), sp);
-    }
-    if (k == l.pieces() - 1) {
-      if (k != 0) add(units[0], false);  // the tied wte copy
-      add(units[0], true);               // ln_f
-      add(units[0], true);
-    }
+  int64_t block = -1;
+  for (const auto& p : local_parameters(c, coords)) {
+    if (p.block >= 0 && p.block != block) units.emplace_back();
+    block = p.block >= 0 ? p.block : block;
+    auto& unit = p.block >= 0 ? units.back() : units[0];
+    unit.sizes.push_back(p.numel);
+    unit.tp_summed.push_back(p.tp_summed);
   }
   if (units[0].sizes.empty()) units.erase(units.begin());
   return units;
@@ -98,13 +95,12 @@ bool works_by_units(const Config& c) {
   return p.zero_stage >= 2;
 }
 
-// Elements of the sequence-parallel parameters inside this dp rank's shard of UNIT.
-int64_t sequence_parallel_in_shard(const ShardedUnit& unit, int64_t d, int64_t dp_rank) {
+// Elements of the tp-summed parameters inside this dp rank's shard of UNIT.
+int64_t tp_summed_in_shard(const ShardedUnit& unit, int64_t d, int64_t dp_rank) {
   const int64_t shard = (unit.numel() + d - 1) / d, lo = shard * dp_rank, hi = lo + shard;
   int64_t offset = 0, count = 0;
   for (size_t j = 0; j < unit.sizes.size(); ++j) {
-    if (unit.sequence_parallel[j])
-      count += std::max<int64_t>(0, std::min(hi, offset + unit.sizes[j]) - std::max(lo, offset));
+    if (unit.tp_summed[j]) count += std::max<int64_t>(0, std::min(hi, offset + unit.sizes[j]) - std::max(lo, offset));
     offset += unit.sizes[j];
   }
   return count;
@@ -159,21 +155,24 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       add("tp", "all_reduce", m, b * s * kFloat);
       add("tp", "all_reduce", m, 2 * b * s * kFloat);
     }
-    if (l.sp && l.d > 1 && works_by_units(c)) {  // ZeRO-2/3: only the pieces in this rank's shards
-      int64_t sp_params = 0;
-      for (const auto& unit : gpt_sharded_units(c, coords))
-        sp_params += sequence_parallel_in_shard(unit, l.d, coords.dp);
-      add("tp", "all_reduce", 1, sp_params * kFloat);
-    } else if (l.sp) {  // the gradients of what the split sequence feeds: norms, row biases, wpe
-      const int64_t sp_params = layers * 6 * h + (first ? s * h : 0) + (last ? 2 * h : 0);
-      add("tp", "all_reduce", 1, sp_params * kFloat);
+    // One all-reduce of the partial gradients of tp-replicated parameters: under sequence
+    // parallelism what the split sequence feeds (norms, row biases, wpe); a key/value
+    // projection shared by several tp ranks (tp > kv_heads) with or without it. ZeRO-2/3
+    // sums only the pieces in this rank's shards; none there, no call.
+    int64_t summed = 0;
+    if (l.d > 1 && works_by_units(c)) {
+      for (const auto& unit : gpt_sharded_units(c, coords)) summed += tp_summed_in_shard(unit, l.d, coords.dp);
+    } else {
+      for (const auto& p : local_parameters(c, coords)) summed += p.tp_summed ? p.numel : 0;
     }
+    if (summed > 0) add("tp", "all_reduce", 1, summed * kFloat);
   }
   if (l.p > 1) {
     // Every send and every receive is its own call, of one activation (sequence-split with SP).
     add("pp", "send_recv", m * 2 * boundaries, activation / (l.sp ? l.t : 1));
     add("pp", "all_gather", 1, l.p * 3 * kDouble);  // the loss and every stage's timing
-    if (first || last) add("embedding", "all_reduce", 1, l.vocab_shard * h * kFloat);
+    // The tied word embedding's two copies sum their gradients; an untied lm_head has no twin.
+    if ((first || last) && c.model.tie_embeddings) add("embedding", "all_reduce", 1, l.vocab_shard * h * kFloat);
   }
   if (l.d > 1 && works_by_units(c)) {
     // ZeRO-3: the root unit is gathered and reduce-scattered once per step; each

@@ -2,6 +2,7 @@
 
 #include "core/config.h"
 #include "models/gpt.h"
+#include "models/gpt_shapes.h"
 #include "models/gpt_traffic.h"
 #include "parallel/rank_grid.h"
 #include "parallel/traffic_report.h"
@@ -27,6 +28,46 @@ nlohmann::json report_of(const std::vector<int64_t>& sent, const std::string& op
     report["matrix_sent_bytes"].push_back(row);
   }
   return report;
+}
+
+// A small Llama: V 256, H 64, 4 heads of 16 with 2 kv heads, SwiGLU F 172, 2 layers, untied.
+// A block holds ln_1 64, q 64 x 64 = 4096, kv 2 x 2 x 16 x 64 = 4096, proj 4096, ln_2 64 and
+// gate, up, proj 172 x 64 = 11008 each: 45440; the model 2 x 45440 + wte, lm_head 2 x 16384 + ln_f 64.
+Config tiny_llama() {
+  Config c;
+  c.model.arch = loom::ModelArch::llama;
+  c.model.vocab_size = 256;
+  c.model.hidden_size = 64;
+  c.model.num_heads = 4;
+  c.model.num_kv_heads = 2;
+  c.model.ffn_hidden_size = 172;
+  c.model.num_layers = 2;
+  c.model.seq_len = 32;
+  c.train.global_batch_size = 8;
+  c.train.micro_batch_size = 2;
+  loom::resolve_model_defaults(c);
+  return c;
+}
+
+// C at tp, pp and dp (and sequence parallelism), resolved.
+Config at_layout(Config c, int64_t tp, int64_t pp, int64_t dp, bool sp = false) {
+  c.parallel.tp = tp;
+  c.parallel.pp = pp;
+  c.parallel.sequence_parallel = sp;
+  loom::resolve_and_validate(c, tp * pp * dp);
+  return c;
+}
+
+// The predicted (calls, bytes) of GROUP's OP per step at the rank at (tp, pp, dp) of C's grid.
+std::pair<int64_t, int64_t> predicted(const Config& c, int64_t tp, int64_t pp, int64_t dp, const std::string& group,
+                                      const std::string& op) {
+  parallel::RankCoords coords;
+  coords.tp = tp;
+  coords.pp = pp;
+  coords.dp = dp;
+  const auto all = models::predict_gpt_step_traffic(c, coords);
+  const auto it = all.find({group, op});
+  return it == all.end() ? std::pair<int64_t, int64_t>{0, 0} : std::pair{it->second.calls, it->second.bytes};
 }
 
 }  // namespace
@@ -76,4 +117,87 @@ TEST_CASE("the traffic model's parameter shards add up to the whole GPT", "[traf
     INFO("tp " << tp << " pp " << pp << " v " << v);
     CHECK(sum == whole + (tp - 1) * replicated + (pp > 1 ? 64 * 32 : 0));
   }
+}
+
+TEST_CASE("the shape list is the model's parameters, name by name", "[traffic]") {
+  Config gpt2;
+  gpt2.model.num_layers = 2;
+  gpt2.model.hidden_size = 32;
+  gpt2.model.vocab_size = 64;
+  gpt2.model.seq_len = 16;
+  for (const Config& c : {gpt2}) {
+    std::vector<models::ParameterShape> shapes = models::gpt_input_parameters(c);
+    for (int64_t layer = 0; layer < c.model.num_layers; ++layer) {
+      for (auto& s : models::gpt_block_parameters(c, layer)) shapes.push_back(s);
+    }
+    for (auto& s : models::gpt_output_parameters(c)) shapes.push_back(s);
+    const auto params = models::GPTImpl(models::GPTOptions::from_config(c)).parallel_parameters();
+    REQUIRE(params.size() == shapes.size());
+    int64_t total = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      INFO(params[i].name);
+      CHECK(params[i].name == shapes[i].name);
+      CHECK(params[i].global_shape_for(1) == shapes[i].shape);
+      CHECK(params[i].tp_split_dim == shapes[i].tp_split_dim);
+      total += shapes[i].numel();
+    }
+    CHECK(models::model_num_parameters(c) == total);
+  }
+}
+
+TEST_CASE("a Llama's parameter shards add up to the whole model at every tp rule", "[traffic]") {
+  const Config c = tiny_llama();
+  REQUIRE(models::model_num_parameters(c) == 2 * 45440 + 2 * 16384 + 64);
+  // {tp, pp, elements every tp rank holds whole}: at tp 2 each rank has one whole kv head, the
+  // norms alone are replicated (2 x 64 per block, ln_f); at tp 4 the kv projection is too (4096 per block).
+  for (auto [tp, pp, replicated] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {1, 1, 0}, {2, 1, 2 * 128 + 64}, {4, 1, 2 * (128 + 4096) + 64}, {4, 2, 2 * (128 + 4096) + 64}}) {
+    const Config layout = at_layout(c, tp, pp, 1);
+    parallel::RankGrid grid({tp, pp, 1, 1});
+    int64_t sum = 0;
+    for (int64_t r = 0; r < tp * pp; ++r) sum += models::gpt_local_parameters(layout, grid.coords(r));
+    INFO("tp " << tp << " pp " << pp);
+    // Untied: no copy of wte on the last stage.
+    CHECK(sum == models::model_num_parameters(c) + (tp - 1) * replicated);
+  }
+}
+
+TEST_CASE("a Llama's predicted traffic: GQA's shared kv gradients, untied output, SP norms", "[traffic]") {
+  const Config c = tiny_llama();
+  const int64_t m = 4, activation = 2 * 32 * 64 * 4;  // 4 micro-batches of [2, 32, 64] fp32
+  const int64_t loss = 2 * 32 * 4 + 2 * 2 * 32 * 4;   // the vocab-parallel loss's two all-reduces
+  // tp 2: whole kv heads per rank, nothing summed over tp; 2 crossings per block each way, 2 at the ends.
+  CHECK(predicted(at_layout(c, 2, 1, 1), 0, 0, 0, "tp", "all_reduce") ==
+        std::pair<int64_t, int64_t>{m * 10 + 2 * m, m * 10 * activation + m * loss});
+  // tp 4 over 2 kv heads: the replicated kv weights' gradients (2 blocks x 4096) are summed in one more call.
+  CHECK(predicted(at_layout(c, 4, 1, 1), 3, 0, 0, "tp", "all_reduce") ==
+        std::pair<int64_t, int64_t>{m * 10 + 2 * m + 1, m * 10 * activation + m * loss + 2 * 4096 * 4});
+  // Sequence parallelism at tp 2: the RMSNorm weights alone (no biases, no wpe): 2 x 2 x 64 + 64.
+  CHECK(predicted(at_layout(c, 2, 1, 1, true), 1, 0, 0, "tp", "all_reduce") ==
+        std::pair<int64_t, int64_t>{2 * m + 1, m * loss + (2 * 128 + 64) * 4});
+
+  // pp 2 over dp 2, one bucket: each stage reduces its own parameters, the last stage lm_head
+  // instead of a copy of wte, and no embedding group sums anything.
+  Config one_bucket = c;
+  one_bucket.parallel.bucket_mb = 0;
+  const Config pp2 = at_layout(one_bucket, 1, 2, 2);
+  CHECK(predicted(pp2, 0, 0, 1, "dp", "all_reduce") == std::pair<int64_t, int64_t>{2, (16384 + 45440) * 4 + 8});
+  CHECK(predicted(pp2, 0, 1, 1, "dp", "all_reduce") == std::pair<int64_t, int64_t>{2, (45440 + 64 + 16384) * 4 + 8});
+  CHECK(predicted(pp2, 0, 1, 1, "embedding", "all_reduce").first == 0);
+  Config tied = one_bucket;
+  tied.model.tie_embeddings = true;
+  CHECK(predicted(at_layout(tied, 1, 2, 2), 0, 1, 0, "embedding", "all_reduce") ==
+        std::pair<int64_t, int64_t>{1, 16384 * 4});
+  CHECK(predicted(at_layout(tied, 1, 2, 2), 0, 1, 0, "dp", "all_reduce").second == (16384 + 45440 + 64) * 4 + 8);
+
+  // ZeRO-3 at tp 4, dp 2: a block's unit holds 64 + 1024 + 4096 (kv, whole) + 1024 + 64 + 3 x 2752
+  // = 14528 elements, 7264 per dp shard; the kv weight at [1088, 5184) lies in dp rank 0's shard
+  // alone, so rank 0 sums 2 x 4096 over tp and rank 1 has nothing to sum: no call.
+  Config zero3 = c;
+  zero3.parallel.zero_stage = 3;
+  const Config z = at_layout(zero3, 4, 1, 2);
+  CHECK(predicted(z, 2, 0, 0, "tp", "all_reduce") ==
+        std::pair<int64_t, int64_t>{2 * 10 + 2 * 2 + 1, 2 * 10 * activation + 2 * loss + 2 * 4096 * 4});
+  CHECK(predicted(z, 2, 0, 1, "tp", "all_reduce") ==
+        std::pair<int64_t, int64_t>{2 * 10 + 2 * 2, 2 * 10 * activation + 2 * loss});
 }

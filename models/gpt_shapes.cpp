@@ -1,0 +1,126 @@
+#include "models/gpt_shapes.h"
+
+#include "models/moe.h"
+
+namespace loom::models {
+namespace {
+
+int64_t sum_numel(const std::vector<ParameterShape>& shapes) {
+  int64_t n = 0;
+  for (const auto& s : shapes) n += s.numel();
+  return n;
+}
+
+// A norm: weight, and a bias for LayerNorm. Under sequence parallelism it sees a slice of the sequence.
+void add_norm(std::vector<ParameterShape>& out, const Config& c, const std::string& name) {
+  const int64_t h = c.model.hidden_size;
+  const bool sp = c.parallel.sequence_parallel;
+  out.push_back({name + ".weight", {h}, -1, sp});
+  if (c.model.norm == NormKind::layernorm) out.push_back({name + ".bias", {h}, -1, sp});
+}
+
+// A column-parallel linear layer [OUT, IN]: weight and bias split along the outputs.
+void add_column(std::vector<ParameterShape>& out, const std::string& name, int64_t out_features, int64_t in_features,
+                bool bias) {
+  out.push_back({name + ".weight", {out_features, in_features}, 0, false});
+  if (bias) out.push_back({name + ".bias", {out_features}, 0, false});
+}
+
+// A row-parallel linear layer: weight split along the inputs, its bias whole (added
+// after the reduction, so under sequence parallelism to a slice of the sequence).
+void add_row(std::vector<ParameterShape>& out, const Config& c, const std::string& name, int64_t out_features,
+             int64_t in_features) {
+  out.push_back({name + ".weight", {out_features, in_features}, 1, false});
+  if (c.model.bias) out.push_back({name + ".bias", {out_features}, -1, c.parallel.sequence_parallel});
+}
+
+// ln_1, the attention's projections and ln_2: the block but its MLP.
+std::vector<ParameterShape> attention_and_norms(const Config& c, const std::string& p) {
+  const auto& m = c.model;
+  const int64_t h = m.hidden_size, d = m.head_dim(), heads = m.num_heads, kv = m.kv_heads();
+  std::vector<ParameterShape> out;
+  add_norm(out, c, p + "ln_1");
+  if (kv == heads) {
+    add_column(out, p + "attn.qkv", 3 * heads * d, h, m.qkv_bias);
+  } else {
+    add_column(out, p + "attn.q", heads * d, h, m.qkv_bias);
+    if (kv_replicated(c)) {
+      // Every tp rank holds all kv heads and uses its own; the partial gradients are summed over tp.
+      out.push_back({p + "attn.kv.weight", {2 * kv * d, h}, -1, true});
+      if (m.qkv_bias) out.push_back({p + "attn.kv.bias", {2 * kv * d}, -1, true});
+    } else {
+      add_column(out, p + "attn.kv", 2 * kv * d, h, m.qkv_bias);
+    }
+  }
+  add_row(out, c, p + "attn.proj", h, heads * d);
+  add_norm(out, c, p + "ln_2");
+  return out;
+}
+
+std::vector<ParameterShape> mlp_part(const Config& c, const std::string& p) {
+  const int64_t h = c.model.hidden_size, f = c.ffn_size();
+  std::vector<ParameterShape> out;
+  if (c.model.activation == Activation::swiglu) {
+    add_column(out, p + "mlp.gate", f, h, c.model.bias);
+    add_column(out, p + "mlp.up", f, h, c.model.bias);
+  } else {
+    add_column(out, p + "mlp.fc", f, h, c.model.bias);
+  }
+  add_row(out, c, p + "mlp.proj", h, f);
+  return out;
+}
+
+}  // namespace
+
+int64_t ParameterShape::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+int64_t ParameterShape::local_numel(int64_t tp) const {
+  if (tp_split_dim < 0) return numel();
+  const auto dim = static_cast<size_t>(tp_split_dim);
+  return numel() / shape[dim] * ((shape[dim] + tp - 1) / tp);
+}
+
+bool kv_replicated(const Config& c) {
+  return c.parallel.tp > c.model.kv_heads();
+}
+
+std::vector<ParameterShape> gpt_input_parameters(const Config& c) {
+  const auto& m = c.model;
+  std::vector<ParameterShape> out{{"wte", {m.vocab_size, m.hidden_size}, 0, false}};
+  if (m.position == PositionKind::learned)
+    out.push_back({"wpe", {m.seq_len, m.hidden_size}, -1, c.parallel.sequence_parallel});
+  return out;
+}
+
+std::vector<ParameterShape> gpt_block_parameters(const Config& c, int64_t layer) {
+  const std::string p = "h." + std::to_string(layer) + ".";
+  auto out = attention_and_norms(c, p);
+  for (auto& s : mlp_part(c, p)) out.push_back(std::move(s));
+  return out;
+}
+
+std::vector<ParameterShape> gpt_output_parameters(const Config& c) {
+  std::vector<ParameterShape> out;
+  add_norm(out, c, "ln_f");
+  if (!c.model.tie_embeddings) out.push_back({"lm_head", {c.model.vocab_size, c.model.hidden_size}, 0, false});
+  return out;
+}
+
+int64_t model_num_parameters(const Config& c) {
+  const auto& m = c.model;
+  const int64_t h = m.hidden_size, f = c.ffn_size();
+  int64_t n = sum_numel(gpt_input_parameters(c)) + sum_numel(gpt_output_parameters(c));
+  for (int64_t layer = 0; layer < m.num_layers; ++layer) {
+    const std::string p = "h." + std::to_string(layer) + ".";
+    n += sum_numel(attention_and_norms(c, p));
+    // An MoE block has a router and num_experts GELU MLPs with biases (models/moe.h) instead of one MLP.
+    n += is_moe_layer(m.moe, layer) ? m.moe.num_experts * (h + 2 * h * f + f + h) : sum_numel(mlp_part(c, p));
+  }
+  return n;
+}
+
+}  // namespace loom::models
