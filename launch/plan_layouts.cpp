@@ -10,10 +10,21 @@
 #include "core/config.h"
 #include "core/errors.h"
 #include "launch/commands.h"
+#include "models/gpt_shapes.h"
 #include "parallel/layout_cost.h"
 
 namespace loom::launch {
 namespace {
+
+// 1100048384 -> "1,100,048,384".
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
 
 // What this version of loom holds per parameter, as its memory report measures
 // it: fp32 follows the textbook. Under mixed precision: bf16 parameters, fp32
@@ -31,14 +42,15 @@ double loom_state_bytes(double n, int64_t zero, int64_t dp, bool mixed) {
 void print_state_bytes(const Config& config, int64_t world) {
   const auto& p = config.parallel;
   const int64_t dp = std::max<int64_t>(1, world / (p.tp * p.pp));
-  const double n = parallel::gpt_parameters(config) / static_cast<double>(p.tp * p.pp);
+  const double n = parallel::parameters_per_rank(config, p.tp, p.pp);
   const bool mixed = config.train.precision != TrainPrecision::fp32;
   const parallel::StateBytes bytes = mixed ? parallel::StateBytes{2, 2, 12} : parallel::StateBytes{4, 4, 8};
   std::printf(
-      "model state per rank: %.4g parameters (of %.4g, tp=%lld pp=%lld), dp=%lld, %s: %g B param, %g B grad, %g B "
+      "model state per rank: %.4g parameters (of %s, tp=%lld pp=%lld), dp=%lld, %s: %g B param, %g B grad, %g B "
       "optimizer each\n",
-      n, parallel::gpt_parameters(config), static_cast<long long>(p.tp), static_cast<long long>(p.pp),
-      static_cast<long long>(dp), to_string(config.train.precision).c_str(), bytes.param, bytes.grad, bytes.optimizer);
+      n, with_commas(models::model_num_parameters(config)).c_str(), static_cast<long long>(p.tp),
+      static_cast<long long>(p.pp), static_cast<long long>(dp), to_string(config.train.precision).c_str(), bytes.param,
+      bytes.grad, bytes.optimizer);
   for (int64_t zero = 0; zero <= 3; ++zero) {
     const double textbook = parallel::model_state_bytes(n, zero, dp, bytes),
                  held = loom_state_bytes(n, zero, dp, mixed);
@@ -71,9 +83,9 @@ int plan(const PlanArgs& args) {
   }
   const auto all = parallel::enumerate_layouts(config, cluster, world);
   if (all.empty()) throw InputError("no valid layout of this model on " + std::to_string(world) + " GPUs");
-  std::printf("%s on %lld GPUs of %s (%lld per node); %.4g parameters, global batch %lld x %lld tokens\n",
+  std::printf("%s on %lld GPUs of %s (%lld per node); %s parameters, global batch %lld x %lld tokens\n",
               args.config_path.c_str(), static_cast<long long>(world), cluster.name.c_str(),
-              static_cast<long long>(cluster.gpus_per_node), parallel::gpt_parameters(config),
+              static_cast<long long>(cluster.gpus_per_node), with_commas(models::model_num_parameters(config)).c_str(),
               static_cast<long long>(config.train.global_batch_size), static_cast<long long>(config.model.seq_len));
   std::printf("  %-4s %-4s %-5s %-2s %-4s %-3s %-9s %9s %9s %6s %7s  %s\n", "tp", "pp", "dp", "v", "zero", "mb",
               "recompute", "mem GB", "step s", "MFU", "bubble", "traffic per step (GB, link)");

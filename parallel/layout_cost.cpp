@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "models/gpt_flops.h"
+#include "models/gpt_shapes.h"
+
 namespace loom::parallel {
 
 double model_state_bytes(double parameters, int64_t zero_stage, int64_t dp, const StateBytes& b) {
@@ -49,19 +52,20 @@ double pipeline_bubble(int64_t p, int64_t m, int64_t v) {
   return static_cast<double>(p - 1) / static_cast<double>(m * v + p - 1);
 }
 
-double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, int64_t t, Recompute recompute) {
+double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, int64_t t, Recompute recompute,
+                              double coefficient) {
   const double sbh = static_cast<double>(s * b * h), q = static_cast<double>(t);
   if (recompute == Recompute::full) return 2.0 * sbh / q;
   const double attention =
       recompute == Recompute::selective ? 0.0 : 5.0 * static_cast<double>(heads * s) / static_cast<double>(h);
-  return sbh * (34.0 + attention) / q;
+  return sbh * (coefficient + attention) / q;
 }
 
-double gpt_parameters(const Config& c) {
+double layer_activation_coefficient(const Config& c) {
   const double h = static_cast<double>(c.model.hidden_size), f = static_cast<double>(c.ffn_size());
-  const double block = 4 * h + 3 * h * h + 3 * h + h * h + h + 2 * h * f + f + h;
-  return static_cast<double>(c.model.vocab_size) * h + static_cast<double>(c.model.seq_len) * h +
-         static_cast<double>(c.model.num_layers) * block + 2 * h;
+  const double kv_share = static_cast<double>(c.model.kv_heads()) / static_cast<double>(c.model.num_heads);
+  const double mlp = c.model.activation == Activation::swiglu ? 8.0 * f / h : 4.0 * f / h;
+  return 4.0 + 7.0 + 4.0 * kv_share + 3.0 + mlp;
 }
 
 namespace {
@@ -77,7 +81,32 @@ std::string gigabytes(double bytes) {
   return s;
 }
 
+// CONFIG at tp T with sequence parallelism, as `loom plan` assumes it.
+Config at_tp(const Config& config, int64_t t) {
+  Config c = config;
+  c.parallel.tp = t;
+  c.parallel.sequence_parallel = t > 1;
+  return c;
+}
+
 }  // namespace
+
+double parameters_per_rank(const Config& config, int64_t tp, int64_t pp) {
+  const Config c = at_tp(config, tp);
+  // What tp leaves whole on every rank: the norms, the row biases, the shared key/value projections.
+  auto replicated_in = [](const std::vector<models::ParameterShape>& shapes) {
+    double n = 0;
+    for (const auto& p : shapes) n += p.tp_split_dim < 0 ? static_cast<double>(p.numel()) : 0.0;
+    return n;
+  };
+  // Every block has block 0's shapes.
+  const double replicated =
+      replicated_in(models::gpt_input_parameters(c)) +
+      static_cast<double>(c.model.num_layers) * replicated_in(models::gpt_block_parameters(c, 0)) +
+      replicated_in(models::gpt_output_parameters(c));
+  const double n = static_cast<double>(models::model_num_parameters(c));
+  return ((n - replicated) / static_cast<double>(tp) + replicated) / static_cast<double>(pp);
+}
 
 LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& l) {
   LayoutEstimate e;
@@ -86,17 +115,17 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   const bool mixed = config.train.precision != TrainPrecision::fp32;
   const StateBytes bytes = mixed ? StateBytes{2, 2, 12} : StateBytes{4, 4, 8};
   const double element = mixed ? 2.0 : 4.0;
-  const double n = gpt_parameters(config);
   const int64_t micro_batches = config.train.global_batch_size / (l.micro_batch * l.dp);
   const int64_t layers_per_stage = m.num_layers / l.pp;
 
-  e.parameters_per_rank = n / static_cast<double>(l.tp * l.pp);
+  e.parameters_per_rank = parameters_per_rank(config, l.tp, l.pp);
   e.state_bytes = model_state_bytes(e.parameters_per_rank, l.zero_stage, l.dp, bytes);
   // 1F1B keeps up to pp micro-batches in flight on the first stage; interleaving adds (p-1)/(p v).
   const double in_flight =
       static_cast<double>(std::min(l.pp, micro_batches)) *
       (l.virtual_stages > 1 ? 1.0 + static_cast<double>(l.pp - 1) / static_cast<double>(l.pp * l.virtual_stages) : 1.0);
-  e.activation_bytes = layer_activation_bytes(m.seq_len, l.micro_batch, m.hidden_size, m.num_heads, l.tp, l.recompute) *
+  e.activation_bytes = layer_activation_bytes(m.seq_len, l.micro_batch, m.hidden_size, m.num_heads, l.tp, l.recompute,
+                                              layer_activation_coefficient(config)) *
                        static_cast<double>(layers_per_stage) * in_flight * (element / 2.0);
   e.memory_bytes = e.state_bytes + e.activation_bytes;
   e.fits = e.memory_bytes <= cluster.memory_bytes;
@@ -114,8 +143,17 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   if (l.tp > 1) {
     const double per_micro = static_cast<double>(layers_per_stage) * (l.recompute == Recompute::full ? 6.0 : 4.0);
     const double q = static_cast<double>(l.tp);
-    e.traffic.push_back({"tp", tp_link.name, m_d * per_micro * 2.0 * (q - 1) / q * activation,
-                         m_d * per_micro * ring_all_reduce_time(activation, l.tp, tp_link.alpha, tp_link.beta)});
+    GroupTraffic tp{"tp", tp_link.name, m_d * per_micro * 2.0 * (q - 1) / q * activation,
+                    m_d * per_micro * ring_all_reduce_time(activation, l.tp, tp_link.alpha, tp_link.beta)};
+    // Once a step, the partial gradients of the tp-replicated parameters (the norms, row biases
+    // and, when tp > kv_heads, the shared key/value projections) are summed over tp.
+    double summed = 0;
+    for (const auto& p : models::gpt_block_parameters(at_tp(config, l.tp), 0))
+      summed += p.tp_summed ? static_cast<double>(p.numel()) : 0.0;
+    summed *= static_cast<double>(layers_per_stage) * bytes.grad;
+    tp.bytes += 2.0 * (q - 1) / q * summed;
+    tp.seconds += ring_all_reduce_time(summed, l.tp, tp_link.alpha, tp_link.beta);
+    e.traffic.push_back(tp);
   }
   if (l.pp > 1) {
     const double message = activation / static_cast<double>(l.tp);  // sequence-parallel activations
@@ -142,8 +180,7 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   }
 
   const double tokens = static_cast<double>(config.train.global_batch_size * m.seq_len);
-  const double model_flops =
-      6.0 * n * tokens + 12.0 * static_cast<double>(m.num_layers * m.hidden_size * m.seq_len) * tokens;
+  const double model_flops = models::gpt_flops_per_token(config) * tokens;
   // Full recomputation runs the forward twice (4/3 of the work); selective re-runs the
   // attention core, 4 S H flops per token and layer (QK^T and PV).
   double hardware_flops = model_flops * (l.recompute == Recompute::full ? 4.0 / 3.0 : 1.0);
@@ -172,7 +209,8 @@ std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const Cluste
   const int64_t g = config.train.global_batch_size;
   std::vector<LayoutEstimate> all;
   for (int64_t tp = 1; tp <= std::min<int64_t>(world, 64); tp *= 2) {
-    if (m.num_heads % tp || config.ffn_size() % tp || m.seq_len % tp) continue;
+    const int64_t kv = m.kv_heads();
+    if (m.num_heads % tp || (kv % tp && tp % kv) || config.ffn_size() % tp || m.seq_len % tp) continue;
     for (int64_t pp = 1; pp <= m.num_layers && tp * pp <= world; ++pp) {
       if (m.num_layers % pp || world % (tp * pp)) continue;
       const int64_t dp = world / (tp * pp);

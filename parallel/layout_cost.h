@@ -38,12 +38,23 @@ double tp_layer_volume_elements(int64_t b, int64_t s, int64_t h, int64_t t);  //
 double pipeline_bubble(int64_t p, int64_t m, int64_t v);                      // (p-1)/(m v + p-1)
 
 // Activation bytes of one transformer layer for one micro-batch (Korthikanti et al. 2022, 16-bit):
-// S B H (34 + 5 a S / H) / t with tp t and sequence parallelism; selective recomputation drops the
-// 5 a S / H term; full recomputation keeps only the layer input, 2 S B H / t.
-double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, int64_t t, Recompute recompute);
+// S B H (C + 5 a S / H) / t with tp t and sequence parallelism, C = layer_activation_coefficient
+// (34 for GPT); selective recomputation drops the 5 a S / H term; full recomputation keeps only
+// the layer input, 2 S B H / t.
+double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, int64_t t, Recompute recompute,
+                              double coefficient);
 
-// GPT parameters as loom builds them (tied embedding).
-double gpt_parameters(const Config& config);
+// C above, counted as Korthikanti et al. count GPT's 34 (in units of S B H, 2 bytes each element):
+// the two norms' inputs 4; attention 7 + 4 kv_heads / heads (its input, Q, K and V, the
+// projection's input, the dropout mask; GQA's K and V are smaller); the MLP's input and dropout
+// mask 3, plus 4 F / H for GELU (its input and output) or 8 F / H for SwiGLU (gate, up,
+// silu(gate) and their product, as eager PyTorch keeps them).
+double layer_activation_coefficient(const Config& config);
+
+// Parameters one rank holds at tp and pp (with sequence parallelism): the model divided by
+// tp * pp, except what tp replicates (norms, row biases, key/value projections shared by
+// tp / kv_heads ranks), divided by pp only.
+double parameters_per_rank(const Config& config, int64_t tp, int64_t pp);
 
 // ---- a layout, estimated ------------------------------------------------------
 

@@ -4,6 +4,8 @@
 
 #include "core/config.h"
 #include "core/errors.h"
+#include "models/gpt_flops.h"
+#include "models/gpt_shapes.h"
 #include "parallel/layout_cost.h"
 
 using namespace loom::parallel;
@@ -43,10 +45,11 @@ TEST_CASE("collective times, tp volume, bubble and crossover follow the formulas
   CHECK(pipeline_bubble(4, 8, 1) == Approx(3.0 / 11));
   CHECK(pipeline_bubble(8, 64, 2) == Approx(7.0 / 135));
   // Activations per layer: S B H (34 + 5 a S / H) / t; selective drops the attention term.
-  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, loom::Recompute::none) ==
+  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, loom::Recompute::none, 34) ==
         Approx(2048.0 * 12288 * (34 + 5.0 * 96 * 2048 / 12288) / 8));
-  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, loom::Recompute::selective) == Approx(2048.0 * 12288 * 34 / 8));
-  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, loom::Recompute::full) == Approx(2.0 * 2048 * 12288 / 8));
+  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, loom::Recompute::selective, 34) ==
+        Approx(2048.0 * 12288 * 34 / 8));
+  CHECK(layer_activation_bytes(2048, 1, 12288, 96, 8, loom::Recompute::full, 34) == Approx(2.0 * 2048 * 12288 / 8));
 }
 
 TEST_CASE("GPT-3 175B on 1,024 H100s: the best layout keeps tp inside a node", "[plan]") {
@@ -58,7 +61,8 @@ TEST_CASE("GPT-3 175B on 1,024 H100s: the best layout keeps tp inside a node", "
   c.model.seq_len = 2048;
   c.train.global_batch_size = 1536;
   c.train.precision = loom::TrainPrecision::bf16;
-  CHECK(gpt_parameters(c) == Approx(175e9).epsilon(0.01));
+  CHECK(layer_activation_coefficient(c) == 34);
+  CHECK(static_cast<double>(loom::models::model_num_parameters(c)) == Approx(175e9).epsilon(0.01));
   const auto cluster = load_cluster(std::string(LOOM_SOURCE_DIR) + "/configs/clusters/h100_sxm_8x_ib.yaml");
   const auto all = enumerate_layouts(c, cluster, 1024);
   REQUIRE(!all.empty());
@@ -93,4 +97,86 @@ TEST_CASE("cluster files with a missing or unknown key are refused naming it", "
   std::ofstream(missing) << "gpus_per_node: 8\nnodes: 1\n";
   CHECK_THROWS_WITH(load_cluster(missing), Catch::Contains("missing key 'peak_bf16_tflops'"));
   CHECK_THROWS_AS(load_cluster((dir / "nope.yaml").string()), loom::InputError);
+}
+
+namespace {
+
+loom::Config read_config(const std::string& name) {
+  return loom::load_config(std::string(LOOM_SOURCE_DIR) + "/configs/" + name);
+}
+
+}  // namespace
+
+TEST_CASE("parameter counts: GPT-2 124M and the Llama configs' published sizes", "[plan]") {
+  loom::Config gpt2;
+  gpt2.model.vocab_size = 50257;
+  gpt2.model.seq_len = 1024;
+  gpt2.model.hidden_size = 768;
+  gpt2.model.num_heads = 12;
+  gpt2.model.num_layers = 12;
+  CHECK(loom::models::model_num_parameters(gpt2) == 124439808);
+  // Hugging Face's counts: SmolLM2 and Llama 3.2 tie the output layer to the embedding, TinyLlama does not.
+  CHECK(loom::models::model_num_parameters(read_config("smollm2_135m.yaml")) == 134515008);
+  CHECK(loom::models::model_num_parameters(read_config("tinyllama_1_1b.yaml")) == 1100048384);
+  CHECK(loom::models::model_num_parameters(read_config("llama3_2_1b.yaml")) == 1235814400);
+}
+
+TEST_CASE("a small Llama's FLOPs, activation coefficient and parameters per rank, worked by hand", "[plan]") {
+  loom::Config c;
+  c.model.arch = loom::ModelArch::llama;
+  c.model.vocab_size = 256;
+  c.model.hidden_size = 64;
+  c.model.num_heads = 4;
+  c.model.num_kv_heads = 2;
+  c.model.ffn_hidden_size = 172;
+  c.model.num_layers = 2;
+  c.model.seq_len = 32;
+  loom::resolve_model_defaults(c);
+  // Per block: ln_1, ln_2 64 each (RMSNorm, no bias); q and proj 64 x 64; kv 2 kv heads x 2 x 16 x 64;
+  // gate, up, proj 172 x 64. Untied: wte and lm_head 256 x 64; ln_f 64; no wpe under RoPE.
+  const int64_t block = 2 * 64 + 2 * 4096 + 4096 + 3 * 11008;
+  CHECK(loom::models::model_num_parameters(c) == 2 * block + 2 * 16384 + 64);
+  // 6 x (per block q, kv, proj 12288 + gate, up, proj 33024; the output layer 16384) + 12 L h S.
+  CHECK(loom::models::gpt_flops_per_token(c) == 6.0 * (2 * (12288 + 33024) + 16384) + 12.0 * 2 * 64 * 32);
+  // 4 (norms) + 7 + 4 x 2/4 (GQA's K and V) + 3 + 8 x 172/64 (SwiGLU) = 37.5.
+  CHECK(layer_activation_coefficient(c) == Approx(37.5));
+  // tp 2 splits the kv heads (one per rank); tp 4 replicates the kv projection (8192 in all).
+  const double n = static_cast<double>(loom::models::model_num_parameters(c));
+  CHECK(parameters_per_rank(c, 2, 1) == Approx((n - 320) / 2 + 320));
+  CHECK(parameters_per_rank(c, 4, 2) == Approx(((n - 320 - 8192) / 4 + 320 + 8192) / 2));
+}
+
+TEST_CASE("loom plan on TinyLlama: GQA's tp rule, the replicated kv projections' memory and traffic", "[plan]") {
+  const auto c = read_config("tinyllama_1_1b.yaml");
+  const double n = 1100048384;
+  // At tp 4 each rank holds one whole kv head: only the RMSNorm weights are replicated (2 per
+  // block and ln_f). At tp 8 the 4 kv heads' projections, 2 x 4 x 64 x 2048 per block, are too.
+  const double norms = 2 * 2048 * 22 + 2048, kv = 22 * 2.0 * 4 * 64 * 2048;
+  CHECK(parameters_per_rank(c, 4, 1) == Approx((n - norms) / 4 + norms));
+  CHECK(parameters_per_rank(c, 8, 1) == Approx((n - norms - kv) / 8 + norms + kv));
+  CHECK(parameters_per_rank(c, 8, 1) == Approx(157771776));
+
+  const auto cluster = load_cluster(std::string(LOOM_SOURCE_DIR) + "/configs/clusters/h100_sxm_8x_ib.yaml");
+  // tp 8 moves, beyond the activations' all-reduces, the norms' and kv projections' bf16
+  // gradients once a step: 2 (tp - 1) / tp x (2 x 2048 + 2 x 4 x 64 x 2048) x 22 x 2 bytes.
+  Layout tp8{8, 1, 1, 1, 0, 1, loom::Recompute::none};
+  Layout tp4 = tp8;
+  tp4.tp = 4;
+  const auto at8 = estimate_layout(c, cluster, tp8), at4 = estimate_layout(c, cluster, tp4);
+  REQUIRE(at8.traffic.size() == 1);
+  // bf16 activations and gradients (2 bytes); micro-batches of one sequence of 2048.
+  REQUIRE(c.train.precision == loom::TrainPrecision::bf16);
+  const double micro_batches = static_cast<double>(c.train.global_batch_size);
+  const double activation = 2048.0 * 2048 * 2;
+  CHECK(at8.traffic[0].bytes == Approx(micro_batches * 22 * 4 * 2 * 7.0 / 8 * activation +
+                                       2 * 7.0 / 8 * (2 * 2048 + 2 * 4 * 64 * 2048) * 22 * 2));
+  CHECK(at4.traffic[0].bytes ==
+        Approx(micro_batches * 22 * 4 * 2 * 3.0 / 4 * activation + 2 * 3.0 / 4 * (2 * 2048) * 22 * 2));
+  // 4 kv heads lay over tp 1, 2, 4 and 8 (32 heads allow them all); the best layout fits.
+  const auto all = enumerate_layouts(c, cluster, 64);
+  REQUIRE(!all.empty());
+  CHECK(all.front().fits);
+  for (const auto& e : all) CHECK((4 % e.layout.tp == 0 || e.layout.tp % 4 == 0));
+  // SmolLM2's 9 heads (3 kv heads) allow no tp but 1 among the powers of two loom plan tries.
+  for (const auto& e : enumerate_layouts(read_config("smollm2_135m.yaml"), cluster, 8)) CHECK(e.layout.tp == 1);
 }

@@ -65,6 +65,15 @@ expect_exit 2 "cannot read cluster file '$WORK/none.yaml'" "$LOOM" plan "$TINY" 
 expect_exit 0 "decision order check: tp inside a node: yes" "$LOOM" plan "$LOOM_SOURCE/configs/gpt3_175b.yaml" \
   --cluster "$LOOM_SOURCE/configs/clusters/h100_sxm_8x_ib.yaml" --world 1024
 expect_exit 0 "zero_stage 3: " "$LOOM" plan "$TINY" --world 8
+# The Llama configs read by the planner, each with its published parameter count.
+H100="$LOOM_SOURCE/configs/clusters/h100_sxm_8x_ib.yaml"
+expect_exit 0 "on 64 GPUs of .*; 1,100,048,384 parameters" "$LOOM" plan "$LOOM_SOURCE/configs/tinyllama_1_1b.yaml" \
+  --cluster "$H100" --world 64
+expect_exit 0 "decision order check: tp inside a node: yes" "$LOOM" plan "$LOOM_SOURCE/configs/tinyllama_1_1b.yaml" \
+  --cluster "$H100" --world 64
+expect_exit 0 "; 1,235,814,400 parameters" "$LOOM" plan "$LOOM_SOURCE/configs/llama3_2_1b.yaml" --cluster "$H100" --world 64
+expect_exit 0 "; 134,515,008 parameters" "$LOOM" plan "$LOOM_SOURCE/configs/smollm2_135m.yaml" --cluster "$H100" --world 8
+expect_exit 0 "(of 1,100,048,384, tp=1 pp=1)" "$LOOM" plan "$LOOM_SOURCE/configs/tinyllama_1_1b.yaml" --world 8
 expect_exit 2 "--world" "$LOOM" topology "$TINY"
 # loom schedule shows a layout's bubble before it runs: p=2, m=4 gives 1/5.
 "$LOOM" schedule "$TINY" --set parallel.pp=2 > "$WORK/schedule.txt" || fail "loom schedule"
