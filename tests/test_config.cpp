@@ -232,6 +232,55 @@ TEST_CASE("every validation rule names its key", "[config]") {
              Catch::Contains("3 micro-batches per step; the interleaved schedule needs a multiple of parallel.pp = 2"));
 }
 
+TEST_CASE("model.arch sets the defaults of the keys a config leaves unset; set keys win", "[config]") {
+  const Config gpt2 = resolved({}, 1);
+  CHECK(gpt2.model.norm == loom::NormKind::layernorm);
+  CHECK(gpt2.model.activation == loom::Activation::gelu);
+  CHECK(gpt2.model.position == loom::PositionKind::learned);
+  CHECK((gpt2.model.bias && gpt2.model.qkv_bias && gpt2.model.tie_embeddings));
+  CHECK(gpt2.ffn_size() == 4 * 64);
+
+  const Config llama = resolved({"model.arch=llama"}, 1);
+  CHECK(llama.model.norm == loom::NormKind::rmsnorm);
+  CHECK(llama.model.activation == loom::Activation::swiglu);
+  CHECK(llama.model.position == loom::PositionKind::rope);
+  CHECK((!llama.model.bias && !llama.model.qkv_bias && !llama.model.tie_embeddings));
+  CHECK(llama.ffn_size() == 256);  // 8 x 64 / 3 = 170, rounded up to a multiple of 256
+  CHECK(llama.model.kv_heads() == llama.model.num_heads);
+
+  // Explicit keys win whatever their order against model.arch; qkv_bias follows bias unless set.
+  const Config mixed =
+      resolved({"model.tie_embeddings=true", "model.arch=llama", "model.norm=layernorm", "model.bias=true"}, 1);
+  CHECK(mixed.model.tie_embeddings);
+  CHECK(mixed.model.norm == loom::NormKind::layernorm);
+  CHECK((mixed.model.bias && mixed.model.qkv_bias));
+  CHECK(mixed.model.activation == loom::Activation::swiglu);
+  const Config qwen_like = resolved({"model.arch=llama", "model.qkv_bias=true"}, 1);
+  CHECK((!qwen_like.model.bias && qwen_like.model.qkv_bias));
+  // The same from a file: the YAML's keys count as set.
+  Config from_file = loom::load_config(write_yaml("model:\n  arch: llama\n  position: learned\n"));
+  CHECK(from_file.model.position == loom::PositionKind::learned);
+  CHECK(from_file.model.norm == loom::NormKind::rmsnorm);
+}
+
+TEST_CASE("grouped-query attention follows Megatron-LM's tp rule; RoPE needs an even head dimension", "[config]") {
+  // 2 kv heads over tp 4: each shared by 2 ranks. 4 kv heads over tp 8 (8 heads of 8).
+  CHECK(resolved({"model.num_kv_heads=2", "parallel.tp=4"}, 4).model.kv_heads() == 2);
+  CHECK(resolved({"model.num_heads=8", "model.num_kv_heads=4", "parallel.tp=8"}, 8).model.kv_heads() == 4);
+  CHECK(resolved({"model.num_kv_heads=2", "parallel.tp=2"}, 2).model.kv_heads() == 2);
+  // 3 kv heads over tp 2: neither whole kv heads per rank nor an equal share of one.
+  const auto three_over_two =
+      error_of({"model.hidden_size=96", "model.num_heads=6", "model.num_kv_heads=3", "parallel.tp=2"}, 2);
+  CHECK_THAT(three_over_two, Catch::Contains("'model.num_kv_heads'") && Catch::Contains("parallel.tp = 2"));
+  CHECK_THAT(error_of({"model.num_kv_heads=3"}, 1),
+             Catch::Contains("'model.num_kv_heads'") && Catch::Contains("do not divide model.num_heads = 4"));
+  // RoPE rotates pairs: head dimension 60 / 4 = 15 is refused, 64 / 4 = 16 is fine.
+  CHECK_THAT(error_of({"model.arch=llama", "model.hidden_size=60"}, 1),
+             Catch::Contains("'model.position'") && Catch::Contains("= 15 must be even"));
+  CHECK(resolved({"model.arch=llama"}, 1).model.head_dim() == 16);
+  CHECK_THAT(error_of({"model.rope_scaling.type=llama3"}, 1), Catch::Contains("'model.rope_scaling.type'"));
+}
+
 TEST_CASE("the resolved config written out reads back to the same config", "[config]") {
   Config a = resolved({"parallel.tp=2", "data.path=some dir/with: colon", "train.lr=0.000123456789"}, 4);
   Config b = loom::load_config(write_yaml(loom::to_yaml(a)));
