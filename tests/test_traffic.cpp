@@ -119,13 +119,13 @@ TEST_CASE("the traffic model's parameter shards add up to the whole GPT", "[traf
   }
 }
 
-TEST_CASE("the shape list is the model's parameters, name by name", "[traffic]") {
+TEST_CASE("the shape list is the model's parameters, name by name, at GPT-2 and Llama shapes", "[traffic]") {
   Config gpt2;
   gpt2.model.num_layers = 2;
   gpt2.model.hidden_size = 32;
   gpt2.model.vocab_size = 64;
   gpt2.model.seq_len = 16;
-  for (const Config& c : {gpt2}) {
+  for (const Config& c : {gpt2, tiny_llama()}) {
     std::vector<models::ParameterShape> shapes = models::gpt_input_parameters(c);
     for (int64_t layer = 0; layer < c.model.num_layers; ++layer) {
       for (auto& s : models::gpt_block_parameters(c, layer)) shapes.push_back(s);
@@ -142,6 +142,7 @@ TEST_CASE("the shape list is the model's parameters, name by name", "[traffic]")
       total += shapes[i].numel();
     }
     CHECK(models::model_num_parameters(c) == total);
+    CHECK(models::GPTImpl(models::GPTOptions::from_config(c)).num_parameters() == total);
   }
 }
 

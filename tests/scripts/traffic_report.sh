@@ -2,14 +2,17 @@
 # The traffic report of real runs: at several layouts, the cost model's
 # predicted calls and bytes per group equal every rank's counters exactly
 # (`loom plan --run`), the rank-by-rank matrix sums to the counters' sent
-# bytes, and a tp group spread over two (pretend) nodes is named.
+# bytes, and a tp group spread over two (pretend) nodes is named. The same for a
+# Llama (tests/configs/llama_tiny.yaml: 2 kv heads, untied, RMSNorm, no biases).
 source "$(dirname "$0")/common.sh"
+LLAMA="$LOOM_SOURCE/tests/configs/llama_tiny.yaml"
+CONFIG="$TINY"
 MODEL=(--set model.num_layers=4 --set train.global_batch_size=16 --set train.steps=3 --set train.warmup_steps=1)
 
-check_run() {  # check_run NAME NP [--set ...]
+check_run() {  # check_run NAME NP [--set ...]: trains $CONFIG
   local name="$1" np="$2"
   shift 2
-  mpirun --oversubscribe -np "$np" "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${MODEL[@]}" "$@" \
+  mpirun --oversubscribe -np "$np" "$LOOM" train "$CONFIG" --run-dir "$WORK/$name" "${MODEL[@]}" "$@" \
     > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "run $name failed"; }
   grep -q "traffic per step, rank 0" "$WORK/$name.log" || { cat "$WORK/$name.log"; fail "$name printed no traffic table"; }
   "$LOOM" plan --run "$WORK/$name" > "$WORK/$name.plan" || { cat "$WORK/$name.plan"; fail "loom plan --run $name"; }
@@ -21,6 +24,17 @@ check_run tp2_dp2 4 --set parallel.tp=2
 check_run tp2_sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
 check_run pp2_dp2_interleaved 4 --set parallel.pp=2 --set parallel.virtual_stages=2 --set parallel.schedule=interleaved
 check_run tp2_pp2_dp2_sp 8 --set parallel.tp=2 --set parallel.pp=2 --set parallel.sequence_parallel=true
+
+# Llama: at tp 2 each rank holds one kv head; at tp 4 both kv heads are on every rank and their
+# gradients summed over tp (under ZeRO-3 by the dp rank whose shard holds them, the other making
+# no call); the untied lm_head has no embedding-group sum across pipeline stages; under sequence
+# parallelism only the RMSNorm weights are summed.
+CONFIG="$LLAMA"
+check_run llama_tp2_pp2_dp2_sp 8 --set parallel.tp=2 --set parallel.pp=2 --set parallel.sequence_parallel=true
+check_run llama_tp4_dp2_zero3 8 --set parallel.tp=4 --set parallel.zero_stage=3
+check_run llama_tp4_pp2_interleaved 8 --set parallel.tp=4 --set parallel.pp=2 --set parallel.virtual_stages=2 \
+  --set parallel.schedule=interleaved
+CONFIG="$TINY"
 
 # Ranks 0-1 on "node0", 2-3 on "node1": tp=4 spans both, and the report says so.
 mpirun --oversubscribe -np 4 bash -c 'LOOM_HOST=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' "$LOOM" train "$TINY" \
