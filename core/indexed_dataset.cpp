@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "core/errors.h"
 
@@ -130,8 +131,16 @@ void IndexedDataset::read(size_t seq, int64_t offset, int64_t count, int64_t* ou
 }
 
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)
-    : prefix_(prefix), dtype_(dtype), bin_(prefix + ".bin", std::ios::binary | std::ios::trunc) {
-  if (!bin_) throw InputError("cannot write '" + prefix + ".bin'");
+    : prefix_(prefix), dtype_(dtype), bin_(prefix + ".bin.tmp", std::ios::binary | std::ios::trunc) {
+  if (!bin_) throw InputError("cannot write '" + prefix + ".bin.tmp'");
+}
+
+IndexedDatasetWriter::~IndexedDatasetWriter() {
+  if (finished_) return;
+  bin_.close();
+  std::error_code ignored;
+  std::filesystem::remove(prefix_ + ".bin.tmp", ignored);
+  std::filesystem::remove(prefix_ + ".idx.tmp", ignored);
 }
 
 void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
@@ -173,8 +182,8 @@ void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
 
 void IndexedDatasetWriter::finish() {
   bin_.close();
-  if (!bin_) throw InputError("failed writing '" + prefix_ + ".bin'");
-  const std::string idx = prefix_ + ".idx";
+  if (!bin_) throw InputError("failed writing '" + prefix_ + ".bin.tmp' (is the disk full?)");
+  const std::string idx = prefix_ + ".idx.tmp";
   std::ofstream out(idx, std::ios::binary | std::ios::trunc);
   if (!out) throw InputError("cannot write '" + idx + "'");
   out.write(kMagic, 9);
@@ -192,7 +201,11 @@ void IndexedDatasetWriter::finish() {
   out.write(reinterpret_cast<const char*>(offsets.data()), static_cast<std::streamsize>(offsets.size() * 8));
   out.write(reinterpret_cast<const char*>(documents_.data()), static_cast<std::streamsize>(documents_.size() * 8));
   out.close();
-  if (!out) throw InputError("failed writing '" + idx + "'");
+  if (!out) throw InputError("failed writing '" + idx + "' (is the disk full?)");
+  // The .bin first: a reader opening PREFIX finds the new .idx only beside the new .bin.
+  std::filesystem::rename(prefix_ + ".bin.tmp", prefix_ + ".bin");
+  std::filesystem::rename(idx, prefix_ + ".idx");
+  finished_ = true;
 }
 
 }  // namespace loom
