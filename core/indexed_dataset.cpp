@@ -84,6 +84,16 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   }
   const auto sequences = read_scalar<uint64_t>(in, idx);
   const auto documents = read_scalar<uint64_t>(in, idx);
+  // The counts must fit the file before anything is allocated for them (a damaged header can claim 2^61).
+  std::error_code error;
+  const uint64_t idx_bytes = std::filesystem::file_size(idx, error);
+  const uint64_t header = 9 + 8 + 1 + 8 + 8;
+  if (error || sequences > idx_bytes / 12 || documents > idx_bytes / 8 ||
+      header + sequences * 12 + documents * 8 != idx_bytes) {
+    throw InputError("'" + idx + "' claims " + std::to_string(sequences) + " sequences and " +
+                     std::to_string(documents) + " documents, which its " + std::to_string(idx_bytes) +
+                     " bytes cannot hold (a damaged or truncated index)");
+  }
   lengths_ = read_array<int32_t>(in, sequences, idx);
   offsets_ = read_array<int64_t>(in, sequences, idx);
   documents_ = read_array<int64_t>(in, documents, idx);
