@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "core/config_aliases.h"
@@ -52,6 +53,8 @@ void set_field(Config& config, const std::string& name, const std::string& text,
 void set_entries(Config& config, const std::string& prefix, const YAML::Node& map, const std::string& where) {
   for (const auto& entry : map) {
     const std::string name = prefix + "." + entry.first.as<std::string>();
+    // yaml-cpp keeps the last of two equal keys; a user who wrote both meant one of them.
+    if (config.set_keys.count(name) != 0) throw InputError(where + "key '" + name + "' appears twice");
     if (entry.second.IsMap()) {
       set_entries(config, name, entry.second, where);
       continue;
@@ -78,6 +81,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   config.source = path;
   std::ifstream probe(path);
   if (!probe) throw InputError("cannot read config file '" + path + "'");
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) throw InputError("config file '" + path + "' is a directory");
 
   YAML::Node root;
   try {

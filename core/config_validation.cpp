@@ -166,7 +166,9 @@ void resolve_and_validate(Config& c, int64_t world) {
           "virtual_stages = " + std::to_string(p.virtual_stages) + " needs the interleaved schedule, not '" +
               to_string(p.schedule) + "'");
   require(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", "must be 0, 1, 2 or 3");
-  require(p.timeout_s > 0, "parallel.timeout_s", "must be positive");
+  // Collectives take their timeout in milliseconds: a bound keeps the conversion finite.
+  require(p.timeout_s > 0 && p.timeout_s <= 30 * 24 * 3600.0, "parallel.timeout_s",
+          "must be positive and at most 2592000 (30 days)");
   require(p.bucket_mb >= 0, "parallel.bucket_mb", "must be 0 (one bucket) or positive");
   check_grid_order(p.order);
 

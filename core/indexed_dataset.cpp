@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "core/errors.h"
 
@@ -83,6 +84,16 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   }
   const auto sequences = read_scalar<uint64_t>(in, idx);
   const auto documents = read_scalar<uint64_t>(in, idx);
+  // The counts must fit the file before anything is allocated for them (a damaged header can claim 2^61).
+  std::error_code error;
+  const uint64_t idx_bytes = std::filesystem::file_size(idx, error);
+  const uint64_t header = 9 + 8 + 1 + 8 + 8;
+  if (error || sequences > idx_bytes / 12 || documents > idx_bytes / 8 ||
+      header + sequences * 12 + documents * 8 != idx_bytes) {
+    throw InputError("'" + idx + "' claims " + std::to_string(sequences) + " sequences and " +
+                     std::to_string(documents) + " documents, which its " + std::to_string(idx_bytes) +
+                     " bytes cannot hold (a damaged or truncated index)");
+  }
   lengths_ = read_array<int32_t>(in, sequences, idx);
   offsets_ = read_array<int64_t>(in, sequences, idx);
   documents_ = read_array<int64_t>(in, documents, idx);
@@ -130,8 +141,16 @@ void IndexedDataset::read(size_t seq, int64_t offset, int64_t count, int64_t* ou
 }
 
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)
-    : prefix_(prefix), dtype_(dtype), bin_(prefix + ".bin", std::ios::binary | std::ios::trunc) {
-  if (!bin_) throw InputError("cannot write '" + prefix + ".bin'");
+    : prefix_(prefix), dtype_(dtype), bin_(prefix + ".bin.tmp", std::ios::binary | std::ios::trunc) {
+  if (!bin_) throw InputError("cannot write '" + prefix + ".bin.tmp'");
+}
+
+IndexedDatasetWriter::~IndexedDatasetWriter() {
+  if (finished_) return;
+  bin_.close();
+  std::error_code ignored;
+  std::filesystem::remove(prefix_ + ".bin.tmp", ignored);
+  std::filesystem::remove(prefix_ + ".idx.tmp", ignored);
 }
 
 void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
@@ -173,8 +192,8 @@ void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
 
 void IndexedDatasetWriter::finish() {
   bin_.close();
-  if (!bin_) throw InputError("failed writing '" + prefix_ + ".bin'");
-  const std::string idx = prefix_ + ".idx";
+  if (!bin_) throw InputError("failed writing '" + prefix_ + ".bin.tmp' (is the disk full?)");
+  const std::string idx = prefix_ + ".idx.tmp";
   std::ofstream out(idx, std::ios::binary | std::ios::trunc);
   if (!out) throw InputError("cannot write '" + idx + "'");
   out.write(kMagic, 9);
@@ -192,7 +211,11 @@ void IndexedDatasetWriter::finish() {
   out.write(reinterpret_cast<const char*>(offsets.data()), static_cast<std::streamsize>(offsets.size() * 8));
   out.write(reinterpret_cast<const char*>(documents_.data()), static_cast<std::streamsize>(documents_.size() * 8));
   out.close();
-  if (!out) throw InputError("failed writing '" + idx + "'");
+  if (!out) throw InputError("failed writing '" + idx + "' (is the disk full?)");
+  // The .bin first: a reader opening PREFIX finds the new .idx only beside the new .bin.
+  std::filesystem::rename(prefix_ + ".bin.tmp", prefix_ + ".bin");
+  std::filesystem::rename(idx, prefix_ + ".idx");
+  finished_ = true;
 }
 
 }  // namespace loom

@@ -52,9 +52,14 @@ class IndexedDataset {
 // Writes a dataset in the same format; each add_document call is one document of one sequence.
 class IndexedDatasetWriter {
  public:
+  // Writes into PREFIX.bin.tmp and PREFIX.idx.tmp: an existing dataset at PREFIX is
+  // replaced only by a complete one, and a writer destroyed before finish() removes its temporaries.
   IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype);
+  ~IndexedDatasetWriter();
+  IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
+  IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
   void add_document(const std::vector<int64_t>& tokens);
-  // Writes PREFIX.idx; the dataset is complete only after this.
+  // Writes the index and renames both files into place; the dataset is complete only after this.
   void finish();
 
  private:
@@ -63,6 +68,7 @@ class IndexedDatasetWriter {
   std::vector<int32_t> lengths_;
   std::vector<int64_t> documents_{0};
   std::ofstream bin_;
+  bool finished_ = false;
 };
 
 }  // namespace loom

@@ -1,6 +1,7 @@
 // loom prepare: raw text files to a Megatron-LM indexed dataset. With the byte
 // tokenizer each byte is its token id (0-255) and each input file is one
 // document; --append-eod ends every document with token 256.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -16,6 +17,14 @@ int prepare(const PrepareArgs& args) {
     throw InputError("--tokenizer '" + args.tokenizer + "' is not known; the tokenizers are: byte");
   }
   constexpr int64_t kEod = 256;
+  // Every input is checked before anything is written: a bad one leaves no partial dataset.
+  for (const auto& path : args.inputs) {
+    std::error_code error;
+    if (std::filesystem::is_directory(path, error)) {
+      throw InputError("input '" + path + "' is a directory; give the text files inside it (--input DIR/*.txt)");
+    }
+    if (!std::ifstream(path, std::ios::binary)) throw InputError("cannot read input file '" + path + "'");
+  }
   IndexedDatasetWriter writer(args.output_prefix, TokenDtype::u16);
   int64_t tokens = 0;
   for (const auto& path : args.inputs) {

@@ -3,12 +3,9 @@
 #include <string>
 
 #include "models/gelu.h"
+#include "models/swiglu.h"
 
 namespace loom::models {
-
-torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
-  return torch::silu(gate) * up;
-}
 
 MlpImpl::MlpImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp) : tp_(tp) {
   const int64_t h = options.hidden_size, f = options.ffn_hidden_size;

@@ -15,9 +15,6 @@
 
 namespace loom::models {
 
-// SwiGLU's formula: silu(GATE) * UP.
-torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
-
 class MlpImpl : public parallel::ParallelModule {
  public:
   MlpImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp);

@@ -106,4 +106,15 @@ TEST_CASE("broken datasets are refused naming the file", "[data]") {
   std::filesystem::resize_file(dir + "/cut.idx", 30);
   std::ofstream(dir + "/cut.bin") << "";
   CHECK_THROWS_WITH(IndexedDataset(dir + "/cut"), Catch::Contains("truncated"));
+
+  // A header claiming 2^61 sequences is refused before anything is allocated for them.
+  std::filesystem::copy_file(dir + "/ds.idx", dir + "/huge.idx");
+  std::filesystem::copy_file(dir + "/ds.bin", dir + "/huge.bin");
+  {
+    std::fstream f(dir + "/huge.idx", std::ios::in | std::ios::out | std::ios::binary);
+    const uint64_t claimed = uint64_t{1} << 61;
+    f.seekp(9 + 8 + 1);  // magic, version, dtype code: then the sequence count
+    f.write(reinterpret_cast<const char*>(&claimed), 8);
+  }
+  CHECK_THROWS_WITH(IndexedDataset(dir + "/huge"), Catch::Contains("huge.idx") && Catch::Contains("cannot hold"));
 }

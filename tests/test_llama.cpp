@@ -9,6 +9,7 @@
 #include "models/norm.h"
 #include "models/rotary.h"
 #include "models/self_attention.h"
+#include "models/swiglu.h"
 
 using namespace loom;
 using namespace loom::models;
@@ -67,13 +68,22 @@ TEST_CASE("RMSNorm is weight * x / sqrt(mean(x^2) + eps), without a bias", "[lla
   for (int64_t i = 0; i < 4; ++i) CHECK(out[i].item<double>() == Approx(expected[static_cast<size_t>(i)]));
 }
 
-TEST_CASE("SwiGLU is silu(gate) * up, silu(g) = g / (1 + exp(-g))", "[llama]") {
-  auto g = torch::tensor({-2.0f, 0.0f, 1.5f}), u = torch::tensor({3.0f, 5.0f, -2.0f});
+TEST_CASE("SwiGLU is silu(gate) * up, silu(g) = g / (1 + exp(-g)), with its derivatives", "[llama]") {
+  auto g = torch::tensor({-2.0, 0.0, 1.5}, torch::kDouble).requires_grad_();
+  auto u = torch::tensor({3.0, 5.0, -2.0}, torch::kDouble).requires_grad_();
   auto out = swiglu(g, u);
+  auto dy = torch::tensor({0.5, -1.0, 2.0}, torch::kDouble);
+  out.backward(dy);
   for (int64_t i = 0; i < 3; ++i) {
-    const double gi = g[i].item<double>(), ui = u[i].item<double>();
-    CHECK(out[i].item<double>() == Approx(gi / (1 + std::exp(-gi)) * ui));
+    const double gi = g[i].item<double>(), ui = u[i].item<double>(), dyi = dy[i].item<double>();
+    const double s = 1 / (1 + std::exp(-gi));
+    CHECK(out[i].item<double>() == Approx(gi * s * ui));
+    CHECK(u.grad()[i].item<double>() == Approx(dyi * gi * s));
+    CHECK(g.grad()[i].item<double>() == Approx(dyi * ui * (s + gi * s * (1 - s))));
   }
+  // Large tensors are cut into pieces over the BLAS threads: the same numbers as the composed ops.
+  auto big_g = torch::randn({1 << 19}), big_u = torch::randn({1 << 19});
+  CHECK(torch::equal(swiglu(big_g, big_u), torch::silu(big_g) * big_u));
 }
 
 TEST_CASE("grouped-query attention: query head j reads kv head j / (heads / kv heads)", "[llama]") {

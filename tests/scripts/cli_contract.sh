@@ -24,7 +24,7 @@ for command in train topology schedule plan export prepare; do
   expect_exit 0 "usage: loom $command" "$LOOM" "$command" --help
 done
 expect_exit 0 "^  train.steps  *int  *100  *optimizer steps$" "$LOOM" train --help
-expect_exit 0 "^  model.init_from  *string  *\"\"  *Hugging Face GPT-2" "$LOOM" train --help
+expect_exit 0 "^  model.init_from  *string  *\"\"  *Hugging Face model directory" "$LOOM" train --help
 expect_exit 0 "--inject-fault RANK:STEP:KIND" "$LOOM" train --help
 # Flags: CLI11's complaints become loom's one-line errors and exit 2, naming the flag.
 expect_exit 2 "loom train: the following argument was not expected: --bogus" "$LOOM" train "$TINY" --bogus
@@ -84,6 +84,20 @@ expect_exit 2 "'model.num_heads'" "$LOOM" topology "$TINY" --world 3 --set paral
 expect_exit 2 "cannot read input file" "$LOOM" prepare --input "$WORK/none.txt" --output "$WORK/ds"
 printf 'model: [1, 2\n' > "$WORK/bad.yaml"
 expect_exit 2 "not valid YAML" "$LOOM" train "$WORK/bad.yaml"
+printf 'model:\n  num_layers: 2\n  num_layers: 3\n' > "$WORK/twice.yaml"
+expect_exit 2 "key 'model.num_layers' appears twice" "$LOOM" train "$WORK/twice.yaml"
+expect_exit 2 "config file '$WORK' is a directory" "$LOOM" train "$WORK"
+expect_exit 2 "'parallel.timeout_s': must be positive and at most" "$LOOM" train "$TINY" --set parallel.timeout_s=1e300
+# prepare checks its inputs before writing: a directory is refused, and nothing partial is left
+# beside a dataset a failed run would have replaced.
+expect_exit 2 "input '$WORK' is a directory" "$LOOM" prepare --input "$WORK" --output "$WORK/from_dir"
+[ -z "$(ls "$WORK" | grep '^from_dir')" ] || fail "prepare of a directory left files behind"
+printf 'good' > "$WORK/good.txt"
+"$LOOM" prepare --input "$WORK/good.txt" --output "$WORK/kept" > /dev/null || fail "prepare good.txt"
+cp "$WORK/kept.bin" "$WORK/kept.bin.before"
+expect_exit 2 "cannot read input file" "$LOOM" prepare --input "$WORK/good.txt" "$WORK/none.txt" --output "$WORK/kept"
+cmp -s "$WORK/kept.bin" "$WORK/kept.bin.before" && [ ! -e "$WORK/kept.bin.tmp" ] ||
+  fail "a failed prepare changed the existing dataset or left a temporary"
 
 # Topology of tp=2 pp=2 dp=2 on 8 ranks, as written out by hand.
 "$LOOM" topology "$TINY" --world 8 --set parallel.tp=2 --set parallel.pp=2 > "$WORK/topo.json"

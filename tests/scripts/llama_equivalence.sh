@@ -5,7 +5,8 @@
 # relative for 20 steps: tp 2 (each rank one kv head), tp 4 (each kv head shared
 # by 2 ranks), both with sequence parallelism, pp 2 and 4 with 1f1b and the
 # interleaved schedule, dp 2 with ZeRO 1 and 3, full and selective recomputation,
-# tp 2 x pp 2 x dp 2; and bf16 tracks fp32.
+# tp 2 x pp 2 x dp 2; a checkpoint saved at tp 4 resumes at tp 2 x pp 2 and in one
+# process; and bf16 tracks fp32.
 source "$(dirname "$0")/common.sh"
 LLAMA="$LOOM_SOURCE/tests/configs/llama_tiny.yaml"
 
@@ -41,6 +42,20 @@ done <<'LAYOUTS'
 2 tp2_recompute_selective parallel.tp=2 train.recompute=selective
 8 tp2_pp2_dp2 parallel.tp=2 parallel.pp=2 parallel.sequence_parallel=true
 LAYOUTS
+
+# Layout-independent checkpoints: saved at tp 4 (kv heads shared, the kv weight whole on
+# every rank) after step 10, resumed at tp 2 x pp 2 (kv heads split) and in one process.
+run 4 saved_tp4 --set parallel.tp=4 --set checkpoint.dir="$WORK/ck" --set train.exit_after=10
+for layout in "4 resumed_tp2_pp2 parallel.tp=2 parallel.pp=2" "1 resumed_one"; do
+  set -- $layout
+  np="$1" name="$2"
+  shift 2
+  args=()
+  for s in "$@"; do args+=(--set "$s"); done
+  run "$np" "$name" "${args[@]}" --resume "$WORK/ck/step_00000010"
+  compare_resumed "$WORK/$name" "$WORK/ref" 11 20 "saved at tp 4, $name" ||
+    fail "$name differs from the uninterrupted run"
+done
 
 # Mixed precision: bf16 learns and ends near fp32 (bf16 rounds every activation).
 run 1 bf16 --set train.precision=bf16 --set train.steps=60

@@ -1,0 +1,55 @@
+"""Draws random training layouts for tests/scripts/random_layouts.sh: one line per draw,
+"NP NAME MODEL_SETS | LAYOUT_SETS", each SETS a space-separated list of key=value.
+
+The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not); tp, pp
+and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
+interleaved), ZeRO stage, recomputation, micro-batch size, ep for MoE. Every draw is a
+valid config on tests/configs/tiny.yaml (global batch 8, seq 32, 4 heads) with 8 layers.
+"""
+import random
+import sys
+
+
+def draw(rng, index):
+    model = ["model.num_layers=8"]
+    arch = rng.choice(["gpt2", "llama"])
+    moe = arch == "gpt2" and rng.random() < 0.35
+    if arch == "llama":
+        model += ["model.arch=llama", "model.ffn_hidden_size=64",
+                  f"model.num_kv_heads={rng.choice([1, 2, 4])}",
+                  f"model.tie_embeddings={rng.choice(['true', 'false'])}"]
+    if moe:
+        model += ["model.moe.num_experts=4", "model.moe.top_k=2"]
+    while True:
+        tp, pp, dp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([1, 2])
+        if 1 < tp * pp * dp <= 8:
+            break
+    # MoE's auxiliary losses are per micro-batch: its draws keep the reference's micro-batch size.
+    micro = 2 if moe else rng.choice([m for m in (1, 2, 4) if 8 % (m * dp) == 0])
+    layout = [f"parallel.tp={tp}", f"parallel.pp={pp}", f"train.micro_batch_size={micro}",
+              f"parallel.zero_stage={rng.choice([0, 1, 2, 3])}",
+              f"train.recompute={rng.choice(['none', 'full', 'selective'])}"]
+    if tp > 1 and rng.random() < 0.5:
+        layout.append("parallel.sequence_parallel=true")
+    if pp > 1:
+        micro_batches = 8 // (micro * dp)
+        schedules = ["gpipe", "1f1b"] + (["interleaved"] if micro_batches % pp == 0 else [])
+        schedule = rng.choice(schedules)
+        layout.append(f"parallel.schedule={schedule}")
+        if schedule == "interleaved":
+            layout.append("parallel.virtual_stages=2")
+    if moe:
+        layout.append(f"parallel.ep={rng.choice([e for e in (1, 2) if dp % e == 0])}")
+    name = f"draw{index}_{arch}{'_moe' if moe else ''}_tp{tp}_pp{pp}_dp{dp}"
+    return f"{tp * pp * dp} {name} {' '.join(model)} | {' '.join(layout)}"
+
+
+def main(argv):
+    seed, count = int(argv[1]), int(argv[2])
+    rng = random.Random(seed)
+    for i in range(count):
+        print(draw(rng, i))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
