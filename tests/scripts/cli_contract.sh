@@ -24,7 +24,7 @@ for command in train topology schedule plan export prepare; do
   expect_exit 0 "usage: loom $command" "$LOOM" "$command" --help
 done
 expect_exit 0 "^  train.steps  *int  *100  *optimizer steps$" "$LOOM" train --help
-expect_exit 0 "^  model.init_from  *string  *\"\"  *Hugging Face GPT-2" "$LOOM" train --help
+expect_exit 0 "^  model.init_from  *string  *\"\"  *Hugging Face model directory" "$LOOM" train --help
 expect_exit 0 "--inject-fault RANK:STEP:KIND" "$LOOM" train --help
 # Flags: CLI11's complaints become loom's one-line errors and exit 2, naming the flag.
 expect_exit 2 "loom train: the following argument was not expected: --bogus" "$LOOM" train "$TINY" --bogus
