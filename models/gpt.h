@@ -1,14 +1,16 @@
-// GPT with the GPT-2 architecture: token and learned position embeddings,
-// pre-LayerNorm blocks of causal multi-head attention and a GELU (tanh) MLP,
-// a final LayerNorm, and an output projection tied to the token embedding.
+// loom's decoder-only transformer: GPT-2 (token and learned position embeddings,
+// pre-LayerNorm blocks of causal multi-head attention and a GELU MLP, a final
+// LayerNorm, an output layer tied to the token embedding) or, from the same
+// options (models/gpt_options.h), Llama-shaped (RMSNorm, rotary positions,
+// grouped-query attention, SwiGLU, no biases, an untied output layer).
 //
 // The model is three kinds of pieces so that a pipeline can deal them out:
 // GPTInputStage (embeddings), GPTBlock (one transformer layer) and
 // GPTOutputStage (final norm, logits and loss). Every piece is tensor
 // parallel over TensorParallelContext::tp (a group of one rank: plain GPT):
-// QKV and the first MLP layer are column parallel with the heads split across
-// tp, attention is local, the output projections are row parallel, the
-// vocabulary is split for the embedding and the loss.
+// the attention's and MLP's input projections are column parallel with the
+// heads split across tp, attention is local, the output projections are row
+// parallel, the vocabulary is split for the embedding and the loss.
 #pragma once
 
 #include <torch/torch.h>
@@ -20,9 +22,12 @@
 
 #include "core/config.h"
 #include "models/block_stack.h"
+#include "models/gpt_options.h"
 #include "models/language_model.h"
+#include "models/mlp.h"
 #include "models/moe.h"
 #include "models/norm.h"
+#include "models/self_attention.h"
 #include "parallel/communicator.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/recompute.h"
@@ -30,23 +35,6 @@
 #include "parallel/tp_rng.h"
 
 namespace loom::models {
-
-struct GPTOptions {
-  int64_t vocab_size = 256;
-  int64_t seq_len = 64;
-  int64_t hidden_size = 64;
-  int64_t num_heads = 4;
-  int64_t ffn_hidden_size = 256;
-  int64_t num_layers = 2;
-  double dropout = 0.0;
-  uint64_t seed = 1234;
-  Recompute recompute = Recompute::none;  // full: whole blocks; selective: the attention core
-  MoEConfig moe;                          // num_experts 0: dense MLPs
-  double loss_scale = 1.0;                // the trainer's factor on each micro-batch's loss (MoE auxiliary losses)
-  torch::ScalarType activation_dtype = torch::kFloat;  // bf16 under train.precision bf16
-
-  static GPTOptions from_config(const Config& config);
-};
 
 // GPT-2's learned positions [S, H], replicated over tp (split along the sequence
 // under sequence parallelism). A module of its own so that it is collected after
@@ -83,21 +71,13 @@ class GPTBlockImpl : public BlockModule {
   int64_t layer() const { return layer_; }
 
  private:
-  torch::Tensor attention(const torch::Tensor& x);
-  torch::Tensor attention_core(const torch::Tensor& qkv);  // qkv [B, S, heads * 3 * d] -> [B, S, heads * d]
-  torch::Tensor block(const torch::Tensor& hidden);
-  torch::Tensor mlp(const torch::Tensor& x, bool record);
-  bool recomputing(Recompute kind) const;
-  at::Generator* split_generator() const;
   GPTOptions options_;
-  parallel::RecomputedFn core_fn_;  // what a selectively recomputing backward re-runs
   int64_t layer_;
   TensorParallelContext tp_;
   Norm ln_1_{nullptr}, ln_2_{nullptr};
-  parallel::ColumnParallelLinear qkv_{nullptr}, fc_{nullptr};
-  parallel::RowParallelLinear proj_{nullptr}, fc_proj_{nullptr};
-  MoELayer moe_{nullptr};      // instead of fc_ and fc_proj_ in an MoE block
-  torch::Tensor causal_mask_;  // [S, S], true above the diagonal
+  SelfAttention attn_{nullptr};
+  Mlp mlp_{nullptr};
+  MoELayer moe_{nullptr};  // instead of mlp_ in an MoE block
 };
 TORCH_MODULE(GPTBlock);
 
@@ -105,6 +85,7 @@ class GPTOutputStageImpl : public torch::nn::Module {
  public:
   // WORD_EMBEDDING is this rank's shard of the input stage's weight when both
   // stages live in this process (the tie is then one tensor); it is not registered here.
+  // Undefined with an untied output layer, which the stage then holds as `lm_head`.
   GPTOutputStageImpl(const GPTOptions& options, TensorParallelContext tp, torch::Tensor word_embedding,
                      int64_t vocab_start);
   // hidden, targets [B, S] -> mean cross-entropy over B*S tokens
@@ -117,7 +98,8 @@ class GPTOutputStageImpl : public torch::nn::Module {
   GPTOptions options_;
   TensorParallelContext tp_;
   Norm ln_f_{nullptr};
-  torch::Tensor wte_;
+  parallel::VocabParallelEmbedding lm_head_{nullptr};  // untied output layer
+  torch::Tensor wte_;  // the output layer's weight: the tied word embedding or lm_head's
   int64_t vocab_start_;
 };
 TORCH_MODULE(GPTOutputStage);

@@ -21,8 +21,15 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(ColumnParallelLinearOptions o
   }
 }
 
+torch::Tensor enter_column_parallel_region(const torch::Tensor& input, Communicator& tp, bool sequence_parallel) {
+  return sequence_parallel ? gather_from_sequence_region(input, tp) : copy_to_tp_region(input, tp);
+}
+
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& input) {
-  auto x = options.sequence_parallel() ? gather_from_sequence_region(input, *tp_) : copy_to_tp_region(input, *tp_);
+  return forward_entered(enter_column_parallel_region(input, *tp_, options.sequence_parallel()));
+}
+
+torch::Tensor ColumnParallelLinearImpl::forward_entered(const torch::Tensor& x) {
   auto y = torch::linear(x, cast_to_activation(weight, x), cast_to_activation(bias, x));
   return options.gather_output() ? gather_from_tp_region(y, *tp_) : y;
 }

@@ -50,6 +50,10 @@ class ColumnParallelLinearImpl : public ParallelModule {
  public:
   ColumnParallelLinearImpl(ColumnParallelLinearOptions options, Communicator& tp);
   torch::Tensor forward(const torch::Tensor& input);
+  // For an input the caller already entered into the tp region (enter_column_parallel_region):
+  // several column-parallel layers reading one input (SwiGLU's gate and up, GQA's q and kv)
+  // then share one all-reduce or all-gather instead of one each.
+  torch::Tensor forward_entered(const torch::Tensor& entered);
   std::vector<ParallelParameter> parallel_parameters() const;
 
   ColumnParallelLinearOptions options;
@@ -60,6 +64,10 @@ class ColumnParallelLinearImpl : public ParallelModule {
   Communicator* tp_;
 };
 TORCH_MODULE(ColumnParallelLinear);
+
+// What ColumnParallelLinear does to its input first: copy_to_tp_region (identity forward,
+// all-reduce backward), or gather_from_sequence_region under sequence parallelism.
+torch::Tensor enter_column_parallel_region(const torch::Tensor& input, Communicator& tp, bool sequence_parallel);
 
 struct RowParallelLinearOptions {
   RowParallelLinearOptions(int64_t in_features, int64_t out_features)

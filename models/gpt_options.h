@@ -1,0 +1,52 @@
+// The shape and options of loom's decoder-only transformer (models/gpt.h): GPT-2 by
+// default; Llama-shaped (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases,
+// an untied output layer) from the same options, as Megatron-LM's GPT model is.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/config.h"
+
+namespace loom::models {
+
+struct GPTOptions {
+  int64_t vocab_size = 256;
+  int64_t seq_len = 64;
+  int64_t hidden_size = 64;
+  int64_t num_heads = 4;
+  int64_t num_kv_heads = 0;  // 0: num_heads
+  int64_t ffn_hidden_size = 256;
+  int64_t num_layers = 2;
+  NormKind norm = NormKind::layernorm;
+  double norm_eps = 1e-5;
+  Activation activation = Activation::gelu;
+  PositionKind position = PositionKind::learned;
+  double rope_theta = 10000.0;
+  RopeScalingConfig rope_scaling;
+  bool bias = true;      // the linear layers'
+  bool qkv_bias = true;  // the query, key and value projections'
+  bool tie_embeddings = true;
+  double dropout = 0.0;
+  uint64_t seed = 1234;
+  Recompute recompute = Recompute::none;  // full: whole blocks; selective: the attention core
+  MoEConfig moe;                          // num_experts 0: dense MLPs
+  double loss_scale = 1.0;                // the trainer's factor on each micro-batch's loss (MoE auxiliary losses)
+  torch::ScalarType activation_dtype = torch::kFloat;  // bf16 under train.precision bf16
+
+  int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  int64_t head_dim() const { return hidden_size / num_heads; }
+
+  static GPTOptions from_config(const Config& config);
+};
+
+// Weights are drawn from N(0, 0.02); the projections that feed the residual stream
+// from N(0, 0.02 / sqrt(2 L)), as GPT-2 does.
+constexpr double kInitStd = 0.02;
+inline double residual_init_std(const GPTOptions& o) {
+  return kInitStd / std::sqrt(2.0 * static_cast<double>(o.num_layers));
+}
+
+}  // namespace loom::models

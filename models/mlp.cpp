@@ -1,0 +1,49 @@
+#include "models/mlp.h"
+
+#include <string>
+
+#include "models/gelu.h"
+
+namespace loom::models {
+
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
+  return torch::silu(gate) * up;
+}
+
+MlpImpl::MlpImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp) : tp_(tp) {
+  const int64_t h = options.hidden_size, f = options.ffn_hidden_size;
+  const std::string p = "h." + std::to_string(layer) + ".mlp.";
+  const bool sp = tp.sequence_parallel;
+  auto column = [&](const std::string& name) {
+    return parallel::ColumnParallelLinear(parallel::ColumnParallelLinearOptions(h, f)
+                                              .name(p + name)
+                                              .seed(options.seed)
+                                              .bias(options.bias)
+                                              .sequence_parallel(sp),
+                                          *tp.tp);
+  };
+  // Registered in order of use: the parameters are collected in this order.
+  if (options.activation == Activation::gelu) {
+    fc_ = register_module("fc", column("fc"));
+  } else {
+    gate_ = register_module("gate", column("gate"));
+    up_ = register_module("up", column("up"));
+  }
+  proj_ = register_module("proj", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(f, h)
+                                                                  .name(p + "proj")
+                                                                  .seed(options.seed)
+                                                                  .bias(options.bias)
+                                                                  .init_std(residual_init_std(options))
+                                                                  .input_is_parallel(true)
+                                                                  .sequence_parallel(sp),
+                                                              *tp.tp));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  if (fc_) return proj_->forward(gelu_tanh(fc_->forward(x)));
+  // Gate and up read the same input: one entry into the tp region for both.
+  auto entered = parallel::enter_column_parallel_region(x, *tp_.tp, tp_.sequence_parallel);
+  return proj_->forward(swiglu(gate_->forward_entered(entered), up_->forward_entered(entered)));
+}
+
+}  // namespace loom::models

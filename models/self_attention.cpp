@@ -1,0 +1,144 @@
+#include "models/self_attention.h"
+
+#include <torch/version.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/precision.h"
+#include "models/causal_attention.h"
+#include "parallel/init.h"
+#include "parallel/tp_regions.h"
+
+namespace loom::models {
+
+SharedKVProjectionImpl::SharedKVProjectionImpl(const std::string& name, const GPTOptions& options,
+                                               parallel::Communicator& tp) {
+  const int64_t kv = options.kv_heads(), d = options.head_dim();
+  TORCH_CHECK(tp.size() % kv == 0, name, ": ", kv, " kv heads cannot be shared by ", tp.size(), " tp ranks");
+  rows_ = 2 * d;
+  kv_head_ = tp.rank() / (tp.size() / kv);  // the ranks holding query heads of kv head k are consecutive
+  // Drawn like a column-parallel layer of the same name, so every layout starts from the same weight.
+  weight = register_parallel_parameter(
+      "weight", parallel::init_normal(options.seed, name + ".weight", {kv * rows_, options.hidden_size}, kInitStd),
+      {name + ".weight", {}, -1, /*summed over tp=*/true});
+  if (options.qkv_bias) {
+    bias = register_parallel_parameter("bias", torch::zeros({kv * rows_}), {name + ".bias", {}, -1, true});
+  }
+}
+
+torch::Tensor SharedKVProjectionImpl::forward_entered(const torch::Tensor& x) {
+  auto w = cast_to_activation(weight.narrow(0, kv_head_ * rows_, rows_), x);
+  return torch::linear(x, w, bias.defined() ? cast_to_activation(bias.narrow(0, kv_head_ * rows_, rows_), x) : bias);
+}
+
+SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp)
+    : options_(options), tp_(tp) {
+  const int64_t h = options.hidden_size, t = tp.tp->size(), kv = options.kv_heads();
+  d_ = options.head_dim();
+  heads_ = options.num_heads / t;
+  kv_heads_ = kv % t == 0 ? kv / t : 1;
+  const std::string p = "h." + std::to_string(layer) + ".attn.";
+  const bool sp = tp.sequence_parallel;
+  auto column = [&](const std::string& name, int64_t out) {
+    return parallel::ColumnParallelLinear(parallel::ColumnParallelLinearOptions(h, out)
+                                              .name(p + name)
+                                              .seed(options.seed)
+                                              .bias(options.qkv_bias)
+                                              .sequence_parallel(sp),
+                                          *tp.tp);
+  };
+  // Registered in order of use: the parameters are collected in this order.
+  if (kv == options.num_heads) {
+    qkv_ = register_module("qkv", column("qkv", 3 * h));
+  } else {
+    q_ = register_module("q", column("q", options.num_heads * d_));
+    if (kv % t == 0) {
+      kv_ = register_module("kv", column("kv", 2 * kv * d_));
+    } else {
+      shared_kv_ = register_module("kv", SharedKVProjection(p + "kv", options, *tp.tp));
+    }
+  }
+  proj_ = register_module("proj", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(h, h)
+                                                                  .name(p + "proj")
+                                                                  .seed(options.seed)
+                                                                  .bias(options.bias)
+                                                                  .init_std(residual_init_std(options))
+                                                                  .input_is_parallel(true)
+                                                                  .sequence_parallel(sp),
+                                                              *tp.tp));
+  if (options.position == PositionKind::rope) {
+    rotary_ = RotaryEmbedding(d_, options.seq_len, options.rope_theta, options.rope_scaling);
+  }
+  causal_mask_ = register_buffer("causal_mask", torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
+  core_fn_ = [this](const torch::Tensor& qkv, const torch::Tensor&, const torch::Tensor&) { return core(qkv); };
+}
+
+torch::Tensor SelfAttentionImpl::query_key_value(const torch::Tensor& x) {
+  if (qkv_ && !rotary_.defined()) return qkv_->forward(x);  // GPT-2: already in the core's layout
+  torch::Tensor q, k, v;                                    // [B, S, heads or kv heads, d]
+  if (qkv_) {
+    auto qkv = qkv_->forward(x);
+    auto parts = qkv.view({qkv.size(0), qkv.size(1), heads_, 3, d_});
+    q = parts.select(3, 0), k = parts.select(3, 1), v = parts.select(3, 2);
+  } else {
+    // The query and key/value projections read the same input: one entry into the tp region.
+    auto entered = parallel::enter_column_parallel_region(x, *tp_.tp, tp_.sequence_parallel);
+    const int64_t b = entered.size(0), s = entered.size(1);
+    q = q_->forward_entered(entered).view({b, s, heads_, d_});
+    auto kv =
+        (kv_ ? kv_->forward_entered(entered) : shared_kv_->forward_entered(entered)).view({b, s, kv_heads_, 2, d_});
+    k = kv.select(3, 0), v = kv.select(3, 1);
+  }
+  if (rotary_.defined()) {
+    // The core sees the whole sequence (gathered under sequence parallelism): positions from 0.
+    q = rotary_.apply(q);
+    k = rotary_.apply(k);
+  }
+  if (kv_heads_ != heads_) {
+    // Query heads of a group are consecutive: head j reads kv head j / group.
+    const int64_t group = heads_ / kv_heads_;
+    k = k.repeat_interleave(group, 2);
+    v = v.repeat_interleave(group, 2);
+  }
+  auto qkv = torch::stack({q, k, v}, 3);  // [B, S, heads, 3, d]
+  return qkv.view({qkv.size(0), qkv.size(1), heads_ * 3 * d_});
+}
+
+torch::Tensor SelfAttentionImpl::core(const torch::Tensor& qkv) {
+  const int64_t b = qkv.size(0), s = qkv.size(1), heads = heads_, d = d_;
+  const bool attention_dropout = options_.dropout > 0 && is_training();
+  // On CPU without attention dropout, head by head (models/causal_attention.h): the same function.
+  if (!attention_dropout && qkv.device().is_cpu()) return causal_attention(qkv, heads);
+  auto parts = qkv.view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4});
+  auto q = parts[0], k = parts[1], v = parts[2];  // [B, heads, S, d]
+#if TORCH_VERSION_MAJOR >= 2
+  // LibTorch 2.x fuses attention (flash or memory-efficient kernels on GPUs):
+  // the S x S scores are never stored. Dropout is refused on GPUs (launch/trainer.cpp).
+  if (!attention_dropout && !qkv.device().is_cpu()) {
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true)
+        .transpose(1, 2)
+        .reshape({b, s, heads * d});
+  }
+#endif
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
+  scores = scores.masked_fill(causal_mask_.narrow(0, 0, s).narrow(1, 0, s), -std::numeric_limits<float>::infinity());
+  // Heads are split across tp, so each rank draws its own attention-dropout mask.
+  auto probs = parallel::dropout(torch::softmax(scores, -1), options_.dropout, is_training(), split_generator());
+  return torch::matmul(probs, v).transpose(1, 2).reshape({b, s, heads * d});
+}
+
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
+  auto qkv = query_key_value(x);
+  // Selective recomputation (Korthikanti et al.): the S x S scores and probabilities are
+  // most of a block's activation memory and cheap to recompute.
+  const bool selective = options_.recompute == Recompute::selective && is_training() && torch::GradMode::is_enabled();
+  auto context = selective ? parallel::recompute_in_backward(core_fn_, split_generator(), qkv) : core(qkv);
+  return proj_->forward(context);
+}
+
+at::Generator* SelfAttentionImpl::split_generator() const {
+  return tp_.rng ? &tp_.rng->split() : nullptr;
+}
+
+}  // namespace loom::models

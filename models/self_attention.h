@@ -1,0 +1,76 @@
+// A transformer block's causal self-attention, tensor parallel over tp: the
+// query heads are split across the tp ranks (column-parallel projections),
+// attention is local to each rank, and the output projection is row parallel.
+//
+// Multi-head attention (kv heads = heads) keeps GPT-2's fused QKV projection,
+// its rows laid out head by head ([heads, 3, d]) so that the column split gives
+// each rank whole heads. Grouped-query attention (fewer kv heads) has a query
+// projection [heads, d] and a key/value projection [kv heads, 2, d], split by
+// Megatron-LM's rule: with kv heads divisible by tp each rank holds whole kv
+// heads; with tp divisible by kv heads every rank holds the whole (small) key/value
+// weight and uses the rows of its kv head, and the gradient is summed over tp.
+// Rotary embeddings (models/rotary.h) turn the queries and keys by each token's
+// global position. Each query head then attends with its group's key and value.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+#include "models/gpt_options.h"
+#include "models/language_model.h"
+#include "models/rotary.h"
+#include "parallel/parallel_module.h"
+#include "parallel/recompute.h"
+#include "parallel/tensor_parallel.h"
+
+namespace loom::models {
+
+// GQA's key/value projection when tp exceeds the kv heads: the whole weight
+// [kv_heads * 2 * d, H] on every tp rank, described as summed over tp (the rows
+// another rank used get their gradient there, this rank's are zero).
+class SharedKVProjectionImpl : public parallel::ParallelModule {
+ public:
+  SharedKVProjectionImpl(const std::string& name, const GPTOptions& options, parallel::Communicator& tp);
+  // An input already entered into the tp region -> [B, S, 2 d]: this rank's kv head's keys and values.
+  torch::Tensor forward_entered(const torch::Tensor& entered);
+
+  torch::Tensor weight, bias;
+
+ private:
+  int64_t kv_head_, rows_;  // the kv head this rank uses and its rows (2 d)
+};
+TORCH_MODULE(SharedKVProjection);
+
+class SelfAttentionImpl : public parallel::ParallelModule {
+ public:
+  SelfAttentionImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp);
+  // x [B, S, H] ([B, S / tp, H] under sequence parallelism) -> the same shape.
+  torch::Tensor forward(const torch::Tensor& x);
+
+  // The query heads this rank holds and the kv heads they read.
+  int64_t local_heads() const { return heads_; }
+  int64_t local_kv_heads() const { return kv_heads_; }
+
+ private:
+  // x -> [B, S, heads * 3 * d] on this rank: each query head with its (rotated) query,
+  // key and value side by side, the layout the attention core reads.
+  torch::Tensor query_key_value(const torch::Tensor& x);
+  torch::Tensor core(const torch::Tensor& qkv);
+  at::Generator* split_generator() const;
+
+  GPTOptions options_;
+  TensorParallelContext tp_;
+  int64_t heads_, kv_heads_, d_;
+  parallel::ColumnParallelLinear qkv_{nullptr};  // multi-head attention
+  parallel::ColumnParallelLinear q_{nullptr}, kv_{nullptr};
+  SharedKVProjection shared_kv_{nullptr};  // instead of kv_ when tp exceeds the kv heads
+  parallel::RowParallelLinear proj_{nullptr};
+  RotaryEmbedding rotary_;          // undefined with learned positions
+  torch::Tensor causal_mask_;       // [S, S], true above the diagonal
+  parallel::RecomputedFn core_fn_;  // what a selectively recomputing backward re-runs
+};
+TORCH_MODULE(SelfAttention);
+
+}  // namespace loom::models
