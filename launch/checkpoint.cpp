@@ -1,5 +1,6 @@
 #include "launch/checkpoint.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -203,13 +204,14 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   const std::string path = candidates[static_cast<size_t>(index)].path;
   const auto manifest = read_manifest(path);
   const auto model = complete_model_record(model_record(config_));
-  auto saved_model = complete_model_record(manifest.at("model"));
-  const auto keys = [&] {
-    auto both = saved_model;
-    both.update(model);  // keys on one side only show up below as "none" on the other
-    return both;
-  }();
-  for (const auto& [key, ignored] : keys.items()) {
+  const auto saved_model = complete_model_record(manifest.at("model"));
+  std::vector<std::string> keys = {"arch"};  // another architecture is named as such, not by its first difference
+  for (const auto& side : {saved_model, model}) {
+    for (const auto& [key, ignored] : side.items()) {  // a key on one side only shows up as "none" on the other
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    }
+  }
+  for (const auto& key : keys) {
     const auto saved = saved_model.value(key, nlohmann::json("none"));
     const auto value = model.value(key, nlohmann::json("none"));
     if (saved != value) {
@@ -282,7 +284,7 @@ void init_from_pretrained(const Config& config, const std::vector<parallel::Para
     const models::HfTensorReader read = [&](const std::string& name, const std::vector<int64_t>& shape) {
       return weights->read(name, shape);
     };
-    whole = [&](const std::string& name) { return models::llama_from_hf(name, read, config); };
+    whole = [read, &config](const std::string& name) { return models::llama_from_hf(name, read, config); };
   } else {
     // GPT-2s are small: read whole.
     std::map<std::string, torch::Tensor> tensors;

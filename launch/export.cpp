@@ -101,9 +101,9 @@ int export_checkpoint(const ExportArgs& args) {
     if (!out.flush()) throw InputError("cannot write '" + dir + "/config.json'");
     files = write_hf_weights(dir, hf, max_shard, metadata);
   });
-  std::cout << "wrote " << args.output << " (config.json";
-  for (const auto& file : files) std::cout << ", " << file;
-  std::cout << "): " << what << "\n";
+  const std::string weights =
+      files.size() == 1 ? files[0] : std::to_string(files.size() - 1) + " shards and " + files.back();
+  std::cout << "wrote " << args.output << " (config.json, " << weights << "): " << what << "\n";
   return 0;
 }
 
