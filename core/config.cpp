@@ -9,6 +9,7 @@
 #include "core/config_aliases.h"
 #include "core/config_fields.h"
 #include "core/errors.h"
+#include "core/hf_config.h"
 
 namespace loom {
 namespace {
@@ -107,6 +108,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   }
   for (const auto& o : overrides) apply_override(config, o);
   resolve_model_defaults(config);
+  std::set<std::string> overridden;
+  for (const auto& o : overrides) overridden.insert(o.substr(0, o.find('=')));
+  apply_hf_config(config, overridden);  // after the defaults: config.json decides what the config left unset
   return config;
 }
 

@@ -137,7 +137,7 @@ void resolve_and_validate(Config& c, int64_t world) {
             std::to_string(moe.num_experts) + " experts cannot be spread evenly over parallel.ep = " +
                 std::to_string(p.ep) + " ranks; use a multiple of " + std::to_string(p.ep));
     require(m.init_from.empty(), "model.init_from",
-            "loads a dense GPT-2, which has no experts; unset model.moe.num_experts");
+            "loads a dense model, which has no experts; unset model.moe.num_experts");
   } else {
     require(p.ep == 1, "parallel.ep",
             std::to_string(p.ep) + " needs experts to spread: set model.moe.num_experts (a multiple of " +

@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/errors.h"
@@ -49,47 +48,80 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   std::filesystem::rename(temporary, path);
 }
 
-std::map<std::string, torch::Tensor> read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot read safetensors file '" + path + "'");
-  const auto file_size = static_cast<uint64_t>(std::filesystem::file_size(path));
+SafetensorsReader::SafetensorsReader(std::string path)
+    : path_(std::move(path)), in_(std::make_unique<std::ifstream>(path_, std::ios::binary)) {
+  auto& in = *in_;
+  if (!in || !std::filesystem::is_regular_file(path_)) throw InputError("cannot read safetensors file '" + path_ + "'");
+  const auto file_size = static_cast<uint64_t>(std::filesystem::file_size(path_));
   unsigned char length_bytes[8];
   if (!in.read(reinterpret_cast<char*>(length_bytes), 8))
-    throw InputError("'" + path + "' is not a safetensors file (too short)");
+    throw InputError("'" + path_ + "' is not a safetensors file (too short)");
   uint64_t length = 0;
   for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
   if (length > file_size - 8)
-    throw InputError("'" + path + "' is not a safetensors file (header longer than the file)");
+    throw InputError("'" + path_ + "' is not a safetensors file (header longer than the file)");
   std::string text(length, '\0');
   in.read(text.data(), static_cast<std::streamsize>(length));
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
-    throw InputError("'" + path + "' has an unreadable safetensors header: " + e.what());
+    throw InputError("'" + path_ + "' has an unreadable safetensors header: " + e.what());
   }
   const uint64_t data_start = 8 + length;
-  std::map<std::string, torch::Tensor> out;
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") continue;
     try {
-      const auto dtype = dtype_of(info.at("dtype").get<std::string>(), path, name);
-      const auto shape = info.at("shape").get<std::vector<int64_t>>();
+      Entry e;
+      e.dtype = dtype_of(info.at("dtype").get<std::string>(), path_, name);
+      e.shape = info.at("shape").get<std::vector<int64_t>>();
       const auto range = info.at("data_offsets").get<std::vector<uint64_t>>();
-      auto tensor = torch::empty(shape, torch::TensorOptions().dtype(dtype));
-      const uint64_t bytes = static_cast<uint64_t>(tensor.numel()) * tensor.element_size();
-      if (range.size() != 2 || range[1] - range[0] != bytes || data_start + range[1] > file_size) {
-        throw InputError("'" + path + "': tensor '" + name +
+      int64_t numel = 1;
+      for (auto d : e.shape) numel *= d;
+      e.bytes = static_cast<uint64_t>(numel) * c10::elementSize(e.dtype);
+      if (range.size() != 2 || range[1] < range[0] || range[1] - range[0] != e.bytes ||
+          data_start + range[1] > file_size) {
+        throw InputError("'" + path_ + "': tensor '" + name +
                          "' has a byte range that does not fit its shape or the file");
       }
-      in.seekg(static_cast<std::streamoff>(data_start + range[0]));
-      in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(bytes));
-      if (!in) throw InputError("'" + path + "': cannot read tensor '" + name + "'");
-      out[name] = tensor.to(torch::kFloat32);
+      e.begin = data_start + range[0];
+      entries_[name] = std::move(e);
     } catch (const nlohmann::json::exception& e) {
-      throw InputError("'" + path + "': tensor '" + name + "' has a malformed header entry: " + e.what());
+      throw InputError("'" + path_ + "': tensor '" + name + "' has a malformed header entry: " + e.what());
     }
   }
+}
+
+std::vector<std::string> SafetensorsReader::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, entry] : entries_) out.push_back(name);
+  return out;
+}
+
+const SafetensorsReader::Entry& SafetensorsReader::entry(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) throw InputError("'" + path_ + "' has no tensor '" + name + "'");
+  return it->second;
+}
+
+const std::vector<int64_t>& SafetensorsReader::shape(const std::string& name) const {
+  return entry(name).shape;
+}
+
+torch::Tensor SafetensorsReader::read(const std::string& name) const {
+  const Entry& e = entry(name);
+  auto tensor = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+  in_->clear();
+  in_->seekg(static_cast<std::streamoff>(e.begin));
+  in_->read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(e.bytes));
+  if (!*in_) throw InputError("'" + path_ + "': cannot read tensor '" + name + "'");
+  return tensor.to(torch::kFloat32);
+}
+
+std::map<std::string, torch::Tensor> read_safetensors(const std::string& path) {
+  const SafetensorsReader reader(path);
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& name : reader.names()) out[name] = reader.read(name);
   return out;
 }
 

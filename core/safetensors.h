@@ -6,7 +6,10 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +19,34 @@ namespace loom {
 // Writes TENSORS (float32, in this order) and METADATA to PATH via a temporary file and a rename.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// One safetensors file whose header is read and checked up front and whose
+// tensors are read one at a time when asked for, so that a rank reads only
+// the tensors it holds of a model bigger than its memory. Throws InputError
+// naming the file (and the tensor) for anything malformed.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(std::string path);
+
+  const std::string& path() const { return path_; }
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const { return entries_.count(name) > 0; }
+  const std::vector<int64_t>& shape(const std::string& name) const;
+  // NAME as float32 (F32, F16 and BF16 are read).
+  torch::Tensor read(const std::string& name) const;
+
+ private:
+  struct Entry {
+    torch::ScalarType dtype;
+    std::vector<int64_t> shape;
+    uint64_t begin = 0, bytes = 0;  // from the file's start
+  };
+  const Entry& entry(const std::string& name) const;
+
+  std::string path_;
+  std::map<std::string, Entry> entries_;
+  std::unique_ptr<std::ifstream> in_;
+};
 
 // Every tensor of PATH as float32 (F32, F16 and BF16 are read). Throws
 // InputError naming the file for anything malformed.

@@ -1,5 +1,6 @@
 #include "launch/checkpoint.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -8,9 +9,12 @@
 
 #include "core/checkpoint_store.h"
 #include "core/errors.h"
+#include "core/hf_weights.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
+#include "launch/model_record.h"
 #include "models/gpt_hf.h"
+#include "models/llama_hf.h"
 
 namespace loom::launch {
 namespace {
@@ -33,17 +37,6 @@ nlohmann::json layout_of(const Config& c, int64_t world) {
           {"virtual_stages", p.virtual_stages},
           {"zero_stage", p.zero_stage},
           {"order", p.order}};
-}
-
-nlohmann::json model_of(const Config& c) {
-  const auto& m = c.model;
-  nlohmann::json model = {{"num_layers", m.num_layers},      {"hidden_size", m.hidden_size}, {"num_heads", m.num_heads},
-                          {"ffn_hidden_size", c.ffn_size()}, {"vocab_size", m.vocab_size},   {"seq_len", m.seq_len}};
-  if (m.moe.enabled()) {  // dense checkpoints stay as they were
-    model["moe_num_experts"] = m.moe.num_experts;
-    model["moe_every"] = m.moe.every;
-  }
-  return model;
 }
 
 // Where this rank's part of a parameter sits in the whole tensor: along its
@@ -139,7 +132,7 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
                                  {"skipped_steps", state.skipped_steps}};
     }
     manifest["layout"] = layout_of(config_, groups_.world());
-    manifest["model"] = model_of(config_);
+    manifest["model"] = model_record(config_);
     manifest["tensors"] = nlohmann::json::object();
     manifest["blobs"] = nlohmann::json::object();
     int64_t bytes = 0;
@@ -210,11 +203,16 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   }
   const std::string path = candidates[static_cast<size_t>(index)].path;
   const auto manifest = read_manifest(path);
-  const auto model = model_of(config_);
-  auto saved_model = manifest.at("model");
-  saved_model.update(model, false);  // keys on one side only show up below as "none" on the other
-  for (const auto& [key, ignored] : saved_model.items()) {
-    const auto saved = manifest.at("model").value(key, nlohmann::json("none"));
+  const auto model = complete_model_record(model_record(config_));
+  const auto saved_model = complete_model_record(manifest.at("model"));
+  std::vector<std::string> keys = {"arch"};  // another architecture is named as such, not by its first difference
+  for (const auto& side : {saved_model, model}) {
+    for (const auto& [key, ignored] : side.items()) {  // a key on one side only shows up as "none" on the other
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    }
+  }
+  for (const auto& key : keys) {
+    const auto saved = saved_model.value(key, nlohmann::json("none"));
     const auto value = model.value(key, nlohmann::json("none"));
     if (saved != value) {
       throw InputError("--resume " + path + ": the checkpoint has model." + key + " = " + saved.dump() +
@@ -264,24 +262,59 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   return state;
 }
 
-void init_from_hf_gpt2(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
-                       int64_t tp_size) {
-  const std::string& file = config.model.init_from;
-  const auto tensors =
-      models::gpt_from_hf(read_safetensors(file), config.model.num_layers, config.model.num_heads, file);
+void init_from_pretrained(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
+                          int64_t tp_size) {
+  const std::string& source = config.model.init_from;
+  const auto& m = config.model;
+  // Each rank reads, tensor by tensor, only the whole tensors its parameters are slices of.
+  std::function<std::optional<torch::Tensor>(const std::string&)> whole;
+  std::optional<HfWeights> weights;
+  std::map<std::string, torch::Tensor> gpt2;
+  std::string what = "a Hugging Face GPT-2 file";
+  if (fs::is_directory(source)) {
+    weights.emplace(source);
+    what = "a Hugging Face " + std::string(m.arch == ModelArch::llama ? "Llama" : "GPT-2") + " directory";
+  }
+  if (m.arch == ModelArch::llama) {
+    if (!weights) {
+      throw InputError("model.init_from: '" + source +
+                       "' is a file, read as a Hugging Face GPT-2; a Llama comes from a Hugging Face model directory "
+                       "(config.json and model.safetensors)");
+    }
+    const models::HfTensorReader read = [&](const std::string& name, const std::vector<int64_t>& shape) {
+      return weights->read(name, shape);
+    };
+    whole = [read, &config](const std::string& name) { return models::llama_from_hf(name, read, config); };
+  } else {
+    // GPT-2s are small: read whole.
+    std::map<std::string, torch::Tensor> tensors;
+    if (weights) {
+      for (const auto& name : weights->names()) tensors[name] = weights->read(name);
+    } else {
+      tensors = read_safetensors(source);
+    }
+    gpt2 = models::gpt_from_hf(tensors, m.num_layers, m.num_heads, source);
+    // Hugging Face's GPT-2 has n_positions position embeddings; the first seq_len are the ones used.
+    auto& wpe = gpt2.at("wpe");
+    if (wpe.dim() == 2 && wpe.size(0) > m.seq_len) wpe = wpe.narrow(0, 0, m.seq_len);
+    whole = [&](const std::string& name) -> std::optional<torch::Tensor> {
+      auto it = gpt2.find(name);
+      if (it == gpt2.end()) return std::nullopt;
+      return it->second;
+    };
+  }
   std::vector<torch::Tensor> into;
   for (const auto& p : params) into.push_back(p.tensor);
   load_parameter_slices(
       params, into, tp_rank, tp_size,
       [&](const std::string& name, int64_t dim, int64_t offset, int64_t length) -> std::optional<torch::Tensor> {
-        auto it = tensors.find(name);
-        if (it == tensors.end()) return std::nullopt;
+        auto tensor = whole(name);
         // A tensor too small for the slice is returned whole, so the shape check names it.
-        if (dim < 0 || offset + length > it->second.size(dim)) return it->second;
-        return it->second.narrow(dim, offset, length);
+        if (!tensor || dim < 0 || offset + length > tensor->size(dim)) return tensor;
+        return tensor->narrow(dim, offset, length);
       },
-      "model.init_from '" + file + "'");
-  info0("initialised the model from {}", file);
+      "model.init_from '" + source + "'");
+  info0("initialised the model from {} ({})", source, what);
 }
 
 }  // namespace loom::launch

@@ -61,8 +61,9 @@ void load_parameter_slices(const std::vector<parallel::ParallelParameter>& param
                            const std::vector<torch::Tensor>& into, int64_t tp_rank, int64_t tp_size,
                            const GlobalSliceReader& read, const std::string& source);
 
-// model.init_from: this rank's slices of a Hugging Face GPT-2 safetensors file.
-void init_from_hf_gpt2(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
-                       int64_t tp_size);
+// model.init_from: this rank's slices of a Hugging Face model directory (its
+// architecture already in CONFIG, core/hf_config.h) or a GPT-2 safetensors file.
+void init_from_pretrained(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
+                          int64_t tp_size);
 
 }  // namespace loom::launch

@@ -159,13 +159,26 @@ Command add_plan(CLI::App& loom) {
 }
 
 Command add_export(CLI::App& loom) {
-  auto& command = *loom.add_subcommand("export", "write a checkpoint as another framework's file");
+  auto& command = *loom.add_subcommand(
+      "export", "write a checkpoint as a Hugging Face model directory (config.json, safetensors) for from_pretrained");
   auto args = std::make_shared<ExportArgs>();
   command.add_option("CHECKPOINT", args->checkpoint, "a checkpoint directory (step_N)")->type_name("")->required();
-  command.add_option("--format", args->format, "the file's format: hf-gpt2 (Hugging Face GPT-2 safetensors)")
+  command
+      .add_option("--format", args->format,
+                  "hf-llama (LlamaForCausalLM, or Qwen2ForCausalLM for biases on q, k, v only) or hf-gpt2 "
+                  "(GPT2LMHeadModel)")
       ->type_name("FORMAT")
       ->capture_default_str();
-  command.add_option("--output", args->output, "the file to write")->type_name("FILE.safetensors")->required();
+  command
+      .add_option("--output", args->output,
+                  "the directory to write (replaced whole); hf-gpt2 also writes one FILE.safetensors as before")
+      ->type_name("DIR")
+      ->required();
+  command
+      .add_option("--max-shard-size", args->max_shard_size,
+                  "shard the weights above this size (5GB = 5 x 10^9 bytes; MB, KB, GiB, MiB, KiB or bytes too)")
+      ->type_name("SIZE")
+      ->capture_default_str();
   return [args] { return export_checkpoint(*args); };
 }
 

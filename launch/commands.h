@@ -53,7 +53,8 @@ int prepare(const PrepareArgs& args);
 struct ExportArgs {
   std::string checkpoint;
   std::string format = "hf-gpt2";
-  std::string output;
+  std::string output;                  // a directory; for hf-gpt2 also FILE.safetensors
+  std::string max_shard_size = "5GB";  // transformers' default
 };
 
 int export_checkpoint(const ExportArgs& args);

@@ -1,42 +1,109 @@
-// loom export: a checkpoint's model as a Hugging Face GPT-2 safetensors file.
+// loom export: a checkpoint's model as a Hugging Face model directory
+// (config.json and safetensors weights, sharded above --max-shard-size) that
+// transformers' from_pretrained loads, or as one GPT-2 .safetensors file.
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "core/checkpoint_store.h"
 #include "core/config.h"
 #include "core/errors.h"
+#include "core/hf_config.h"
+#include "core/hf_weights.h"
 #include "core/safetensors.h"
 #include "launch/commands.h"
+#include "launch/model_record.h"
 #include "models/gpt_hf.h"
+#include "models/llama_hf.h"
 
 namespace loom::launch {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool ends_with(const std::string& text, const std::string& end) {
+  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
+}
+
+// What a directory that `loom export` may replace holds: an earlier export, nothing else.
+bool is_export_file(const std::string& name) {
+  return name == "config.json" || name == "model.safetensors.index.json" ||
+         (name.rfind("model", 0) == 0 && ends_with(name, ".safetensors"));
+}
+
+// Writes the directory beside OUTPUT, then puts it in OUTPUT's place by renames,
+// so that OUTPUT is never half written: an interrupted export leaves the old one.
+void publish_directory(const std::string& output, const std::function<void(const std::string&)>& write) {
+  const fs::path target = fs::absolute(output).lexically_normal();
+  const fs::path parent = target.has_filename() ? target.parent_path() : target.parent_path().parent_path();
+  const std::string name = (target.has_filename() ? target : target.parent_path()).filename().string();
+  if (fs::exists(target)) {
+    if (!fs::is_directory(target)) throw InputError("--output '" + output + "' exists and is not a directory");
+    for (const auto& entry : fs::directory_iterator(target)) {
+      const std::string file = entry.path().filename().string();
+      if (!is_export_file(file)) {
+        throw InputError("--output '" + output + "' holds '" + file +
+                         "', which an export would delete; choose a new or empty directory");
+      }
+    }
+  }
+  std::error_code error;
+  fs::create_directories(parent, error);
+  const fs::path temporary = parent / ("." + name + ".tmp"), old = parent / ("." + name + ".old");
+  fs::remove_all(temporary);
+  fs::create_directories(temporary, error);
+  if (error) throw InputError("--output: cannot create '" + temporary.string() + "': " + error.message());
+  write(temporary.string());
+  fs::remove_all(old);
+  if (fs::exists(target)) fs::rename(target, old);
+  fs::rename(temporary, parent / name);
+  fs::remove_all(old);
+}
+
+}  // namespace
 
 int export_checkpoint(const ExportArgs& args) {
-  if (args.format != "hf-gpt2") throw InputError("--format '" + args.format + "' is not known; use hf-gpt2");
+  if (args.format != "hf-gpt2" && args.format != "hf-llama")
+    throw InputError("--format '" + args.format + "' is not known; use hf-llama or hf-gpt2");
+  const int64_t max_shard = parse_byte_size(args.max_shard_size, "--max-shard-size");
   const std::string problem = verify_checkpoint(args.checkpoint);
   if (!problem.empty()) throw InputError("loom export: " + problem);
   const auto manifest = read_manifest(args.checkpoint);
-  if (manifest.at("model").contains("moe_num_experts")) {
-    throw InputError("loom export: " + args.checkpoint + " holds a Mixture-of-Experts model (" +
-                     manifest.at("model").at("moe_num_experts").dump() +
-                     " experts); the hf-gpt2 format has dense MLPs only");
-  }
+  const Config config = config_of_model_record(manifest.at("model"), args.checkpoint + "/manifest.json");
+  // Refuses, naming the key, a model the format cannot hold, before any tensor is read.
+  const auto hf_config = hf_config_of(config, args.format);
+
   std::map<std::string, torch::Tensor> tensors;
   const std::string prefix = "model/";
   for (const auto& [name, info] : manifest.at("tensors").items()) {
     if (name.rfind(prefix, 0) != 0) continue;
     tensors[name.substr(prefix.size())] = *read_tensor_slice(args.checkpoint, manifest, name, -1, 0, 0);
   }
-  const auto& model = manifest.at("model");
-  const auto hf =
-      models::gpt_to_hf(tensors, model.at("num_layers").get<int64_t>(), model.at("num_heads").get<int64_t>());
-  write_safetensors(
-      args.output, hf,
-      {{"format", "pt"}, {"source", "loom"}, {"step", std::to_string(manifest.at("step").get<int64_t>())}});
+  const auto& m = config.model;
+  const auto hf = args.format == "hf-llama" ? models::llama_to_hf(tensors, config)
+                                            : models::gpt_to_hf(tensors, m.num_layers, m.num_heads);
+  // Nothing here depends on the step or the layout: every layout's checkpoint of a model exports the same bytes.
+  const std::map<std::string, std::string> metadata{{"format", "pt"}, {"source", "loom"}};
   int64_t parameters = 0;
   for (const auto& [name, t] : hf) parameters += t.numel();
-  std::cout << "wrote " << args.output << ": " << hf.size() << " tensors, " << parameters
-            << " parameters, Hugging Face GPT-2 names and layout, from step " << manifest.at("step") << "\n";
+  const std::string what = std::to_string(hf.size()) + " tensors, " + std::to_string(parameters) + " parameters, " +
+                           hf_config.at("architectures")[0].get<std::string>() + ", from step " +
+                           manifest.at("step").dump();
+  if (args.format == "hf-gpt2" && ends_with(args.output, ".safetensors")) {  // the one-file form of earlier versions
+    write_safetensors(args.output, hf, metadata);
+    std::cout << "wrote " << args.output << ": " << what << "\n";
+    return 0;
+  }
+  std::vector<std::string> files;
+  publish_directory(args.output, [&](const std::string& dir) {
+    std::ofstream out(fs::path(dir) / "config.json");
+    out << hf_config.dump(2) << "\n";
+    if (!out.flush()) throw InputError("cannot write '" + dir + "/config.json'");
+    files = write_hf_weights(dir, hf, max_shard, metadata);
+  });
+  const std::string weights =
+      files.size() == 1 ? files[0] : std::to_string(files.size() - 1) + " shards and " + files.back();
+  std::cout << "wrote " << args.output << " (config.json, " << weights << "): " << what << "\n";
   return 0;
 }
 

@@ -98,7 +98,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   if (m.moe.enabled()) moe_monitor_ = std::make_unique<MoEMonitor>(config_, moe_stats);
   TORCH_CHECK(tied.empty() || groups_.has(parallel::GroupKind::embedding), "rank ", groups_.rank(),
               " holds tied parameters but is in no embedding group");
-  if (!m.init_from.empty()) init_from_hf_gpt2(config_, params, coords.tp, groups_.tp().size());
+  if (!m.init_from.empty()) init_from_pretrained(config_, params, coords.tp, groups_.tp().size());
   const auto block_of = block_of_parameters(chunks_, params);
   sync_->attach(std::move(params), std::move(tied), block_of);
   if (precision_.loss_scaling()) {

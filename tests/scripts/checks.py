@@ -4,7 +4,7 @@
 
 RUN is a run directory (metrics.jsonl, comm_rankR.json, ...). A check that holds prints one line
 saying what it measured and exits 0; one that does not exits 1 naming the subcommand and what
-differed. Only safetensors-close and the hf-gpt2 checks need torch (Debian's /usr/bin/python3).
+differed. Only safetensors-close and the hf- checks need torch (Debian's /usr/bin/python3).
 
 The tolerances are the tests' own: a subcommand takes them as arguments, so each script says what
 it holds its runs to.
@@ -462,6 +462,149 @@ def hf_gpt2_loss(args):
     print(f"Hugging Face-convention forward of the export: loss {reference:.6f}; loom from init_from: {loom:.6f}")
 
 
+# ---- Hugging Face Llama directories (hf_llama.sh) ---------------------------------------------
+
+
+def read_hf_dir(d, strict=False):
+    """A Hugging Face model directory as transformers reads it: config.json, and the tensors of
+    model.safetensors or of the shards model.safetensors.index.json maps them to."""
+    config = json.load(open(os.path.join(d, "config.json")))
+    index = os.path.join(d, "model.safetensors.index.json")
+    if not os.path.exists(index):
+        return config, read_safetensors(os.path.join(d, "model.safetensors"), strict)[0]
+    tensors = {}
+    for name, file in json.load(open(index))["weight_map"].items():
+        shard, _ = read_safetensors(os.path.join(d, file), strict)
+        assert name in shard, f"the index puts {name} in {file}, which lacks it"
+        tensors[name] = shard[name]
+    return config, tensors
+
+
+def hf_llama_expected(c):
+    """Llama's tensor names and shapes for config.json C (no biases), as transformers names them."""
+    H, heads, kv, F, V = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["intermediate_size"], c["vocab_size"]
+    d = H // heads
+    expect = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H]}
+    if not c["tie_word_embeddings"]:
+        expect["lm_head.weight"] = [V, H]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        expect.update({p + "self_attn.q_proj.weight": [heads * d, H], p + "self_attn.k_proj.weight": [kv * d, H],
+                       p + "self_attn.v_proj.weight": [kv * d, H], p + "self_attn.o_proj.weight": [H, heads * d],
+                       p + "mlp.gate_proj.weight": [F, H], p + "mlp.up_proj.weight": [F, H], p + "mlp.down_proj.weight": [H, F],
+                       p + "input_layernorm.weight": [H], p + "post_attention_layernorm.weight": [H]})
+    return expect
+
+
+def hf_llama_layout(args):
+    """EXPORT is a Hugging Face Llama directory: config.json with LlamaForCausalLM and the
+    shape keys given, model.safetensors valid (no hole, overlap or trailing byte, F32, format
+    pt) with exactly Llama's names and shapes; ROUND_TRIP (export -> init_from at another layout
+    -> export) has byte-identical files; SHARDED (a tiny --max-shard-size) has more than one
+    shard, an index naming each tensor's shard and the total size, and the same tensors."""
+    import filecmp
+    import torch
+
+    c, a = read_hf_dir(args.export, strict=True)
+    _, meta = read_safetensors(os.path.join(args.export, "model.safetensors"), strict=True)
+    assert meta.get("format") == "pt", f"metadata {meta}"
+    want = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": args.hidden,
+            "num_hidden_layers": args.layers, "num_attention_heads": args.heads, "num_key_value_heads": args.kv_heads,
+            "vocab_size": args.vocab, "intermediate_size": args.ffn, "tie_word_embeddings": False, "hidden_act": "silu"}
+    wrong = {k: c.get(k) for k, v in want.items() if c.get(k) != v}
+    assert not wrong, f"config.json has {wrong}, expected {want}"
+    expect = hf_llama_expected(c)
+    shapes = {k: list(v.shape) for k, v in a.items()}
+    assert shapes == expect, f"names and shapes {shapes}, expected {expect}"
+    files = sorted(os.listdir(args.export))
+    assert files == sorted(os.listdir(args.round_trip)) == ["config.json", "model.safetensors"], f"files {files}"
+    _, mismatch, errors = filecmp.cmpfiles(args.export, args.round_trip, files, shallow=False)
+    assert not mismatch and not errors, f"export -> init_from -> export changed {mismatch + errors}"
+
+    index = json.load(open(os.path.join(args.sharded, "model.safetensors.index.json")))
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 1 and shards == sorted(f for f in os.listdir(args.sharded) if f.endswith(".safetensors")), f"shards {shards}"
+    assert all(f == f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i, f in enumerate(shards)), f"shard names {shards}"
+    _, s = read_hf_dir(args.sharded, strict=True)
+    assert index["weight_map"].keys() == a.keys() and all(torch.equal(a[k], s[k]) for k in a), "the shards hold other tensors"
+    total = sum(4 * t.numel() for t in a.values())
+    assert index["metadata"]["total_size"] == total, f"total_size {index['metadata']['total_size']}, tensors {total}"
+    print(f"Hugging Face Llama directory valid: {len(a)} tensors in Llama's names and shapes; the round trip is "
+          f"byte-identical; {len(shards)} shards with an index naming each tensor's")
+
+
+def hf_llama_loss(args):
+    """Llama's forward as Hugging Face's modeling_llama computes it (RMSNorm in fp32; rotate-half
+    RoPE, inv_freq = 1 / theta^(arange(0, d, 2) / d); kv heads repeated for grouped-query
+    attention; SwiGLU; lm_head unless tied), written here without loom, on EXPORT's tensors and
+    the first SEQUENCES sequences of SEQ_LEN + 1 of TEXT's bytes, gives RUN's first loss within
+    1e-5 x max(1, |loss|)."""
+    import torch
+    import torch.nn.functional as fn
+
+    c, a = read_hf_dir(args.export)
+    shapes = hf_llama_expected(c)
+    a = {k: v.reshape(shapes[k]) for k, v in a.items()}
+    assert c.get("rope_scaling") is None, "this forward knows no rope scaling"
+    H, heads, kv, V, eps = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["vocab_size"], c["rms_norm_eps"]
+    d, S, G = H // heads, args.seq_len, args.sequences
+    tokens = torch.tensor(list(open(args.text, "rb").read()), dtype=torch.long)
+    x_tok = torch.stack([tokens[i * S : i * S + S] for i in range(G)])
+    y_tok = torch.stack([tokens[i * S + 1 : i * S + S + 1] for i in range(G)])
+
+    def rms_norm(x, weight):  # LlamaRMSNorm
+        x32 = x.to(torch.float32)
+        return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+    inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    freqs = torch.arange(S).float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+
+    def rotate_half(x):
+        return torch.cat((-x[..., d // 2 :], x[..., : d // 2]), dim=-1)
+
+    linear = lambda x, p: x @ a[p + ".weight"].t()
+    mask = torch.ones(S, S, dtype=torch.bool).triu(1)
+    x = a["model.embed_tokens.weight"][x_tok]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, a[p + "input_layernorm.weight"])
+        q = linear(h, p + "self_attn.q_proj").view(G, S, heads, d).transpose(1, 2)
+        k = linear(h, p + "self_attn.k_proj").view(G, S, kv, d).transpose(1, 2)
+        v = linear(h, p + "self_attn.v_proj").view(G, S, kv, d).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = (t[:, :, None].expand(G, kv, heads // kv, S, d).reshape(G, heads, S, d) for t in (k, v))  # repeat_kv
+        att = (q @ k.transpose(-2, -1) / math.sqrt(d)).masked_fill(mask, float("-inf")).softmax(-1)
+        x = x + linear((att @ v).transpose(1, 2).reshape(G, S, H), p + "self_attn.o_proj")
+        h = rms_norm(x, a[p + "post_attention_layernorm.weight"])
+        x = x + linear(fn.silu(linear(h, p + "mlp.gate_proj")) * linear(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+    out = a["model.embed_tokens.weight"] if c["tie_word_embeddings"] else a["lm_head.weight"]
+    logits = rms_norm(x, a["model.norm.weight"]) @ out.t()
+    reference = fn.cross_entropy(logits.reshape(-1, V), y_tok.reshape(-1)).item()
+    loom = metrics(args.run)[0]["loss"]
+    assert abs(loom - reference) <= 1e-5 * max(1, abs(reference)), f"loom's loss {loom}, the reference forward's {reference}"
+    print(f"Hugging Face Llama forward of the export: loss {reference:.7f}; loom from init_from: {loom:.7f} "
+          f"(|difference| {abs(loom - reference):.2g})")
+
+
+def hf_scale_qk(args):
+    """Not a check: multiplies the q_proj and k_proj weights in DIR/model.safetensors by FACTOR, in
+    place: attention logits FACTOR^2 larger, so that a forward's loss depends on the rotary and
+    kv-head conventions by far more than on rounding (a briefly trained model attends almost
+    uniformly, and barely notices them)."""
+    import torch
+
+    path = os.path.join(args.dir, "model.safetensors")
+    raw = bytearray(open(path, "rb").read())
+    (n,) = struct.unpack("<Q", raw[:8])
+    for name, info in json.loads(raw[8 : 8 + n]).items():
+        if name.endswith(("self_attn.q_proj.weight", "self_attn.k_proj.weight")):
+            begin, end = (8 + n + o for o in info["data_offsets"])
+            raw[begin:end] = (torch.frombuffer(raw[begin:end], dtype=torch.float32) * args.factor).numpy().tobytes()
+    open(path, "wb").write(raw)
+
+
 def parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
@@ -564,6 +707,24 @@ def parser():
     s.add_argument("export")
     s.add_argument("text")
     s.add_argument("run")
+
+    s = command("hf-llama-layout", hf_llama_layout)
+    s.add_argument("export")
+    s.add_argument("round_trip")
+    s.add_argument("sharded")
+    for key in ("layers", "hidden", "heads", "kv-heads", "ffn", "vocab"):
+        s.add_argument(f"--{key}", type=int, required=True)
+
+    s = command("hf-scale-qk", hf_scale_qk)
+    s.add_argument("dir")
+    s.add_argument("factor", type=float)
+
+    s = command("hf-llama-loss", hf_llama_loss)
+    s.add_argument("export")
+    s.add_argument("text")
+    s.add_argument("run")
+    s.add_argument("--seq-len", type=int, required=True)
+    s.add_argument("--sequences", type=int, required=True)
     return p
 
 

@@ -1,0 +1,104 @@
+#include "launch/model_record.h"
+
+#include "core/errors.h"
+
+namespace loom::launch {
+namespace {
+
+// Every key that depends on the architecture, with the value a GPT-2 has.
+nlohmann::json gpt2_defaults() {
+  const ModelConfig gpt2;
+  return {{"arch", to_string(gpt2.arch)},
+          {"norm", to_string(gpt2.norm)},
+          {"norm_eps", gpt2.norm_eps},
+          {"activation", to_string(gpt2.activation)},
+          {"position", to_string(gpt2.position)},
+          {"rope_theta", gpt2.rope_theta},
+          {"rope_scaling", {{"type", to_string(RopeScalingKind::none)}}},
+          {"bias", gpt2.bias},
+          {"qkv_bias", gpt2.qkv_bias},
+          {"tie_embeddings", gpt2.tie_embeddings}};
+}
+
+}  // namespace
+
+nlohmann::json model_record(const Config& c) {
+  const auto& m = c.model;
+  nlohmann::json model = {{"num_layers", m.num_layers},      {"hidden_size", m.hidden_size}, {"num_heads", m.num_heads},
+                          {"ffn_hidden_size", c.ffn_size()}, {"vocab_size", m.vocab_size},   {"seq_len", m.seq_len}};
+  if (m.moe.enabled()) {  // dense checkpoints stay as they were
+    model["moe_num_experts"] = m.moe.num_experts;
+    model["moe_every"] = m.moe.every;
+  }
+  if (m.kv_heads() != m.num_heads) model["num_kv_heads"] = m.kv_heads();
+  nlohmann::json arch = {{"arch", to_string(m.arch)},
+                         {"norm", to_string(m.norm)},
+                         {"norm_eps", m.norm_eps},
+                         {"activation", to_string(m.activation)},
+                         {"position", to_string(m.position)},
+                         {"bias", m.bias},
+                         {"qkv_bias", m.qkv_bias},
+                         {"tie_embeddings", m.tie_embeddings}};
+  if (m.position == PositionKind::rope) {  // the rotary keys mean nothing to learned positions
+    arch["rope_theta"] = m.rope_theta;
+    arch["rope_scaling"] = {{"type", to_string(m.rope_scaling.type)}};
+    if (m.rope_scaling.type == RopeScalingKind::llama3) {
+      const auto& s = m.rope_scaling;
+      arch["rope_scaling"].update({{"factor", s.factor},
+                                   {"low_freq_factor", s.low_freq_factor},
+                                   {"high_freq_factor", s.high_freq_factor},
+                                   {"original_max_position_embeddings", s.original_max_position_embeddings}});
+    }
+  }
+  const auto defaults = gpt2_defaults();
+  for (const auto& [key, value] : arch.items()) {
+    if (value != defaults.at(key)) model[key] = value;
+  }
+  return model;
+}
+
+nlohmann::json complete_model_record(const nlohmann::json& record) {
+  auto complete = gpt2_defaults();
+  complete["num_kv_heads"] = record.value("num_heads", nlohmann::json());
+  complete.update(record);
+  return complete;
+}
+
+Config config_of_model_record(const nlohmann::json& record, const std::string& source) {
+  Config c;
+  auto& m = c.model;
+  try {
+    const auto r = complete_model_record(record);
+    m.arch = from_string<ModelArch>(r.at("arch").get<std::string>());
+    m.norm = from_string<NormKind>(r.at("norm").get<std::string>());
+    m.norm_eps = r.at("norm_eps").get<double>();
+    m.activation = from_string<Activation>(r.at("activation").get<std::string>());
+    m.position = from_string<PositionKind>(r.at("position").get<std::string>());
+    m.rope_theta = r.at("rope_theta").get<double>();
+    const auto& scaling = r.at("rope_scaling");
+    m.rope_scaling.type = from_string<RopeScalingKind>(scaling.at("type").get<std::string>());
+    if (m.rope_scaling.type == RopeScalingKind::llama3) {
+      m.rope_scaling.factor = scaling.at("factor").get<double>();
+      m.rope_scaling.low_freq_factor = scaling.at("low_freq_factor").get<double>();
+      m.rope_scaling.high_freq_factor = scaling.at("high_freq_factor").get<double>();
+      m.rope_scaling.original_max_position_embeddings = scaling.at("original_max_position_embeddings").get<int64_t>();
+    }
+    m.bias = r.at("bias").get<bool>();
+    m.qkv_bias = r.at("qkv_bias").get<bool>();
+    m.tie_embeddings = r.at("tie_embeddings").get<bool>();
+    m.num_layers = r.at("num_layers").get<int64_t>();
+    m.hidden_size = r.at("hidden_size").get<int64_t>();
+    m.num_heads = r.at("num_heads").get<int64_t>();
+    m.num_kv_heads = r.at("num_kv_heads").get<int64_t>();
+    m.ffn_hidden_size = r.at("ffn_hidden_size").get<int64_t>();
+    m.vocab_size = r.at("vocab_size").get<int64_t>();
+    m.seq_len = r.at("seq_len").get<int64_t>();
+    m.moe.num_experts = r.value("moe_num_experts", int64_t{0});
+    m.moe.every = r.value("moe_every", int64_t{1});
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(source + ": the manifest's model record " + record.dump() + " cannot be read: " + e.what());
+  }
+  return c;
+}
+
+}  // namespace loom::launch

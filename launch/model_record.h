@@ -1,0 +1,24 @@
+// The "model" record of a checkpoint's manifest: the model keys it was saved
+// with. Resuming refuses a checkpoint whose record differs from the config's;
+// `loom export` builds the model's description from it. Keys at GPT-2's
+// defaults are left out, so a GPT-2 checkpoint's record is what it was before
+// loom knew other architectures, and old checkpoints resume.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/config.h"
+
+namespace loom::launch {
+
+nlohmann::json model_record(const Config& config);
+
+// RECORD with the keys left out filled in with GPT-2's defaults, for comparing.
+nlohmann::json complete_model_record(const nlohmann::json& record);
+
+// A Config whose model is RECORD's (the other sections at their defaults). Throws
+// InputError naming SOURCE when the record cannot be read.
+Config config_of_model_record(const nlohmann::json& record, const std::string& source);
+
+}  // namespace loom::launch

@@ -1,0 +1,91 @@
+#include "models/llama_hf.h"
+
+#include <map>
+
+namespace loom::models {
+
+std::vector<LlamaTensor> llama_tensors(const Config& config) {
+  const auto& m = config.model;
+  const int64_t H = m.hidden_size, heads = m.num_heads, kv = m.kv_heads(), d = m.head_dim(), F = config.ffn_size(),
+                V = m.vocab_size;
+  std::vector<LlamaTensor> out{{"wte", {{"model.embed_tokens.weight", {V, H}}}}};
+  auto same = [&](const std::string& loom, const std::string& hf, std::vector<int64_t> shape) {
+    out.push_back({loom, {{hf, std::move(shape)}}});
+  };
+  for (int64_t i = 0; i < m.num_layers; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".", hf = "model.layers." + std::to_string(i) + ".";
+    const std::string q = hf + "self_attn.q_proj.", k = hf + "self_attn.k_proj.", v = hf + "self_attn.v_proj.";
+    for (const std::string kind : {"weight", "bias"}) {
+      if (kind == "bias" && !m.qkv_bias) continue;
+      auto shape = [&](int64_t rows) { return kind == "weight" ? std::vector<int64_t>{rows, H} : std::vector{rows}; };
+      if (kv == heads) {
+        out.push_back({h + "attn.qkv." + kind,
+                       {{q + kind, shape(heads * d)}, {k + kind, shape(heads * d)}, {v + kind, shape(heads * d)}},
+                       heads});
+      } else {
+        same(h + "attn.q." + kind, q + kind, shape(heads * d));
+        out.push_back({h + "attn.kv." + kind, {{k + kind, shape(kv * d)}, {v + kind, shape(kv * d)}}, kv});
+      }
+    }
+    same(h + "attn.proj.weight", hf + "self_attn.o_proj.weight", {H, heads * d});
+    if (m.bias) same(h + "attn.proj.bias", hf + "self_attn.o_proj.bias", {H});
+    for (const auto& [loom, name, rows, cols] :
+         {std::tuple{"gate", "gate_proj", F, H}, std::tuple{"up", "up_proj", F, H},
+          std::tuple{"proj", "down_proj", H, F}}) {
+      same(h + "mlp." + loom + ".weight", hf + "mlp." + name + ".weight", {rows, cols});
+      if (m.bias) same(h + "mlp." + loom + ".bias", hf + "mlp." + name + ".bias", {rows});
+    }
+    same(h + "ln_1.weight", hf + "input_layernorm.weight", {H});
+    same(h + "ln_2.weight", hf + "post_attention_layernorm.weight", {H});
+  }
+  same("ln_f.weight", "model.norm.weight", {H});
+  if (!m.tie_embeddings) same("lm_head", "lm_head.weight", {V, H});
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> llama_to_hf(const std::map<std::string, torch::Tensor>& loom,
+                                                               const Config& config) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& t : llama_tensors(config)) {
+    auto it = loom.find(t.loom);
+    TORCH_CHECK(it != loom.end(), "Llama tensor ", t.loom, " is missing");
+    const auto& whole = it->second;
+    if (t.groups == 0) {
+      out.emplace_back(t.hf[0].name, whole.contiguous());
+      continue;
+    }
+    const int64_t parts = static_cast<int64_t>(t.hf.size());
+    auto shape = whole.sizes().vec();
+    shape[0] /= t.groups * parts;
+    shape.insert(shape.begin(), {t.groups, parts});
+    const auto split = whole.reshape(shape);
+    for (int64_t p = 0; p < parts; ++p) {
+      out.emplace_back(t.hf[static_cast<size_t>(p)].name,
+                       split.select(1, p).reshape(t.hf[static_cast<size_t>(p)].shape).contiguous());
+    }
+  }
+  return out;
+}
+
+std::optional<torch::Tensor> llama_from_hf(const std::string& name, const HfTensorReader& read, const Config& config) {
+  for (const auto& t : llama_tensors(config)) {
+    if (t.loom != name) continue;
+    if (t.groups == 0) return read(t.hf[0].name, t.hf[0].shape);
+    std::vector<torch::Tensor> parts;
+    for (const auto& part : t.hf) {
+      auto rows = read(part.name, part.shape);
+      auto shape = rows.sizes().vec();
+      shape[0] /= t.groups;
+      shape.insert(shape.begin(), t.groups);
+      parts.push_back(rows.reshape(shape));
+    }
+    auto joined = torch::stack(parts, 1);  // [groups, parts, d, ...]
+    auto shape = joined.sizes().vec();
+    shape.erase(shape.begin(), shape.begin() + 2);
+    shape[0] *= t.groups * static_cast<int64_t>(t.hf.size());
+    return joined.reshape(shape).contiguous();
+  }
+  return std::nullopt;
+}
+
+}  // namespace loom::models

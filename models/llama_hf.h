@@ -1,0 +1,53 @@
+// A Llama-shaped GPT (model.arch llama) in Hugging Face's Llama names and
+// layouts, for `loom export --format hf-llama` and model.init_from. One table
+// says which Hugging Face tensors make each loom tensor, so both directions
+// read the same correspondence. Hugging Face's rotary embedding is the
+// rotate-half one loom uses, so q_proj and k_proj rows need no permutation;
+// loom's fused projections keep each head's rows together so that tp splits
+// whole heads: attn.qkv rows are [heads, 3 (q, k, v), d] and, under grouped-query
+// attention, attn.kv rows [kv heads, 2 (k, v), d] beside attn.q [heads, d].
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/config.h"
+
+namespace loom::models {
+
+struct HfPart {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// One loom tensor and the Hugging Face tensors it is made of. With groups > 0 the
+// loom tensor's rows are [groups, parts, rows / (groups * parts)]: the parts
+// interleaved group by group (heads); else it is the one part as it is.
+struct LlamaTensor {
+  std::string loom;
+  std::vector<HfPart> hf;
+  int64_t groups = 0;
+};
+
+// Every tensor of CONFIG's Llama, in Hugging Face's order (model.embed_tokens, each
+// layer's self_attn, mlp and norms, model.norm, lm_head).
+std::vector<LlamaTensor> llama_tensors(const Config& config);
+
+// Whole tensors by loom name -> Hugging Face names and layouts, in Hugging Face's order.
+std::vector<std::pair<std::string, torch::Tensor>> llama_to_hf(const std::map<std::string, torch::Tensor>& loom,
+                                                               const Config& config);
+
+// Reads a Hugging Face tensor that must have SHAPE; throws InputError naming the
+// tensor and its file when it is missing or misshapen.
+using HfTensorReader = std::function<torch::Tensor(const std::string& name, const std::vector<int64_t>& shape)>;
+
+// The loom tensor NAME made from the Hugging Face tensors READ gives; nullopt when
+// NAME is not one of CONFIG's Llama tensors.
+std::optional<torch::Tensor> llama_from_hf(const std::string& name, const HfTensorReader& read, const Config& config);
+
+}  // namespace loom::models

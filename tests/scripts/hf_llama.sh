@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Hugging Face Llama in and out: a tiny Llama (4 heads, 2 kv heads, untied output) trained at
+# tp=2 pp=2 and exported with `loom export --format hf-llama` is a valid model directory
+# (parsed here independently of loom's writer); a plain PyTorch Llama forward written from
+# Hugging Face's conventions, fed that directory, gives loom's first loss from model.init_from;
+# export -> init_from (at tp=2 pp=1) -> export is byte-identical; a sharded export holds the
+# same tensors with an index; what loom cannot or must not read is refused with exit 2, named,
+# and so is resuming the Llama's checkpoint as a GPT-2.
+source "$(dirname "$0")/common.sh"
+PY=/usr/bin/python3  # Debian's python3-torch
+cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
+"$LOOM" prepare --input "$WORK/text.txt" --output "$WORK/ds" > /dev/null || fail "prepare"
+SHAPE=(--set model.num_layers=2 --set model.hidden_size=64 --set model.num_heads=4 --set model.vocab_size=256)
+BASE=("${SHAPE[@]}" --set data.path="$WORK/ds" --set model.dropout=0)
+LLAMA=(--set model.arch=llama --set model.num_kv_heads=2 --set model.ffn_hidden_size=128 --set model.tie_embeddings=false)
+
+mpirun --oversubscribe -np 4 "$LOOM" train "$TINY" --run-dir "$WORK/a" "${BASE[@]}" "${LLAMA[@]}" \
+  --set parallel.tp=2 --set parallel.pp=2 --set checkpoint.dir="$WORK/ck_a" --set train.exit_after=5 \
+  > "$WORK/a.log" 2>&1 || { cat "$WORK/a.log"; fail "run a"; }
+"$LOOM" export "$WORK/ck_a/step_00000005" --format hf-llama --output "$WORK/hf_a" > /dev/null || fail "export a"
+"$LOOM" export "$WORK/ck_a/step_00000005" --format hf-llama --output "$WORK/hf_sharded" --max-shard-size 40KB \
+  > /dev/null || fail "export a sharded"
+
+# From a's export at tp=2 pp=1, the architecture from its config.json: the initial state saved
+# (exit_after 0) and exported again.
+mpirun --oversubscribe -np 2 "$LOOM" train "$TINY" --run-dir "$WORK/b" "${BASE[@]}" --set parallel.tp=2 \
+  --set model.init_from="$WORK/hf_a" --set checkpoint.dir="$WORK/ck_b" --set train.exit_after=0 \
+  > "$WORK/b.log" 2>&1 || { cat "$WORK/b.log"; fail "run b"; }
+"$LOOM" export "$WORK/ck_b/step_00000000" --format hf-llama --output "$WORK/hf_b" > /dev/null || fail "export b"
+
+# One step from the sharded export at tp=2 pp=2: its loss is the first batch's under a's weights.
+mpirun --oversubscribe -np 4 "$LOOM" train "$TINY" --run-dir "$WORK/c" "${BASE[@]}" --set parallel.tp=2 \
+  --set parallel.pp=2 --set model.init_from="$WORK/hf_sharded" --set train.steps=1 --set train.warmup_steps=0 \
+  > "$WORK/c.log" 2>&1 || { cat "$WORK/c.log"; fail "run c"; }
+
+# The same from a copy with q_proj and k_proj x 8: attention sharp enough that pairing RoPE's
+# features (2i, 2i+1) instead of rotating halves, or grouping query heads on kv heads round robin,
+# moves the reference loss 12 and 400 times the tolerance (measured; without the x 8, the pairing
+# stays inside it).
+cp -r "$WORK/hf_a" "$WORK/hf_sharp"
+"$PY" "$SCRIPTS/checks.py" hf-scale-qk "$WORK/hf_sharp" 8
+"$LOOM" train "$TINY" --run-dir "$WORK/d" "${BASE[@]}" --set model.init_from="$WORK/hf_sharp" --set train.steps=1 \
+  --set train.warmup_steps=0 > "$WORK/d.log" 2>&1 || { cat "$WORK/d.log"; fail "run d"; }
+
+"$PY" "$SCRIPTS/checks.py" hf-llama-layout "$WORK/hf_a" "$WORK/hf_b" "$WORK/hf_sharded" --layers 2 --hidden 64 --heads 4 \
+  --kv-heads 2 --ffn 128 --vocab 256 || fail "Hugging Face Llama directory check"
+"$PY" "$SCRIPTS/checks.py" hf-llama-loss "$WORK/hf_a" "$WORK/text.txt" "$WORK/c" --seq-len 32 --sequences 8 ||
+  fail "the Hugging Face-convention Llama forward of the export differs from loom's first loss"
+"$PY" "$SCRIPTS/checks.py" hf-llama-loss "$WORK/hf_sharp" "$WORK/text.txt" "$WORK/d" --seq-len 32 --sequences 8 ||
+  fail "the Hugging Face-convention Llama forward differs from loom's first loss with sharp attention"
+
+expect_exit() {  # expect_exit PATTERN COMMAND...: exits 2 and prints PATTERN
+  local pattern="$1" code=0
+  shift
+  "$@" > "$WORK/out" 2>&1 || code=$?
+  [ "$code" = 2 ] || { cat "$WORK/out"; fail "'$*' exited $code, expected 2"; }
+  grep -q -- "$pattern" "$WORK/out" || { cat "$WORK/out"; fail "'$*' did not print '$pattern'"; }
+}
+ONE=("$LOOM" train "$TINY" --run-dir "$WORK/err" --set train.steps=1 --set train.warmup_steps=0 "${BASE[@]}")
+# tiny.yaml's hidden_size (32) against config.json's (64), and an override against it.
+expect_exit "model.hidden_size is 32 in $TINY but $WORK/hf_a/config.json says 64" \
+  "$LOOM" train "$TINY" --set model.init_from="$WORK/hf_a"
+expect_exit "model.num_kv_heads is 4 by --set but $WORK/hf_a/config.json says 2" \
+  "${ONE[@]}" --set model.init_from="$WORK/hf_a" --set model.num_kv_heads=4
+edit_json() {  # edit_json FILE STATEMENT: runs the Python STATEMENT on j, FILE's JSON, and writes j back
+  "$PY" -c 'import json, sys; j = json.load(open(sys.argv[1])); exec(sys.argv[2]); json.dump(j, open(sys.argv[1], "w"))' "$1" "$2"
+}
+cp -r "$WORK/hf_sharded" "$WORK/missing"
+edit_json "$WORK/missing/model.safetensors.index.json" 'del j["weight_map"]["model.layers.1.mlp.up_proj.weight"]'
+expect_exit "'$WORK/missing' has no tensor 'model.layers.1.mlp.up_proj.weight'" "${ONE[@]}" --set model.init_from="$WORK/missing"
+cp -r "$WORK/hf_a" "$WORK/misshapen"
+edit_json "$WORK/misshapen/config.json" 'j["intermediate_size"] = 64'
+expect_exit "_proj.weight' in '$WORK/misshapen/model.safetensors' has shape" \
+  "${ONE[@]}" --set model.init_from="$WORK/misshapen"
+cp -r "$WORK/hf_a" "$WORK/mistral"
+edit_json "$WORK/mistral/config.json" 'j.update(architectures=["MistralForCausalLM"], sliding_window=4096)'
+expect_exit "$WORK/mistral/config.json: \"sliding_window\" is 4096" "${ONE[@]}" --set model.init_from="$WORK/mistral"
+# A GPT-2 config resuming the Llama checkpoint is refused by the architecture.
+expect_exit "the checkpoint has model.arch = \"llama\", the config \"gpt2\"" \
+  "${ONE[@]}" --set checkpoint.dir="$WORK/ck_a" --resume "$WORK/ck_a/step_00000005"
+expect_exit "cannot represent model.norm = rmsnorm: GPT-2 has LayerNorm" \
+  "$LOOM" export "$WORK/ck_a/step_00000005" --format hf-gpt2 --output "$WORK/gpt2"
+[ -e "$WORK/gpt2" ] && fail "a refused export left $WORK/gpt2 behind"
+echo "hf llama: ok"
