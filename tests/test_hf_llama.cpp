@@ -195,7 +195,7 @@ TEST_CASE("Hugging Face weights: a broken directory or index is refused naming t
   fs::remove_all(dir);
 }
 
-TEST_CASE("--max-shard-size reads sizes as transformers writes them", "[hf]") {
+TEST_CASE("the size of --max-shard-size is read as transformers writes it", "[hf]") {
   CHECK(parse_byte_size("5GB", "s") == 5000000000);
   CHECK(parse_byte_size("500MB", "s") == 500000000);
   CHECK(parse_byte_size("2GiB", "s") == 2147483648);
