@@ -22,4 +22,10 @@ int blas_threads();
 // thrown by any piece is rethrown here once all have finished.
 void parallel_over_blas_threads(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
 
+// An elementwise op's FN(begin, length) over [0, NUMEL): in one piece when it is small
+// (a thread would cost more than it saves), else one piece per BLAS thread, each starting
+// at a multiple of 64 elements, where LibTorch's vectorised loop would be anyway, so the
+// result does not depend on the number of threads.
+void parallel_over_elements(int64_t numel, const std::function<void(int64_t begin, int64_t length)>& fn);
+
 }  // namespace loom

@@ -10,30 +10,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-constexpr int64_t kPieceAlignment = 64;
-// Below this a thread costs more than it saves (the 2-core machine's default GPT: ~4% slower).
-constexpr int64_t kMinParallelElements = 1 << 18;
-
-// FN(begin, length) over [0, NUMEL) in pieces, one per BLAS thread, starting at aligned offsets.
-void over_pieces(int64_t numel, const std::function<void(int64_t, int64_t)>& fn) {
-  if (numel < kMinParallelElements) {
-    fn(0, numel);
-    return;
-  }
-  const int64_t blocks = (numel + kPieceAlignment - 1) / kPieceAlignment;
-  parallel_over_blas_threads(blocks, [&](int64_t begin, int64_t end) {
-    const int64_t first = begin * kPieceAlignment, last = std::min(numel, end * kPieceAlignment);
-    fn(first, last - first);
-  });
-}
-
 class GeluTanh : public torch::autograd::Function<GeluTanh> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x) {
     auto input = x.contiguous();
     auto out = torch::empty_like(input);
     auto flat_in = input.view(-1), flat_out = out.view(-1);
-    over_pieces(input.numel(), [&](int64_t begin, int64_t length) {
+    parallel_over_elements(input.numel(), [&](int64_t begin, int64_t length) {
       auto piece = flat_out.narrow(0, begin, length);
       at::gelu_out(piece, flat_in.narrow(0, begin, length), "tanh");
     });
@@ -46,7 +29,7 @@ class GeluTanh : public torch::autograd::Function<GeluTanh> {
     const auto grad_out = grads[0].contiguous();
     auto grad_in = torch::empty_like(input);
     auto flat_in = input.view(-1), flat_grad_out = grad_out.view(-1), flat_grad_in = grad_in.view(-1);
-    over_pieces(input.numel(), [&](int64_t begin, int64_t length) {
+    parallel_over_elements(input.numel(), [&](int64_t begin, int64_t length) {
       auto piece = flat_grad_in.narrow(0, begin, length);
       at::gelu_backward_out(piece, flat_grad_out.narrow(0, begin, length), flat_in.narrow(0, begin, length), "tanh");
     });

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "models/gelu.h"
+#include "models/residual_projection.h"
 #include "models/swiglu.h"
 
 namespace loom::models {
@@ -26,14 +27,7 @@ MlpImpl::MlpImpl(const GPTOptions& options, int64_t layer, TensorParallelContext
     gate_ = register_module("gate", column("gate"));
     up_ = register_module("up", column("up"));
   }
-  proj_ = register_module("proj", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(f, h)
-                                                                  .name(p + "proj")
-                                                                  .seed(options.seed)
-                                                                  .bias(options.bias)
-                                                                  .init_std(residual_init_std(options))
-                                                                  .input_is_parallel(true)
-                                                                  .sequence_parallel(sp),
-                                                              *tp.tp));
+  proj_ = register_module("proj", residual_projection(p + "proj", f, options, tp));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {

@@ -7,6 +7,7 @@
 
 #include "core/precision.h"
 #include "models/causal_attention.h"
+#include "models/residual_projection.h"
 #include "parallel/init.h"
 #include "parallel/tp_regions.h"
 
@@ -59,14 +60,7 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
       shared_kv_ = register_module("kv", SharedKVProjection(p + "kv", options, *tp.tp));
     }
   }
-  proj_ = register_module("proj", parallel::RowParallelLinear(parallel::RowParallelLinearOptions(h, h)
-                                                                  .name(p + "proj")
-                                                                  .seed(options.seed)
-                                                                  .bias(options.bias)
-                                                                  .init_std(residual_init_std(options))
-                                                                  .input_is_parallel(true)
-                                                                  .sequence_parallel(sp),
-                                                              *tp.tp));
+  proj_ = register_module("proj", residual_projection(p + "proj", h, options, tp));
   if (options.position == PositionKind::rope) {
     rotary_ = RotaryEmbedding(d_, options.seq_len, options.rope_theta, options.rope_scaling);
   }

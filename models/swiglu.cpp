@@ -8,30 +8,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-constexpr int64_t kPieceAlignment = 64;
-constexpr int64_t kMinParallelElements = 1 << 18;  // below this a thread costs more than it saves
-
-// FN(begin, length) over [0, NUMEL) in pieces, one per BLAS thread, starting at aligned offsets,
-// so the result does not depend on the number of threads.
-void over_pieces(int64_t numel, const std::function<void(int64_t, int64_t)>& fn) {
-  if (numel < kMinParallelElements) {
-    fn(0, numel);
-    return;
-  }
-  const int64_t blocks = (numel + kPieceAlignment - 1) / kPieceAlignment;
-  parallel_over_blas_threads(blocks, [&](int64_t begin, int64_t end) {
-    const int64_t first = begin * kPieceAlignment, last = std::min(numel, end * kPieceAlignment);
-    fn(first, last - first);
-  });
-}
-
 class SwiGLU : public torch::autograd::Function<SwiGLU> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate_, const torch::Tensor& up_) {
     auto gate = gate_.contiguous(), up = up_.contiguous();
     auto out = torch::empty_like(gate);
     auto g = gate.view(-1), u = up.view(-1), o = out.view(-1);
-    over_pieces(gate.numel(), [&](int64_t begin, int64_t length) {
+    parallel_over_elements(gate.numel(), [&](int64_t begin, int64_t length) {
       auto piece = o.narrow(0, begin, length);
       at::silu_out(piece, g.narrow(0, begin, length));
       piece.mul_(u.narrow(0, begin, length));
@@ -48,7 +31,7 @@ class SwiGLU : public torch::autograd::Function<SwiGLU> {
     auto grad_gate = torch::empty_like(gate), grad_up = torch::empty_like(up);
     auto g = gate.view(-1), u = up.view(-1), dy = grad_out.view(-1);
     auto dg = grad_gate.view(-1), du = grad_up.view(-1);
-    over_pieces(gate.numel(), [&](int64_t begin, int64_t length) {
+    parallel_over_elements(gate.numel(), [&](int64_t begin, int64_t length) {
       auto gi = g.narrow(0, begin, length), dyi = dy.narrow(0, begin, length);
       // d up = dy * silu(g); d gate = dy * up * silu'(g), silu'(g) = s + g s (1 - s) with s = sigmoid(g).
       auto dup = du.narrow(0, begin, length), dgate = dg.narrow(0, begin, length);
