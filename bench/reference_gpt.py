@@ -70,8 +70,8 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
-def main():
-    parser = argparse.ArgumentParser()
+def add_training_arguments(parser):
+    """The arguments every reference script takes: the shape of the run, threads, device, precision."""
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--hidden", type=int, default=384)
     parser.add_argument("--heads", type=int, default=6)
@@ -84,8 +84,10 @@ def main():
     parser.add_argument("--micro-batch", type=int, default=0, help="per rank; 0: the whole share of the batch")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    args = parser.parse_args()
 
+
+def train(args, build_model):
+    """Trains build_model(fused_attention) as loom trains its models and prints the result line."""
     torch.set_num_threads(args.threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -97,7 +99,7 @@ def main():
         torch.distributed.init_process_group("nccl" if cuda else "gloo")
     torch.manual_seed(1234)
     fused_attention = cuda and hasattr(F, "scaled_dot_product_attention")
-    model = GPT(args.vocab, args.seq_len, args.hidden, args.heads, args.layers, fused_attention).to(device)
+    model = build_model(fused_attention).to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -139,6 +141,14 @@ def main():
         print(json.dumps(result))
     if world > 1:
         torch.distributed.destroy_process_group()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    add_training_arguments(parser)
+    args = parser.parse_args()
+    train(args, lambda fused_attention: GPT(args.vocab, args.seq_len, args.hidden, args.heads, args.layers,
+                                            fused_attention))
 
 
 if __name__ == "__main__":

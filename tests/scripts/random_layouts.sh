@@ -3,7 +3,8 @@
 # tp, pp, dp, ep, sequence parallelism, schedule, ZeRO stage, recomputation,
 # micro-batch size; tests/scripts/draw_layouts.py), a few per run: each trains
 # to the same losses as the same model in one process, within 1e-5 relative for
-# 20 steps. The seed changes every run and is printed; LOOM_LAYOUT_SEED=N
+# 20 steps, and (dense models) counts exactly the traffic `loom plan --run`
+# predicts. The seed changes every run and is printed; LOOM_LAYOUT_SEED=N
 # repeats a draw, LOOM_LAYOUT_DRAWS sets how many (default 3).
 source "$(dirname "$0")/common.sh"
 SEED="${LOOM_LAYOUT_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
@@ -31,5 +32,10 @@ while read -r np name rest; do
   [[ "$name" == *_moe_* ]] && flips=(--routing-flips)
   python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/$name/metrics.jsonl" "$WORK/${name}_ref/metrics.jsonl" \
     --rtol 1e-5 "${flips[@]}" || fail "$name differs from one process (seed $SEED)"
+  # The traffic every rank counted is the cost model's prediction (MoE's all-to-all follows the router: no prediction).
+  if [[ "$name" != *_moe_* ]]; then
+    "$LOOM" plan --run "$WORK/$name" > "$WORK/$name.plan" || { cat "$WORK/$name.plan"; fail "loom plan --run $name"; }
+    python3 "$SCRIPTS/checks.py" plan-vs-run "$WORK/$name" || fail "$name: traffic differs from the prediction (seed $SEED)"
+  fi
 done < "$WORK/draws.txt"
 echo "random layouts: ok"

@@ -1,0 +1,135 @@
+"""The PyTorch side of loom's Llama benchmark: bench/llama_bench.yaml's model
+written as Hugging Face's modeling_llama writes it (RMSNorm in fp32, separate
+q/k/v/o projections without biases, rotate-half rotary embeddings from an
+inv_freq table, repeat_kv for grouped-query attention, down(silu(gate) * up),
+an untied lm_head), trained by the same loop as bench/reference_gpt.py: the
+same AdamW groups, clipping, schedule, threads and result line.
+"""
+import argparse
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from reference_gpt import add_training_arguments, train
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def repeat_kv(x, n_rep):
+    """[B, kv_heads, S, d] -> [B, kv_heads * n_rep, S, d]: each kv head serves n_rep consecutive query heads."""
+    b, kv, s, d = x.shape
+    return x if n_rep == 1 else x[:, :, None].expand(b, kv, n_rep, s, d).reshape(b, kv * n_rep, s, d)
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden, heads, kv_heads, seq_len, fused_attention):
+        super().__init__()
+        self.heads, self.kv_heads, self.d = heads, kv_heads, hidden // heads
+        self.fused_attention = fused_attention
+        self.q_proj = nn.Linear(hidden, heads * self.d, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_heads * self.d, bias=False)
+        self.v_proj = nn.Linear(hidden, kv_heads * self.d, bias=False)
+        self.o_proj = nn.Linear(heads * self.d, hidden, bias=False)
+        # Plain attributes, not buffers: DDP would broadcast buffers, and gloo has no bool.
+        self.mask = torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1)
+
+    def forward(self, x, cos, sin):
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.heads, self.d).transpose(1, 2)
+        k = self.k_proj(x).view(b, s, self.kv_heads, self.d).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, self.kv_heads, self.d).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        n_rep = self.heads // self.kv_heads
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)
+        if self.fused_attention:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d)
+            scores = scores.masked_fill(self.mask[:s, :s].to(x.device), float("-inf"))
+            out = scores.softmax(-1, dtype=torch.float32).to(q.dtype) @ v
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, self.heads * self.d))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden, ffn):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, ffn, bias=False)
+        self.up_proj = nn.Linear(hidden, ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, hidden, heads, kv_heads, ffn, seq_len, eps, fused_attention):
+        super().__init__()
+        self.input_layernorm = RMSNorm(hidden, eps)
+        self.self_attn = Attention(hidden, heads, kv_heads, seq_len, fused_attention)
+        self.post_attention_layernorm = RMSNorm(hidden, eps)
+        self.mlp = MLP(hidden, ffn)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab, seq_len, hidden, heads, kv_heads, ffn, layers, theta, eps, fused_attention=False):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(
+            Block(hidden, heads, kv_heads, ffn, seq_len, eps, fused_attention) for _ in range(layers))
+        self.norm = RMSNorm(hidden, eps)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
+        d = hidden // heads
+        inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+        freqs = torch.outer(torch.arange(seq_len, dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.cos, self.sin = emb.cos(), emb.sin()  # [S, d], plain attributes as the mask
+        for p in self.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, tokens, targets):
+        s = tokens.size(1)
+        x = self.embed_tokens(tokens)
+        cos, sin = self.cos[:s].to(x.device, x.dtype), self.sin[:s].to(x.device, x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        logits = self.lm_head(self.norm(x))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    add_training_arguments(parser)
+    parser.add_argument("--kv-heads", type=int, default=3)
+    parser.add_argument("--ffn", type=int, default=1024)
+    parser.add_argument("--rope-theta", type=float, default=10000.0)
+    parser.add_argument("--norm-eps", type=float, default=1e-5)
+    args = parser.parse_args()
+    train(args, lambda fused_attention: Llama(args.vocab, args.seq_len, args.hidden, args.heads, args.kv_heads,
+                                              args.ffn, args.layers, args.rope_theta, args.norm_eps, fused_attention))
+
+
+if __name__ == "__main__":
+    main()
