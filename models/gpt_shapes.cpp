@@ -113,13 +113,12 @@ std::vector<ParameterShape> gpt_output_parameters(const Config& c) {
 int64_t model_num_parameters(const Config& c) {
   const auto& m = c.model;
   const int64_t h = m.hidden_size, f = c.ffn_size();
+  // Every block has block 0's shapes; an MoE block has a router and num_experts GELU MLPs with
+  // biases (models/moe.h) instead of one MLP.
+  const int64_t attention = sum_numel(attention_and_norms(c, "h.0.")), mlp = sum_numel(mlp_part(c, "h.0."));
+  const int64_t experts = m.moe.num_experts * (h + 2 * h * f + f + h);
   int64_t n = sum_numel(gpt_input_parameters(c)) + sum_numel(gpt_output_parameters(c));
-  for (int64_t layer = 0; layer < m.num_layers; ++layer) {
-    const std::string p = "h." + std::to_string(layer) + ".";
-    n += sum_numel(attention_and_norms(c, p));
-    // An MoE block has a router and num_experts GELU MLPs with biases (models/moe.h) instead of one MLP.
-    n += is_moe_layer(m.moe, layer) ? m.moe.num_experts * (h + 2 * h * f + f + h) : sum_numel(mlp_part(c, p));
-  }
+  for (int64_t layer = 0; layer < m.num_layers; ++layer) n += attention + (is_moe_layer(m.moe, layer) ? experts : mlp);
   return n;
 }
 

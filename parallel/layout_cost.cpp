@@ -63,9 +63,8 @@ double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, in
 
 double layer_activation_coefficient(const Config& c) {
   const double h = static_cast<double>(c.model.hidden_size), f = static_cast<double>(c.ffn_size());
-  const double kv_share = static_cast<double>(c.model.kv_heads()) / static_cast<double>(c.model.num_heads);
   const double mlp = c.model.activation == Activation::swiglu ? 6.0 * f / h : 4.0 * f / h;
-  return 4.0 + 7.0 + 4.0 * kv_share + 3.0 + mlp;
+  return 4.0 + 11.0 + 3.0 + mlp;
 }
 
 namespace {

@@ -45,10 +45,11 @@ double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, in
                               double coefficient);
 
 // C above, counted as Korthikanti et al. count GPT's 34 (in units of S B H, 2 bytes each element):
-// the two norms' inputs 4; attention 7 + 4 kv_heads / heads (its input, Q, K and V, the
-// projection's input, the dropout mask; GQA's K and V are smaller); the MLP's input and dropout
-// mask 3, plus 4 F / H for GELU (its input and output) or 6 F / H for SwiGLU (gate and up, which
-// models/swiglu keeps for backward, and their product, the projection's input).
+// the two norms' inputs 4; attention 11 (its input, Q, K and V, the projection's input, the
+// dropout mask), GQA's too, since loom expands K and V to every query head before the core
+// (models/self_attention.cpp); the MLP's input and dropout mask 3, plus 4 F / H for GELU (its
+// input and output) or 6 F / H for SwiGLU (gate and up, which models/swiglu keeps for backward,
+// and their product, the projection's input).
 double layer_activation_coefficient(const Config& config);
 
 // Parameters one rank holds at tp and pp (with sequence parallelism): the model divided by

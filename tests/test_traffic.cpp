@@ -144,6 +144,14 @@ TEST_CASE("the shape list is the model's parameters, name by name, at GPT-2 and 
     CHECK(models::model_num_parameters(c) == total);
     CHECK(models::GPTImpl(models::GPTOptions::from_config(c)).num_parameters() == total);
   }
+  // An MoE block counts its router and every expert (all on this one rank).
+  Config moe = gpt2;
+  moe.model.moe.num_experts = 4;
+  moe.model.moe.every = 2;
+  int64_t total = 0;
+  for (const auto& p : models::GPTImpl(models::GPTOptions::from_config(moe)).parallel_parameters())
+    total += p.tensor.numel();
+  CHECK(models::model_num_parameters(moe) == total);
 }
 
 TEST_CASE("a Llama's parameter shards add up to the whole model at every tp rule", "[traffic]") {
