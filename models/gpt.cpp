@@ -84,14 +84,14 @@ std::vector<ParallelParameter> GPTInputStageImpl::parallel_parameters() const {
   return parallel::collect_parallel_parameters(*this);
 }
 
-GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp)
+GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp, RotaryEmbedding rotary)
     : options_(options), layer_(layer), tp_(tp) {
   const int64_t h = options.hidden_size;
   const std::string p = "h." + std::to_string(layer) + ".";
   const bool sp = tp.sequence_parallel;
   // Registered in order of use: the parameters are collected in this order (parallel/parallel_module.h).
   ln_1_ = register_module("ln_1", Norm(options.norm, p + "ln_1", h, sp, options.norm_eps));
-  attn_ = register_module("attn", SelfAttention(options, layer, tp));
+  attn_ = register_module("attn", SelfAttention(options, layer, tp, std::move(rotary)));
   ln_2_ = register_module("ln_2", Norm(options.norm, p + "ln_2", h, sp, options.norm_eps));
   if (is_moe_layer(options.moe, layer)) {
     MoELayerOptions moe;
@@ -173,8 +173,11 @@ GPTImpl::GPTImpl(const GPTOptions& options, TensorParallelContext tp, PipelinePo
   if (position.first()) input = register_module("input", GPTInputStage(options, tp));
   blocks = register_module("blocks", BlockStack(position.index * (options.num_layers / position.count)));
   const int64_t per_piece = options.num_layers / position.count;
+  // One set of rotary tables for every block of this piece.
+  const RotaryEmbedding rotary =
+      options.position == PositionKind::rope ? rotary_embedding_of(options) : RotaryEmbedding();
   for (int64_t i = position.index * per_piece; i < (position.index + 1) * per_piece; ++i) {
-    blocks->push_back(GPTBlock(options, i, tp).ptr());
+    blocks->push_back(GPTBlock(options, i, tp, rotary).ptr());
   }
   if (position.last()) {
     if (!options.tie_embeddings) {
@@ -230,22 +233,16 @@ std::shared_ptr<LanguageModel> make_gpt_piece(const Config& config, TensorParall
 }
 
 int64_t GPTImpl::num_parameters() const {
-  const int64_t h = options_.hidden_size, f = options_.ffn_hidden_size, d = options_.head_dim();
-  const int64_t heads = options_.num_heads, kv = options_.kv_heads();
-  const int64_t norm = options_.norm == NormKind::layernorm ? 2 * h : h;
-  const int64_t mlp_matrices = options_.activation == Activation::swiglu ? 3 : 2;
-  const int64_t mlp = mlp_matrices * h * f + (options_.bias ? (mlp_matrices - 1) * f + h : 0);
-  const int64_t attention =
-      (heads + 2 * kv) * d * h + (options_.qkv_bias ? (heads + 2 * kv) * d : 0) + h * h + (options_.bias ? h : 0);
-  const int64_t block = 2 * norm + attention + mlp;
-  int64_t experts = 0;  // what MoE blocks have beyond a dense block: a router and E - 1 more MLPs
-  for (int64_t layer = 0; layer < options_.num_layers; ++layer) {
-    if (is_moe_layer(options_.moe, layer))
-      experts += options_.moe.num_experts * h + (options_.moe.num_experts - 1) * mlp;
+  // What the layers registered, each tensor whole (unsplit by tp) and a tied copy not again:
+  // no formula to keep in step with the layers (models/gpt_shapes.h has the config's).
+  int64_t n = 0;
+  for (const auto& p : parallel_parameters()) {
+    if (p.tied_copy) continue;
+    int64_t numel = 1;
+    for (int64_t size : p.global_shape_for(tp_.tp->size())) numel *= size;
+    n += numel;
   }
-  const int64_t embeddings = options_.vocab_size * h * (options_.tie_embeddings ? 1 : 2) +
-                             (options_.position == PositionKind::learned ? options_.seq_len * h : 0);
-  return embeddings + options_.num_layers * block + experts + norm;
+  return n;
 }
 
 }  // namespace loom::models

@@ -64,7 +64,8 @@ TORCH_MODULE(GPTInputStage);
 
 class GPTBlockImpl : public BlockModule {
  public:
-  GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp);
+  // ROTARY: the model's rotary tables under rope, shared by its blocks.
+  GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp, RotaryEmbedding rotary = {});
   torch::Tensor forward(const torch::Tensor& hidden) override;
   std::vector<parallel::ParallelParameter> parallel_parameters() const;
   MoELayer moe() const { return moe_; }  // null in a dense block
@@ -120,7 +121,7 @@ class GPTImpl : public LanguageModel {
   std::vector<torch::Tensor> tied_parameters() const override;
   std::vector<MoEStats*> moe_stats() override;
   BlockStackImpl* block_stack() override { return blocks.get(); }
-  // Parameters of the whole (unsplit) model.
+  // Parameters of this piece, each whole (unsplit by tp): the whole model's when it is one piece.
   int64_t num_parameters() const;
 
   GPTInputStage input{nullptr};  // first piece only

@@ -42,6 +42,13 @@ struct GPTOptions {
   static GPTOptions from_config(const Config& config);
 };
 
+// Megatron-LM's rule for grouped-query attention under tp: with tp above the kv heads
+// (tp a multiple of them) each kv head is shared by tp / kv_heads ranks, every rank
+// holding the whole key/value projection; otherwise each rank holds kv_heads / tp whole heads.
+inline bool kv_heads_shared(int64_t kv_heads, int64_t tp) {
+  return tp > kv_heads;
+}
+
 // Weights are drawn from N(0, 0.02); the projections that feed the residual stream
 // from N(0, 0.02 / sqrt(2 L)), as GPT-2 does.
 constexpr double kInitStd = 0.02;

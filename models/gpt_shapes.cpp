@@ -1,5 +1,6 @@
 #include "models/gpt_shapes.h"
 
+#include "models/gpt_options.h"
 #include "models/moe.h"
 
 namespace loom::models {
@@ -85,7 +86,7 @@ int64_t ParameterShape::local_numel(int64_t tp) const {
 }
 
 bool kv_replicated(const Config& c) {
-  return c.parallel.tp > c.model.kv_heads();
+  return kv_heads_shared(c.model.kv_heads(), c.parallel.tp);
 }
 
 std::vector<ParameterShape> gpt_input_parameters(const Config& c) {

@@ -26,21 +26,27 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
 }
 
 RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta,
-                                 const RopeScalingConfig& scaling) {
+                                 const RopeScalingConfig& scaling)
+    : tables_(std::make_shared<Tables>()) {
   // Angles in fp64, then fp32: position * frequency stays exact to fp32's precision at long contexts.
   auto angles =
       torch::outer(torch::arange(max_positions, torch::kDouble), rope_inverse_frequencies(head_dim, theta, scaling));
   auto both = torch::cat({angles, angles}, -1);
-  cos_ = both.cos().to(torch::kFloat);
-  sin_ = both.sin().to(torch::kFloat);
+  tables_->cos32 = both.cos().to(torch::kFloat);
+  tables_->sin32 = both.sin().to(torch::kFloat);
 }
 
 torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, int64_t first_position) const {
+  auto& t = *tables_;
   const int64_t s = x.size(1);
-  TORCH_CHECK(first_position + s <= cos_.size(0), "rotary embedding: positions up to ", first_position + s,
-              " but only ", cos_.size(0), " were prepared");
-  auto cos = cos_.narrow(0, first_position, s).to(x.device(), x.scalar_type()).unsqueeze(1);  // [S, 1, d]
-  auto sin = sin_.narrow(0, first_position, s).to(x.device(), x.scalar_type()).unsqueeze(1);
+  TORCH_CHECK(first_position + s <= t.cos32.size(0), "rotary embedding: positions up to ", first_position + s,
+              " but only ", t.cos32.size(0), " were prepared");
+  if (!t.cos.defined() || t.cos.device() != x.device() || t.cos.scalar_type() != x.scalar_type()) {
+    t.cos = t.cos32.to(x.device(), x.scalar_type());
+    t.sin = t.sin32.to(x.device(), x.scalar_type());
+  }
+  auto cos = t.cos.narrow(0, first_position, s).unsqueeze(1);  // [S, 1, d]
+  auto sin = t.sin.narrow(0, first_position, s).unsqueeze(1);
   return x * cos + rotate_half(x) * sin;
 }
 

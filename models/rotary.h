@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "core/config.h"
 
@@ -19,16 +20,22 @@ torch::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const Rop
 // [x1, x2] -> [-x2, x1] along the last dimension.
 torch::Tensor rotate_half(const torch::Tensor& x);
 
+// Copies share their tables: a model builds one and hands it to every layer.
 class RotaryEmbedding {
  public:
   RotaryEmbedding() = default;
   RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta, const RopeScalingConfig& scaling);
   // x [B, S, heads, d] whose token s sits at global position FIRST_POSITION + s -> rotated x, in x's dtype.
   torch::Tensor apply(const torch::Tensor& x, int64_t first_position = 0) const;
-  bool defined() const { return cos_.defined(); }
+  bool defined() const { return tables_ != nullptr; }
 
  private:
-  torch::Tensor cos_, sin_;  // [max_positions, d], fp32: cat(angles, angles)
+  // [max_positions, d] cat(angles, angles) in fp32, and the same on the device and in the
+  // dtype last asked for: cast once, not twice per layer and micro-batch.
+  struct Tables {
+    torch::Tensor cos32, sin32, cos, sin;
+  };
+  std::shared_ptr<Tables> tables_;
 };
 
 }  // namespace loom::models

@@ -33,12 +33,18 @@ torch::Tensor SharedKVProjectionImpl::forward_entered(const torch::Tensor& x) {
   return torch::linear(x, w, bias.defined() ? cast_to_activation(bias.narrow(0, kv_head_ * rows_, rows_), x) : bias);
 }
 
-SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp)
-    : options_(options), tp_(tp) {
+RotaryEmbedding rotary_embedding_of(const GPTOptions& options) {
+  return RotaryEmbedding(options.head_dim(), options.seq_len, options.rope_theta, options.rope_scaling);
+}
+
+SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp,
+                                     RotaryEmbedding rotary)
+    : options_(options), tp_(tp), rotary_(std::move(rotary)) {
   const int64_t h = options.hidden_size, t = tp.tp->size(), kv = options.kv_heads();
   d_ = options.head_dim();
   heads_ = options.num_heads / t;
-  kv_heads_ = kv % t == 0 ? kv / t : 1;
+  const bool shared = kv_heads_shared(kv, t);
+  kv_heads_ = shared ? 1 : kv / t;
   const std::string p = "h." + std::to_string(layer) + ".attn.";
   const bool sp = tp.sequence_parallel;
   auto column = [&](const std::string& name, int64_t out) {
@@ -54,16 +60,14 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
     qkv_ = register_module("qkv", column("qkv", 3 * h));
   } else {
     q_ = register_module("q", column("q", options.num_heads * d_));
-    if (kv % t == 0) {
-      kv_ = register_module("kv", column("kv", 2 * kv * d_));
-    } else {
+    if (shared) {
       shared_kv_ = register_module("kv", SharedKVProjection(p + "kv", options, *tp.tp));
+    } else {
+      kv_ = register_module("kv", column("kv", 2 * kv * d_));
     }
   }
   proj_ = register_module("proj", residual_projection(p + "proj", h, options, tp));
-  if (options.position == PositionKind::rope) {
-    rotary_ = RotaryEmbedding(d_, options.seq_len, options.rope_theta, options.rope_scaling);
-  }
+  if (options.position == PositionKind::rope && !rotary_.defined()) rotary_ = rotary_embedding_of(options);
   causal_mask_ = register_buffer("causal_mask", torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
   core_fn_ = [this](const torch::Tensor& qkv, const torch::Tensor&, const torch::Tensor&) { return core(qkv); };
 }

@@ -43,9 +43,13 @@ class SharedKVProjectionImpl : public parallel::ParallelModule {
 };
 TORCH_MODULE(SharedKVProjection);
 
+// The rotary tables a model with OPTIONS uses: head_dim by seq_len positions.
+RotaryEmbedding rotary_embedding_of(const GPTOptions& options);
+
 class SelfAttentionImpl : public parallel::ParallelModule {
  public:
-  SelfAttentionImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp);
+  // ROTARY: the model's rotary tables, shared by its layers; undefined: built here under rope.
+  SelfAttentionImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp, RotaryEmbedding rotary = {});
   // x [B, S, H] ([B, S / tp, H] under sequence parallelism) -> the same shape.
   torch::Tensor forward(const torch::Tensor& x);
 
