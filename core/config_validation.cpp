@@ -102,7 +102,8 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(m.num_heads >= 1, "model.num_heads", "must be at least 1");
   require(m.hidden_size % m.num_heads == 0, "model.hidden_size",
           std::to_string(m.hidden_size) + " is not divisible by model.num_heads=" + std::to_string(m.num_heads));
-  require(m.ffn_hidden_size >= 0, "model.ffn_hidden_size", "must be 0 (meaning 4 * hidden_size) or positive");
+  require(m.ffn_hidden_size >= 0, "model.ffn_hidden_size",
+          "must be 0 (the activation's default: 4 h for gelu, 8h/3 up to a multiple of 256 for swiglu) or positive");
   require(m.vocab_size >= 2, "model.vocab_size", "must be at least 2");
   require(m.seq_len >= 1, "model.seq_len", "must be at least 1");
   require(m.dropout >= 0.0 && m.dropout < 1.0, "model.dropout", "must be in [0, 1)");
