@@ -15,7 +15,9 @@ namespace loom {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr const char* kFormat = "loom-checkpoint-1";
+constexpr const char* kFormat = "loom-checkpoint-2";
+// Written before manifests carried their checksum: still read, checked by key only.
+constexpr const char* kFormatWithoutChecksum = "loom-checkpoint-1";
 
 uint32_t crc_of(const char* data, size_t size) {
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -101,33 +103,96 @@ nlohmann::json ShardWriter::finish() {
           {"file", {{"name", file_name_}, {"bytes", data_.size()}, {"crc32", crc_of(data_.data(), data_.size())}}}};
 }
 
-std::vector<CheckpointInfo> list_checkpoints(const std::string& dir) {
-  std::vector<CheckpointInfo> out;
-  if (!fs::is_directory(dir)) return out;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step_", 0) != 0 || !fs::exists(entry.path() / "manifest.json")) continue;
-    try {
-      out.push_back({std::stoll(name.substr(5)), entry.path().string()});
-    } catch (const std::exception&) {
+namespace {
+
+constexpr const char* kChecksumKey = "manifest_crc32";
+
+uint32_t manifest_checksum(nlohmann::json manifest) {
+  manifest.erase(kChecksumKey);
+  const std::string text = manifest.dump(1);
+  return crc_of(text.data(), text.size());
+}
+
+// What reading needs of a manifest, so that an edited or truncated one is
+// refused by name here rather than failing deep inside a load (or, worse,
+// reading the wrong bytes).
+void check_manifest_keys(const nlohmann::json& manifest, const std::string& file) {
+  auto need = [&](const nlohmann::json& object, const std::string& key, const std::string& where,
+                  bool (nlohmann::json::*is_kind)() const noexcept, const char* kind) -> const nlohmann::json& {
+    if (!object.is_object() || !object.contains(key) || !(object.at(key).*is_kind)()) {
+      throw InputError("checkpoint manifest '" + file + "': " + where + key + " is missing or not " + kind);
+    }
+    return object.at(key);
+  };
+  using J = nlohmann::json;
+  for (const char* key : {"step", "consumed_samples", "optimizer_steps"}) {
+    need(manifest, key, "", &J::is_number_integer, "an integer");
+  }
+  need(manifest, "layout", "", &J::is_object, "an object");
+  need(manifest, "model", "", &J::is_object, "an object");
+  const auto& files = need(manifest, "files", "", &J::is_object, "an object");
+  for (const auto& [name, info] : files.items()) {
+    need(info, "bytes", "files." + name + ".", &J::is_number_unsigned, "a size");
+    need(info, "crc32", "files." + name + ".", &J::is_number_unsigned, "a CRC-32");
+  }
+  auto check_range = [&](const nlohmann::json& entry, const std::string& where) {
+    const auto& in = need(entry, "file", where, &J::is_string, "a file name").get<std::string>();
+    const auto begin = need(entry, "byte_offset", where, &J::is_number_unsigned, "a byte offset").get<uint64_t>();
+    const auto size = need(entry, "nbytes", where, &J::is_number_unsigned, "a size").get<uint64_t>();
+    if (!files.contains(in))
+      throw InputError("checkpoint manifest '" + file + "': " + where + "file '" + in + "' is not among its files");
+    if (begin + size < begin || begin + size > files.at(in).at("bytes").get<uint64_t>()) {
+      throw InputError("checkpoint manifest '" + file + "': " + where + "byte_offset + nbytes run past the end of " +
+                       in);
+    }
+  };
+  for (const auto& [name, tensor] : need(manifest, "tensors", "", &J::is_object, "an object").items()) {
+    const std::string where = "tensors." + name + ".";
+    need(tensor, "global_shape", where, &J::is_array, "a shape");
+    const auto& slices = need(tensor, "slices", where, &J::is_array, "a list of slices");
+    if (slices.empty()) throw InputError("checkpoint manifest '" + file + "': " + where + "slices is empty");
+    for (const auto& slice : slices) {
+      need(slice, "dim", where + "slices[].", &J::is_number_integer, "an integer");
+      need(slice, "offset", where + "slices[].", &J::is_number_integer, "an integer");
+      const auto& shape = need(slice, "shape", where + "slices[].", &J::is_array, "a shape");
+      check_range(slice, where + "slices[].");
+      uint64_t elements = 1;
+      for (const auto& d : shape) elements *= d.is_number_unsigned() ? d.get<uint64_t>() : 0;
+      if (elements * 4 != slice.at("nbytes").get<uint64_t>()) {
+        throw InputError("checkpoint manifest '" + file + "': " + where + "slices[].nbytes does not match its shape");
+      }
     }
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step > b.step; });
-  return out;
+  for (const auto& [name, blob] : need(manifest, "blobs", "", &J::is_object, "an object").items()) {
+    check_range(blob, "blobs." + name + ".");
+  }
 }
+
+}  // namespace
 
 nlohmann::json read_manifest(const std::string& path) {
   const fs::path file = fs::path(path) / "manifest.json";
   std::ifstream in(file);
   if (!in) throw InputError("checkpoint '" + path + "' has no manifest.json (not a checkpoint, or an unfinished one)");
+  nlohmann::json manifest;
   try {
-    auto manifest = nlohmann::json::parse(in);
-    if (manifest.value("format", "") != kFormat)
-      throw InputError("'" + file.string() + "' is not a " + kFormat + " manifest");
-    return manifest;
+    manifest = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw InputError("checkpoint manifest '" + file.string() + "' is corrupted: " + e.what());
   }
+  const std::string format = manifest.is_object() ? manifest.value("format", "") : "";
+  if (format == kFormat) {
+    if (!manifest.contains(kChecksumKey) || !manifest.at(kChecksumKey).is_number_unsigned()) {
+      throw InputError("checkpoint manifest '" + file.string() + "' has no " + kChecksumKey + " (edited?)");
+    }
+    if (manifest.at(kChecksumKey).get<uint32_t>() != manifest_checksum(manifest)) {
+      throw InputError("checkpoint manifest '" + file.string() + "' fails its own CRC-32 check (edited or corrupted)");
+    }
+  } else if (format != kFormatWithoutChecksum) {
+    throw InputError("'" + file.string() + "' is not a " + kFormat + " manifest");
+  }
+  check_manifest_keys(manifest, file.string());
+  return manifest;
 }
 
 std::string verify_checkpoint(const std::string& path) {
@@ -159,6 +224,7 @@ std::string publish_checkpoint(const std::string& checkpoint_dir, int64_t step, 
   const fs::path final_path = fs::path(checkpoint_dir) / checkpoint_name(step);
   auto full = manifest;
   full["format"] = kFormat;
+  full[kChecksumKey] = manifest_checksum(full);
   const std::string text = full.dump(1);
   write_file(temporary / "manifest.json", text.data(), text.size());
   fsync_path(temporary);
@@ -166,12 +232,8 @@ std::string publish_checkpoint(const std::string& checkpoint_dir, int64_t step, 
   if (fs::exists(final_path)) fs::remove_all(final_path, ignore);  // an older save of the same step
   fs::rename(temporary, final_path);
   fsync_path(checkpoint_dir);
-  const std::string latest = checkpoint_name(step) + "\n";
-  write_file(fs::path(checkpoint_dir) / "latest.tmp", latest.data(), latest.size());
-  fs::rename(fs::path(checkpoint_dir) / "latest.tmp", fs::path(checkpoint_dir) / "latest");
-  fsync_path(checkpoint_dir);
-  const auto all = list_checkpoints(checkpoint_dir);
-  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) fs::remove_all(all[i].path, ignore);
+  set_latest(checkpoint_dir, final_path.string());
+  apply_retention(checkpoint_dir, keep);
   return final_path.string();
 }
 

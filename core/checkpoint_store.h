@@ -3,13 +3,16 @@
 //   manifest.json      every tensor by global name and global shape, with the
 //                      slices that make it up (file, byte range, offset along
 //                      the split dimension), every file's size and CRC-32, the
-//                      step, consumed samples and the layout that wrote it
+//                      step, consumed samples and the layout that wrote it, and
+//                      a CRC-32 of itself (an edited byte offset would
+//                      otherwise load the wrong bytes without a word)
 //   config.yaml        the resolved config of the run that wrote it
 //   rank_00003.bin     the slices rank 3 owns (nothing is written twice)
 // It is written to .tmp_step_00000040/, and renamed when every rank has
 // finished and the manifest is flushed; `latest` then names it. A directory
 // without a manifest is never a checkpoint, so a job killed while saving
-// leaves the previous checkpoint the newest complete one.
+// leaves the previous checkpoint the newest complete one. The directory as a
+// whole (latest, verified, set aside, retention): core/checkpoint_directory.h.
 #pragma once
 
 #include <torch/torch.h>
@@ -19,6 +22,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "core/checkpoint_directory.h"
 
 namespace loom {
 
@@ -43,24 +48,18 @@ class ShardWriter {
   nlohmann::json entries_ = nlohmann::json::array();
 };
 
-struct CheckpointInfo {
-  int64_t step = 0;
-  std::string path;
-};
-
-// Complete checkpoints (with a manifest) under DIR, newest first.
-std::vector<CheckpointInfo> list_checkpoints(const std::string& dir);
-
 // Empty when every file of the checkpoint at PATH is present with its size and
 // checksum; otherwise why not, naming the file.
 std::string verify_checkpoint(const std::string& path);
 
-// Reads PATH/manifest.json; throws InputError naming the file.
+// Reads PATH/manifest.json, checks its own checksum and that it has the keys
+// reading needs; throws InputError naming the file (and the key).
 nlohmann::json read_manifest(const std::string& path);
 
-// Writes the manifest into the temporary directory, flushes it, renames the
-// directory to its final name, points `latest` at it, and removes all but the
-// newest KEEP checkpoints. Returns the final path.
+// Writes the manifest (with its checksum) into the temporary directory, flushes
+// it, renames the directory to its final name, points `latest` at it, and
+// removes all but the newest KEEP checkpoints and the newest verified one
+// (apply_retention). Returns the final path.
 std::string publish_checkpoint(const std::string& checkpoint_dir, int64_t step, const nlohmann::json& manifest,
                                int64_t keep);
 

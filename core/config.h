@@ -107,6 +107,8 @@ struct TrainConfig {
   TrainDevice device = TrainDevice::automatic;
   Recompute recompute = Recompute::none;
   int64_t exit_after = -1;  // save and stop after this step (the schedule still spans steps); -1: never
+  // Steps in a row whose update is skipped for a non-finite loss or gradient norm before the run stops (exit 3).
+  int64_t max_skipped_steps = 5;
 };
 
 struct DataConfig {

@@ -225,6 +225,8 @@ std::vector<ConfigField> make_fields() {
                  "auto (cuda when LibTorch sees a GPU, else cpu), cpu, or cuda (a GPU per local rank)"),
       int_field("train", "exit_after", LOOM_MEMBER(train.exit_after),
                 "save and exit after this step (the schedule still spans train.steps); -1: never"),
+      int_field("train", "max_skipped_steps", LOOM_MEMBER(train.max_skipped_steps),
+                "stop (exit 3) after this many steps in a row skipped for a non-finite loss or gradient norm"),
       enum_field("train", "recompute", LOOM_MEMBER(train.recompute),
                  "activation recomputation: none, full or selective"),
 

@@ -212,6 +212,8 @@ void resolve_and_validate(Config& c, int64_t world) {
           "must be -1 (never) or a step in [0, train.steps], got " + std::to_string(t.exit_after));
   require(t.exit_after < 0 || !c.checkpoint.dir.empty(), "checkpoint.dir",
           "is needed by train.exit_after (it saves before exiting)");
+  require(t.max_skipped_steps >= 1, "train.max_skipped_steps",
+          "must be at least 1 (a run stops after this many non-finite steps in a row)");
   require(c.checkpoint.interval == 0 || !c.checkpoint.dir.empty(), "checkpoint.dir",
           "is needed by checkpoint.interval > 0");
 

@@ -12,6 +12,11 @@ struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The run diverged: train.max_skipped_steps steps in a row had a non-finite loss or gradient norm. Exit code 3.
+struct DivergenceError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // A collective failed or timed out: a dead, stuck or diverged peer. Exit code 1.
 struct CommError : std::runtime_error {
   using std::runtime_error::runtime_error;

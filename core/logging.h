@@ -18,4 +18,10 @@ void info0(spdlog::format_string_t<Args...> fmt, Args&&... args) {
   if (is_log_rank()) spdlog::info(fmt, std::forward<Args>(args)...);
 }
 
+// A warning every rank would give alike, given once.
+template <typename... Args>
+void warn0(spdlog::format_string_t<Args...> fmt, Args&&... args) {
+  if (is_log_rank()) spdlog::warn(fmt, std::forward<Args>(args)...);
+}
+
 }  // namespace loom

@@ -131,6 +131,10 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
                                  {"clean_steps", state.loss_scale_clean_steps},
                                  {"skipped_steps", state.skipped_steps}};
     }
+    // The lineage: the checkpoint this state descends from, by name when it is in the same directory.
+    manifest["parent"] = parent_.empty()              ? ""
+                         : in_checkpoint_dir(parent_) ? fs::path(parent_).filename().string()
+                                                      : parent_;
     manifest["layout"] = layout_of(config_, groups_.world());
     manifest["model"] = model_record(config_);
     manifest["tensors"] = nlohmann::json::object();
@@ -163,16 +167,78 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
           manifest["tensors"].size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   world.barrier().wait();
+  parent_ = path;
+  parent_verified_ = false;
   return path;
+}
+
+void Checkpointer::check_fresh_start() {
+  auto newest = torch::full({1}, -1, torch::kInt64);
+  if (groups_.rank() == 0 && !config_.checkpoint.dir.empty()) {
+    const auto existing = list_checkpoints(config_.checkpoint.dir);
+    if (!existing.empty()) newest.fill_(existing.front().step);
+  }
+  groups_.world_comm().broadcast(newest, 0).wait();
+  if (newest.item<int64_t>() >= 0) {
+    throw InputError("checkpoint.dir '" + config_.checkpoint.dir + "' already holds checkpoints (the newest " +
+                     checkpoint_name(newest.item<int64_t>()) +
+                     "), which a fresh run would overwrite: pass --resume auto to continue that run, --resume "
+                     "CHECKPOINT to start from one, or give this run another checkpoint.dir");
+  }
+}
+
+bool Checkpointer::in_checkpoint_dir(const std::string& path) const {
+  std::error_code error;
+  return !config_.checkpoint.dir.empty() &&
+         fs::equivalent(fs::path(path).parent_path(), config_.checkpoint.dir, error) && !error;
+}
+
+void Checkpointer::confirm_state() {
+  if (parent_verified_ || parent_.empty()) return;
+  parent_verified_ = true;
+  if (groups_.rank() == 0 && in_checkpoint_dir(parent_)) mark_verified(parent_);
+}
+
+std::string Checkpointer::set_aside_diverged() {
+  std::string advice = "no checkpoint to resume from: start afresh with a lower train.lr";
+  if (groups_.rank() == 0 && !config_.checkpoint.dir.empty()) {
+    const std::string& dir = config_.checkpoint.dir;
+    if (!parent_.empty() && !parent_verified_ && in_checkpoint_dir(parent_) && !is_verified(parent_)) {
+      const auto moved = set_aside(parent_, "diverged");
+      spdlog::warn("set aside {} as {}: training from its state gave only non-finite losses", parent_, moved);
+    }
+    const auto left = list_checkpoints(dir);
+    if (!left.empty()) {
+      set_latest(dir, left.front().path);
+      advice = "--resume auto continues from " + left.front().path;
+    } else {
+      std::error_code ignore;
+      fs::remove(fs::path(dir) / "latest", ignore);
+    }
+  }
+  groups_.world_comm().barrier().wait();
+  return advice;
+}
+
+void Checkpointer::continue_lineage_from(const std::string& path, int64_t step) {
+  const std::string& dir = config_.checkpoint.dir;
+  if (dir.empty()) return;
+  for (const auto& newer : list_checkpoints(dir)) {
+    if (newer.step <= step || (in_checkpoint_dir(path) && fs::equivalent(newer.path, path))) continue;
+    const auto moved = set_aside(newer.path, "abandoned");
+    spdlog::warn("set aside {} as {}: it is newer than {}, which this run continues from", newer.path, moved, path);
+  }
+  if (in_checkpoint_dir(path)) set_latest(dir, path);
 }
 
 std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   auto& world = groups_.world_comm();
+  const std::string& dir = config_.checkpoint.dir;
   // Rank 0 chooses (reading every file once for the checksums) and tells the others.
   std::vector<CheckpointInfo> candidates;
   if (resume == "auto") {
-    if (config_.checkpoint.dir.empty()) throw InputError("--resume auto needs checkpoint.dir in the config");
-    candidates = list_checkpoints(config_.checkpoint.dir);
+    if (dir.empty()) throw InputError("--resume auto needs checkpoint.dir in the config");
+    candidates = resume_candidates(dir);
   } else {
     candidates.push_back({-1, resume});
   }
@@ -183,8 +249,11 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
       const std::string problem = verify_checkpoint(candidates[i].path);
       if (problem.empty()) {
         choice.fill_(static_cast<int64_t>(i));
+        continue_lineage_from(candidates[i].path, read_manifest(candidates[i].path).at("step").get<int64_t>());
       } else if (resume == "auto") {
-        spdlog::warn("refusing checkpoint {}: {}; falling back to the previous one", candidates[i].path, problem);
+        const auto moved = set_aside(candidates[i].path, "corrupt");
+        spdlog::warn("refusing checkpoint {}: {}; set aside as {}, falling back to the previous one",
+                     candidates[i].path, problem, moved);
       } else {
         refusal = problem;
         choice.fill_(-2);
@@ -198,7 +267,7 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   const int64_t index = choice.item<int64_t>();
   if (index == -2) throw InputError("--resume " + resume + ": refused by rank 0 (see its message)");
   if (index == -1) {
-    info0("--resume auto: no complete checkpoint in '{}'; starting fresh", config_.checkpoint.dir);
+    warn0("--resume auto: no complete checkpoint in checkpoint.dir '{}': starting fresh", dir);
     return std::nullopt;
   }
   const std::string path = candidates[static_cast<size_t>(index)].path;
@@ -253,12 +322,18 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   }
   TrainingState state{manifest.at("step").get<int64_t>(), manifest.at("consumed_samples").get<int64_t>()};
   if (manifest.contains("loss_scaler")) {
-    const auto& scaler = manifest["loss_scaler"];
-    state.loss_scale = scaler.at("scale").get<double>();
-    state.loss_scale_clean_steps = scaler.at("clean_steps").get<int64_t>();
-    state.skipped_steps = scaler.at("skipped_steps").get<int64_t>();
+    try {
+      const auto& scaler = manifest.at("loss_scaler");
+      state.loss_scale = scaler.at("scale").get<double>();
+      state.loss_scale_clean_steps = scaler.at("clean_steps").get<int64_t>();
+      state.skipped_steps = scaler.at("skipped_steps").get<int64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(source + ": manifest.json's loss_scaler is incomplete: " + e.what());
+    }
   }
   info0("resumed from {} at step {} ({} samples consumed)", path, state.step, state.consumed_samples);
+  parent_ = path;
+  parent_verified_ = is_verified(path);
   return state;
 }
 

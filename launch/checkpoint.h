@@ -39,17 +39,38 @@ class Checkpointer {
   // job there).
   std::string save(const TrainingState& state, const std::function<void()>& midway = {});
 
-  // Collective. RESUME is "auto" (the newest complete checkpoint in
-  // checkpoint.dir, falling back past broken ones; nullopt when there is
-  // none) or a checkpoint's path (refused with exit 2 when broken).
+  // Collective. RESUME is "auto" (the checkpoint `latest` names in
+  // checkpoint.dir, else the newest, falling back past broken ones, which are
+  // set aside; nullopt when there is none) or a checkpoint's path (refused
+  // with exit 2 when broken). Checkpoints of checkpoint.dir newer than the one
+  // loaded belong to an abandoned run (a rollback) and are set aside.
   std::optional<TrainingState> load(const std::string& resume);
 
+  // Collective, for a run started without --resume: refused (exit 2) when checkpoint.dir already
+  // holds checkpoints, which the new run's saves and retention would replace.
+  void check_fresh_start();
+
+  // A step trained from the present state had a finite loss: the checkpoint it
+  // was saved as or loaded from is verified (core/checkpoint_directory.h). Rank 0.
+  void confirm_state();
+  // Collective, for a diverged run: the checkpoint of the state that could not
+  // train is set aside unless verified, and `latest` points at the newest one
+  // left. Returns what a user should resume from, for the error message.
+  std::string set_aside_diverged();
+
  private:
+  // Whether PATH is a checkpoint of checkpoint.dir (and so loom's to mark, rename or set aside).
+  bool in_checkpoint_dir(const std::string& path) const;
+  // Rank 0, after choosing PATH at STEP to resume from: newer checkpoints of checkpoint.dir are abandoned.
+  void continue_lineage_from(const std::string& path, int64_t step);
+
   const Config& config_;
   parallel::ProcessGroups& groups_;
   std::vector<parallel::ParallelParameter> params_;
   optim::Optimizer& optimizer_;
   parallel::TensorParallelRng& rng_;
+  std::string parent_;  // the checkpoint the present state was saved as or loaded from; empty: none
+  bool parent_verified_ = false;
 };
 
 // Reads into each parameter its slice of the whole tensor READ(name, dim,

@@ -21,7 +21,9 @@
 namespace loom::launch {
 namespace {
 
-constexpr const char* kExitCodes = "exit codes: 0 success, 2 bad input (config, arguments, data), 1 anything else";
+constexpr const char* kExitCodes =
+    "exit codes: 0 success, 2 bad input (config, arguments, data), 3 the run diverged (train.max_skipped_steps\n"
+    "non-finite steps in a row), 1 anything else";
 
 int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min) {
   char* end = nullptr;
@@ -294,6 +296,8 @@ int guarded(Body&& body) {
     return body();
   } catch (const InputError& e) {
     die(2, e.what());
+  } catch (const DivergenceError& e) {
+    die(3, e.what());
   } catch (const c10::Error& e) {
     die(1, e.what_without_backtrace());
   } catch (const std::exception& e) {

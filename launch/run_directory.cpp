@@ -5,11 +5,14 @@
 #include <fstream>
 
 #include "core/errors.h"
+#include "core/logging.h"
 
 namespace loom::launch {
 namespace {
 
 namespace fs = std::filesystem;
+
+constexpr char kRefused = '\x01';  // starts the store's value when rank 0 refused the directory
 
 std::string default_run_dir(const std::string& config_path) {
   char stamp[32];
@@ -21,23 +24,56 @@ std::string default_run_dir(const std::string& config_path) {
   return dir;
 }
 
+void create_directory(const std::string& dir, const std::string& what) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) throw InputError("cannot create " + what + " '" + dir + "': " + error.message());
+}
+
+RunDirectory open_on_rank0(const TrainArgs& args, const Config& config) {
+  RunDirectory run;
+  run.path = args.run_dir.empty() ? default_run_dir(args.config_path) : args.run_dir;
+  create_directory(run.path, "run directory");
+  run.run_lock = DirectoryLock(run.path, "run", "run directory");
+  if (!config.checkpoint.dir.empty()) {
+    std::error_code error;
+    if (args.resume == "auto" && !fs::is_directory(config.checkpoint.dir, error)) {
+      spdlog::warn(
+          "--resume auto: checkpoint.dir '{}' does not exist, so there is nothing to resume: starting fresh (if this "
+          "run was meant to continue another, that run's checkpoint.dir is elsewhere)",
+          config.checkpoint.dir);
+    }
+    create_directory(config.checkpoint.dir, "checkpoint.dir");
+    run.checkpoint_lock = DirectoryLock(config.checkpoint.dir, "checkpoints", "checkpoint.dir");
+  }
+  std::ofstream(fs::path(run.path) / "config.yaml") << to_yaml(config);
+  // A resumed run continues the record of the steps before it; a fresh one starts it anew.
+  const auto metrics = fs::path(run.path) / "metrics.jsonl";
+  std::ofstream out(metrics, args.resume.empty() ? std::ios::trunc : std::ios::app);
+  if (!out) throw InputError("cannot write metrics file '" + metrics.string() + "'");
+  return run;
+}
+
 }  // namespace
 
-std::string agree_on_run_dir(const TrainArgs& args, const Config& config, const parallel::LaunchEnv& env) {
-  std::string dir;
+RunDirectory agree_on_run_dir(const TrainArgs& args, const Config& config, const parallel::LaunchEnv& env) {
   if (env.rank() == 0) {
-    dir = args.run_dir.empty() ? default_run_dir(args.config_path) : args.run_dir;
-    std::error_code error;
-    fs::create_directories(dir, error);
-    if (error) throw InputError("cannot create run directory '" + dir + "': " + error.message());
-    std::ofstream(fs::path(dir) / "config.yaml") << to_yaml(config);
-    std::ofstream(fs::path(dir) / "metrics.jsonl", std::ios::trunc);
-    if (env.store()) env.store()->set("run_dir", std::vector<uint8_t>(dir.begin(), dir.end()));
-  } else {
-    auto bytes = env.store()->get("run_dir");
-    dir.assign(bytes.begin(), bytes.end());
+    try {
+      RunDirectory run = open_on_rank0(args, config);
+      if (env.store()) env.store()->set("run_dir", std::vector<uint8_t>(run.path.begin(), run.path.end()));
+      return run;
+    } catch (const InputError& e) {
+      // The other ranks are waiting for the directory: they fail with the same message rather than a timeout.
+      const std::string refusal = kRefused + std::string(e.what());
+      if (env.store()) env.store()->set("run_dir", std::vector<uint8_t>(refusal.begin(), refusal.end()));
+      throw;
+    }
   }
-  return dir;
+  auto bytes = env.store()->get("run_dir");
+  RunDirectory run;
+  run.path.assign(bytes.begin(), bytes.end());
+  if (!run.path.empty() && run.path[0] == kRefused) throw InputError("rank 0: " + run.path.substr(1));
+  return run;
 }
 
 }  // namespace loom::launch

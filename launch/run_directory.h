@@ -1,17 +1,25 @@
 // Where a run writes: rank 0 chooses the directory (--run-dir, else
-// runs/CONFIG-STAMP), creates it with config.yaml and an empty metrics.jsonl,
-// and the other ranks learn it through the rendezvous store.
+// runs/CONFIG-STAMP), locks it and checkpoint.dir against a second job
+// (launch/directory_lock.h), writes config.yaml and starts metrics.jsonl --
+// empty for a fresh run, appended to by a resumed one -- and the other ranks
+// learn the directory, or rank 0's refusal, through the rendezvous store.
 #pragma once
 
 #include <string>
 
 #include "core/config.h"
 #include "launch/commands.h"
+#include "launch/directory_lock.h"
 #include "parallel/launch_env.h"
 
 namespace loom::launch {
 
-// Collective over the launch's ranks.
-std::string agree_on_run_dir(const TrainArgs& args, const Config& config, const parallel::LaunchEnv& env);
+struct RunDirectory {
+  std::string path;
+  DirectoryLock run_lock, checkpoint_lock;  // held by rank 0 for the run's lifetime
+};
+
+// Collective over the launch's ranks: every rank throws rank 0's InputError alike.
+RunDirectory agree_on_run_dir(const TrainArgs& args, const Config& config, const parallel::LaunchEnv& env);
 
 }  // namespace loom::launch

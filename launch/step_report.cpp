@@ -131,6 +131,10 @@ void write_traffic_reports(parallel::ProcessGroups& groups, const parallel::Comm
 
 void log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir, double flops_per_token,
                  int world, const torch::Device& device) {
+  if (summary.steps == 0) {
+    info0("done: no step was left to train | metrics in {}/metrics.jsonl", run_dir);
+    return;
+  }
   info0("done: {} steps in {} | loss {:.4f} -> {:.4f} | {:.0f} tokens/s | metrics in {}/metrics.jsonl", summary.steps,
         format_duration(summary.seconds), summary.first_loss, summary.last_loss, summary.tokens_per_s, run_dir);
   if (flops_per_token <= 0.0) return;

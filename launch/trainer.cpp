@@ -67,7 +67,12 @@ parallel::CommunicatorFactory communicator_factory(const parallel::LaunchEnv& en
 
 Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir,
                  const models::PipelineModelFactory& make_model, FaultInjection fault, torch::Device device)
-    : config_(config), device_(device), groups_(groups), run_dir_(std::move(run_dir)), fault_(std::move(fault)) {
+    : config_(config),
+      device_(device),
+      groups_(groups),
+      run_dir_(std::move(run_dir)),
+      fault_(std::move(fault)),
+      guard_(config.train.max_skipped_steps) {
   const auto& m = config_.model;
   const auto& t = config_.train;
   const auto& p = config_.parallel;
@@ -200,10 +205,8 @@ void Trainer::write_metrics(int64_t step, const StepResult& result, double lr, d
                         {"tokens_per_s", static_cast<double>(tokens_per_step) / step_s},
                         {"consumed_samples", consumed}};
   if (config_.parallel.pp > 1) record["pipeline"] = pipeline_metrics(config_, result.stages);
-  if (scaler_) {
-    record["loss_scale"] = used_scale;
-    record["skipped"] = skipped;
-  }
+  if (scaler_) record["loss_scale"] = used_scale;
+  if (scaler_ || skipped) record["skipped"] = skipped;
   if (!memory.is_null()) record["memory"] = memory;
   if (!moe.is_null()) record["moe"] = moe;
   metrics_->write(record);
@@ -214,6 +217,23 @@ bool Trainer::stop_requested() {
   auto flag = torch::full({1}, static_cast<double>(stop_signal()), torch::kFloat64);
   groups_.world_comm().all_reduce(flag, parallel::ReduceOp::max).wait();
   return flag.item<double>() > 0;
+}
+
+std::pair<double, double> Trainer::agree_on_finiteness(double loss, double grad_norm) {
+  auto flags = torch::tensor({std::isfinite(loss) ? 0.0 : 1.0, std::isfinite(grad_norm) ? 0.0 : 1.0}, torch::kFloat64);
+  groups_.world_comm().all_reduce(flags, parallel::ReduceOp::max).wait();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  return {flags[0].item<double>() > 0 ? (std::isfinite(loss) ? nan : loss) : loss,
+          flags[1].item<double>() > 0 ? (std::isfinite(grad_norm) ? nan : grad_norm) : grad_norm};
+}
+
+void Trainer::save_if_trusted(int64_t step, int64_t consumed) {
+  if (!guard_.state_trusted()) {
+    warn0("not saving the checkpoint of step {}: the state could not train ({} non-finite steps in a row)", step,
+          guard_.streak());
+    return;
+  }
+  save_checkpoint(state_after(step, consumed), save_fault(step));
 }
 
 TrainingState Trainer::state_after(int64_t step, int64_t consumed) const {
@@ -233,7 +253,9 @@ TrainSummary Trainer::run(const std::string& resume) {
   const auto start = Clock::now();
   double timed_seconds = 0.0;  // all steps but the first, which pays for warm-up
   TrainingState state;
-  if (!resume.empty()) {
+  if (resume.empty()) {
+    checkpointer_->check_fresh_start();
+  } else {
     sync_->gather_all();
     if (auto loaded = checkpointer_->load(resume)) state = *loaded;
     sync_->release_all(/*loaded=*/true);
@@ -241,6 +263,10 @@ TrainSummary Trainer::run(const std::string& resume) {
       scaler_->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
   }
   const int64_t first_step = state.step + 1;
+  if (first_step > t.steps && t.exit_after != state.step) {
+    info0("nothing to do: the run is already at step {} of train.steps = {} (raise train.steps to train further)",
+          state.step, t.steps);
+  }
   int64_t consumed = state.consumed_samples;
   const bool checkpointing = !config_.checkpoint.dir.empty();
   if (checkpointing) install_stop_handlers();
@@ -263,13 +289,23 @@ TrainSummary Trainer::run(const std::string& resume) {
     if (!device_.is_cpu()) activation_bytes = -1;
     sync_->finish_backward();
     if (scaler_) sync_->unscale(1.0 / scaler_->scale());
-    const double grad_norm = sync_->clip(t.grad_clip);
-    // An overflow anywhere makes the global norm inf or nan on every rank alike, so all skip together.
-    const bool skipped = scaler_ && scaler_->update(!std::isfinite(grad_norm));
-    if (skipped) {
+    const auto [loss, grad_norm] = agree_on_finiteness(result.loss, sync_->clip(t.grad_clip));
+    const bool scale_can_drop = scaler_ && t.loss_scale <= 0 && scaler_->scale() > t.min_loss_scale;
+    const auto verdict = guard_.judge(step, loss, grad_norm, scale_can_drop);
+    const bool skipped = verdict.skip;
+    if (scaler_) scaler_->update(skipped);
+    if (verdict.diverging) {
+      spdlog::warn(
+          "step {}: loss {}, gradient norm {}: not finite; the update is skipped ({} in a row, the run stops "
+          "at train.max_skipped_steps = {})",
+          step, loss, grad_norm, guard_.streak(), t.max_skipped_steps);
+    } else if (skipped) {
       info0("fp16: gradients overflowed at step {}; the step is skipped and the loss scale goes {} -> {}", step,
             used_scale, scaler_->scale());
-    } else {
+    }
+    // The state this step trained from gave a finite loss: its checkpoint is known good.
+    if (!verdict.diverging) checkpointer_->confirm_state();
+    if (!skipped) {
       optimizer_->step(lr);
       sync_->after_update();
     }
@@ -281,8 +317,8 @@ TrainSummary Trainer::run(const std::string& resume) {
     const int64_t done = step - first_step;  // steps timed before this one
     if (done > 0) timed_seconds += step_s;
     const double mean_step_s = done > 0 ? timed_seconds / static_cast<double>(done) : step_s;
-    if (step == first_step) summary.first_loss = result.loss;
-    summary.last_loss = result.loss;
+    if (step == first_step) summary.first_loss = loss;
+    summary.last_loss = loss;
     // Model-state bytes of every rank, once: they do not change between steps.
     nlohmann::json memory;
     if (step == first_step) {
@@ -293,15 +329,19 @@ TrainSummary Trainer::run(const std::string& resume) {
       log_progress(config_, step, result.loss, lr, grad_norm, step_s, mean_step_s);
     }
     summary.last_step = step;
+    if (guard_.diverged()) {
+      const std::string advice = checkpointer_->set_aside_diverged();
+      throw DivergenceError(guard_.report() + "; " + advice);
+    }
     const bool stop = checkpointing && stop_requested();
     if (stop || step == t.exit_after) {
-      save_checkpoint(state_after(step, consumed), save_fault(step));
-      info0(stop ? "stopped by a signal after step {}; the checkpoint is saved, resume with --resume auto"
-                 : "train.exit_after {}: saved; resume with --resume auto to continue",
+      save_if_trusted(step, consumed);
+      info0(stop ? "stopped by a signal after step {}; resume with --resume auto"
+                 : "train.exit_after {}: stopped; resume with --resume auto to continue",
             step);
       summary.stopped_early = true;
     } else if (config_.checkpoint.interval > 0 && (step % config_.checkpoint.interval == 0 || step == t.steps)) {
-      save_checkpoint(state_after(step, consumed), save_fault(step));
+      save_if_trusted(step, consumed);
     }
   }
   if (config_.log.trace) {
@@ -332,7 +372,8 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
 
   auto stats = std::make_shared<parallel::CommStats>();
   parallel::ProcessGroups groups(grid, env.rank(), communicator_factory(env, device, stats, timeout), stats);
-  const std::string run_dir = agree_on_run_dir(args, config, env);
+  const RunDirectory run = agree_on_run_dir(args, config, env);
+  const std::string& run_dir = run.path;
 
   Trainer trainer(config, groups, run_dir, make_model, args.fault, device);
   log_job_start(config, env, threads, run_dir, device);

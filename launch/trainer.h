@@ -16,6 +16,7 @@
 #include "core/precision.h"
 #include "launch/checkpoint.h"
 #include "launch/commands.h"
+#include "launch/divergence_guard.h"
 #include "launch/moe_metrics.h"
 #include "launch/step_report.h"
 #include "models/language_model.h"
@@ -58,6 +59,11 @@ class Trainer {
                      int64_t consumed, double used_scale, bool skipped, const nlohmann::json& memory);
   // Collective over the world: every rank agrees to stop when any received a stop signal.
   bool stop_requested();
+  // Collective over the world: the step's loss and gradient norm, non-finite where any rank's is,
+  // so that every rank skips alike.
+  std::pair<double, double> agree_on_finiteness(double loss, double grad_norm);
+  // Saves after STEP unless the state came out of a skipped non-finite step (it says so instead).
+  void save_if_trusted(int64_t step, int64_t consumed);
   TrainingState state_after(int64_t step, int64_t consumed) const;
 
   Config config_;
@@ -78,6 +84,7 @@ class Trainer {
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<MoEMonitor> moe_monitor_;  // MoE models only
+  DivergenceGuard guard_;
 };
 
 }  // namespace loom::launch

@@ -59,7 +59,7 @@ expect_exit 2 "'checkpoint.dir'" "$LOOM" train "$TINY" --set train.exit_after=3
 expect_exit 2 "'train.device': cuda, but this LibTorch sees no GPU" "$LOOM" train "$TINY" --set train.device=cuda
 expect_exit 2 "'parallel.backend': nccl moves GPU tensors" "$LOOM" train "$TINY" --set parallel.backend=nccl
 expect_exit 2 "--resume auto needs checkpoint.dir" "$LOOM" train "$TINY" --resume auto
-expect_exit 0 "no complete checkpoint in '$WORK/ck_empty'; starting fresh" "$LOOM" train "$TINY" --run-dir "$WORK/fresh" \
+expect_exit 0 "checkpoint.dir '$WORK/ck_empty' does not exist, so there is nothing to resume: starting fresh" "$LOOM" train "$TINY" --run-dir "$WORK/fresh" \
   --set checkpoint.dir="$WORK/ck_empty" --set train.steps=2 --set train.warmup_steps=1 --resume auto
 expect_exit 2 "cannot read cluster file '$WORK/none.yaml'" "$LOOM" plan "$TINY" --cluster "$WORK/none.yaml"
 expect_exit 0 "decision order check: tp inside a node: yes" "$LOOM" plan "$LOOM_SOURCE/configs/gpt3_175b.yaml" \

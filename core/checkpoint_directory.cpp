@@ -1,0 +1,112 @@
+#include "core/checkpoint_directory.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+
+#include "core/errors.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kVerified = "verified";
+
+// "step_" and digits only: step_00000012.corrupt is not a checkpoint any more.
+std::optional<int64_t> step_of_name(const std::string& name) {
+  if (name.size() <= 5 || name.rfind("step_", 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(5);
+  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); }))
+    return std::nullopt;
+  return std::stoll(digits);
+}
+
+void fsync_directory(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+std::vector<CheckpointInfo> list_checkpoints(const std::string& dir) {
+  std::vector<CheckpointInfo> out;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return out;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const auto step = step_of_name(entry.path().filename().string());
+    if (step && fs::exists(entry.path() / "manifest.json", error)) out.push_back({*step, entry.path().string()});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step > b.step; });
+  return out;
+}
+
+std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "latest");
+  std::string name;
+  if (!(in >> name)) return std::nullopt;
+  for (const auto& c : list_checkpoints(dir)) {
+    if (fs::path(c.path).filename() == name) return c;
+  }
+  return std::nullopt;
+}
+
+void set_latest(const std::string& dir, const std::string& path) {
+  const fs::path temporary = fs::path(dir) / "latest.tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << fs::path(path).filename().string() << "\n";
+    if (!out.flush()) throw std::runtime_error("cannot write '" + temporary.string() + "' (disk full?)");
+  }
+  fs::rename(temporary, fs::path(dir) / "latest");
+  fsync_directory(dir);
+}
+
+std::vector<CheckpointInfo> resume_candidates(const std::string& dir) {
+  auto all = list_checkpoints(dir);
+  if (const auto latest = latest_checkpoint(dir)) {
+    auto it = std::find_if(all.begin(), all.end(), [&](const auto& c) { return c.path == latest->path; });
+    std::rotate(all.begin(), it, it + 1);
+  }
+  return all;
+}
+
+void mark_verified(const std::string& path) {
+  std::ofstream out(fs::path(path) / kVerified, std::ios::trunc);
+  out << "a step trained from this state had a finite loss\n";
+}
+
+bool is_verified(const std::string& path) {
+  std::error_code error;
+  return fs::exists(fs::path(path) / kVerified, error);
+}
+
+std::string set_aside(const std::string& path, const std::string& reason) {
+  std::string target = path + "." + reason;
+  for (int i = 2; fs::exists(target); ++i) target = path + "." + reason + "." + std::to_string(i);
+  fs::rename(path, target);
+  fsync_directory(fs::path(path).parent_path());
+  return target;
+}
+
+std::vector<std::string> apply_retention(const std::string& dir, int64_t keep) {
+  const auto all = list_checkpoints(dir);
+  const auto newest_verified =
+      std::find_if(all.begin(), all.end(), [](const CheckpointInfo& c) { return is_verified(c.path); });
+  std::vector<std::string> removed;
+  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
+    if (all.begin() + static_cast<std::ptrdiff_t>(i) == newest_verified) continue;
+    std::error_code ignore;
+    fs::remove_all(all[i].path, ignore);
+    removed.push_back(all[i].path);
+  }
+  return removed;
+}
+
+}  // namespace loom

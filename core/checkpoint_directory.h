@@ -1,0 +1,50 @@
+// The checkpoint directory as a whole: which checkpoints it holds, which one
+// the run going on continues from, which are known good, and which were set
+// aside. A job left alone for weeks must never trade a good checkpoint for a
+// bad one, so step numbers alone decide nothing:
+//   latest              names the checkpoint the run going on last saved or
+//                       resumed from; `--resume auto` tries it first
+//   step_N/verified     a step trained from step_N's state had a finite loss:
+//                       the state is known good. Retention never removes the
+//                       newest verified checkpoint, whatever `keep` says
+//   step_N.corrupt      set aside: failed its checks when a run tried it
+//   step_N.abandoned    set aside: newer than a checkpoint a run was rolled back to
+//   step_N.diverged     set aside: the state a diverged run could not train from
+// Set-aside checkpoints are renamed, never deleted (the user decides), and no
+// longer count as checkpoints for `auto` or retention.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+struct CheckpointInfo {
+  int64_t step = 0;
+  std::string path;
+};
+
+// Complete checkpoints (step_NNNNNNNN with a manifest) under DIR, newest step first.
+std::vector<CheckpointInfo> list_checkpoints(const std::string& dir);
+
+// The checkpoint `latest` names, when it is one of DIR's complete checkpoints.
+std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir);
+
+// Points `latest` at the checkpoint at PATH (inside DIR), atomically.
+void set_latest(const std::string& dir, const std::string& path);
+
+// The order `--resume auto` tries DIR's checkpoints in: the one `latest` names, then the rest newest first.
+std::vector<CheckpointInfo> resume_candidates(const std::string& dir);
+
+void mark_verified(const std::string& path);
+bool is_verified(const std::string& path);
+
+// Renames the checkpoint at PATH to PATH.REASON (PATH.REASON.2, ... if taken); returns the new path.
+std::string set_aside(const std::string& path, const std::string& reason);
+
+// Removes all but the newest KEEP checkpoints of DIR, except the newest verified one. Returns what it removed.
+std::vector<std::string> apply_retention(const std::string& dir, int64_t keep);
+
+}  // namespace loom

@@ -1,0 +1,31 @@
+// One job per directory. Two jobs writing one run directory interleave their
+// metrics, and two writing one checkpoint directory delete each other's
+// checkpoints, so a job holds a lock file in each: DIR/.loom-NAME.lock,
+// holding the host and pid of its owner. A second job is refused (exit 2)
+// naming the holder. A lock left by a process that died -- on this host and
+// no longer running, or of the same scheduler job (a restart by torchrun or
+// SLURM) -- is taken over with a warning.
+#pragma once
+
+#include <string>
+
+namespace loom::launch {
+
+class DirectoryLock {
+ public:
+  DirectoryLock() = default;
+  // Takes DIR's lock NAME, or throws InputError naming the holder. WHAT names the directory in messages ("run
+  // directory").
+  DirectoryLock(const std::string& dir, const std::string& name, const std::string& what);
+  ~DirectoryLock();
+  DirectoryLock(DirectoryLock&& other) noexcept;
+  DirectoryLock& operator=(DirectoryLock&& other) noexcept;
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  void release();
+  std::string path_;  // empty: holds nothing
+};
+
+}  // namespace loom::launch
