@@ -1,5 +1,9 @@
 #include "core/metrics.h"
 
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
 #include "core/errors.h"
 
 namespace loom {
@@ -10,7 +14,11 @@ MetricsWriter::MetricsWriter(const std::string& path) : path_(path), out_(path, 
 
 void MetricsWriter::write(const nlohmann::json& record) {
   out_ << record.dump() << '\n';
-  out_.flush();
+  // A full disk must not cut the record off while the run goes on as if nothing happened.
+  if (!out_.flush()) {
+    throw std::runtime_error("cannot write metrics file '" + path_ + "': " + std::strerror(errno) +
+                             " (disk full?); the run stops rather than train on unrecorded");
+  }
 }
 
 }  // namespace loom

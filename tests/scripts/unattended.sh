@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# A job left alone for weeks (issue: unattended runs) never trades a good checkpoint for a bad one:
+#  1. Divergence: train.lr 1e30 makes the loss NaN; every rank (dp 2 under mpirun) skips the update,
+#     the run stops after train.max_skipped_steps with exit 3 naming the steps, the checkpoint that
+#     could not train is set aside, and --resume auto then trains finite losses equal to an
+#     uninterrupted run's, bit for bit. metrics.jsonl is appended to across the resumes. bf16 and
+#     fp16 stop alike.
+#  2. keep 1 with a corrupt newest checkpoint: it is set aside, the run falls back, and the next
+#     --resume auto continues the new checkpoints instead of starting from scratch.
+#  3. A rollback (--resume .../step_9 while step_12 exists): step_12 is set aside as abandoned and
+#     --resume auto follows the run going on.
+#  4. An edited manifest (one byte offset, a removed key) is refused naming manifest.json, exit 2,
+#     and --resume auto falls back.
+#  5. A second job in a run directory or checkpoint.dir in use exits 2 naming the holder's host and
+#     pid; a dead holder's lock is taken over with a warning. A fresh run refuses a checkpoint.dir
+#     that holds checkpoints; --resume auto of a finished run says there is nothing to do.
+#  6. A metrics write that fails (a full disk) is an error naming the file.
+source "$(dirname "$0")/common.sh"
+STEPS=(--set train.steps=20 --set train.warmup_steps=2)
+train() { run_loom "$1" "$2" "${STEPS[@]}" "${@:3}"; }  # train NP NAME [args...]: exits like loom
+must_train() { train "$@" || { cat "$WORK/$2.log"; fail "run $2 failed"; }; }
+expect_code() {  # expect_code CODE NAME PATTERN: run NAME exited CODE and its log matches PATTERN
+  [ "$4" = "$1" ] && grep -q -- "$3" "$WORK/$2.log" || { cat "$WORK/$2.log"; fail "$2: exit $4, expected $1 and '$3'"; }
+}
+lines() { wc -l < "$1"; }
+
+# 1. Divergence, at dp 2 under mpirun: every rank must skip alike.
+must_train 2 straight
+# Steps 1-8, saving every 2 with keep 1: step_6 is verified (step 7 trained from it), step_8 not yet.
+must_train 2 div --set checkpoint.dir="$WORK/ck_div" --set checkpoint.interval=2 --set checkpoint.keep=1 --set train.exit_after=8
+[ -f "$WORK/ck_div/step_00000006/verified" ] && [ ! -f "$WORK/ck_div/step_00000008/verified" ] ||
+  { ls -R "$WORK/ck_div"; fail "step_6 should be verified and kept beside step_8"; }
+code=0
+train 2 div --set checkpoint.dir="$WORK/ck_div" --set checkpoint.interval=1 --set checkpoint.keep=1 \
+  --set train.lr=1e30 --set train.min_lr=0 --resume auto || code=$?
+expect_code 3 div "the run diverged: steps 10 to 14 had a non-finite loss or gradient norm (5 in a row" $code
+grep -q "rank 1.*step 14: loss .*not finite; the update is skipped" "$WORK/div.log" || fail "rank 1 did not skip step 14"
+[ -d "$WORK/ck_div/step_00000009.diverged" ] && [ -f "$WORK/ck_div/step_00000008/verified" ] &&
+  [ "$(cat "$WORK/ck_div/latest")" = step_00000008 ] && [ "$(ls "$WORK/ck_div" | grep -c '^step_........$')" = 1 ] ||
+  { ls -R "$WORK/ck_div"; fail "after the divergence: step_9 set aside, step_8 kept, verified and latest"; }
+must_train 2 div --set checkpoint.dir="$WORK/ck_div" --set checkpoint.keep=1 --resume auto
+grep -q "resumed from .*step_00000008 at step 8" "$WORK/div.log" || { cat "$WORK/div.log"; fail "did not resume at step 8"; }
+[ "$(lines "$WORK/div/metrics.jsonl")" = $((8 + 6 + 12)) ] || fail "metrics.jsonl should hold 8 + 6 + 12 records"
+echo -n "diverged at lr 1e30, stopped with exit 3 at step 14, resumed from step 8: "
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/div" "$WORK/straight" --rtol 0 --first 1 --same-samples ||
+  fail "the resumed run's losses differ from the uninterrupted run's"
+for precision in bf16 fp16; do
+  code=0
+  train 1 "div_$precision" --set train.precision=$precision --set train.lr=1e30 --set train.max_skipped_steps=3 || code=$?
+  expect_code 3 "div_$precision" "the run diverged: steps .* (3 in a row, train.max_skipped_steps is 3" $code
+done
+echo "bf16 and fp16 stop alike"
+
+# 2. keep 1 and a corrupt newest checkpoint.
+must_train 1 keep1 --set checkpoint.dir="$WORK/ck_keep1" --set checkpoint.interval=2 --set checkpoint.keep=1 --set train.exit_after=6
+python3 "$SCRIPTS/checks.py" flip-byte "$WORK/ck_keep1/step_00000006/rank_00000.bin"
+must_train 1 keep1 --set checkpoint.dir="$WORK/ck_keep1" --set checkpoint.interval=2 --set checkpoint.keep=1 \
+  --set train.exit_after=10 --resume auto
+grep -q "refusing checkpoint .*step_00000006.*set aside" "$WORK/keep1.log" &&
+  grep -q "resumed from .*step_00000004 at step 4" "$WORK/keep1.log" || { cat "$WORK/keep1.log"; fail "keep 1: no fallback"; }
+must_train 1 keep1 --set checkpoint.dir="$WORK/ck_keep1" --set checkpoint.keep=1 --resume auto
+grep -q "resumed from .*step_00000010 at step 10" "$WORK/keep1.log" || { cat "$WORK/keep1.log"; fail "keep 1: lost step 10"; }
+[ -d "$WORK/ck_keep1/step_00000006.corrupt" ] || fail "the corrupt step_6 should be set aside, not deleted"
+echo -n "keep 1, corrupt newest set aside, fell back to step 4, then resumed step 10: "
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/keep1" "$WORK/straight" --rtol 1e-5 --first 1
+
+# 3. Rollback.
+must_train 1 roll --set checkpoint.dir="$WORK/ck_roll" --set checkpoint.interval=3 --set checkpoint.keep=4 --set train.exit_after=12
+must_train 1 roll --set checkpoint.dir="$WORK/ck_roll" --set checkpoint.interval=3 --set train.exit_after=10 \
+  --resume "$WORK/ck_roll/step_00000009"
+grep -q "set aside .*step_00000012 .*abandoned" "$WORK/roll.log" || { cat "$WORK/roll.log"; fail "step 12 not set aside"; }
+grep -q '"parent": "step_00000009"' "$WORK/ck_roll/step_00000010/manifest.json" || fail "step_10's parent should be step_9"
+must_train 1 roll --set checkpoint.dir="$WORK/ck_roll" --set checkpoint.interval=5 --resume auto
+grep -q "resumed from .*step_00000010 at step 10" "$WORK/roll.log" || { cat "$WORK/roll.log"; fail "auto did not follow the rollback"; }
+echo "rollback to step 9: step 12 set aside as abandoned, --resume auto continued from step 10"
+
+# 4. Edited manifests.
+must_train 1 edit --set checkpoint.dir="$WORK/ck_edit" --set checkpoint.interval=2 --set checkpoint.keep=3 --set train.exit_after=4
+cp -r "$WORK/ck_edit" "$WORK/ck_edit2"
+python3 - "$WORK/ck_edit/step_00000004/manifest.json" "$WORK/ck_edit2/step_00000004/manifest.json" << 'EOF'
+import json, sys
+offset, key = sys.argv[1:3]
+m = json.load(open(offset))
+for t in m["tensors"].values():  # one slice's byte offset moved by one float: the bytes would still be in the file
+    if t["slices"][0]["byte_offset"] > 0:
+        t["slices"][0]["byte_offset"] -= 4
+        break
+json.dump(m, open(offset, "w"), indent=1)
+m = json.load(open(key))
+del m["optimizer_steps"]
+json.dump(m, open(key, "w"), indent=1)
+EOF
+for dir in ck_edit ck_edit2; do
+  code=0
+  train 1 "refuse_$dir" --resume "$WORK/$dir/step_00000004" || code=$?
+  expect_code 2 "refuse_$dir" "step_00000004/manifest.json' fails its own CRC-32 check" $code
+  must_train 1 "auto_$dir" --set checkpoint.dir="$WORK/$dir" --resume auto
+  grep -q "resumed from .*step_00000002 at step 2" "$WORK/auto_$dir.log" || { cat "$WORK/auto_$dir.log"; fail "$dir: no fallback"; }
+done
+# A manifest of the format before checksums is still read, and a missing key is named.
+python3 - "$WORK/ck_edit2/step_00000002/manifest.json" << 'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["format"] = "loom-checkpoint-1"
+del m["manifest_crc32"], m["consumed_samples"]
+json.dump(m, open(sys.argv[1], "w"), indent=1)
+EOF
+code=0
+train 1 old_format --resume "$WORK/ck_edit2/step_00000002" || code=$?
+expect_code 2 old_format "step_00000002/manifest.json': consumed_samples is missing" $code
+echo "edited manifests refused naming the file (exit 2); --resume auto fell back"
+
+# 5. Locks, a fresh run on old checkpoints, a finished run.
+"$LOOM" train "$TINY" --run-dir "$WORK/busy" --set train.steps=100000 --set checkpoint.dir="$WORK/ck_busy" > "$WORK/busy.log" 2>&1 &
+holder=$!
+for _ in $(seq 600); do [ -s "$WORK/busy/metrics.jsonl" ] && break; sleep 0.1; done
+code=0
+train 1 busy || code=$?
+expect_code 2 busy "run directory '$WORK/busy' is in use by another loom job (host $(hostname), pid $holder)" $code
+code=0
+train 1 busy_ck --set checkpoint.dir="$WORK/ck_busy" || code=$?
+expect_code 2 busy_ck "checkpoint.dir '$WORK/ck_busy' is in use by another loom job (host $(hostname), pid $holder)" $code
+kill -KILL "$holder"
+wait "$holder" 2> /dev/null || true
+must_train 1 busy
+grep -q "taking over the lock of run directory '$WORK/busy' left by process $holder, no longer running" "$WORK/busy.log" ||
+  { cat "$WORK/busy.log"; fail "the dead holder's lock was not taken over"; }
+[ ! -e "$WORK/busy/.loom-run.lock" ] || fail "a finished run should release its lock"
+code=0
+train 1 fresh_on_old --set checkpoint.dir="$WORK/ck_roll" || code=$?
+expect_code 2 fresh_on_old "checkpoint.dir '$WORK/ck_roll' already holds checkpoints (the newest step_00000020)" $code
+must_train 1 finished --set checkpoint.dir="$WORK/ck_roll" --resume auto
+grep -q "nothing to do: the run is already at step 20 of train.steps = 20" "$WORK/finished.log" ||
+  { cat "$WORK/finished.log"; fail "a finished run should say there is nothing to do"; }
+echo "locks: a second job refused naming the holder, a dead one's lock taken over; fresh on old checkpoints refused"
+
+# 6. A full disk.
+mkdir -p "$WORK/full"
+ln -s /dev/full "$WORK/full/metrics.jsonl"
+code=0
+train 1 full --resume auto --set checkpoint.dir="$WORK/ck_full" || code=$?
+expect_code 1 full "cannot write metrics file '$WORK/full/metrics.jsonl': No space left on device" $code
+echo "a full disk stops the run naming metrics.jsonl"
+echo "unattended: ok"
