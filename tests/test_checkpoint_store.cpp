@@ -221,3 +221,69 @@ TEST_CASE("checkpoint store: publishing keeps the newest KEEP, newest first, and
   CHECK(verify_checkpoint(path).empty());
   fs::remove_all(dir);
 }
+
+TEST_CASE("checkpoint directory: retention keeps the newest verified checkpoint whatever keep says",
+          "[checkpoint_store]") {
+  const auto dir = test::temp_dir("ckpt_verified");
+  SavedTensors t;
+  save(dir, 10, t, 1);
+  mark_verified((fs::path(dir) / "step_00000010").string());
+  save(dir, 20, t, 1);  // unverified: step 10 stays as the newest verified
+  CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{20, 10});
+  mark_verified((fs::path(dir) / "step_00000020").string());
+  save(dir, 30, t, 1);  // step 20 is now the newest verified; step 10 goes
+  CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{30, 20});
+  CHECK(is_verified((fs::path(dir) / "step_00000020").string()));
+  CHECK_FALSE(is_verified((fs::path(dir) / "step_00000030").string()));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint directory: latest is tried first; set-aside checkpoints are no longer checkpoints",
+          "[checkpoint_store]") {
+  const auto dir = test::temp_dir("ckpt_latest");
+  SavedTensors t;
+  for (int64_t step : {10, 20, 30}) save(dir, step, t, 5);
+  set_latest(dir, (fs::path(dir) / "step_00000020").string());
+  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{20, 30, 10});
+  const auto moved = set_aside((fs::path(dir) / "step_00000020").string(), "corrupt");
+  CHECK(moved == (fs::path(dir) / "step_00000020.corrupt").string());
+  CHECK(fs::exists(fs::path(moved) / "manifest.json"));  // renamed, never deleted
+  CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{30, 10});
+  CHECK_FALSE(latest_checkpoint(dir).has_value());  // latest names a checkpoint that is gone
+  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{30, 10});
+  save(dir, 20, t, 5);  // a step saved again beside its set-aside namesake
+  CHECK(set_aside((fs::path(dir) / "step_00000020").string(), "corrupt") ==
+        (fs::path(dir) / "step_00000020.corrupt.2").string());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint store: the manifest's own checksum catches an edited byte offset", "[checkpoint_store]") {
+  const auto dir = test::temp_dir("ckpt_manifest_crc");
+  SavedTensors t;
+  const auto path = save(dir, 5, t);
+  const fs::path file = fs::path(path) / "manifest.json";
+  auto manifest = nlohmann::json::parse(read_text(file));
+  REQUIRE(manifest.contains("manifest_crc32"));
+  SECTION("edited offset") {
+    manifest["tensors"]["w"]["slices"][0]["byte_offset"] = 4;
+    std::ofstream(file, std::ios::trunc) << manifest.dump(1);
+    CHECK_THROWS_WITH(read_manifest(path), Catch::Contains(file.string()) && Catch::Contains("CRC-32"));
+    CHECK_FALSE(verify_checkpoint(path).empty());
+  }
+  SECTION("written by hand without a checksum, a key missing") {
+    manifest.erase("manifest_crc32");
+    manifest["format"] = "loom-checkpoint-1";
+    manifest["blobs"]["rng/rank_0"].erase("nbytes");
+    std::ofstream(file, std::ios::trunc) << manifest.dump(1);
+    CHECK_THROWS_WITH(read_manifest(path),
+                      Catch::Contains(file.string()) && Catch::Contains("blobs.rng/rank_0.nbytes"));
+  }
+  SECTION("a slice reaching past its file") {
+    manifest.erase("manifest_crc32");
+    manifest["format"] = "loom-checkpoint-1";
+    manifest["tensors"]["b"]["slices"][0]["byte_offset"] = 1 << 20;
+    std::ofstream(file, std::ios::trunc) << manifest.dump(1);
+    CHECK_THROWS_WITH(read_manifest(path), Catch::Contains("run past the end of rank_00000.bin"));
+  }
+  fs::remove_all(dir);
+}
