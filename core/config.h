@@ -120,6 +120,8 @@ struct CheckpointConfig {
   std::string dir;
   int64_t interval = 0;
   int64_t keep = 2;
+  // Copy the state to host memory at the step boundary and write it from a background thread while training goes on.
+  bool async = false;
 };
 
 struct LogConfig {

@@ -238,7 +238,10 @@ std::vector<ConfigField> make_fields() {
                    "directory checkpoints are saved in and resumed from; empty: none"),
       int_field("checkpoint", "interval", LOOM_MEMBER(checkpoint.interval),
                 "save every this many steps; 0: only on train.exit_after or a signal"),
-      int_field("checkpoint", "keep", LOOM_MEMBER(checkpoint.keep), "newest checkpoints kept; older ones are removed"),
+      int_field("checkpoint", "keep", LOOM_MEMBER(checkpoint.keep),
+                "newest checkpoints kept (and the newest verified one); older ones are removed"),
+      bool_field("checkpoint", "async", LOOM_MEMBER(checkpoint.async),
+                 "write checkpoints from a background thread while training goes on (a host copy of the state)"),
 
       int_field("log", "interval", LOOM_MEMBER(log.interval), "steps between progress lines"),
       bool_field("log", "trace", LOOM_MEMBER(log.trace),

@@ -1,11 +1,13 @@
 #include "launch/checkpoint.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "core/checkpoint_store.h"
 #include "core/errors.h"
@@ -79,25 +81,61 @@ Checkpointer::Checkpointer(const Config& config, parallel::ProcessGroups& groups
                            parallel::TensorParallelRng& rng)
     : config_(config), groups_(groups), params_(params), optimizer_(optimizer), rng_(rng) {}
 
-std::string Checkpointer::save(const TrainingState& state, const std::function<void()>& midway) {
-  const auto start = std::chrono::steady_clock::now();
+// A save whose files are being written: this rank's slices, copied to host memory, and on rank 0 the
+// manifest's header, taken when the state was.
+struct PendingSave {
+  int64_t step = 0;
+  std::string temporary, path;
+  std::unique_ptr<ShardWriter> shard;
+  nlohmann::json header;  // rank 0
+  std::function<void()> midway;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::thread writer;  // checkpoint.async
+  std::atomic<int> status{1};
+  std::string error;      // why this rank's write failed
+  bool verified = false;  // a step trained from this state had a finite loss before it was published
+};
+
+namespace {
+
+// This rank's files of SAVE: its slices and what the manifest needs of them; then the test hook.
+void write_rank_files(PendingSave& save, int64_t rank) {
+  const auto written = save.shard->finish();
+  save.shard.reset();  // the host copy is no longer needed
+  std::ofstream part(fs::path(save.temporary) / rank_file(rank, "json"));
+  part << written.dump();
+  if (!part.flush()) throw std::runtime_error("cannot write '" + save.temporary + "/" + rank_file(rank, "json") + "'");
+  if (save.midway) save.midway();
+}
+
+}  // namespace
+
+Checkpointer::~Checkpointer() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
+
+std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, const std::function<void()>& midway) {
+  auto save = std::make_unique<PendingSave>();
   const std::string dir = config_.checkpoint.dir;
-  const std::string temporary = temporary_checkpoint_path(dir, state.step);
+  save->step = state.step;
+  save->temporary = temporary_checkpoint_path(dir, state.step);
+  save->path = (fs::path(dir) / checkpoint_name(state.step)).string();
+  save->midway = midway;
   const int64_t rank = groups_.rank();
-  auto& world = groups_.world_comm();
   if (rank == 0) {
     std::error_code error;
     fs::create_directories(dir, error);
-    fs::remove_all(temporary, error);  // left by a job killed while saving this step
-    fs::create_directories(temporary, error);
-    if (error) throw InputError("checkpoint.dir: cannot create '" + temporary + "': " + error.message());
+    fs::remove_all(save->temporary, error);  // left by a job killed while saving this step
+    fs::create_directories(save->temporary, error);
+    if (error) throw InputError("checkpoint.dir: cannot create '" + save->temporary + "': " + error.message());
   }
-  world.barrier().wait();
+  groups_.world_comm().barrier().wait();
 
   const auto& coords = groups_.coords();
   const int64_t tp_size = groups_.tp().size();
   optimizer_.gather_moments();
-  ShardWriter shard(temporary, rank_file(rank, "bin"));
+  save->shard = std::make_unique<ShardWriter>(save->temporary, rank_file(rank, "bin"));
+  auto& shard = *save->shard;
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
     // Each tensor is written once: tied copies by their owner, replicas by tp rank 0 of dp rank 0
@@ -114,62 +152,115 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
     shard.add("exp_avg_sq/" + p.name, global, spec.dim, spec.offset, cut(exp_avg_sq));
   }
   shard.add_bytes("rng/rank_" + std::to_string(rank), rng_.state());
-  const auto written = shard.finish();
   optimizer_.release_moments();
-  std::ofstream(fs::path(temporary) / rank_file(rank, "json")) << written.dump();
-  if (midway) midway();
-  world.barrier().wait();
 
-  std::string path = (fs::path(dir) / checkpoint_name(state.step)).string();
   if (rank == 0) {
-    nlohmann::json manifest;
-    manifest["step"] = state.step;
-    manifest["consumed_samples"] = state.consumed_samples;
-    manifest["optimizer_steps"] = optimizer_.steps_taken();
+    auto& header = save->header;
+    header["step"] = state.step;
+    header["consumed_samples"] = state.consumed_samples;
+    header["optimizer_steps"] = optimizer_.steps_taken();
     if (state.loss_scale > 0) {
-      manifest["loss_scaler"] = {{"scale", state.loss_scale},
-                                 {"clean_steps", state.loss_scale_clean_steps},
-                                 {"skipped_steps", state.skipped_steps}};
+      header["loss_scaler"] = {{"scale", state.loss_scale},
+                               {"clean_steps", state.loss_scale_clean_steps},
+                               {"skipped_steps", state.skipped_steps}};
     }
     // The lineage: the checkpoint this state descends from, by name when it is in the same directory.
-    manifest["parent"] = parent_.empty()              ? ""
-                         : in_checkpoint_dir(parent_) ? fs::path(parent_).filename().string()
-                                                      : parent_;
-    manifest["layout"] = layout_of(config_, groups_.world());
-    manifest["model"] = model_record(config_);
-    manifest["tensors"] = nlohmann::json::object();
-    manifest["blobs"] = nlohmann::json::object();
-    int64_t bytes = 0;
-    for (int64_t r = 0; r < groups_.world(); ++r) {
-      const fs::path part = fs::path(temporary) / rank_file(r, "json");
-      nlohmann::json written_by;
-      std::ifstream(part) >> written_by;
-      fs::remove(part);
-      const auto& file = written_by.at("file");
-      manifest["files"][file.at("name").get<std::string>()] = {{"bytes", file.at("bytes")},
-                                                               {"crc32", file.at("crc32")}};
-      bytes += file.at("bytes").get<int64_t>();
-      for (const auto& e : written_by.at("entries")) {
-        const std::string name = e.at("tensor").get<std::string>();
-        if (e.value("dtype", "F32") == "U8") {
-          manifest["blobs"][name] = e;
-          continue;
-        }
-        auto& t = manifest["tensors"][name];
-        t["global_shape"] = e.at("global_shape");
-        t["dtype"] = "F32";
-        t["slices"].push_back(e);
-      }
-    }
-    std::ofstream(fs::path(temporary) / "config.yaml") << to_yaml(config_);
-    path = publish_checkpoint(dir, state.step, manifest, config_.checkpoint.keep);
-    info0("saved checkpoint {} ({:.1f} MB, {} tensors) in {:.2f} s", path, static_cast<double>(bytes) / 1e6,
-          manifest["tensors"].size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    header["parent"] = parent_.empty()              ? ""
+                       : in_checkpoint_dir(parent_) ? fs::path(parent_).filename().string()
+                                                    : parent_;
+    header["layout"] = layout_of(config_, groups_.world());
+    header["model"] = model_record(config_);
   }
-  world.barrier().wait();
-  parent_ = path;
+  return save;
+}
+
+void Checkpointer::publish(PendingSave& save) {
+  if (groups_.rank() != 0) return;
+  nlohmann::json manifest = save.header;
+  manifest["tensors"] = nlohmann::json::object();
+  manifest["blobs"] = nlohmann::json::object();
+  int64_t bytes = 0;
+  for (int64_t r = 0; r < groups_.world(); ++r) {
+    const fs::path part = fs::path(save.temporary) / rank_file(r, "json");
+    nlohmann::json written_by;
+    std::ifstream(part) >> written_by;
+    fs::remove(part);
+    const auto& file = written_by.at("file");
+    manifest["files"][file.at("name").get<std::string>()] = {{"bytes", file.at("bytes")}, {"crc32", file.at("crc32")}};
+    bytes += file.at("bytes").get<int64_t>();
+    for (const auto& e : written_by.at("entries")) {
+      const std::string name = e.at("tensor").get<std::string>();
+      if (e.value("dtype", "F32") == "U8") {
+        manifest["blobs"][name] = e;
+        continue;
+      }
+      auto& t = manifest["tensors"][name];
+      t["global_shape"] = e.at("global_shape");
+      t["dtype"] = "F32";
+      t["slices"].push_back(e);
+    }
+  }
+  std::ofstream(fs::path(save.temporary) / "config.yaml") << to_yaml(config_);
+  const std::string path = publish_checkpoint(config_.checkpoint.dir, save.step, manifest, config_.checkpoint.keep);
+  if (save.verified) mark_verified(path);
+  info0("saved checkpoint {} ({:.1f} MB, {} tensors) in {:.2f} s{}", path, static_cast<double>(bytes) / 1e6,
+        manifest["tensors"].size(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - save.start).count(),
+        config_.checkpoint.async ? ", written in the background" : "");
+}
+
+std::string Checkpointer::save(const TrainingState& state, const std::function<void()>& midway) {
+  finish_pending();
+  auto save = snapshot(state, midway);
+  parent_ = save->path;
   parent_verified_ = false;
+  const std::string path = save->path;
+  auto& world = groups_.world_comm();
+  if (!config_.checkpoint.async) {
+    write_rank_files(*save, groups_.rank());
+    world.barrier().wait();
+    publish(*save);
+    world.barrier().wait();
+    return path;
+  }
+  PendingSave* in_flight = save.get();
+  const int64_t rank = groups_.rank();
+  save->writer = std::thread([in_flight, rank] {
+    try {
+      write_rank_files(*in_flight, rank);
+      in_flight->status = 0;
+    } catch (const std::exception& e) {
+      in_flight->error = e.what();
+      spdlog::error("writing checkpoint {} in the background failed: {}", in_flight->path, e.what());
+      in_flight->status = 2;
+    }
+  });
+  pending_ = std::move(save);
   return path;
+}
+
+int Checkpointer::pending_status() const {
+  return pending_ ? pending_->status.load() : 0;
+}
+
+void Checkpointer::on_world_status(int largest) {
+  if (!pending_ || largest == 1) return;
+  if (pending_->writer.joinable()) pending_->writer.join();
+  if (largest == 2) {
+    const std::string where = pending_->status == 2 ? "this rank: " + pending_->error : "another rank (see its error)";
+    throw std::runtime_error("writing checkpoint " + pending_->path + " in the background failed on " + where +
+                             "; the job stops here, and the previous checkpoint stays the newest");
+  }
+  publish(*pending_);
+  pending_.reset();
+}
+
+void Checkpointer::finish_pending() {
+  if (!pending_) return;  // alike on every rank: saves are collective
+  if (pending_->writer.joinable()) pending_->writer.join();
+  auto status = torch::full({1}, static_cast<double>(pending_->status.load()), torch::kFloat64);
+  groups_.world_comm().all_reduce(status, parallel::ReduceOp::max).wait();
+  on_world_status(static_cast<int>(status.item<double>()));
 }
 
 void Checkpointer::check_fresh_start() {
@@ -196,10 +287,15 @@ bool Checkpointer::in_checkpoint_dir(const std::string& path) const {
 void Checkpointer::confirm_state() {
   if (parent_verified_ || parent_.empty()) return;
   parent_verified_ = true;
+  if (pending_ && pending_->path == parent_) {  // not published yet: marked when it is
+    pending_->verified = true;
+    return;
+  }
   if (groups_.rank() == 0 && in_checkpoint_dir(parent_)) mark_verified(parent_);
 }
 
 std::string Checkpointer::set_aside_diverged() {
+  finish_pending();
   std::string advice = "no checkpoint to resume from: start afresh with a lower train.lr";
   if (groups_.rank() == 0 && !config_.checkpoint.dir.empty()) {
     const std::string& dir = config_.checkpoint.dir;

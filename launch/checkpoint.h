@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,16 +29,30 @@ struct TrainingState {
   int64_t skipped_steps = 0;
 };
 
+struct PendingSave;  // a save whose files are being written (checkpoint.cpp)
+
 class Checkpointer {
  public:
   Checkpointer(const Config& config, parallel::ProcessGroups& groups,
                const std::vector<parallel::ParallelParameter>& params, optim::Optimizer& optimizer,
                parallel::TensorParallelRng& rng);
 
+  ~Checkpointer();
+
   // Collective. Saves the state after STATE.step into checkpoint.dir; returns the checkpoint's path.
   // MIDWAY, when given, runs after this rank's files are written and before the checkpoint is published (tests kill the
-  // job there).
+  // job there). With checkpoint.async the state is copied to host memory here and written by a background
+  // thread while training goes on; it is published once every rank has written its part (on_world_status), and
+  // a save waits for the previous one first.
   std::string save(const TrainingState& state, const std::function<void()>& midway = {});
+
+  // checkpoint.async: this rank's part of the save in flight: 0 none or written, 1 still writing, 2 failed.
+  int pending_status() const;
+  // Given the largest pending_status() over the world (every rank calls it alike): publishes the save in flight
+  // when every rank has written its part; throws, stopping the job, when any rank failed to.
+  void on_world_status(int largest);
+  // Collective: waits for the save in flight and publishes it (at the end of a run, or before the next save).
+  void finish_pending();
 
   // Collective. RESUME is "auto" (the checkpoint `latest` names in
   // checkpoint.dir, else the newest, falling back past broken ones, which are
@@ -59,6 +74,10 @@ class Checkpointer {
   std::string set_aside_diverged();
 
  private:
+  // Collective: this rank's part of the state after STATE.step copied to host memory, the directory made.
+  std::unique_ptr<PendingSave> snapshot(const TrainingState& state, const std::function<void()>& midway);
+  // Rank 0, once every rank's files are written: the manifest, the rename, `latest`, retention.
+  void publish(PendingSave& save);
   // Whether PATH is a checkpoint of checkpoint.dir (and so loom's to mark, rename or set aside).
   bool in_checkpoint_dir(const std::string& path) const;
   // Rank 0, after choosing PATH at STEP to resume from: newer checkpoints of checkpoint.dir are abandoned.
@@ -71,6 +90,7 @@ class Checkpointer {
   parallel::TensorParallelRng& rng_;
   std::string parent_;  // the checkpoint the present state was saved as or loaded from; empty: none
   bool parent_verified_ = false;
+  std::unique_ptr<PendingSave> pending_;  // checkpoint.async: the save being written
 };
 
 // Reads into each parameter its slice of the whole tensor READ(name, dim,

@@ -43,8 +43,9 @@ FaultInjection parse_fault(const std::string& text) {
   fault.rank = static_cast<int>(parse_integer("--inject-fault RANK", text.substr(0, first), 0));
   fault.step = parse_integer("--inject-fault STEP", text.substr(first + 1, second - first - 1), 1);
   fault.kind = text.substr(second + 1);
-  if (fault.kind != "kill" && fault.kind != "hang" && fault.kind != "kill_in_save" && fault.kind != "overflow") {
-    throw InputError("--inject-fault KIND must be kill, hang, kill_in_save or overflow");
+  const std::vector<std::string> kinds = {"kill", "hang", "kill_in_save", "fail_save", "overflow", "slow"};
+  if (std::find(kinds.begin(), kinds.end(), fault.kind) == kinds.end()) {
+    throw InputError("--inject-fault KIND must be kill, hang, kill_in_save, fail_save, overflow or slow");
   }
   return fault;
 }
@@ -74,7 +75,8 @@ std::function<TrainArgs()> add_train_flags(CLI::App& command) {
       ->type_name("auto|CHECKPOINT");
   command
       .add_option("--inject-fault", *fault,
-                  "for tests: rank RANK fails after step STEP by KIND (kill, hang, kill_in_save, overflow)")
+                  "for tests: rank RANK fails after step STEP by KIND (kill, hang, kill_in_save, fail_save, overflow; "
+                  "slow: 100 ms more per step from STEP on)")
       ->type_name("RANK:STEP:KIND");
   command.footer(config_keys_help() + "\n" + kExitCodes);
   return [args, fault] {

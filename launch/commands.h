@@ -12,7 +12,8 @@ namespace loom::launch {
 
 // A deliberate failure on one rank, for tests of how the others end:
 // "RANK:STEP:kill" dies by SIGKILL, "RANK:STEP:hang" stops answering,
-// "RANK:STEP:kill_in_save" dies by SIGKILL halfway through the checkpoint saved after STEP.
+// "RANK:STEP:kill_in_save" dies by SIGKILL halfway through the checkpoint saved after STEP,
+// "RANK:STEP:fail_save" fails to write its files of it, "RANK:STEP:slow" takes 100 ms longer per step from STEP on.
 struct FaultInjection {
   int rank = -1;
   int64_t step = -1;

@@ -161,7 +161,11 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
 }
 
 std::function<void()> Trainer::save_fault(int64_t step) const {
-  if (fault_.kind != "kill_in_save" || fault_.rank != groups_.rank() || fault_.step != step) return {};
+  if (fault_.rank != groups_.rank() || fault_.step != step) return {};
+  if (fault_.kind == "fail_save") {
+    return [] { throw std::runtime_error("injected fault: writing this rank's checkpoint files failed"); };
+  }
+  if (fault_.kind != "kill_in_save") return {};
   return [] {
     spdlog::warn("injected fault: killed halfway through saving a checkpoint");
     std::raise(SIGKILL);
@@ -175,8 +179,12 @@ void Trainer::save_checkpoint(const TrainingState& state, const std::function<vo
 }
 
 void Trainer::maybe_inject_fault(int64_t step) const {
-  if (fault_.kind == "kill_in_save" || fault_.kind == "overflow" || fault_.rank != groups_.rank() ||
-      fault_.step != step)
+  if (fault_.kind == "slow" && fault_.rank == groups_.rank() && step >= fault_.step) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // outside any collective: compute time to the others
+    return;
+  }
+  if (fault_.kind == "kill_in_save" || fault_.kind == "fail_save" || fault_.kind == "overflow" ||
+      fault_.kind == "slow" || fault_.rank != groups_.rank() || fault_.step != step)
     return;
   spdlog::warn("injected fault: {} at step {}", fault_.kind, step);
   if (fault_.kind == "kill") std::raise(SIGKILL);
@@ -192,7 +200,8 @@ double Trainer::backward_loss_scale(int64_t step) const {
 }
 
 void Trainer::write_metrics(int64_t step, const StepResult& result, double lr, double grad_norm, double step_s,
-                            int64_t consumed, double used_scale, bool skipped, const nlohmann::json& memory) {
+                            int64_t consumed, double used_scale, bool skipped, const nlohmann::json& memory,
+                            const nlohmann::json& extra) {
   // MoE statistics are collective: every rank takes part, rank 0 writes.
   const nlohmann::json moe = moe_monitor_ ? moe_monitor_->collect(groups_) : nlohmann::json();
   if (!metrics_) return;
@@ -208,6 +217,7 @@ void Trainer::write_metrics(int64_t step, const StepResult& result, double lr, d
   if (scaler_) record["loss_scale"] = used_scale;
   if (scaler_ || skipped) record["skipped"] = skipped;
   if (!memory.is_null()) record["memory"] = memory;
+  if (extra.is_object()) record.update(extra);
   if (!moe.is_null()) record["moe"] = moe;
   metrics_->write(record);
 }
@@ -219,12 +229,15 @@ bool Trainer::stop_requested() {
   return flag.item<double>() > 0;
 }
 
-std::pair<double, double> Trainer::agree_on_finiteness(double loss, double grad_norm) {
-  auto flags = torch::tensor({std::isfinite(loss) ? 0.0 : 1.0, std::isfinite(grad_norm) ? 0.0 : 1.0}, torch::kFloat64);
+Trainer::StepAgreement Trainer::agree_on_step(double loss, double grad_norm) {
+  auto flags = torch::tensor({std::isfinite(loss) ? 0.0 : 1.0, std::isfinite(grad_norm) ? 0.0 : 1.0,
+                              static_cast<double>(checkpointer_->pending_status())},
+                             torch::kFloat64);
   groups_.world_comm().all_reduce(flags, parallel::ReduceOp::max).wait();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   return {flags[0].item<double>() > 0 ? (std::isfinite(loss) ? nan : loss) : loss,
-          flags[1].item<double>() > 0 ? (std::isfinite(grad_norm) ? nan : grad_norm) : grad_norm};
+          flags[1].item<double>() > 0 ? (std::isfinite(grad_norm) ? nan : grad_norm) : grad_norm,
+          static_cast<int>(flags[2].item<double>())};
 }
 
 void Trainer::save_if_trusted(int64_t step, int64_t consumed) {
@@ -276,8 +289,8 @@ TrainSummary Trainer::run(const std::string& resume) {
     summary.stopped_early = true;
   }
   for (int64_t step = first_step; step <= t.steps && !summary.stopped_early; ++step) {
-    maybe_inject_fault(step);
     const auto step_start = Clock::now();
+    maybe_inject_fault(step);
     const double lr = schedule_.at(step - 1);
     optimizer_->zero_grad();
     sync_->start_step();
@@ -289,7 +302,9 @@ TrainSummary Trainer::run(const std::string& resume) {
     if (!device_.is_cpu()) activation_bytes = -1;
     sync_->finish_backward();
     if (scaler_) sync_->unscale(1.0 / scaler_->scale());
-    const auto [loss, grad_norm] = agree_on_finiteness(result.loss, sync_->clip(t.grad_clip));
+    const auto [loss, grad_norm, checkpoint_status] = agree_on_step(result.loss, sync_->clip(t.grad_clip));
+    // A checkpoint written in the background is published once every rank has written its part.
+    checkpointer_->on_world_status(checkpoint_status);
     const bool scale_can_drop = scaler_ && t.loss_scale <= 0 && scaler_->scale() > t.min_loss_scale;
     const auto verdict = guard_.judge(step, loss, grad_norm, scale_can_drop);
     const bool skipped = verdict.skip;
@@ -324,26 +339,38 @@ TrainSummary Trainer::run(const std::string& resume) {
     if (step == first_step) {
       memory = gather_memory_report(groups_, sync_->state_bytes(), optimizer_->state_bytes(), activation_bytes);
     }
-    write_metrics(step, result, lr, grad_norm, step_s, consumed, used_scale, skipped, memory);
-    if (step == 1 || step % config_.log.interval == 0 || step == t.steps) {
+    summary.last_step = step;
+    nlohmann::json extra = nlohmann::json::object();
+    const bool stop = !guard_.diverged() && checkpointing && stop_requested();
+    const bool save_due =
+        stop || step == t.exit_after ||
+        (config_.checkpoint.interval > 0 && (step % config_.checkpoint.interval == 0 || step == t.steps));
+    if (save_due && !guard_.diverged()) {
+      // The time the step loop stood still for the save: all of it, or the copy to host memory with checkpoint.async.
+      const auto save_start = Clock::now();
+      save_if_trusted(step, consumed);
+      extra["checkpoint_ms"] = seconds_since(save_start) * 1000.0;
+    }
+    stragglers_.add_step(step_s, groups_.stats()->blocked_seconds());
+    const bool log_step = step == 1 || step % config_.log.interval == 0 || step == t.steps;
+    // The first step's time is mostly warm-up: reports start from the next log line.
+    if (log_step && step > first_step) extra["step_time"] = stragglers_.report(groups_.world_comm());
+    write_metrics(step, result, lr, grad_norm, step_s, consumed, used_scale, skipped, memory, extra);
+    if (log_step) {
       log_progress(config_, step, result.loss, lr, grad_norm, step_s, mean_step_s);
     }
-    summary.last_step = step;
     if (guard_.diverged()) {
       const std::string advice = checkpointer_->set_aside_diverged();
       throw DivergenceError(guard_.report() + "; " + advice);
     }
-    const bool stop = checkpointing && stop_requested();
     if (stop || step == t.exit_after) {
-      save_if_trusted(step, consumed);
       info0(stop ? "stopped by a signal after step {}; resume with --resume auto"
                  : "train.exit_after {}: stopped; resume with --resume auto to continue",
             step);
       summary.stopped_early = true;
-    } else if (config_.checkpoint.interval > 0 && (step % config_.checkpoint.interval == 0 || step == t.steps)) {
-      save_if_trusted(step, consumed);
     }
   }
+  checkpointer_->finish_pending();
   if (config_.log.trace) {
     sync_->write_trace(run_dir_ + "/trace_rank" + std::to_string(groups_.rank()) + ".json", summary.last_step);
   }

@@ -19,6 +19,7 @@
 #include "launch/divergence_guard.h"
 #include "launch/moe_metrics.h"
 #include "launch/step_report.h"
+#include "launch/straggler_report.h"
 #include "models/language_model.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
@@ -56,12 +57,18 @@ class Trainer {
   double backward_loss_scale(int64_t step) const;
   // The step's metrics record (rank 0).
   void write_metrics(int64_t step, const StepResult& result, double lr, double grad_norm, double step_s,
-                     int64_t consumed, double used_scale, bool skipped, const nlohmann::json& memory);
+                     int64_t consumed, double used_scale, bool skipped, const nlohmann::json& memory,
+                     const nlohmann::json& extra);
   // Collective over the world: every rank agrees to stop when any received a stop signal.
   bool stop_requested();
-  // Collective over the world: the step's loss and gradient norm, non-finite where any rank's is,
-  // so that every rank skips alike.
-  std::pair<double, double> agree_on_finiteness(double loss, double grad_norm);
+  // Collective over the world, once a step: the step's loss and gradient norm, non-finite where any
+  // rank's is, so that every rank skips alike; and the largest status of the checkpoint being written
+  // in the background (Checkpointer::pending_status).
+  struct StepAgreement {
+    double loss, grad_norm;
+    int checkpoint_status;
+  };
+  StepAgreement agree_on_step(double loss, double grad_norm);
   // Saves after STEP unless the state came out of a skipped non-finite step (it says so instead).
   void save_if_trusted(int64_t step, int64_t consumed);
   TrainingState state_after(int64_t step, int64_t consumed) const;
@@ -85,6 +92,7 @@ class Trainer {
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<MoEMonitor> moe_monitor_;  // MoE models only
   DivergenceGuard guard_;
+  StragglerMonitor stragglers_;
 };
 
 }  // namespace loom::launch

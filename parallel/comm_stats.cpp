@@ -26,6 +26,16 @@ void CommStats::record_time(const std::string& group, const std::string& op, dou
   r.xy += x * seconds;
 }
 
+void CommStats::record_blocked(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  blocked_s_ += seconds;
+}
+
+double CommStats::blocked_seconds() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return blocked_s_;
+}
+
 CommCounter CommStats::get(const std::string& group, const std::string& op) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = counters_.find({group, op});

@@ -43,6 +43,10 @@ class CommStats {
   void record_call(const std::string& group, const std::string& op, int64_t bytes,
                    const std::vector<std::pair<int64_t, int64_t>>& sends = {});
   void record_time(const std::string& group, const std::string& op, double seconds, int64_t bytes = 0);
+  // Time this process spent blocked issuing or waiting for a collective: what slower peers cost it.
+  void record_blocked(double seconds);
+  // Over the run so far.
+  double blocked_seconds() const;
   CommCounter get(const std::string& group, const std::string& op) const;
   // Every (group, op) counted so far.
   std::map<std::pair<std::string, std::string>, CommCounter> counters() const;
@@ -62,6 +66,7 @@ class CommStats {
   std::map<std::pair<std::string, std::string>, CommCounter> counters_;
   std::map<int64_t, int64_t> sent_to_;
   std::map<std::string, Regression> regressions_;
+  double blocked_s_ = 0.0;
 };
 
 }  // namespace loom::parallel

@@ -24,6 +24,7 @@ std::string reason(const std::exception& e) {
 
 void CommHandle::wait() {
   if (!op_) return;
+  const auto blocked_from = std::chrono::steady_clock::now();
   try {
     op_->wait(comm_->timeout());
   } catch (const std::exception& e) {
@@ -31,8 +32,9 @@ void CommHandle::wait() {
     throw CommError(comm_->describe_failure(op_name_, reason(e)));
   }
   op_.reset();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  comm_->stats_->record_time(comm_->name(), op_name_, seconds, bytes_);
+  const auto now = std::chrono::steady_clock::now();
+  comm_->stats_->record_time(comm_->name(), op_name_, std::chrono::duration<double>(now - start_).count(), bytes_);
+  comm_->stats_->record_blocked(std::chrono::duration<double>(now - blocked_from).count());
 }
 
 Communicator::Communicator(std::string name, std::vector<int64_t> ranks, int rank, std::shared_ptr<CommStats> stats,
@@ -71,6 +73,10 @@ CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vecto
     throw CommError(describe_failure(op, reason(e)));
   }
   if (!handle.op_ && size() > 1) stats_->record_time(name_, op, 0.0, bytes);
+  // An issue that blocks (a synchronous backend's call) is time spent on the peers too.
+  if (size() > 1) {
+    stats_->record_blocked(std::chrono::duration<double>(std::chrono::steady_clock::now() - handle.start_).count());
+  }
   return handle;
 }
 
