@@ -34,12 +34,15 @@
 #
 # Every start, the first and each requeue (SLURM_RESTART_COUNT 1, 2, ...), runs the same line:
 # --resume auto continues from the newest complete checkpoint, or starts fresh when there is none.
-# CHECKPOINT_DIR must be on a filesystem every node sees: every rank writes its own
-# rank_NNNNN.bin into it, and rank 0 publishes the step (docs/multi_node.md). The run directory
-# (metrics.jsonl, config.yaml) is written by rank 0 alone. Both default to paths in the
-# submission directory, named by the job id, which a requeue keeps; set CHECKPOINT_DIR to
-# continue another job's run. LOOM names the executable when it is not build/loom. Set checkpoint.interval in the config: a job that dies without
-# warning (a node failure) restarts from the last interval's checkpoint.
+# Set checkpoint.interval in the config: a job that dies without warning (a node failure)
+# restarts from the last interval's checkpoint.
+#
+# Paths (docs/multi_node.md says what must be shared): CHECKPOINT_DIR must be on a filesystem
+# every node sees, since every rank writes its own rank_NNNNN.bin into it and rank 0 publishes the
+# step; so must the config, data.path and the executable be. RUN_DIR (metrics.jsonl, config.yaml)
+# is rank 0's. Both default to directories in the submission directory named by the job id, which
+# a requeue keeps; set CHECKPOINT_DIR to continue another job's run. LOOM names the executable
+# when it is not build/loom.
 set -uo pipefail
 config="${1:?usage: sbatch scripts/sbatch_example.sh CONFIG.yaml [loom train arguments...]}"
 shift

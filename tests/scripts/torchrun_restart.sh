@@ -4,6 +4,8 @@
 # meets under its own store prefix, does not inject the fault again, resumes from step 10 with
 # --resume auto, and its steps 11-20 equal an uninterrupted run's bit for bit. Without a restart
 # left (--max_restarts 0) the same job fails, so the kill above really happened.
+# The same with two agents of two ranks each, as on two nodes, meeting through a c10d rendezvous
+# (no agent store: rank 0 serves a new store each attempt), rank 3 killed.
 source "$(dirname "$0")/common.sh"
 RUN=(--set parallel.tp=2 --set parallel.timeout_s=60 --set checkpoint.interval=5 --resume auto)
 FAULT=(--inject-fault 1:13:kill)
@@ -30,7 +32,31 @@ tail -n 10 "$WORK/restarted/metrics.jsonl" > "$WORK/second_attempt/metrics.jsonl
 python3 "$SCRIPTS/checks.py" steps-agree "$WORK/second_attempt" "$WORK/straight" --rtol 0 --first 11 --last 20 \
   --same-samples --label "killed at step 13, restarted by torchrun" || fail "the restarted run's losses differ"
 
+# Two agents, one per pretend node, each started as on its own node.
+endpoint="127.0.0.1:$(free_port)"
+pids=()
+for node in 0 1; do
+  # timeout: only a guard, so that a hung rendezvous fails here rather than at ctest's limit.
+  LOOM_TORCHRUN_LOG_DIR="$WORK/nodes.torchrun$node" timeout 300 "$LOOM_SOURCE/scripts/torchrun.sh" \
+    --nnodes 2 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint "$endpoint" --rdzv_id restart_test --max_restarts 1 --no_python "$LOOM" train \
+    "$TINY" --run-dir "$WORK/nodes" --set checkpoint.dir="$WORK/nodes_ck" "${RUN[@]}" --inject-fault 3:13:kill \
+    > "$WORK/node$node.log" 2>&1 &
+  pids+=($!)
+done
+for node in 0 1; do
+  code=0
+  wait "${pids[$node]}" || code=$?
+  [ "$code" = 0 ] || { cat "$WORK/node$node.log"; fail "the agent of node $node exited $code"; }
+done
+grep -q "injected fault: kill at step 13" "$WORK/node1.log" && grep -q "resumed from .*step_00000010 at step 10" \
+  "$WORK/node0.log" || { cat "$WORK"/node?.log; fail "two agents: no kill at step 13 or no resume from step 10"; }
+mkdir "$WORK/nodes_second_attempt"
+tail -n 10 "$WORK/nodes/metrics.jsonl" > "$WORK/nodes_second_attempt/metrics.jsonl"
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/nodes_second_attempt" "$WORK/straight" --rtol 0 --first 11 --last 20 \
+  --same-samples --label "two agents (c10d rendezvous), rank 3 killed at step 13" || fail "two agents: losses differ"
+
 code=0
 torchrun_loom no_restart 0 "${FAULT[@]}" || code=$?
-[ "$code" != 0 ] || { cat "$WORK/no_restart.log"; fail "with --max_restarts 0 the killed job should fail"; }
+[ "$code" != 0 ] && grep -q "injected fault: kill at step 13" "$WORK/no_restart.log" ||
+  { cat "$WORK/no_restart.log"; fail "with --max_restarts 0 the killed job should fail (exit $code)"; }
 echo "torchrun restart: ok"
