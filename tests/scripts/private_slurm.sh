@@ -15,6 +15,11 @@ SLURM_DAEMON_PIDS=()
 
 stop_private_slurm() {
   local pid
+  # Jobs first (a failed test may leave one running), so that no slurmstepd outlives its slurmd.
+  if [ ${#SLURM_DAEMON_PIDS[@]} -gt 0 ] && [ -n "${SLURM_CONF:-}" ]; then
+    scancel --user="$(id -un)" 2> /dev/null || true
+    for _ in $(seq 50); do [ -z "$(squeue --noheader 2> /dev/null)" ] && break; sleep 0.2; done
+  fi
   for pid in "${SLURM_DAEMON_PIDS[@]}"; do kill -TERM "$pid" 2> /dev/null || true; done
   for pid in "${SLURM_DAEMON_PIDS[@]}"; do
     # A guard, not a timing: a daemon that ignores SIGTERM for 10 s is killed.
