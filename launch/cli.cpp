@@ -17,6 +17,7 @@
 #include "launch/commands.h"
 #include "models/gpt.h"
 #include "models/gpt_flops.h"
+#include "parallel/launch_env.h"
 
 namespace loom::launch {
 namespace {
@@ -75,13 +76,17 @@ std::function<TrainArgs()> add_train_flags(CLI::App& command) {
       ->type_name("auto|CHECKPOINT");
   command
       .add_option("--inject-fault", *fault,
-                  "for tests: rank RANK fails after step STEP by KIND (kill, hang, kill_in_save, fail_save, overflow; "
-                  "slow: 100 ms more per step from STEP on)")
+                  "for tests: rank RANK fails at step STEP by KIND (kill, hang, kill_in_save, fail_save, overflow; "
+                  "slow: 100 ms more per step from STEP on); on the first attempt only, so that a job restarted by "
+                  "torchrun --max_restarts or a SLURM requeue (TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT "
+                  "above 0) runs through")
       ->type_name("RANK:STEP:KIND");
   command.footer(config_keys_help() + "\n" + kExitCodes);
   return [args, fault] {
     TrainArgs parsed = *args;
     if (!fault->empty()) parsed.fault = parse_fault(*fault);
+    // A restarted job repeats its command line; the failure it tests has already happened.
+    if (!parallel::first_attempt()) parsed.fault = {};
     return parsed;
   };
 }

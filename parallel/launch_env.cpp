@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "parallel/slurm_launch.h"
 
 namespace loom::parallel {
 namespace {
@@ -70,12 +71,18 @@ LaunchInfo detect_launch() {
     }
     // torchrun restarts workers with a new attempt number; keys of an old attempt must not be seen.
     info.store_prefix = "loom/attempt_" + std::to_string(env_int("TORCHELASTIC_RESTART_COUNT", 0)) + "/";
+  } else if (started_by_srun(env)) {
+    info = slurm_launch(env);
   }
   if (info.world < 1) throw InputError("world size must be at least 1");
   if (info.rank >= info.world) {
     throw InputError("rank " + std::to_string(info.rank) + " is not below world size " + std::to_string(info.world));
   }
   return info;
+}
+
+bool first_attempt() {
+  return env_int("TORCHELASTIC_RESTART_COUNT", 0) == 0 && env_int("SLURM_RESTART_COUNT", 0) == 0;
 }
 
 LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch()) {

@@ -7,6 +7,12 @@
 //             TORCHELASTIC_USE_AGENT_STORE is True the agent already serves the
 //             TCPStore on MASTER_PORT, so every rank, rank 0 included, is a client.
 //   env       the same variables without an agent: rank 0 serves the store.
+//   slurm     an srun step: SLURM_PROCID, SLURM_NTASKS, ... (parallel/slurm_launch.h);
+//             rank 0 serves the store.
+//
+// When several are set the innermost launcher wins: mpirun, then RANK/WORLD_SIZE, then
+// SLURM. mpirun or torchrun inside an allocation inherit SLURM's variables, which then
+// describe the launcher's own processes (one per node), not loom's ranks.
 #pragma once
 
 #include <chrono>
@@ -31,6 +37,10 @@ struct LaunchInfo {
 
 // Reads the environment only. Throws InputError naming the variable when it is inconsistent.
 LaunchInfo detect_launch();
+
+// False when a launcher is running the job again: TORCHELASTIC_RESTART_COUNT (torchrun
+// --max_restarts) or SLURM_RESTART_COUNT (a requeued job) is above 0.
+bool first_attempt();
 
 // Owns the rendezvous store and, under mpirun, MPI's lifetime.
 class LaunchEnv {

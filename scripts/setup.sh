@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin                    # mpirun, and MPI for the rendezvous
   libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev catch2 zlib1g-dev
   libcli11-dev                                  # the command line (CLI11 2.x, header-only)
+  slurmctld slurmd slurm-client munge           # srun/sbatch: the slurm test starts a private one-node cluster
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# torchrun --max_restarts: rank 1 killed at step 13, after the checkpoint of step 10, makes the agent
+# restart every rank with the same command line. The second attempt (TORCHELASTIC_RESTART_COUNT 1)
+# meets under its own store prefix, does not inject the fault again, resumes from step 10 with
+# --resume auto, and its steps 11-20 equal an uninterrupted run's bit for bit. Without a restart
+# left (--max_restarts 0) the same job fails, so the kill above really happened.
+# The same with two agents of two ranks each, as on two nodes, meeting through a c10d rendezvous
+# (no agent store: rank 0 serves a new store each attempt), rank 3 killed.
+source "$(dirname "$0")/common.sh"
+RUN=(--set parallel.tp=2 --set parallel.timeout_s=60 --set checkpoint.interval=5 --resume auto)
+FAULT=(--inject-fault 1:13:kill)
+
+torchrun_loom() {  # torchrun_loom NAME MAX_RESTARTS [loom train arguments...]: exits like torchrun
+  local name="$1" restarts="$2"
+  shift 2
+  LOOM_TORCHRUN_LOG_DIR="$WORK/$name.torchrun" "$LOOM_SOURCE/scripts/torchrun.sh" --nproc_per_node 4 \
+    --max_restarts "$restarts" --master_port "$(free_port)" --no_python "$LOOM" train "$TINY" \
+    --run-dir "$WORK/$name" --set checkpoint.dir="$WORK/${name}_ck" "${RUN[@]}" "$@" > "$WORK/$name.log" 2>&1
+}
+
+torchrun_loom straight 0 || { cat "$WORK/straight.log"; fail "the uninterrupted run failed"; }
+torchrun_loom restarted 1 "${FAULT[@]}" || { cat "$WORK/restarted.log"; fail "torchrun --max_restarts 1 failed"; }
+for pattern in "injected fault: kill at step 13" "resumed from .*step_00000010 at step 10" "done: 10 steps"; do
+  grep -q -- "$pattern" "$WORK/restarted.log" || { cat "$WORK/restarted.log"; fail "no line matching '$pattern'"; }
+done
+[ "$(grep -c "injected fault" "$WORK/restarted.log")" = 1 ] || fail "the fault fired again on the second attempt"
+[ -d "$WORK/restarted.torchrun" ] && ls -d "$WORK"/restarted.torchrun/*/attempt_1 > /dev/null ||
+  fail "torchrun made no second attempt"
+# The last ten records are the second attempt's, whether it appended to metrics.jsonl or started it anew.
+mkdir "$WORK/second_attempt"
+tail -n 10 "$WORK/restarted/metrics.jsonl" > "$WORK/second_attempt/metrics.jsonl"
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/second_attempt" "$WORK/straight" --rtol 0 --first 11 --last 20 \
+  --same-samples --label "killed at step 13, restarted by torchrun" || fail "the restarted run's losses differ"
+
+# Two agents, one per pretend node, each started as on its own node.
+endpoint="127.0.0.1:$(free_port)"
+pids=()
+for node in 0 1; do
+  # timeout: only a guard, so that a hung rendezvous fails here rather than at ctest's limit.
+  LOOM_TORCHRUN_LOG_DIR="$WORK/nodes.torchrun$node" timeout 300 "$LOOM_SOURCE/scripts/torchrun.sh" \
+    --nnodes 2 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint "$endpoint" --rdzv_id restart_test --max_restarts 1 --no_python "$LOOM" train \
+    "$TINY" --run-dir "$WORK/nodes" --set checkpoint.dir="$WORK/nodes_ck" "${RUN[@]}" --inject-fault 3:13:kill \
+    > "$WORK/node$node.log" 2>&1 &
+  pids+=($!)
+done
+for node in 0 1; do
+  code=0
+  wait "${pids[$node]}" || code=$?
+  [ "$code" = 0 ] || { cat "$WORK/node$node.log"; fail "the agent of node $node exited $code"; }
+done
+grep -q "injected fault: kill at step 13" "$WORK/node1.log" && grep -q "resumed from .*step_00000010 at step 10" \
+  "$WORK/node0.log" || { cat "$WORK"/node?.log; fail "two agents: no kill at step 13 or no resume from step 10"; }
+mkdir "$WORK/nodes_second_attempt"
+tail -n 10 "$WORK/nodes/metrics.jsonl" > "$WORK/nodes_second_attempt/metrics.jsonl"
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/nodes_second_attempt" "$WORK/straight" --rtol 0 --first 11 --last 20 \
+  --same-samples --label "two agents (c10d rendezvous), rank 3 killed at step 13" || fail "two agents: losses differ"
+
+code=0
+torchrun_loom no_restart 0 "${FAULT[@]}" || code=$?
+[ "$code" != 0 ] && grep -q "injected fault: kill at step 13" "$WORK/no_restart.log" ||
+  { cat "$WORK/no_restart.log"; fail "with --max_restarts 0 the killed job should fail (exit $code)"; }
+echo "torchrun restart: ok"
