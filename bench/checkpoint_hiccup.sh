@@ -20,7 +20,7 @@ for mode in false true; do
     --set checkpoint.interval="$interval" --set checkpoint.keep=1 --set checkpoint.async=$mode > "$work/log_$mode" 2>&1 ||
     { cat "$work/log_$mode"; exit 1; }
   end=$(date +%s.%N)
-  python3 - "$work/run_$mode/metrics.jsonl" "$mode" "$start" "$end" "$(du -sm "$work/ck_$mode" | cut -f1)" << 'PY'
+  python3 - "$work/run_$mode/metrics.jsonl" "$mode" "$start" "$end" "$(du -sm "$work/ck_$mode"/step_* | tail -1 | cut -f1)" << 'PY'
 import json, statistics, sys
 path, mode, start, end, megabytes = sys.argv[1:]
 records = [json.loads(line) for line in open(path)]

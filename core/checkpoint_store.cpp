@@ -71,7 +71,8 @@ ShardWriter::ShardWriter(std::string directory, std::string file_name)
 
 void ShardWriter::add(const std::string& name, const std::vector<int64_t>& global_shape, int64_t dim, int64_t offset,
                       const torch::Tensor& slice) {
-  auto data = slice.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  // A copy even when the slice is already a contiguous CPU float tensor: training goes on changing it.
+  auto data = slice.detach().to(torch::kCPU, torch::kFloat32, /*non_blocking=*/false, /*copy=*/true).contiguous();
   const size_t bytes = static_cast<size_t>(data.numel()) * 4;
   entries_.push_back({{"tensor", name},
                       {"global_shape", global_shape},
@@ -79,28 +80,38 @@ void ShardWriter::add(const std::string& name, const std::vector<int64_t>& globa
                       {"offset", offset},
                       {"shape", data.sizes().vec()},
                       {"file", file_name_},
-                      {"byte_offset", data_.size()},
+                      {"byte_offset", bytes_},
                       {"nbytes", bytes}});
-  const char* begin = static_cast<const char*>(data.data_ptr());
-  data_.insert(data_.end(), begin, begin + bytes);
+  pieces_.push_back(std::move(data));
+  bytes_ += bytes;
 }
 
 void ShardWriter::add_bytes(const std::string& name, const torch::Tensor& bytes) {
-  auto data = bytes.to(torch::kCPU).contiguous();
-  TORCH_CHECK(data.scalar_type() == torch::kUInt8, "add_bytes takes a uint8 tensor");
-  entries_.push_back({{"tensor", name},
-                      {"dtype", "U8"},
-                      {"file", file_name_},
-                      {"byte_offset", data_.size()},
-                      {"nbytes", data.numel()}});
-  const char* begin = static_cast<const char*>(data.data_ptr());
-  data_.insert(data_.end(), begin, begin + data.numel());
+  auto data = bytes.to(torch::kCPU, torch::kUInt8, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  TORCH_CHECK(bytes.scalar_type() == torch::kUInt8, "add_bytes takes a uint8 tensor");
+  entries_.push_back(
+      {{"tensor", name}, {"dtype", "U8"}, {"file", file_name_}, {"byte_offset", bytes_}, {"nbytes", data.numel()}});
+  bytes_ += static_cast<size_t>(data.numel());
+  pieces_.push_back(std::move(data));
 }
 
 nlohmann::json ShardWriter::finish() {
-  write_file(fs::path(directory_) / file_name_, data_.data(), data_.size());
+  const fs::path path = fs::path(directory_) / file_name_;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw InputError("cannot write checkpoint file '" + path.string() + "'");
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (const auto& piece : pieces_) {
+    const auto* data = static_cast<const char*>(piece.data_ptr());
+    const size_t size = static_cast<size_t>(piece.nbytes());
+    out.write(data, static_cast<std::streamsize>(size));
+    crc = crc32_combine(crc, crc_of(data, size), static_cast<z_off_t>(size));
+  }
+  if (!out.flush()) throw InputError("cannot write checkpoint file '" + path.string() + "' (disk full?)");
+  out.close();
+  fsync_path(path);
+  pieces_.clear();
   return {{"entries", entries_},
-          {"file", {{"name", file_name_}, {"bytes", data_.size()}, {"crc32", crc_of(data_.data(), data_.size())}}}};
+          {"file", {{"name", file_name_}, {"bytes", bytes_}, {"crc32", static_cast<uint32_t>(crc)}}}};
 }
 
 namespace {

@@ -44,7 +44,10 @@ class ShardWriter {
 
  private:
   std::string directory_, file_name_;
-  std::vector<char> data_;
+  // Host copies of the slices, in file order: one copy each, no buffer regrown as they are added
+  // (with checkpoint.async they are the snapshot the background thread writes).
+  std::vector<torch::Tensor> pieces_;
+  size_t bytes_ = 0;
   nlohmann::json entries_ = nlohmann::json::array();
 };
 
