@@ -316,16 +316,20 @@ TrainSummary Trainer::run(const std::string& resume) {
 
 int train(const TrainArgs& args, const models::PipelineModelFactory& make_model) {
   Config config = load_config(args.config_path, args.overrides);
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
-  parallel::LaunchEnv env(timeout);
-  init_logging(env.rank(), env.world());
-  resolve_and_validate(config, env.world());
-  const torch::Device device = resolve_train_device(config.train.device, env.info().local_rank, env.info().local_world);
+  // Every check that needs no peer comes before the rendezvous: a bad config then fails every rank
+  // alike and at once, and no rank is left waiting on the store for ranks that already left.
+  const parallel::LaunchInfo launch = parallel::detect_launch();
+  init_logging(launch.rank, launch.world);
+  resolve_and_validate(config, launch.world);
+  const torch::Device device = resolve_train_device(config.train.device, launch.local_rank, launch.local_world);
   use_device(device);
-  require_supported(config, device, env.world());
+  require_supported(config, device, launch.world);
   const auto& p = config.parallel;
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
   check_fault_injection(args.fault, config, grid);
+
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
+  parallel::LaunchEnv env(timeout);
   const int threads = apply_thread_policy(config, env.info());
   CpuMemory::install();  // before the model exists, so that its step's allocations are counted
   CpuMemory::keep_freed_memory();

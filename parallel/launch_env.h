@@ -29,8 +29,14 @@ struct LaunchInfo {
   std::string store_prefix = "loom/";
 };
 
-// Reads the environment only. Throws InputError naming the variable when it is inconsistent.
+// Reads the environment only, so a config can be checked against the world before any rank
+// connects to another. Throws InputError naming the variable when it is inconsistent.
 LaunchInfo detect_launch();
+
+// Ends this process with CODE at once, running no destructors (a thread may still wait on a peer
+// that stopped). Once MPI is up it ends the whole job: MPI_Abort, after which mpirun kills every
+// rank, stopped ones included, where MPI_Finalize would wait for each of them.
+[[noreturn]] void end_job(int code);
 
 // Owns the rendezvous store and, under mpirun, MPI's lifetime.
 class LaunchEnv {
