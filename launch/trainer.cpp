@@ -14,6 +14,7 @@
 #include "launch/run_directory.h"
 #include "launch/stop_signals.h"
 #include "launch/supported_combinations.h"
+#include "parallel/heartbeat.h"
 #include "parallel/launch_env.h"
 #ifndef LOOM_WITHOUT_GLOO
 #include "parallel/gloo_communicator.h"
@@ -330,20 +331,29 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
 
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
   parallel::LaunchEnv env(timeout);
+  parallel::Heartbeat heartbeat(env.connect_store(), env.rank(), env.world(), env.store_server());
   const int threads = apply_thread_policy(config, env.info());
   CpuMemory::install();  // before the model exists, so that its step's allocations are counted
   CpuMemory::keep_freed_memory();
 
   auto stats = std::make_shared<parallel::CommStats>();
-  parallel::ProcessGroups groups(grid, env.rank(), communicator_factory(env, device, stats, timeout), stats);
-  const std::string run_dir = agree_on_run_dir(args, config, env);
+  try {
+    parallel::ProcessGroups groups(grid, env.rank(), communicator_factory(env, device, stats, timeout), stats);
+    const std::string run_dir = agree_on_run_dir(args, config, env);
 
-  Trainer trainer(config, groups, run_dir, make_model, args.fault, device);
-  log_job_start(config, env, threads, run_dir, device);
-  const TrainSummary summary = trainer.run(args.resume);
-  write_traffic_reports(groups, *stats, grid, summary, run_dir);
-  groups.world_comm().barrier().wait();
-  log_job_end(config, summary, run_dir, args.flops_per_token ? args.flops_per_token(config) : 0.0, env.world(), device);
+    Trainer trainer(config, groups, run_dir, make_model, args.fault, device);
+    log_job_start(config, env, threads, run_dir, device);
+    const TrainSummary summary = trainer.run(args.resume);
+    write_traffic_reports(groups, *stats, grid, summary, run_dir);
+    groups.world_comm().barrier().wait();
+    log_job_end(config, summary, run_dir, args.flops_per_token ? args.flops_per_token(config) : 0.0, env.world(),
+                device);
+  } catch (const CommError& e) {
+    // A timeout cannot say which peer it waited for; the heartbeats can, three beats apart.
+    const std::string silent = heartbeat.silent_ranks(std::chrono::seconds(3));
+    if (silent.empty()) throw;
+    throw CommError(std::string(e.what()) + "; " + silent);
+  }
   return 0;
 }
 

@@ -111,7 +111,7 @@ LaunchInfo detect_launch() {
   return info;
 }
 
-LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch()) {
+LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch()), timeout_(timeout) {
 #ifdef LOOM_WITHOUT_MPI
   if (info_.launcher == "mpirun") {
     throw InputError(
@@ -168,6 +168,16 @@ LaunchEnv::~LaunchEnv() {
   // reaches end_job, which aborts the job instead.
   if (mpi_initialized_ && std::uncaught_exceptions() == 0) MPI_Finalize();
 #endif
+}
+
+c10d_compat::StorePtr LaunchEnv::connect_store() const {
+  if (!store_) return {};
+  auto client = open_store(info_.master_addr, info_.master_port, false, info_.rank, info_.world, timeout_);
+  return c10d_compat::prefix_store(info_.store_prefix, client);
+}
+
+std::string LaunchEnv::store_server() const {
+  return info_.agent_store ? "the torchrun agent" : "rank 0";
 }
 
 }  // namespace loom::parallel

@@ -52,10 +52,17 @@ class LaunchEnv {
   bool single_host() const { return info_.local_world == info_.world; }
   // Null when world is 1.
   const c10d_compat::StorePtr& store() const { return store_; }
+  // Another connection to the same store, under the same prefix, for a thread of its own: c10d
+  // serialises one connection's operations, so a long wait on it would hold up the thread.
+  // Null when world is 1.
+  c10d_compat::StorePtr connect_store() const;
+  // Who serves the store, for messages: "rank 0" or "the torchrun agent".
+  std::string store_server() const;
 
  private:
   LaunchInfo info_;
   c10d_compat::StorePtr store_;
+  std::chrono::milliseconds timeout_;
   bool mpi_initialized_ = false;
 };
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A rank that dies (kill) or stops answering (hang) at step 3 makes the other
 # ranks exit 1 with an error naming the group, the op and the ranks, instead of
-# hanging. Ranks are started directly with RANK/WORLD_SIZE/MASTER_* (no
+# hanging, and saying whether a rank stopped (kill: rank 2 named) or all still
+# run (hang). Ranks are started directly with RANK/WORLD_SIZE/MASTER_* (no
 # launcher that would kill the survivors for us).
 # Usage: dead_peer.sh kill|hang
 source "$(dirname "$0")/common.sh"
@@ -25,6 +26,12 @@ for rank in 0 1; do
   grep -q "on group dp (global ranks \[0, 1, 2\]) failed on global rank $rank" "$WORK/rank$rank.log" ||
     fail "rank $rank's error does not name the group, ranks and rank"
   grep -q "parallel.timeout_s" "$WORK/rank$rank.log" || fail "rank $rank's error does not mention the timeout"
+  # The heartbeats tell a dead rank from a live one that is stuck.
+  if [ "$kind" = kill ]; then
+    grep -q "; rank 2 stopped answering: no heartbeat in" "$WORK/rank$rank.log" || fail "rank $rank's error does not name rank 2"
+  else
+    grep -q "; every rank's heartbeat still moves" "$WORK/rank$rank.log" || fail "rank $rank's error does not say every rank beats"
+  fi
 done
 kill -9 "${pids[2]}" 2> /dev/null || true
 wait "${pids[2]}" 2> /dev/null || true
