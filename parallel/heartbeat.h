@@ -3,8 +3,9 @@
 // Every rank counts its heartbeats in the rendezvous store, once a period, from a thread of its
 // own. A collective's timeout says only that some peer did not answer; the rank that saw it then
 // reads every rank's count twice, a window apart. A rank whose count did not move has stopped
-// answering (its process is stopped or dead, or its host is down); one whose count moved is alive,
-// so it is stuck in its own work or waiting on yet another rank.
+// answering (its process is stopped or dead, or its host is down), unless it marked that it left
+// after such a check of its own; one whose count moved is alive, so it is stuck in its own work or
+// waits on yet another rank.
 #pragma once
 
 #include <chrono>
@@ -19,8 +20,9 @@ namespace loom::parallel {
 class Heartbeat {
  public:
   // STORE is this heartbeat's own connection (LaunchEnv::connect_store); null for a world of 1,
-  // where nothing beats. SERVER says who serves the store ("rank 0"), for when it stops answering.
-  Heartbeat(c10d_compat::StorePtr store, int rank, int world, std::string server,
+  // where nothing beats. SERVER_RANK is the rank whose process serves the store, -1 when the
+  // torchrun agent does.
+  Heartbeat(c10d_compat::StorePtr store, int rank, int world, int server_rank,
             std::chrono::milliseconds period = std::chrono::seconds(1));
   // Stops the thread; leaves it behind, rather than wait forever, when it is blocked on a store
   // that stopped answering.
@@ -29,12 +31,15 @@ class Heartbeat {
   Heartbeat& operator=(const Heartbeat&) = delete;
 
   // One clause for an error message: the ranks whose counts did not move during WINDOW, or that
-  // every rank still beats, or that the store itself did not answer. Returns within WINDOW plus
-  // four periods whatever the store does; empty for a world of 1.
+  // none did, or that the store itself did not answer. Marks this rank as having checked, since it
+  // leaves next. The rank that serves the store, whose leaving takes the store away, first waits
+  // (one more WINDOW at most) for the ranks still beating to finish their own checks. Returns in
+  // bounded time whatever the store does; empty for a world of 1.
   std::string silent_ranks(std::chrono::milliseconds window);
 
+  struct State;  // heartbeat.cpp's; shared with the thread, which may outlive this object
+
  private:
-  struct State;  // shared with the thread, which may outlive this object
   static void beat(const std::shared_ptr<State>& state);
   std::shared_ptr<State> state_;
   std::thread thread_;

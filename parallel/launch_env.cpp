@@ -176,8 +176,4 @@ c10d_compat::StorePtr LaunchEnv::connect_store() const {
   return c10d_compat::prefix_store(info_.store_prefix, client);
 }
 
-std::string LaunchEnv::store_server() const {
-  return info_.agent_store ? "the torchrun agent" : "rank 0";
-}
-
 }  // namespace loom::parallel

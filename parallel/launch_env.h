@@ -56,8 +56,8 @@ class LaunchEnv {
   // serialises one connection's operations, so a long wait on it would hold up the thread.
   // Null when world is 1.
   c10d_compat::StorePtr connect_store() const;
-  // Who serves the store, for messages: "rank 0" or "the torchrun agent".
-  std::string store_server() const;
+  // The rank whose process serves the store; -1 when the torchrun agent does.
+  int store_server_rank() const { return info_.agent_store ? -1 : 0; }
 
  private:
   LaunchInfo info_;
