@@ -290,11 +290,12 @@ int dispatch(int argc, char** argv) {
 
 // Leaves without running destructors: after a failed collective, communicator
 // threads may still wait on a dead peer, and joining them would hang the exit.
+// Under mpirun it ends the whole job, so that no rank waits on this one.
 [[noreturn]] void die(int code, const std::string& message) {
   std::cout.flush();
   std::fprintf(stderr, "loom: error: %s\n", message.c_str());
   std::fflush(stderr);
-  std::_Exit(code);
+  parallel::end_job(code);
 }
 
 template <typename Body>

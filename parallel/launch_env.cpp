@@ -1,12 +1,16 @@
 #include "parallel/launch_env.h"
 
+#include <c10/util/Exception.h>
 #ifndef LOOM_WITHOUT_MPI
 #include <mpi.h>
 #endif
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <sstream>
 #include <vector>
 
 #include "core/errors.h"
@@ -42,7 +46,36 @@ std::string host_name() {
 }
 #endif
 
+// The store at ADDRESS:PORT, served by this process when SERVE (port 0: one the kernel picks), or a
+// CommError naming the rank and the address when it cannot be served or reached within TIMEOUT.
+c10d_compat::StorePtr open_store(const std::string& address, int port, bool serve, int rank, int world,
+                                 std::chrono::milliseconds timeout) {
+  try {
+    return c10d_compat::make_tcp_store(address, static_cast<uint16_t>(port), serve, world, timeout);
+  } catch (const std::exception& e) {
+    auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    std::ostringstream s;
+    s << "rank " << rank << " could not " << (serve ? "serve" : "connect to") << " the rendezvous store at " << address
+      << (port ? ":" + std::to_string(port) : std::string()) << " within "
+      << std::chrono::duration<double>(timeout).count()
+      << " s (parallel.timeout_s): " << (c10_error ? c10_error->what_without_backtrace() : e.what());
+    throw CommError(s.str());
+  }
+}
+
 }  // namespace
+
+void end_job(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+#ifndef LOOM_WITHOUT_MPI
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::_Exit(code);
+}
 
 LaunchInfo detect_launch() {
   LaunchInfo info;
@@ -85,7 +118,7 @@ bool first_attempt() {
   return env_int("TORCHELASTIC_RESTART_COUNT", 0) == 0 && env_int("SLURM_RESTART_COUNT", 0) == 0;
 }
 
-LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch()) {
+LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch()), timeout_(timeout) {
 #ifdef LOOM_WITHOUT_MPI
   if (info_.launcher == "mpirun") {
     throw InputError(
@@ -116,16 +149,13 @@ LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch())
     if (info_.world > 1) {
       if (info_.rank == 0) {
         const std::string addr = env("MASTER_ADDR") ? env("MASTER_ADDR") : (one_host ? "127.0.0.1" : host);
-        store_ = c10d_compat::make_tcp_store(addr, static_cast<uint16_t>(env_int("MASTER_PORT", 0)), true, info_.world,
-                                             timeout);
+        store_ = open_store(addr, env_int("MASTER_PORT", 0), true, 0, info_.world, timeout);
         port = c10d_compat::tcp_store_port(store_);
         std::strncpy(address, addr.c_str(), 255);
       }
       check_mpi(MPI_Bcast(address, 256, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast");
       check_mpi(MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
-      if (info_.rank != 0) {
-        store_ = c10d_compat::make_tcp_store(address, static_cast<uint16_t>(port), false, info_.world, timeout);
-      }
+      if (info_.rank != 0) store_ = open_store(address, port, false, info_.rank, info_.world, timeout);
       info_.master_addr = address;
       info_.master_port = port;
     }
@@ -133,8 +163,7 @@ LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch())
 #endif
   if (info_.world > 1) {
     const bool serve = info_.rank == 0 && !info_.agent_store;
-    store_ = c10d_compat::make_tcp_store(info_.master_addr, static_cast<uint16_t>(info_.master_port), serve,
-                                         info_.world, timeout);
+    store_ = open_store(info_.master_addr, info_.master_port, serve, info_.rank, info_.world, timeout);
   }
   if (store_) store_ = c10d_compat::prefix_store(info_.store_prefix, store_);
 }
@@ -142,8 +171,16 @@ LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch())
 LaunchEnv::~LaunchEnv() {
   store_.reset();
 #ifndef LOOM_WITHOUT_MPI
-  if (mpi_initialized_) MPI_Finalize();
+  // MPI_Finalize waits for every rank, so a rank leaving on an error must not call it: the error
+  // reaches end_job, which aborts the job instead.
+  if (mpi_initialized_ && std::uncaught_exceptions() == 0) MPI_Finalize();
 #endif
+}
+
+c10d_compat::StorePtr LaunchEnv::connect_store() const {
+  if (!store_) return {};
+  auto client = open_store(info_.master_addr, info_.master_port, false, info_.rank, info_.world, timeout_);
+  return c10d_compat::prefix_store(info_.store_prefix, client);
 }
 
 }  // namespace loom::parallel

@@ -35,12 +35,18 @@ struct LaunchInfo {
   std::string store_prefix = "loom/";
 };
 
-// Reads the environment only. Throws InputError naming the variable when it is inconsistent.
+// Reads the environment only, so a config can be checked against the world before any rank
+// connects to another. Throws InputError naming the variable when it is inconsistent.
 LaunchInfo detect_launch();
 
 // False when a launcher is running the job again: TORCHELASTIC_RESTART_COUNT (torchrun
 // --max_restarts) or SLURM_RESTART_COUNT (a requeued job) is above 0.
 bool first_attempt();
+
+// Ends this process with CODE at once, running no destructors (a thread may still wait on a peer
+// that stopped). Once MPI is up it ends the whole job: MPI_Abort, after which mpirun kills every
+// rank, stopped ones included, where MPI_Finalize would wait for each of them.
+[[noreturn]] void end_job(int code);
 
 // Owns the rendezvous store and, under mpirun, MPI's lifetime.
 class LaunchEnv {
@@ -56,10 +62,17 @@ class LaunchEnv {
   bool single_host() const { return info_.local_world == info_.world; }
   // Null when world is 1.
   const c10d_compat::StorePtr& store() const { return store_; }
+  // Another connection to the same store, under the same prefix, for a thread of its own: c10d
+  // serialises one connection's operations, so a long wait on it would hold up the thread.
+  // Null when world is 1.
+  c10d_compat::StorePtr connect_store() const;
+  // The rank whose process serves the store; -1 when the torchrun agent does.
+  int store_server_rank() const { return info_.agent_store ? -1 : 0; }
 
  private:
   LaunchInfo info_;
   c10d_compat::StorePtr store_;
+  std::chrono::milliseconds timeout_;
   bool mpi_initialized_ = false;
 };
 

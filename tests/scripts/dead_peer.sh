@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # A rank that dies (kill) or stops answering (hang) at step 3 makes the other
 # ranks exit 1 with an error naming the group, the op and the ranks, instead of
-# hanging. Ranks are started directly with RANK/WORLD_SIZE/MASTER_* (no
+# hanging, and saying whether a rank stopped (kill: rank 2 named) or all still
+# run (hang). Ranks are started directly with RANK/WORLD_SIZE/MASTER_* (no
 # launcher that would kill the survivors for us).
 # Usage: dead_peer.sh kill|hang
 source "$(dirname "$0")/common.sh"
 kind="$1"
 port="$(free_port)"
 pids=()
+# The hung rank never ends on its own: ended here however the script ends.
+trap 'kill -9 "${pids[@]}" 2> /dev/null; rm -rf "$WORK"' EXIT
 for rank in 0 1 2; do
   RANK=$rank WORLD_SIZE=3 LOCAL_RANK=$rank LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
     "$LOOM" train "$TINY" --run-dir "$WORK/run" --set train.global_batch_size=6 --set train.micro_batch_size=2 \
@@ -25,6 +28,12 @@ for rank in 0 1; do
   grep -q "on group dp (global ranks \[0, 1, 2\]) failed on global rank $rank" "$WORK/rank$rank.log" ||
     fail "rank $rank's error does not name the group, ranks and rank"
   grep -q "parallel.timeout_s" "$WORK/rank$rank.log" || fail "rank $rank's error does not mention the timeout"
+  # The heartbeats tell a dead rank from a live one that is stuck.
+  if [ "$kind" = kill ]; then
+    grep -q "; rank 2 stopped answering: no heartbeat in" "$WORK/rank$rank.log" || fail "rank $rank's error does not name rank 2"
+  else
+    grep -q "; no rank stopped answering" "$WORK/rank$rank.log" || fail "rank $rank's error names a rank as stopped"
+  fi
 done
 kill -9 "${pids[2]}" 2> /dev/null || true
 wait "${pids[2]}" 2> /dev/null || true

@@ -1,0 +1,190 @@
+#include "parallel/heartbeat.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+namespace loom::parallel {
+
+using Clock = std::chrono::steady_clock;
+
+struct Heartbeat::State {
+  c10d_compat::StorePtr store;
+  int rank = 0;
+  int world = 1;
+  int server_rank = 0;
+  std::chrono::milliseconds period{0};
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool stop = false;
+  bool running = true;                             // until the thread returns
+  std::string failure;                             // the store's error that ended the thread
+  std::optional<std::chrono::milliseconds> asked;  // a check's window, until the thread takes it up
+  std::optional<std::vector<int>> silent;          // the check's answer
+};
+
+namespace {
+
+std::string count_key(int rank) {
+  return "heartbeat/" + std::to_string(rank);
+}
+
+std::string checked_key(int rank) {
+  return "heartbeat_checked/" + std::to_string(rank);
+}
+
+// add(key, 0) reads a number without waiting for a rank that never wrote it (it is then 0).
+std::vector<int64_t> read_all(c10d_compat::Store& store, int world, std::string (*key)(int)) {
+  std::vector<int64_t> values(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) values[static_cast<size_t>(r)] = store.add(key(r), 0);
+  return values;
+}
+
+// Keeps beating, once a period, until UNTIL; false when asked to stop first. A rank checking on the
+// others must not fall silent itself.
+bool beat_until(Heartbeat::State& s, Clock::time_point until) {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(s.mutex);
+      s.changed.wait_until(lock, std::min(until, Clock::now() + s.period), [&] { return s.stop; });
+      if (s.stop) return false;
+    }
+    if (Clock::now() >= until) return true;
+    s.store->add(count_key(s.rank), 1);
+  }
+}
+
+// Two readings of every count, WINDOW apart: the ranks whose count did not move and that did not
+// mark a check of their own. Then this rank marks its check; the rank serving the store waits for
+// the ranks still beating to mark theirs, at most one more WINDOW and two periods.
+std::vector<int> check(Heartbeat::State& s, std::chrono::milliseconds window) {
+  const std::vector<int64_t> before = read_all(*s.store, s.world, count_key);
+  if (!beat_until(s, Clock::now() + window)) return {};
+  const std::vector<int64_t> after = read_all(*s.store, s.world, count_key);
+  std::vector<int64_t> checked = read_all(*s.store, s.world, checked_key);
+  std::vector<int> silent;
+  for (int r = 0; r < s.world; ++r) {
+    const auto i = static_cast<size_t>(r);
+    if (after[i] == before[i] && checked[i] == 0) silent.push_back(r);
+  }
+  s.store->add(checked_key(s.rank), 1);
+  if (s.rank != s.server_rank) return silent;
+  const Clock::time_point until = Clock::now() + window + 2 * s.period;
+  for (;;) {
+    checked = read_all(*s.store, s.world, checked_key);
+    bool all = true;
+    for (int r = 0; r < s.world; ++r) {
+      const bool beating = std::find(silent.begin(), silent.end(), r) == silent.end();
+      all = all && (!beating || r == s.rank || checked[static_cast<size_t>(r)] > 0);
+    }
+    if (all || Clock::now() >= until || !beat_until(s, std::min(until, Clock::now() + s.period))) return silent;
+  }
+}
+
+std::string seconds(std::chrono::milliseconds duration) {
+  std::ostringstream s;
+  s << std::chrono::duration<double>(duration).count() << " s";
+  return s.str();
+}
+
+std::string reason(const std::exception& e) {
+  if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+std::string describe(const std::vector<int>& silent, std::chrono::milliseconds window) {
+  if (silent.empty()) {
+    return "no rank stopped answering (each heartbeat moves, or its rank saw this failure too): one is stuck in "
+           "its own work or waits on another group";
+  }
+  constexpr size_t kNamed = 16;
+  std::ostringstream s;
+  s << (silent.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < silent.size() && i < kNamed; ++i) s << (i ? ", " : "") << silent[i];
+  if (silent.size() > kNamed) s << " and " << silent.size() - kNamed << " more";
+  s << " stopped answering: no heartbeat in " << seconds(window) << " (a process stopped or dead, or a host down)";
+  return s.str();
+}
+
+}  // namespace
+
+// The thread: one beat a period, and a check when one is asked for. Blocks in the store, holding
+// no lock, when the store stops answering.
+void Heartbeat::beat(const std::shared_ptr<State>& s) {
+  try {
+    for (;;) {
+      s->store->add(count_key(s->rank), 1);
+      std::optional<std::chrono::milliseconds> window;
+      {
+        std::unique_lock<std::mutex> lock(s->mutex);
+        s->changed.wait_for(lock, s->period, [&] { return s->stop || s->asked; });
+        if (s->stop) break;
+        std::swap(window, s->asked);
+      }
+      if (!window) continue;
+      std::vector<int> silent = check(*s, *window);
+      std::lock_guard<std::mutex> lock(s->mutex);
+      s->silent = std::move(silent);
+      s->changed.notify_all();
+    }
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    s->failure = reason(e);
+  }
+  std::lock_guard<std::mutex> lock(s->mutex);
+  s->running = false;
+  s->changed.notify_all();
+}
+
+Heartbeat::Heartbeat(c10d_compat::StorePtr store, int rank, int world, int server_rank,
+                     std::chrono::milliseconds period) {
+  if (!store) return;
+  state_ = std::make_shared<State>();
+  state_->store = std::move(store);
+  state_->rank = rank;
+  state_->world = world;
+  state_->server_rank = server_rank;
+  state_->period = period;
+  thread_ = std::thread(beat, state_);
+}
+
+Heartbeat::~Heartbeat() {
+  if (!state_) return;
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  state_->stop = true;
+  state_->changed.notify_all();
+  const bool returned = state_->changed.wait_for(lock, 2 * state_->period, [&] { return !state_->running; });
+  lock.unlock();
+  if (returned) {
+    thread_.join();
+  } else {
+    thread_.detach();
+  }
+}
+
+std::string Heartbeat::silent_ranks(std::chrono::milliseconds window) {
+  if (!state_) return "";
+  State& s = *state_;
+  const bool serves = s.rank == s.server_rank;
+  const std::chrono::milliseconds deadline =
+      window + 4 * s.period + (serves ? window + 2 * s.period : std::chrono::milliseconds(0));
+  std::unique_lock<std::mutex> lock(s.mutex);
+  s.asked = window;
+  s.silent.reset();
+  s.changed.notify_all();
+  s.changed.wait_for(lock, deadline, [&] { return s.silent.has_value() || !s.running; });
+  if (s.silent) return describe(*s.silent, window);
+  const std::string server = s.server_rank >= 0 ? "rank " + std::to_string(s.server_rank) : "the torchrun agent";
+  const std::string store = "the rendezvous store, which " + server + " serves, ";
+  if (!s.running) return store + "failed (" + s.failure + "), so " + server + " has left or died";
+  return store + "did not answer in " + seconds(deadline) + ", so " + server +
+         " stopped answering (a process stopped or dead, or a host down)";
+}
+
+}  // namespace loom::parallel

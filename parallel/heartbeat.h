@@ -1,0 +1,48 @@
+// Which rank stopped answering, when a collective times out.
+//
+// Every rank counts its heartbeats in the rendezvous store, once a period, from a thread of its
+// own. A collective's timeout says only that some peer did not answer; the rank that saw it then
+// reads every rank's count twice, a window apart. A rank whose count did not move has stopped
+// answering (its process is stopped or dead, or its host is down), unless it marked that it left
+// after such a check of its own; one whose count moved is alive, so it is stuck in its own work or
+// waits on yet another rank.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "parallel/c10d_compat.h"
+
+namespace loom::parallel {
+
+class Heartbeat {
+ public:
+  // STORE is this heartbeat's own connection (LaunchEnv::connect_store); null for a world of 1,
+  // where nothing beats. SERVER_RANK is the rank whose process serves the store, -1 when the
+  // torchrun agent does.
+  Heartbeat(c10d_compat::StorePtr store, int rank, int world, int server_rank,
+            std::chrono::milliseconds period = std::chrono::seconds(1));
+  // Stops the thread; leaves it behind, rather than wait forever, when it is blocked on a store
+  // that stopped answering.
+  ~Heartbeat();
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+  // One clause for an error message: the ranks whose counts did not move during WINDOW, or that
+  // none did, or that the store itself did not answer. Marks this rank as having checked, since it
+  // leaves next. The rank that serves the store, whose leaving takes the store away, first waits
+  // (one more WINDOW at most) for the ranks still beating to finish their own checks. Returns in
+  // bounded time whatever the store does; empty for a world of 1.
+  std::string silent_ranks(std::chrono::milliseconds window);
+
+  struct State;  // heartbeat.cpp's; shared with the thread, which may outlive this object
+
+ private:
+  static void beat(const std::shared_ptr<State>& state);
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
+}  // namespace loom::parallel

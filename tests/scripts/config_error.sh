@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A config that no rank can run (world 3 with tp 2; more expert-parallel ranks than experts)
+# fails every rank at once with exit 2 and the key named: it is checked before any rank
+# connects to another, so none waits on the store for ranks that already left.
+# parallel.timeout_s is 60 and each launch gets 30 s, so a run that waits on the store fails.
+# Usage: config_error.sh mpirun|plain
+source "$(dirname "$0")/common.sh"
+mode="$1"
+guard=30
+
+# expect_config_error CODE LOG KEY: a launch that exited CODE, its output in LOG, which must name KEY.
+expect_config_error() {
+  local code="$1" log="$2" key="$3"
+  [ "$code" != 124 ] || { cat "$log"; fail "still running after $guard s: a rank waited instead of failing at once"; }
+  [ "$code" = 2 ] || { cat "$log"; fail "exited $code, expected 2"; }
+  grep -q "loom: error: config key '$key'" "$log" || { cat "$log"; fail "the error does not name '$key'"; }
+}
+
+# mpirun_config_error NP KEY ARGS...: one launch under mpirun.
+mpirun_config_error() {
+  local np="$1" key="$2" code=0
+  shift 2
+  timeout "$guard" mpirun --oversubscribe -np "$np" "$LOOM" train "$TINY" --run-dir "$WORK/run" \
+    --set parallel.timeout_s=60 "$@" > "$WORK/mpirun.log" 2>&1 || code=$?
+  expect_config_error "$code" "$WORK/mpirun.log" "$key"
+}
+
+# plain_config_error RANKS...: those ranks of a world of 3, started by hand, each must fail on its own.
+plain_config_error() {
+  local port pids=() ranks=("$@") code
+  port="$(free_port)"
+  for rank in "$@"; do
+    RANK=$rank WORLD_SIZE=3 LOCAL_RANK=$rank LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      timeout "$guard" "$LOOM" train "$TINY" --run-dir "$WORK/run" --set parallel.timeout_s=60 --set parallel.tp=2 \
+      > "$WORK/rank$rank.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    code=0
+    wait "${pids[$i]}" || code=$?
+    expect_config_error "$code" "$WORK/rank${ranks[$i]}.log" parallel.tp
+  done
+}
+
+case "$mode" in
+  mpirun)
+    for try in $(seq 10); do mpirun_config_error 3 parallel.tp --set parallel.tp=2; done
+    for try in 1 2 3; do mpirun_config_error 4 model.moe.num_experts --set model.moe.num_experts=2 --set parallel.ep=4; done
+    echo "config error under mpirun: exit 2 with the key named, 10 of 10 (tp) and 3 of 3 (ep)"
+    ;;
+  plain)
+    plain_config_error 0 1 2
+    # Without rank 0 there is no store at all: ranks 1 and 2 must not try to reach it.
+    plain_config_error 1 2
+    echo "config error under a plain launch: every rank exited 2 at once, with or without rank 0's store"
+    ;;
+  *) fail "usage: config_error.sh mpirun|plain" ;;
+esac

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# A rank stopped by SIGSTOP under mpirun (a frozen process: its sockets stay open, nothing
+# answers) ends the job within parallel.timeout_s + 30 s, exit non-zero, with the stopped rank
+# named. Rank 0 also serves the rendezvous store, so stopping it silences the store as well.
+# Usage: stalled_rank.sh RANK
+source "$(dirname "$0")/common.sh"
+stopped="$1"
+timeout_s=5
+bound=$((timeout_s + 30))
+
+mpirun --oversubscribe -np 3 "$LOOM" train "$TINY" --run-dir "$WORK/run" --set train.steps=100000 \
+  --set train.global_batch_size=6 --set log.interval=1 --set parallel.timeout_s=$timeout_s > "$WORK/job.log" 2>&1 &
+job=$!
+# Stopped once training runs (rank 0 has logged step 2), so the stop lands in a step's collectives.
+for _ in $(seq 600); do
+  grep -q "step  *2/" "$WORK/job.log" && break
+  kill -0 "$job" 2> /dev/null || { cat "$WORK/job.log"; fail "the job ended before step 2"; }
+  sleep 0.1
+done
+grep -q "step  *2/" "$WORK/job.log" || { kill "$job"; cat "$WORK/job.log"; fail "no step 2 after 60 s"; }
+# mpirun's children are the ranks; each knows its rank from the environment mpirun gave it.
+ranks=$(pgrep -P "$job")
+pid=""
+for p in $ranks; do
+  if [ "$(tr '\0' '\n' < "/proc/$p/environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')" = "$stopped" ]; then pid=$p; fi
+done
+[ -n "$pid" ] || { kill "$job"; fail "no process of rank $stopped among mpirun's children ($ranks)"; }
+kill -STOP "$pid"
+start=$(date +%s.%N)
+SECONDS=0
+
+# The job must end on its own; past 120 s this script ends it, and fails.
+code=""
+while [ "$SECONDS" -lt 120 ]; do
+  kill -0 "$job" 2> /dev/null || { code=0; wait "$job" || code=$?; break; }
+  sleep 0.1
+done
+seconds=$(python3 -c "import time; print(round(time.time() - $start, 1))")
+cat "$WORK/job.log"
+if [ -z "$code" ]; then
+  kill "$job"
+  wait "$job" || true
+  fail "the job still ran $seconds s after rank $stopped was stopped"
+fi
+[ "$code" != 0 ] || fail "the job exited 0 with rank $stopped stopped"
+python3 -c "import sys; sys.exit(0 if $seconds <= $bound else 1)" ||
+  fail "the job ended $seconds s after rank $stopped was stopped, more than parallel.timeout_s + 30 = $bound s"
+grep -q "loom: error: .*failed on global rank .*rank $stopped stopped answering" "$WORK/job.log" ||
+  fail "no error names rank $stopped as the one that stopped answering"
+# mpirun kills every rank, the stopped one too.
+for _ in $(seq 100); do
+  alive=$(ps -o stat= -p $ranks | grep -vc Z || true)
+  [ "$alive" = 0 ] && break
+  sleep 0.1
+done
+[ "$alive" = 0 ] || { kill -9 $ranks; fail "ranks left running after the job ended: $(ps -o pid=,stat= -p $ranks)"; }
+echo "stalled rank $stopped: the job ended $seconds s after the stop (bound $bound s), exit $code, rank $stopped named"

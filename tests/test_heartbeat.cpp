@@ -1,0 +1,113 @@
+#include <catch2/catch.hpp>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "parallel/heartbeat.h"
+
+using Catch::Matchers::StartsWith;
+using loom::parallel::Heartbeat;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Ranks of one job as heartbeats in one process, sharing an in-memory store; rank 0 serves it.
+c10::intrusive_ptr<c10d::Store> shared_store() {
+  return c10::make_intrusive<c10d::HashStore>();
+}
+
+std::unique_ptr<Heartbeat> rank(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world) {
+  return std::make_unique<Heartbeat>(store, rank, world, 0, 20ms);
+}
+
+// A store that stops answering, as one served by a stopped process does: add blocks until resumed.
+class StoppableStore : public c10d::PrefixStore {
+ public:
+  StoppableStore() : c10d::PrefixStore("", c10::make_intrusive<c10d::HashStore>()) {}
+  int64_t add(const std::string& key, int64_t value) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    resumed_.wait(lock, [&] { return !stopped_; });
+    return c10d::PrefixStore::add(key, value);
+  }
+  void stop() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopped_ = true;
+  }
+  void resume() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopped_ = false;
+    resumed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable resumed_;
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("a rank that never beats is named, and only that one", "[heartbeat]") {
+  auto store = shared_store();
+  auto rank0 = rank(store, 0, 3), rank1 = rank(store, 1, 3);
+  auto said0 = std::async(std::launch::async, [&] { return rank0->silent_ranks(300ms); });
+  const std::string said1 = rank1->silent_ranks(300ms);
+  CHECK_THAT(said1, StartsWith("rank 2 stopped answering: no heartbeat in 0.3 s"));
+  CHECK(said0.get() == said1);
+}
+
+TEST_CASE("a rank whose heartbeat stops is named; ranks that still beat are not", "[heartbeat]") {
+  auto store = shared_store();
+  auto rank0 = rank(store, 0, 4), rank1 = rank(store, 1, 4), rank2 = rank(store, 2, 4), rank3 = rank(store, 3, 4);
+  rank1.reset();
+  rank3.reset();
+  CHECK_THAT(rank2->silent_ranks(300ms), StartsWith("ranks 1, 3 stopped answering"));
+}
+
+TEST_CASE("a rank that left after a check of its own is not named", "[heartbeat]") {
+  auto store = shared_store();
+  auto rank0 = rank(store, 0, 3), rank1 = rank(store, 1, 3), rank2 = rank(store, 2, 3);
+  CHECK_THAT(rank1->silent_ranks(300ms), StartsWith("no rank stopped answering"));
+  rank1.reset();
+  CHECK_THAT(rank2->silent_ranks(300ms), StartsWith("no rank stopped answering"));
+}
+
+TEST_CASE("the rank serving the store waits for the ranks still beating to finish their checks", "[heartbeat]") {
+  auto store = shared_store();
+  auto rank0 = rank(store, 0, 3), rank1 = rank(store, 1, 3);
+  const auto start = Clock::now();
+  auto said0 = std::async(std::launch::async, [&] {
+    const std::string said = rank0->silent_ranks(300ms);
+    return std::make_pair(said, Clock::now());
+  });
+  std::this_thread::sleep_for(200ms);
+  CHECK_THAT(rank1->silent_ranks(300ms), StartsWith("rank 2 stopped answering"));
+  const auto [said, answered] = said0.get();
+  CHECK_THAT(said, StartsWith("rank 2 stopped answering"));
+  // Alone, rank 0 would have answered after its own 300 ms; rank 1 marked its check after 500.
+  CHECK(answered - start >= 500ms);
+}
+
+TEST_CASE("a store that stops answering is reported in bounded time, naming its server", "[heartbeat]") {
+  auto store = c10::make_intrusive<StoppableStore>();
+  auto heartbeat = rank(store, 1, 2);
+  store->stop();
+  const auto start = Clock::now();
+  const std::string said = heartbeat->silent_ranks(300ms);
+  CHECK(Clock::now() - start < 2s);
+  CHECK(said ==
+        "the rendezvous store, which rank 0 serves, did not answer in 0.38 s, so rank 0 stopped answering (a process "
+        "stopped or dead, or a host down)");
+  // Its thread is blocked in the store: the heartbeat leaves it behind rather than wait on it.
+  const auto destroyed = Clock::now();
+  heartbeat.reset();
+  CHECK(Clock::now() - destroyed < 2s);
+  store->resume();
+}
+
+TEST_CASE("a world of one has no heartbeat to report", "[heartbeat]") {
+  Heartbeat alone({}, 0, 1, 0);
+  CHECK(alone.silent_ranks(300ms).empty());
+}
