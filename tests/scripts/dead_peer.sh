@@ -10,7 +10,7 @@ kind="$1"
 port="$(free_port)"
 pids=()
 # The hung rank never ends on its own: ended here however the script ends.
-trap 'kill -9 "${pids[@]}" 2> /dev/null; rm -rf "$WORK"' EXIT
+trap 'kill -9 "${pids[@]}" 2> /dev/null || true; rm -rf "$WORK"' EXIT
 for rank in 0 1 2; do
   RANK=$rank WORLD_SIZE=3 LOCAL_RANK=$rank LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
     "$LOOM" train "$TINY" --run-dir "$WORK/run" --set train.global_batch_size=6 --set train.micro_batch_size=2 \
