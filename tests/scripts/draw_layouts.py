@@ -22,10 +22,12 @@ def draw(rng, index):
         model += ["model.moe.num_experts=4", "model.moe.top_k=2"]
     while True:
         tp, pp, dp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([1, 2])
-        if 1 < tp * pp * dp <= 8:
+        # MoE's auxiliary losses are per micro-batch: its draws keep the reference's micro-batch size.
+        # A pipeline needs at least pp micro-batches per step (global batch 8 = micro x count x dp).
+        micros = [m for m in ((2,) if moe else (1, 2, 4)) if 8 % (m * dp) == 0 and 8 // (m * dp) >= pp]
+        if 1 < tp * pp * dp <= 8 and micros:
             break
-    # MoE's auxiliary losses are per micro-batch: its draws keep the reference's micro-batch size.
-    micro = 2 if moe else rng.choice([m for m in (1, 2, 4) if 8 % (m * dp) == 0])
+    micro = rng.choice(micros)
     layout = [f"parallel.tp={tp}", f"parallel.pp={pp}", f"train.micro_batch_size={micro}",
               f"parallel.zero_stage={rng.choice([0, 1, 2, 3])}",
               f"train.recompute={rng.choice(['none', 'full', 'selective'])}"]
