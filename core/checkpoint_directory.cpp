@@ -26,14 +26,14 @@ std::optional<int64_t> step_of_name(const std::string& name) {
   return std::stoll(digits);
 }
 
-void fsync_directory(const fs::path& path) {
+}  // namespace
+
+void fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
 }
-
-}  // namespace
 
 std::vector<CheckpointInfo> list_checkpoints(const std::string& dir) {
   std::vector<CheckpointInfo> out;
@@ -65,7 +65,7 @@ void set_latest(const std::string& dir, const std::string& path) {
     if (!out.flush()) throw std::runtime_error("cannot write '" + temporary.string() + "' (disk full?)");
   }
   fs::rename(temporary, fs::path(dir) / "latest");
-  fsync_directory(dir);
+  fsync_path(dir);
 }
 
 std::vector<CheckpointInfo> resume_candidates(const std::string& dir) {
@@ -91,7 +91,7 @@ std::string set_aside(const std::string& path, const std::string& reason) {
   std::string target = path + "." + reason;
   for (int i = 2; fs::exists(target); ++i) target = path + "." + reason + "." + std::to_string(i);
   fs::rename(path, target);
-  fsync_directory(fs::path(path).parent_path());
+  fsync_path(fs::path(path).parent_path().string());
   return target;
 }
 

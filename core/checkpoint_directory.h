@@ -38,6 +38,10 @@ void set_latest(const std::string& dir, const std::string& path);
 // The order `--resume auto` tries DIR's checkpoints in: the one `latest` names, then the rest newest first.
 std::vector<CheckpointInfo> resume_candidates(const std::string& dir);
 
+// Flushes PATH (a file, or a directory's entries) to disk; a crash may not leave a name pointing at
+// data still in the page cache.
+void fsync_path(const std::string& path);
+
 void mark_verified(const std::string& path);
 bool is_verified(const std::string& path);
 

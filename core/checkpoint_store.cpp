@@ -19,8 +19,9 @@ constexpr const char* kFormat = "loom-checkpoint-2";
 // Written before manifests carried their checksum: still read, checked by key only.
 constexpr const char* kFormatWithoutChecksum = "loom-checkpoint-1";
 
-uint32_t crc_of(const char* data, size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+// CRC-32 of DATA continuing from CRC (that of the bytes before it; 0 for none).
+uint32_t crc_of(const char* data, size_t size, uint32_t crc_before = 0) {
+  uLong crc = crc_before;
   // zlib takes sizes as uInt: feed large buffers in pieces.
   for (size_t done = 0; done < size;) {
     const auto piece = static_cast<uInt>(std::min<size_t>(size - done, 1u << 30));
@@ -30,22 +31,13 @@ uint32_t crc_of(const char* data, size_t size) {
   return static_cast<uint32_t>(crc);
 }
 
-// Data on disk before the rename that publishes it: a crash may not leave a
-// manifest pointing at data still in the page cache.
-void fsync_path(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
 void write_file(const fs::path& path, const char* data, size_t size) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw InputError("cannot write checkpoint file '" + path.string() + "'");
   out.write(data, static_cast<std::streamsize>(size));
   if (!out.flush()) throw InputError("cannot write checkpoint file '" + path.string() + "' (disk full?)");
   out.close();
-  fsync_path(path);
+  fsync_path(path.string());
 }
 
 std::vector<char> read_file(const fs::path& path) {
@@ -99,19 +91,18 @@ nlohmann::json ShardWriter::finish() {
   const fs::path path = fs::path(directory_) / file_name_;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw InputError("cannot write checkpoint file '" + path.string() + "'");
-  uLong crc = crc32(0L, Z_NULL, 0);
+  uint32_t crc = 0;
   for (const auto& piece : pieces_) {
     const auto* data = static_cast<const char*>(piece.data_ptr());
     const size_t size = static_cast<size_t>(piece.nbytes());
     out.write(data, static_cast<std::streamsize>(size));
-    crc = crc32_combine(crc, crc_of(data, size), static_cast<z_off_t>(size));
+    crc = crc_of(data, size, crc);
   }
   if (!out.flush()) throw InputError("cannot write checkpoint file '" + path.string() + "' (disk full?)");
   out.close();
-  fsync_path(path);
+  fsync_path(path.string());
   pieces_.clear();
-  return {{"entries", entries_},
-          {"file", {{"name", file_name_}, {"bytes", bytes_}, {"crc32", static_cast<uint32_t>(crc)}}}};
+  return {{"entries", entries_}, {"file", {{"name", file_name_}, {"bytes", bytes_}, {"crc32", crc}}}};
 }
 
 namespace {
@@ -238,7 +229,7 @@ std::string publish_checkpoint(const std::string& checkpoint_dir, int64_t step, 
   full[kChecksumKey] = manifest_checksum(full);
   const std::string text = full.dump(1);
   write_file(temporary / "manifest.json", text.data(), text.size());
-  fsync_path(temporary);
+  fsync_path(temporary.string());
   std::error_code ignore;
   if (fs::exists(final_path)) fs::remove_all(final_path, ignore);  // an older save of the same step
   fs::rename(temporary, final_path);

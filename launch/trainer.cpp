@@ -223,22 +223,15 @@ void Trainer::write_metrics(int64_t step, const StepResult& result, double lr, d
   metrics_->write(record);
 }
 
-bool Trainer::stop_requested() {
-  // A preemption signal may reach only some ranks: they agree before anyone stops.
-  auto flag = torch::full({1}, static_cast<double>(stop_signal()), torch::kFloat64);
-  groups_.world_comm().all_reduce(flag, parallel::ReduceOp::max).wait();
-  return flag.item<double>() > 0;
-}
-
 Trainer::StepAgreement Trainer::agree_on_step(double loss, double grad_norm) {
   auto flags = torch::tensor({std::isfinite(loss) ? 0.0 : 1.0, std::isfinite(grad_norm) ? 0.0 : 1.0,
-                              static_cast<double>(checkpointer_->pending_status())},
+                              static_cast<double>(checkpointer_->pending_status()), static_cast<double>(stop_signal())},
                              torch::kFloat64);
   groups_.world_comm().all_reduce(flags, parallel::ReduceOp::max).wait();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   return {flags[0].item<double>() > 0 ? (std::isfinite(loss) ? nan : loss) : loss,
           flags[1].item<double>() > 0 ? (std::isfinite(grad_norm) ? nan : grad_norm) : grad_norm,
-          static_cast<int>(flags[2].item<double>())};
+          static_cast<int>(flags[2].item<double>()), flags[3].item<double>() > 0};
 }
 
 void Trainer::save_if_trusted(int64_t step, int64_t consumed) {
@@ -303,7 +296,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     if (!device_.is_cpu()) activation_bytes = -1;
     sync_->finish_backward();
     if (scaler_) sync_->unscale(1.0 / scaler_->scale());
-    const auto [loss, grad_norm, checkpoint_status] = agree_on_step(result.loss, sync_->clip(t.grad_clip));
+    const auto [loss, grad_norm, checkpoint_status, signalled] = agree_on_step(result.loss, sync_->clip(t.grad_clip));
     // A checkpoint written in the background is published once every rank has written its part.
     checkpointer_->on_world_status(checkpoint_status);
     const bool scale_can_drop = scaler_ && t.loss_scale <= 0 && scaler_->scale() > t.min_loss_scale;
@@ -342,7 +335,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     }
     summary.last_step = step;
     nlohmann::json extra = nlohmann::json::object();
-    const bool stop = !guard_.diverged() && checkpointing && stop_requested();
+    const bool stop = !guard_.diverged() && checkpointing && signalled;
     const bool save_due =
         stop || step == t.exit_after ||
         (config_.checkpoint.interval > 0 && (step % config_.checkpoint.interval == 0 || step == t.steps));

@@ -59,14 +59,14 @@ class Trainer {
   void write_metrics(int64_t step, const StepResult& result, double lr, double grad_norm, double step_s,
                      int64_t consumed, double used_scale, bool skipped, const nlohmann::json& memory,
                      const nlohmann::json& extra);
-  // Collective over the world: every rank agrees to stop when any received a stop signal.
-  bool stop_requested();
   // Collective over the world, once a step: the step's loss and gradient norm, non-finite where any
   // rank's is, so that every rank skips alike; and the largest status of the checkpoint being written
-  // in the background (Checkpointer::pending_status).
+  // in the background (Checkpointer::pending_status); and whether any rank received a stop signal
+  // (a preemption notice may reach only some ranks: they agree before anyone stops).
   struct StepAgreement {
     double loss, grad_norm;
     int checkpoint_status;
+    bool stop_signal;
   };
   StepAgreement agree_on_step(double loss, double grad_norm);
   // Saves after STEP unless the state came out of a skipped non-finite step (it says so instead).
