@@ -1,0 +1,73 @@
+#include "core/dataset_sidecar.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/errors.h"
+
+namespace loom {
+
+std::string sidecar_path(const std::string& prefix) { return prefix + ".json"; }
+
+void write_sidecar(const std::string& prefix, const DatasetSidecar& s) {
+  const nlohmann::json json{{"format", "loom-dataset-1"},  {"tokenizer", s.tokenizer},
+                            {"tokenizer_source", s.tokenizer_source},
+                            {"vocab_size", s.vocab_size}, {"bos_id", s.bos_id},
+                            {"eos_id", s.eos_id},         {"max_token_id", s.max_token_id},
+                            {"documents", s.documents},   {"tokens", s.tokens},
+                            {"dtype", s.dtype}};
+  const std::string path = sidecar_path(prefix);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << json.dump(2) << "\n";
+    out.flush();
+    if (!out) throw InputError("cannot write '" + tmp + "'");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+std::optional<DatasetSidecar> read_sidecar(const std::string& prefix) {
+  const std::string path = sidecar_path(prefix);
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return std::nullopt;
+  std::ifstream in(path);
+  if (!in) throw InputError("cannot read dataset sidecar '" + path + "'");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError("dataset sidecar '" + path + "' is not valid JSON: " + e.what());
+  }
+  if (!json.is_object()) throw InputError("dataset sidecar '" + path + "' is not a JSON object");
+  auto integer = [&](const char* key, bool required) -> int64_t {
+    if (!json.contains(key)) {
+      if (required) throw InputError("dataset sidecar '" + path + "' has no key '" + key + "'");
+      return -1;
+    }
+    if (!json[key].is_number_integer())
+      throw InputError("dataset sidecar '" + path + "': key '" + key + "' is not an integer");
+    return json[key].get<int64_t>();
+  };
+  auto text = [&](const char* key) -> std::string {
+    if (!json.contains(key)) return "";
+    if (!json[key].is_string()) throw InputError("dataset sidecar '" + path + "': key '" + key + "' is not a string");
+    return json[key].get<std::string>();
+  };
+  DatasetSidecar s;
+  s.tokenizer = text("tokenizer");
+  s.tokenizer_source = text("tokenizer_source");
+  s.vocab_size = integer("vocab_size", true);
+  if (s.vocab_size <= 0) throw InputError("dataset sidecar '" + path + "': vocab_size must be positive");
+  s.bos_id = integer("bos_id", false);
+  s.eos_id = integer("eos_id", false);
+  s.max_token_id = integer("max_token_id", false);
+  s.documents = integer("documents", false);
+  s.tokens = integer("tokens", false);
+  s.dtype = text("dtype");
+  return s;
+}
+
+}  // namespace loom
