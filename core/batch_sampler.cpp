@@ -34,19 +34,26 @@ int64_t BatchSampler::sample_at(int64_t position) const {
   return perm_[offset];
 }
 
+void BatchSampler::read_window(int64_t position, int64_t* out) const {
+  corpus_.read(sample_at(position) * seq_len_, seq_len_ + 1, out);
+  for (int64_t i = 0; i <= seq_len_; ++i) {
+    if (out[i] < 0 || out[i] >= vocab_size_) {
+      throw InputError(corpus_.describe() + " holds token id " + std::to_string(out[i]) +
+                       ", outside model.vocab_size = " + std::to_string(vocab_size_));
+    }
+  }
+}
+
 Batch BatchSampler::batch(int64_t first, int64_t count) const {
-  auto window = torch::empty({count, seq_len_ + 1}, torch::kInt64);
-  int64_t* data = window.data_ptr<int64_t>();
-  for (int64_t i = 0; i < count; ++i) {
-    corpus_.read(sample_at(first + i) * seq_len_, seq_len_ + 1, data + i * (seq_len_ + 1));
-  }
-  const int64_t low = window.min().item<int64_t>();
-  const int64_t high = window.max().item<int64_t>();
-  if (low < 0 || high >= vocab_size_) {
-    throw InputError(corpus_.describe() + " holds token id " + std::to_string(low < 0 ? low : high) +
-                     ", outside model.vocab_size = " + std::to_string(vocab_size_));
-  }
-  return {window.narrow(1, 0, seq_len_).contiguous(), window.narrow(1, 1, seq_len_).contiguous()};
+  auto windows = torch::empty({count, seq_len_ + 1}, torch::kInt64);
+  int64_t* data = windows.data_ptr<int64_t>();
+  for (int64_t i = 0; i < count; ++i) read_window(first + i, data + i * (seq_len_ + 1));
+  return batch_of_windows(windows);
+}
+
+Batch batch_of_windows(const torch::Tensor& windows) {
+  const int64_t seq_len = windows.size(1) - 1;
+  return {windows.narrow(1, 0, seq_len).contiguous(), windows.narrow(1, 1, seq_len).contiguous()};
 }
 
 }  // namespace loom

@@ -30,6 +30,10 @@ class BatchSampler {
   int64_t sample_at(int64_t position) const;
   // Positions [first, first + count) as one batch.
   Batch batch(int64_t first, int64_t count) const;
+  // The seq_len + 1 tokens of the sample at POSITION into OUT; an id outside the vocabulary is an InputError.
+  void read_window(int64_t position, int64_t* out) const;
+  int64_t seq_len() const { return seq_len_; }
+  const TokenCorpus& corpus() const { return corpus_; }
 
  private:
   const TokenCorpus& corpus_;
@@ -47,5 +51,8 @@ inline int64_t micro_batch_start(int64_t consumed, int64_t global_batch, int64_t
                                  int64_t micro_batch, int64_t micro) {
   return consumed + dp_rank * (global_batch / dp) + micro * micro_batch;
 }
+
+// Windows [count, S + 1] -> inputs (the first S tokens) and targets (the last S).
+Batch batch_of_windows(const torch::Tensor& windows);
 
 }  // namespace loom

@@ -112,8 +112,17 @@ struct TrainConfig {
 };
 
 struct DataConfig {
-  std::string path;  // PREFIX of PREFIX.bin/.idx; empty: built-in synthetic corpus
+  // PREFIX of PREFIX.bin/.idx, or a blend "W1 PREFIX1 W2 PREFIX2 ..." (Megatron-LM's form); empty: built-in synthetic corpus.
+  std::string path;
   DataOrder order = DataOrder::sequential;
+  std::string valid_path;  // the validation data, in the same forms; empty: none unless data.split gives it
+  std::string split;       // "TRAIN,VALID,TEST" weights (Megatron-LM's "969,30,1") cutting each training dataset
+};
+
+// Validation: the mean loss over the same eval.steps global batches of the validation data.
+struct EvalConfig {
+  int64_t interval = 1000;  // steps between evaluations (and one at the last step); 0: only at the last step
+  int64_t steps = 10;       // global batches per evaluation
 };
 
 struct CheckpointConfig {
@@ -134,6 +143,7 @@ struct Config {
   ParallelConfig parallel;
   TrainConfig train;
   DataConfig data;
+  EvalConfig eval;
   CheckpointConfig checkpoint;
   LogConfig log;
 

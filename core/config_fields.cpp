@@ -233,6 +233,14 @@ std::vector<ConfigField> make_fields() {
       string_field("data", "path", LOOM_MEMBER(data.path),
                    "PREFIX of an indexed dataset (PREFIX.bin, PREFIX.idx); empty: built-in synthetic corpus"),
       enum_field("data", "order", LOOM_MEMBER(data.order), "sample order: sequential or shuffled"),
+      string_field("data", "valid_path", LOOM_MEMBER(data.valid_path),
+                   "validation data: a PREFIX or a blend \"W1 PREFIX1 W2 PREFIX2\"; empty: none (or data.split)"),
+      string_field("data", "split", LOOM_MEMBER(data.split),
+                   "\"TRAIN,VALID,TEST\" weights cutting each training dataset (e.g. 969,30,1); empty: no cut"),
+
+      int_field("eval", "interval", LOOM_MEMBER(eval.interval),
+                "steps between validation losses (and one at the last step); 0: only at the last step"),
+      int_field("eval", "steps", LOOM_MEMBER(eval.steps), "global batches of validation data per evaluation"),
 
       string_field("checkpoint", "dir", LOOM_MEMBER(checkpoint.dir),
                    "directory checkpoints are saved in and resumed from; empty: none"),

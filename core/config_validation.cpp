@@ -220,6 +220,10 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(c.checkpoint.interval >= 0, "checkpoint.interval", "must be non-negative");
   require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be at least 1");
   require(c.log.interval >= 1, "log.interval", "must be at least 1");
+  require(c.eval.interval >= 0, "eval.interval", "must be non-negative (0: only at the last step)");
+  require(c.eval.steps >= 1, "eval.steps", "must be at least 1");
+  require(c.data.split.empty() || c.data.valid_path.empty(), "data.split",
+          "and data.valid_path both give validation data: set one of them");
 }
 
 }  // namespace loom

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -138,6 +139,17 @@ void IndexedDataset::read(size_t seq, int64_t offset, int64_t count, int64_t* ou
     case TokenDtype::f32:
     case TokenDtype::f64: break;
   }
+}
+
+int64_t IndexedDataset::max_token_id() const {
+  int64_t high = -1;
+  std::vector<int64_t> buffer;
+  for (size_t seq = 0; seq < lengths_.size(); ++seq) {
+    buffer.resize(static_cast<size_t>(lengths_[seq]));
+    read(seq, 0, lengths_[seq], buffer.data());
+    for (int64_t id : buffer) high = std::max(high, id);
+  }
+  return high;
 }
 
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)

@@ -38,6 +38,9 @@ class IndexedDataset {
 
   // Copies COUNT tokens of sequence SEQ starting at token OFFSET into OUT, widened to int64.
   void read(size_t seq, int64_t offset, int64_t count, int64_t* out) const;
+  // The largest token id of every sequence (-1 when empty): one pass over the mapped file.
+  int64_t max_token_id() const;
+  size_t bin_bytes() const { return data_bytes_; }
 
  private:
   std::string prefix_;

@@ -7,7 +7,8 @@
 
 namespace loom {
 
-IndexedCorpus::IndexedCorpus(const std::string& prefix) : prefix_(prefix), dataset_(prefix) {
+IndexedCorpus::IndexedCorpus(const std::string& prefix, std::string key)
+    : prefix_(prefix), key_(std::move(key)), dataset_(prefix) {
   starts_.reserve(dataset_.num_sequences() + 1);
   starts_.push_back(0);
   for (int32_t length : dataset_.sequence_lengths()) starts_.push_back(starts_.back() + length);
@@ -25,6 +26,19 @@ void IndexedCorpus::read(int64_t start, int64_t count, int64_t* out) const {
     count -= n;
     ++seq;
   }
+}
+
+int64_t IndexedCorpus::document_boundary(int64_t token) const {
+  // Documents start at the sequences the document index names.
+  for (int64_t seq : dataset_.document_index()) {
+    if (starts_[static_cast<size_t>(seq)] >= token) return starts_[static_cast<size_t>(seq)];
+  }
+  return num_tokens();
+}
+
+std::string SliceCorpus::describe() const {
+  return base_.describe() + " (its " + part_ + " part: tokens " + std::to_string(start_) + " to " +
+         std::to_string(start_ + count_) + ")";
 }
 
 SyntheticCorpus::SyntheticCorpus(int64_t vocab_size, int64_t num_tokens, uint64_t seed) {

@@ -19,18 +19,39 @@ class TokenCorpus {
   virtual void read(int64_t start, int64_t count, int64_t* out) const = 0;
   // Where the tokens come from, for messages.
   virtual std::string describe() const = 0;
+  // The first document start at or after TOKEN (or the end), where a split may cut without
+  // cutting a document; TOKEN itself for a corpus without documents.
+  virtual int64_t document_boundary(int64_t token) const { return token; }
+};
+
+// Tokens [start, start + count) of another corpus: one part of a data.split.
+class SliceCorpus : public TokenCorpus {
+ public:
+  SliceCorpus(const TokenCorpus& base, int64_t start, int64_t count, std::string part)
+      : base_(base), start_(start), count_(count), part_(std::move(part)) {}
+  int64_t num_tokens() const override { return count_; }
+  void read(int64_t start, int64_t count, int64_t* out) const override { base_.read(start_ + start, count, out); }
+  std::string describe() const override;
+
+ private:
+  const TokenCorpus& base_;
+  int64_t start_, count_;
+  std::string part_;
 };
 
 // An indexed dataset on disk (PREFIX.bin + PREFIX.idx).
 class IndexedCorpus : public TokenCorpus {
  public:
-  explicit IndexedCorpus(const std::string& prefix);
+  // KEY: the config key that named it, for messages.
+  explicit IndexedCorpus(const std::string& prefix, std::string key = "data.path");
   int64_t num_tokens() const override { return starts_.back(); }
   void read(int64_t start, int64_t count, int64_t* out) const override;
-  std::string describe() const override { return "data.path '" + prefix_ + "'"; }
+  std::string describe() const override { return key_ + " '" + prefix_ + "'"; }
+  int64_t document_boundary(int64_t token) const override;
 
  private:
   std::string prefix_;
+  std::string key_;
   IndexedDataset dataset_;
   std::vector<int64_t> starts_;  // token position where each sequence starts, then the total
 };

@@ -64,6 +64,14 @@ void log_job_start(const Config& config, const parallel::LaunchEnv& env, int thr
         config.model.num_layers, config.model.hidden_size, config.model.num_heads, config.model.seq_len,
         config.model.vocab_size, config.train.global_batch_size, config.train.micro_batch_size,
         config.micro_batches_per_step(), p.dp, config.data.path.empty() ? "synthetic" : config.data.path);
+  const auto& d = config.data;
+  if (!d.valid_path.empty() || !d.split.empty()) {
+    info0("validation: {} | {} global batches {}",
+          d.valid_path.empty() ? "data.split " + d.split + " of each training dataset" : d.valid_path,
+          config.eval.steps,
+          config.eval.interval > 0 ? "every " + std::to_string(config.eval.interval) + " steps and at the last step"
+                                   : std::string("at the last step"));
+  }
   if (config.model.moe.enabled()) {
     const auto& moe = config.model.moe;
     const auto layers = moe_layers(config).size();

@@ -1,6 +1,7 @@
 #include "launch/trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <limits>
 #include <thread>
@@ -77,9 +78,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   const auto& m = config_.model;
   const auto& t = config_.train;
   const auto& p = config_.parallel;
-  corpus_ = open_corpus(config_.data.path, m.vocab_size, static_cast<uint64_t>(t.seed));
-  sampler_ = std::make_unique<BatchSampler>(*corpus_, m.seq_len, m.vocab_size,
-                                            config_.data.order == DataOrder::shuffled, static_cast<uint64_t>(t.seed));
+  data_ = std::make_unique<TrainingData>(config_);
   const auto& coords = groups_.coords();
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
   precision_ = Precision::of(t.precision);
@@ -132,7 +131,7 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
   auto timing = pipeline_->run([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
     const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp, groups_.coords().dp,
                                             t.micro_batch_size, micro);
-    Batch batch = sampler_->batch(first, t.micro_batch_size);
+    Batch batch = data_->train().batch(first, t.micro_batch_size);
     if (!device_.is_cpu()) {
       batch.tokens = batch.tokens.to(device_);
       batch.targets = batch.targets.to(device_);
@@ -253,6 +252,58 @@ TrainingState Trainer::state_after(int64_t step, int64_t consumed) const {
   return state;
 }
 
+bool Trainer::evaluates_at(int64_t step) const {
+  if (!data_->valid()) return false;
+  const int64_t interval = config_.eval.interval;
+  return step == config_.train.steps || (interval > 0 && step % interval == 0);
+}
+
+double Trainer::evaluate() {
+  const auto& t = config_.train;
+  const BlendedSampler& valid = *data_->valid();
+  const int64_t micro_batches = config_.micro_batches_per_step();
+  const int64_t last_chunk = config_.parallel.virtual_stages - 1;
+  const bool holds_loss = groups_.coords().pp == config_.parallel.pp - 1;
+  torch::NoGradGuard no_grad;
+  for (auto& chunk : chunks_) chunk->eval();
+  sync_->gather_all();  // ZeRO-3 keeps only shards between steps
+  auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+  for (int64_t batch_index = 0; batch_index < config_.eval.steps; ++batch_index) {
+    // Split over dp and micro-batches exactly as a training step's global batch is.
+    const int64_t consumed = batch_index * t.global_batch_size;
+    pipeline_->run_forward([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
+      const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp,
+                                              groups_.coords().dp, t.micro_batch_size, micro);
+      Batch batch = valid.batch(first, t.micro_batch_size);
+      if (!device_.is_cpu()) {
+        batch.tokens = batch.tokens.to(device_);
+        batch.targets = batch.targets.to(device_);
+      }
+      auto out = chunks_[static_cast<size_t>(chunk)]->forward(input.defined() ? input : batch.tokens, batch.targets);
+      if (holds_loss && chunk == last_chunk) loss_sum += out.to(torch::kFloat64);
+      return out;
+    });
+  }
+  sync_->release_all(/*loaded=*/false);
+  for (auto& chunk : chunks_) chunk->train();
+  // The last stage's mean reaches its pipeline (the others add zeros), then the mean over dp, as in training.
+  auto loss = (holds_loss ? loss_sum / static_cast<double>(micro_batches * config_.eval.steps) : loss_sum).cpu();
+  groups_.pp().all_reduce(loss).wait();
+  groups_.dp().all_reduce(loss).wait();
+  return loss.item<double>() / static_cast<double>(groups_.dp().size());
+}
+
+void Trainer::log_epochs(int64_t step, int64_t consumed) {
+  const auto epochs = data_->train().epochs_at(consumed);
+  if (epochs_.empty()) epochs_.assign(epochs.size(), 1);
+  for (size_t d = 0; d < epochs.size(); ++d) {
+    if (epochs[d] > epochs_[d]) {
+      info0("{} wrapped around: epoch {} of it started during step {}", data_->describe(d), epochs[d], step);
+    }
+  }
+  epochs_ = epochs;
+}
+
 TrainSummary Trainer::run(const std::string& resume) {
   const auto& t = config_.train;
   const int64_t tokens_per_step = t.global_batch_size * config_.model.seq_len;
@@ -347,11 +398,30 @@ TrainSummary Trainer::run(const std::string& resume) {
     }
     stragglers_.add_step(step_s, groups_.stats()->blocked_seconds());
     const bool log_step = step == 1 || step % config_.log.interval == 0 || step == t.steps;
+    log_epochs(step, consumed);
+    if (std::isfinite(loss)) interval_losses_.push_back(loss);
+    if (log_step) {
+      // Megatron-LM's printed loss: the mean over the steps since the last log line (non-finite ones left out).
+      double sum = 0.0;
+      for (double l : interval_losses_) sum += l;
+      if (!interval_losses_.empty()) extra["avg_loss"] = sum / static_cast<double>(interval_losses_.size());
+      interval_losses_.clear();
+      extra["epoch"] = epochs_.size() == 1 ? nlohmann::json(epochs_[0]) : nlohmann::json(epochs_);
+    }
+    if (evaluates_at(step) && !guard_.diverged()) {
+      const double val_loss = evaluate();
+      extra["val_loss"] = val_loss;
+      extra["val_ppl"] = std::exp(val_loss);
+    }
     // The first step's time is mostly warm-up: reports start from the next log line.
     if (log_step && step > first_step) extra["step_time"] = stragglers_.report(groups_.world_comm());
     write_metrics(step, result, lr, grad_norm, step_s, consumed, used_scale, skipped, memory, extra);
     if (log_step) {
       log_progress(config_, step, result.loss, lr, grad_norm, step_s, mean_step_s);
+    }
+    if (extra.contains("val_loss")) {
+      const double val_loss = extra["val_loss"].get<double>();
+      info0("validation at step {} | loss {:.4f} | perplexity {:.3f}", step, val_loss, std::exp(val_loss));
     }
     if (guard_.diverged()) {
       const std::string advice = checkpointer_->set_aside_diverged();
@@ -388,6 +458,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   const auto& p = config.parallel;
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
   check_fault_injection(args.fault, config, grid);
+  check_data(config);  // a dataset the model cannot read fails here, on every rank, before step 1
 
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
   parallel::LaunchEnv env(timeout);

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "core/batch_sampler.h"
+#include "core/training_data.h"
 #include "core/config.h"
 #include "core/metrics.h"
 #include "core/precision.h"
@@ -72,14 +72,20 @@ class Trainer {
   // Saves after STEP unless the state came out of a skipped non-finite step (it says so instead).
   void save_if_trusted(int64_t step, int64_t consumed);
   TrainingState state_after(int64_t step, int64_t consumed) const;
+  // The mean loss over the first eval.steps global batches of the validation data, every rank alike:
+  // the same samples at every evaluation and in every layout, no dropout, no update.
+  double evaluate();
+  // Whether STEP evaluates: every eval.interval steps and at the last step, when there is validation data.
+  bool evaluates_at(int64_t step) const;
+  // A line when a training dataset starts a new epoch (the samples up to CONSUMED are drawn).
+  void log_epochs(int64_t step, int64_t consumed);
 
   Config config_;
   torch::Device device_;
   parallel::ProcessGroups& groups_;
   std::string run_dir_;
   FaultInjection fault_;
-  std::unique_ptr<TokenCorpus> corpus_;
-  std::unique_ptr<BatchSampler> sampler_;
+  std::unique_ptr<TrainingData> data_;
   std::unique_ptr<parallel::TensorParallelRng> rng_;
   std::vector<std::shared_ptr<models::LanguageModel>> chunks_;  // this rank's virtual stages, in order
   std::unique_ptr<parallel::PipelineExecutor> pipeline_;
@@ -92,6 +98,8 @@ class Trainer {
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<MoEMonitor> moe_monitor_;  // MoE models only
   DivergenceGuard guard_;
+  std::vector<int64_t> epochs_;        // of each training dataset, as last logged
+  std::vector<double> interval_losses_;  // the finite losses since the last log line, for avg_loss
   StragglerMonitor stragglers_;
 };
 

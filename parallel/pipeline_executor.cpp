@@ -109,4 +109,47 @@ PipelineStepTiming PipelineExecutor::run(const ChunkForward& forward) {
   return timing;
 }
 
+void PipelineExecutor::run_forward(const ChunkForward& forward) {
+  std::vector<PipelineAction> forwards;
+  for (const auto& a : actions_) {
+    if (a.kind == PipelineAction::forward) forwards.push_back(a);
+  }
+  auto transfer = [&](const PipelineAction& a,
+                      PipelineTransfer::Direction direction) -> std::optional<PipelineTransfer> {
+    for (const auto& t : pipeline_transfers(a, stage_, stages_, chunks_)) {
+      if (t.direction == direction) return t;
+    }
+    return std::nullopt;
+  };
+  std::map<Key, Message> receives;
+  std::vector<Message> sends;
+  auto post = [&](const PipelineAction& a) {
+    const auto t = transfer(a, PipelineTransfer::recv);
+    if (!t || receives.count({a.micro, a.chunk})) return;
+    Message message{torch::empty(activation_shape_, torch::TensorOptions().dtype(activation_dtype_).device(device_)),
+                    {}};
+    message.handle = pp_.send_recv({{P2POp::recv, message.tensor, static_cast<int>(t->peer), tag(*t)}});
+    receives.emplace(Key{a.micro, a.chunk}, std::move(message));
+  };
+  for (size_t i = 0; i < forwards.size(); ++i) {
+    const PipelineAction& a = forwards[i];
+    post(a);
+    if (i + 1 < forwards.size()) post(forwards[i + 1]);
+    torch::Tensor input;
+    if (auto it = receives.find({a.micro, a.chunk}); it != receives.end()) {
+      it->second.handle.wait();
+      input = it->second.tensor;
+      receives.erase(it);
+    }
+    const torch::Tensor output = forward(a.chunk, a.micro, input);
+    if (const auto t = transfer(a, PipelineTransfer::send)) {
+      Message message{output.contiguous(), {}};
+      message.handle = pp_.send_recv({{P2POp::send, message.tensor, static_cast<int>(t->peer), tag(*t)}});
+      sends.push_back(std::move(message));
+    }
+  }
+  for (auto& message : sends) message.handle.wait();
+  TORCH_CHECK(receives.empty(), "pipeline evaluation ended with activations not received");
+}
+
 }  // namespace loom::parallel

@@ -46,6 +46,10 @@ class PipelineExecutor {
                    torch::Device device = torch::kCPU);
 
   PipelineStepTiming run(const ChunkForward& forward);
+  // The forwards of the schedule alone, in its order, for evaluation (under torch::NoGradGuard): the
+  // last virtual stage's outputs are not backpropagated. Forwards depend only on earlier forwards, so
+  // the order that cannot deadlock with the backwards cannot without them either.
+  void run_forward(const ChunkForward& forward);
 
   const std::vector<PipelineAction>& actions() const { return actions_; }
 

@@ -1,0 +1,119 @@
+#include "core/training_data.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/data_blend.h"
+#include "core/dataset_sidecar.h"
+#include "core/errors.h"
+#include "core/logging.h"
+
+namespace loom {
+namespace {
+
+// A dataset of this size or less without a sidecar is scanned for its largest id before step 1
+// (about a second per GiB); larger ones are checked batch by batch as they are read.
+constexpr size_t kScanLimitBytes = size_t{2} << 30;
+
+std::unique_ptr<TokenCorpus> open_component(const BlendComponent& component, const std::string& key,
+                                             const Config& config) {
+  if (component.prefix.empty()) {
+    return std::make_unique<SyntheticCorpus>(config.model.vocab_size, int64_t{1} << 20,
+                                             static_cast<uint64_t>(config.train.seed));
+  }
+  try {
+    return std::make_unique<IndexedCorpus>(component.prefix, key);
+  } catch (const InputError& e) {
+    throw InputError("config key '" + key + "': " + e.what());
+  }
+}
+
+std::vector<BlendComponent> components_of(const std::string& spec, const std::string& key) {
+  auto blend = parse_blend(spec, key);
+  if (blend.empty()) blend.push_back({1.0, ""});  // the built-in synthetic corpus
+  return blend;
+}
+
+void check_vocabulary(const std::string& prefix, const std::string& key, int64_t vocab_size) {
+  if (prefix.empty()) return;
+  if (const auto sidecar = read_sidecar(prefix)) {
+    if (sidecar->vocab_size > vocab_size) {
+      throw InputError(key + " '" + prefix + "' was tokenized with a vocabulary of " +
+                       std::to_string(sidecar->vocab_size) + " (" + sidecar->tokenizer + ", says " +
+                       sidecar_path(prefix) + "), more than model.vocab_size = " + std::to_string(vocab_size) +
+                       ": set model.vocab_size to at least " + std::to_string(sidecar->vocab_size));
+    }
+    return;
+  }
+  IndexedDataset dataset(prefix);
+  if (dataset.bin_bytes() > kScanLimitBytes) {
+    warn0("{} '{}' has no sidecar {} and is too large to scan before training: its token ids are checked as "
+          "they are read",
+          key, prefix, sidecar_path(prefix));
+    return;
+  }
+  const int64_t high = dataset.max_token_id();
+  if (high >= vocab_size) {
+    throw InputError(key + " '" + prefix + "' holds token id " + std::to_string(high) +
+                     ", outside model.vocab_size = " + std::to_string(vocab_size) +
+                     ": set model.vocab_size to at least " + std::to_string(high + 1));
+  }
+}
+
+}  // namespace
+
+TrainingData::TrainingData(const Config& config) {
+  const auto& m = config.model;
+  const auto& d = config.data;
+  const auto seed = static_cast<uint64_t>(config.train.seed);
+  const auto train_blend = components_of(d.path, "data.path");
+  const DataSplit split = d.split.empty() ? DataSplit{} : parse_split(d.split, "data.split");
+  std::vector<std::unique_ptr<BatchSampler>> train_samplers, valid_samplers;
+  std::vector<double> weights;
+  for (size_t i = 0; i < train_blend.size(); ++i) {
+    corpora_.push_back(open_component(train_blend[i], "data.path", config));
+    const TokenCorpus* whole = corpora_.back().get();
+    const TokenCorpus* train_part = whole;
+    if (split.train < 1.0) {
+      // Cut at document starts, as Megatron-LM does, so that no document is in two parts.
+      const int64_t n = whole->num_tokens();
+      const int64_t train_end = whole->document_boundary(static_cast<int64_t>(std::llround(split.train * n)));
+      const int64_t valid_end = std::max(
+          train_end, whole->document_boundary(static_cast<int64_t>(std::llround((split.train + split.valid) * n))));
+      corpora_.push_back(std::make_unique<SliceCorpus>(*whole, 0, train_end, "training"));
+      train_part = corpora_.back().get();
+      if (split.valid > 0.0) {
+        corpora_.push_back(std::make_unique<SliceCorpus>(*whole, train_end, valid_end - train_end, "validation"));
+        valid_samplers.push_back(
+            std::make_unique<BatchSampler>(*corpora_.back(), m.seq_len, m.vocab_size, false, seed + i));
+      }
+    }
+    // Each dataset of a blend shuffles with its own seed; a single dataset keeps train.seed.
+    train_samplers.push_back(std::make_unique<BatchSampler>(*train_part, m.seq_len, m.vocab_size,
+                                                            d.order == DataOrder::shuffled, seed + i));
+    weights.push_back(train_blend[i].weight);
+  }
+  train_ = std::make_unique<BlendedSampler>(std::move(train_samplers), weights);
+  if (!d.valid_path.empty()) {
+    weights.clear();
+    for (const auto& component : parse_blend(d.valid_path, "data.valid_path")) {
+      corpora_.push_back(open_component(component, "data.valid_path", config));
+      valid_samplers.push_back(std::make_unique<BatchSampler>(*corpora_.back(), m.seq_len, m.vocab_size, false, seed));
+      weights.push_back(component.weight);
+    }
+  }
+  if (!valid_samplers.empty()) valid_ = std::make_unique<BlendedSampler>(std::move(valid_samplers), weights);
+}
+
+void check_data(const Config& config) {
+  const auto& d = config.data;
+  if (!d.split.empty()) parse_split(d.split, "data.split");
+  for (const auto& [spec, key] : {std::pair{d.path, "data.path"}, std::pair{d.valid_path, "data.valid_path"}}) {
+    for (const auto& component : parse_blend(spec, key)) {
+      open_component(component, key, config);
+      check_vocabulary(component.prefix, key, config.model.vocab_size);
+    }
+  }
+}
+
+}  // namespace loom
