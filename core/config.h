@@ -112,7 +112,8 @@ struct TrainConfig {
 };
 
 struct DataConfig {
-  // PREFIX of PREFIX.bin/.idx, or a blend "W1 PREFIX1 W2 PREFIX2 ..." (Megatron-LM's form); empty: built-in synthetic corpus.
+  // PREFIX of PREFIX.bin/.idx, or a blend "W1 PREFIX1 W2 PREFIX2 ..." (Megatron-LM's form); empty: built-in synthetic
+  // corpus.
   std::string path;
   DataOrder order = DataOrder::sequential;
   std::string valid_path;  // the validation data, in the same forms; empty: none unless data.split gives it

@@ -16,7 +16,7 @@ namespace {
 constexpr size_t kScanLimitBytes = size_t{2} << 30;
 
 std::unique_ptr<TokenCorpus> open_component(const BlendComponent& component, const std::string& key,
-                                             const Config& config) {
+                                            const Config& config) {
   if (component.prefix.empty()) {
     return std::make_unique<SyntheticCorpus>(config.model.vocab_size, int64_t{1} << 20,
                                              static_cast<uint64_t>(config.train.seed));
@@ -47,9 +47,10 @@ void check_vocabulary(const std::string& prefix, const std::string& key, int64_t
   }
   IndexedDataset dataset(prefix);
   if (dataset.bin_bytes() > kScanLimitBytes) {
-    warn0("{} '{}' has no sidecar {} and is too large to scan before training: its token ids are checked as "
-          "they are read",
-          key, prefix, sidecar_path(prefix));
+    warn0(
+        "{} '{}' has no sidecar {} and is too large to scan before training: its token ids are checked as "
+        "they are read",
+        key, prefix, sidecar_path(prefix));
     return;
   }
   const int64_t high = dataset.max_token_id();
@@ -89,8 +90,8 @@ TrainingData::TrainingData(const Config& config) {
       }
     }
     // Each dataset of a blend shuffles with its own seed; a single dataset keeps train.seed.
-    train_samplers.push_back(std::make_unique<BatchSampler>(*train_part, m.seq_len, m.vocab_size,
-                                                            d.order == DataOrder::shuffled, seed + i));
+    train_samplers.push_back(
+        std::make_unique<BatchSampler>(*train_part, m.seq_len, m.vocab_size, d.order == DataOrder::shuffled, seed + i));
     weights.push_back(train_blend[i].weight);
   }
   train_ = std::make_unique<BlendedSampler>(std::move(train_samplers), weights);

@@ -272,8 +272,8 @@ double Trainer::evaluate() {
     // Split over dp and micro-batches exactly as a training step's global batch is.
     const int64_t consumed = batch_index * t.global_batch_size;
     pipeline_->run_forward([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
-      const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp,
-                                              groups_.coords().dp, t.micro_batch_size, micro);
+      const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp, groups_.coords().dp,
+                                              t.micro_batch_size, micro);
       Batch batch = valid.batch(first, t.micro_batch_size);
       if (!device_.is_cpu()) {
         batch.tokens = batch.tokens.to(device_);

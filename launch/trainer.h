@@ -10,10 +10,10 @@
 #include <memory>
 #include <string>
 
-#include "core/training_data.h"
 #include "core/config.h"
 #include "core/metrics.h"
 #include "core/precision.h"
+#include "core/training_data.h"
 #include "launch/checkpoint.h"
 #include "launch/commands.h"
 #include "launch/divergence_guard.h"
@@ -98,7 +98,7 @@ class Trainer {
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<MoEMonitor> moe_monitor_;  // MoE models only
   DivergenceGuard guard_;
-  std::vector<int64_t> epochs_;        // of each training dataset, as last logged
+  std::vector<int64_t> epochs_;          // of each training dataset, as last logged
   std::vector<double> interval_losses_;  // the finite losses since the last log line, for avg_loss
   StragglerMonitor stragglers_;
 };

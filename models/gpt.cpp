@@ -118,7 +118,8 @@ torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) {
   const bool rerun = options_.recompute == Recompute::full && is_training() && torch::GradMode::is_enabled();
   auto x = hidden + residual_dropout(attn_->forward(ln_1_->forward(hidden)), options_.dropout, is_training(), tp_);
   auto y = ln_2_->forward(x);
-  return x + residual_dropout(moe_ ? moe_->forward(y, !rerun && is_training()) : mlp_->forward(y), options_.dropout, is_training(), tp_);
+  return x + residual_dropout(moe_ ? moe_->forward(y, !rerun && is_training()) : mlp_->forward(y), options_.dropout,
+                              is_training(), tp_);
 }
 
 std::vector<ParallelParameter> GPTBlockImpl::parallel_parameters() const {

@@ -114,6 +114,34 @@ def steps_agree(args):
     print(f"{label}steps {steps[0]}-{steps[-1]} agree; largest relative difference {worst:.3g}")
 
 
+def validation_agree(args):
+    """Run A's validation losses equal run B's at the same steps within rtol * max(1, |b|); both
+    evaluated at exactly the steps given; val_ppl is exp(val_loss); the last one is below the first
+    training loss (the model learned); each avg_loss is the mean of the losses since the previous log line."""
+    import math
+    a, b = metrics(args.a), metrics(args.b)
+    want = [int(s) for s in args.steps.split(",")]
+    for run, records in ((args.a, a), (args.b, b)):
+        got = [r["step"] for r in records if "val_loss" in r]
+        assert got == want, f"{run} evaluated at steps {got}, expected {want}"
+        for r in records:
+            if "val_loss" in r:
+                assert abs(r["val_ppl"] - math.exp(r["val_loss"])) <= 1e-9 * r["val_ppl"], f"{run}: val_ppl at {r['step']}"
+        last = [r for r in records if "val_loss" in r][-1]
+        assert last["val_loss"] < records[0]["loss"], f"{run}: validation loss {last['val_loss']} did not fall"
+        previous = 0
+        for r in records:
+            if "avg_loss" in r:
+                window = [x["loss"] for x in records if previous < x["step"] <= r["step"]]
+                assert abs(r["avg_loss"] - sum(window) / len(window)) <= 1e-12, f"{run}: avg_loss at {r['step']}"
+                previous = r["step"]
+    va = {r["step"]: r["val_loss"] for r in a if "val_loss" in r}
+    vb = {r["step"]: r["val_loss"] for r in b if "val_loss" in r}
+    worst = max(relative(va[s], vb[s]) for s in want)
+    assert worst <= args.rtol, f"largest relative difference of val_loss {worst:.3g} > {args.rtol}"
+    print(f"{args.label}: validation losses at steps {want} agree; largest relative difference {worst:.3g}")
+
+
 def learns(args):
     """Each RUN's last loss is below its first by more than BY; with --ends-near REF, also within
     WITHIN of REF's last loss."""
@@ -631,6 +659,13 @@ def parser():
     s.add_argument("--key", default="loss")
     s.add_argument("--same-samples", action="store_true")
     s.add_argument("--label", default="")
+
+    s = command("validation-agree", validation_agree)
+    s.add_argument("a", metavar="RUN_A")
+    s.add_argument("b", metavar="RUN_B")
+    s.add_argument("--rtol", type=float, required=True)
+    s.add_argument("--steps", required=True, help="the steps both evaluated at, comma-separated")
+    s.add_argument("--label", default="validation")
 
     s = command("learns", learns)
     s.add_argument("runs", nargs="+", metavar="RUN")

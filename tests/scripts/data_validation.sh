@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Data in (issue: real data, blends, validation):
+#  1. data.split gives a validation loss at steps 5 and 10 equal at tp2 x pp2 x dp2, at dp2 with ZeRO-3 and in
+#     one process (1e-5 relative); val_ppl = exp(val_loss); avg_loss is the mean over the log interval.
+#  2. A blend "0.3 A 0.7 B" in shuffled order: 6 steps, resume, 6 more give the losses of 12 straight steps
+#     bit for bit (the same samples in the same order); the small dataset wraps and the log says so;
+#     data.valid_path may be a blend.
+#  3. A dataset holding an id the model cannot embed is refused before step 1 (exit 2), by its sidecar or
+#     by a scan, in one process and under mpirun; bad blends, splits and paths name their key (exit 2).
+source "$(dirname "$0")/common.sh"
+export OMP_NUM_THREADS=1
+
+# 1. Validation equal across layouts.
+EVAL=(--set data.split=90,10,0 --set eval.interval=5 --set eval.steps=2 --set train.steps=10 --set log.interval=5)
+run_loom 1 one "${EVAL[@]}" || { cat "$WORK/one.log"; fail "one process"; }
+grep -q "validation at step 10 | loss" "$WORK/one.log" || fail "no validation line in the log"
+run_loom 8 l222 "${EVAL[@]}" --set parallel.tp=2 --set parallel.pp=2 || { cat "$WORK/l222.log"; fail "tp2 pp2 dp2"; }
+python3 "$SCRIPTS/checks.py" validation-agree "$WORK/l222" "$WORK/one" --rtol 1e-5 --steps 5,10 --label "tp2 x pp2 x dp2"
+run_loom 2 zero3 "${EVAL[@]}" --set parallel.zero_stage=3 || { cat "$WORK/zero3.log"; fail "dp2 zero3"; }
+python3 "$SCRIPTS/checks.py" validation-agree "$WORK/zero3" "$WORK/one" --rtol 1e-5 --steps 5,10 --label "dp2 ZeRO-3"
+
+# 2. A blend, resumed. Two small byte datasets of different text; A (30% of the samples) wraps.
+python3 - "$WORK" << 'PY'
+import sys
+work = sys.argv[1]
+open(f"{work}/a.txt", "w").write("".join(f"alpha {i} beta {i * i % 97} gamma. " for i in range(20)))
+open(f"{work}/b.txt", "w").write("".join(f"The quick brown fox {i} jumps over the lazy dog {i % 13}.\n" for i in range(300)))
+PY
+"$LOOM" prepare --input "$WORK/a.txt" --output "$WORK/a" > /dev/null
+"$LOOM" prepare --input "$WORK/b.txt" --output "$WORK/b" > /dev/null
+rm -f "$WORK/a.json" "$WORK/b.json"  # made by loom prepare; sidecars are tested below
+BLEND=(--set model.vocab_size=256 --set "data.path=0.3 $WORK/a 0.7 $WORK/b" --set data.order=shuffled
+  --set train.steps=12 --set "data.valid_path=1 $WORK/b 1 $WORK/a" --set eval.interval=6 --set eval.steps=1)
+run_loom 2 blend "${BLEND[@]}" --set checkpoint.dir="$WORK/ck_blend" || { cat "$WORK/blend.log"; fail "blend"; }
+grep -q "data.path '$WORK/a' wrapped around: epoch 2 of it started during step" "$WORK/blend.log" ||
+  { cat "$WORK/blend.log"; fail "no epoch line for the small dataset"; }
+grep -q "data.path '$WORK/b' wrapped" "$WORK/blend.log" && fail "the large dataset should not wrap in 12 steps"
+[ "$(grep -c '"val_loss"' "$WORK/blend/metrics.jsonl")" = 2 ] || fail "a blended data.valid_path should evaluate at 6 and 12"
+run_loom 2 blend_first "${BLEND[@]}" --set checkpoint.dir="$WORK/ck_half" --set train.exit_after=6 ||
+  { cat "$WORK/blend_first.log"; fail "blend, first half"; }
+run_loom 2 blend_second "${BLEND[@]}" --set checkpoint.dir="$WORK/ck_half" --resume auto ||
+  { cat "$WORK/blend_second.log"; fail "blend, resumed"; }
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/blend_second" "$WORK/blend" --rtol 0 --first 7 --last 12 \
+  --same-samples --label "blend resumed at step 6"
+
+# 3. Ids beyond the vocabulary, before step 1.
+expect_refusal() {  # expect_refusal NAME NP PATTERN [args...]: exit 2, PATTERN in the log, no step trained
+  local name="$1" np="$2" pattern="$3" code=0
+  shift 3
+  run_loom "$np" "$name" "$@" || code=$?
+  [ "$code" = 2 ] || { cat "$WORK/$name.log"; fail "$name: exit $code, expected 2"; }
+  grep -q -- "$pattern" "$WORK/$name.log" || { cat "$WORK/$name.log"; fail "$name: no '$pattern' in the log"; }
+  if grep -q "step  *1/" "$WORK/$name.log"; then fail "$name: trained a step before refusing"; fi
+  echo "$name: exit 2, '$pattern'"
+}
+"$LOOM" prepare --input "$WORK/a.txt" --output "$WORK/eod" --append-eod > /dev/null  # ids 0-256
+rm -f "$WORK/eod.json"
+expect_refusal scan 1 "holds token id 256, outside model.vocab_size = 256" --set model.vocab_size=256 --set "data.path=$WORK/eod"
+expect_refusal scan_mpirun 2 "holds token id 256, outside model.vocab_size = 256" --set model.vocab_size=256 \
+  --set "data.path=0.5 $WORK/a 0.5 $WORK/eod"
+printf '{"tokenizer": "hf-bpe", "vocab_size": 50257}\n' > "$WORK/a.json"
+expect_refusal sidecar 1 "vocabulary of 50257 (hf-bpe, says $WORK/a.json), more than model.vocab_size = 256" \
+  --set model.vocab_size=256 --set "data.path=$WORK/a"
+expect_refusal valid_sidecar 2 "data.valid_path '$WORK/a' was tokenized" --set model.vocab_size=256 \
+  --set "data.path=$WORK/b" --set "data.valid_path=$WORK/a"
+rm -f "$WORK/a.json"
+expect_refusal odd_blend 1 "config key 'data.path': a blend is weight and prefix pairs" --set "data.path=0.3 $WORK/a 0.7"
+expect_refusal missing 2 "config key 'data.valid_path'" --set "data.valid_path=$WORK/nothing"
+expect_refusal bad_split 1 "config key 'data.split'" --set data.split=90,x
+expect_refusal split_and_valid 1 "data.split" --set data.split=90,10 --set "data.valid_path=$WORK/b"
+echo "data_validation: all checks passed"
