@@ -3,7 +3,8 @@
 
 The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not); tp, pp
 and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
-interleaved), ZeRO stage, recomputation, micro-batch size, ep for MoE. Every draw is a
+interleaved), ZeRO stage, recomputation, micro-batch size, ep for MoE, and a validation
+split evaluated at steps 10 and 20 or none. Every draw is a
 valid config on tests/configs/tiny.yaml (global batch 8, seq 32, 4 heads) with 8 layers.
 """
 import random
@@ -42,7 +43,11 @@ def draw(rng, index):
             layout.append("parallel.virtual_stages=2")
     if moe:
         layout.append(f"parallel.ep={rng.choice([e for e in (1, 2) if dp % e == 0])}")
-    name = f"draw{index}_{arch}{'_moe' if moe else ''}_tp{tp}_pp{pp}_dp{dp}"
+    # Half the draws also evaluate a validation split (its traffic is not in the cost model's step).
+    validate = rng.random() < 0.5
+    if validate:
+        model += ["data.split=90,10,0", "eval.interval=10", "eval.steps=1"]
+    name = f"draw{index}_{arch}{'_moe' if moe else ''}{'_val' if validate else ''}_tp{tp}_pp{pp}_dp{dp}"
     return f"{tp * pp * dp} {name} {' '.join(model)} | {' '.join(layout)}"
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A seeded draw of random layouts over the whole space (model gpt2, MoE or llama;
 # tp, pp, dp, ep, sequence parallelism, schedule, ZeRO stage, recomputation,
-# micro-batch size; tests/scripts/draw_layouts.py), a few per run: each trains
+# micro-batch size, validation; tests/scripts/draw_layouts.py), a few per run: each trains
 # to the same losses as the same model in one process, within 1e-5 relative for
 # 20 steps, and (dense models) counts exactly the traffic `loom plan --run`
 # predicts. The seed changes every run and is printed; LOOM_LAYOUT_SEED=N
@@ -32,8 +32,15 @@ while read -r np name rest; do
   [[ "$name" == *_moe_* ]] && flips=(--routing-flips)
   python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/$name/metrics.jsonl" "$WORK/${name}_ref/metrics.jsonl" \
     --rtol 1e-5 "${flips[@]}" || fail "$name differs from one process (seed $SEED)"
-  # The traffic every rank counted is the cost model's prediction (MoE's all-to-all follows the router: no prediction).
-  if [[ "$name" != *_moe_* ]]; then
+  # The validation losses too (MoE's may differ after a routing flip).
+  if [[ "$name" == *_val_* && "$name" != *_moe_* ]]; then
+    echo -n "  validation vs one process: "
+    python3 "$SCRIPTS/checks.py" validation-agree "$WORK/$name" "$WORK/${name}_ref" --rtol 1e-5 --steps 10,20 \
+      --label "$name" || fail "$name: validation differs from one process (seed $SEED)"
+  fi
+  # The traffic every rank counted is the cost model's prediction (MoE's all-to-all follows the router: no
+  # prediction; an evaluation's forward passes are not in the model's step).
+  if [[ "$name" != *_moe_* && "$name" != *_val_* ]]; then
     "$LOOM" plan --run "$WORK/$name" > "$WORK/$name.plan" || { cat "$WORK/$name.plan"; fail "loom plan --run $name"; }
     python3 "$SCRIPTS/checks.py" plan-vs-run "$WORK/$name" || fail "$name: traffic differs from the prediction (seed $SEED)"
   fi
