@@ -117,7 +117,11 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                                                    groups_.pp(), activation_shape, precision_.activations, device_);
   schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
   optimizer_ = sync_->make_optimizer(optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
-  if (groups_.rank() == 0) metrics_ = std::make_unique<MetricsWriter>(run_dir_ + "/metrics.jsonl");
+  if (groups_.rank() == 0) {
+    metrics_ = std::make_unique<MetricsWriter>(
+        run_dir_ + "/metrics.jsonl",
+        config_.log.tensorboard ? std::make_unique<TensorBoardWriter>(run_dir_ + "/tensorboard") : nullptr);
+  }
   checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, sync_->parameters(), *optimizer_, *rng_);
 }
 
