@@ -4,7 +4,8 @@
 # reference (reference_forward.py, written from Hugging Face's conventions, recomputing the
 # whole sequence every step, no cache) gives the greedy continuation, and loom generate
 # --temperature 0 (with its KV cache) gives the same ids from the checkpoint and from the
-# Hugging Face directory, as one process and at tp 2 under mpirun. The streamed text is the
+# Hugging Face directory, as one process and at tp 2 under mpirun (the Llama's 255 tokens padded
+# to 256 there: the padding row's logit must never be drawn). The streamed text is the
 # ids' bytes. Sampling with a seed repeats (at tp 2 too), another seed at a high temperature
 # gives other ids, top-k 1 is greedy; positions beyond the model, pp > 1, a changed model
 # key and a missing MODEL are refused with exit 2.
@@ -18,7 +19,8 @@ SHAPE=(--set model.num_layers=2 --set model.hidden_size=64 --set model.num_heads
 "$LOOM" train "$LOOM_SOURCE/configs/gpt_tiny.yaml" --run-dir "$WORK/gpt" "${SHAPE[@]}" \
   --set checkpoint.dir="$WORK/ck_gpt" > "$WORK/gpt.log" 2>&1 || { cat "$WORK/gpt.log"; fail "train gpt"; }
 "$LOOM" train "$LOOM_SOURCE/configs/llama_tiny.yaml" --run-dir "$WORK/llama" "${SHAPE[@]}" \
-  --set model.ffn_hidden_size=128 --set checkpoint.dir="$WORK/ck_llama" > "$WORK/llama.log" 2>&1 ||
+  --set model.ffn_hidden_size=128 --set model.vocab_size=255 --set checkpoint.dir="$WORK/ck_llama" \
+  > "$WORK/llama.log" 2>&1 ||
   { cat "$WORK/llama.log"; fail "train llama"; }
 "$LOOM" export "$WORK/ck_gpt/step_00000200" --format hf-gpt2 --output "$WORK/hf_gpt" > /dev/null || fail "export gpt"
 "$LOOM" export "$WORK/ck_llama/step_00000200" --format hf-llama --output "$WORK/hf_llama" > /dev/null ||
