@@ -72,9 +72,8 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
   core_fn_ = [this](const torch::Tensor& qkv, const torch::Tensor&, const torch::Tensor&) { return core(qkv); };
 }
 
-torch::Tensor SelfAttentionImpl::query_key_value(const torch::Tensor& x) {
-  if (qkv_ && !rotary_.defined()) return qkv_->forward(x);  // GPT-2: already in the core's layout
-  torch::Tensor q, k, v;                                    // [B, S, heads or kv heads, d]
+SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, int64_t first_position) {
+  torch::Tensor q, k, v;  // [B, S, heads or kv heads, d]
   if (qkv_) {
     auto qkv = qkv_->forward(x);
     auto parts = qkv.view({qkv.size(0), qkv.size(1), heads_, 3, d_});
@@ -89,10 +88,16 @@ torch::Tensor SelfAttentionImpl::query_key_value(const torch::Tensor& x) {
     k = kv.select(3, 0), v = kv.select(3, 1);
   }
   if (rotary_.defined()) {
-    // The core sees the whole sequence (gathered under sequence parallelism): positions from 0.
-    q = rotary_.apply(q);
-    k = rotary_.apply(k);
+    q = rotary_.apply(q, first_position);
+    k = rotary_.apply(k, first_position);
   }
+  return {q, k, v};
+}
+
+torch::Tensor SelfAttentionImpl::query_key_value(const torch::Tensor& x) {
+  if (qkv_ && !rotary_.defined()) return qkv_->forward(x);  // GPT-2: already in the core's layout
+  // The core sees the whole sequence (gathered under sequence parallelism): positions from 0.
+  auto [q, k, v] = project(x, 0);
   if (kv_heads_ != heads_) {
     // Query heads of a group are consecutive: head j reads kv head j / group.
     const int64_t group = heads_ / kv_heads_;
@@ -133,6 +138,27 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const bool selective = options_.recompute == Recompute::selective && is_training() && torch::GradMode::is_enabled();
   auto context = selective ? parallel::recompute_in_backward(core_fn_, split_generator(), qkv) : core(qkv);
   return proj_->forward(context);
+}
+
+torch::Tensor SelfAttentionImpl::forward_cached(const torch::Tensor& x, KVCache& cache, int64_t layer) {
+  TORCH_CHECK(!tp_.sequence_parallel, "incremental decoding runs without sequence parallelism");
+  const int64_t first = cache.length(layer), b = x.size(0), s = x.size(1);
+  auto [q, k, v] = project(x, first);
+  auto [keys, values] = cache.append(layer, k, v);  // [B, kv heads, T, d], T = first + s
+  if (kv_heads_ != heads_) {
+    // Query heads of a group are consecutive: head j reads kv head j / group.
+    keys = keys.repeat_interleave(heads_ / kv_heads_, 1);
+    values = values.repeat_interleave(heads_ / kv_heads_, 1);
+  }
+  auto scores = torch::matmul(q.transpose(1, 2), keys.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d_)));
+  if (s > 1) {
+    // Query i sits at position first + i and sees the keys up to it.
+    auto key_positions = torch::arange(first + s, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+    auto query_positions = torch::arange(first, first + s, key_positions.options()).unsqueeze(1);
+    scores = scores.masked_fill(key_positions.unsqueeze(0) > query_positions, -std::numeric_limits<float>::infinity());
+  }
+  auto context = torch::matmul(torch::softmax(scores, -1), values);  // [B, heads, S, d]
+  return proj_->forward(context.transpose(1, 2).reshape({b, s, heads_ * d_}));
 }
 
 at::Generator* SelfAttentionImpl::split_generator() const {
