@@ -53,7 +53,7 @@ expect_ids "$WORK/json_p" json_paragraphs "[list(s.encode()) for s in ['one', 't
 printf '{"text": "fine"}\n{"text": broken\n' > "$WORK/bad.jsonl"
 expect_exit2 "bad.jsonl:2: not a JSON line" prepare --input "$WORK/bad.jsonl" --output "$WORK/bad"
 expect_exit2 "docs.jsonl:1: the JSON line has no key 'text'" prepare --input "$WORK/docs.jsonl" --output "$WORK/bad"
-[ -z "$(ls "$WORK" | grep '^bad\.\(bin\|idx\|json\)')" ] || fail "a failed prepare left files behind"
+[ -z "$(ls "$WORK" | grep '^bad\.\(bin\|idx\|json\)$')" ] || fail "a failed prepare left files behind"
 expect_exit2 "--add-bos: tokenizer 'byte' has no BOS" prepare --input "$WORK/a.txt" --output "$WORK/bad" --add-bos
 expect_exit2 "--workers must be at least 1" prepare --input "$WORK/a.txt" --output "$WORK/bad" --workers 0
 expect_exit2 "is not known" prepare --input "$WORK/a.txt" --output "$WORK/bad" --tokenizer gpt9
