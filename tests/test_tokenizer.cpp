@@ -138,3 +138,18 @@ TEST_CASE("byte-level BPE refuses text that is not UTF-8 with an InputError", "[
   const auto tokenizer = load_tokenizer(dir);
   CHECK_THROWS_WITH(tokenizer->encode("ab\xFF"), Contains("UTF-8"));
 }
+
+// tests/reference/tiny_unigram.model: python3-sentencepiece trained it (unigram, 300 pieces, identity
+// normalization) on tests/reference/texts.jsonl and the README; the ids below are its Python encoding.
+TEST_CASE("SentencePiece: a model file's ids, specials and decode", "[tokenizer]") {
+  const auto tokenizer = load_tokenizer(std::string(LOOM_SOURCE_DIR) + "/tests/reference/tiny_unigram.model");
+  CHECK(tokenizer->kind() == "sentencepiece");
+  CHECK(tokenizer->vocab_size() == 300);
+  CHECK(tokenizer->bos_id() == 1);
+  CHECK(tokenizer->eos_id() == 2);
+  const std::string text = "the caf\xC3\xA9 model 42";
+  const auto ids = tokenizer->encode(text);
+  CHECK(ids == std::vector<int64_t>{16, 65, 9, 32, 259, 121, 3, 66, 55});
+  CHECK(tokenizer->decode(ids) == text);
+  CHECK(tokenizer->encode("").empty());
+}

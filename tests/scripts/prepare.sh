@@ -71,6 +71,13 @@ assert len(seqs) == 3, seqs
 assert all(s[0] == $bos and s[-1] == $eos and len(s) > 2 for s in seqs), seqs
 " || fail "every document starts with BOS $bos and ends with EOS $eos"
 [ "$(sidecar "$WORK/bpe" tokenizer)" = hf-bpe ] || fail "sidecar tokenizer"
+# A tokenizer without an EOS cannot end documents with one.
+mkdir "$WORK/no_eos"
+"$PY" -c "
+import json; t = json.load(open('$TOK/tokenizer.json')); t['added_tokens'] = []
+json.dump(t, open('$WORK/no_eos/tokenizer.json', 'w'))"
+expect_exit2 "--append-eod: tokenizer '$WORK/no_eos' has no EOS" prepare --input "$WORK/a.txt" --output "$WORK/bad" \
+  --tokenizer "$WORK/no_eos" --append-eod
 
 # A vocabulary past 65536 ids is written as int32, and the large id survives.
 "$PY" -c "
