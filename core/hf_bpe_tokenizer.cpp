@@ -8,6 +8,7 @@
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <queue>
 
 #include "core/byte_level.h"
 #include "core/errors.h"
@@ -193,34 +194,54 @@ std::vector<int64_t> HfBpeTokenizer::merge(const std::string& word) const {
     ids.push_back(found != vocab_.end() ? found->second : unk_id_);
     i += n;
   }
-  // GPT-2's loop: merge every occurrence of the lowest-ranked adjacent pair, until no pair merges.
-  while (ids.size() > 1) {
-    int64_t best_rank = std::numeric_limits<int64_t>::max();
-    uint64_t best_key = 0;
-    int64_t best_merged = -1;
-    for (size_t i = 0; i + 1 < ids.size(); ++i) {
-      const uint64_t key = (static_cast<uint64_t>(ids[i]) << 32) | static_cast<uint64_t>(ids[i + 1]);
-      const auto found = merges_.find(key);
-      if (found != merges_.end() && found->second.rank < best_rank) {
-        best_rank = found->second.rank;
-        best_key = key;
-        best_merged = found->second.merged;
-      }
+  // The lowest-ranked pair merges first, the leftmost among equals (as the Rust library does), with a heap
+  // so that a long word (a base64 blob, a run of one character) costs n log n rather than n squared.
+  struct Symbol {
+    int64_t id;
+    int64_t prev, next;  // -1: none
+    bool alive;
+  };
+  struct Candidate {
+    int64_t rank, position, merged;
+    bool operator>(const Candidate& other) const {
+      return rank != other.rank ? rank > other.rank : position > other.position;
     }
-    if (best_merged < 0) break;
-    std::vector<int64_t> next;
-    next.reserve(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (i + 1 < ids.size() &&
-          ((static_cast<uint64_t>(ids[i]) << 32) | static_cast<uint64_t>(ids[i + 1])) == best_key) {
-        next.push_back(best_merged);
-        ++i;
-      } else {
-        next.push_back(ids[i]);
-      }
-    }
-    ids.swap(next);
+  };
+  std::vector<Symbol> symbols(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    symbols[i] = {ids[i], static_cast<int64_t>(i) - 1, i + 1 < ids.size() ? static_cast<int64_t>(i + 1) : -1, true};
   }
+  auto pair_merge = [&](int64_t left) -> const Merge* {
+    const int64_t right = symbols[left].next;
+    if (right < 0) return nullptr;
+    const auto found =
+        merges_.find((static_cast<uint64_t>(symbols[left].id) << 32) | static_cast<uint64_t>(symbols[right].id));
+    return found == merges_.end() ? nullptr : &found->second;
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
+  for (int64_t i = 0; i + 1 < static_cast<int64_t>(symbols.size()); ++i) {
+    if (const Merge* m = pair_merge(i)) queue.push({m->rank, i, m->merged});
+  }
+  while (!queue.empty()) {
+    const Candidate top = queue.top();
+    queue.pop();
+    // A candidate is stale when either symbol has since merged into something else.
+    if (!symbols[top.position].alive) continue;
+    const Merge* current = pair_merge(top.position);
+    if (current == nullptr || current->merged != top.merged || current->rank != top.rank) continue;
+    Symbol& left = symbols[top.position];
+    Symbol& right = symbols[left.next];
+    left.id = top.merged;
+    right.alive = false;
+    left.next = right.next;
+    if (left.next >= 0) symbols[left.next].prev = top.position;
+    if (left.prev >= 0) {
+      if (const Merge* m = pair_merge(left.prev)) queue.push({m->rank, left.prev, m->merged});
+    }
+    if (const Merge* m = pair_merge(top.position)) queue.push({m->rank, top.position, m->merged});
+  }
+  ids.clear();
+  for (int64_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) ids.push_back(symbols[i].id);
   return ids;
 }
 

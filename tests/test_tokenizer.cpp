@@ -81,6 +81,10 @@ TEST_CASE("byte-level BPE: merges by rank, pre-tokens, added tokens, decode", "[
   CHECK(tokenizer->encode("it's 12345") == std::vector<int64_t>{'i', 't', '\'', 's', ' ', '1', '2', 263, '5'});
   CHECK(tokenizer->encode("a  he") == std::vector<int64_t>{'a', ' ', ' ', 256});
   CHECK(tokenizer->encode("") == std::vector<int64_t>{});
+  // A long word merges left to right: 10001 l's are 5000 "ll" and one "l".
+  std::vector<int64_t> run(5000, 259);
+  run.push_back('l');
+  CHECK(tokenizer->encode(std::string(10001, 'l')) == run);
   // Without ignore_merges, " zz" is bytes even though "Ġzz" is in the vocabulary.
   CHECK(tokenizer->encode(" zz") == std::vector<int64_t>{' ', 'z', 'z'});
 }
