@@ -79,6 +79,11 @@ json.dump(t, open('$WORK/no_eos/tokenizer.json', 'w'))"
 expect_exit2 "--append-eod: tokenizer '$WORK/no_eos' has no EOS" prepare --input "$WORK/a.txt" --output "$WORK/bad" \
   --tokenizer "$WORK/no_eos" --append-eod
 
+# Text that is not UTF-8 cannot be byte-level BPE'd: the error names the file.
+printf 'fine\n\nnot \xff utf-8\n' > "$WORK/latin1.txt"
+expect_exit2 "latin1.txt:3: the text is not valid UTF-8" prepare --input "$WORK/latin1.txt" --output "$WORK/bad" \
+  --tokenizer "$TOK" --split-paragraphs
+
 # A vocabulary past 65536 ids is written as int32, and the large id survives.
 "$PY" -c "
 import json; t = json.load(open('$TOK/tokenizer.json'))
