@@ -9,14 +9,20 @@
 
 namespace loom {
 
-std::string sidecar_path(const std::string& prefix) { return prefix + ".json"; }
+std::string sidecar_path(const std::string& prefix) {
+  return prefix + ".json";
+}
 
 void write_sidecar(const std::string& prefix, const DatasetSidecar& s) {
-  const nlohmann::json json{{"format", "loom-dataset-1"},  {"tokenizer", s.tokenizer},
+  const nlohmann::json json{{"format", "loom-dataset-1"},
+                            {"tokenizer", s.tokenizer},
                             {"tokenizer_source", s.tokenizer_source},
-                            {"vocab_size", s.vocab_size}, {"bos_id", s.bos_id},
-                            {"eos_id", s.eos_id},         {"max_token_id", s.max_token_id},
-                            {"documents", s.documents},   {"tokens", s.tokens},
+                            {"vocab_size", s.vocab_size},
+                            {"bos_id", s.bos_id},
+                            {"eos_id", s.eos_id},
+                            {"max_token_id", s.max_token_id},
+                            {"documents", s.documents},
+                            {"tokens", s.tokens},
                             {"dtype", s.dtype}};
   const std::string path = sidecar_path(prefix);
   const std::string tmp = path + ".tmp";
