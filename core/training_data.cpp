@@ -37,7 +37,15 @@ std::vector<BlendComponent> components_of(const std::string& spec, const std::st
 void check_vocabulary(const std::string& prefix, const std::string& key, int64_t vocab_size) {
   if (prefix.empty()) return;
   if (const auto sidecar = read_sidecar(prefix)) {
-    if (sidecar->vocab_size > vocab_size) {
+    // The largest id written decides (the byte tokenizer's vocabulary of 257 holds 256 only with --append-eod);
+    // a sidecar without it is judged by the tokenizer's vocabulary.
+    if (sidecar->max_token_id >= vocab_size) {
+      throw InputError(key + " '" + prefix + "' holds token id " + std::to_string(sidecar->max_token_id) + " (" +
+                       sidecar->tokenizer + ", says " + sidecar_path(prefix) + "), outside model.vocab_size = " +
+                       std::to_string(vocab_size) + ": set model.vocab_size to at least " +
+                       std::to_string(sidecar->max_token_id + 1));
+    }
+    if (sidecar->max_token_id < 0 && sidecar->vocab_size > vocab_size) {
       throw InputError(key + " '" + prefix + "' was tokenized with a vocabulary of " +
                        std::to_string(sidecar->vocab_size) + " (" + sidecar->tokenizer + ", says " +
                        sidecar_path(prefix) + "), more than model.vocab_size = " + std::to_string(vocab_size) +

@@ -28,7 +28,7 @@ open(f"{work}/b.txt", "w").write("".join(f"The quick brown fox {i} jumps over th
 PY
 "$LOOM" prepare --input "$WORK/a.txt" --output "$WORK/a" > /dev/null
 "$LOOM" prepare --input "$WORK/b.txt" --output "$WORK/b" > /dev/null
-rm -f "$WORK/a.json" "$WORK/b.json"  # made by loom prepare; sidecars are tested below
+# The sidecars loom prepare wrote (byte tokenizer, vocabulary 257, largest id 255) let a 256-id model train.
 BLEND=(--set model.vocab_size=256 --set "data.path=0.3 $WORK/a 0.7 $WORK/b" --set data.order=shuffled
   --set train.steps=12 --set "data.valid_path=1 $WORK/b 1 $WORK/a" --set eval.interval=6 --set eval.steps=1)
 run_loom 2 blend "${BLEND[@]}" --set checkpoint.dir="$WORK/ck_blend" || { cat "$WORK/blend.log"; fail "blend"; }
@@ -54,6 +54,8 @@ expect_refusal() {  # expect_refusal NAME NP PATTERN [args...]: exit 2, PATTERN 
   echo "$name: exit 2, '$pattern'"
 }
 "$LOOM" prepare --input "$WORK/a.txt" --output "$WORK/eod" --append-eod > /dev/null  # ids 0-256
+expect_refusal sidecar_max 1 "holds token id 256 (byte, says $WORK/eod.json), outside model.vocab_size = 256" \
+  --set model.vocab_size=256 --set "data.path=$WORK/eod"
 rm -f "$WORK/eod.json"
 expect_refusal scan 1 "holds token id 256, outside model.vocab_size = 256" --set model.vocab_size=256 --set "data.path=$WORK/eod"
 expect_refusal scan_mpirun 2 "holds token id 256, outside model.vocab_size = 256" --set model.vocab_size=256 \
