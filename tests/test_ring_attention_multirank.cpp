@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "parallel/all_to_all_attention.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/launch_env.h"
 #include "parallel/process_groups.h"
@@ -45,7 +46,11 @@ double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
 }
 
-void check_against_dense(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq, int64_t d) {
+using Attention = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, Communicator&,
+                                    double);
+
+void check_against_dense(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq, int64_t d,
+                         Attention attention = ring_attention) {
   auto& cp = g_world->groups.world_comm();
   const int64_t n = cp.size(), r = cp.rank();
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -66,7 +71,7 @@ void check_against_dense(int64_t batch, int64_t heads, int64_t kv_heads, int64_t
     auto lq = mine(q).to(dtype).requires_grad_(true);
     auto lk = mine(k).to(dtype).requires_grad_(true);
     auto lv = mine(v).to(dtype).requires_grad_(true);
-    auto out = ring_attention(lq, lk, lv, cp, scale);
+    auto out = attention(lq, lk, lv, cp, scale);
     out.backward(mine(upstream).to(dtype));
     auto close = [&](const torch::Tensor& got, const torch::Tensor& want) {
       const double tolerance = dtype == torch::kFloat64 ? 1e-12 : 1e-6;
@@ -93,6 +98,12 @@ TEST_CASE("ring attention with grouped-query attention: only kv heads travel", "
   const int64_t n = g_world->groups.world_comm().size();
   check_against_dense(2, 4, 2, 4 * n, 8);
   check_against_dense(1, 4, 1, 8 * n, 4);
+}
+
+TEST_CASE("all-to-all attention equals dense causal attention, with GQA", "[cp]") {
+  const int64_t n = g_world->groups.world_comm().size();
+  check_against_dense(2, 4 * n, 4 * n, 4 * n, 8, all_to_all_attention);
+  check_against_dense(1, 2 * n, n, 6 * n, 4, all_to_all_attention);
 }
 
 TEST_CASE("ring attention's traffic: cp - 1 key/value shards forward, twice that backward", "[cp]") {
