@@ -50,7 +50,7 @@ int plan_run(const std::string& run_dir) {
     const auto& ck = config.checkpoint;
     if ((ck.interval > 0 && (s % ck.interval == 0 || s == config.train.steps)) || s == config.train.exit_after) ++saves;
   }
-  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
+  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
 
   nlohmann::json out;
   out["steps"] = steps;

@@ -22,7 +22,7 @@ namespace {
 struct CpWorld {
   LaunchEnv env{std::chrono::seconds(60)};
   std::shared_ptr<CommStats> stats = std::make_shared<CommStats>();
-  RankGrid grid{ParallelSizes{1, 1, env.world(), 1}};
+  RankGrid grid{ParallelSizes{1, 1, 1, 1, env.world()}};
   ProcessGroups groups{grid, env.rank(),
                        make_gloo_factory(env.store(), env.single_host(), stats, std::chrono::seconds(60)), stats};
 };
@@ -51,7 +51,7 @@ using Attention = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, 
 
 void check_against_dense(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq, int64_t d,
                          Attention attention = ring_attention) {
-  auto& cp = g_world->groups.world_comm();
+  auto& cp = g_world->groups.cp();
   const int64_t n = cp.size(), r = cp.rank();
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   torch::manual_seed(42);
@@ -89,25 +89,25 @@ void check_against_dense(int64_t batch, int64_t heads, int64_t kv_heads, int64_t
 }  // namespace
 
 TEST_CASE("ring attention equals dense causal attention, forward and backward", "[cp]") {
-  const int64_t n = g_world->groups.world_comm().size();
+  const int64_t n = g_world->groups.cp().size();
   check_against_dense(2, 4, 4, 4 * n, 8);  // chunks of 2 tokens
   check_against_dense(1, 2, 2, 6 * n, 4);  // chunks of 3
 }
 
 TEST_CASE("ring attention with grouped-query attention: only kv heads travel", "[cp]") {
-  const int64_t n = g_world->groups.world_comm().size();
+  const int64_t n = g_world->groups.cp().size();
   check_against_dense(2, 4, 2, 4 * n, 8);
   check_against_dense(1, 4, 1, 8 * n, 4);
 }
 
 TEST_CASE("all-to-all attention equals dense causal attention, with GQA", "[cp]") {
-  const int64_t n = g_world->groups.world_comm().size();
+  const int64_t n = g_world->groups.cp().size();
   check_against_dense(2, 4 * n, 4 * n, 4 * n, 8, all_to_all_attention);
   check_against_dense(1, 2 * n, n, 6 * n, 4, all_to_all_attention);
 }
 
 TEST_CASE("ring attention's traffic: cp - 1 key/value shards forward, twice that backward", "[cp]") {
-  auto& cp = g_world->groups.world_comm();
+  auto& cp = g_world->groups.cp();
   const int64_t n = cp.size();
   const int64_t b = 1, kv_heads = 2, c = 3, d = 4;
   auto q = torch::randn({b, 4, 2 * c, d}).requires_grad_(true);
