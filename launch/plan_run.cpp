@@ -25,7 +25,7 @@ int plan_run(const std::string& run_dir) {
   }
   Config config = load_config((dir / "config.yaml").string());
   const auto& p = config.parallel;
-  const int64_t world = p.tp * p.pp * p.dp;
+  const int64_t world = p.tp * p.cp * p.pp * p.dp;
   resolve_and_validate(config, world);
   if (config.model.moe.enabled()) {
     throw InputError("loom plan --run: '" + run_dir +

@@ -122,6 +122,7 @@ RankCoords RankGrid::coords(int64_t rank) const {
   c.dp = position(GroupKind::dp);
   c.ep = coordinate(rank, kEp);
   c.expert_dp = coordinate(rank, kDpInner);
+  c.dp_cp = position(GroupKind::dp_cp);
   return c;
 }
 

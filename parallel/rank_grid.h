@@ -58,6 +58,7 @@ struct RankCoords {
   int64_t dp = 0;         // position in the dp group
   int64_t ep = 0;         // position in the ep group
   int64_t expert_dp = 0;  // position in the expert-dp group
+  int64_t dp_cp = 0;      // position in the dp-cp group (ZeRO's shard index); dp when cp = 1
 };
 
 class RankGrid {

@@ -24,6 +24,11 @@ torch::Tensor reduce_kv(const torch::Tensor& grad, int64_t group) {
   return grad.view({sizes[0], sizes[1] / group, group, sizes[2], sizes[3]}).sum(2);
 }
 
+// Blocks are computed in fp32 at least (double stays double).
+torch::ScalarType compute_dtype(const torch::Tensor& q) {
+  return q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
+
 struct Partial {
   torch::Tensor out;  // [B, h, L, d]
   torch::Tensor lse;  // [B, h, L]
@@ -94,7 +99,11 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
                                const torch::Tensor& v, Communicator* cp, double scale) {
     const int64_t n = cp->size(), r = cp->rank(), c = q.size(2) / 2, group = q.size(1) / k.size(1);
     Ring ring(*cp);
-    auto q0 = q.narrow(2, 0, c), q1 = q.narrow(2, c, c);
+    // Keys and values travel in their own dtype (bf16 under mixed precision); the blocks and their
+    // merge are computed in fp32, whose log-sum-exp and running sums bf16 would round away.
+    const auto dtype = compute_dtype(q);
+    auto q32 = q.to(dtype);
+    auto q0 = q32.narrow(2, 0, c), q1 = q32.narrow(2, c, c);
     Partial first, second;  // over query chunks r and 2cp-1-r
     auto kv = torch::stack({k, v}).contiguous();
     for (int64_t step = 0; step < n; ++step) {
@@ -105,7 +114,7 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
         transfer = ring.shift(kv, incoming, step, 0);
       }
       const int64_t j = (r - step + n) % n;
-      auto kj = expand_kv(kv[0], group), vj = expand_kv(kv[1], group);
+      auto kj = expand_kv(kv[0].to(dtype), group), vj = expand_kv(kv[1].to(dtype), group);
       auto k0 = kj.narrow(2, 0, c), k1 = kj.narrow(2, c, c), v0 = vj.narrow(2, 0, c), v1 = vj.narrow(2, c, c);
       switch (blocks_for(r, j)) {
         case Blocks::own:
@@ -124,7 +133,7 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
         kv = incoming;
       }
     }
-    auto out = torch::cat({first.out, second.out}, 2);
+    auto out = torch::cat({first.out, second.out}, 2).to(q.scalar_type());
     auto lse = torch::cat({first.lse, second.lse}, 2);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["scale"] = scale;
@@ -140,10 +149,13 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
     auto* cp = reinterpret_cast<Communicator*>(ctx->saved_data["cp"].toInt());
     const int64_t n = cp->size(), r = cp->rank(), c = q.size(2) / 2, group = q.size(1) / k.size(1);
     Ring ring(*cp);
-    auto dout = grads[0].contiguous();
-    auto delta = (dout * out).sum(-1);
-    auto q0 = q.narrow(2, 0, c), q1 = q.narrow(2, c, c);
-    auto dq = torch::zeros_like(q);
+    // In fp32 as the forward; the gradients of other ranks' keys and values travel in fp32 too.
+    const auto dtype = compute_dtype(q);
+    auto dout = grads[0].to(dtype).contiguous();
+    auto delta = (dout * out.to(dtype)).sum(-1);
+    auto q32 = q.to(dtype);
+    auto q0 = q32.narrow(2, 0, c), q1 = q32.narrow(2, c, c);
+    auto dq = torch::zeros_like(q32);
     auto dq0 = dq.narrow(2, 0, c), dq1 = dq.narrow(2, c, c);
     auto lse0 = lse.narrow(2, 0, c), lse1 = lse.narrow(2, c, c);
     auto delta0 = delta.narrow(2, 0, c), delta1 = delta.narrow(2, c, c);
@@ -162,7 +174,7 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
         transfer = ring.shift(kv, incoming, step, 1);
       }
       const int64_t j = (r - step + n) % n;
-      auto kj = expand_kv(kv[0], group), vj = expand_kv(kv[1], group);
+      auto kj = expand_kv(kv[0].to(dtype), group), vj = expand_kv(kv[1].to(dtype), group);
       auto k0 = kj.narrow(2, 0, c), k1 = kj.narrow(2, c, c), v0 = vj.narrow(2, 0, c), v1 = vj.narrow(2, c, c);
       auto dk = torch::zeros_like(kj), dv = torch::zeros_like(vj);
       auto dk0 = dk.narrow(2, 0, c), dk1 = dk.narrow(2, c, c), dv0 = dv.narrow(2, 0, c), dv1 = dv.narrow(2, c, c);
@@ -208,7 +220,8 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
       dkv_transfer.wait();
       own_dkv = own_dkv + dkv_incoming;  // every other rank's share of this rank's gradients
     }
-    return {dq, own_dkv[0], own_dkv[1], torch::Tensor(), torch::Tensor()};
+    return {dq.to(q.scalar_type()), own_dkv[0].to(k.scalar_type()), own_dkv[1].to(v.scalar_type()), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 

@@ -13,7 +13,8 @@
 // merge by their log-sum-exp. Backward sends the keys and values round again;
 // each rank's gradients for rank j's keys and values travel along with them
 // and reach j after the last step: (cp - 1) key/value transfers forward and
-// 2 (cp - 1) backward per rank and call.
+// 2 (cp - 1) backward per rank and call. Keys and values travel in their dtype, their gradients
+// in fp32; the blocks are computed in fp32.
 //
 // Grouped-query attention: only the kv heads travel; query head h reads kv head
 // h / (heads / kv_heads).
