@@ -139,7 +139,8 @@ struct CheckpointConfig {
 
 struct LogConfig {
   int64_t interval = 10;
-  bool trace = false;  // write RUN_DIR/trace_rankR.json: the last step's gradient-bucket events
+  bool trace = false;        // write RUN_DIR/trace_rankR.json: the last step's gradient-bucket events
+  bool tensorboard = false;  // RUN_DIR/tensorboard/events.out.tfevents.*: metrics.jsonl's scalars for TensorBoard
 };
 
 struct Config {

@@ -258,6 +258,8 @@ std::vector<ConfigField> make_fields() {
       int_field("log", "interval", LOOM_MEMBER(log.interval), "steps between progress lines"),
       bool_field("log", "trace", LOOM_MEMBER(log.trace),
                  "write RUN_DIR/trace_rankR.json: the last step's gradient-bucket events"),
+      bool_field("log", "tensorboard", LOOM_MEMBER(log.tensorboard),
+                 "also write metrics.jsonl's scalars as TensorBoard event files under RUN_DIR/tensorboard"),
   };
 }
 

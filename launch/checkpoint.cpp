@@ -465,9 +465,19 @@ void init_from_pretrained(const Config& config, const std::vector<parallel::Para
       tensors = read_safetensors(source);
     }
     gpt2 = models::gpt_from_hf(tensors, m.num_layers, m.num_heads, source);
-    // Hugging Face's GPT-2 has n_positions position embeddings; the first seq_len are the ones used.
+    // Position p's embedding is row p whatever the table's length, so a model trained on longer
+    // sequences fine-tunes at a shorter context with its first seq_len rows; a shorter table has
+    // nothing for the last positions.
     auto& wpe = gpt2.at("wpe");
-    if (wpe.dim() == 2 && wpe.size(0) > m.seq_len) wpe = wpe.narrow(0, 0, m.seq_len);
+    if (wpe.dim() == 2 && wpe.size(0) > m.seq_len) {
+      info0("model.init_from: '{}' has position embeddings for {} tokens; the first {} (model.seq_len) are used",
+            source, wpe.size(0), m.seq_len);
+      wpe = wpe.narrow(0, 0, m.seq_len);
+    } else if (wpe.dim() == 2 && wpe.size(0) < m.seq_len) {
+      throw InputError("model.init_from: '" + source + "' has position embeddings (wpe) for " +
+                       std::to_string(wpe.size(0)) + " tokens, fewer than model.seq_len = " +
+                       std::to_string(m.seq_len) + "; set model.seq_len to at most " + std::to_string(wpe.size(0)));
+    }
     whole = [&](const std::string& name) -> std::optional<torch::Tensor> {
       auto it = gpt2.find(name);
       if (it == gpt2.end()) return std::nullopt;

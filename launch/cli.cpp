@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -206,6 +207,64 @@ Command add_prepare(CLI::App& loom) {
   return [args] { return prepare(*args); };
 }
 
+double parse_number(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(value)) {
+    throw InputError(flag + " expects a number, got '" + text + "'");
+  }
+  return value;
+}
+
+Command add_generate(CLI::App& loom) {
+  auto& command = *loom.add_subcommand(
+      "generate", "continue a prompt with a model (a loom checkpoint or a Hugging Face directory), with a KV cache");
+  auto args = std::make_shared<GenerateArgs>();
+  auto max_new = std::make_shared<std::string>(), temperature = std::make_shared<std::string>("1"),
+       top_k = std::make_shared<std::string>("0"), top_p = std::make_shared<std::string>("1"),
+       seed = std::make_shared<std::string>("0");
+  command
+      .add_option("MODEL", args->model,
+                  "a loom checkpoint (step_N, or a checkpoint.dir: its latest) or a Hugging Face model directory")
+      ->type_name("")
+      ->required();
+  command.add_option("--prompt", args->prompt, "the text to continue")->type_name("TEXT")->required();
+  command.add_option("--max-new-tokens", *max_new, "tokens to generate (fewer when the model ends the text)")
+      ->type_name("N")
+      ->required();
+  command
+      .add_option("--tokenizer", args->tokenizer,
+                  "byte, a SentencePiece .model or a tokenizer.json (default: MODEL's tokenizer.json or "
+                  "tokenizer.model, else byte)")
+      ->type_name("T");
+  command.add_option("--temperature", *temperature, "0: greedy (top-k and top-p unused)")
+      ->type_name("T")
+      ->capture_default_str();
+  command.add_option("--top-k", *top_k, "sample among the K most likely tokens (0: all)")
+      ->type_name("K")
+      ->capture_default_str();
+  command.add_option("--top-p", *top_p, "then among the most likely whose probability reaches P (1: all)")
+      ->type_name("P")
+      ->capture_default_str();
+  command.add_option("--seed", *seed, "the sampler's seed: the same seed, the same text")
+      ->type_name("S")
+      ->capture_default_str();
+  command.add_flag("--ids", args->ids, "end with a line of the generated ids (the continuation only) as a JSON list");
+  add_overrides(command, args->overrides);
+  command.footer(
+      "Under mpirun or torchrun, --set parallel.tp=WORLD splits the model over the ranks; the output is\n"
+      "the same as one process's. Generation stops after N tokens or at the tokenizer's end-of-sequence\n"
+      "token (kept in --ids, not printed).");
+  return [args, max_new, temperature, top_k, top_p, seed] {
+    args->max_new_tokens = parse_integer("--max-new-tokens", *max_new, 1);
+    args->temperature = parse_number("--temperature", *temperature);
+    args->top_k = parse_integer("--top-k", *top_k, 0);
+    args->top_p = parse_number("--top-p", *top_p);
+    args->seed = static_cast<uint64_t>(parse_integer("--seed", *seed, 0));
+    return generate(*args);
+  };
+}
+
 // The command line as CLI11 reports a problem with it, as one line for InputError:
 // "loom train: the following argument was not expected: --bogus (see 'loom train --help')".
 std::string parse_error_message(const CLI::App& app, const CLI::ParseError& error) {
@@ -273,8 +332,9 @@ int dispatch(int argc, char** argv) {
   loom.set_version_flag("--version", std::string("loom ") + LOOM_VERSION);
   loom.require_subcommand(1);
   const std::vector<std::pair<std::string, Command>> commands = {
-      {"train", add_train(loom)}, {"topology", add_topology(loom)}, {"schedule", add_schedule(loom)},
-      {"plan", add_plan(loom)},   {"export", add_export(loom)},     {"prepare", add_prepare(loom)},
+      {"train", add_train(loom)},       {"topology", add_topology(loom)}, {"schedule", add_schedule(loom)},
+      {"plan", add_plan(loom)},         {"export", add_export(loom)},     {"prepare", add_prepare(loom)},
+      {"generate", add_generate(loom)},
   };
   if (argc < 2) {
     std::cout << loom.help();

@@ -60,6 +60,22 @@ struct ExportArgs {
 
 int export_checkpoint(const ExportArgs& args);
 
+struct GenerateArgs {
+  std::string model;  // a loom checkpoint (step_N or checkpoint.dir) or a Hugging Face model directory
+  std::string prompt;
+  int64_t max_new_tokens = 0;
+  std::string tokenizer;  // a tokenizer spec (core/tokenizer.h); empty: MODEL's own, else byte
+  double temperature = 1.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  bool ids = false;  // the generated ids as a JSON list on the last line
+  std::vector<std::string> overrides;
+};
+
+// loom generate MODEL --prompt TEXT --max-new-tokens N: the continuation on stdout as it comes.
+int generate(const GenerateArgs& args);
+
 struct PlanArgs {
   std::string config_path;
   std::vector<std::string> overrides;

@@ -12,18 +12,13 @@
 #include "core/logging.h"
 #include "launch/blas_environment.h"
 #include "launch/block_wrapping.h"
+#include "launch/communicator_factory.h"
 #include "launch/run_directory.h"
 #include "launch/stop_signals.h"
 #include "launch/supported_combinations.h"
 #include "parallel/heartbeat.h"
 #include "parallel/launch_env.h"
 #include "parallel/ring_attention.h"
-#ifndef LOOM_WITHOUT_GLOO
-#include "parallel/gloo_communicator.h"
-#endif
-#ifdef LOOM_WITH_NCCL
-#include "parallel/nccl_communicator.h"
-#endif
 
 namespace loom::launch {
 namespace {
@@ -44,26 +39,6 @@ parallel::GradientSyncOptions gradient_sync_options(const Config& config, const 
   options.model_dtype = precision.params;
   options.experts = config.model.moe.enabled();
   return options;
-}
-
-// The communicators' backend for the device: NCCL for GPUs, Gloo for CPUs.
-parallel::CommunicatorFactory communicator_factory(const parallel::LaunchEnv& env, const torch::Device& device,
-                                                   const std::shared_ptr<parallel::CommStats>& stats,
-                                                   std::chrono::milliseconds timeout) {
-  parallel::CommunicatorFactory factory;
-#ifdef LOOM_WITH_NCCL
-  if (device.is_cuda()) factory = parallel::make_nccl_factory(env.store(), device.index(), stats, timeout);
-#endif
-#ifndef LOOM_WITHOUT_GLOO
-  if (!device.is_cuda()) factory = parallel::make_gloo_factory(env.store(), env.single_host(), stats, timeout);
-#else
-  if (!device.is_cuda() && env.world() > 1) {
-    throw InputError(
-        "this loom was built without Gloo (LOOM_WITH_GLOO=OFF), so CPU ranks cannot talk; "
-        "train on GPUs (train.device cuda) or as one process");
-  }
-#endif
-  return factory;
 }
 
 }  // namespace
@@ -119,7 +94,11 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                                                    groups_.pp(), activation_shape, precision_.activations, device_);
   schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
   optimizer_ = sync_->make_optimizer(optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
-  if (groups_.rank() == 0) metrics_ = std::make_unique<MetricsWriter>(run_dir_ + "/metrics.jsonl");
+  if (groups_.rank() == 0) {
+    metrics_ = std::make_unique<MetricsWriter>(
+        run_dir_ + "/metrics.jsonl",
+        config_.log.tensorboard ? std::make_unique<TensorBoardWriter>(run_dir_ + "/tensorboard") : nullptr);
+  }
   checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, sync_->parameters(), *optimizer_, *rng_);
 }
 

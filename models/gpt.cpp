@@ -87,6 +87,15 @@ torch::Tensor GPTInputStageImpl::forward(const torch::Tensor& tokens) {
   return residual_dropout(words + cast_to_activation(rows, words), options_.dropout, is_training(), tp_);
 }
 
+torch::Tensor GPTInputStageImpl::forward_at(const torch::Tensor& tokens, int64_t first_position) {
+  TORCH_CHECK(!tp_.sequence_parallel, "incremental decoding runs without sequence parallelism");
+  TORCH_CHECK(first_position + tokens.size(1) <= options_.seq_len, "GPT: positions up to ",
+              first_position + tokens.size(1), " but model.seq_len is ", options_.seq_len);
+  auto words = wte_->forward(tokens).to(options_.activation_dtype);
+  if (!wpe_) return words;
+  return words + cast_to_activation(wpe_->weight.narrow(0, first_position, words.size(1)), words);
+}
+
 std::vector<ParallelParameter> GPTInputStageImpl::parallel_parameters() const {
   return parallel::collect_parallel_parameters(*this);
 }
@@ -127,6 +136,12 @@ torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) {
   auto y = ln_2_->forward(x);
   return x + residual_dropout(moe_ ? moe_->forward(y, !rerun && is_training()) : mlp_->forward(y), options_.dropout,
                               is_training(), tp_);
+}
+
+torch::Tensor GPTBlockImpl::forward_cached(const torch::Tensor& hidden, KVCache& cache) {
+  auto x = hidden + attn_->forward_cached(ln_1_->forward(hidden), cache, layer_);
+  auto y = ln_2_->forward(x);
+  return x + (moe_ ? moe_->forward(y, /*record=*/false) : mlp_->forward(y));
 }
 
 std::vector<ParallelParameter> GPTBlockImpl::parallel_parameters() const {
@@ -205,6 +220,34 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& input_, const torch::Tensor&
   auto hidden = position_.first() ? input->forward(input_) : input_;
   hidden = blocks->forward(hidden);  // each block through whatever the trainer wrapped around it
   return position_.last() ? output->forward(hidden, targets) : hidden;
+}
+
+namespace {
+
+// This rank's vocabulary slice of the logits, [B, S, V_local] -> the whole vocabulary's in fp32,
+// [B, S, vocab_size]: gathered over tp, every rank then holding the same bits, the padding cut off.
+torch::Tensor whole_vocabulary(const torch::Tensor& local, int64_t vocab_size, parallel::Communicator& tp) {
+  return parallel::all_gather_along(local.to(torch::kFloat), -1, tp).narrow(-1, 0, vocab_size);
+}
+
+}  // namespace
+
+torch::Tensor GPTImpl::logits(const torch::Tensor& tokens) {
+  TORCH_CHECK(position_.whole(), "GPT::logits needs the whole model, not a pipeline piece");
+  TORCH_CHECK(!tp_.sequence_parallel, "GPT::logits runs without sequence parallelism");
+  auto local = output->logits(blocks->forward(input->forward(tokens)));
+  return whole_vocabulary(local, options_.vocab_size, *tp_.tp);
+}
+
+torch::Tensor GPTImpl::forward_cached(const torch::Tensor& tokens, KVCache& cache) {
+  TORCH_CHECK(position_.whole(), "incremental decoding needs the whole model, not a pipeline piece");
+  TORCH_CHECK(cache.layers() == options_.num_layers, "KVCache: ", cache.layers(), " layers for a model of ",
+              options_.num_layers);
+  auto hidden = input->forward_at(tokens, cache.length());
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    hidden = std::static_pointer_cast<GPTBlockImpl>((*blocks)[i])->forward_cached(hidden, cache);
+  }
+  return whole_vocabulary(output->logits(hidden), options_.vocab_size, *tp_.tp);
 }
 
 std::vector<ParallelParameter> GPTImpl::parallel_parameters() const {

@@ -23,6 +23,7 @@
 #include "core/config.h"
 #include "models/block_stack.h"
 #include "models/gpt_options.h"
+#include "models/kv_cache.h"
 #include "models/language_model.h"
 #include "models/mlp.h"
 #include "models/moe.h"
@@ -51,6 +52,9 @@ class GPTInputStageImpl : public torch::nn::Module {
   GPTInputStageImpl(const GPTOptions& options, TensorParallelContext tp);
   // tokens [B, S] int64 -> hidden [B, S, H] ([B, S / tp, H] with sequence parallelism)
   torch::Tensor forward(const torch::Tensor& tokens);
+  // For incremental decoding (no dropout, no sequence parallelism): tokens [B, S] at
+  // positions FIRST_POSITION, FIRST_POSITION + 1, ... -> hidden [B, S, H].
+  torch::Tensor forward_at(const torch::Tensor& tokens, int64_t first_position);
   const parallel::VocabParallelEmbedding& word_embedding() const { return wte_; }
   std::vector<parallel::ParallelParameter> parallel_parameters() const;
 
@@ -67,6 +71,8 @@ class GPTBlockImpl : public BlockModule {
   // ROTARY: the model's rotary tables under rope, shared by its blocks.
   GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp, RotaryEmbedding rotary = {});
   torch::Tensor forward(const torch::Tensor& hidden) override;
+  // The block over positions that follow those in CACHE, whose layer layer() it extends.
+  torch::Tensor forward_cached(const torch::Tensor& hidden, KVCache& cache);
   std::vector<parallel::ParallelParameter> parallel_parameters() const;
   MoELayer moe() const { return moe_; }  // null in a dense block
   int64_t layer() const { return layer_; }
@@ -115,6 +121,14 @@ class GPTImpl : public LanguageModel {
   // Without a tp communicator the model is the plain, single-rank GPT.
   explicit GPTImpl(const GPTOptions& options, TensorParallelContext tp = {}, PipelinePosition position = {});
   torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& targets) override;
+  // The whole model's logits over the whole vocabulary (its tp padding cut off), fp32,
+  // the same on every tp rank: tokens [B, S] -> [B, S, vocab_size], by the training forward.
+  torch::Tensor logits(const torch::Tensor& tokens);
+  // The same for tokens [B, S] that continue the sequence CACHE holds (KVCache(num_layers,
+  // positions), empty at first): only these S positions are computed, each attending to the
+  // cached ones, whose keys and values it appends. Eval mode, a whole model (one pipeline
+  // piece), no sequence parallelism; beyond model.seq_len positions it is refused.
+  torch::Tensor forward_cached(const torch::Tensor& tokens, KVCache& cache);
   // Every parameter once, with its global name, in order of use in forward.
   std::vector<parallel::ParallelParameter> parallel_parameters() const override;
   std::vector<int64_t> activation_shape(int64_t micro_batch_size) const override;

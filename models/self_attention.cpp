@@ -77,7 +77,7 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
   };
 }
 
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> SelfAttentionImpl::heads_of(const torch::Tensor& x) {
+SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, int64_t first_position) {
   torch::Tensor q, k, v;  // [B, S, heads or kv heads, d]
   if (qkv_) {
     auto qkv = qkv_->forward(x);
@@ -99,9 +99,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> SelfAttentionImpl::heads
       q = rotary_.apply_at(q, positions);
       k = rotary_.apply_at(k, positions);
     } else {
-      // The core sees the whole sequence (gathered under sequence parallelism): positions from 0.
-      q = rotary_.apply(q);
-      k = rotary_.apply(k);
+      q = rotary_.apply(q, first_position);
+      k = rotary_.apply(k, first_position);
     }
   }
   return {q, k, v};
@@ -109,7 +108,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> SelfAttentionImpl::heads
 
 torch::Tensor SelfAttentionImpl::query_key_value(const torch::Tensor& x) {
   if (qkv_ && !rotary_.defined()) return qkv_->forward(x);  // GPT-2: already in the core's layout
-  auto [q, k, v] = heads_of(x);
+  // The core sees the whole sequence (gathered under sequence parallelism): positions from 0.
+  auto [q, k, v] = project(x, 0);
   if (kv_heads_ != heads_) {
     // Query heads of a group are consecutive: head j reads kv head j / group.
     const int64_t group = heads_ / kv_heads_;
@@ -160,7 +160,7 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   // most of a block's activation memory and cheap to recompute.
   const bool selective = options_.recompute == Recompute::selective && is_training() && torch::GradMode::is_enabled();
   if (tp_.cp_size() > 1) {
-    auto [q, k, v] = heads_of(x);
+    auto [q, k, v] = project(x, 0);  // at the global positions of this rank's two chunks
     auto packed = torch::cat({q.flatten(2), k.flatten(2), v.flatten(2)}, 2);
     // Under selective recomputation the backward re-runs the ring (or the all-to-all).
     auto context = selective ? parallel::recompute_in_backward(context_parallel_core_fn_, split_generator(), packed)
@@ -170,6 +170,27 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   auto qkv = query_key_value(x);
   auto context = selective ? parallel::recompute_in_backward(core_fn_, split_generator(), qkv) : core(qkv);
   return proj_->forward(context);
+}
+
+torch::Tensor SelfAttentionImpl::forward_cached(const torch::Tensor& x, KVCache& cache, int64_t layer) {
+  TORCH_CHECK(!tp_.sequence_parallel, "incremental decoding runs without sequence parallelism");
+  const int64_t first = cache.length(layer), b = x.size(0), s = x.size(1);
+  auto [q, k, v] = project(x, first);
+  auto [keys, values] = cache.append(layer, k, v);  // [B, kv heads, T, d], T = first + s
+  if (kv_heads_ != heads_) {
+    // Query heads of a group are consecutive: head j reads kv head j / group.
+    keys = keys.repeat_interleave(heads_ / kv_heads_, 1);
+    values = values.repeat_interleave(heads_ / kv_heads_, 1);
+  }
+  auto scores = torch::matmul(q.transpose(1, 2), keys.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d_)));
+  if (s > 1) {
+    // Query i sits at position first + i and sees the keys up to it.
+    auto key_positions = torch::arange(first + s, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+    auto query_positions = torch::arange(first, first + s, key_positions.options()).unsqueeze(1);
+    scores = scores.masked_fill(key_positions.unsqueeze(0) > query_positions, -std::numeric_limits<float>::infinity());
+  }
+  auto context = torch::matmul(torch::softmax(scores, -1), values);  // [B, heads, S, d]
+  return proj_->forward(context.transpose(1, 2).reshape({b, s, heads_ * d_}));
 }
 
 at::Generator* SelfAttentionImpl::split_generator() const {

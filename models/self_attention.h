@@ -20,6 +20,7 @@
 #include <tuple>
 
 #include "models/gpt_options.h"
+#include "models/kv_cache.h"
 #include "models/language_model.h"
 #include "models/rotary.h"
 #include "parallel/parallel_module.h"
@@ -54,16 +55,25 @@ class SelfAttentionImpl : public parallel::ParallelModule {
   // x [B, S, H] ([B, S / tp, H] under sequence parallelism) -> the same shape.
   torch::Tensor forward(const torch::Tensor& x);
 
+  // Incremental decoding (no dropout, no sequence parallelism): x [B, S, H] holds the S
+  // positions that follow the LAYER's CACHE; their keys and values join the cache, and
+  // each query attends to the cached positions and the new ones up to itself.
+  torch::Tensor forward_cached(const torch::Tensor& x, KVCache& cache, int64_t layer);
+
   // The query heads this rank holds and the kv heads they read.
   int64_t local_heads() const { return heads_; }
   int64_t local_kv_heads() const { return kv_heads_; }
 
  private:
+  struct Heads {
+    torch::Tensor q, k, v;  // [B, S, heads, d], [B, S, kv heads, d] twice
+  };
+  // x -> this rank's query, key and value heads, rotated under rope for tokens at
+  // FIRST_POSITION, FIRST_POSITION + 1, ... (under context parallelism: at this rank's two chunks).
+  Heads project(const torch::Tensor& x, int64_t first_position);
   // x -> [B, S, heads * 3 * d] on this rank: each query head with its (rotated) query,
   // key and value side by side, the layout the attention core reads.
   torch::Tensor query_key_value(const torch::Tensor& x);
-  // x -> q [B, S, heads, d], k and v [B, S, kv heads, d], rotated by their global positions.
-  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> heads_of(const torch::Tensor& x);
   torch::Tensor core(const torch::Tensor& qkv);
   // Context parallelism: q, k and v of this rank's part of the sequence, flattened side by side
   // ([B, S, (heads + 2 kv heads) d], only the kv heads travel) -> the context [B, S, heads d].

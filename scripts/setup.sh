@@ -13,6 +13,8 @@ packages=(
   libyaml-cpp-dev libspdlog-dev nlohmann-json3-dev catch2 zlib1g-dev
   libcli11-dev                                  # the command line (CLI11 2.x, header-only)
   slurmctld slurmd slurm-client munge           # srun/sbatch: the slurm test starts a private one-node cluster
+  python3-matplotlib                            # scripts/plot_metrics.py: a run's loss curves to a PNG
+  python3-protobuf python3-crc32c               # the tensorboard test's outside readers of event files
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -5,7 +5,8 @@
 # bytes); a plain PyTorch GPT-2 forward written from Hugging Face's
 # conventions, fed that file, gives loom's first loss from init_from of the
 # directory; and export -> model.init_from of the file (at another layout) ->
-# export gives identical tensors.
+# export gives identical tensors; init_from at a shorter seq_len takes the first rows of the
+# position table, at a longer one it is refused.
 source "$(dirname "$0")/common.sh"
 PY=/usr/bin/python3  # Debian's python3-torch
 cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
@@ -29,6 +30,36 @@ mpirun --oversubscribe -np 2 "$LOOM" train "$TINY" --run-dir "$WORK/b" "${BASE[@
 mpirun --oversubscribe -np 4 "$LOOM" train "$TINY" --run-dir "$WORK/c" "${BASE[@]}" --set parallel.tp=2 --set parallel.pp=2 \
   --set model.init_from="$WORK/a_dir" --set train.steps=1 --set train.warmup_steps=0 \
   > "$WORK/c.log" 2>&1 || { cat "$WORK/c.log"; fail "run c"; }
+
+# Fine-tuning at a shorter context: init_from a's file (positions for 32 tokens) at seq_len 16
+# takes wpe's first 16 rows and every other tensor unchanged; at seq_len 64 it is refused.
+"$LOOM" train "$TINY" --run-dir "$WORK/short" "${BASE[@]}" --set model.seq_len=16 \
+  --set model.init_from="$WORK/a.safetensors" --set checkpoint.dir="$WORK/ck_short" --set train.exit_after=0 \
+  > "$WORK/short.log" 2>&1 || { cat "$WORK/short.log"; fail "init_from at a shorter seq_len"; }
+grep -q "has position embeddings for 32 tokens; the first 16 (model.seq_len) are used" "$WORK/short.log" ||
+  { cat "$WORK/short.log"; fail "no line on the shortened position table"; }
+"$LOOM" export "$WORK/ck_short/step_00000000" --format hf-gpt2 --output "$WORK/short.safetensors" || fail "export short"
+"$PY" - "$SCRIPTS" "$WORK/a.safetensors" "$WORK/short.safetensors" << 'PYEOF' || fail "the shortened model's tensors"
+import sys
+sys.path.insert(0, sys.argv[1])
+from checks import read_safetensors
+import torch
+long, _ = read_safetensors(sys.argv[2], strict=True)
+short, _ = read_safetensors(sys.argv[3], strict=True)
+assert sorted(long) == sorted(short), "different tensor names"
+assert long["wpe.weight"].shape == (32, 32) and short["wpe.weight"].shape == (16, 32), "wpe shapes"
+assert torch.equal(short["wpe.weight"], long["wpe.weight"][:16]), "wpe is not the first 16 rows"
+for name in long:
+    assert name == "wpe.weight" or torch.equal(long[name], short[name]), name
+print("init_from at seq_len 16 of a seq_len 32 export: wpe's first 16 rows, the rest identical")
+PYEOF
+set +e
+"$LOOM" train "$TINY" --run-dir "$WORK/long" "${BASE[@]}" --set model.seq_len=64 \
+  --set model.init_from="$WORK/a.safetensors" --set train.steps=1 --set train.warmup_steps=0 > "$WORK/long.log" 2>&1
+code=$?
+set -e
+[ "$code" = 2 ] && grep -q "a.safetensors' has position embeddings (wpe) for 32 tokens, fewer than model.seq_len = 64" \
+  "$WORK/long.log" || { cat "$WORK/long.log"; fail "init_from at a longer seq_len: exit $code"; }
 
 "$PY" "$SCRIPTS/checks.py" hf-gpt2-layout "$WORK/a.safetensors" "$WORK/b.safetensors" ||
   fail "safetensors / Hugging Face layout check"

@@ -1,0 +1,127 @@
+#include "launch/generation_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint_store.h"
+#include "core/errors.h"
+#include "core/hf_config.h"
+#include "launch/checkpoint.h"
+#include "launch/model_record.h"
+
+namespace loom::launch {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_checkpoint(const fs::path& dir) {
+  return fs::is_regular_file(dir / "manifest.json");
+}
+
+// A checkpoint directory itself, or the one a checkpoint.dir's `latest` names (else its newest).
+std::string checkpoint_path(const std::string& model) {
+  if (is_checkpoint(model)) return model;
+  if (auto latest = latest_checkpoint(model)) return latest->path;
+  const auto all = list_checkpoints(model);
+  return all.empty() ? std::string() : all.front().path;
+}
+
+GenerationModel from_checkpoint(const std::string& path, const std::vector<std::string>& overrides) {
+  const std::string problem = verify_checkpoint(path);
+  if (!problem.empty()) throw InputError("loom generate: " + problem);
+  const auto manifest = read_manifest(path);
+  const std::string source = path + "/manifest.json";
+  GenerationModel model;
+  model.path = path;
+  model.config = config_of_model_record(manifest.at("model"), source);
+  if (model.config.model.moe.enabled()) {
+    // The record keeps the experts' count, not the router's settings (top_k, capacity), which the
+    // forward needs: generating with defaults would be silently another model.
+    throw InputError("loom generate: " + path +
+                     " is a Mixture-of-Experts checkpoint, which loom generate cannot run yet");
+  }
+  for (const auto& o : overrides) apply_override(model.config, o);
+  const auto saved = complete_model_record(manifest.at("model"));
+  const auto asked = complete_model_record(model_record(model.config));
+  for (const auto& [key, value] : saved.items()) {
+    if (asked.value(key, nlohmann::json()) != value) {
+      throw InputError("--set model." + key + ": the checkpoint " + path + " has model." + key + " = " + value.dump() +
+                       "; loom generate runs the model as it was saved");
+    }
+  }
+  model.max_positions = model.config.model.seq_len;
+  return model;
+}
+
+GenerationModel from_hugging_face(const std::string& dir, const std::vector<std::string>& overrides) {
+  const fs::path file = fs::path(dir) / "config.json";
+  std::ifstream in(file);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw InputError("MODEL " + file.string() + " is not valid JSON: " + e.what());
+  }
+  GenerationModel model;
+  model.path = dir;
+  model.hugging_face = true;
+  auto& config = model.config;
+  apply_override(config, "model.init_from=" + dir);
+  for (const auto& o : overrides) apply_override(config, o);
+  std::set<std::string> overridden;
+  for (const auto& o : overrides) overridden.insert(o.substr(0, o.find('=')));
+  resolve_model_defaults(config);
+  // The positions come from config.json, not from a config's model.seq_len; 1 passes
+  // apply_hf_config's check that n_positions covers it, and generate sets what it needs.
+  config.model.seq_len = 1;
+  apply_hf_config(config, overridden);
+  const char* key = config.model.arch == ModelArch::gpt2 ? "n_positions" : "max_position_embeddings";
+  const auto positions = json.value(key, nlohmann::json(config.model.arch == ModelArch::gpt2 ? 1024 : 2048));
+  if (!positions.is_number_integer() || positions.get<int64_t>() < 1) {
+    throw InputError(file.string() + ": \"" + key + "\" must be a positive integer, not " + positions.dump());
+  }
+  model.max_positions = positions.get<int64_t>();
+  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+    if (fs::is_regular_file(fs::path(dir) / name)) {
+      model.tokenizer = (fs::path(dir) / name).string();
+      break;
+    }
+  }
+  return model;
+}
+
+}  // namespace
+
+GenerationModel describe_generation_model(const std::string& model, const std::vector<std::string>& overrides) {
+  if (!fs::is_directory(model)) {
+    throw InputError("MODEL '" + model + "' is not a directory: give a loom checkpoint (step_N or checkpoint.dir) " +
+                     "or a Hugging Face model directory");
+  }
+  if (const std::string checkpoint = checkpoint_path(model); !checkpoint.empty()) {
+    return from_checkpoint(checkpoint, overrides);
+  }
+  if (fs::is_regular_file(fs::path(model) / "config.json")) return from_hugging_face(model, overrides);
+  throw InputError("MODEL '" + model +
+                   "' is neither a loom checkpoint (no manifest.json, nor complete step_N checkpoints) "
+                   "nor a Hugging Face model directory (no config.json)");
+}
+
+void load_generation_weights(const GenerationModel& model, const std::vector<parallel::ParallelParameter>& params,
+                             int64_t tp_rank, int64_t tp_size) {
+  if (model.hugging_face) {
+    init_from_pretrained(model.config, params, tp_rank, tp_size);
+    return;
+  }
+  const auto manifest = read_manifest(model.path);
+  std::vector<torch::Tensor> into;
+  for (const auto& p : params) into.push_back(p.tensor);
+  load_parameter_slices(
+      params, into, tp_rank, tp_size,
+      [&](const std::string& name, int64_t dim, int64_t offset, int64_t length) {
+        return read_tensor_slice(model.path, manifest, "model/" + name, dim, offset, length);
+      },
+      "checkpoint '" + model.path + "'");
+}
+
+}  // namespace loom::launch

@@ -1,0 +1,33 @@
+// The model `loom generate` runs, from what MODEL names: a loom checkpoint (a
+// step_N directory, or a checkpoint.dir whose `latest` is followed, else its
+// newest), whose manifest records the model's keys, or a Hugging Face model
+// directory (config.json and safetensors), read as model.init_from reads one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "parallel/parallel_parameter.h"
+
+namespace loom::launch {
+
+struct GenerationModel {
+  Config config;     // the model's keys, then the --set overrides (parallel.tp, ...)
+  std::string path;  // the checkpoint or directory MODEL resolved to
+  bool hugging_face = false;
+  int64_t max_positions = 0;  // the positions the model was made for: model.seq_len, n_positions, ...
+  std::string tokenizer;      // the tokenizer MODEL carries (a Hugging Face tokenizer.json or .model); empty: none
+};
+
+// Reads MODEL's description, without its weights, and applies OVERRIDES. Throws InputError
+// naming MODEL when it is neither kind or cannot be read, and naming the key when an override
+// would change the model a checkpoint holds.
+GenerationModel describe_generation_model(const std::string& model, const std::vector<std::string>& overrides);
+
+// Reads into PARAMS this tp rank's slices of MODEL's weights.
+void load_generation_weights(const GenerationModel& model, const std::vector<parallel::ParallelParameter>& params,
+                             int64_t tp_rank, int64_t tp_size);
+
+}  // namespace loom::launch

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# loom generate against an independent PyTorch forward: a tiny GPT-2 and a tiny Llama (GQA,
+# RoPE, untied output), trained on text and exported to Hugging Face directories; the
+# reference (reference_forward.py, written from Hugging Face's conventions, recomputing the
+# whole sequence every step, no cache) gives the greedy continuation, and loom generate
+# --temperature 0 (with its KV cache) gives the same ids from the checkpoint and from the
+# Hugging Face directory, as one process and at tp 2 under mpirun (the Llama's 255 tokens padded
+# to 256 there: the padding row's logit must never be drawn). The streamed text is the
+# ids' bytes. Sampling with a seed repeats (at tp 2 too), another seed at a high temperature
+# gives other ids, top-k 1 is greedy; positions beyond the model, pp > 1, a changed model
+# key and a missing MODEL are refused with exit 2.
+source "$(dirname "$0")/common.sh"
+PY=/usr/bin/python3  # Debian's python3-torch
+cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
+"$LOOM" prepare --input "$WORK/text.txt" --output "$WORK/ds" > /dev/null || fail "prepare"
+SHAPE=(--set model.num_layers=2 --set model.hidden_size=64 --set model.num_heads=4 --set model.seq_len=32
+  --set data.path="$WORK/ds" --set train.steps=200 --set train.global_batch_size=8 --set log.interval=200
+  --set train.threads_per_rank=1 --set checkpoint.interval=200)
+"$LOOM" train "$LOOM_SOURCE/configs/gpt_tiny.yaml" --run-dir "$WORK/gpt" "${SHAPE[@]}" \
+  --set checkpoint.dir="$WORK/ck_gpt" > "$WORK/gpt.log" 2>&1 || { cat "$WORK/gpt.log"; fail "train gpt"; }
+"$LOOM" train "$LOOM_SOURCE/configs/llama_tiny.yaml" --run-dir "$WORK/llama" "${SHAPE[@]}" \
+  --set model.ffn_hidden_size=128 --set model.vocab_size=255 --set checkpoint.dir="$WORK/ck_llama" \
+  > "$WORK/llama.log" 2>&1 ||
+  { cat "$WORK/llama.log"; fail "train llama"; }
+"$LOOM" export "$WORK/ck_gpt/step_00000200" --format hf-gpt2 --output "$WORK/hf_gpt" > /dev/null || fail "export gpt"
+"$LOOM" export "$WORK/ck_llama/step_00000200" --format hf-llama --output "$WORK/hf_llama" > /dev/null ||
+  fail "export llama"
+
+PROMPT="The quick brown"  # 15 byte tokens; 15 + 16 new ones fit the 32 positions
+N=16
+
+# gen NP NAME MODEL [args...]: loom generate of PROMPT with --ids, stdout in $WORK/NAME.out;
+# NP 2 runs under mpirun at parallel.tp=2.
+gen() {
+  local np="$1" name="$2" model="$3"
+  shift 3
+  local cmd=("$LOOM" generate "$model" --prompt "$PROMPT" --max-new-tokens "$N" --ids "$@")
+  if [ "$np" != 1 ]; then cmd=(mpirun --oversubscribe -np "$np" "${cmd[@]}" --set parallel.tp="$np"); fi
+  "${cmd[@]}" > "$WORK/$name.out" 2> "$WORK/$name.err" || { cat "$WORK/$name.err"; fail "generate $name"; }
+  # The streamed text is the continuation's bytes, then a newline, then the ids.
+  "$PY" - "$WORK/$name.out" <<'PYEOF' || fail "$name: the text on stdout is not the generated ids' bytes"
+import json, sys
+out = open(sys.argv[1], "rb").read()
+ids = json.loads(out.rstrip(b"\n").rsplit(b"\n", 1)[1])
+assert out == bytes(ids) + b"\n" + json.dumps(ids, separators=(",", ":")).encode() + b"\n", out
+PYEOF
+}
+ids() { tail -n 1 "$WORK/$1.out"; }
+
+for arch in gpt llama; do
+  expected=$("$PY" "$SCRIPTS/reference_forward.py" greedy "$WORK/hf_$arch" --prompt "$PROMPT" --max-new-tokens "$N") ||
+    fail "reference $arch"
+  [ "$(echo "$expected" | tr -cd ',' | wc -c)" = $((N - 1)) ] || fail "reference $arch gave '$expected'"
+  gen 1 "${arch}_ck1" "$WORK/ck_$arch" --temperature 0  # a checkpoint.dir: its latest
+  gen 1 "${arch}_hf1" "$WORK/hf_$arch" --temperature 0
+  gen 2 "${arch}_ck2" "$WORK/ck_$arch/step_00000200" --temperature 0
+  gen 2 "${arch}_hf2" "$WORK/hf_$arch" --temperature 0
+  for run in ck1 hf1 ck2 hf2; do
+    [ "$(ids "${arch}_$run")" = "$expected" ] ||
+      fail "$arch $run: loom generate gave $(ids "${arch}_$run"), the reference's greedy chain $expected"
+  done
+  echo "$arch: greedy ids equal the reference's at tp 1 and 2, from the checkpoint and the export: $expected"
+done
+
+# Sampling repeats with its seed (and at tp 2); at temperature 3 over 256 tokens, 16 draws of two
+# seeds agreeing is out of the question; top-k 1 is the greedy chain.
+SAMPLE=(--temperature 0.8 --top-k 20 --top-p 0.9)
+gen 1 s7a "$WORK/ck_llama" "${SAMPLE[@]}" --seed 7
+gen 1 s7b "$WORK/ck_llama" "${SAMPLE[@]}" --seed 7
+gen 2 s7tp2 "$WORK/ck_llama" "${SAMPLE[@]}" --seed 7
+[ "$(ids s7a)" = "$(ids s7b)" ] || fail "seed 7 gave $(ids s7a), then $(ids s7b)"
+[ "$(ids s7a)" = "$(ids s7tp2)" ] || fail "seed 7 gave $(ids s7a) at tp 1, $(ids s7tp2) at tp 2"
+gen 1 hot7 "$WORK/ck_llama" --temperature 3 --seed 7
+gen 1 hot8 "$WORK/ck_llama" --temperature 3 --seed 8
+[ "$(ids hot7)" != "$(ids hot8)" ] || fail "seeds 7 and 8 at temperature 3 gave the same ids $(ids hot7)"
+gen 1 top1 "$WORK/ck_llama" --temperature 1 --top-k 1 --seed 3
+[ "$(ids top1)" = "$(ids llama_ck1)" ] || fail "top-k 1 gave $(ids top1), greedy $(ids llama_ck1)"
+echo "sampling: seed 7 repeats ($(ids s7a)), at tp 2 too; seeds 7 and 8 differ; top-k 1 is greedy"
+
+expect_exit() {  # expect_exit PATTERN COMMAND...: exits 2 and prints PATTERN
+  local pattern="$1" code=0
+  shift
+  "$@" > "$WORK/out" 2>&1 || code=$?
+  [ "$code" = 2 ] || { cat "$WORK/out"; fail "'$*' exited $code, expected 2"; }
+  grep -q -- "$pattern" "$WORK/out" || { cat "$WORK/out"; fail "'$*' did not print '$pattern'"; }
+}
+GEN=("$LOOM" generate "$WORK/ck_llama" --prompt "$PROMPT")
+expect_exit "make 33 positions, beyond the model's 32 (model.seq_len); ask for at most 17" "${GEN[@]}" --max-new-tokens 18
+expect_exit "make 33 positions, beyond the model's 32;" "$LOOM" generate "$WORK/hf_gpt" --prompt "$PROMPT" \
+  --max-new-tokens 18
+expect_exit "loom generate runs at parallel.tp only" "${GEN[@]}" --max-new-tokens 2 --set parallel.pp=2
+expect_exit "has model.hidden_size = 64; loom generate runs the model as it was saved" "${GEN[@]}" --max-new-tokens 2 \
+  --set model.hidden_size=32
+expect_exit "MODEL '$WORK/nowhere' is not a directory" "$LOOM" generate "$WORK/nowhere" --prompt x --max-new-tokens 1
+expect_exit "'$WORK' is neither a loom checkpoint" "$LOOM" generate "$WORK" --prompt x --max-new-tokens 1
+expect_exit "--top-p must be in (0, 1]" "${GEN[@]}" --max-new-tokens 2 --top-p 0
+echo "generate: ok"
