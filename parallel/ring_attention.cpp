@@ -34,13 +34,13 @@ struct Partial {
   torch::Tensor lse;  // [B, h, L]
 };
 
-// softmax(q k^T scale (masked)) v with its row log-sum-exp.
+// softmax(q k^T scale (masked)) v with its row log-sum-exp. The block's scores are the largest
+// tensor of a ring step: they are worked on in place, one [B, h, Lq, Lk] buffer at a time.
 Partial attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale, bool diagonal) {
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
-  if (diagonal)
-    scores = scores.masked_fill(upper_mask(q.size(2), q.device()), -std::numeric_limits<double>::infinity());
+  auto scores = torch::matmul(q, k.transpose(-2, -1)).mul_(scale);
+  if (diagonal) scores.masked_fill_(upper_mask(q.size(2), q.device()), -std::numeric_limits<double>::infinity());
   auto lse = torch::logsumexp(scores, -1);
-  return {torch::matmul(torch::exp(scores - lse.unsqueeze(-1)), v), lse};
+  return {torch::matmul(scores.sub_(lse.unsqueeze(-1)).exp_(), v), lse};
 }
 
 // Two partial results over disjoint keys -> the result over both.
@@ -64,17 +64,17 @@ struct BlockGrads {
   torch::Tensor dq, dk, dv;
 };
 
-// The gradients of one block of attend() given the final output's LSE and D = rowsum(dO * O).
+// The gradients of one block of attend() given the final output's LSE and D = rowsum(dO * O),
+// with the probabilities and their gradient in place as in attend().
 BlockGrads attend_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                            const torch::Tensor& lse, const torch::Tensor& delta, const torch::Tensor& dout,
                            double scale, bool diagonal) {
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
-  if (diagonal)
-    scores = scores.masked_fill(upper_mask(q.size(2), q.device()), -std::numeric_limits<double>::infinity());
-  auto p = torch::exp(scores - lse.unsqueeze(-1));
+  auto p = torch::matmul(q, k.transpose(-2, -1)).mul_(scale);
+  if (diagonal) p.masked_fill_(upper_mask(q.size(2), q.device()), -std::numeric_limits<double>::infinity());
+  p.sub_(lse.unsqueeze(-1)).exp_();
   auto dv = torch::matmul(p.transpose(-2, -1), dout);
-  auto dp = torch::matmul(dout, v.transpose(-2, -1));
-  auto ds = p * (dp - delta.unsqueeze(-1)) * scale;
+  auto ds = torch::matmul(dout, v.transpose(-2, -1)).sub_(delta.unsqueeze(-1)).mul_(p).mul_(scale);
+  p = torch::Tensor();  // freed before the last two products
   return {torch::matmul(ds, k), torch::matmul(ds.transpose(-2, -1), q), dv};
 }
 
