@@ -1,6 +1,10 @@
 #include "core/tokenizer.h"
 
+#include <filesystem>
+
 #include "core/errors.h"
+#include "core/hf_bpe_tokenizer.h"
+#include "core/sentencepiece_tokenizer.h"
 
 namespace loom {
 
@@ -20,9 +24,33 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
   return text;
 }
 
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+const char* const kKinds =
+    "byte, a SentencePiece model file (*.model), or a Hugging Face tokenizer.json (or the directory holding it)";
+
+}  // namespace
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "byte") return std::make_unique<ByteTokenizer>();
-  throw InputError("--tokenizer '" + spec + "' is not known; the tokenizers are: byte");
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (fs::is_directory(spec, error)) {
+    const fs::path json = fs::path(spec) / "tokenizer.json";
+    if (fs::is_regular_file(json, error)) return std::make_unique<HfBpeTokenizer>(json.string());
+    throw InputError("--tokenizer '" + spec +
+                     "' is a directory without a tokenizer.json; the tokenizers are: " + kKinds);
+  }
+  if (ends_with(spec, ".model") || ends_with(spec, ".json")) {
+    if (!fs::is_regular_file(spec, error)) throw InputError("--tokenizer '" + spec + "': no such file");
+    if (ends_with(spec, ".model")) return std::make_unique<SentencePieceTokenizer>(spec);
+    return std::make_unique<HfBpeTokenizer>(spec);
+  }
+  throw InputError("--tokenizer '" + spec + "' is not known; the tokenizers are: " + kKinds);
 }
 
 }  // namespace loom

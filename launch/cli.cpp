@@ -196,14 +196,31 @@ Command add_prepare(CLI::App& loom) {
   auto& command =
       *loom.add_subcommand("prepare", "turn text files into a Megatron-LM indexed dataset (PREFIX.bin and PREFIX.idx)");
   auto args = std::make_shared<PrepareArgs>();
-  command.add_option("--input", args->inputs, "text files, each one document")->type_name("FILE")->required();
-  command.add_option("--output", args->output_prefix, "the dataset's path without .bin or .idx")
+  command
+      .add_option("--input", args->inputs,
+                  "text files, each one document, or JSON lines (*.jsonl, *.json), each line one document")
+      ->type_name("FILE")
+      ->required();
+  command.add_option("--output", args->output_prefix, "the dataset's path without .bin, .idx or .json")
       ->type_name("PREFIX")
       ->required();
-  command.add_option("--tokenizer", args->tokenizer, "byte: each byte is a token (256 ids)")
-      ->type_name("NAME")
+  command
+      .add_option("--tokenizer", args->tokenizer,
+                  "byte (each byte a token, 256 ends a document), a SentencePiece *.model, or a Hugging Face "
+                  "tokenizer.json (or its directory)")
+      ->type_name("SPEC")
       ->capture_default_str();
-  command.add_flag("--append-eod", args->append_eod, "end each document with an end-of-document token (id 256)");
+  command.add_flag("--split-paragraphs", args->split_paragraphs,
+                   "a document per blank-line separated paragraph instead of per file or JSON line");
+  command.add_option("--json-key", args->json_key, "the key of a JSON line's text")
+      ->type_name("KEY")
+      ->capture_default_str();
+  command.add_flag("--add-bos", args->add_bos, "start each document with the tokenizer's BOS token");
+  command.add_flag("--append-eod", args->append_eod,
+                   "end each document with the tokenizer's EOS token (byte tokenizer: id 256)");
+  command.add_option("--workers", args->workers, "tokenizing threads (the output is the same for any number)")
+      ->type_name("N")
+      ->capture_default_str();
   return [args] { return prepare(*args); };
 }
 

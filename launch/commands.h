@@ -43,10 +43,14 @@ int topology(const TopologyArgs& args);
 int schedule(const TopologyArgs& args);
 
 struct PrepareArgs {
-  std::vector<std::string> inputs;
+  std::vector<std::string> inputs;  // plain text, or JSON lines (*.jsonl, *.json)
   std::string output_prefix;
-  std::string tokenizer = "byte";
-  bool append_eod = false;
+  std::string tokenizer = "byte";  // see load_tokenizer (core/tokenizer.h)
+  bool split_paragraphs = false;   // a document per blank-line separated paragraph
+  std::string json_key = "text";   // the text of a JSON line
+  bool add_bos = false;
+  bool append_eod = false;  // the tokenizer's EOS after each document
+  int workers = 1;          // tokenizing threads; the output does not depend on them
 };
 
 int prepare(const PrepareArgs& args);

@@ -1,46 +1,140 @@
-// loom prepare: raw text files to a Megatron-LM indexed dataset. With the byte
-// tokenizer each byte is its token id (0-255) and each input file is one
-// document; --append-eod ends every document with token 256.
-#include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <iterator>
+// loom prepare: text files to a Megatron-LM indexed dataset, one sequence per
+// document, and the PREFIX.json sidecar naming the tokenizer. Documents are read in
+// batches and tokenized by --workers threads; each batch is written in input order,
+// so the output does not depend on the number of workers.
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "core/dataset_sidecar.h"
 #include "core/errors.h"
 #include "core/indexed_dataset.h"
+#include "core/tokenizer.h"
 #include "launch/commands.h"
+#include "launch/document_reader.h"
+#include "launch/progress_bar.h"
 
 namespace loom::launch {
 
-int prepare(const PrepareArgs& args) {
-  if (args.tokenizer != "byte") {
-    throw InputError("--tokenizer '" + args.tokenizer + "' is not known; the tokenizers are: byte");
-  }
-  constexpr int64_t kEod = 256;
-  // Every input is checked before anything is written: a bad one leaves no partial dataset.
-  for (const auto& path : args.inputs) {
+namespace {
+
+// A batch big enough to keep every worker busy, small enough to keep memory flat.
+constexpr size_t kBatchDocuments = 1024;
+constexpr size_t kBatchBytes = 16 << 20;
+
+// Every input is checked before anything is written: a bad one leaves no partial dataset.
+int64_t check_inputs(const std::vector<std::string>& inputs) {
+  int64_t bytes = 0;
+  for (const auto& path : inputs) {
     std::error_code error;
     if (std::filesystem::is_directory(path, error)) {
       throw InputError("input '" + path + "' is a directory; give the text files inside it (--input DIR/*.txt)");
     }
-    if (!std::ifstream(path, std::ios::binary)) throw InputError("cannot read input file '" + path + "'");
+    if (!std::ifstream(path, std::ios::binary) || !std::filesystem::is_regular_file(path, error))
+      throw InputError("cannot read input file '" + path + "'");
+    bytes += static_cast<int64_t>(std::filesystem::file_size(path, error));
   }
-  IndexedDatasetWriter writer(args.output_prefix, TokenDtype::u16);
-  int64_t tokens = 0;
-  for (const auto& path : args.inputs) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw InputError("cannot read input file '" + path + "'");
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::vector<int64_t> document;
-    document.reserve(bytes.size() + 1);
-    for (char c : bytes) document.push_back(static_cast<unsigned char>(c));
-    if (args.append_eod) document.push_back(kEod);
-    tokens += static_cast<int64_t>(document.size());
-    writer.add_document(document);
+  return bytes;
+}
+
+// Tokenizes BATCH into IDS (same order) with WORKERS threads. The error of the first
+// failing document (in input order) is rethrown, naming where the document came from.
+void tokenize_batch(const Tokenizer& tokenizer, const std::vector<Document>& batch, int workers,
+                    std::vector<std::vector<int64_t>>& ids) {
+  ids.assign(batch.size(), {});
+  std::vector<std::exception_ptr> errors(batch.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < batch.size(); i = next++) {
+      try {
+        ids[i] = tokenizer.encode(batch[i].text);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const int threads = std::max(1, std::min<int>(workers, static_cast<int>(batch.size())));
+  if (threads == 1) {
+    work();
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+    for (auto& thread : pool) thread.join();
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!errors[i]) continue;
+    try {
+      std::rethrow_exception(errors[i]);
+    } catch (const InputError& e) {
+      throw InputError(batch[i].origin + ": " + e.what());
+    }
+  }
+}
+
+}  // namespace
+
+int prepare(const PrepareArgs& args) {
+  if (args.workers < 1) throw InputError("--workers must be at least 1 (got " + std::to_string(args.workers) + ")");
+  const int64_t total_bytes = check_inputs(args.inputs);
+  const auto tokenizer = load_tokenizer(args.tokenizer);
+  if (args.add_bos && tokenizer->bos_id() < 0)
+    throw InputError("--add-bos: tokenizer '" + args.tokenizer + "' has no BOS token");
+  if (args.append_eod && tokenizer->eos_id() < 0)
+    throw InputError("--append-eod: tokenizer '" + args.tokenizer + "' has no EOS token");
+
+  DatasetSidecar sidecar;
+  sidecar.tokenizer = tokenizer->kind();
+  sidecar.tokenizer_source = tokenizer->source();
+  sidecar.vocab_size = tokenizer->vocab_size();
+  sidecar.bos_id = tokenizer->bos_id();
+  sidecar.eos_id = tokenizer->eos_id();
+  const bool narrow = tokenizer->vocab_size() <= 65536;
+  sidecar.dtype = narrow ? "uint16" : "int32";
+
+  IndexedDatasetWriter writer(args.output_prefix, narrow ? TokenDtype::u16 : TokenDtype::i32);
+  DocumentReader reader(args.inputs, args.split_paragraphs, args.json_key);
+  ProgressBar progress(std::cerr, isatty(STDERR_FILENO) != 0, total_bytes);
+  int64_t read = 0, skipped = 0;
+  std::vector<Document> batch;
+  std::vector<std::vector<int64_t>> ids;
+  for (bool more = true; more;) {
+    batch.clear();
+    size_t batch_bytes = 0;
+    Document doc;
+    while (batch.size() < kBatchDocuments && batch_bytes < kBatchBytes && (more = reader.next(doc))) {
+      batch_bytes += doc.text.size();
+      batch.push_back(std::move(doc));
+    }
+    tokenize_batch(*tokenizer, batch, args.workers, ids);
+    for (auto& document : ids) {
+      ++read;
+      // As Megatron-LM's preprocessing does, a document without tokens is left out, EOD or not.
+      if (document.empty()) {
+        ++skipped;
+        continue;
+      }
+      if (args.add_bos) document.insert(document.begin(), tokenizer->bos_id());
+      if (args.append_eod) document.push_back(tokenizer->eos_id());
+      sidecar.max_token_id = std::max(sidecar.max_token_id, *std::max_element(document.begin(), document.end()));
+      sidecar.tokens += static_cast<int64_t>(document.size());
+      ++sidecar.documents;
+      writer.add_document(document);
+    }
+    progress.update(read, reader.bytes_read());
   }
   writer.finish();
-  std::cout << "wrote " << args.output_prefix << ".bin and .idx: " << args.inputs.size() << " documents, " << tokens
-            << " tokens (byte tokenizer, vocabulary " << (args.append_eod ? 257 : 256) << ")" << std::endl;
+  write_sidecar(args.output_prefix, sidecar);
+  progress.finish(read, reader.bytes_read());
+  std::cout << "wrote " << args.output_prefix << ".bin, .idx and .json: " << sidecar.documents << " documents, "
+            << sidecar.tokens << " tokens (" << sidecar.tokenizer << " tokenizer, vocabulary " << sidecar.vocab_size
+            << ", " << sidecar.dtype << ")";
+  if (skipped > 0) std::cout << "; left out " << skipped << " empty documents";
+  std::cout << std::endl;
   return 0;
 }
 

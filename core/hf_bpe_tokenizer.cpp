@@ -1,0 +1,323 @@
+#include "core/hf_bpe_tokenizer.h"
+
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <queue>
+
+#include "core/byte_level.h"
+#include "core/errors.h"
+#include "core/hf_pre_tokenizer.h"
+
+namespace loom {
+
+namespace {
+
+// Enough for every frequent word of a corpus; rare long tails are recomputed rather than kept forever.
+constexpr size_t kCacheWords = 500000;
+constexpr size_t kCacheWordBytes = 256;
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("cannot read tokenizer file '" + path + "'");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError("tokenizer file '" + path + "' is not valid JSON: " + e.what());
+  }
+}
+
+bool is_ascii_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// NFC needs the text whole (combining marks reorder), so it is applied before pre-tokenization.
+std::string nfc(const std::string& text) {
+  utf8proc_uint8_t* out = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(text.c_str()));
+  if (out == nullptr) throw InputError("the text is not valid UTF-8 (the NFC normalizer cannot read it)");
+  std::string result(reinterpret_cast<const char*>(out));
+  std::free(out);
+  return result;
+}
+
+bool parse_normalizer(const nlohmann::json& config, const std::string& where) {
+  if (config.is_null()) return false;
+  const std::string type = config.value("type", std::string());
+  if (type == "NFC") return true;
+  if (type == "Sequence") {
+    bool any = false;
+    for (const auto& step : config.at("normalizers")) any = parse_normalizer(step, where) || any;
+    return any;
+  }
+  throw InputError(where + ": normalizer type '" + type + "' is not supported (supported: none, NFC)");
+}
+
+}  // namespace
+
+HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
+  const nlohmann::json json = read_json(path);
+  const std::string where = "tokenizer file '" + path + "'";
+  try {
+    if (!json.is_object() || !json.contains("model")) throw InputError(where + " has no key 'model'");
+    const auto& model = json.at("model");
+    const std::string type = model.value("type", std::string("BPE"));
+    if (type != "BPE") {
+      throw InputError(where + ": model.type '" + type + "' is not supported (only byte-level BPE)");
+    }
+    if (model.value("byte_fallback", false)) {
+      throw InputError(where +
+                       ": model.byte_fallback is set: this is a SentencePiece-style BPE, not byte-level; "
+                       "give the tokenizer.model file instead");
+    }
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      if (model.contains(key) && !model[key].is_null() && !model[key].get<std::string>().empty())
+        throw InputError(where + ": model." + key + " is not supported");
+    }
+    if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0.0)
+      throw InputError(where + ": model.dropout is not supported (tokenization must be deterministic)");
+    ignore_merges_ = model.value("ignore_merges", false);
+
+    if (!model.contains("vocab") || !model["vocab"].is_object())
+      throw InputError(where + " has no object 'model.vocab'");
+    for (const auto& [token, id] : model["vocab"].items()) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0)
+        throw InputError(where + ": model.vocab['" + token + "'] is not a non-negative integer");
+      vocab_[token] = id.get<int64_t>();
+    }
+    if (json.contains("added_tokens") && json["added_tokens"].is_array()) {
+      for (const auto& token : json["added_tokens"]) {
+        added_.push_back({token.at("content").get<std::string>(), token.at("id").get<int64_t>(),
+                          token.value("lstrip", false), token.value("rstrip", false)});
+      }
+    }
+    for (const auto& [token, id] : vocab_) vocab_size_ = std::max(vocab_size_, id + 1);
+    for (const auto& token : added_) vocab_size_ = std::max(vocab_size_, token.id + 1);
+    tokens_.assign(vocab_size_, "");
+    is_added_.assign(vocab_size_, false);
+    for (const auto& [token, id] : vocab_) tokens_[id] = token;
+    for (const auto& token : added_) {
+      tokens_[token.id] = token.content;
+      is_added_[token.id] = true;
+    }
+    // Leftmost-longest matching: at a position, the longest added token wins.
+    std::stable_sort(added_.begin(), added_.end(),
+                     [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+    added_.erase(std::remove_if(added_.begin(), added_.end(), [](const AddedToken& t) { return t.content.empty(); }),
+                 added_.end());
+    for (const auto& token : added_) starts_added_[static_cast<unsigned char>(token.content[0])] = true;
+
+    for (int b = 0; b < 256; ++b) {
+      if (!vocab_.count(byte_level::symbol(static_cast<unsigned char>(b))))
+        throw InputError(where + ": model.vocab lacks the byte-level symbol of byte " + std::to_string(b) + " ('" +
+                         byte_level::symbol(static_cast<unsigned char>(b)) + "'): not a byte-level BPE vocabulary");
+    }
+    if (!model.contains("merges") || !model["merges"].is_array())
+      throw InputError(where + " has no array 'model.merges'");
+    int64_t rank = 0;
+    for (const auto& entry : model["merges"]) {
+      std::string left, right;
+      if (entry.is_string()) {
+        const std::string text = entry.get<std::string>();
+        const size_t space = text.find(' ');
+        if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos)
+          throw InputError(where + ": merge " + std::to_string(rank) + " '" + text + "' is not two tokens");
+        left = text.substr(0, space);
+        right = text.substr(space + 1);
+      } else if (entry.is_array() && entry.size() == 2) {
+        left = entry[0].get<std::string>();
+        right = entry[1].get<std::string>();
+      } else {
+        throw InputError(where + ": merge " + std::to_string(rank) + " is neither \"a b\" nor [a, b]");
+      }
+      const auto l = vocab_.find(left), r = vocab_.find(right), m = vocab_.find(left + right);
+      if (l == vocab_.end() || r == vocab_.end() || m == vocab_.end())
+        throw InputError(where + ": merge " + std::to_string(rank) + " ('" + left + "', '" + right +
+                         "') names a token that is not in model.vocab");
+      // The first of duplicate merges keeps its rank, as in the Rust library.
+      merges_.emplace((static_cast<uint64_t>(l->second) << 32) | static_cast<uint64_t>(r->second),
+                      Merge{rank, m->second});
+      ++rank;
+    }
+    if (model.contains("unk_token") && model["unk_token"].is_string()) {
+      const auto unk = vocab_.find(model["unk_token"].get<std::string>());
+      if (unk != vocab_.end()) unk_id_ = unk->second;
+    }
+    nfc_ = parse_normalizer(json.value("normalizer", nlohmann::json()), where);
+    pre_tokenizer_ = std::make_unique<HfPreTokenizer>(json.value("pre_tokenizer", nlohmann::json()), where);
+    if (!pre_tokenizer_->byte_level())
+      throw InputError(where + ": the pre_tokenizer has no ByteLevel step: not a byte-level BPE tokenizer");
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(where + " is not a tokenizer.json loom can read: " + e.what());
+  }
+  bos_id_ = special_id("bos_token", {"<|begin_of_text|>", "<s>", "<|startoftext|>"});
+  eos_id_ = special_id("eos_token", {"<|end_of_text|>", "<|endoftext|>", "</s>"});
+}
+
+HfBpeTokenizer::~HfBpeTokenizer() = default;
+
+int64_t HfBpeTokenizer::special_id(const std::string& config_key, const std::vector<std::string>& conventions) const {
+  auto id_of = [&](const std::string& token) -> int64_t {
+    for (const auto& added : added_)
+      if (added.content == token) return added.id;
+    const auto found = vocab_.find(token);
+    return found == vocab_.end() ? -1 : found->second;
+  };
+  const auto config_path = std::filesystem::path(path_).parent_path() / "tokenizer_config.json";
+  std::error_code error;
+  if (std::filesystem::exists(config_path, error)) {
+    const nlohmann::json config = read_json(config_path.string());
+    if (config.is_object() && config.contains(config_key)) {
+      const auto& value = config[config_key];
+      std::string token;
+      if (value.is_string()) token = value.get<std::string>();
+      if (value.is_object() && value.contains("content") && value["content"].is_string())
+        token = value["content"].get<std::string>();
+      if (!token.empty() && id_of(token) >= 0) return id_of(token);
+    }
+  }
+  for (const auto& token : conventions)
+    if (id_of(token) >= 0) return id_of(token);
+  return -1;
+}
+
+std::vector<int64_t> HfBpeTokenizer::merge(const std::string& word) const {
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < word.size();) {
+    const size_t n = std::min(byte_level::utf8_length(static_cast<unsigned char>(word[i])), word.size() - i);
+    const auto found = vocab_.find(word.substr(i, n));
+    // Every byte's symbol is in the vocabulary (checked on load); other characters cannot occur.
+    ids.push_back(found != vocab_.end() ? found->second : unk_id_);
+    i += n;
+  }
+  // The lowest-ranked pair merges first, the leftmost among equals (as the Rust library does), with a heap
+  // so that a long word (a base64 blob, a run of one character) costs n log n rather than n squared.
+  struct Symbol {
+    int64_t id;
+    int64_t prev, next;  // -1: none
+    bool alive;
+  };
+  struct Candidate {
+    int64_t rank, position, merged;
+    bool operator>(const Candidate& other) const {
+      return rank != other.rank ? rank > other.rank : position > other.position;
+    }
+  };
+  std::vector<Symbol> symbols(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    symbols[i] = {ids[i], static_cast<int64_t>(i) - 1, i + 1 < ids.size() ? static_cast<int64_t>(i + 1) : -1, true};
+  }
+  auto pair_merge = [&](int64_t left) -> const Merge* {
+    const int64_t right = symbols[left].next;
+    if (right < 0) return nullptr;
+    const auto found =
+        merges_.find((static_cast<uint64_t>(symbols[left].id) << 32) | static_cast<uint64_t>(symbols[right].id));
+    return found == merges_.end() ? nullptr : &found->second;
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
+  for (int64_t i = 0; i + 1 < static_cast<int64_t>(symbols.size()); ++i) {
+    if (const Merge* m = pair_merge(i)) queue.push({m->rank, i, m->merged});
+  }
+  while (!queue.empty()) {
+    const Candidate top = queue.top();
+    queue.pop();
+    // A candidate is stale when either symbol has since merged into something else.
+    if (!symbols[top.position].alive) continue;
+    const Merge* current = pair_merge(top.position);
+    if (current == nullptr || current->merged != top.merged || current->rank != top.rank) continue;
+    Symbol& left = symbols[top.position];
+    Symbol& right = symbols[left.next];
+    left.id = top.merged;
+    right.alive = false;
+    left.next = right.next;
+    if (left.next >= 0) symbols[left.next].prev = top.position;
+    if (left.prev >= 0) {
+      if (const Merge* m = pair_merge(left.prev)) queue.push({m->rank, left.prev, m->merged});
+    }
+    if (const Merge* m = pair_merge(top.position)) queue.push({m->rank, top.position, m->merged});
+  }
+  ids.clear();
+  for (int64_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) ids.push_back(symbols[i].id);
+  return ids;
+}
+
+void HfBpeTokenizer::encode_word(const std::string& word, std::vector<int64_t>& ids) const {
+  if (ignore_merges_) {
+    const auto whole = vocab_.find(word);
+    if (whole != vocab_.end()) {
+      ids.push_back(whole->second);
+      return;
+    }
+  }
+  {
+    std::shared_lock lock(cache_mutex_);
+    const auto found = cache_.find(word);
+    if (found != cache_.end()) {
+      ids.insert(ids.end(), found->second.begin(), found->second.end());
+      return;
+    }
+  }
+  std::vector<int64_t> merged = merge(word);
+  ids.insert(ids.end(), merged.begin(), merged.end());
+  if (word.size() <= kCacheWordBytes) {
+    std::unique_lock lock(cache_mutex_);
+    if (cache_.size() < kCacheWords) cache_.emplace(word, std::move(merged));
+  }
+}
+
+void HfBpeTokenizer::encode_plain(const std::string& text, std::vector<int64_t>& ids) const {
+  if (text.empty()) return;
+  for (const auto& piece : pre_tokenizer_->split(nfc_ ? nfc(text) : text)) encode_word(byte_level::encode(piece), ids);
+}
+
+std::vector<int64_t> HfBpeTokenizer::encode(const std::string& text) const {
+  std::vector<int64_t> ids;
+  size_t plain_begin = 0;
+  for (size_t at = 0; at < text.size();) {
+    const AddedToken* match = nullptr;
+    if (!starts_added_[static_cast<unsigned char>(text[at])]) {
+      ++at;
+      continue;
+    }
+    for (const auto& token : added_) {
+      if (text.compare(at, token.content.size(), token.content) == 0) {
+        match = &token;
+        break;
+      }
+    }
+    if (match == nullptr) {
+      ++at;
+      continue;
+    }
+    size_t plain_end = at, next = at + match->content.size();
+    if (match->lstrip)
+      while (plain_end > plain_begin && is_ascii_space(text[plain_end - 1])) --plain_end;
+    if (match->rstrip)
+      while (next < text.size() && is_ascii_space(text[next])) ++next;
+    encode_plain(text.substr(plain_begin, plain_end - plain_begin), ids);
+    ids.push_back(match->id);
+    plain_begin = at = next;
+  }
+  encode_plain(text.substr(plain_begin), ids);
+  return ids;
+}
+
+std::string HfBpeTokenizer::decode(const std::vector<int64_t>& ids) const {
+  std::string text, pending;
+  for (int64_t id : ids) {
+    if (id < 0 || id >= vocab_size_) continue;
+    if (is_added_[id]) {
+      text += byte_level::decode(pending) + tokens_[id];
+      pending.clear();
+    } else {
+      pending += tokens_[id];
+    }
+  }
+  return text + byte_level::decode(pending);
+}
+
+}  // namespace loom

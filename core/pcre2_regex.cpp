@@ -1,0 +1,71 @@
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "core/pcre2_regex.h"
+
+#include <pcre2.h>
+
+#include <memory>
+
+#include "core/errors.h"
+
+namespace loom {
+
+namespace {
+
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR buffer[256];
+  pcre2_get_error_message(code, buffer, sizeof(buffer));
+  return reinterpret_cast<const char*>(buffer);
+}
+
+}  // namespace
+
+Pcre2Regex::Pcre2Regex(const std::string& pattern, const std::string& what) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &error,
+                        &offset, nullptr);
+  if (code_ == nullptr) {
+    throw InputError(what + ": the regex '" + pattern + "' does not compile at offset " + std::to_string(offset) +
+                     ": " + pcre2_message(error));
+  }
+  // JIT is a speed-up only; without it (some platforms) the interpreter gives the same matches.
+  pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
+}
+
+Pcre2Regex::~Pcre2Regex() {
+  pcre2_code_free(code_);
+}
+
+std::vector<std::pair<size_t, size_t>> Pcre2Regex::find_all(const std::string& text) const {
+  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
+      pcre2_match_data_create_from_pattern(code_, nullptr), &pcre2_match_data_free);
+  std::vector<std::pair<size_t, size_t>> matches;
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t start = 0;
+  uint32_t options = 0;
+  while (start <= text.size()) {
+    const int rc = pcre2_match(code_, subject, text.size(), start, options, data.get(), nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21) {
+        throw InputError("the text is not valid UTF-8 (" + pcre2_message(rc) + ")");
+      }
+      throw std::runtime_error("PCRE2 match failed: " + pcre2_message(rc));
+    }
+    // The subject was validated by the first call; later calls start on character boundaries.
+    options = PCRE2_NO_UTF_CHECK;
+    const PCRE2_SIZE* vector = pcre2_get_ovector_pointer(data.get());
+    const size_t begin = vector[0], end = vector[1];
+    if (end > begin) {
+      matches.emplace_back(begin, end);
+      start = end;
+    } else {
+      // An empty match: step over one whole character so the next search starts on a boundary.
+      start = end + 1;
+      while (start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) ++start;
+    }
+  }
+  return matches;
+}
+
+}  // namespace loom

@@ -1,0 +1,30 @@
+// A compiled PCRE2 pattern in UTF mode with Unicode properties (\p{L}, \s as in
+// Oniguruma, which Hugging Face tokenizers use), shared read-only across threads.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+struct pcre2_real_code_8;
+
+namespace loom {
+
+class Pcre2Regex {
+ public:
+  // WHAT names the pattern's origin for the InputError a bad pattern gives.
+  Pcre2Regex(const std::string& pattern, const std::string& what);
+  ~Pcre2Regex();
+  Pcre2Regex(const Pcre2Regex&) = delete;
+  Pcre2Regex& operator=(const Pcre2Regex&) = delete;
+
+  // The non-empty, non-overlapping matches in TEXT, left to right, as byte ranges [begin, end).
+  // Text that is not valid UTF-8 is an InputError.
+  std::vector<std::pair<size_t, size_t>> find_all(const std::string& text) const;
+
+ private:
+  pcre2_real_code_8* code_ = nullptr;
+};
+
+}  // namespace loom

@@ -1,0 +1,114 @@
+#include "launch/document_reader.h"
+
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "core/errors.h"
+
+namespace loom::launch {
+
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool blank(const std::string& line) {
+  return line.find_first_not_of(" \t\r\f\v") == std::string::npos;
+}
+
+}  // namespace
+
+bool is_json_lines(const std::string& path) {
+  return ends_with(path, ".jsonl") || ends_with(path, ".json");
+}
+
+DocumentReader::DocumentReader(std::vector<std::string> inputs, bool split_paragraphs, std::string json_key)
+    : inputs_(std::move(inputs)), split_paragraphs_(split_paragraphs), json_key_(std::move(json_key)) {}
+
+bool DocumentReader::open_next_input() {
+  if (next_input_ >= inputs_.size()) return false;
+  path_ = inputs_[next_input_++];
+  json_lines_ = is_json_lines(path_);
+  in_ = std::ifstream(path_, std::ios::binary);
+  if (!in_) throw InputError("cannot read input file '" + path_ + "'");
+  line_ = 0;
+  if (!json_lines_) {
+    std::string text((std::istreambuf_iterator<char>(in_)), std::istreambuf_iterator<char>());
+    bytes_read_ += static_cast<int64_t>(text.size());
+    in_.close();
+    queue(text, 1);
+  }
+  return true;
+}
+
+void DocumentReader::queue(const std::string& text, int64_t first_line) {
+  const std::string where = json_lines_ ? path_ + ":" + std::to_string(first_line) : path_;
+  if (!split_paragraphs_) {
+    queued_.push_back({text, where});
+    return;
+  }
+  // A paragraph is a run of non-blank lines; its lines keep their newlines between them, not after the last.
+  std::string paragraph;
+  int64_t line = first_line, paragraph_line = first_line;
+  size_t at = 0;
+  auto flush = [&] {
+    if (!paragraph.empty()) {
+      const std::string origin = json_lines_ ? where + " paragraph at text line " + std::to_string(paragraph_line)
+                                             : path_ + ":" + std::to_string(paragraph_line);
+      queued_.push_back({paragraph, origin});
+    }
+    paragraph.clear();
+  };
+  while (at <= text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string current = text.substr(at, end - at);
+    if (blank(current)) {
+      flush();
+    } else {
+      if (paragraph.empty()) paragraph_line = json_lines_ ? line - first_line + 1 : line;
+      if (!paragraph.empty()) paragraph += '\n';
+      paragraph += current;
+    }
+    at = end + 1;
+    ++line;
+  }
+  flush();
+}
+
+bool DocumentReader::next(Document& doc) {
+  while (true) {
+    if (queued_at_ < queued_.size()) {
+      doc = std::move(queued_[queued_at_++]);
+      return true;
+    }
+    queued_.clear();
+    queued_at_ = 0;
+    if (json_lines_ && in_.is_open()) {
+      std::string line;
+      if (std::getline(in_, line)) {
+        ++line_;
+        bytes_read_ += static_cast<int64_t>(line.size()) + 1;
+        if (blank(line)) continue;
+        const std::string where = path_ + ":" + std::to_string(line_);
+        nlohmann::json json;
+        try {
+          json = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception& e) {
+          throw InputError(where + ": not a JSON line (" + std::string(e.what()) + ")");
+        }
+        if (!json.is_object() || !json.contains(json_key_))
+          throw InputError(where + ": the JSON line has no key '" + json_key_ + "' (set --json-key)");
+        if (!json[json_key_].is_string()) throw InputError(where + ": key '" + json_key_ + "' is not a string");
+        queue(json[json_key_].get<std::string>(), line_);
+        continue;
+      }
+      if (in_.bad()) throw InputError("cannot read input file '" + path_ + "'");
+      in_.close();
+    }
+    if (!open_next_input()) return false;
+  }
+}
+
+}  // namespace loom::launch

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# loom prepare end to end: plain files (a document each, or a paragraph each), JSON lines
+# with --json-key, several inputs, empty documents left out, --add-bos/--append-eod,
+# uint16 or int32 by vocabulary size, the sidecar, --workers 4 byte-identical to
+# --workers 1, and bad JSON lines refused naming FILE:LINE.
+source "$(dirname "$0")/common.sh"
+REF="$LOOM_SOURCE/tests/reference"
+PY=/usr/bin/python3
+
+# expect_ids PREFIX LABEL PYTHON_EXPR: the dataset's sequences equal the JSON list PYTHON_EXPR builds.
+expect_ids() {
+  "$PY" -c "import json; [print(json.dumps(d)) for d in $3]" > "$WORK/$2.expected"
+  "$PY" "$REF/compare_ids.py" "$1" "$WORK/$2.expected" "$2" || fail "$2"
+}
+sidecar() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1.json" "$2"; }
+expect_exit2() {  # MESSAGE ARGS...: loom exits 2 with MESSAGE on stderr
+  local message="$1" code=0
+  shift
+  "$LOOM" "$@" > "$WORK/err.log" 2>&1 || code=$?
+  [ "$code" = 2 ] || { cat "$WORK/err.log"; fail "exit $code, not 2, for: $*"; }
+  grep -qF -- "$message" "$WORK/err.log" || { cat "$WORK/err.log"; fail "no '$message' for: $*"; }
+}
+
+printf 'first paragraph\nstill first\n\n  \t\nsecond\n\n\n' > "$WORK/a.txt"
+printf 'caf\xc3\xa9 \xf0\x9f\x98\x80' > "$WORK/b.txt"
+: > "$WORK/empty.txt"
+
+# A document per file (the empty file left out), bytes as ids, 256 closing each with --append-eod.
+"$LOOM" prepare --input "$WORK/a.txt" "$WORK/empty.txt" "$WORK/b.txt" --output "$WORK/files" --append-eod \
+  > "$WORK/files.log" 2>&1 || { cat "$WORK/files.log"; fail "prepare files"; }
+grep -q "left out 1 empty documents" "$WORK/files.log" || fail "the empty document is not reported"
+expect_ids "$WORK/files" files "[list(open(p,'rb').read()) + [256] for p in ['$WORK/a.txt', '$WORK/b.txt']]"
+[ "$(sidecar "$WORK/files" dtype)" = uint16 ] || fail "byte tokenizer dataset is not uint16"
+[ "$(sidecar "$WORK/files" documents)" = 2 ] || fail "sidecar documents"
+[ "$(sidecar "$WORK/files" eos_id)" = 256 ] || fail "sidecar eos_id"
+[ "$(sidecar "$WORK/files" max_token_id)" = 256 ] || fail "sidecar max_token_id"
+[ "$(sidecar "$WORK/files" tokens)" = $(($(wc -c < "$WORK/a.txt") + $(wc -c < "$WORK/b.txt") + 2)) ] ||
+  fail "sidecar tokens"
+
+# A document per paragraph: blank lines (spaces and tabs too) separate them.
+"$LOOM" prepare --input "$WORK/a.txt" "$WORK/b.txt" --output "$WORK/paragraphs" --split-paragraphs > /dev/null
+expect_ids "$WORK/paragraphs" paragraphs \
+  "[list(s.encode()) for s in ['first paragraph\nstill first', 'second', 'café 😀']]"
+
+# JSON lines, the text under --json-key; a blank line is skipped, a document may hold paragraphs.
+printf '{"body": "one", "id": 1}\n\n{"body": "two\\n\\nthree"}\n' > "$WORK/docs.jsonl"
+"$LOOM" prepare --input "$WORK/docs.jsonl" "$WORK/b.txt" --json-key body --output "$WORK/json" > /dev/null
+expect_ids "$WORK/json" json "[list(s.encode()) for s in ['one', 'two\n\nthree', 'café 😀']]"
+"$LOOM" prepare --input "$WORK/docs.jsonl" --json-key body --split-paragraphs --output "$WORK/json_p" > /dev/null
+expect_ids "$WORK/json_p" json_paragraphs "[list(s.encode()) for s in ['one', 'two', 'three']]"
+
+# Bad JSON lines and keys name the file and line; nothing is written.
+printf '{"text": "fine"}\n{"text": broken\n' > "$WORK/bad.jsonl"
+expect_exit2 "bad.jsonl:2: not a JSON line" prepare --input "$WORK/bad.jsonl" --output "$WORK/bad"
+expect_exit2 "docs.jsonl:1: the JSON line has no key 'text'" prepare --input "$WORK/docs.jsonl" --output "$WORK/bad"
+[ -z "$(ls "$WORK" | grep '^bad\.\(bin\|idx\|json\)$')" ] || fail "a failed prepare left files behind"
+expect_exit2 "--add-bos: tokenizer 'byte' has no BOS" prepare --input "$WORK/a.txt" --output "$WORK/bad" --add-bos
+expect_exit2 "--workers must be at least 1" prepare --input "$WORK/a.txt" --output "$WORK/bad" --workers 0
+expect_exit2 "is not known" prepare --input "$WORK/a.txt" --output "$WORK/bad" --tokenizer gpt9
+
+# A byte-level BPE learned from the README, Llama 3 shaped (BOS and EOS named by its tokenizer_config.json).
+"$PY" "$REF/train_bpe.py" "$LOOM_SOURCE/README.md" 200 "$WORK/hf"
+TOK="$WORK/hf/llama3"
+"$LOOM" prepare --input "$WORK/a.txt" "$WORK/b.txt" --tokenizer "$TOK" --output "$WORK/bpe" --split-paragraphs \
+  --add-bos --append-eod > /dev/null
+bos="$(sidecar "$WORK/bpe" bos_id)" eos="$(sidecar "$WORK/bpe" eos_id)"
+"$PY" -c "
+import sys; sys.path.insert(0, '$REF'); from compare_ids import read_dataset
+seqs = read_dataset('$WORK/bpe')
+assert len(seqs) == 3, seqs
+assert all(s[0] == $bos and s[-1] == $eos and len(s) > 2 for s in seqs), seqs
+" || fail "every document starts with BOS $bos and ends with EOS $eos"
+[ "$(sidecar "$WORK/bpe" tokenizer)" = hf-bpe ] || fail "sidecar tokenizer"
+# A tokenizer without an EOS cannot end documents with one.
+mkdir "$WORK/no_eos"
+"$PY" -c "
+import json; t = json.load(open('$TOK/tokenizer.json')); t['added_tokens'] = []
+json.dump(t, open('$WORK/no_eos/tokenizer.json', 'w'))"
+expect_exit2 "--append-eod: tokenizer '$WORK/no_eos' has no EOS" prepare --input "$WORK/a.txt" --output "$WORK/bad" \
+  --tokenizer "$WORK/no_eos" --append-eod
+
+# Text that is not UTF-8 cannot be byte-level BPE'd: the error names the file.
+printf 'fine\n\nnot \xff utf-8\n' > "$WORK/latin1.txt"
+expect_exit2 "latin1.txt:3: the text is not valid UTF-8" prepare --input "$WORK/latin1.txt" --output "$WORK/bad" \
+  --tokenizer "$TOK" --split-paragraphs
+
+# A vocabulary past 65536 ids is written as int32, and the large id survives.
+"$PY" -c "
+import json; t = json.load(open('$TOK/tokenizer.json'))
+t['added_tokens'].append({'id': 70000, 'content': '<|big|>', 'special': True})
+json.dump(t, open('$WORK/big.json', 'w'))"
+printf 'x<|big|>y' > "$WORK/big.txt"
+"$LOOM" prepare --input "$WORK/big.txt" --tokenizer "$WORK/big.json" --output "$WORK/big" > /dev/null
+[ "$(sidecar "$WORK/big" dtype)" = int32 ] || fail "a 70001-id vocabulary is not int32"
+[ "$(sidecar "$WORK/big" vocab_size)" = 70001 ] || fail "sidecar vocab_size"
+"$PY" -c "
+import sys; sys.path.insert(0, '$REF'); from compare_ids import read_dataset
+assert 70000 in read_dataset('$WORK/big')[0]" || fail "id 70000 lost in the int32 dataset"
+
+# --workers 4 equals --workers 1 byte for byte, over several batches of documents.
+"$PY" -c "
+import json, random
+random.seed(3)
+words = open('$LOOM_SOURCE/README.md', encoding='utf-8').read().split()
+with open('$WORK/many.jsonl', 'w') as f:
+    for i in range(2500):
+        print(json.dumps({'text': ' '.join(random.choice(words) for _ in range(random.randint(0, 40)))}), file=f)"
+for workers in 1 4; do
+  "$LOOM" prepare --input "$WORK/many.jsonl" --tokenizer "$TOK" --output "$WORK/w$workers" --workers "$workers" \
+    --append-eod > "$WORK/w$workers.log" 2>&1 || { cat "$WORK/w$workers.log"; fail "prepare --workers $workers"; }
+done
+for ext in bin idx json; do cmp "$WORK/w1.$ext" "$WORK/w4.$ext" || fail "--workers 4 changed PREFIX.$ext"; done
+grep -q "documents/s" "$WORK/w4.log" || fail "no progress line"
+echo "prepare: all checks passed"

@@ -1,0 +1,159 @@
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/byte_level.h"
+#include "core/errors.h"
+#include "core/tokenizer.h"
+#include "test_helpers.h"
+
+using namespace loom;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// A byte-level BPE small enough to work out by hand: ids 0-255 are the bytes' symbols
+// (so a byte's id is its value), then the merges' results, then one special token.
+nlohmann::json tiny_bpe() {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_level::symbol(static_cast<unsigned char>(b))] = b;
+  const std::string space = byte_level::symbol(' ');  // "Ġ"
+  vocab["he"] = 256;
+  vocab[space + "t"] = 257;
+  vocab[space + "the"] = 258;
+  vocab["ll"] = 259;
+  vocab["llo"] = 260;
+  vocab[space + "zz"] = 262;  // no merge makes it: only ignore_merges reaches it
+  vocab["34"] = 263;
+  nlohmann::json merges = {"h e", "l l", space + " t", nlohmann::json::array({space + "t", "he"}), "ll o", "3 4"};
+  return {{"version", "1.0"},
+          {"added_tokens", {{{"id", 261}, {"content", "<|endoftext|>"}, {"special", true}}}},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+}
+
+std::string write(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string error_of(const std::string& spec) {
+  try {
+    load_tokenizer(spec);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("the byte tokenizer: each byte is its id, decode inverts encode", "[tokenizer]") {
+  const auto tokenizer = load_tokenizer("byte");
+  const std::string text = "a\tb\n\xC3\xA9\xF0\x9F\x98\x80";  // tab, newline, é, an emoji
+  const auto ids = tokenizer->encode(text);
+  CHECK(ids == std::vector<int64_t>{'a', '\t', 'b', '\n', 0xC3, 0xA9, 0xF0, 0x9F, 0x98, 0x80});
+  CHECK(tokenizer->decode(ids) == text);
+  CHECK(tokenizer->eos_id() == 256);
+  CHECK(tokenizer->bos_id() == -1);
+  CHECK(tokenizer->vocab_size() == 257);
+}
+
+TEST_CASE("byte-level BPE: merges by rank, pre-tokens, added tokens, decode", "[tokenizer]") {
+  const std::string dir = test::temp_dir("tokenizer_bpe");
+  const std::string path = write(dir, "tokenizer.json", tiny_bpe().dump());
+  const auto tokenizer = load_tokenizer(dir);  // the directory holding tokenizer.json
+  CHECK(tokenizer->kind() == "hf-bpe");
+  CHECK(tokenizer->vocab_size() == 264);
+  CHECK(tokenizer->eos_id() == 261);  // <|endoftext|> by convention
+  CHECK(tokenizer->bos_id() == -1);
+  // "hello" -> he l l o -> he ll o -> he llo; " the" -> Ġ t he -> Ġt he -> Ġthe; the special token
+  // cuts the text; "hell" -> he ll.
+  const std::string text = "hello the<|endoftext|>hell";
+  const auto ids = tokenizer->encode(text);
+  CHECK(ids == std::vector<int64_t>{256, 260, 258, 261, 256, 259});
+  CHECK(tokenizer->decode(ids) == text);
+  // GPT-2's regex: "'s" is its own word, digits run together (so "3 4" merges), two spaces
+  // before a word split as " " + " word" (\s+(?!\S)).
+  CHECK(tokenizer->encode("it's 12345") == std::vector<int64_t>{'i', 't', '\'', 's', ' ', '1', '2', 263, '5'});
+  CHECK(tokenizer->encode("a  he") == std::vector<int64_t>{'a', ' ', ' ', 256});
+  CHECK(tokenizer->encode("") == std::vector<int64_t>{});
+  // A long word merges left to right: 10001 l's are 5000 "ll" and one "l".
+  std::vector<int64_t> run(5000, 259);
+  run.push_back('l');
+  CHECK(tokenizer->encode(std::string(10001, 'l')) == run);
+  // Without ignore_merges, " zz" is bytes even though "Ġzz" is in the vocabulary.
+  CHECK(tokenizer->encode(" zz") == std::vector<int64_t>{' ', 'z', 'z'});
+}
+
+TEST_CASE("byte-level BPE: ignore_merges, a Llama-3-style Split, tokenizer_config's specials", "[tokenizer]") {
+  const std::string dir = test::temp_dir("tokenizer_llama3");
+  auto json = tiny_bpe();
+  json["model"]["ignore_merges"] = true;
+  json["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern", {{"Regex", R"((?i:'s|'t)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  json["added_tokens"].push_back({{"id", 264}, {"content", "<|begin|>"}, {"special", true}});
+  write(dir, "tokenizer.json", json.dump());
+  write(dir, "tokenizer_config.json", R"({"bos_token": "<|begin|>", "eos_token": {"content": "<|endoftext|>"}})");
+  const auto tokenizer = load_tokenizer(dir + "/tokenizer.json");
+  CHECK(tokenizer->bos_id() == 264);
+  CHECK(tokenizer->eos_id() == 261);
+  CHECK(tokenizer->encode(" zz") == std::vector<int64_t>{262});  // a whole vocabulary entry
+  // \p{N}{1,3} cuts "12345" into "123" and "45": the "3 4" merge cannot apply.
+  CHECK(tokenizer->encode("12345") == std::vector<int64_t>{'1', '2', '3', '4', '5'});
+  CHECK(tokenizer->encode("<|begin|>he") == std::vector<int64_t>{264, 256});
+}
+
+TEST_CASE("tokenizer specs and files that cannot be used are InputErrors naming them", "[tokenizer]") {
+  const std::string dir = test::temp_dir("tokenizer_errors");
+  CHECK_THAT(error_of("gpt9"), Contains("'gpt9'") && Contains("SentencePiece") && Contains("tokenizer.json"));
+  CHECK_THAT(error_of(dir + "/missing.model"), Contains("missing.model") && Contains("no such file"));
+  CHECK_THAT(error_of(dir), Contains("without a tokenizer.json"));
+  CHECK_THAT(error_of(write(dir, "broken.json", "{\"model\": ")),
+             Contains("broken.json") && Contains("not valid JSON"));
+  CHECK_THAT(error_of(write(dir, "garbage.model", "not a model")),
+             Contains("garbage.model") && Contains("SentencePiece"));
+  auto json = tiny_bpe();
+  json["normalizer"] = {{"type", "Lowercase"}};
+  CHECK_THAT(error_of(write(dir, "lower.json", json.dump())), Contains("lower.json") && Contains("'Lowercase'"));
+  json = tiny_bpe();
+  json["model"]["merges"].push_back("q nope");
+  CHECK_THAT(error_of(write(dir, "merge.json", json.dump())), Contains("merge 6") && Contains("not in model.vocab"));
+  json = tiny_bpe();
+  json["pre_tokenizer"] = {{"type", "Metaspace"}};
+  CHECK_THAT(error_of(write(dir, "meta.json", json.dump())), Contains("'Metaspace'"));
+  json = tiny_bpe();
+  json["model"]["vocab"].erase(byte_level::symbol(0));
+  CHECK_THAT(error_of(write(dir, "bytes.json", json.dump())), Contains("byte 0"));
+}
+
+TEST_CASE("byte-level BPE refuses text that is not UTF-8 with an InputError", "[tokenizer]") {
+  const std::string dir = test::temp_dir("tokenizer_utf8");
+  write(dir, "tokenizer.json", tiny_bpe().dump());
+  const auto tokenizer = load_tokenizer(dir);
+  CHECK_THROWS_WITH(tokenizer->encode("ab\xFF"), Contains("UTF-8"));
+}
+
+// tests/reference/tiny_unigram.model: python3-sentencepiece trained it (unigram, 300 pieces, identity
+// normalization) on tests/reference/texts.jsonl and the README; the ids below are its Python encoding.
+TEST_CASE("SentencePiece: a model file's ids, specials and decode", "[tokenizer]") {
+  const auto tokenizer = load_tokenizer(std::string(LOOM_SOURCE_DIR) + "/tests/reference/tiny_unigram.model");
+  CHECK(tokenizer->kind() == "sentencepiece");
+  CHECK(tokenizer->vocab_size() == 300);
+  CHECK(tokenizer->bos_id() == 1);
+  CHECK(tokenizer->eos_id() == 2);
+  const std::string text = "the caf\xC3\xA9 model 42";
+  const auto ids = tokenizer->encode(text);
+  CHECK(ids == std::vector<int64_t>{16, 65, 9, 32, 259, 121, 3, 66, 55});
+  CHECK(tokenizer->decode(ids) == text);
+  CHECK(tokenizer->encode("").empty());
+}
