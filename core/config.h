@@ -67,8 +67,11 @@ struct ModelConfig {
 struct ParallelConfig {
   int64_t tp = 1;
   int64_t pp = 1;
-  int64_t dp = 0;  // 0: world / (tp * pp)
+  int64_t dp = 0;  // 0: world / (tp * cp * pp)
   int64_t ep = 1;
+  // Context parallelism: each sequence split over cp ranks, attention by ring (p2p) or all-to-all (a2a).
+  int64_t cp = 1;
+  ContextComm cp_comm = ContextComm::p2p;
   bool sequence_parallel = false;
   int64_t virtual_stages = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;

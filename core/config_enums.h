@@ -18,6 +18,7 @@ enum class TrainDevice { automatic, cpu, cuda };                  // train.devic
 enum class DataOrder { sequential, shuffled };                    // data.order
 enum class GradReduceDtype { fp32, bf16 };                        // parallel.grad_reduce_dtype
 enum class CommBackend { automatic, gloo, nccl };                 // parallel.backend
+enum class ContextComm { p2p, a2a };                              // parallel.cp_comm
 enum class ModelArch { gpt2, llama };                             // model.arch
 enum class NormKind { layernorm, rmsnorm };                       // model.norm
 enum class Activation { gelu, swiglu };                           // model.activation
@@ -42,6 +43,7 @@ LOOM_CONFIG_ENUM(TrainDevice, "train.device", "auto", "cpu", "cuda")
 LOOM_CONFIG_ENUM(DataOrder, "data.order", "sequential", "shuffled")
 LOOM_CONFIG_ENUM(GradReduceDtype, "parallel.grad_reduce_dtype", "fp32", "bf16")
 LOOM_CONFIG_ENUM(CommBackend, "parallel.backend", "auto", "gloo", "nccl")
+LOOM_CONFIG_ENUM(ContextComm, "parallel.cp_comm", "p2p", "a2a")
 LOOM_CONFIG_ENUM(ModelArch, "model.arch", "gpt2", "llama")
 LOOM_CONFIG_ENUM(NormKind, "model.norm", "layernorm", "rmsnorm")
 LOOM_CONFIG_ENUM(Activation, "model.activation", "gelu", "swiglu")

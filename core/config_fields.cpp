@@ -174,7 +174,11 @@ std::vector<ConfigField> make_fields() {
 
       int_field("parallel", "tp", LOOM_MEMBER(parallel.tp), "tensor-parallel size"),
       int_field("parallel", "pp", LOOM_MEMBER(parallel.pp), "pipeline-parallel size (stages)"),
-      int_field("parallel", "dp", LOOM_MEMBER(parallel.dp), "data-parallel size; 0: world / (tp x pp)"),
+      int_field("parallel", "cp", LOOM_MEMBER(parallel.cp),
+                "context-parallel size: each sequence split over cp ranks (model.seq_len a multiple of 2 cp)"),
+      enum_field("parallel", "cp_comm", LOOM_MEMBER(parallel.cp_comm),
+                 "context-parallel attention: p2p (ring attention) or a2a (all-to-all over heads)"),
+      int_field("parallel", "dp", LOOM_MEMBER(parallel.dp), "data-parallel size; 0: world / (tp x cp x pp)"),
       int_field("parallel", "ep", LOOM_MEMBER(parallel.ep),
                 "expert-parallel size (divides dp and model.moe.num_experts)"),
       bool_field("parallel", "sequence_parallel", LOOM_MEMBER(parallel.sequence_parallel),

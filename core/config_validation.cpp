@@ -113,12 +113,14 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(p.tp >= 1, "parallel.tp", "must be at least 1");
   require(p.pp >= 1, "parallel.pp", "must be at least 1");
   require(p.ep >= 1, "parallel.ep", "must be at least 1");
-  require(world % (p.tp * p.pp) == 0, "parallel.tp",
-          "world size " + std::to_string(world) + " is not divisible by tp * pp = " + std::to_string(p.tp * p.pp));
-  const int64_t dp = world / (p.tp * p.pp);
+  require(p.cp >= 1, "parallel.cp", "must be at least 1");
+  const int64_t model_ranks = p.tp * p.cp * p.pp;
+  require(world % model_ranks == 0, "parallel.tp",
+          "world size " + std::to_string(world) + " is not divisible by tp * cp * pp = " + std::to_string(model_ranks));
+  const int64_t dp = world / model_ranks;
   require(p.dp == 0 || p.dp == dp, "parallel.dp",
-          "is " + std::to_string(p.dp) + " but world / (tp * pp) = " + std::to_string(dp) + "; omit it or set it to " +
-              std::to_string(dp));
+          "is " + std::to_string(p.dp) + " but world / (tp * cp * pp) = " + std::to_string(dp) +
+              "; omit it or set it to " + std::to_string(dp));
   p.dp = dp;
   require(dp % p.ep == 0, "parallel.ep", std::to_string(p.ep) + " does not divide dp = " + std::to_string(dp));
   const auto& moe = m.moe;
@@ -154,6 +156,21 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(!p.sequence_parallel || m.seq_len % p.tp == 0, "model.seq_len",
           std::to_string(m.seq_len) + " is not divisible by parallel.tp=" + std::to_string(p.tp) +
               " (needed by sequence_parallel)");
+  // Each cp rank holds two of the 2 cp equal chunks of a sequence (the causal mask's work balanced).
+  require(m.seq_len % (2 * p.cp) == 0, "model.seq_len",
+          std::to_string(m.seq_len) + " is not divisible by 2 * parallel.cp = " + std::to_string(2 * p.cp) +
+              " (context parallelism cuts each sequence into 2 cp equal chunks)");
+  require(!p.sequence_parallel || (m.seq_len / p.cp) % p.tp == 0, "model.seq_len",
+          std::to_string(m.seq_len) + " / cp = " + std::to_string(m.seq_len / p.cp) +
+              " tokens per cp rank are not divisible by parallel.tp=" + std::to_string(p.tp) +
+              " (needed by sequence_parallel)");
+  if (p.cp > 1 && p.cp_comm == ContextComm::a2a) {
+    const int64_t heads = m.num_heads / p.tp, kv = std::max<int64_t>(m.kv_heads() / p.tp, 1);
+    require(heads % p.cp == 0 && kv % p.cp == 0, "parallel.cp_comm",
+            "a2a splits each tp rank's " + std::to_string(heads) + " heads and " + std::to_string(kv) +
+                " kv heads over parallel.cp = " + std::to_string(p.cp) +
+                ", which must divide both; use cp_comm p2p (ring attention) or a cp that divides them");
+  }
   require(p.virtual_stages >= 1, "parallel.virtual_stages", "must be at least 1");
   require(m.num_layers % (p.pp * p.virtual_stages) == 0, "model.num_layers",
           std::to_string(m.num_layers) +

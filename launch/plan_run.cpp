@@ -25,7 +25,7 @@ int plan_run(const std::string& run_dir) {
   }
   Config config = load_config((dir / "config.yaml").string());
   const auto& p = config.parallel;
-  const int64_t world = p.tp * p.pp * p.dp;
+  const int64_t world = p.tp * p.cp * p.pp * p.dp;
   resolve_and_validate(config, world);
   if (config.model.moe.enabled()) {
     throw InputError("loom plan --run: '" + run_dir +
@@ -50,7 +50,7 @@ int plan_run(const std::string& run_dir) {
     const auto& ck = config.checkpoint;
     if ((ck.interval > 0 && (s % ck.interval == 0 || s == config.train.steps)) || s == config.train.exit_after) ++saves;
   }
-  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
+  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
 
   nlohmann::json out;
   out["steps"] = steps;

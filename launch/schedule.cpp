@@ -11,7 +11,7 @@ namespace loom::launch {
 int schedule(const TopologyArgs& args) {
   Config config = load_config(args.config_path, args.overrides);
   const auto& p = config.parallel;
-  const int64_t world = args.world > 0 ? args.world : p.tp * p.pp * std::max<int64_t>(p.dp, 1);
+  const int64_t world = args.world > 0 ? args.world : p.tp * p.cp * p.pp * std::max<int64_t>(p.dp, 1);
   resolve_and_validate(config, world);
   const int64_t m = config.micro_batches_per_step();
   std::cout << to_string(p.schedule) << " schedule: pp=" << p.pp << ", virtual_stages=" << p.virtual_stages << ", " << m

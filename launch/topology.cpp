@@ -12,17 +12,22 @@ int topology(const TopologyArgs& args) {
   Config config = load_config(args.config_path, args.overrides);
   resolve_and_validate(config, args.world);
   const auto& p = config.parallel;
-  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
+  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
 
   nlohmann::ordered_json out;
   out["world"] = args.world;
   out["order"] = p.order;
-  out["sizes"] = {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"ep", p.ep}, {"expert-dp", p.dp / p.ep}};
+  out["sizes"] = {{"tp", p.tp}, {"cp", p.cp}, {"pp", p.pp}, {"dp", p.dp}, {"ep", p.ep}, {"expert-dp", p.dp / p.ep}};
   for (auto kind : parallel::kAllGroupKinds) out["groups"][parallel::group_kind_name(kind)] = grid.groups(kind);
   for (int64_t rank = 0; rank < args.world; ++rank) {
     const auto c = grid.coords(rank);
-    out["ranks"].push_back(
-        {{"rank", rank}, {"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}, {"ep", c.ep}, {"expert-dp", c.expert_dp}});
+    out["ranks"].push_back({{"rank", rank},
+                            {"tp", c.tp},
+                            {"cp", c.cp},
+                            {"pp", c.pp},
+                            {"dp", c.dp},
+                            {"ep", c.ep},
+                            {"expert-dp", c.expert_dp}});
   }
   std::cout << out.dump(2) << std::endl;
   return 0;

@@ -18,6 +18,7 @@
 #include "launch/supported_combinations.h"
 #include "parallel/heartbeat.h"
 #include "parallel/launch_env.h"
+#include "parallel/ring_attention.h"
 
 namespace loom::launch {
 namespace {
@@ -58,7 +59,8 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
   precision_ = Precision::of(t.precision);
   sync_ = parallel::make_gradient_sync(groups_, gradient_sync_options(config_, precision_));
-  const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get(), &groups_.ep()};
+  const models::TensorParallelContext tp{&groups_.tp(), p.sequence_parallel, rng_.get(),
+                                         &groups_.ep(), &groups_.cp(),       p.cp_comm};
   std::vector<parallel::ParallelParameter> params;
   std::vector<torch::Tensor> tied;
   std::vector<models::MoEStats*> moe_stats;
@@ -110,7 +112,7 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
   auto timing = pipeline_->run([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
     const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp, groups_.coords().dp,
                                             t.micro_batch_size, micro);
-    Batch batch = data_->train().batch(first, t.micro_batch_size);
+    Batch batch = context_parallel_part(data_->train().batch(first, t.micro_batch_size));
     if (!device_.is_cpu()) {
       batch.tokens = batch.tokens.to(device_);
       batch.targets = batch.targets.to(device_);
@@ -133,9 +135,10 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
   for (int64_t stage = 0; stage < all.size(0); ++stage) {
     result.stages.push_back({all[stage][1].item<double>(), all[stage][2].item<double>()});
   }
+  // Each rank's loss is the mean over its tokens: over dp and cp (equal token counts) the global batch's mean.
   auto loss = all[all.size(0) - 1].narrow(0, 0, 1).clone();
-  groups_.dp().all_reduce(loss).wait();
-  result.loss = loss.item<double>() / static_cast<double>(groups_.dp().size());
+  groups_.dp_cp().all_reduce(loss).wait();
+  result.loss = loss.item<double>() / static_cast<double>(groups_.dp_cp().size());
   return result;
 }
 
@@ -231,6 +234,14 @@ TrainingState Trainer::state_after(int64_t step, int64_t consumed) const {
   return state;
 }
 
+Batch Trainer::context_parallel_part(Batch batch) {
+  const int64_t cp = groups_.cp().size();
+  if (cp == 1) return batch;
+  const int64_t rank = groups_.coords().cp;
+  return {parallel::context_parallel_slice(batch.tokens, cp, rank).contiguous(),
+          parallel::context_parallel_slice(batch.targets, cp, rank).contiguous()};
+}
+
 bool Trainer::evaluates_at(int64_t step) const {
   if (!data_->valid()) return false;
   const int64_t interval = config_.eval.interval;
@@ -253,7 +264,7 @@ double Trainer::evaluate() {
     pipeline_->run_forward([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
       const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp, groups_.coords().dp,
                                               t.micro_batch_size, micro);
-      Batch batch = valid.batch(first, t.micro_batch_size);
+      Batch batch = context_parallel_part(valid.batch(first, t.micro_batch_size));
       if (!device_.is_cpu()) {
         batch.tokens = batch.tokens.to(device_);
         batch.targets = batch.targets.to(device_);
@@ -265,11 +276,11 @@ double Trainer::evaluate() {
   }
   sync_->release_all(/*loaded=*/false);
   for (auto& chunk : chunks_) chunk->train();
-  // The last stage's mean reaches its pipeline (the others add zeros), then the mean over dp, as in training.
+  // The last stage's mean reaches its pipeline (the others add zeros), then the mean over dp and cp, as in training.
   auto loss = (holds_loss ? loss_sum / static_cast<double>(micro_batches * config_.eval.steps) : loss_sum).cpu();
   groups_.pp().all_reduce(loss).wait();
-  groups_.dp().all_reduce(loss).wait();
-  return loss.item<double>() / static_cast<double>(groups_.dp().size());
+  groups_.dp_cp().all_reduce(loss).wait();
+  return loss.item<double>() / static_cast<double>(groups_.dp_cp().size());
 }
 
 void Trainer::log_epochs(int64_t step, int64_t consumed) {
@@ -435,7 +446,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   use_device(device);
   require_supported(config, device, launch.world);
   const auto& p = config.parallel;
-  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep}, p.order);
+  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
   check_fault_injection(args.fault, config, grid);
   check_data(config);  // a dataset the model cannot read fails here, on every rank, before step 1
 

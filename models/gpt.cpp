@@ -74,10 +74,17 @@ torch::Tensor GPTInputStageImpl::forward(const torch::Tensor& tokens) {
   // The embedding's rows come in its parameters' dtype; the model computes in options_.activation_dtype.
   auto words = wte_->forward(tokens).to(options_.activation_dtype);                 // [B, S or S / tp, H]
   if (!wpe_) return residual_dropout(words, options_.dropout, is_training(), tp_);  // rotary positions: in attention
-  // With sequence parallelism this rank holds positions [r * S / tp, (r + 1) * S / tp).
+  // With sequence parallelism this rank holds positions [r * S / tp, (r + 1) * S / tp) of its part of the sequence.
   const int64_t first = tp_.sequence_parallel ? words.size(1) * tp_.tp->rank() : 0;
-  return residual_dropout(words + cast_to_activation(wpe_->weight.narrow(0, first, words.size(1)), words),
-                          options_.dropout, is_training(), tp_);
+  torch::Tensor rows;
+  if (tp_.cp_size() > 1) {
+    // Context parallelism: this rank's two chunks of the sequence, at their global positions.
+    rows = wpe_->weight.index_select(
+        0, tp_.cp_positions(options_.seq_len, words.device()).narrow(0, first, words.size(1)));
+  } else {
+    rows = wpe_->weight.narrow(0, first, words.size(1));
+  }
+  return residual_dropout(words + cast_to_activation(rows, words), options_.dropout, is_training(), tp_);
 }
 
 torch::Tensor GPTInputStageImpl::forward_at(const torch::Tensor& tokens, int64_t first_position) {
@@ -248,7 +255,8 @@ std::vector<ParallelParameter> GPTImpl::parallel_parameters() const {
 }
 
 std::vector<int64_t> GPTImpl::activation_shape(int64_t micro_batch_size) const {
-  const int64_t s = tp_.sequence_parallel ? options_.seq_len / tp_.tp->size() : options_.seq_len;
+  const int64_t local = options_.seq_len / tp_.cp_size();  // this cp rank's part of the sequence
+  const int64_t s = tp_.sequence_parallel ? local / tp_.tp->size() : local;
   return {micro_batch_size, s, options_.hidden_size};
 }
 

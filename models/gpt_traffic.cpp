@@ -1,6 +1,7 @@
 #include "models/gpt_traffic.h"
 
 #include "core/precision.h"
+#include "models/gpt_options.h"
 #include "models/gpt_shapes.h"
 #include "parallel/grad_buckets.h"
 
@@ -9,17 +10,22 @@ namespace {
 
 constexpr int64_t kFloat = 4, kDouble = 8;
 
+// With context parallelism gradients are averaged (and ZeRO shards) over dp x cp: D ranks of group
+// GRAD_GROUP ("dp", or "dp-cp" when cp > 1).
 struct Layout {
-  int64_t t, p, v, d, layers_per_piece, vocab_shard;
+  int64_t t, p, v, cp, d, layers_per_piece, vocab_shard;
   bool sp;
+  std::string grad_group;
   explicit Layout(const Config& c)
       : t(c.parallel.tp),
         p(c.parallel.pp),
         v(c.parallel.virtual_stages),
-        d(c.parallel.dp),
+        cp(c.parallel.cp),
+        d(c.parallel.dp * c.parallel.cp),
         layers_per_piece(c.model.num_layers / (c.parallel.pp * c.parallel.virtual_stages)),
         vocab_shard((c.model.vocab_size + c.parallel.tp - 1) / c.parallel.tp),
-        sp(c.parallel.sequence_parallel) {}
+        sp(c.parallel.sequence_parallel),
+        grad_group(c.parallel.cp > 1 ? "dp-cp" : "dp") {}
   int64_t pieces() const { return p * v; }
 };
 
@@ -117,11 +123,12 @@ int64_t gpt_local_parameters(const Config& c, const parallel::RankCoords& coords
 std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step_traffic(
     const Config& c, const parallel::RankCoords& coords) {
   const Layout l(c);
-  const int64_t b = c.train.micro_batch_size, s = c.model.seq_len, h = c.model.hidden_size;
+  // A rank holds S / cp tokens of each sequence (context parallelism).
+  const int64_t b = c.train.micro_batch_size, s = c.model.seq_len / c.parallel.cp, h = c.model.hidden_size;
   const int64_t m = c.micro_batches_per_step();
+  const auto act_bytes = static_cast<int64_t>(c10::elementSize(Precision::of(c.train.precision).activations));
   // A full [B, S, H] activation, in the dtype layers compute in (bf16 under train.precision bf16).
-  const int64_t activation =
-      b * s * h * static_cast<int64_t>(c10::elementSize(Precision::of(c.train.precision).activations));
+  const int64_t activation = b * s * h * act_bytes;
   std::map<std::pair<std::string, std::string>, PredictedTraffic> out;
   auto add = [&](const std::string& group, const std::string& op, int64_t calls, int64_t bytes_each) {
     auto& p = out[{group, op}];
@@ -161,7 +168,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     // sums only the pieces in this rank's shards; none there, no call.
     int64_t summed = 0;
     if (l.d > 1 && works_by_units(c)) {
-      for (const auto& unit : gpt_sharded_units(c, coords)) summed += tp_summed_in_shard(unit, l.d, coords.dp);
+      for (const auto& unit : gpt_sharded_units(c, coords)) summed += tp_summed_in_shard(unit, l.d, coords.dp_cp);
     } else {
       for (const auto& p : local_parameters(c, coords)) summed += p.tp_summed ? p.numel : 0;
     }
@@ -184,11 +191,11 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(Precision::of(c.train.precision).params));
     auto padded = [&](int64_t n) { return (n + l.d - 1) / l.d * l.d; };
     for (const auto& unit : gpt_sharded_units(c, coords)) {
-      add("dp", "all_gather", unit.root || !zero3 ? 1 : 2 * m, padded(unit.numel()) * param_bytes);
-      add("dp", "reduce_scatter", unit.root ? 1 : m, padded(unit.numel()) * kFloat);
+      add(l.grad_group, "all_gather", unit.root || !zero3 ? 1 : 2 * m, padded(unit.numel()) * param_bytes);
+      add(l.grad_group, "reduce_scatter", unit.root ? 1 : m, padded(unit.numel()) * kFloat);
     }
-    add("dp", "all_reduce", 1, kDouble);  // the gradient norm's shard sums
-    add("dp", "all_reduce", 1, kDouble);  // the loss
+    add(l.grad_group, "all_reduce", 1, kDouble);  // the gradient norm's shard sums
+    add(l.grad_group, "all_reduce", 1, kDouble);  // the loss
   } else if (l.d > 1) {
     // One all-reduce per gradient bucket (parallel/grad_buckets.h); ZeRO-1 also gathers the updated shards.
     std::vector<int64_t> bytes;
@@ -200,10 +207,30 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       for (size_t i : bucket) sum += bytes[i];
       if (zero > 0) sum = (sum / kFloat + l.d - 1) / l.d * l.d * kFloat;  // padded to dp equal shards
       // Gradients are fp32 (the masters' under mixed precision), reduced in bf16 if asked.
-      add("dp", "all_reduce", 1, c.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? sum / 2 : sum);
-      if (zero > 0) add("dp", "all_gather", 1, sum);  // the updated (fp32) parameter shards
+      add(l.grad_group, "all_reduce", 1, c.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? sum / 2 : sum);
+      if (zero > 0) add(l.grad_group, "all_gather", 1, sum);  // the updated (fp32) parameter shards
     }
-    add("dp", "all_reduce", 1, kDouble);  // the loss
+    add(l.grad_group, "all_reduce", 1, kDouble);  // the loss
+  }
+  if (l.cp > 1) {
+    // Attention over the cp group, per layer and micro-batch (parallel/ring_attention.h,
+    // parallel/all_to_all_attention.h); recomputation (full or selective) runs the forward's again.
+    const int64_t d = c.model.hidden_size / c.model.num_heads, heads = c.model.num_heads / l.t;
+    const int64_t kv = kv_heads_shared(c.model.kv_heads(), l.t) ? 1 : c.model.kv_heads() / l.t;
+    const int64_t forwards = c.train.recompute == Recompute::none ? 1 : 2;
+    if (c.parallel.cp_comm == ContextComm::p2p) {
+      // Each ring step is one call sending this rank's keys and values on and receiving the
+      // previous rank's (both counted); backward also passes the fp32 key/value gradients along.
+      const int64_t kv_shard = 2 * b * kv * s * d * act_bytes, dkv_shard = 2 * b * kv * s * d * kFloat;
+      add("cp", "send_recv", m * layers * (l.cp - 1) * (forwards + 1), 2 * kv_shard);
+      add("cp", "send_recv", m * layers * (l.cp - 1), 2 * dkv_shard);
+    } else {
+      // q, k, v to heads and the context back, forward and (their gradients) backward: each all-to-all
+      // sends all but this rank's 1/cp of its tensor.
+      auto sent = [&](int64_t tensor_heads) { return b * tensor_heads * s * d * act_bytes / l.cp * (l.cp - 1); };
+      for (int64_t tensor_heads : {heads, kv, kv, heads})
+        add("cp", "all_to_all", m * layers * (forwards + 1), sent(tensor_heads));
+    }
   }
   if (l.t * l.p > 1) add("model-parallel", "all_reduce", 1, kDouble);  // the gradient norm
   return out;
@@ -214,12 +241,13 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
   std::map<std::pair<std::string, std::string>, PredictedTraffic> out;
   const Layout l(c);
   if (l.d == 1 || c.parallel.zero_stage == 0) return out;
+  // (l.d and the group are dp x cp's under context parallelism.)
   if (works_by_units(c)) {
     // Both moments of every unit are gathered before saving, with ZeRO-3 its parameters (in the
     // model's dtype), and under mixed precision its fp32 master weights.
     const auto precision = Precision::of(c.train.precision);
     const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(precision.params));
-    auto& p = out[{"dp", "all_gather"}];
+    auto& p = out[{l.grad_group, "all_gather"}];
     for (const auto& unit : gpt_sharded_units(c, coords)) {
       const int64_t padded = (unit.numel() + l.d - 1) / l.d * l.d;
       p.calls += 2;
@@ -243,7 +271,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
     int64_t sum = 0;
     for (size_t i : bucket) sum += bytes[i];
     sum = (sum / kFloat + l.d - 1) / l.d * l.d * kFloat;
-    auto& p = out[{"dp", "all_gather"}];
+    auto& p = out[{l.grad_group, "all_gather"}];
     p.calls += 2;
     p.bytes += 2 * sum;
   }

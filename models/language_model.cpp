@@ -1,8 +1,14 @@
 #include "models/language_model.h"
 
 #include "core/errors.h"
+#include "parallel/ring_attention.h"
 
 namespace loom::models {
+
+torch::Tensor TensorParallelContext::cp_positions(int64_t seq_len, const torch::Device& device) const {
+  const auto positions = parallel::context_parallel_positions(seq_len, cp_size(), cp ? cp->rank() : 0);
+  return torch::tensor(positions, torch::TensorOptions().dtype(torch::kInt64)).to(device);
+}
 
 PipelineModelFactory whole_model_only(ModelFactory make_model) {
   return [make_model = std::move(make_model)](const Config& config, TensorParallelContext tp,

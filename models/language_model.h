@@ -28,6 +28,14 @@ struct TensorParallelContext {
   parallel::TensorParallelRng* rng = nullptr;
   // The expert-parallel group MoE layers spread their experts over; null: all experts on this rank.
   parallel::Communicator* ep = nullptr;
+  // Context parallelism: the group each sequence is split over (null or size 1: none), and how its
+  // attention talks (parallel/ring_attention.h, parallel/all_to_all_attention.h).
+  parallel::Communicator* cp = nullptr;
+  ContextComm cp_comm = ContextComm::p2p;
+
+  int64_t cp_size() const { return cp ? cp->size() : 1; }
+  // The global positions of this rank's tokens of a sequence of SEQ_LEN (int64 on DEVICE).
+  torch::Tensor cp_positions(int64_t seq_len, const torch::Device& device) const;
 };
 
 struct MoEStats;

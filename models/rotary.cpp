@@ -36,17 +36,29 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double
   tables_->sin32 = both.sin().to(torch::kFloat);
 }
 
-torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, int64_t first_position) const {
+RotaryEmbedding::Tables& RotaryEmbedding::tables_like(const torch::Tensor& x) const {
   auto& t = *tables_;
-  const int64_t s = x.size(1);
-  TORCH_CHECK(first_position + s <= t.cos32.size(0), "rotary embedding: positions up to ", first_position + s,
-              " but only ", t.cos32.size(0), " were prepared");
   if (!t.cos.defined() || t.cos.device() != x.device() || t.cos.scalar_type() != x.scalar_type()) {
     t.cos = t.cos32.to(x.device(), x.scalar_type());
     t.sin = t.sin32.to(x.device(), x.scalar_type());
   }
+  return t;
+}
+
+torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, int64_t first_position) const {
+  const int64_t s = x.size(1);
+  TORCH_CHECK(first_position + s <= tables_->cos32.size(0), "rotary embedding: positions up to ", first_position + s,
+              " but only ", tables_->cos32.size(0), " were prepared");
+  auto& t = tables_like(x);
   auto cos = t.cos.narrow(0, first_position, s).unsqueeze(1);  // [S, 1, d]
   auto sin = t.sin.narrow(0, first_position, s).unsqueeze(1);
+  return x * cos + rotate_half(x) * sin;
+}
+
+torch::Tensor RotaryEmbedding::apply_at(const torch::Tensor& x, const torch::Tensor& positions) const {
+  auto& t = tables_like(x);
+  auto cos = t.cos.index_select(0, positions).unsqueeze(1);  // [S, 1, d]
+  auto sin = t.sin.index_select(0, positions).unsqueeze(1);
   return x * cos + rotate_half(x) * sin;
 }
 

@@ -27,6 +27,9 @@ class RotaryEmbedding {
   RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta, const RopeScalingConfig& scaling);
   // x [B, S, heads, d] whose token s sits at global position FIRST_POSITION + s -> rotated x, in x's dtype.
   torch::Tensor apply(const torch::Tensor& x, int64_t first_position = 0) const;
+  // x [B, S, heads, d] whose token s sits at global position POSITIONS[s] (int64 [S]), as context
+  // parallelism lays a rank's two chunks of the sequence.
+  torch::Tensor apply_at(const torch::Tensor& x, const torch::Tensor& positions) const;
   bool defined() const { return tables_ != nullptr; }
 
  private:
@@ -35,6 +38,7 @@ class RotaryEmbedding {
   struct Tables {
     torch::Tensor cos32, sin32, cos, sin;
   };
+  Tables& tables_like(const torch::Tensor& x) const;
   std::shared_ptr<Tables> tables_;
 };
 

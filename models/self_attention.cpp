@@ -8,7 +8,9 @@
 #include "core/precision.h"
 #include "models/causal_attention.h"
 #include "models/residual_projection.h"
+#include "parallel/all_to_all_attention.h"
 #include "parallel/init.h"
+#include "parallel/ring_attention.h"
 #include "parallel/tp_regions.h"
 
 namespace loom::models {
@@ -70,6 +72,9 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
   if (options.position == PositionKind::rope && !rotary_.defined()) rotary_ = rotary_embedding_of(options);
   causal_mask_ = register_buffer("causal_mask", torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
   core_fn_ = [this](const torch::Tensor& qkv, const torch::Tensor&, const torch::Tensor&) { return core(qkv); };
+  context_parallel_core_fn_ = [this](const torch::Tensor& packed, const torch::Tensor&, const torch::Tensor&) {
+    return context_parallel_core(packed);
+  };
 }
 
 SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, int64_t first_position) {
@@ -88,8 +93,15 @@ SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, int6
     k = kv.select(3, 0), v = kv.select(3, 1);
   }
   if (rotary_.defined()) {
-    q = rotary_.apply(q, first_position);
-    k = rotary_.apply(k, first_position);
+    if (tp_.cp_size() > 1) {
+      // This rank's two chunks of the sequence (gathered over tp under sequence parallelism).
+      const auto positions = tp_.cp_positions(options_.seq_len, q.device());
+      q = rotary_.apply_at(q, positions);
+      k = rotary_.apply_at(k, positions);
+    } else {
+      q = rotary_.apply(q, first_position);
+      k = rotary_.apply(k, first_position);
+    }
   }
   return {q, k, v};
 }
@@ -106,6 +118,18 @@ torch::Tensor SelfAttentionImpl::query_key_value(const torch::Tensor& x) {
   }
   auto qkv = torch::stack({q, k, v}, 3);  // [B, S, heads, 3, d]
   return qkv.view({qkv.size(0), qkv.size(1), heads_ * 3 * d_});
+}
+
+torch::Tensor SelfAttentionImpl::context_parallel_core(const torch::Tensor& packed) {
+  const int64_t b = packed.size(0), s = packed.size(1), qd = heads_ * d_, kvd = kv_heads_ * d_;
+  auto to_heads = [&](int64_t start, int64_t width, int64_t heads) {
+    return packed.narrow(2, start, width).reshape({b, s, heads, d_}).transpose(1, 2);  // [B, heads, S, d]
+  };
+  auto q = to_heads(0, qd, heads_), k = to_heads(qd, kvd, kv_heads_), v = to_heads(qd + kvd, kvd, kv_heads_);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d_));
+  auto context = tp_.cp_comm == ContextComm::a2a ? parallel::all_to_all_attention(q, k, v, *tp_.cp, scale)
+                                                 : parallel::ring_attention(q, k, v, *tp_.cp, scale);
+  return context.transpose(1, 2).reshape({b, s, qd});
 }
 
 torch::Tensor SelfAttentionImpl::core(const torch::Tensor& qkv) {
@@ -132,10 +156,18 @@ torch::Tensor SelfAttentionImpl::core(const torch::Tensor& qkv) {
 }
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
-  auto qkv = query_key_value(x);
   // Selective recomputation (Korthikanti et al.): the S x S scores and probabilities are
   // most of a block's activation memory and cheap to recompute.
   const bool selective = options_.recompute == Recompute::selective && is_training() && torch::GradMode::is_enabled();
+  if (tp_.cp_size() > 1) {
+    auto [q, k, v] = project(x, 0);  // at the global positions of this rank's two chunks
+    auto packed = torch::cat({q.flatten(2), k.flatten(2), v.flatten(2)}, 2);
+    // Under selective recomputation the backward re-runs the ring (or the all-to-all).
+    auto context = selective ? parallel::recompute_in_backward(context_parallel_core_fn_, split_generator(), packed)
+                             : context_parallel_core(packed);
+    return proj_->forward(context);
+  }
+  auto qkv = query_key_value(x);
   auto context = selective ? parallel::recompute_in_backward(core_fn_, split_generator(), qkv) : core(qkv);
   return proj_->forward(context);
 }

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "models/gpt_options.h"
 #include "models/kv_cache.h"
@@ -68,12 +69,15 @@ class SelfAttentionImpl : public parallel::ParallelModule {
     torch::Tensor q, k, v;  // [B, S, heads, d], [B, S, kv heads, d] twice
   };
   // x -> this rank's query, key and value heads, rotated under rope for tokens at
-  // FIRST_POSITION, FIRST_POSITION + 1, ...
+  // FIRST_POSITION, FIRST_POSITION + 1, ... (under context parallelism: at this rank's two chunks).
   Heads project(const torch::Tensor& x, int64_t first_position);
   // x -> [B, S, heads * 3 * d] on this rank: each query head with its (rotated) query,
   // key and value side by side, the layout the attention core reads.
   torch::Tensor query_key_value(const torch::Tensor& x);
   torch::Tensor core(const torch::Tensor& qkv);
+  // Context parallelism: q, k and v of this rank's part of the sequence, flattened side by side
+  // ([B, S, (heads + 2 kv heads) d], only the kv heads travel) -> the context [B, S, heads d].
+  torch::Tensor context_parallel_core(const torch::Tensor& packed);
   at::Generator* split_generator() const;
 
   GPTOptions options_;
@@ -86,6 +90,7 @@ class SelfAttentionImpl : public parallel::ParallelModule {
   RotaryEmbedding rotary_;          // undefined with learned positions
   torch::Tensor causal_mask_;       // [S, S], true above the diagonal
   parallel::RecomputedFn core_fn_;  // what a selectively recomputing backward re-runs
+  parallel::RecomputedFn context_parallel_core_fn_;
 };
 TORCH_MODULE(SelfAttention);
 

@@ -19,7 +19,7 @@ class BucketedSync : public GradientSync {
       : groups_(groups),
         options_(options),
         // With one dp rank there is nothing to shard.
-        zero_stage_(groups.dp().size() > 1 ? options.zero_stage : 0) {}
+        zero_stage_(groups.dp_cp().size() > 1 ? options.zero_stage : 0) {}
 
   void attach(std::vector<ParallelParameter> params, std::vector<torch::Tensor> tied,
               const std::vector<int64_t>& /*block_of: buckets follow the order of use*/) override {
@@ -38,16 +38,16 @@ class BucketedSync : public GradientSync {
       parts_[part].tensors.push_back(param.tensor);
       if (param.sequence_parallel) sequence_parallel.push_back(param.tensor);
     }
-    if (groups_.dp().size() > 1) {
-      parts_[0].buckets = std::make_unique<GradientBuckets>(parts_[0].tensors, groups_.dp(), options_.bucket_bytes,
+    if (groups_.dp_cp().size() > 1) {
+      parts_[0].buckets = std::make_unique<GradientBuckets>(parts_[0].tensors, groups_.dp_cp(), options_.bucket_bytes,
                                                             options_.micro_batches, zero_stage_);
       // The tied copies' gradients change after backward (their sum): their buckets wait for finish().
       parts_[0].buckets->defer(tied);
       if (!parts_[1].tensors.empty()) {
         // Each expert's gradient already sums the tokens of its ep group's dp ranks: averaged over all of dp.
         parts_[1].buckets =
-            std::make_unique<GradientBuckets>(parts_[1].tensors, groups_.expert_dp(), options_.bucket_bytes,
-                                              options_.micro_batches, zero_stage_, groups_.dp().size());
+            std::make_unique<GradientBuckets>(parts_[1].tensors, groups_.expert_dp_cp(), options_.bucket_bytes,
+                                              options_.micro_batches, zero_stage_, groups_.dp_cp().size());
       }
     }
     for (auto& part : parts_) {
@@ -74,7 +74,7 @@ class BucketedSync : public GradientSync {
       auto& part = parts_[p];
       if (zero_stage_ >= 1) {
         return std::make_unique<optim::ZeroAdamW>(part.tensors, *part.buckets,
-                                                  p == 0 ? groups_.dp() : groups_.expert_dp(), adam);
+                                                  p == 0 ? groups_.dp_cp() : groups_.expert_dp_cp(), adam);
       }
       auto plain = std::make_unique<optim::AdamW>(part.tensors, adam);
       // Without buckets the gradients are the optimizer's to place: in its flat layout.

@@ -12,6 +12,7 @@ ProcessGroups::ProcessGroups(const RankGrid& grid, int64_t rank, const Communica
   std::iota(everyone.begin(), everyone.end(), 0);
   world_ = make("world", "world", everyone, factory);
   for (GroupKind kind : kAllGroupKinds) {
+    if (aliased(kind)) continue;
     const auto all = grid.groups(kind);
     for (size_t index = 0; index < all.size(); ++index) {
       if (std::find(all[index].begin(), all[index].end(), rank) == all[index].end()) continue;
@@ -30,7 +31,14 @@ std::unique_ptr<Communicator> ProcessGroups::make(const std::string& name, const
   return factory(name, key, ranks, rank_in_group);
 }
 
+GroupKind ProcessGroups::without_cp(GroupKind kind) {
+  if (kind == GroupKind::dp_cp) return GroupKind::dp;
+  if (kind == GroupKind::expert_dp_cp) return GroupKind::expert_dp;
+  return kind;
+}
+
 Communicator& ProcessGroups::get(GroupKind kind) {
+  if (aliased(kind)) kind = without_cp(kind);
   auto it = groups_.find(kind);
   TORCH_CHECK(it != groups_.end(), "rank ", rank_, " is not in any ", group_kind_name(kind), " group");
   return *it->second;

@@ -33,8 +33,12 @@ class ProcessGroups {
 
   Communicator& world_comm() { return *world_; }
   Communicator& get(GroupKind kind);
-  bool has(GroupKind kind) const { return groups_.count(kind) > 0; }
+  bool has(GroupKind kind) const { return groups_.count(aliased(kind) ? without_cp(kind) : kind) > 0; }
   Communicator& tp() { return get(GroupKind::tp); }
+  Communicator& cp() { return get(GroupKind::cp); }
+  // The groups gradients are averaged over (dp, or expert-dp, times cp).
+  Communicator& dp_cp() { return get(GroupKind::dp_cp); }
+  Communicator& expert_dp_cp() { return get(GroupKind::expert_dp_cp); }
   Communicator& pp() { return get(GroupKind::pp); }
   Communicator& dp() { return get(GroupKind::dp); }
   Communicator& ep() { return get(GroupKind::ep); }
@@ -42,6 +46,9 @@ class ProcessGroups {
   Communicator& model_parallel() { return get(GroupKind::model_parallel); }
 
  private:
+  // With cp = 1 the gradient groups are the dp and expert-dp groups: one communicator each, not two.
+  static GroupKind without_cp(GroupKind kind);
+  bool aliased(GroupKind kind) const { return grid_.sizes().cp == 1 && without_cp(kind) != kind; }
   std::unique_ptr<Communicator> make(const std::string& name, const std::string& key, const std::vector<int64_t>& ranks,
                                      const CommunicatorFactory& factory);
 

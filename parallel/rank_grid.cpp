@@ -11,6 +11,9 @@ namespace loom::parallel {
 std::string group_kind_name(GroupKind kind) {
   switch (kind) {
     case GroupKind::tp: return "tp";
+    case GroupKind::cp: return "cp";
+    case GroupKind::dp_cp: return "dp-cp";
+    case GroupKind::expert_dp_cp: return "expert-dp-cp";
     case GroupKind::pp: return "pp";
     case GroupKind::dp: return "dp";
     case GroupKind::ep: return "ep";
@@ -22,9 +25,10 @@ std::string group_kind_name(GroupKind kind) {
 }
 
 RankGrid::RankGrid(ParallelSizes sizes, const std::string& order) : sizes_(sizes) {
-  world_ = sizes.tp * sizes.pp * sizes.dp;
+  world_ = sizes.tp * sizes.cp * sizes.pp * sizes.dp;
   TORCH_CHECK(sizes.ep >= 1 && sizes.dp % sizes.ep == 0, "RankGrid: ep ", sizes.ep, " does not divide dp ", sizes.dp);
-  size_ = {sizes.tp, 1, sizes.ep, sizes.dp / sizes.ep, sizes.pp};
+  TORCH_CHECK(sizes.cp >= 1, "RankGrid: cp ", sizes.cp);
+  size_ = {sizes.tp, sizes.cp, sizes.ep, sizes.dp / sizes.ep, sizes.pp};
 
   const std::map<std::string, int> names = {{"tp", kTp}, {"cp", kCp}, {"ep", kEp}, {"dp", kDpInner}, {"pp", kPp}};
   std::vector<int> dims;
@@ -41,7 +45,7 @@ RankGrid::RankGrid(ParallelSizes sizes, const std::string& order) : sizes_(sizes
     TORCH_CHECK(std::find(dims.begin(), dims.end(), required) != dims.end(), "RankGrid: order '", order,
                 "' lacks tp, dp or pp");
   }
-  // Dimensions left out have size 1 here (cp) or sit just before dp (ep).
+  // Dimensions left out sit just before dp.
   for (int optional : {kCp, kEp}) {
     if (std::find(dims.begin(), dims.end(), optional) == dims.end()) {
       dims.insert(std::find(dims.begin(), dims.end(), kDpInner), optional);
@@ -75,11 +79,14 @@ std::vector<std::vector<int64_t>> RankGrid::groups_varying(const std::vector<int
 std::vector<std::vector<int64_t>> RankGrid::groups(GroupKind kind) const {
   switch (kind) {
     case GroupKind::tp: return groups_varying({kTp});
+    case GroupKind::cp: return groups_varying({kCp});
+    case GroupKind::dp_cp: return groups_varying({kCp, kEp, kDpInner});
+    case GroupKind::expert_dp_cp: return groups_varying({kCp, kDpInner});
     case GroupKind::pp: return groups_varying({kPp});
     case GroupKind::dp: return groups_varying({kEp, kDpInner});
     case GroupKind::ep: return groups_varying({kEp});
     case GroupKind::expert_dp: return groups_varying({kDpInner});
-    case GroupKind::model_parallel: return groups_varying({kTp, kCp, kPp});
+    case GroupKind::model_parallel: return groups_varying({kTp, kPp});
     case GroupKind::embedding: {
       // The stages that hold the tied embedding: the first and the last.
       std::vector<std::vector<int64_t>> groups;
@@ -110,10 +117,12 @@ RankCoords RankGrid::coords(int64_t rank) const {
   };
   RankCoords c;
   c.tp = coordinate(rank, kTp);
+  c.cp = coordinate(rank, kCp);
   c.pp = coordinate(rank, kPp);
   c.dp = position(GroupKind::dp);
   c.ep = coordinate(rank, kEp);
   c.expert_dp = coordinate(rank, kDpInner);
+  c.dp_cp = position(GroupKind::dp_cp);
   return c;
 }
 

@@ -12,6 +12,10 @@
 //   tp groups [0,1] [2,3] [4,5] [6,7]    pp groups [0,4] [1,5] [2,6] [3,7]
 //   dp groups [0,2] [1,3] [4,6] [5,7]    model-parallel [0,1,4,5] [2,3,6,7]
 //
+// Context parallelism (cp) splits each sequence over cp ranks that hold the same
+// model; they average their gradients with dp, so the gradient groups (dp-cp) vary
+// both. The model-parallel group (tp x pp) holds one copy of the model.
+//
 // Expert parallelism splits the data-parallel ranks: the "ep" and "dp" entries
 // of the order are the two factors (ep, dp/ep) of the data-parallel dimension.
 // An ep group varies ep only, an expert-dp group varies the dp/ep factor only,
@@ -25,13 +29,18 @@
 
 namespace loom::parallel {
 
-enum class GroupKind { tp, pp, dp, ep, expert_dp, model_parallel, embedding };
+// cp: the context-parallel group (ranks holding parts of the same sequences). dp_cp and
+// expert_dp_cp: the ranks whose gradients are averaged (dp, or expert-dp, times cp), over which
+// ZeRO shards; with cp = 1 they are the dp and expert-dp groups themselves.
+enum class GroupKind { tp, cp, pp, dp, ep, expert_dp, dp_cp, expert_dp_cp, model_parallel, embedding };
 
-inline constexpr std::array<GroupKind, 7> kAllGroupKinds = {
-    GroupKind::tp,       GroupKind::pp, GroupKind::dp, GroupKind::ep, GroupKind::expert_dp, GroupKind::model_parallel,
+inline constexpr std::array<GroupKind, 10> kAllGroupKinds = {
+    GroupKind::tp,       GroupKind::cp,           GroupKind::pp,
+    GroupKind::dp,       GroupKind::ep,           GroupKind::expert_dp,
+    GroupKind::dp_cp,    GroupKind::expert_dp_cp, GroupKind::model_parallel,
     GroupKind::embedding};
 
-// "tp", "pp", "dp", "ep", "expert-dp", "model-parallel", "embedding".
+// "tp", "cp", "pp", "dp", "ep", "expert-dp", "dp-cp", "expert-dp-cp", "model-parallel", "embedding".
 std::string group_kind_name(GroupKind kind);
 
 struct ParallelSizes {
@@ -39,14 +48,17 @@ struct ParallelSizes {
   int64_t pp = 1;
   int64_t dp = 1;
   int64_t ep = 1;
+  int64_t cp = 1;
 };
 
 struct RankCoords {
   int64_t tp = 0;
+  int64_t cp = 0;
   int64_t pp = 0;
   int64_t dp = 0;         // position in the dp group
   int64_t ep = 0;         // position in the ep group
   int64_t expert_dp = 0;  // position in the expert-dp group
+  int64_t dp_cp = 0;      // position in the dp-cp group (ZeRO's shard index); dp when cp = 1
 };
 
 class RankGrid {

@@ -9,7 +9,11 @@ namespace {
 
 // The fixed layout of one rank's row in the gather: every (group, op) in this
 // order, four numbers each, then bytes sent to each rank, then the host id.
-const std::vector<std::string> kGroups = {"world", "tp", "pp", "dp", "ep", "expert-dp", "model-parallel", "embedding"};
+const std::vector<std::string> kGroups = [] {
+  std::vector<std::string> names{"world"};
+  for (GroupKind kind : kAllGroupKinds) names.push_back(group_kind_name(kind));
+  return names;
+}();
 const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
                                        "broadcast",  "send_recv",  "barrier"};
 constexpr int64_t kFields = 4;  // calls, bytes, sent, seconds

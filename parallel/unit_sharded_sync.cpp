@@ -37,10 +37,10 @@ class UnitShardedSync : public GradientSync {
       block_of[part].push_back(block_of_param.empty() ? -1 : block_of_param[i]);
     }
     const bool shard_parameters = options_.zero_stage == 3;
-    parts_[0].units->shard(tensors[0], block_of[0], groups_.dp(), shard_parameters, 0, options_.model_dtype);
+    parts_[0].units->shard(tensors[0], block_of[0], groups_.dp_cp(), shard_parameters, 0, options_.model_dtype);
     if (parts_[1].units) {
       // Experts are sharded over expert-dp but averaged over all of dp.
-      parts_[1].units->shard(tensors[1], block_of[1], groups_.expert_dp(), shard_parameters, groups_.dp().size(),
+      parts_[1].units->shard(tensors[1], block_of[1], groups_.expert_dp_cp(), shard_parameters, groups_.dp_cp().size(),
                              options_.model_dtype);
     }
     auto& dense = *parts_[0].units;
@@ -67,9 +67,9 @@ class UnitShardedSync : public GradientSync {
 
   std::unique_ptr<optim::Optimizer> make_optimizer(const optim::AdamWOptions& adam) override {
     auto optimizer =
-        join_parts(std::make_unique<optim::FullyShardedAdamW>(*parts_[0].units, groups_.dp(), adam),
+        join_parts(std::make_unique<optim::FullyShardedAdamW>(*parts_[0].units, groups_.dp_cp(), adam),
                    parts_[1].units && !parts_[1].index.empty()
-                       ? std::make_unique<optim::FullyShardedAdamW>(*parts_[1].units, groups_.expert_dp(), adam)
+                       ? std::make_unique<optim::FullyShardedAdamW>(*parts_[1].units, groups_.expert_dp_cp(), adam)
                        : nullptr);
     // (Each unit allocates its gradients when backward reaches it.)
     return optimizer;
@@ -117,8 +117,8 @@ class UnitShardedSync : public GradientSync {
       });
     }
     optim::ExpertGroups experts;
-    if (parts_[1].units) experts = {&groups_.ep(), &groups_.expert_dp()};
-    return optim::clip_sharded_grad_norm(counted[0], grads, max_norm, groups_.model_parallel(), groups_.dp(),
+    if (parts_[1].units) experts = {&groups_.ep(), &groups_.expert_dp_cp()};
+    return optim::clip_sharded_grad_norm(counted[0], grads, max_norm, groups_.model_parallel(), groups_.dp_cp(),
                                          counted[1], experts);
   }
 

@@ -164,7 +164,7 @@ TEST_CASE("dp is derived from the world and checked when given", "[config]") {
   CHECK(resolved({"parallel.tp=2"}, 8).parallel.dp == 4);
   CHECK(resolved({"parallel.tp=2", "parallel.pp=2", "parallel.dp=2"}, 8).parallel.dp == 2);
   CHECK_THAT(error_of({"parallel.dp=3"}, 4), Catch::Contains("parallel.dp") && Catch::Contains("set it to 4"));
-  CHECK_THAT(error_of({"parallel.tp=4"}, 6), Catch::Contains("not divisible by tp * pp = 4"));
+  CHECK_THAT(error_of({"parallel.tp=4"}, 6), Catch::Contains("not divisible by tp * cp * pp = 4"));
 }
 
 TEST_CASE("every validation rule names its key", "[config]") {

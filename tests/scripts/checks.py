@@ -381,7 +381,9 @@ def topology_tp2_pp2_dp2(args):
     }
     for name, groups in expected.items():
         assert g[name] == groups, f"{name}: {g[name]}, expected {groups}"
-    assert set(g) == {"tp", "pp", "dp", "ep", "expert-dp", "model-parallel", "embedding"}, f"groups {sorted(g)}"
+    assert set(g) == {"tp", "cp", "pp", "dp", "ep", "expert-dp", "dp-cp", "expert-dp-cp", "model-parallel",
+                      "embedding"}, f"groups {sorted(g)}"
+    assert g["dp-cp"] == g["dp"] and g["cp"] == [[r] for r in range(8)], "with cp = 1 the gradient groups are dp's"
     rank6 = {"rank": 6, "tp": 0, "pp": 1, "dp": 1, "ep": 0, "expert-dp": 1}
     assert t["ranks"][6] == rank6, f"rank 6: {t['ranks'][6]}, expected {rank6}"
     print("topology tp=2 pp=2 dp=2: groups and rank 6 as written by hand")

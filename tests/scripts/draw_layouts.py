@@ -1,8 +1,8 @@
 """Draws random training layouts for tests/scripts/random_layouts.sh: one line per draw,
 "NP NAME MODEL_SETS | LAYOUT_SETS", each SETS a space-separated list of key=value.
 
-The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not); tp, pp
-and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
+The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not); tp, cp
+(ring or all-to-all), pp and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
 interleaved), ZeRO stage, recomputation, micro-batch size, ep for MoE, and a validation
 split evaluated at steps 10 and 20 or none. Every draw is a
 valid config on tests/configs/tiny.yaml (global batch 8, seq 32, 4 heads) with 8 layers.
@@ -23,10 +23,12 @@ def draw(rng, index):
         model += ["model.moe.num_experts=4", "model.moe.top_k=2"]
     while True:
         tp, pp, dp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([1, 2])
+        # Context parallelism (not with MoE, which it refuses for now).
+        cp = 1 if moe else rng.choice([1, 1, 2, 4])
         # MoE's auxiliary losses are per micro-batch: its draws keep the reference's micro-batch size.
         # A pipeline needs at least pp micro-batches per step (global batch 8 = micro x count x dp).
         micros = [m for m in ((2,) if moe else (1, 2, 4)) if 8 % (m * dp) == 0 and 8 // (m * dp) >= pp]
-        if 1 < tp * pp * dp <= 8 and micros:
+        if 1 < tp * pp * dp * cp <= 8 and micros:
             break
     micro = rng.choice(micros)
     layout = [f"parallel.tp={tp}", f"parallel.pp={pp}", f"train.micro_batch_size={micro}",
@@ -34,6 +36,13 @@ def draw(rng, index):
               f"train.recompute={rng.choice(['none', 'full', 'selective'])}"]
     if tp > 1 and rng.random() < 0.5:
         layout.append("parallel.sequence_parallel=true")
+    if cp > 1:
+        layout.append(f"parallel.cp={cp}")
+        # All-to-all needs each tp rank's heads (4 / tp) and kv heads divisible by cp.
+        kv = 4 if arch == "gpt2" else int(next(m for m in model if m.startswith("model.num_kv_heads=")).split("=")[1])
+        kv_local = max(kv // tp, 1)
+        if (4 // tp) % cp == 0 and kv_local % cp == 0 and rng.random() < 0.5:
+            layout.append("parallel.cp_comm=a2a")
     if pp > 1:
         micro_batches = 8 // (micro * dp)
         schedules = ["gpipe", "1f1b"] + (["interleaved"] if micro_batches % pp == 0 else [])
@@ -47,8 +56,8 @@ def draw(rng, index):
     validate = rng.random() < 0.5
     if validate:
         model += ["data.split=90,10,0", "eval.interval=10", "eval.steps=1"]
-    name = f"draw{index}_{arch}{'_moe' if moe else ''}{'_val' if validate else ''}_tp{tp}_pp{pp}_dp{dp}"
-    return f"{tp * pp * dp} {name} {' '.join(model)} | {' '.join(layout)}"
+    name = f"draw{index}_{arch}{'_moe' if moe else ''}{'_val' if validate else ''}_tp{tp}_cp{cp}_pp{pp}_dp{dp}"
+    return f"{tp * cp * pp * dp} {name} {' '.join(model)} | {' '.join(layout)}"
 
 
 def main(argv):
