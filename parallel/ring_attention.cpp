@@ -91,6 +91,36 @@ struct Ring {
     const int tag = static_cast<int>(step * 4 + kind);
     return cp.send_recv({{P2POp::send, send, next, tag}, {P2POp::recv, recv, prev, tag}});
   }
+  // The keys and values of the next step on their way (none after the last of N steps).
+  struct InFlight {
+    torch::Tensor incoming;
+    CommHandle transfer;
+    bool defined() const { return incoming.defined(); }
+  };
+  InFlight pass_on(const torch::Tensor& kv, int64_t step, int64_t n, int kind) {
+    InFlight f;
+    if (step + 1 < n) {
+      f.incoming = torch::empty_like(kv);
+      f.transfer = shift(kv, f.incoming, step, kind);
+    }
+    return f;
+  }
+  torch::Tensor arrived(InFlight f) {
+    f.transfer.wait();
+    return f.incoming;
+  }
+};
+
+// The keys and values a rank holds on one ring step: OWNER's, in the compute dtype, repeated for
+// the query heads that read them, and their two chunks.
+struct Held {
+  int64_t owner;
+  torch::Tensor k, v, k0, k1, v0, v1;
+  Held(const torch::Tensor& kv, int64_t owner_rank, torch::ScalarType dtype, int64_t group)
+      : owner(owner_rank), k(expand_kv(kv[0].to(dtype), group)), v(expand_kv(kv[1].to(dtype), group)) {
+    const int64_t c = k.size(2) / 2;
+    k0 = k.narrow(2, 0, c), k1 = k.narrow(2, c, c), v0 = v.narrow(2, 0, c), v1 = v.narrow(2, c, c);
+  }
 };
 
 class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunction> {
@@ -107,16 +137,10 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
     Partial first, second;  // over query chunks r and 2cp-1-r
     auto kv = torch::stack({k, v}).contiguous();
     for (int64_t step = 0; step < n; ++step) {
-      torch::Tensor incoming;
-      CommHandle transfer;
-      if (step + 1 < n) {
-        incoming = torch::empty_like(kv);
-        transfer = ring.shift(kv, incoming, step, 0);
-      }
-      const int64_t j = (r - step + n) % n;
-      auto kj = expand_kv(kv[0].to(dtype), group), vj = expand_kv(kv[1].to(dtype), group);
-      auto k0 = kj.narrow(2, 0, c), k1 = kj.narrow(2, c, c), v0 = vj.narrow(2, 0, c), v1 = vj.narrow(2, c, c);
-      switch (blocks_for(r, j)) {
+      auto next = ring.pass_on(kv, step, n, 0);
+      const Held held(kv, (r - step + n) % n, dtype, group);
+      const auto &kj = held.k, &vj = held.v, &k0 = held.k0, &k1 = held.k1, &v0 = held.v0, &v1 = held.v1;
+      switch (blocks_for(r, held.owner)) {
         case Blocks::own:
           merge(first, attend(q0, k0, v0, scale, true));
           merge(second, attend(q1, k0, v0, scale, false));
@@ -128,10 +152,7 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
           break;
         case Blocks::later_query_chunk: merge(second, attend(q1, kj, vj, scale, false)); break;
       }
-      if (!transfer.done()) {
-        transfer.wait();
-        kv = incoming;
-      }
+      if (next.defined()) kv = ring.arrived(std::move(next));
     }
     auto out = torch::cat({first.out, second.out}, 2).to(q.scalar_type());
     auto lse = torch::cat({first.lse, second.lse}, 2);
@@ -167,15 +188,9 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
     CommHandle dkv_transfer;
     torch::Tensor dkv_incoming;
     for (int64_t step = 0; step < n; ++step) {
-      torch::Tensor incoming;
-      CommHandle transfer;
-      if (step + 1 < n) {
-        incoming = torch::empty_like(kv);
-        transfer = ring.shift(kv, incoming, step, 1);
-      }
-      const int64_t j = (r - step + n) % n;
-      auto kj = expand_kv(kv[0].to(dtype), group), vj = expand_kv(kv[1].to(dtype), group);
-      auto k0 = kj.narrow(2, 0, c), k1 = kj.narrow(2, c, c), v0 = vj.narrow(2, 0, c), v1 = vj.narrow(2, c, c);
+      auto next = ring.pass_on(kv, step, n, 1);
+      const Held held(kv, (r - step + n) % n, dtype, group);
+      const auto &kj = held.k, &vj = held.v, &k0 = held.k0, &k1 = held.k1, &v0 = held.v0, &v1 = held.v1;
       auto dk = torch::zeros_like(kj), dv = torch::zeros_like(vj);
       auto dk0 = dk.narrow(2, 0, c), dk1 = dk.narrow(2, c, c), dv0 = dv.narrow(2, 0, c), dv1 = dv.narrow(2, c, c);
       auto add = [](const BlockGrads& g, torch::Tensor& dq_part, torch::Tensor& dk_part, torch::Tensor& dv_part) {
@@ -183,7 +198,7 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
         dk_part.add_(g.dk);
         dv_part.add_(g.dv);
       };
-      switch (blocks_for(r, j)) {
+      switch (blocks_for(r, held.owner)) {
         case Blocks::own:
           add(attend_backward(q0, k0, v0, lse0, delta0, do0, scale, true), dq0, dk0, dv0);
           add(attend_backward(q1, k0, v0, lse1, delta1, do1, scale, false), dq1, dk0, dv0);
@@ -211,10 +226,7 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
         dkv_incoming = torch::empty_like(dkv);
         dkv_transfer = ring.shift(dkv, dkv_incoming, step, 2);
       }
-      if (!transfer.done()) {
-        transfer.wait();
-        kv = incoming;
-      }
+      if (next.defined()) kv = ring.arrived(std::move(next));
     }
     if (!dkv_transfer.done()) {
       dkv_transfer.wait();
