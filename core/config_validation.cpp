@@ -211,7 +211,8 @@ void resolve_and_validate(Config& c, int64_t world) {
               std::to_string(p.pp * t.micro_batch_size * dp) + ")");
   require(t.lr > 0, "train.lr", "must be positive");
   require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "must be in [0, train.lr]");
-  require(t.warmup_steps >= 0 && t.warmup_steps <= t.steps, "train.warmup_steps", "must be in [0, train.steps]");
+  require(t.warmup_steps >= 0 && t.warmup_steps <= t.steps, "train.warmup_steps",
+          "is " + std::to_string(t.warmup_steps) + ", outside [0, train.steps = " + std::to_string(t.steps) + "]");
   require(t.weight_decay >= 0, "train.weight_decay", "must be non-negative");
   require(t.grad_clip >= 0, "train.grad_clip", "must be non-negative (0 turns clipping off)");
   require(t.adam_beta1 >= 0 && t.adam_beta1 < 1, "train.adam_beta1", "must be in [0, 1)");
