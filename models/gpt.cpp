@@ -121,7 +121,7 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
     moe.sequence_parallel = sp;
     moe.loss_scale = options.loss_scale;
     moe.split_generator = tp.rng ? &tp.rng->split() : nullptr;
-    moe_ = register_module("moe", MoELayer(moe, *tp.ep, *tp.tp));
+    moe_ = register_module("moe", MoELayer(moe, *tp.ep, *tp.tp, tp.cp_size() > 1 ? tp.cp : nullptr));
   } else {
     mlp_ = register_module("mlp", Mlp(options, layer, tp));
   }

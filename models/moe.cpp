@@ -90,8 +90,9 @@ void MoEStats::reset() {
   volume = {};
 }
 
-MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicator& ep, parallel::Communicator& tp)
-    : options_(options), ep_(ep), tp_(tp), dispatcher_(options.moe.num_experts, ep, &stats_.volume) {
+MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicator& ep, parallel::Communicator& tp,
+                           parallel::Communicator* cp)
+    : options_(options), ep_(ep), tp_(tp), cp_(cp), dispatcher_(options.moe.num_experts, ep, &stats_.volume) {
   const int64_t h = options.hidden_size, f = options.ffn_hidden_size, e = options.moe.num_experts;
   const std::string p = "h." + std::to_string(options.layer) + ".moe.";
   const bool sp = options.sequence_parallel;
@@ -156,22 +157,31 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
   Routing routing = route_tokens(logits, moe.top_k, moe.capacity_factor);
 
   // The auxiliary losses are over the whole sequence: under sequence
-  // parallelism each tp rank holds part of it, so the statistics are summed.
+  // parallelism each tp rank holds part of it, and under context parallelism
+  // each cp rank, so the statistics are summed over both.
   const bool split = options_.sequence_parallel && tp_.size() > 1;
-  const int64_t all_tokens = split ? local_tokens * tp_.size() : local_tokens;
+  const int64_t cp = cp_ ? cp_->size() : 1;
+  const int64_t all_tokens = (split ? local_tokens * tp_.size() : local_tokens) * cp;
   auto probs_sum = routing.probs.sum(0);
   auto counts = routing.counts.to(torch::kFloat32);
   if (split) {
     probs_sum = parallel::reduce_from_tp_region(probs_sum, tp_);
     tp_.all_reduce(counts).wait();
   }
+  if (cp > 1) {
+    probs_sum = parallel::reduce_from_tp_region(probs_sum, *cp_);
+    cp_->all_reduce(counts).wait();
+  }
   auto aux = load_balancing_loss(probs_sum, counts, all_tokens, moe.top_k);
-  auto z = router_z_loss(logits, all_tokens);  // this rank's share: the tp sum is the whole
+  auto z = router_z_loss(logits, all_tokens);  // this rank's share: the tp and cp sum is the whole
 
   auto dispatched = dispatcher_.dispatch(tokens, routing.assignment);
   auto out = dispatcher_.combine(experts(dispatched.tokens, dispatched.tokens_per_expert), dispatched.plan);
   if (is_training() && torch::GradMode::is_enabled() && (moe.aux_loss_coeff > 0 || moe.z_loss_coeff > 0)) {
-    out = AttachLoss::apply(out, aux * moe.aux_loss_coeff + z * moe.z_loss_coeff, options_.loss_scale);
+    // Each cp rank's backward reaches the router through its own tokens only, and gradients are
+    // averaged over dp x cp: times cp, the cp ranks' parts add up to the whole sequence's gradient.
+    out = AttachLoss::apply(out, (aux * moe.aux_loss_coeff + z * moe.z_loss_coeff) * static_cast<double>(cp),
+                            options_.loss_scale);
   }
   if (record) {
     torch::NoGradGuard no_grad;
@@ -182,7 +192,7 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
       stats_.dropped += routing.dropped;
       stats_.z_loss += z.detach().to(torch::kFloat64);
     }
-    if (tp_.rank() == 0) {
+    if (tp_.rank() == 0 && (!cp_ || cp_->rank() == 0)) {  // the same whole-sequence value on every cp rank
       stats_.aux_loss += aux.detach().to(torch::kFloat64);
       stats_.micro_batches += 1;
     }

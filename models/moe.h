@@ -89,8 +89,10 @@ struct MoELayerOptions {
 
 class MoELayerImpl : public parallel::ParallelModule {
  public:
-  // EP: the expert-parallel group; TP: the tensor-parallel group (for the router statistics under SP).
-  MoELayerImpl(const MoELayerOptions& options, parallel::Communicator& ep, parallel::Communicator& tp);
+  // EP: the expert-parallel group; TP: the tensor-parallel group (for the router statistics under SP);
+  // CP: the context-parallel group, whose ranks hold the other parts of each sequence (null: none).
+  MoELayerImpl(const MoELayerOptions& options, parallel::Communicator& ep, parallel::Communicator& tp,
+               parallel::Communicator* cp = nullptr);
   // x [B, S, H] -> [B, S, H]. RECORD: add this call to stats() (false while recomputing).
   torch::Tensor forward(const torch::Tensor& x, bool record = true);
   std::vector<parallel::ParallelParameter> parallel_parameters() const;
@@ -102,6 +104,7 @@ class MoELayerImpl : public parallel::ParallelModule {
   MoELayerOptions options_;
   parallel::Communicator& ep_;
   parallel::Communicator& tp_;
+  parallel::Communicator* cp_;
   parallel::TokenDispatcher dispatcher_;
   torch::Tensor router_;  // [E, H]
   struct Expert {

@@ -4,7 +4,8 @@
 # and a Llama-shaped one (RoPE, grouped-query attention 4/2) train to one process's losses within
 # 1e-5 relative for 20 steps at cp 2 and 4 in both modes (a2a where the heads divide: cp 4 and tp 2
 # for the GPT only), alone, with tp 2 (+SP), with pp 2, with dp 2 and ZeRO 3 or 1, with full and
-# selective recomputation, and their validation losses too; a checkpoint
+# selective recomputation, and their validation losses too; MoE at cp 2 (ring, all-to-all with ep 2,
+# tp 2 + SP); a checkpoint
 # saved at cp 2 resumes at cp 1 and at tp 2 with the uninterrupted losses; the ring's traffic per
 # cp group is exactly (cp - 1) key/value shards forward and twice that backward per layer and
 # micro-batch; bad cp settings exit 2 naming the key.
@@ -47,6 +48,23 @@ all 4 cp2_a2a_dp2_zero1 parallel.cp=2 parallel.cp_comm=a2a parallel.zero_stage=1
 all 2 cp2_recompute_selective parallel.cp=2 train.recompute=selective
 all 2 cp2_a2a_recompute_full parallel.cp=2 parallel.cp_comm=a2a train.recompute=full
 LAYOUTS
+done
+
+# Mixture of Experts: the auxiliary losses' statistics summed over cp (whole sequences), large
+# coefficients so a wrong share of their gradient would show; runs agree up to a routing near-tie flip.
+MOE=(--set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.aux_loss_coeff=1.0 --set model.moe.z_loss_coeff=0.1)
+run 1 "$GPT" moe_ref "${MOE[@]}"
+for layout in "2 moe_cp2 parallel.cp=2" "4 moe_cp2_a2a_ep2 parallel.cp=2 parallel.cp_comm=a2a parallel.ep=2" \
+  "4 moe_cp2_tp2_sp parallel.cp=2 parallel.tp=2 parallel.sequence_parallel=true"; do
+  set -- $layout
+  np="$1" name="$2"
+  shift 2
+  args=()
+  for s in "$@"; do args+=(--set "$s"); done
+  run "$np" "$GPT" "$name" "${MOE[@]}" "${args[@]}"
+  echo -n "$name vs one process: "
+  python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/$name/metrics.jsonl" "$WORK/moe_ref/metrics.jsonl" --rtol 1e-5 \
+    --routing-flips || fail "$name differs from one process"
 done
 
 # The traffic of every group, the cp group's ring and all-to-all included, is what `loom plan --run`

@@ -23,8 +23,8 @@ def draw(rng, index):
         model += ["model.moe.num_experts=4", "model.moe.top_k=2"]
     while True:
         tp, pp, dp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([1, 2])
-        # Context parallelism (not with MoE, which it refuses for now).
-        cp = 1 if moe else rng.choice([1, 1, 2, 4])
+        # Context parallelism.
+        cp = rng.choice([1, 1, 2, 4])
         # MoE's auxiliary losses are per micro-batch: its draws keep the reference's micro-batch size.
         # A pipeline needs at least pp micro-batches per step (global batch 8 = micro x count x dp).
         micros = [m for m in ((2,) if moe else (1, 2, 4)) if 8 % (m * dp) == 0 and 8 // (m * dp) >= pp]
