@@ -157,7 +157,7 @@ void resolve_and_validate(Config& c, int64_t world) {
           std::to_string(m.seq_len) + " is not divisible by parallel.tp=" + std::to_string(p.tp) +
               " (needed by sequence_parallel)");
   // Each cp rank holds two of the 2 cp equal chunks of a sequence (the causal mask's work balanced).
-  require(m.seq_len % (2 * p.cp) == 0, "model.seq_len",
+  require(p.cp == 1 || m.seq_len % (2 * p.cp) == 0, "model.seq_len",
           std::to_string(m.seq_len) + " is not divisible by 2 * parallel.cp = " + std::to_string(2 * p.cp) +
               " (context parallelism cuts each sequence into 2 cp equal chunks)");
   require(!p.sequence_parallel || (m.seq_len / p.cp) % p.tp == 0, "model.seq_len",

@@ -73,3 +73,23 @@ TEST_CASE("bad orders and sizes break the grid's invariants", "[rank_grid]") {
   CHECK_THROWS_WITH(RankGrid({1, 1, 1, 1}, "tp-dp"), Catch::Contains("lacks"));
   CHECK_THROWS_AS(RankGrid({1, 1, 3, 2}), c10::Error);
 }
+
+TEST_CASE("tp=2 cp=2 dp=2 on 8 ranks: cp between tp and dp, gradients over dp x cp", "[rank_grid]") {
+  // Order tp-cp-ep-dp-pp: rank = tp + 2 cp + 4 dp.
+  RankGrid grid({2, 1, 2, 1, 2});
+  CHECK(grid.world() == 8);
+  CHECK(grid.groups(GroupKind::tp) == Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  CHECK(grid.groups(GroupKind::cp) == Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  CHECK(grid.groups(GroupKind::dp) == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  CHECK(grid.groups(GroupKind::dp_cp) == Groups{{0, 2, 4, 6}, {1, 3, 5, 7}});
+  CHECK(grid.groups(GroupKind::model_parallel) == Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  const auto c = grid.coords(6);
+  CHECK(c.tp == 0);
+  CHECK(c.cp == 1);
+  CHECK(c.dp == 1);
+  CHECK(c.dp_cp == 3);
+  // At cp 1 the gradient groups are the dp groups.
+  RankGrid plain({2, 2, 2, 1});
+  CHECK(plain.groups(GroupKind::dp_cp) == plain.groups(GroupKind::dp));
+  CHECK(plain.coords(6).dp_cp == plain.coords(6).dp);
+}

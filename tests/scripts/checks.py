@@ -384,7 +384,7 @@ def topology_tp2_pp2_dp2(args):
     assert set(g) == {"tp", "cp", "pp", "dp", "ep", "expert-dp", "dp-cp", "expert-dp-cp", "model-parallel",
                       "embedding"}, f"groups {sorted(g)}"
     assert g["dp-cp"] == g["dp"] and g["cp"] == [[r] for r in range(8)], "with cp = 1 the gradient groups are dp's"
-    rank6 = {"rank": 6, "tp": 0, "pp": 1, "dp": 1, "ep": 0, "expert-dp": 1}
+    rank6 = {"rank": 6, "tp": 0, "cp": 0, "pp": 1, "dp": 1, "ep": 0, "expert-dp": 1}
     assert t["ranks"][6] == rank6, f"rank 6: {t['ranks'][6]}, expected {rank6}"
     print("topology tp=2 pp=2 dp=2: groups and rank 6 as written by hand")
 

@@ -79,7 +79,7 @@ expect_exit 2 "--world" "$LOOM" topology "$TINY"
 "$LOOM" schedule "$TINY" --set parallel.pp=2 > "$WORK/schedule.txt" || fail "loom schedule"
 grep -q "^stage 1 |" "$WORK/schedule.txt" && grep -q "bubble 20.0% (formula (p-1)/(m\*v+p-1) = 20.0%)" "$WORK/schedule.txt" ||
   { cat "$WORK/schedule.txt"; fail "loom schedule output"; }
-expect_exit 2 "not divisible by tp \* pp = 4" "$LOOM" topology "$TINY" --world 6 --set parallel.tp=2 --set parallel.pp=2
+expect_exit 2 "not divisible by tp \* cp \* pp = 4" "$LOOM" topology "$TINY" --world 6 --set parallel.tp=2 --set parallel.pp=2
 expect_exit 2 "'model.num_heads'" "$LOOM" topology "$TINY" --world 3 --set parallel.tp=3
 expect_exit 2 "cannot read input file" "$LOOM" prepare --input "$WORK/none.txt" --output "$WORK/ds"
 printf 'model: [1, 2\n' > "$WORK/bad.yaml"
