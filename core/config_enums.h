@@ -13,7 +13,7 @@ namespace loom {
 
 enum class TrainPrecision { fp32, bf16, fp16 };                   // train.precision
 enum class Recompute { none, full, selective };                   // train.recompute
-enum class PipelineSchedule { gpipe, one_f_one_b, interleaved };  // parallel.schedule
+enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zb_h1 };  // parallel.schedule
 enum class TrainDevice { automatic, cpu, cuda };                  // train.device
 enum class DataOrder { sequential, shuffled };                    // data.order
 enum class GradReduceDtype { fp32, bf16 };                        // parallel.grad_reduce_dtype
@@ -38,7 +38,7 @@ struct ConfigEnum;
 
 LOOM_CONFIG_ENUM(TrainPrecision, "train.precision", "fp32", "bf16", "fp16")
 LOOM_CONFIG_ENUM(Recompute, "train.recompute", "none", "full", "selective")
-LOOM_CONFIG_ENUM(PipelineSchedule, "parallel.schedule", "gpipe", "1f1b", "interleaved")
+LOOM_CONFIG_ENUM(PipelineSchedule, "parallel.schedule", "gpipe", "1f1b", "interleaved", "zb-h1")
 LOOM_CONFIG_ENUM(TrainDevice, "train.device", "auto", "cpu", "cuda")
 LOOM_CONFIG_ENUM(DataOrder, "data.order", "sequential", "shuffled")
 LOOM_CONFIG_ENUM(GradReduceDtype, "parallel.grad_reduce_dtype", "fp32", "bf16")

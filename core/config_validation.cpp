@@ -180,6 +180,8 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(!interleaved || p.virtual_stages > 1, "parallel.virtual_stages",
           "the interleaved schedule needs virtual_stages of 2 or more (1 is plain 1f1b)");
   require(!interleaved || p.pp > 1, "parallel.pp", "the interleaved schedule needs pp of 2 or more");
+  require(p.schedule != PipelineSchedule::zb_h1 || p.pp > 1, "parallel.pp",
+          "the zb-h1 schedule needs pp of 2 or more (one stage has no bubble for weight gradients to fill)");
   require(p.virtual_stages == 1 || interleaved, "parallel.schedule",
           "virtual_stages = " + std::to_string(p.virtual_stages) + " needs the interleaved schedule, not '" +
               to_string(p.schedule) + "'");

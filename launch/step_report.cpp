@@ -57,8 +57,7 @@ void log_job_start(const Config& config, const parallel::LaunchEnv& env, int thr
         "pipeline: {} schedule, {} stages x {} virtual stages, {} micro-batches per step; bubble by the formula "
         "{:.1f}%",
         to_string(p.schedule), p.pp, p.virtual_stages, config.micro_batches_per_step(),
-        100.0 * static_cast<double>(p.pp - 1) /
-            static_cast<double>(config.micro_batches_per_step() * p.virtual_stages + p.pp - 1));
+        100.0 * parallel::formula_bubble(p.schedule, p.pp, config.micro_batches_per_step(), p.virtual_stages));
   }
   info0("model: {} layers, hidden {}, {} heads, seq {}, vocab {} | global batch {} = micro {} x {} x dp {} | data: {}",
         config.model.num_layers, config.model.hidden_size, config.model.num_heads, config.model.seq_len,
@@ -93,8 +92,6 @@ void log_progress(const Config& config, int64_t step, double loss, double lr, do
 }
 
 nlohmann::json pipeline_metrics(const Config& config, const std::vector<parallel::PipelineStepTiming>& stages) {
-  const double p = static_cast<double>(config.parallel.pp), v = static_cast<double>(config.parallel.virtual_stages);
-  const double m = static_cast<double>(config.micro_batches_per_step());
   nlohmann::json busy_ms = nlohmann::json::array();
   double bubble = 0.0;
   for (const auto& stage : stages) {
@@ -104,7 +101,8 @@ nlohmann::json pipeline_metrics(const Config& config, const std::vector<parallel
   return {{"schedule", to_string(config.parallel.schedule)},
           {"stage_busy_ms", busy_ms},
           {"bubble", bubble},
-          {"bubble_formula", (p - 1.0) / (m * v + p - 1.0)}};
+          {"bubble_formula", parallel::formula_bubble(config.parallel.schedule, config.parallel.pp,
+                                                      config.micro_batches_per_step(), config.parallel.virtual_stages)}};
 }
 
 nlohmann::json gather_memory_report(parallel::ProcessGroups& groups, const parallel::ModelStateBytes& state,

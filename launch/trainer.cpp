@@ -38,6 +38,7 @@ parallel::GradientSyncOptions gradient_sync_options(const Config& config, const 
   options.reduce_dtype = p.grad_reduce_dtype == GradReduceDtype::bf16 ? torch::kBFloat16 : torch::kFloat;
   options.model_dtype = precision.params;
   options.experts = config.model.moe.enabled();
+  options.split_backward = parallel::splits_backward(p.schedule);
   return options;
 }
 

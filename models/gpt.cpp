@@ -3,6 +3,7 @@
 #include "core/precision.h"
 #include "parallel/init.h"
 #include "parallel/tp_regions.h"
+#include "parallel/weight_grad_store.h"
 
 namespace loom::models {
 namespace {
@@ -164,7 +165,7 @@ torch::Tensor GPTOutputStageImpl::logits(const torch::Tensor& hidden) {
   auto x = ln_f_->forward(hidden);
   x = tp_.sequence_parallel ? parallel::gather_from_sequence_region(x, *tp_.tp)
                             : parallel::copy_to_tp_region(x, *tp_.tp);
-  return torch::linear(x, cast_to_activation(wte_, x));
+  return parallel::linear_deferring_weight_grad(x, cast_to_activation(wte_, x));
 }
 
 torch::Tensor GPTOutputStageImpl::forward(const torch::Tensor& hidden, const torch::Tensor& targets) {

@@ -6,6 +6,7 @@
 #include "core/precision.h"
 #include "parallel/init.h"
 #include "parallel/tp_regions.h"
+#include "parallel/weight_grad_store.h"
 
 namespace loom::models {
 namespace {
@@ -134,8 +135,10 @@ torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vect
     const auto& x = experts_[i];
     const auto& in = groups[i];
     auto hidden =
-        torch::gelu(torch::linear(in, cast_to_activation(x.fc_w, in), cast_to_activation(x.fc_b, in)), "tanh");
-    outputs.push_back(torch::linear(hidden, cast_to_activation(x.proj_w, in), cast_to_activation(x.proj_b, in)));
+        torch::gelu(parallel::linear_deferring_weight_grad(in, cast_to_activation(x.fc_w, in), cast_to_activation(x.fc_b, in)),
+                    "tanh");
+    outputs.push_back(parallel::linear_deferring_weight_grad(hidden, cast_to_activation(x.proj_w, in),
+                                                             cast_to_activation(x.proj_b, in)));
   }
   return torch::cat(outputs, 0);
 }

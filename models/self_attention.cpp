@@ -12,6 +12,7 @@
 #include "parallel/init.h"
 #include "parallel/ring_attention.h"
 #include "parallel/tp_regions.h"
+#include "parallel/weight_grad_store.h"
 
 namespace loom::models {
 
@@ -32,7 +33,7 @@ SharedKVProjectionImpl::SharedKVProjectionImpl(const std::string& name, const GP
 
 torch::Tensor SharedKVProjectionImpl::forward_entered(const torch::Tensor& x) {
   auto w = cast_to_activation(weight.narrow(0, kv_head_ * rows_, rows_), x);
-  return torch::linear(x, w, bias.defined() ? cast_to_activation(bias.narrow(0, kv_head_ * rows_, rows_), x) : bias);
+  return parallel::linear_deferring_weight_grad(x, w, bias.defined() ? cast_to_activation(bias.narrow(0, kv_head_ * rows_, rows_), x) : bias);
 }
 
 RotaryEmbedding rotary_embedding_of(const GPTOptions& options) {

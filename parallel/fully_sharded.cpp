@@ -163,6 +163,15 @@ torch::Tensor FullyShardedParameters::run_unit(int64_t layer, const std::functio
 
 void FullyShardedParameters::before_backward(size_t unit) {
   auto& u = units_[unit];
+  if (hold_for_step_ && u.block >= 0) {
+    // The next block's backward is done (its W passes do not need its parameters).
+    const size_t next = unit_of_block(u.block + 1);
+    if (next != kNone) release(next);
+    wait_gathered(unit);
+    const size_t previous = unit_of_block(u.block - 1);
+    if (previous != kNone) launch_gather(previous);
+    if (u.full_grad.defined()) return;  // gradients accumulate over the step
+  }
   // The previous micro-batch's reduction of this unit (1F1B runs a stage's only block twice in a row).
   if (u.reducing) finish_reduce(unit);
   wait_gathered(unit);
@@ -190,7 +199,7 @@ void FullyShardedParameters::gradient_arrived(size_t param) {
       p.mutable_grad() = torch::Tensor();  // the next micro-batch's gradient is taken as it comes
     }
   }
-  if (u.block < 0) return;  // the root unit is reduced in finish()
+  if (u.block < 0 || hold_for_step_) return;  // reduced in finish()
   if (--u.pending == 0) {
     // Every use of the block's parameters in this backward is done: their bytes can go.
     release(unit);
@@ -232,6 +241,10 @@ void FullyShardedParameters::start_step() {
 void FullyShardedParameters::finish() {
   if (!active() || units_.empty()) return;
   if (units_.front().block < 0 && units_.front().full_grad.defined()) reduce(0);
+  for (size_t unit = 0; unit < units_.size() && hold_for_step_; ++unit) {
+    // One in flight at a time: reduce() waits for the one before.
+    if (units_[unit].block >= 0 && units_[unit].full_grad.defined()) reduce(unit);
+  }
   const double scale = 1.0 / static_cast<double>(average_over_);
   torch::NoGradGuard no_grad;
   for (size_t unit = 0; unit < units_.size(); ++unit) {

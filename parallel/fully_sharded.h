@@ -80,6 +80,12 @@ class FullyShardedParameters {
   // INNER's blocks run inside this one's (MoE experts, sharded over their own group).
   void chain(FullyShardedParameters* inner) { inner_ = inner; }
   bool active() const { return dp_ != nullptr; }
+  // Under a split backward (zb-h1) a block's weight gradients arrive in W passes after its
+  // backward, with other micro-batches' backwards in between: every unit's gradient buffer
+  // then lives for the whole step, as the root's does, and is reduce-scattered in finish().
+  // Parameters are still released after each backward (W passes do not read them). The
+  // price is ZeRO-2/3's gradient memory: whole buffers, as under ZeRO-1. Before shard().
+  void hold_gradients_for_step() { hold_for_step_ = true; }
   bool shards_parameters() const { return shard_parameters_; }
 
   // Block LAYER's forward, FORWARD, with its parameters gathered.
@@ -123,6 +129,7 @@ class FullyShardedParameters {
   Communicator* dp_ = nullptr;
   bool shard_parameters_ = true;
   bool mixed_ = false;
+  bool hold_for_step_ = false;
   int64_t average_over_ = 1;
   FullyShardedParameters* inner_ = nullptr;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;

@@ -1,6 +1,10 @@
 // A callback after autograd has accumulated a micro-batch's gradient into a
 // parameter's .grad (a post-hook on its AccumulateGrad node): how gradient
 // buckets, ZeRO units and master weights learn that a gradient is in.
+//
+// A backward that carries no gradient to the parameter (its weight gradient
+// deferred to a zero-bubble W pass: parallel/weight_grad_store.h) still runs
+// the accumulator, with an undefined gradient; that is not an arrival.
 #pragma once
 
 #include <torch/csrc/autograd/function.h>
@@ -21,8 +25,8 @@ inline std::shared_ptr<torch::autograd::Node> after_gradient_accumulated(const t
    public:
     explicit Hook(std::function<void()> callback) : callback_(std::move(callback)) {}
     torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                              const torch::autograd::variable_list&) override {
-      callback_();
+                                              const torch::autograd::variable_list& gradients) override {
+      if (!gradients.empty() && gradients[0].defined()) callback_();
       return outputs;
     }
 

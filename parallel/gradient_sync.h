@@ -36,6 +36,10 @@ struct GradientSyncOptions {
   torch::ScalarType reduce_dtype = torch::kFloat;  // the dp buckets' wire (parallel.grad_reduce_dtype)
   torch::ScalarType model_dtype = torch::kFloat;   // bf16 or fp16: mixed precision, fp32 masters
   bool experts = false;                            // the model has MoE experts (ep group)
+  // A zero-bubble schedule's W passes deliver weight gradients after their block's backward,
+  // interleaved with other micro-batches' backwards: ZeRO-2/3 units then hold the whole step's
+  // gradients and reduce them at its end (FullyShardedParameters::hold_gradients_for_step).
+  bool split_backward = false;
 };
 
 // Bytes of model state one rank holds, for the memory report.

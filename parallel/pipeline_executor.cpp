@@ -28,6 +28,7 @@ PipelineExecutor::PipelineExecutor(PipelineSchedule schedule, int64_t micro_batc
       activation_shape_(std::move(activation_shape)),
       activation_dtype_(activation_dtype),
       device_(device),
+      split_backward_(splits_backward(schedule)),
       actions_(pipeline_actions(schedule, pp.rank(), pp.size(), micro_batches, chunks)) {}
 
 int PipelineExecutor::tag(const PipelineTransfer& t) const {
@@ -81,7 +82,15 @@ PipelineStepTiming PipelineExecutor::run(const ChunkForward& forward) {
     if (i + 1 < actions_.size()) post(actions_[i + 1]);
     const bool receives_input = transfer(a, PipelineTransfer::recv).has_value();
     const bool sends_output = transfer(a, PipelineTransfer::send).has_value();
-    if (a.kind == PipelineAction::forward) {
+    // Under a split backward the linear layers' forwards (and the forwards that recomputation
+    // re-runs inside B) leave their weight gradients to this micro-batch's W pass.
+    std::optional<DeferWeightGradients> deferring;
+    if (split_backward_) deferring.emplace(weight_grads_, WeightGradStore::Key{a.micro, a.chunk});
+    if (a.kind == PipelineAction::backward_weight) {
+      const auto compute_start = Clock::now();
+      weight_grads_.run({a.micro, a.chunk});
+      timing.busy_s += seconds_since(compute_start);
+    } else if (a.kind == PipelineAction::forward) {
       InFlight record;
       if (receives_input) record.input = take(a).requires_grad_(true);
       const auto compute_start = Clock::now();
@@ -104,7 +113,8 @@ PipelineStepTiming PipelineExecutor::run(const ChunkForward& forward) {
     }
   }
   for (auto& message : gradient_sends) message.handle.wait();
-  TORCH_CHECK(in_flight.empty() && receives.empty(), "pipeline step ended with micro-batches in flight");
+  TORCH_CHECK(in_flight.empty() && receives.empty() && weight_grads_.empty(),
+              "pipeline step ended with micro-batches in flight");
   timing.wall_s = seconds_since(start);
   return timing;
 }

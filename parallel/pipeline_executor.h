@@ -13,6 +13,14 @@
 // Memory: a micro-batch's activations live from its forward to its backward
 // on this virtual stage, then are freed; with 1F1B that bounds them to
 // pp - stage micro-batches per stage.
+//
+// Split backward (zb-h1): B runs autograd with the linear layers' weight
+// gradients deferred (parallel/weight_grad_store.h) and frees the activations
+// as a whole backward does; the inputs and output gradients of the linear
+// layers wait in the store until the schedule's W pass of that micro-batch
+// hands their products to autograd. Every W runs before run() returns, so
+// what ends a step (gradient reduction, clipping, the optimizer) sees every
+// gradient; data-parallel buckets launch as the W pass that completes them.
 #pragma once
 
 #include <torch/torch.h>
@@ -23,6 +31,7 @@
 
 #include "parallel/communicator.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/weight_grad_store.h"
 
 namespace loom::parallel {
 
@@ -65,7 +74,9 @@ class PipelineExecutor {
   std::vector<int64_t> activation_shape_;
   torch::ScalarType activation_dtype_;
   torch::Device device_;  // where received activations and gradients land
+  bool split_backward_;
   std::vector<PipelineAction> actions_;
+  WeightGradStore weight_grads_;
 };
 
 }  // namespace loom::parallel

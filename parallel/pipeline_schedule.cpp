@@ -25,6 +25,25 @@ std::vector<PipelineAction> one_f_one_b(int64_t warmup, int64_t total, const For
   return actions;
 }
 
+// ZB-H1 from 1F1B's list: each backward becomes B, and stage STAGE's W of
+// micro-batch j follows its B of micro-batch j + STAGE; the last STAGE W passes
+// close the list, in the cool-down where the B passes arrive with gaps.
+std::vector<PipelineAction> split_backward(const std::vector<PipelineAction>& one_f_one_b_list, int64_t stage) {
+  std::vector<PipelineAction> actions;
+  int64_t inputs_done = 0, weights_done = 0;
+  for (auto a : one_f_one_b_list) {
+    if (a.kind != PipelineAction::backward) {
+      actions.push_back(a);
+      continue;
+    }
+    a.kind = PipelineAction::backward_input;
+    actions.push_back(a);
+    if (++inputs_done > stage) actions.push_back({PipelineAction::backward_weight, weights_done++, a.chunk});
+  }
+  while (weights_done < inputs_done) actions.push_back({PipelineAction::backward_weight, weights_done++, 0});
+  return actions;
+}
+
 }  // namespace
 
 std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, int64_t stage, int64_t stages,
@@ -46,6 +65,8 @@ std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, int64_t 
           [](int64_t k) {
             return PipelineAction{PipelineAction::backward, k, 0};
           });
+    case PipelineSchedule::zb_h1:
+      return split_backward(pipeline_actions(PipelineSchedule::one_f_one_b, stage, stages, micro_batches, 1), stage);
     case PipelineSchedule::interleaved: {
       // The k-th forward of a stage runs chunk (k / P) mod V on micro-batch
       // (k / (P V)) P + k mod P: P micro-batches go through one chunk, then the next.
@@ -70,7 +91,7 @@ std::vector<PipelineTransfer> pipeline_transfers(const PipelineAction& a, int64_
   if (a.kind == PipelineAction::forward) {
     if (k > 0) transfers.push_back({PipelineTransfer::recv, false, a.micro, k, stage_of(k - 1)});
     if (k < last) transfers.push_back({PipelineTransfer::send, false, a.micro, k + 1, stage_of(k + 1)});
-  } else {
+  } else if (a.kind != PipelineAction::backward_weight) {
     if (k < last) transfers.push_back({PipelineTransfer::recv, true, a.micro, k, stage_of(k + 1)});
     if (k > 0) transfers.push_back({PipelineTransfer::send, true, a.micro, k - 1, stage_of(k - 1)});
   }
@@ -79,7 +100,14 @@ std::vector<PipelineTransfer> pipeline_transfers(const PipelineAction& a, int64_
 
 PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches, int64_t chunks) {
   const int64_t p = stages, v = chunks, last = p * v - 1;
-  const double forward_cost = 1.0 / static_cast<double>(v), backward_cost = 2.0 / static_cast<double>(v);
+  const double forward_cost = 1.0 / static_cast<double>(v);
+  auto cost_of = [forward_cost](PipelineAction::Kind kind) {
+    return kind == PipelineAction::backward ? 2 * forward_cost : forward_cost;
+  };
+  // Dependencies name a pass by (0 forward | 1 input gradient | 2 weight gradient, micro, virtual stage).
+  auto pass_of = [](PipelineAction::Kind kind) {
+    return kind == PipelineAction::forward ? 0 : kind == PipelineAction::backward_weight ? 2 : 1;
+  };
   std::vector<std::vector<PipelineAction>> lists;
   for (int64_t s = 0; s < p; ++s) lists.push_back(pipeline_actions(schedule, s, p, micro_batches, chunks));
 
@@ -95,11 +123,13 @@ PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, 
       while (next[s] < lists[s].size()) {
         const auto& a = lists[s][next[s]];
         const int64_t k = a.chunk * p + s;
-        // A forward needs the previous virtual stage's forward; a backward the next one's backward.
+        // A forward needs the previous virtual stage's forward; a backward (or B) the next one's
+        // backward (or B); a W its own B.
         std::tuple<int, int64_t, int64_t> dependency =
-            a.kind == PipelineAction::forward
-                ? std::make_tuple(0, a.micro, k - 1)
-                : (k == last ? std::make_tuple(0, a.micro, k) : std::make_tuple(1, a.micro, k + 1));
+            a.kind == PipelineAction::forward           ? std::make_tuple(0, a.micro, k - 1)
+            : a.kind == PipelineAction::backward_weight ? std::make_tuple(1, a.micro, k)
+            : k == last                                 ? std::make_tuple(0, a.micro, k)
+                                                        : std::make_tuple(1, a.micro, k + 1);
         double ready = 0.0;
         if (!(a.kind == PipelineAction::forward && k == 0)) {
           auto it = finish.find(dependency);
@@ -107,11 +137,11 @@ PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, 
           ready = it->second;
         }
         const double begin = std::max(ready, free_at[s]);
-        const double cost = a.kind == PipelineAction::forward ? forward_cost : backward_cost;
+        const double cost = cost_of(a.kind);
         sim.start[s].push_back(begin);
         free_at[s] = begin + cost;
         busy[s] += cost;
-        finish[{a.kind == PipelineAction::forward ? 0 : 1, a.micro, k}] = begin + cost;
+        finish[{pass_of(a.kind), a.micro, k}] = begin + cost;
         ++next[s];
         progress = true;
       }
@@ -121,8 +151,27 @@ PipelineSimulation simulate_pipeline(PipelineSchedule schedule, int64_t stages, 
     if (next[s] != lists[s].size()) throw std::logic_error("pipeline schedule deadlocks at stage " + std::to_string(s));
     sim.makespan = std::max(sim.makespan, free_at[s]);
   }
-  for (int64_t s = 0; s < p; ++s) sim.bubble += (1.0 - busy[s] / sim.makespan) / static_cast<double>(p);
+  for (int64_t s = 0; s < p; ++s) {
+    sim.bubble += (1.0 - busy[s] / sim.makespan) / static_cast<double>(p);
+    // A chunk's forward is 1/V of the whole model's.
+    sim.idle += (sim.makespan - busy[s]) / static_cast<double>(p);
+    int64_t held = 0, awaiting = 0, peak_held = 0, peak_awaiting = 0;
+    for (const auto& a : lists[s]) {
+      if (a.kind == PipelineAction::forward) ++held, ++awaiting;
+      if (a.kind == PipelineAction::backward || a.kind == PipelineAction::backward_input) --held;
+      if (a.kind == PipelineAction::backward || a.kind == PipelineAction::backward_weight) --awaiting;
+      peak_held = std::max(peak_held, held);
+      peak_awaiting = std::max(peak_awaiting, awaiting);
+    }
+    sim.peak_in_flight.push_back(peak_held);
+    sim.peak_awaiting_weights.push_back(peak_awaiting);
+  }
   return sim;
+}
+
+double formula_bubble(PipelineSchedule schedule, int64_t stages, int64_t micro_batches, int64_t chunks) {
+  const auto p = static_cast<double>(stages), m = static_cast<double>(micro_batches), v = static_cast<double>(chunks);
+  return splits_backward(schedule) ? (p - 1) / (3 * m + p - 1) : (p - 1) / (m * v + p - 1);
 }
 
 std::string render_pipeline_timeline(PipelineSchedule schedule, int64_t stages, int64_t micro_batches, int64_t chunks) {
@@ -138,11 +187,11 @@ std::string render_pipeline_timeline(PipelineSchedule schedule, int64_t stages, 
     const auto actions = pipeline_actions(schedule, s, stages, micro_batches, chunks);
     for (size_t i = 0; i < actions.size(); ++i) {
       const auto& a = actions[i];
-      char letter = a.kind == PipelineAction::forward ? 'F' : 'B';
+      char letter = letter_of(a.kind);
       if (a.chunk % 2 == 1) letter = static_cast<char>(letter - 'A' + 'a');
       std::string label = letter + std::to_string(a.micro);
       label.resize(static_cast<size_t>(cell), ' ');
-      const size_t begin = column(sim.start[s][i]), span = a.kind == PipelineAction::forward ? 1 : 2;
+      const size_t begin = column(sim.start[s][i]), span = a.kind == PipelineAction::backward ? 2 : 1;
       for (size_t c = begin; c < begin + span && c < width; ++c)
         cells[c] = c == begin ? label : std::string(static_cast<size_t>(cell), '=');
       if (span == 2 && begin + 1 < width) cells[begin + 1].back() = ' ';
@@ -151,13 +200,27 @@ std::string render_pipeline_timeline(PipelineSchedule schedule, int64_t stages, 
     for (const auto& c : cells) out += c;
     out += "\n";
   }
-  char summary[160];
+  // The formula's idle time per stage and step time, in forward times of the whole model
+  // (F = B = W = 1): 1F1B and interleaved idle (p-1)(F+B+W)/v, ZB-H1 (p-1)(F+B-W).
+  const auto p = static_cast<double>(stages), m = static_cast<double>(micro_batches), v = static_cast<double>(chunks);
+  const bool split = splits_backward(schedule);
+  const double formula_idle = split ? p - 1 : 3 * (p - 1) / v, compute = 3 * m;
+  const char* formula = split ? "(p-1)/(3m+p-1)" : "(p-1)/(m*v+p-1)";
+  const char* idle_formula = split ? "(p-1)/(3m)" : "(p-1)/(m*v)";
+  char summary[512];
   std::snprintf(summary, sizeof(summary),
-                "bubble %.1f%% (formula (p-1)/(m*v+p-1) = %.1f%%) with p=%lld stages, m=%lld micro-batches, v=%lld\n",
-                100.0 * sim.bubble,
-                100.0 * static_cast<double>(stages - 1) / static_cast<double>(micro_batches * chunks + stages - 1),
-                static_cast<long long>(stages), static_cast<long long>(micro_batches), static_cast<long long>(chunks));
-  return out + summary;
+                "bubble %.1f%% of the step (formula %s = %.1f%%) with p=%lld stages, m=%lld micro-batches, v=%lld\n"
+                "idle per stage %.2f forward-times, %.1f%% of the compute (formula %s = %.1f%%)\n",
+                100.0 * sim.bubble, formula, 100.0 * formula_bubble(schedule, stages, micro_batches, chunks),
+                static_cast<long long>(stages), static_cast<long long>(micro_batches), static_cast<long long>(chunks),
+                sim.idle, 100.0 * sim.idle / compute, idle_formula, 100.0 * formula_idle / compute);
+  std::string peaks = "peak micro-batches in flight per stage (forward run, input gradient not):";
+  for (auto n : sim.peak_in_flight) peaks += " " + std::to_string(n);
+  if (split) {
+    peaks += "\npeak micro-batches awaiting weight gradients per stage (forward run, W not):";
+    for (auto n : sim.peak_awaiting_weights) peaks += " " + std::to_string(n);
+  }
+  return out + summary + peaks + "\n";
 }
 
 }  // namespace loom::parallel

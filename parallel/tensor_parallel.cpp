@@ -5,6 +5,7 @@
 #include "core/precision.h"
 #include "parallel/init.h"
 #include "parallel/tp_regions.h"
+#include "parallel/weight_grad_store.h"
 
 namespace loom::parallel {
 
@@ -30,7 +31,7 @@ torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& input) {
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward_entered(const torch::Tensor& x) {
-  auto y = torch::linear(x, cast_to_activation(weight, x), cast_to_activation(bias, x));
+  auto y = linear_deferring_weight_grad(x, cast_to_activation(weight, x), cast_to_activation(bias, x));
   return options.gather_output() ? gather_from_tp_region(y, *tp_) : y;
 }
 
@@ -54,7 +55,7 @@ RowParallelLinearImpl::RowParallelLinearImpl(RowParallelLinearOptions options_, 
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& input) {
   auto x = options.input_is_parallel() ? input : scatter_to_tp_region(input, *tp_);
-  auto partial = torch::linear(x, cast_to_activation(weight, x));
+  auto partial = linear_deferring_weight_grad(x, cast_to_activation(weight, x));
   auto y = options.sequence_parallel() ? reduce_scatter_to_sequence_region(partial, *tp_)
                                        : reduce_from_tp_region(partial, *tp_);
   return bias.defined() ? y + cast_to_activation(bias, y) : y;

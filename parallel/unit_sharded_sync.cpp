@@ -37,6 +37,9 @@ class UnitShardedSync : public GradientSync {
       block_of[part].push_back(block_of_param.empty() ? -1 : block_of_param[i]);
     }
     const bool shard_parameters = options_.zero_stage == 3;
+    for (auto& part : parts_) {
+      if (part.units && options_.split_backward) part.units->hold_gradients_for_step();
+    }
     parts_[0].units->shard(tensors[0], block_of[0], groups_.dp_cp(), shard_parameters, 0, options_.model_dtype);
     if (parts_[1].units) {
       // Experts are sharded over expert-dp but averaged over all of dp.

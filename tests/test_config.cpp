@@ -298,7 +298,7 @@ TEST_CASE("enum keys are parsed as the config is read, and print back as they we
   CHECK(error_of({"train.recompute=some"}, 1) ==
         "config key 'train.recompute': must be none, full or selective, got 'some'");
   CHECK(error_of({"parallel.schedule=zb"}, 1) ==
-        "config key 'parallel.schedule': must be gpipe, 1f1b or interleaved, got 'zb'");
+        "config key 'parallel.schedule': must be gpipe, 1f1b, interleaved or zb-h1, got 'zb'");
   CHECK(error_of({"train.device=gpu"}, 1) == "config key 'train.device': must be auto, cpu or cuda, got 'gpu'");
   CHECK(error_of({"data.order=random"}, 1) == "config key 'data.order': must be sequential or shuffled, got 'random'");
   CHECK(error_of({"parallel.grad_reduce_dtype=fp16"}, 1) ==

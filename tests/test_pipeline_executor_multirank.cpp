@@ -1,8 +1,10 @@
 // The pipeline executor (parallel/pipeline_executor.h) on real processes, all
 // ranks one pipeline (run at pp = 2 and 4): a chain of tanh layers, one per
-// virtual stage, under gpipe, 1f1b and interleaved. Every received activation
-// must be its micro-batch's (no message mixed up), the last stage's losses and
-// every stage's weight gradients must equal one process running the whole chain.
+// virtual stage, under gpipe, 1f1b, interleaved and zb-h1. Every received
+// activation must be its micro-batch's (no message mixed up), the last stage's
+// losses and every stage's weight gradients must equal one process running the
+// whole chain, and each weight's gradient must arrive once per micro-batch (under
+// zb-h1, in the W passes: the layers defer their weight gradients).
 #define CATCH_CONFIG_RUNNER
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -11,9 +13,11 @@
 
 #include "check_close.h"
 #include "parallel/gloo_communicator.h"
+#include "parallel/grad_hooks.h"
 #include "parallel/launch_env.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/process_groups.h"
+#include "parallel/weight_grad_store.h"
 
 using namespace loom::parallel;
 using loom::test::check_close;
@@ -73,6 +77,12 @@ void run_schedule(PipelineSchedule schedule, int64_t chunks) {
   // This stage's chunk c is virtual stage c * stages + stage.
   std::vector<torch::Tensor> weights;
   for (int64_t c = 0; c < chunks; ++c) weights.push_back(weight_of(c * stages + stage).requires_grad_(true));
+  std::vector<int64_t> arrivals(static_cast<size_t>(chunks), 0);
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  for (int64_t c = 0; c < chunks; ++c) {
+    accumulators.push_back(
+        after_gradient_accumulated(weights[static_cast<size_t>(c)], [&arrivals, c] { ++arrivals[c]; }));
+  }
 
   std::map<int64_t, double> losses;
   std::vector<PipelineAction> forwards_seen;
@@ -88,7 +98,8 @@ void run_schedule(PipelineSchedule schedule, int64_t chunks) {
       check_close(input, reference.inputs[static_cast<size_t>(micro)][static_cast<size_t>(k)],
                   "input of micro-batch " + std::to_string(micro) + " at virtual stage " + std::to_string(k));
     }
-    const auto h = torch::tanh((k == 0 ? x : input).matmul(weights[static_cast<size_t>(chunk)]));
+    // x W as a linear layer (W^T, a view of the parameter, as its weight).
+    const auto h = torch::tanh(linear_deferring_weight_grad(k == 0 ? x : input, weights[static_cast<size_t>(chunk)].t()));
     if (k < virtual_stages - 1) return h;
     auto loss = (h * target).sum();
     losses[micro] = loss.item<double>();
@@ -113,6 +124,7 @@ void run_schedule(PipelineSchedule schedule, int64_t chunks) {
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t k = c * stages + stage;
     REQUIRE(weights[static_cast<size_t>(c)].grad().defined());
+    CHECK(arrivals[static_cast<size_t>(c)] == kMicroBatches);
     check_close(weights[static_cast<size_t>(c)].grad(), reference.grads[static_cast<size_t>(k)],
                 "gradient of virtual stage " + std::to_string(k));
   }
@@ -130,6 +142,10 @@ TEST_CASE("pipeline executor: 1f1b equals one process", "[pipeline_executor]") {
 
 TEST_CASE("pipeline executor: interleaved with two chunks per stage equals one process", "[pipeline_executor]") {
   run_schedule(PipelineSchedule::interleaved, 2);
+}
+
+TEST_CASE("pipeline executor: zb-h1 with weight gradients in W passes equals one process", "[pipeline_executor]") {
+  run_schedule(PipelineSchedule::zb_h1, 1);
 }
 
 int main(int argc, char** argv) {

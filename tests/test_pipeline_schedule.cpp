@@ -15,6 +15,8 @@ const std::vector<std::tuple<PipelineSchedule, int64_t, int64_t, int64_t>> kLayo
     {PipelineSchedule::one_f_one_b, 4, 16, 1}, {PipelineSchedule::one_f_one_b, 8, 3, 1},
     {PipelineSchedule::interleaved, 2, 4, 2},  {PipelineSchedule::interleaved, 4, 8, 2},
     {PipelineSchedule::interleaved, 4, 4, 3},  {PipelineSchedule::interleaved, 2, 6, 4},
+    {PipelineSchedule::zb_h1, 2, 4, 1},        {PipelineSchedule::zb_h1, 4, 8, 1},
+    {PipelineSchedule::zb_h1, 4, 4, 1},        {PipelineSchedule::zb_h1, 8, 16, 1},
 };
 
 }  // namespace
@@ -24,17 +26,23 @@ TEST_CASE("every pass runs once and every backward follows its forward", "[pipel
     for (int64_t s = 0; s < p; ++s) {
       INFO("schedule " << static_cast<int>(schedule) << " p " << p << " m " << m << " v " << v << " stage " << s);
       auto actions = pipeline_actions(schedule, s, p, m, v);
-      CHECK(static_cast<int64_t>(actions.size()) == 2 * m * v);
-      std::map<std::pair<int64_t, int64_t>, int> forwards, backwards;
+      const bool split = splits_backward(schedule);
+      CHECK(static_cast<int64_t>(actions.size()) == (split ? 3 : 2) * m * v);
+      std::map<std::pair<int64_t, int64_t>, int> forwards, backwards, weights;
       for (const auto& a : actions) {
+        CHECK((a.kind == A::backward) == (a.kind != A::forward && !split));
         if (a.kind == A::forward) {
           CHECK(++forwards[{a.micro, a.chunk}] == 1);
+        } else if (a.kind == A::backward_weight) {
+          CHECK(backwards.count({a.micro, a.chunk}) == 1);  // W after its B
+          CHECK(++weights[{a.micro, a.chunk}] == 1);
         } else {
           CHECK(forwards.count({a.micro, a.chunk}) == 1);
           CHECK(++backwards[{a.micro, a.chunk}] == 1);
         }
       }
       CHECK(static_cast<int64_t>(backwards.size()) == m * v);
+      CHECK(static_cast<int64_t>(weights.size()) == (split ? m * v : 0));
     }
   }
 }
@@ -70,7 +78,9 @@ TEST_CASE("the interleaved order matches the table written by hand for pp=2, v=2
 TEST_CASE("the simulated bubble equals the formula for balanced stages", "[pipeline]") {
   for (auto [schedule, p, m, v] : kLayouts) {
     INFO("schedule " << static_cast<int>(schedule) << " p " << p << " m " << m << " v " << v);
-    const double expected = static_cast<double>(p - 1) / static_cast<double>(m * v + p - 1);
+    // A split backward's step is 3m units of F = B = W with p - 1 of them idle (zb-h1, m >= p).
+    const double expected = static_cast<double>(p - 1) /
+                            static_cast<double>((splits_backward(schedule) ? 3 * m : m * v) + p - 1);
     CHECK(simulate_pipeline(schedule, p, m, v).bubble == Approx(expected).epsilon(1e-9));
   }
 }
@@ -114,5 +124,48 @@ TEST_CASE("the timeline shows each stage's passes and the bubble", "[pipeline]")
   // backward at once; stage 0 waits for each gradient to come back.
   CHECK(timeline.find("stage 0 |F0 F1 .  .  B0 == .  B1 == \n") != std::string::npos);
   CHECK(timeline.find("stage 1 |.  F0 B0 == F1 B1 == .  .  \n") != std::string::npos);
-  CHECK(timeline.find("bubble 33.3% (formula (p-1)/(m*v+p-1) = 33.3%)") != std::string::npos);
+  CHECK(timeline.find("bubble 33.3% of the step (formula (p-1)/(m*v+p-1) = 33.3%)") != std::string::npos);
+}
+
+TEST_CASE("zb-h1 is 1F1B with B and W, stage s holding back s W passes (pp=2, m=4 by hand)", "[pipeline]") {
+  const auto f = A::forward, b = A::backward_input, w = A::backward_weight;
+  const std::vector<A> stage0 = {{f, 0, 0}, {f, 1, 0}, {b, 0, 0}, {w, 0, 0}, {f, 2, 0}, {b, 1, 0},
+                                 {w, 1, 0}, {f, 3, 0}, {b, 2, 0}, {w, 2, 0}, {b, 3, 0}, {w, 3, 0}};
+  const std::vector<A> stage1 = {{f, 0, 0}, {b, 0, 0}, {f, 1, 0}, {b, 1, 0}, {w, 0, 0}, {f, 2, 0},
+                                 {b, 2, 0}, {w, 1, 0}, {f, 3, 0}, {b, 3, 0}, {w, 2, 0}, {w, 3, 0}};
+  CHECK(pipeline_actions(PipelineSchedule::zb_h1, 0, 2, 4, 1) == stage0);
+  CHECK(pipeline_actions(PipelineSchedule::zb_h1, 1, 2, 4, 1) == stage1);
+}
+
+TEST_CASE("zb-h1 at pp 4, m 8 (F = B = W): at most 40% of 1F1B's bubble, the same peak in flight", "[pipeline]") {
+  const auto one_f_one_b = simulate_pipeline(PipelineSchedule::one_f_one_b, 4, 8, 1);
+  const auto zb = simulate_pipeline(PipelineSchedule::zb_h1, 4, 8, 1);
+  // Idle time per stage in forward-times: 1F1B (p-1)(F+B+W) = 9, ZB-H1 (p-1)(F+B-W) = 3.
+  CHECK(one_f_one_b.idle == Approx(9.0));
+  CHECK(zb.idle == Approx(3.0));
+  CHECK(zb.idle <= 0.4 * one_f_one_b.idle);
+  // As a share of the step (24 units of compute either way): 9/33 and 3/27.
+  CHECK(one_f_one_b.bubble == Approx(9.0 / 33.0));
+  CHECK(zb.bubble == Approx(3.0 / 27.0));
+  CHECK(zb.bubble == Approx(formula_bubble(PipelineSchedule::zb_h1, 4, 8, 1)));
+  CHECK(zb.peak_in_flight == one_f_one_b.peak_in_flight);
+  CHECK(zb.peak_in_flight == std::vector<int64_t>{4, 3, 2, 1});
+  // Micro-batches whose weight gradients wait: at most the first stage's 1F1B peak on every stage.
+  CHECK(zb.peak_awaiting_weights == std::vector<int64_t>{4, 4, 4, 4});
+  for (int64_t p : {2, 4, 8}) {
+    for (int64_t m : {p, 2 * p, 4 * p}) {
+      INFO("p " << p << " m " << m);
+      const auto sim = simulate_pipeline(PipelineSchedule::zb_h1, p, m, 1);
+      CHECK(sim.idle == Approx(static_cast<double>(p - 1)));
+      CHECK(sim.idle <= simulate_pipeline(PipelineSchedule::one_f_one_b, p, m, 1).idle / 3.0 + 1e-9);
+    }
+  }
+  const std::string timeline = render_pipeline_timeline(PipelineSchedule::zb_h1, 4, 8, 1);
+  INFO(timeline);
+  CHECK(timeline.find("stage 3 |.  .  .  F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 ") != std::string::npos);
+  CHECK(timeline.find("bubble 11.1% of the step (formula (p-1)/(3m+p-1) = 11.1%)") != std::string::npos);
+  CHECK(timeline.find("idle per stage 3.00 forward-times, 12.5% of the compute (formula (p-1)/(3m) = 12.5%)") !=
+        std::string::npos);
+  CHECK(timeline.find("peak micro-batches in flight per stage (forward run, input gradient not): 4 3 2 1") !=
+        std::string::npos);
 }

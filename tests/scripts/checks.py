@@ -284,9 +284,11 @@ def pipeline_record(args):
     """Every step's `pipeline` record of RUN has P positive stage busy times, the bubble
     formula (p - 1) / (m v + p - 1) within 1e-12, and a measured bubble in [0, 1)."""
     p, v, m = args.pp, args.v, args.m
+    # A split backward (zb-h1) counts F = B = W: the step is 3m units and the bubble p - 1 of them.
+    formula = (p - 1) / (3 * m + p - 1) if args.zb else (p - 1) / (m * v + p - 1)
     for rec in (r["pipeline"] for r in metrics(args.run)):
         assert len(rec["stage_busy_ms"]) == p and all(b > 0 for b in rec["stage_busy_ms"]), f"{p} stages: {rec}"
-        assert abs(rec["bubble_formula"] - (p - 1) / (m * v + p - 1)) < 1e-12, f"p={p} m={m} v={v}: {rec}"
+        assert abs(rec["bubble_formula"] - formula) < 1e-12, f"p={p} m={m} v={v}: {rec}"
         assert 0 <= rec["bubble"] < 1, rec
 
 
@@ -710,6 +712,7 @@ def parser():
     s.add_argument("--pp", type=int, required=True)
     s.add_argument("--v", type=int, required=True)
     s.add_argument("--m", type=int, required=True, help="micro-batches per step")
+    s.add_argument("--zb", action="store_true", help="a split-backward (zero-bubble) schedule")
 
     s = command("fp16-skipped-step", fp16_skipped_step)
     s.add_argument("run")

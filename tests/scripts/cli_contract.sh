@@ -77,7 +77,7 @@ expect_exit 0 "(of 1,100,048,384, tp=1 pp=1)" "$LOOM" plan "$LOOM_SOURCE/configs
 expect_exit 2 "--world" "$LOOM" topology "$TINY"
 # loom schedule shows a layout's bubble before it runs: p=2, m=4 gives 1/5.
 "$LOOM" schedule "$TINY" --set parallel.pp=2 > "$WORK/schedule.txt" || fail "loom schedule"
-grep -q "^stage 1 |" "$WORK/schedule.txt" && grep -q "bubble 20.0% (formula (p-1)/(m\*v+p-1) = 20.0%)" "$WORK/schedule.txt" ||
+grep -q "^stage 1 |" "$WORK/schedule.txt" && grep -q "bubble 20.0% of the step (formula (p-1)/(m\*v+p-1) = 20.0%)" "$WORK/schedule.txt" ||
   { cat "$WORK/schedule.txt"; fail "loom schedule output"; }
 expect_exit 2 "not divisible by tp \* cp \* pp = 4" "$LOOM" topology "$TINY" --world 6 --set parallel.tp=2 --set parallel.pp=2
 expect_exit 2 "'model.num_heads'" "$LOOM" topology "$TINY" --world 3 --set parallel.tp=3
