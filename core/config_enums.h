@@ -11,19 +11,19 @@
 
 namespace loom {
 
-enum class TrainPrecision { fp32, bf16, fp16 };                   // train.precision
-enum class Recompute { none, full, selective };                   // train.recompute
+enum class TrainPrecision { fp32, bf16, fp16 };                          // train.precision
+enum class Recompute { none, full, selective };                          // train.recompute
 enum class PipelineSchedule { gpipe, one_f_one_b, interleaved, zb_h1 };  // parallel.schedule
-enum class TrainDevice { automatic, cpu, cuda };                  // train.device
-enum class DataOrder { sequential, shuffled };                    // data.order
-enum class GradReduceDtype { fp32, bf16 };                        // parallel.grad_reduce_dtype
-enum class CommBackend { automatic, gloo, nccl };                 // parallel.backend
-enum class ContextComm { p2p, a2a };                              // parallel.cp_comm
-enum class ModelArch { gpt2, llama };                             // model.arch
-enum class NormKind { layernorm, rmsnorm };                       // model.norm
-enum class Activation { gelu, swiglu };                           // model.activation
-enum class PositionKind { learned, rope };                        // model.position
-enum class RopeScalingKind { none, llama3 };                      // model.rope_scaling.type
+enum class TrainDevice { automatic, cpu, cuda };                         // train.device
+enum class DataOrder { sequential, shuffled };                           // data.order
+enum class GradReduceDtype { fp32, bf16 };                               // parallel.grad_reduce_dtype
+enum class CommBackend { automatic, gloo, nccl };                        // parallel.backend
+enum class ContextComm { p2p, a2a };                                     // parallel.cp_comm
+enum class ModelArch { gpt2, llama };                                    // model.arch
+enum class NormKind { layernorm, rmsnorm };                              // model.norm
+enum class Activation { gelu, swiglu };                                  // model.activation
+enum class PositionKind { learned, rope };                               // model.position
+enum class RopeScalingKind { none, llama3 };                             // model.rope_scaling.type
 
 // Each enum's key and its values' names, in the order of the enumerators.
 template <typename E>

@@ -185,8 +185,9 @@ std::vector<ConfigField> make_fields() {
                  "shard activations along the sequence outside tp regions (needs tp > 1)"),
       int_field("parallel", "virtual_stages", LOOM_MEMBER(parallel.virtual_stages),
                 "model chunks per pipeline stage (the interleaved schedule)"),
-      enum_field("parallel", "schedule", LOOM_MEMBER(parallel.schedule),
-                 "pipeline schedule: gpipe, 1f1b, interleaved or zb-h1 (zero bubble: weight gradients fill the bubbles)"),
+      enum_field(
+          "parallel", "schedule", LOOM_MEMBER(parallel.schedule),
+          "pipeline schedule: gpipe, 1f1b, interleaved or zb-h1 (zero bubble: weight gradients fill the bubbles)"),
       int_field("parallel", "zero_stage", LOOM_MEMBER(parallel.zero_stage),
                 "ZeRO: 0 off, 1 optimizer state, 2 also gradients, 3 also parameters (FSDP)"),
       string_field("parallel", "order", LOOM_MEMBER(parallel.order),

@@ -98,11 +98,12 @@ nlohmann::json pipeline_metrics(const Config& config, const std::vector<parallel
     busy_ms.push_back(stage.busy_s * 1000.0);
     bubble += (stage.wall_s > 0 ? 1.0 - stage.busy_s / stage.wall_s : 0.0) / static_cast<double>(stages.size());
   }
-  return {{"schedule", to_string(config.parallel.schedule)},
-          {"stage_busy_ms", busy_ms},
-          {"bubble", bubble},
-          {"bubble_formula", parallel::formula_bubble(config.parallel.schedule, config.parallel.pp,
-                                                      config.micro_batches_per_step(), config.parallel.virtual_stages)}};
+  return {
+      {"schedule", to_string(config.parallel.schedule)},
+      {"stage_busy_ms", busy_ms},
+      {"bubble", bubble},
+      {"bubble_formula", parallel::formula_bubble(config.parallel.schedule, config.parallel.pp,
+                                                  config.micro_batches_per_step(), config.parallel.virtual_stages)}};
 }
 
 nlohmann::json gather_memory_report(parallel::ProcessGroups& groups, const parallel::ModelStateBytes& state,

@@ -134,9 +134,9 @@ torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vect
   for (size_t i = 0; i < experts_.size(); ++i) {
     const auto& x = experts_[i];
     const auto& in = groups[i];
-    auto hidden =
-        torch::gelu(parallel::linear_deferring_weight_grad(in, cast_to_activation(x.fc_w, in), cast_to_activation(x.fc_b, in)),
-                    "tanh");
+    auto hidden = torch::gelu(
+        parallel::linear_deferring_weight_grad(in, cast_to_activation(x.fc_w, in), cast_to_activation(x.fc_b, in)),
+        "tanh");
     outputs.push_back(parallel::linear_deferring_weight_grad(hidden, cast_to_activation(x.proj_w, in),
                                                              cast_to_activation(x.proj_b, in)));
   }

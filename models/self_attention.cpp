@@ -33,7 +33,8 @@ SharedKVProjectionImpl::SharedKVProjectionImpl(const std::string& name, const GP
 
 torch::Tensor SharedKVProjectionImpl::forward_entered(const torch::Tensor& x) {
   auto w = cast_to_activation(weight.narrow(0, kv_head_ * rows_, rows_), x);
-  return parallel::linear_deferring_weight_grad(x, w, bias.defined() ? cast_to_activation(bias.narrow(0, kv_head_ * rows_, rows_), x) : bias);
+  return parallel::linear_deferring_weight_grad(
+      x, w, bias.defined() ? cast_to_activation(bias.narrow(0, kv_head_ * rows_, rows_), x) : bias);
 }
 
 RotaryEmbedding rotary_embedding_of(const GPTOptions& options) {

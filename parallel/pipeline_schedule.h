@@ -51,7 +51,9 @@ inline std::ostream& operator<<(std::ostream& out, const PipelineAction& a) {
 }
 
 // Whether SCHEDULE splits the backward into input (B) and weight (W) passes.
-inline bool splits_backward(PipelineSchedule schedule) { return schedule == PipelineSchedule::zb_h1; }
+inline bool splits_backward(PipelineSchedule schedule) {
+  return schedule == PipelineSchedule::zb_h1;
+}
 
 std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, int64_t stage, int64_t stages,
                                              int64_t micro_batches, int64_t chunks);

@@ -31,8 +31,7 @@ struct LinearDeferringWeightGrad : torch::autograd::Function<LinearDeferringWeig
     if (ctx->needs_input_grad(0)) grad_input = grad.matmul(weight);
     if (ctx->needs_input_grad(1)) {
       auto* store = reinterpret_cast<WeightGradStore*>(ctx->saved_data["store"].toInt());
-      store->defer({ctx->saved_data["micro"].toInt(), ctx->saved_data["chunk"].toInt()}, input.detach(), grad,
-                   weight);
+      store->defer({ctx->saved_data["micro"].toInt(), ctx->saved_data["chunk"].toInt()}, input.detach(), grad, weight);
     }
     return {grad_input, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -89,8 +88,8 @@ torch::Tensor linear_deferring_weight_grad(const torch::Tensor& input, const tor
                                            const torch::Tensor& bias) {
   const bool recorded = torch::GradMode::is_enabled() && (input.requires_grad() || weight.requires_grad());
   if (!current_store || !recorded || !weight.requires_grad()) return torch::linear(input, weight, bias);
-  auto y = LinearDeferringWeightGrad::apply(input, weight, reinterpret_cast<int64_t>(current_store),
-                                            current_key.first, current_key.second);
+  auto y = LinearDeferringWeightGrad::apply(input, weight, reinterpret_cast<int64_t>(current_store), current_key.first,
+                                            current_key.second);
   return bias.defined() ? y + bias : y;
 }
 

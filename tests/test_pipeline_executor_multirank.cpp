@@ -99,7 +99,8 @@ void run_schedule(PipelineSchedule schedule, int64_t chunks) {
                   "input of micro-batch " + std::to_string(micro) + " at virtual stage " + std::to_string(k));
     }
     // x W as a linear layer (W^T, a view of the parameter, as its weight).
-    const auto h = torch::tanh(linear_deferring_weight_grad(k == 0 ? x : input, weights[static_cast<size_t>(chunk)].t()));
+    const auto h =
+        torch::tanh(linear_deferring_weight_grad(k == 0 ? x : input, weights[static_cast<size_t>(chunk)].t()));
     if (k < virtual_stages - 1) return h;
     auto loss = (h * target).sum();
     losses[micro] = loss.item<double>();

@@ -79,8 +79,8 @@ TEST_CASE("the simulated bubble equals the formula for balanced stages", "[pipel
   for (auto [schedule, p, m, v] : kLayouts) {
     INFO("schedule " << static_cast<int>(schedule) << " p " << p << " m " << m << " v " << v);
     // A split backward's step is 3m units of F = B = W with p - 1 of them idle (zb-h1, m >= p).
-    const double expected = static_cast<double>(p - 1) /
-                            static_cast<double>((splits_backward(schedule) ? 3 * m : m * v) + p - 1);
+    const double expected =
+        static_cast<double>(p - 1) / static_cast<double>((splits_backward(schedule) ? 3 * m : m * v) + p - 1);
     CHECK(simulate_pipeline(schedule, p, m, v).bubble == Approx(expected).epsilon(1e-9));
   }
 }

@@ -69,8 +69,7 @@ TEST_CASE("deferred weight gradients arrive in the W pass and equal an ordinary 
   for (size_t i = 0; i < params.size(); ++i) check_close(params[i].grad(), expected[i].grad(), names[i], 1e-6);
 }
 
-TEST_CASE("a weight used through slices and a cast gets their summed gradient once per W pass",
-          "[weight_grad_store]") {
+TEST_CASE("a weight used through slices and a cast gets their summed gradient once per W pass", "[weight_grad_store]") {
   // Like the shared key-value projection: two slices of one parameter, each a layer's weight.
   auto run = [](bool defer) {
     auto weight = random({6, 4}, 5).requires_grad_(true);
