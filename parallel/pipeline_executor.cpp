@@ -88,7 +88,7 @@ PipelineStepTiming PipelineExecutor::run(const ChunkForward& forward) {
     if (split_backward_) deferring.emplace(weight_grads_, WeightGradStore::Key{a.micro, a.chunk});
     if (a.kind == PipelineAction::backward_weight) {
       const auto compute_start = Clock::now();
-      weight_grads_.run({a.micro, a.chunk});
+      timing.deferred_weight_grads += weight_grads_.run({a.micro, a.chunk});
       timing.busy_s += seconds_since(compute_start);
     } else if (a.kind == PipelineAction::forward) {
       InFlight record;

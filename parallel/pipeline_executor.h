@@ -36,8 +36,9 @@
 namespace loom::parallel {
 
 struct PipelineStepTiming {
-  double busy_s = 0.0;  // forward and backward compute
-  double wall_s = 0.0;  // the whole step's pipeline, waits included
+  double busy_s = 0.0;                // forward and backward compute
+  double wall_s = 0.0;                // the whole step's pipeline, waits included
+  int64_t deferred_weight_grads = 0;  // weight-gradient products run in W passes (split backward)
 };
 
 class PipelineExecutor {

@@ -44,12 +44,12 @@ void WeightGradStore::defer(Key key, torch::Tensor input, torch::Tensor output_g
   deferred_[key].push_back({std::move(input), std::move(output_grad), std::move(weight)});
 }
 
-void WeightGradStore::run(Key key) {
+int64_t WeightGradStore::run(Key key) {
   std::vector<Deferred> work;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = deferred_.find(key);
-    if (it == deferred_.end()) return;
+    if (it == deferred_.end()) return 0;
     work = std::move(it->second);
     deferred_.erase(it);
   }
@@ -66,6 +66,7 @@ void WeightGradStore::run(Key key) {
   // One backward for the whole pass: a parameter several deferred products reach (a shared
   // key-value weight's two slices) gets their sum in one accumulation, as in an ordinary backward.
   torch::autograd::backward(weights, gradients);
+  return static_cast<int64_t>(weights.size());
 }
 
 bool WeightGradStore::empty() const {

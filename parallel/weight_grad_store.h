@@ -35,7 +35,8 @@ class WeightGradStore {
   // OUTPUT_GRAD^T INPUT of WEIGHT, to be computed in KEY's W pass.
   void defer(Key key, torch::Tensor input, torch::Tensor output_grad, torch::Tensor weight);
   // KEY's W pass: every weight gradient deferred under KEY, handed to autograd in one call.
-  void run(Key key);
+  // Returns how many there were.
+  int64_t run(Key key);
   bool empty() const;
 
  private:

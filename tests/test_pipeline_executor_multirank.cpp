@@ -116,6 +116,8 @@ void run_schedule(PipelineSchedule schedule, int64_t chunks) {
   CHECK(static_cast<int64_t>(forwards_seen.size()) == kMicroBatches * chunks);
   CHECK(timing.busy_s > 0);
   CHECK(timing.wall_s >= timing.busy_s);
+  // Under zb-h1 every chunk's weight gradient of every micro-batch came from a W pass.
+  CHECK(timing.deferred_weight_grads == (splits_backward(schedule) ? kMicroBatches * chunks : 0));
   if (stage == stages - 1) {
     REQUIRE(static_cast<int64_t>(losses.size()) == kMicroBatches);
     for (int64_t micro = 0; micro < kMicroBatches; ++micro) {

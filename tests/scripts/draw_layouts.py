@@ -3,7 +3,7 @@
 
 The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not); tp, cp
 (ring or all-to-all), pp and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
-interleaved), ZeRO stage, recomputation, micro-batch size, ep for MoE, and a validation
+interleaved, zb-h1), ZeRO stage, recomputation, micro-batch size, ep for MoE, and a validation
 split evaluated at steps 10 and 20 or none. Every draw is a
 valid config on tests/configs/tiny.yaml (global batch 8, seq 32, 4 heads) with 8 layers.
 """
@@ -45,7 +45,7 @@ def draw(rng, index):
             layout.append("parallel.cp_comm=a2a")
     if pp > 1:
         micro_batches = 8 // (micro * dp)
-        schedules = ["gpipe", "1f1b"] + (["interleaved"] if micro_batches % pp == 0 else [])
+        schedules = ["gpipe", "1f1b", "zb-h1"] + (["interleaved"] if micro_batches % pp == 0 else [])
         schedule = rng.choice(schedules)
         layout.append(f"parallel.schedule={schedule}")
         if schedule == "interleaved":
