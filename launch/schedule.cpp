@@ -16,7 +16,8 @@ int schedule(const TopologyArgs& args) {
   const int64_t m = config.micro_batches_per_step();
   std::cout << to_string(p.schedule) << " schedule: pp=" << p.pp << ", virtual_stages=" << p.virtual_stages << ", " << m
             << " micro-batches per step (world " << world << ", dp " << p.dp << ")\n"
-            << "unit costs: a chunk's forward is one column, its backward two; communication is free\n\n"
+            << "unit costs: a chunk's forward is one column, its backward two"
+            << (parallel::splits_backward(p.schedule) ? " (B and W, one each)" : "") << "; communication is free\n\n"
             << parallel::render_pipeline_timeline(p.schedule, p.pp, m, p.virtual_stages);
   return 0;
 }

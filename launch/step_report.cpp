@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -92,15 +93,22 @@ void log_progress(const Config& config, int64_t step, double loss, double lr, do
 }
 
 nlohmann::json pipeline_metrics(const Config& config, const std::vector<parallel::PipelineStepTiming>& stages) {
-  nlohmann::json busy_ms = nlohmann::json::array();
+  // The step's pipeline lasts as long as its slowest stage: a stage that finishes its own list
+  // early (the last one, under 1F1B) idles until then as surely as one waiting mid-step.
+  double makespan = 0.0;
+  for (const auto& stage : stages) makespan = std::max(makespan, stage.wall_s);
+  nlohmann::json busy_ms = nlohmann::json::array(), idle = nlohmann::json::array();
   double bubble = 0.0;
   for (const auto& stage : stages) {
     busy_ms.push_back(stage.busy_s * 1000.0);
-    bubble += (stage.wall_s > 0 ? 1.0 - stage.busy_s / stage.wall_s : 0.0) / static_cast<double>(stages.size());
+    const double waiting = makespan > 0 ? std::max(0.0, 1.0 - stage.busy_s / makespan) : 0.0;
+    idle.push_back(waiting);
+    bubble += waiting / static_cast<double>(stages.size());
   }
   return {
       {"schedule", to_string(config.parallel.schedule)},
       {"stage_busy_ms", busy_ms},
+      {"stage_idle", idle},  // each stage's share of its step spent waiting
       {"bubble", bubble},
       {"bubble_formula", parallel::formula_bubble(config.parallel.schedule, config.parallel.pp,
                                                   config.micro_batches_per_step(), config.parallel.virtual_stages)}};
