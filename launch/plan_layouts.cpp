@@ -87,8 +87,8 @@ int plan(const PlanArgs& args) {
               args.config_path.c_str(), static_cast<long long>(world), cluster.name.c_str(),
               static_cast<long long>(cluster.gpus_per_node), with_commas(models::model_num_parameters(config)).c_str(),
               static_cast<long long>(config.train.global_batch_size), static_cast<long long>(config.model.seq_len));
-  std::printf("  %-4s %-4s %-5s %-2s %-4s %-3s %-9s %9s %9s %6s %7s  %s\n", "tp", "pp", "dp", "v", "zero", "mb",
-              "recompute", "mem GB", "step s", "MFU", "bubble", "traffic per step (GB, link)");
+  std::printf("  %-4s %-7s %-4s %-5s %-2s %-4s %-3s %-9s %9s %9s %6s %7s  %s\n", "tp", "cp", "pp", "dp", "v", "zero",
+              "mb", "recompute", "mem GB", "step s", "MFU", "bubble", "traffic per step (GB, link)");
   int shown = 0;
   for (const auto& e : all) {
     if (!e.fits || shown >= args.top) break;
@@ -100,8 +100,9 @@ int plan(const PlanArgs& args) {
                     t.link.c_str());
       traffic += s;
     }
-    std::printf("  %-4lld %-4lld %-5lld %-2lld %-4lld %-3lld %-9s %9.1f %9.2f %5.1f%% %6.1f%%  %s\n",
-                static_cast<long long>(l.tp), static_cast<long long>(l.pp), static_cast<long long>(l.dp),
+    const std::string cp = std::to_string(l.cp) + (l.cp > 1 ? " " + to_string(l.cp_comm) : "");
+    std::printf("  %-4lld %-7s %-4lld %-5lld %-2lld %-4lld %-3lld %-9s %9.1f %9.2f %5.1f%% %6.1f%%  %s\n",
+                static_cast<long long>(l.tp), cp.c_str(), static_cast<long long>(l.pp), static_cast<long long>(l.dp),
                 static_cast<long long>(l.virtual_stages), static_cast<long long>(l.zero_stage),
                 static_cast<long long>(l.micro_batch), to_string(l.recompute).c_str(), e.memory_bytes / 1e9, e.step_s,
                 100 * e.mfu, 100 * e.bubble, traffic.c_str());
@@ -117,8 +118,9 @@ int plan(const PlanArgs& args) {
     if (r.first++ == 0) {
       const auto& l = all[i].layout;
       char s[200];
-      std::snprintf(s, sizeof(s), "tp=%lld pp=%lld dp=%lld zero %lld mb %lld %s: %s", static_cast<long long>(l.tp),
-                    static_cast<long long>(l.pp), static_cast<long long>(l.dp), static_cast<long long>(l.zero_stage),
+      std::snprintf(s, sizeof(s), "tp=%lld cp=%lld pp=%lld dp=%lld zero %lld mb %lld %s: %s",
+                    static_cast<long long>(l.tp), static_cast<long long>(l.cp), static_cast<long long>(l.pp),
+                    static_cast<long long>(l.dp), static_cast<long long>(l.zero_stage),
                     static_cast<long long>(l.micro_batch), to_string(l.recompute).c_str(), v.c_str());
       r.second = s;
     }
@@ -129,7 +131,7 @@ int plan(const PlanArgs& args) {
   if (all.front().fits) {
     const auto& b = all.front().layout;
     const bool tp_in_node = b.tp <= cluster.gpus_per_node;
-    const bool pp_across = b.pp == 1 || b.tp * b.dp >= cluster.gpus_per_node;
+    const bool pp_across = b.pp == 1 || b.tp * b.cp * b.dp >= cluster.gpus_per_node;
     std::printf("decision order check: tp inside a node: %s; pp across nodes: %s; dp with the rest: dp=%lld\n",
                 tp_in_node ? "yes" : "NO", pp_across ? "yes" : "no (pp groups stay inside nodes)",
                 static_cast<long long>(b.dp));
@@ -137,11 +139,12 @@ int plan(const PlanArgs& args) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
       "assumptions: %s model state (bytes per parameter above), Korthikanti et al. activations, sequence\n"
-      "parallelism with tp, ranks tp-fastest then dp then pp, ring collectives, tp and pp transfers on the\n"
-      "critical path, dp reduction hidden behind backward up to 2/3 of compute, compute at %.0f%% of peak.\n"
+      "parallelism with tp, ranks tp-fastest then cp, dp, pp, ring collectives, tp, cp and pp transfers on the\n"
+      "critical path, dp reduction hidden behind backward up to 2/3 of compute, compute at %.0f%% of peak;\n"
+      "cp (2-16, ring or all-to-all) considered from %lld tokens per sequence.\n"
       "%zu layouts estimated in %.3f s\n",
       config.train.precision == TrainPrecision::fp32 ? "fp32" : "mixed-precision", 100 * cluster.compute_efficiency,
-      all.size(), seconds);
+      static_cast<long long>(parallel::kLongSequence), all.size(), seconds);
   return 0;
 }
 

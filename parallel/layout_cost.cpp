@@ -107,6 +107,22 @@ double parameters_per_rank(const Config& config, int64_t tp, int64_t pp) {
   return ((n - replicated) / static_cast<double>(tp) + replicated) / static_cast<double>(pp);
 }
 
+double cp_layer_volume_elements(const Config& config, const Layout& l) {
+  if (l.cp < 2) return 0;
+  const auto& m = config.model;
+  const double d = static_cast<double>(m.hidden_size / m.num_heads), q = static_cast<double>(l.cp);
+  const double heads = static_cast<double>(m.num_heads) / static_cast<double>(l.tp);
+  const double kv = m.kv_heads() < l.tp ? 1.0 : static_cast<double>(m.kv_heads()) / static_cast<double>(l.tp);
+  const double tokens = static_cast<double>(l.micro_batch * m.seq_len / l.cp);
+  const double forwards = l.recompute == Recompute::none ? 1.0 : 2.0;
+  if (l.cp_comm == ContextComm::p2p) {
+    const double shard = 2.0 * tokens * kv * d;  // keys and values
+    return (q - 1) * shard * (forwards + 2.0);
+  }
+  const double resplit = tokens * (2.0 * heads + 2.0 * kv) * d * (q - 1) / q;  // q, k, v and the context
+  return resplit * (forwards + 1.0);
+}
+
 LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& l) {
   LayoutEstimate e;
   e.layout = l;
@@ -116,28 +132,34 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   const double element = mixed ? 2.0 : 4.0;
   const int64_t micro_batches = config.train.global_batch_size / (l.micro_batch * l.dp);
   const int64_t layers_per_stage = m.num_layers / l.pp;
+  // Gradients are averaged, and ZeRO shards, over dp x cp; a rank holds S / cp tokens of a sequence.
+  const int64_t grad_ranks = l.dp * l.cp, local_tokens = m.seq_len / l.cp;
 
   e.parameters_per_rank = parameters_per_rank(config, l.tp, l.pp);
-  e.state_bytes = model_state_bytes(e.parameters_per_rank, l.zero_stage, l.dp, bytes);
+  e.state_bytes = model_state_bytes(e.parameters_per_rank, l.zero_stage, grad_ranks, bytes);
   // 1F1B keeps up to pp micro-batches in flight on the first stage; interleaving adds (p-1)/(p v).
   const double in_flight =
       static_cast<double>(std::min(l.pp, micro_batches)) *
       (l.virtual_stages > 1 ? 1.0 + static_cast<double>(l.pp - 1) / static_cast<double>(l.pp * l.virtual_stages) : 1.0);
-  e.activation_bytes = layer_activation_bytes(m.seq_len, l.micro_batch, m.hidden_size, m.num_heads, l.tp, l.recompute,
-                                              layer_activation_coefficient(config)) *
+  // Under cp everything per token divides by cp; the attention scores too, (S/cp)^2 blocks for the
+  // ring, a cp-th of the heads over the whole S x S for all-to-all (heads x cp at S / cp).
+  const int64_t score_heads = l.cp_comm == ContextComm::a2a ? m.num_heads * l.cp : m.num_heads;
+  e.activation_bytes = layer_activation_bytes(local_tokens, l.micro_batch, m.hidden_size, score_heads, l.tp,
+                                              l.recompute, layer_activation_coefficient(config)) *
                        static_cast<double>(layers_per_stage) * in_flight * (element / 2.0);
   e.memory_bytes = e.state_bytes + e.activation_bytes;
   e.fits = e.memory_bytes <= cluster.memory_bytes;
 
-  // Ranks are laid out tp fastest, then dp, then pp: a group stays in a node when its span does.
+  // Ranks are laid out tp fastest, then cp, then dp, then pp: a group stays in a node when its span does.
   const Link intra{"intra-node", cluster.intra_latency, 1.0 / cluster.intra_bandwidth};
   const Link inter{"inter-node", cluster.inter_latency, 1.0 / cluster.inter_bandwidth};
   const Link& tp_link = l.tp <= cluster.gpus_per_node ? intra : inter;
-  const Link& dp_link = l.tp * l.dp <= cluster.gpus_per_node ? intra : inter;
-  const Link& pp_link = l.tp * l.dp * l.pp <= cluster.gpus_per_node ? intra : inter;
+  const Link& cp_link = l.tp * l.cp <= cluster.gpus_per_node ? intra : inter;
+  const Link& dp_link = l.tp * l.cp * l.dp <= cluster.gpus_per_node ? intra : inter;
+  const Link& pp_link = l.world() <= cluster.gpus_per_node ? intra : inter;
   e.tp_across_nodes = l.tp > cluster.gpus_per_node;
 
-  const double activation = static_cast<double>(l.micro_batch * m.seq_len * m.hidden_size) * element;
+  const double activation = static_cast<double>(l.micro_batch * local_tokens * m.hidden_size) * element;
   const double m_d = static_cast<double>(micro_batches);
   if (l.tp > 1) {
     const double per_micro = static_cast<double>(layers_per_stage) * (l.recompute == Recompute::full ? 6.0 : 4.0);
@@ -160,22 +182,42 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     e.traffic.push_back(
         {"pp", pp_link.name, sends * message, sends * point_to_point_time(message, pp_link.alpha, pp_link.beta)});
   }
+  if (l.cp > 1) {
+    // On the critical path, like tp's: the ring overlaps each transfer with a block of attention,
+    // which this model does not credit.
+    const double layer_micro = m_d * static_cast<double>(layers_per_stage);
+    const double d = static_cast<double>(m.hidden_size / m.num_heads);
+    const double kv = m.kv_heads() < l.tp ? 1.0 : static_cast<double>(m.kv_heads()) / static_cast<double>(l.tp);
+    const double heads = static_cast<double>(m.num_heads) / static_cast<double>(l.tp);
+    const double per_token = static_cast<double>(l.micro_batch * local_tokens) * d * element;
+    const double forwards = l.recompute == Recompute::none ? 1.0 : 2.0;
+    double seconds = 0;
+    if (l.cp_comm == ContextComm::p2p) {
+      const double transfers = static_cast<double>(l.cp - 1) * (forwards + 2.0);
+      seconds = transfers * point_to_point_time(2.0 * kv * per_token, cp_link.alpha, cp_link.beta);
+    } else {
+      for (double tensor_heads : {heads, kv, kv, heads})
+        seconds += (forwards + 1.0) * all_to_all_time(tensor_heads * per_token, l.cp, cp_link.alpha, cp_link.beta);
+    }
+    e.traffic.push_back(
+        {"cp", cp_link.name, layer_micro * cp_layer_volume_elements(config, l) * element, layer_micro * seconds});
+  }
   double dp_seconds = 0;
-  if (l.dp > 1) {
+  if (grad_ranks > 1) {
     const double grads = e.parameters_per_rank * bytes.grad, params = e.parameters_per_rank * bytes.param;
-    const double q = static_cast<double>(l.dp), share = (q - 1) / q;
+    const double q = static_cast<double>(grad_ranks), share = (q - 1) / q;
     double wire = 0;
     if (l.zero_stage <= 1) {
       wire = 2 * share * grads;
-      dp_seconds = ring_all_reduce_time(grads, l.dp, dp_link.alpha, dp_link.beta);
+      dp_seconds = ring_all_reduce_time(grads, grad_ranks, dp_link.alpha, dp_link.beta);
     } else {
       // Reduce-scatter the gradients, all-gather the updated parameters; stage 3 gathers them twice more.
       const double gathers = l.zero_stage == 3 ? 3.0 : 1.0;
       wire = share * grads + gathers * share * params;
-      dp_seconds = ring_all_gather_time(grads, l.dp, dp_link.alpha, dp_link.beta) +
-                   gathers * ring_all_gather_time(params, l.dp, dp_link.alpha, dp_link.beta);
+      dp_seconds = ring_all_gather_time(grads, grad_ranks, dp_link.alpha, dp_link.beta) +
+                   gathers * ring_all_gather_time(params, grad_ranks, dp_link.alpha, dp_link.beta);
     }
-    e.traffic.push_back({"dp", dp_link.name, wire, dp_seconds});
+    e.traffic.push_back({l.cp > 1 ? "dp-cp" : "dp", dp_link.name, wire, dp_seconds});
   }
 
   const double tokens = static_cast<double>(config.train.global_batch_size * m.seq_len);
@@ -185,12 +227,12 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   double hardware_flops = model_flops * (l.recompute == Recompute::full ? 4.0 / 3.0 : 1.0);
   if (l.recompute == Recompute::selective)
     hardware_flops += 4.0 * static_cast<double>(m.num_layers * m.seq_len * m.hidden_size) * tokens;
-  const double world = static_cast<double>(l.tp * l.pp * l.dp);
+  const double world = static_cast<double>(l.world());
   e.compute_s = hardware_flops / (world * cluster.peak_flops * cluster.compute_efficiency);
   e.bubble = pipeline_bubble(l.pp, micro_batches, l.virtual_stages);
   double critical = e.compute_s;
   for (const auto& t : e.traffic) {
-    if (t.group != "dp") critical += t.seconds;  // tp and pp transfers sit on the critical path
+    if (t.group != "dp" && t.group != "dp-cp") critical += t.seconds;  // tp, cp and pp transfers sit on it
   }
   // Bucketed dp reduction hides behind backward (two thirds of compute); only the rest shows.
   e.exposed_comm_s = std::max(0.0, dp_seconds - 2.0 / 3.0 * e.compute_s) + (critical - e.compute_s);
@@ -207,22 +249,34 @@ std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const Cluste
   const auto& m = config.model;
   const int64_t g = config.train.global_batch_size;
   std::vector<LayoutEstimate> all;
+  // Context parallelism for long sequences: cp splits the sequence into 2 cp chunks; all-to-all
+  // also needs each tp rank's heads and kv heads to divide by cp.
+  std::vector<std::pair<int64_t, ContextComm>> contexts{{1, ContextComm::p2p}};
+  if (m.seq_len >= kLongSequence) {
+    for (int64_t cp : {2, 4, 8, 16})
+      contexts.push_back({cp, ContextComm::p2p}), contexts.push_back({cp, ContextComm::a2a});
+  }
   for (int64_t tp = 1; tp <= std::min<int64_t>(world, 64); tp *= 2) {
     const int64_t kv = m.kv_heads();
     if (m.num_heads % tp || (kv % tp && tp % kv) || config.ffn_size() % tp || m.seq_len % tp) continue;
-    for (int64_t pp = 1; pp <= m.num_layers && tp * pp <= world; ++pp) {
-      if (m.num_layers % pp || world % (tp * pp)) continue;
-      const int64_t dp = world / (tp * pp);
-      for (int64_t v : {1, 2, 4}) {
-        if (m.num_layers % (pp * v) || (v > 1 && pp == 1)) continue;
-        for (int64_t mb : {1, 2, 4, 8}) {
-          if (g % (mb * dp)) continue;
-          const int64_t micro = g / (mb * dp);
-          if ((pp > 1 && micro < pp) || (v > 1 && micro % pp)) continue;
-          for (int64_t zero = 0; zero <= 3; ++zero) {
-            if (dp == 1 && zero > 0) continue;
-            for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
-              all.push_back(estimate_layout(config, cluster, {tp, pp, dp, v, zero, mb, recompute}));
+    const int64_t heads_local = m.num_heads / tp, kv_local = kv < tp ? 1 : kv / tp;
+    for (const auto& [cp, comm] : contexts) {
+      if (tp * cp > world || m.seq_len % (2 * cp) || (m.seq_len / cp) % tp) continue;
+      if (comm == ContextComm::a2a && (heads_local % cp || kv_local % cp)) continue;
+      for (int64_t pp = 1; pp <= m.num_layers && tp * cp * pp <= world; ++pp) {
+        if (m.num_layers % pp || world % (tp * cp * pp)) continue;
+        const int64_t dp = world / (tp * cp * pp);
+        for (int64_t v : {1, 2, 4}) {
+          if (m.num_layers % (pp * v) || (v > 1 && pp == 1)) continue;
+          for (int64_t mb : {1, 2, 4, 8}) {
+            if (g % (mb * dp)) continue;
+            const int64_t micro = g / (mb * dp);
+            if ((pp > 1 && micro < pp) || (v > 1 && micro % pp)) continue;
+            for (int64_t zero = 0; zero <= 3; ++zero) {
+              if (dp * cp == 1 && zero > 0) continue;
+              for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+                all.push_back(estimate_layout(config, cluster, {tp, pp, dp, v, zero, mb, recompute, cp, comm}));
+              }
             }
           }
         }

@@ -62,6 +62,10 @@ double parameters_per_rank(const Config& config, int64_t tp, int64_t pp);
 struct Layout {
   int64_t tp = 1, pp = 1, dp = 1, virtual_stages = 1, zero_stage = 0, micro_batch = 1;
   Recompute recompute = Recompute::none;
+  // Context parallelism: each sequence split over CP ranks (ring attention, or all-to-all).
+  int64_t cp = 1;
+  ContextComm cp_comm = ContextComm::p2p;
+  int64_t world() const { return tp * cp * pp * dp; }
 };
 
 struct GroupTraffic {
@@ -84,7 +88,18 @@ struct LayoutEstimate {
 
 LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& layout);
 
+constexpr int64_t kLongSequence = 8192;
+
+// Context parallelism's bytes per rank for one layer and micro-batch (forward and backward): the
+// ring sends this rank's key/value shard (2 B S/cp kv_heads d / t elements) on cp - 1 times in
+// forward and twice that in backward (keys and values again, then their gradients), plus another
+// forward's worth under recomputation; all-to-all re-splits q, k, v and the context from sequence to
+// heads and back, (cp-1)/cp of each, forward and backward.
+double cp_layer_volume_elements(const Config& config, const Layout& layout);
+
 // Every valid layout of CONFIG's model on WORLD GPUs, estimated, best (fitting, fastest) first.
+// Context parallelism is considered (cp 2, 4, 8, 16 in both modes) for sequences of
+// kLongSequence tokens and more, where attention's activations outgrow a rank.
 std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const ClusterSpec& cluster, int64_t world);
 
 }  // namespace loom::parallel

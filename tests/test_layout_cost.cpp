@@ -180,3 +180,48 @@ TEST_CASE("loom plan on TinyLlama: GQA's tp rule, the replicated kv projections'
   // SmolLM2's 9 heads (3 kv heads) allow no tp but 1 among the powers of two loom plan tries.
   for (const auto& e : enumerate_layouts(read_config("smollm2_135m.yaml"), cluster, 8)) CHECK(e.layout.tp == 1);
 }
+
+TEST_CASE("context parallelism in the cost model: activations over cp, ring bytes, and long sequences pick it",
+          "[plan]") {
+  loom::Config c = loom::load_config(std::string(LOOM_SOURCE_DIR) + "/configs/llama3_2_1b.yaml", {});
+  c.model.seq_len = 65536;
+  c.train.global_batch_size = 16;
+  const auto cluster = load_cluster(std::string(LOOM_SOURCE_DIR) + "/configs/clusters/h100_sxm_8x_ib.yaml");
+  auto estimate = [&](int64_t cp, loom::ContextComm comm, loom::Recompute recompute) {
+    Layout l{1, 1, 16 / cp, 1, 1, 1, recompute, cp, comm};
+    return estimate_layout(c, cluster, l);
+  };
+  using loom::ContextComm;
+  using loom::Recompute;
+  // Without the attention scores (selective recomputation) everything a layer keeps is per token: a quarter at cp 4.
+  const auto one = estimate(1, ContextComm::p2p, Recompute::selective);
+  const auto four = estimate(4, ContextComm::p2p, Recompute::selective);
+  CHECK(four.activation_bytes == Approx(one.activation_bytes / 4).epsilon(1e-12));
+  // With them, the ring keeps (S/cp)^2 blocks: less than a quarter; all-to-all a cp-th of the heads over S x S.
+  const auto ring = estimate(4, ContextComm::p2p, Recompute::none),
+             whole = estimate(1, ContextComm::p2p, Recompute::none);
+  CHECK(ring.activation_bytes < whole.activation_bytes / 4);
+  const auto a2a = estimate(4, ContextComm::a2a, Recompute::none);
+  CHECK(a2a.activation_bytes > ring.activation_bytes);
+  CHECK(a2a.activation_bytes == Approx(whole.activation_bytes / 4).epsilon(1e-12));
+  // The ring's bytes by hand: 4 micro-batches (16 sequences over dp 4) x 16 layers x (cp-1) ring steps x
+  // (2 forwards, recomputation's included, + 2 in backward: keys and values again, then their
+  // gradients) shards of 2 (k, v) x B=1 x S/cp x 8 kv heads x 64 x 2 bytes.
+  double ring_bytes = 0;
+  for (const auto& t : four.traffic) {
+    if (t.group == "cp") ring_bytes = t.bytes;
+  }
+  const double shard = 2.0 * 1 * (65536 / 4) * 8 * 64 * 2;
+  CHECK(ring_bytes == Approx(4.0 * 16 * (4 - 1) * (2 + 2) * shard).epsilon(1e-12));
+  bool dp_cp = false;
+  for (const auto& t : four.traffic) dp_cp |= t.group == "dp-cp";
+  CHECK(dp_cp);
+  // At 64K tokens a sequence's activations do not fit a rank without cp: the best layout splits it.
+  const auto all = enumerate_layouts(c, cluster, 16);
+  REQUIRE(!all.empty());
+  CHECK(all.front().fits);
+  CHECK(all.front().layout.cp > 1);
+  // At 2048 tokens cp is not considered.
+  c.model.seq_len = 2048;
+  for (const auto& e : enumerate_layouts(c, cluster, 16)) CHECK(e.layout.cp == 1);
+}
