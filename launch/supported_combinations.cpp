@@ -18,8 +18,6 @@ void require_supported(const Config& c, const torch::Device& device, int64_t wor
     throw InputError("config key 'parallel.grad_reduce_dtype': " + to_string(p.grad_reduce_dtype) +
                      " applies to zero_stage 0 and 1; stages 2 and 3 reduce gradients in fp32");
   }
-  // Context parallelism does not yet draw dropout masks by global position: refused rather than silently different.
-  if (p.cp > 1 && c.model.dropout > 0) throw unsupported("model.dropout", "dropout with parallel.cp > 1");
   if (c.train.precision == TrainPrecision::fp16 && c.model.moe.enabled()) {
     // The MoE auxiliary losses inject their gradient at a fixed scale, which dynamic loss scaling would not reach.
     throw unsupported("train.precision", "fp16 with model.moe (use bf16)");

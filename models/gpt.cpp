@@ -2,6 +2,7 @@
 
 #include "core/precision.h"
 #include "parallel/init.h"
+#include "parallel/keyed_dropout.h"
 #include "parallel/tp_regions.h"
 #include "parallel/weight_grad_store.h"
 
@@ -11,8 +12,22 @@ namespace {
 using parallel::ParallelParameter;
 
 // Dropout in the residual stream: replicated over tp, unless sequence parallelism split it.
+// Under context parallelism each element's mask follows from its global (sample, position,
+// feature) and a key every rank draws alike (parallel/keyed_dropout.h), so the layout of the
+// sequence over cp (and tp, SP) does not change which elements drop.
 torch::Tensor residual_dropout(const torch::Tensor& x, double p, bool training, const TensorParallelContext& tp) {
-  return parallel::dropout(x, p, training, tp.sequence_parallel && tp.rng ? &tp.rng->split() : nullptr);
+  if (tp.cp_size() == 1 || !training || p == 0.0)
+    return parallel::dropout(x, p, training, tp.sequence_parallel && tp.rng ? &tp.rng->split() : nullptr);
+  const int64_t key = parallel::draw_dropout_key();
+  const int64_t local = x.size(1), split = tp.sequence_parallel ? tp.tp->size() : 1;
+  const int64_t seq = local * split * tp.cp_size(), features = x.size(2);
+  auto positions = tp.cp_positions(seq, x.device());                             // this cp rank's tokens
+  if (split > 1) positions = positions.narrow(0, tp.tp->rank() * local, local);  // ... this tp rank's share of them
+  const auto options = positions.options();
+  auto coordinates =
+      (torch::arange(x.size(0), options).view({-1, 1, 1}) * seq + positions.view({1, -1, 1})) * features +
+      torch::arange(features, options).view({1, 1, -1});
+  return x * parallel::keyed_keep_scale(coordinates, p, key, x.scalar_type());
 }
 
 // The word embedding ("wte"), also the output layer's weight when tied, or the

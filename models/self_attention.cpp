@@ -129,8 +129,14 @@ torch::Tensor SelfAttentionImpl::context_parallel_core(const torch::Tensor& pack
   };
   auto q = to_heads(0, qd, heads_), k = to_heads(qd, kvd, kv_heads_), v = to_heads(qd + kvd, kvd, kv_heads_);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_));
-  auto context = tp_.cp_comm == ContextComm::a2a ? parallel::all_to_all_attention(q, k, v, *tp_.cp, scale)
-                                                 : parallel::ring_attention(q, k, v, *tp_.cp, scale);
+  // Dropout of the probabilities by their global (sample, head, query, key), whichever rank computes them.
+  parallel::AttentionDropout dropout;
+  if (options_.dropout > 0 && is_training()) {
+    dropout = {options_.dropout, parallel::draw_dropout_key(), tp_.tp->rank() * heads_, options_.num_heads,
+               s * tp_.cp_size()};
+  }
+  auto context = tp_.cp_comm == ContextComm::a2a ? parallel::all_to_all_attention(q, k, v, *tp_.cp, scale, dropout)
+                                                 : parallel::ring_attention(q, k, v, *tp_.cp, scale, dropout);
   return context.transpose(1, 2).reshape({b, s, qd});
 }
 

@@ -51,7 +51,7 @@ torch::Tensor heads_to_sequence(const torch::Tensor& x, Communicator& cp) {
 }  // namespace
 
 torch::Tensor all_to_all_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   Communicator& cp, double scale) {
+                                   Communicator& cp, double scale, const AttentionDropout& dropout) {
   const int64_t n = cp.size();
   TORCH_CHECK(q.size(1) % n == 0 && k.size(1) % n == 0, "all-to-all attention: ", q.size(1), " heads and ", k.size(1),
               " kv heads per rank must be divisible by cp = ", n);
@@ -71,7 +71,14 @@ torch::Tensor all_to_all_attention(const torch::Tensor& q, const torch::Tensor& 
   auto masked = positions.unsqueeze(0) > positions.unsqueeze(1);  // key later than query
   auto scores = torch::matmul(qh, kh.transpose(-2, -1)) * scale;
   scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());
-  auto context = torch::matmul(torch::softmax(scores, -1), vh);
+  auto probs = torch::softmax(scores, -1);
+  if (dropout.active()) {
+    // This rank holds query heads cp_rank * H/cp .. of the tp rank's: their global coordinates.
+    AttentionDropout share = dropout;
+    share.first_head += cp.rank() * qh.size(1);
+    probs = probs * attention_keep_scale(share, qh.size(0), qh.size(1), positions, positions, probs.scalar_type());
+  }
+  auto context = torch::matmul(probs, vh);
   return heads_to_sequence(context, cp);
 }
 

@@ -10,11 +10,12 @@
 #include <torch/torch.h>
 
 #include "parallel/communicator.h"
+#include "parallel/keyed_dropout.h"
 
 namespace loom::parallel {
 
 // q [B, heads, 2c, d], k and v [B, kv_heads, 2c, d] (this rank's two chunks) -> context [B, heads, 2c, d].
 torch::Tensor all_to_all_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   Communicator& cp, double scale);
+                                   Communicator& cp, double scale, const AttentionDropout& dropout = {});
 
 }  // namespace loom::parallel

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "parallel/keyed_dropout.h"
+
 namespace loom::parallel {
 namespace {
 
@@ -36,11 +38,16 @@ struct Partial {
 
 // softmax(q k^T scale (masked)) v with its row log-sum-exp. The block's scores are the largest
 // tensor of a ring step: they are worked on in place, one [B, h, Lq, Lk] buffer at a time.
-Partial attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale, bool diagonal) {
+// KEEP (optional): dropout's keep-and-scale of the block's probabilities; the log-sum-exp is
+// the undropped one, so partial results merge as without dropout.
+Partial attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale, bool diagonal,
+               const torch::Tensor& keep) {
   auto scores = torch::matmul(q, k.transpose(-2, -1)).mul_(scale);
   if (diagonal) scores.masked_fill_(upper_mask(q.size(2), q.device()), -std::numeric_limits<double>::infinity());
   auto lse = torch::logsumexp(scores, -1);
-  return {torch::matmul(scores.sub_(lse.unsqueeze(-1)).exp_(), v), lse};
+  scores.sub_(lse.unsqueeze(-1)).exp_();
+  if (keep.defined()) scores.mul_(keep);
+  return {torch::matmul(scores, v), lse};
 }
 
 // Two partial results over disjoint keys -> the result over both.
@@ -66,14 +73,17 @@ struct BlockGrads {
 
 // The gradients of one block of attend() given the final output's LSE and D = rowsum(dO * O),
 // with the probabilities and their gradient in place as in attend().
+// With dropout's KEEP: O = (P * KEEP) V, so dV = (P * KEEP)^T dO and dS = P (KEEP dO V^T - D).
 BlockGrads attend_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                            const torch::Tensor& lse, const torch::Tensor& delta, const torch::Tensor& dout,
-                           double scale, bool diagonal) {
+                           double scale, bool diagonal, const torch::Tensor& keep) {
   auto p = torch::matmul(q, k.transpose(-2, -1)).mul_(scale);
   if (diagonal) p.masked_fill_(upper_mask(q.size(2), q.device()), -std::numeric_limits<double>::infinity());
   p.sub_(lse.unsqueeze(-1)).exp_();
-  auto dv = torch::matmul(p.transpose(-2, -1), dout);
-  auto ds = torch::matmul(dout, v.transpose(-2, -1)).sub_(delta.unsqueeze(-1)).mul_(p).mul_(scale);
+  auto dv = torch::matmul((keep.defined() ? p * keep : p).transpose(-2, -1), dout);
+  auto dp = torch::matmul(dout, v.transpose(-2, -1));
+  if (keep.defined()) dp.mul_(keep);
+  auto ds = dp.sub_(delta.unsqueeze(-1)).mul_(p).mul_(scale);
   p = torch::Tensor();  // freed before the last two products
   return {torch::matmul(ds, k), torch::matmul(ds.transpose(-2, -1), q), dv};
 }
@@ -123,15 +133,37 @@ struct Held {
   }
 };
 
+// Dropout's keep-and-scale of a block, from the global positions of its query and key chunks.
+struct BlockDropout {
+  AttentionDropout dropout;
+  int64_t batch, heads, c;
+  torch::ScalarType dtype;
+  torch::Device device;
+  torch::Tensor keep(std::initializer_list<int64_t> query_chunks, std::initializer_list<int64_t> key_chunks) const {
+    if (!dropout.active()) return {};
+    auto positions = [&](std::initializer_list<int64_t> chunks) {
+      std::vector<torch::Tensor> parts;
+      for (int64_t chunk : chunks)
+        parts.push_back(torch::arange(chunk * c, (chunk + 1) * c, torch::dtype(torch::kInt64).device(device)));
+      return torch::cat(parts);
+    };
+    return attention_keep_scale(dropout, batch, heads, positions(query_chunks), positions(key_chunks), dtype);
+  }
+};
+
 class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, Communicator* cp, double scale) {
+                               const torch::Tensor& v, Communicator* cp, double scale, double dropout_p,
+                               int64_t dropout_key, int64_t first_head, int64_t total_heads) {
     const int64_t n = cp->size(), r = cp->rank(), c = q.size(2) / 2, group = q.size(1) / k.size(1);
     Ring ring(*cp);
     // Keys and values travel in their own dtype (bf16 under mixed precision); the blocks and their
     // merge are computed in fp32, whose log-sum-exp and running sums bf16 would round away.
     const auto dtype = compute_dtype(q);
+    const BlockDropout drop{
+        {dropout_p, dropout_key, first_head, total_heads, 2 * n * c}, q.size(0), q.size(1), c, dtype, q.device()};
+    const int64_t later = 2 * n - 1 - r;  // this rank's second query chunk
     auto q32 = q.to(dtype);
     auto q0 = q32.narrow(2, 0, c), q1 = q32.narrow(2, c, c);
     Partial first, second;  // over query chunks r and 2cp-1-r
@@ -140,17 +172,20 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
       auto next = ring.pass_on(kv, step, n, 0);
       const Held held(kv, (r - step + n) % n, dtype, group);
       const auto &kj = held.k, &vj = held.v, &k0 = held.k0, &k1 = held.k1, &v0 = held.v0, &v1 = held.v1;
+      const int64_t j = held.owner, j_later = 2 * n - 1 - held.owner;
       switch (blocks_for(r, held.owner)) {
         case Blocks::own:
-          merge(first, attend(q0, k0, v0, scale, true));
-          merge(second, attend(q1, k0, v0, scale, false));
-          merge(second, attend(q1, k1, v1, scale, true));
+          merge(first, attend(q0, k0, v0, scale, true, drop.keep({r}, {j})));
+          merge(second, attend(q1, k0, v0, scale, false, drop.keep({later}, {j})));
+          merge(second, attend(q1, k1, v1, scale, true, drop.keep({later}, {j_later})));
           break;
         case Blocks::first_key_chunk:
-          merge(first, attend(q0, k0, v0, scale, false));
-          merge(second, attend(q1, k0, v0, scale, false));
+          merge(first, attend(q0, k0, v0, scale, false, drop.keep({r}, {j})));
+          merge(second, attend(q1, k0, v0, scale, false, drop.keep({later}, {j})));
           break;
-        case Blocks::later_query_chunk: merge(second, attend(q1, kj, vj, scale, false)); break;
+        case Blocks::later_query_chunk:
+          merge(second, attend(q1, kj, vj, scale, false, drop.keep({later}, {j, j_later})));
+          break;
       }
       if (next.defined()) kv = ring.arrived(std::move(next));
     }
@@ -159,6 +194,10 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["cp"] = reinterpret_cast<int64_t>(cp);
+    ctx->saved_data["dropout_p"] = dropout_p;
+    ctx->saved_data["dropout_key"] = dropout_key;
+    ctx->saved_data["first_head"] = first_head;
+    ctx->saved_data["total_heads"] = total_heads;
     return out;
   }
 
@@ -172,6 +211,14 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
     Ring ring(*cp);
     // In fp32 as the forward; the gradients of other ranks' keys and values travel in fp32 too.
     const auto dtype = compute_dtype(q);
+    const BlockDropout drop{{ctx->saved_data["dropout_p"].toDouble(), ctx->saved_data["dropout_key"].toInt(),
+                             ctx->saved_data["first_head"].toInt(), ctx->saved_data["total_heads"].toInt(), 2 * n * c},
+                            q.size(0),
+                            q.size(1),
+                            c,
+                            dtype,
+                            q.device()};
+    const int64_t later = 2 * n - 1 - r;
     auto dout = grads[0].to(dtype).contiguous();
     auto delta = (dout * out.to(dtype)).sum(-1);
     auto q32 = q.to(dtype);
@@ -198,18 +245,21 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
         dk_part.add_(g.dk);
         dv_part.add_(g.dv);
       };
+      const int64_t j = held.owner, j_later = 2 * n - 1 - held.owner;
       switch (blocks_for(r, held.owner)) {
         case Blocks::own:
-          add(attend_backward(q0, k0, v0, lse0, delta0, do0, scale, true), dq0, dk0, dv0);
-          add(attend_backward(q1, k0, v0, lse1, delta1, do1, scale, false), dq1, dk0, dv0);
-          add(attend_backward(q1, k1, v1, lse1, delta1, do1, scale, true), dq1, dk1, dv1);
+          add(attend_backward(q0, k0, v0, lse0, delta0, do0, scale, true, drop.keep({r}, {j})), dq0, dk0, dv0);
+          add(attend_backward(q1, k0, v0, lse1, delta1, do1, scale, false, drop.keep({later}, {j})), dq1, dk0, dv0);
+          add(attend_backward(q1, k1, v1, lse1, delta1, do1, scale, true, drop.keep({later}, {j_later})), dq1, dk1,
+              dv1);
           break;
         case Blocks::first_key_chunk:
-          add(attend_backward(q0, k0, v0, lse0, delta0, do0, scale, false), dq0, dk0, dv0);
-          add(attend_backward(q1, k0, v0, lse1, delta1, do1, scale, false), dq1, dk0, dv0);
+          add(attend_backward(q0, k0, v0, lse0, delta0, do0, scale, false, drop.keep({r}, {j})), dq0, dk0, dv0);
+          add(attend_backward(q1, k0, v0, lse1, delta1, do1, scale, false, drop.keep({later}, {j})), dq1, dk0, dv0);
           break;
         case Blocks::later_query_chunk:
-          add(attend_backward(q1, kj, vj, lse1, delta1, do1, scale, false), dq1, dk, dv);
+          add(attend_backward(q1, kj, vj, lse1, delta1, do1, scale, false, drop.keep({later}, {j, j_later})), dq1, dk,
+              dv);
           break;
       }
       auto mine = torch::stack({reduce_kv(dk, group), reduce_kv(dv, group)});
@@ -232,7 +282,14 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
       dkv_transfer.wait();
       own_dkv = own_dkv + dkv_incoming;  // every other rank's share of this rank's gradients
     }
-    return {dq.to(q.scalar_type()), own_dkv[0].to(k.scalar_type()), own_dkv[1].to(v.scalar_type()), torch::Tensor(),
+    return {dq.to(q.scalar_type()),
+            own_dkv[0].to(k.scalar_type()),
+            own_dkv[1].to(v.scalar_type()),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor(),
             torch::Tensor()};
   }
 };
@@ -240,12 +297,13 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
 }  // namespace
 
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, Communicator& cp,
-                             double scale) {
+                             double scale, const AttentionDropout& dropout) {
   TORCH_CHECK(q.dim() == 4 && k.sizes() == v.sizes() && q.size(2) == k.size(2) && q.size(2) % 2 == 0 &&
                   q.size(1) % k.size(1) == 0,
               "ring_attention: q [B, heads, 2c, d] and k, v [B, kv_heads, 2c, d] expected, got ", q.sizes(), " and ",
               k.sizes());
-  return RingAttentionFunction::apply(q, k.contiguous(), v.contiguous(), &cp, scale);
+  return RingAttentionFunction::apply(q, k.contiguous(), v.contiguous(), &cp, scale, dropout.p, dropout.key,
+                                      dropout.first_head, dropout.total_heads);
 }
 
 std::vector<int64_t> context_parallel_positions(int64_t seq_len, int64_t cp, int64_t rank) {

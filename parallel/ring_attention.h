@@ -26,14 +26,17 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/keyed_dropout.h"
 
 namespace loom::parallel {
 
 // q [B, heads, 2c, d], k and v [B, kv_heads, 2c, d]: this cp rank's chunks r and 2cp-1-r
 // (c tokens each, in that order) -> the context [B, heads, 2c, d]; differentiable in q, k, v.
-// SCALE multiplies the scores (1 / sqrt(d) usually).
+// SCALE multiplies the scores (1 / sqrt(d) usually). DROPOUT (optional) drops probabilities by
+// their global (head, query, key) coordinates (parallel/keyed_dropout.h), as the same function
+// on one rank would.
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, Communicator& cp,
-                             double scale);
+                             double scale, const AttentionDropout& dropout = {});
 
 // The global positions of cp rank RANK's tokens for a sequence of SEQ_LEN over CP ranks:
 // chunks RANK and 2 CP - 1 - RANK, each SEQ_LEN / (2 CP) long.

@@ -28,12 +28,19 @@ struct CpWorld {
 };
 CpWorld* g_world = nullptr;  // set once in main
 
-torch::Tensor dense_causal(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale) {
+// With DROPOUT, the whole sequence's probabilities times the keyed masks at positions 0 .. S-1.
+torch::Tensor dense_causal(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
+                           const AttentionDropout& dropout) {
   const int64_t group = q.size(1) / k.size(1), s = q.size(2);
   auto kk = k.repeat_interleave(group, 1), vv = v.repeat_interleave(group, 1);
   auto scores = torch::matmul(q, kk.transpose(-2, -1)) * scale;
   scores = scores.masked_fill(torch::ones({s, s}, torch::kBool).triu(1), -std::numeric_limits<double>::infinity());
-  return torch::matmul(torch::softmax(scores, -1), vv);
+  auto probs = torch::softmax(scores, -1);
+  if (dropout.active()) {
+    auto positions = torch::arange(s, torch::kInt64);
+    probs = probs * attention_keep_scale(dropout, q.size(0), q.size(1), positions, positions, probs.scalar_type());
+  }
+  return torch::matmul(probs, vv);
 }
 
 int64_t total_sent() {
@@ -47,10 +54,10 @@ double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 using Attention = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, Communicator&,
-                                    double);
+                                    double, const AttentionDropout&);
 
 void check_against_dense(int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq, int64_t d,
-                         Attention attention = ring_attention) {
+                         Attention attention = ring_attention, double dropout_p = 0.0) {
   auto& cp = g_world->groups.cp();
   const int64_t n = cp.size(), r = cp.rank();
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -59,7 +66,9 @@ void check_against_dense(int64_t batch, int64_t heads, int64_t kv_heads, int64_t
   auto k = torch::randn({batch, kv_heads, seq, d}, torch::kFloat64).requires_grad_(true);
   auto v = torch::randn({batch, kv_heads, seq, d}, torch::kFloat64).requires_grad_(true);
   auto upstream = torch::randn({batch, heads, seq, d}, torch::kFloat64);
-  auto dense = dense_causal(q, k, v, scale);
+  // Heads 3 .. of a model of heads + 5 (as on a tp rank), keyed by 1234.
+  const AttentionDropout dropout{dropout_p, 1234, 3, heads + 5, seq};
+  auto dense = dense_causal(q, k, v, scale, dropout);
   dense.backward(upstream);
 
   // This rank's chunks, along the sequence (dim 2 here).
@@ -71,7 +80,7 @@ void check_against_dense(int64_t batch, int64_t heads, int64_t kv_heads, int64_t
     auto lq = mine(q).to(dtype).requires_grad_(true);
     auto lk = mine(k).to(dtype).requires_grad_(true);
     auto lv = mine(v).to(dtype).requires_grad_(true);
-    auto out = attention(lq, lk, lv, cp, scale);
+    auto out = attention(lq, lk, lv, cp, scale, dropout);
     out.backward(mine(upstream).to(dtype));
     auto close = [&](const torch::Tensor& got, const torch::Tensor& want) {
       const double tolerance = dtype == torch::kFloat64 ? 1e-12 : 1e-6;
@@ -104,6 +113,26 @@ TEST_CASE("all-to-all attention equals dense causal attention, with GQA", "[cp]"
   const int64_t n = g_world->groups.cp().size();
   check_against_dense(2, 4 * n, 4 * n, 4 * n, 8, all_to_all_attention);
   check_against_dense(1, 2 * n, n, 6 * n, 4, all_to_all_attention);
+}
+
+TEST_CASE("ring and all-to-all attention with keyed dropout equal dense attention under the same masks", "[cp]") {
+  const int64_t n = g_world->groups.cp().size();
+  check_against_dense(2, 4, 4, 4 * n, 8, ring_attention, 0.3);
+  check_against_dense(1, 4, 2, 6 * n, 4, ring_attention, 0.5);  // GQA
+  check_against_dense(2, 4 * n, 2 * n, 4 * n, 8, all_to_all_attention, 0.3);
+}
+
+TEST_CASE("keyed dropout keeps 1 - p of the elements, the same ones for the same key", "[cp]") {
+  auto coordinates = torch::arange(200000, torch::kInt64) + (int64_t{5} << 32);
+  auto keep = keyed_keep_scale(coordinates, 0.1, 77, torch::kFloat64);
+  CHECK(keep.gt(0).to(torch::kFloat64).mean().item<double>() == Approx(0.9).margin(0.005));
+  CHECK(keep.max().item<double>() == Approx(1.0 / 0.9));
+  CHECK(keep.equal(keyed_keep_scale(coordinates, 0.1, 77, torch::kFloat64)));
+  CHECK(!keep.equal(keyed_keep_scale(coordinates, 0.1, 78, torch::kFloat64)));
+  // Neighbouring coordinates are not correlated: drops of i and i + 1 coincide about p^2 of the time.
+  auto dropped = keep.eq(0).to(torch::kFloat64);
+  CHECK((dropped.narrow(0, 0, 199999) * dropped.narrow(0, 1, 199999)).mean().item<double>() ==
+        Approx(0.01).margin(0.002));
 }
 
 TEST_CASE("ring attention's traffic: cp - 1 key/value shards forward, twice that backward", "[cp]") {
