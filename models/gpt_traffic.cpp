@@ -4,6 +4,7 @@
 #include "models/gpt_options.h"
 #include "models/gpt_shapes.h"
 #include "parallel/grad_buckets.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace loom::models {
 namespace {
@@ -93,6 +94,22 @@ std::vector<ShardedUnit> gpt_sharded_units(const Config& c, const parallel::Rank
   }
   if (units[0].sizes.empty()) units.erase(units.begin());
   return units;
+}
+
+// Under a split backward (zb-h1) ZeRO-3 releases a block's parameters when the backward reaches
+// the block below (parallel/fully_sharded.h, hold_gradients_for_step): the stage's lowest block
+// stays gathered after its B, and the next forward or B that finds it so gathers nothing. How
+// many of the stage's forwards and B passes directly follow a B (W passes between do not count).
+int64_t passes_after_input_backward(const Config& c, int64_t stage) {
+  const auto& p = c.parallel;
+  int64_t count = 0;
+  bool after_b = false;
+  for (const auto& a : parallel::pipeline_actions(p.schedule, stage, p.pp, c.micro_batches_per_step(), 1)) {
+    if (a.kind == parallel::PipelineAction::backward_weight) continue;
+    if (after_b) ++count;
+    after_b = a.kind == parallel::PipelineAction::backward_input;
+  }
+  return count;
 }
 
 // ZeRO-2 and 3 shard unit by unit (launch/trainer.cpp).
@@ -190,9 +207,15 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     const bool zero3 = c.parallel.zero_stage == 3;
     const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(Precision::of(c.train.precision).params));
     auto padded = [&](int64_t n) { return (n + l.d - 1) / l.d * l.d; };
+    // A split backward (zb-h1) holds every unit's gradients for the step: one reduce-scatter each.
+    const bool split = parallel::splits_backward(c.parallel.schedule);
+    bool lowest_block = true;
     for (const auto& unit : gpt_sharded_units(c, coords)) {
-      add(l.grad_group, "all_gather", unit.root || !zero3 ? 1 : 2 * m, padded(unit.numel()) * param_bytes);
-      add(l.grad_group, "reduce_scatter", unit.root ? 1 : m, padded(unit.numel()) * kFloat);
+      int64_t gathers = unit.root || !zero3 ? 1 : 2 * m;
+      if (split && zero3 && !unit.root && lowest_block) gathers -= passes_after_input_backward(c, coords.pp);
+      if (!unit.root) lowest_block = false;
+      add(l.grad_group, "all_gather", gathers, padded(unit.numel()) * param_bytes);
+      add(l.grad_group, "reduce_scatter", unit.root || split ? 1 : m, padded(unit.numel()) * kFloat);
     }
     add(l.grad_group, "all_reduce", 1, kDouble);  // the gradient norm's shard sums
     add(l.grad_group, "all_reduce", 1, kDouble);  // the loss
