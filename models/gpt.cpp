@@ -27,7 +27,7 @@ torch::Tensor residual_dropout(const torch::Tensor& x, double p, bool training, 
   auto coordinates =
       (torch::arange(x.size(0), options).view({-1, 1, 1}) * seq + positions.view({1, -1, 1})) * features +
       torch::arange(features, options).view({1, 1, -1});
-  return x * parallel::keyed_keep_scale(coordinates, p, key, x.scalar_type());
+  return parallel::keyed_dropout(x, p, key, coordinates);
 }
 
 // The word embedding ("wte"), also the output layer's weight when tied, or the

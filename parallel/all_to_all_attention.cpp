@@ -76,7 +76,8 @@ torch::Tensor all_to_all_attention(const torch::Tensor& q, const torch::Tensor& 
     // This rank holds query heads cp_rank * H/cp .. of the tp rank's: their global coordinates.
     AttentionDropout share = dropout;
     share.first_head += cp.rank() * qh.size(1);
-    probs = probs * attention_keep_scale(share, qh.size(0), qh.size(1), positions, positions, probs.scalar_type());
+    probs = keyed_dropout(probs, share.p, share.key,
+                          attention_coordinates(share, qh.size(0), qh.size(1), positions, positions));
   }
   auto context = torch::matmul(probs, vh);
   return heads_to_sequence(context, cp);

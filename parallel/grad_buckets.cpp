@@ -90,6 +90,13 @@ void GradientBuckets::reduce_in(torch::ScalarType wire_dtype) {
 
 void GradientBuckets::gradient_arrived(size_t param) {
   auto& bucket = buckets_[bucket_of_[param]];
+  // One more arrival than expected would change a gradient already on the wire: a parameter that
+  // reaches autograd both through a layer deferring its weight gradient (zb-h1's W pass) and
+  // through another path arrives twice per micro-batch.
+  TORCH_CHECK(bucket.pending > 0, "gradient bucket ", bucket_of_[param], ": parameter ", param,
+              " got more gradients this step than its ", accumulations_,
+              " micro-batches (a weight used both by a deferring linear layer and another path under a split "
+              "backward?)");
   if (--bucket.pending == 0 && !bucket.launched && !bucket.deferred) launch(bucket_of_[param]);
 }
 

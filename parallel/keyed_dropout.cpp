@@ -29,23 +29,35 @@ int64_t draw_dropout_key(at::Generator* generator) {
   return bits[0].item<int64_t>() << 31 | bits[1].item<int64_t>();
 }
 
-torch::Tensor keyed_keep_scale(const torch::Tensor& coordinates, double p, int64_t key, torch::ScalarType dtype) {
+torch::Tensor keyed_keep(const torch::Tensor& coordinates, double p, int64_t key) {
   TORCH_CHECK(coordinates.scalar_type() == torch::kInt64, "keyed dropout: int64 coordinates expected");
   auto h = mix(coordinates.bitwise_and(kLow32).bitwise_xor(key & kLow32));
   h = mix(h.bitwise_xor(coordinates.__rshift__(32).add((key >> 32) & kLow32).bitwise_and(kLow32)));
   const auto threshold = static_cast<int64_t>(std::llround(p * 4294967296.0));
-  return h.ge(threshold).to(dtype).div_(1.0 - p);
+  return h.ge(threshold);
+}
+
+torch::Tensor keyed_keep_scale(const torch::Tensor& coordinates, double p, int64_t key, torch::ScalarType dtype) {
+  return keyed_keep(coordinates, p, key).to(dtype).div_(1.0 - p);
+}
+
+torch::Tensor keyed_dropout(const torch::Tensor& x, double p, int64_t key, const torch::Tensor& coordinates) {
+  return x * keyed_keep(coordinates, p, key) / (1.0 - p);
+}
+
+torch::Tensor attention_coordinates(const AttentionDropout& d, int64_t batch, int64_t heads,
+                                    const torch::Tensor& q_positions, const torch::Tensor& k_positions) {
+  const auto options = q_positions.options();
+  auto b = torch::arange(batch, options).view({-1, 1, 1, 1});
+  auto h = torch::arange(d.first_head, d.first_head + heads, options).view({1, -1, 1, 1});
+  return ((b * d.total_heads + h) * d.seq_len + q_positions.view({1, 1, -1, 1})) * d.seq_len +
+         k_positions.view({1, 1, 1, -1});
 }
 
 torch::Tensor attention_keep_scale(const AttentionDropout& d, int64_t batch, int64_t heads,
                                    const torch::Tensor& q_positions, const torch::Tensor& k_positions,
                                    torch::ScalarType dtype) {
-  const auto options = q_positions.options();
-  auto b = torch::arange(batch, options).view({-1, 1, 1, 1});
-  auto h = torch::arange(d.first_head, d.first_head + heads, options).view({1, -1, 1, 1});
-  auto coordinates = ((b * d.total_heads + h) * d.seq_len + q_positions.view({1, 1, -1, 1})) * d.seq_len +
-                     k_positions.view({1, 1, 1, -1});
-  return keyed_keep_scale(coordinates, d.p, d.key, dtype);
+  return keyed_keep_scale(attention_coordinates(d, batch, heads, q_positions, k_positions), d.p, d.key, dtype);
 }
 
 }  // namespace loom::parallel

@@ -21,8 +21,13 @@ namespace loom::parallel {
 // One dropout site's key, from GENERATOR (null: the default generator).
 int64_t draw_dropout_key(at::Generator* generator = nullptr);
 
-// The keep-and-scale factor (0 or 1 / (1 - P)) of each int64 COORDINATE, in DTYPE.
+// Whether each int64 COORDINATE is kept (bool, the coordinates' shape).
+torch::Tensor keyed_keep(const torch::Tensor& coordinates, double p, int64_t key);
+// The keep-and-scale factor (0 or 1 / (1 - P)) of each COORDINATE, in DTYPE (fp32 or wider: in
+// bf16 1 / (1 - p) itself would round).
 torch::Tensor keyed_keep_scale(const torch::Tensor& coordinates, double p, int64_t key, torch::ScalarType dtype);
+// X * keep / (1 - P), as parallel::dropout scales, with COORDINATES broadcastable to X.
+torch::Tensor keyed_dropout(const torch::Tensor& x, double p, int64_t key, const torch::Tensor& coordinates);
 
 // Attention-probability dropout over a sequence split by context parallelism.
 struct AttentionDropout {
@@ -34,8 +39,11 @@ struct AttentionDropout {
   bool active() const { return p > 0; }
 };
 
-// [B, heads, Lq, Lk] keep-and-scale of the probabilities of query heads first_head .. + HEADS
+// [B, heads, Lq, Lk] global coordinates of the probabilities of query heads first_head .. + HEADS
 // at Q_POSITIONS [Lq] against keys at K_POSITIONS [Lk] (global int64 positions).
+torch::Tensor attention_coordinates(const AttentionDropout& dropout, int64_t batch, int64_t heads,
+                                    const torch::Tensor& q_positions, const torch::Tensor& k_positions);
+// Their keep-and-scale factors in DTYPE (fp32 or wider).
 torch::Tensor attention_keep_scale(const AttentionDropout& dropout, int64_t batch, int64_t heads,
                                    const torch::Tensor& q_positions, const torch::Tensor& k_positions,
                                    torch::ScalarType dtype);

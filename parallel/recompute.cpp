@@ -2,6 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <optional>
+
+#include "parallel/weight_grad_store.h"
+
 namespace loom::parallel {
 namespace {
 
@@ -29,6 +33,12 @@ struct Recompute : torch::autograd::Function<Recompute> {
     const auto states = RngStates::capture(split);
     ctx->saved_data["fn"] = fn;
     ctx->saved_data["generator"] = generator;
+    // A split backward's scope, re-opened around the re-run: on a GPU autograd runs backward on
+    // its device thread, where this thread's scope is not in force.
+    const auto deferral = current_weight_grad_deferral();
+    ctx->saved_data["deferral_store"] = reinterpret_cast<int64_t>(deferral.store);
+    ctx->saved_data["deferral_micro"] = deferral.key.first;
+    ctx->saved_data["deferral_chunk"] = deferral.key.second;
     ctx->saved_data["replicated_rng"] = states.replicated;
     if (states.split.defined()) ctx->saved_data["split_rng"] = states.split;
     ctx->save_for_backward({a, b, c});
@@ -50,6 +60,11 @@ struct Recompute : torch::autograd::Function<Recompute> {
     torch::Tensor output;
     {
       torch::AutoGradMode enable(true);
+      std::optional<DeferWeightGradients> deferring;
+      if (auto* store = reinterpret_cast<WeightGradStore*>(ctx->saved_data["deferral_store"].toInt())) {
+        deferring.emplace(*store, WeightGradStore::Key{ctx->saved_data["deferral_micro"].toInt(),
+                                                       ctx->saved_data["deferral_chunk"].toInt()});
+      }
       output = fn(inputs[0], inputs[1], inputs[2]);
     }
     now.restore(split);

@@ -85,6 +85,10 @@ DeferWeightGradients::~DeferWeightGradients() {
   current_key = previous_key_;
 }
 
+WeightGradDeferral current_weight_grad_deferral() {
+  return {current_store, current_key};
+}
+
 torch::Tensor linear_deferring_weight_grad(const torch::Tensor& input, const torch::Tensor& weight,
                                            const torch::Tensor& bias) {
   const bool recorded = torch::GradMode::is_enabled() && (input.requires_grad() || weight.requires_grad());

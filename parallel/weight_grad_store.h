@@ -63,6 +63,14 @@ class DeferWeightGradients {
   WeightGradStore::Key previous_key_;
 };
 
+// The scope in force on this thread (store null: none), for code that re-runs a forward later
+// on another thread (parallel/recompute.cpp) and re-opens the scope there.
+struct WeightGradDeferral {
+  WeightGradStore* store = nullptr;
+  WeightGradStore::Key key{0, 0};
+};
+WeightGradDeferral current_weight_grad_deferral();
+
 // INPUT [..., in] x WEIGHT [out, in]^T + BIAS (optional): torch::linear, whose
 // weight gradient waits for the W pass when a DeferWeightGradients scope is
 // active and autograd records the call; otherwise torch::linear itself.
