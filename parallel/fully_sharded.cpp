@@ -167,16 +167,13 @@ void FullyShardedParameters::before_backward(size_t unit) {
     // The next block's backward is done (its W passes do not need its parameters).
     const size_t next = unit_of_block(u.block + 1);
     if (next != kNone) release(next);
-    wait_gathered(unit);
-    const size_t previous = unit_of_block(u.block - 1);
-    if (previous != kNone) launch_gather(previous);
-    if (u.full_grad.defined()) return;  // gradients accumulate over the step
   }
   // The previous micro-batch's reduction of this unit (1F1B runs a stage's only block twice in a row).
   if (u.reducing) finish_reduce(unit);
   wait_gathered(unit);
   const size_t previous = unit_of_block(u.block - 1);
   if (previous != kNone) launch_gather(previous);
+  if (hold_for_step_ && u.full_grad.defined()) return;  // gradients accumulate over the step
   // This micro-batch's gradients accumulate into a flat buffer that is reduce-scattered when
   // complete: autograd adds into it directly, or under mixed precision each gradient is added
   // in fp32 when it arrives (gradient_arrived).

@@ -107,20 +107,36 @@ double parameters_per_rank(const Config& config, int64_t tp, int64_t pp) {
   return ((n - replicated) / static_cast<double>(tp) + replicated) / static_cast<double>(pp);
 }
 
-double cp_layer_volume_elements(const Config& config, const Layout& l) {
-  if (l.cp < 2) return 0;
+namespace {
+
+// What one rank sends per layer and micro-batch under cp: COUNT times each tensor of ELEMENTS. The
+// ring: (cp-1) x (forwards + 2) transfers of one key/value shard; all-to-all: forwards + 1 passes
+// of the four re-splits (q, k, v and the context, each whole tensor given, (cp-1)/cp of it sent).
+struct CpTransfers {
+  double count = 0;
+  std::vector<double> elements;
+};
+
+CpTransfers cp_transfers(const Config& config, const Layout& l) {
   const auto& m = config.model;
-  const double d = static_cast<double>(m.hidden_size / m.num_heads), q = static_cast<double>(l.cp);
+  const double d = static_cast<double>(m.hidden_size / m.num_heads);
   const double heads = static_cast<double>(m.num_heads) / static_cast<double>(l.tp);
   const double kv = m.kv_heads() < l.tp ? 1.0 : static_cast<double>(m.kv_heads()) / static_cast<double>(l.tp);
-  const double tokens = static_cast<double>(l.micro_batch * m.seq_len / l.cp);
+  const double per_head = static_cast<double>(l.micro_batch * m.seq_len / l.cp) * d;
   const double forwards = l.recompute == Recompute::none ? 1.0 : 2.0;
-  if (l.cp_comm == ContextComm::p2p) {
-    const double shard = 2.0 * tokens * kv * d;  // keys and values
-    return (q - 1) * shard * (forwards + 2.0);
-  }
-  const double resplit = tokens * (2.0 * heads + 2.0 * kv) * d * (q - 1) / q;  // q, k, v and the context
-  return resplit * (forwards + 1.0);
+  if (l.cp_comm == ContextComm::p2p) return {static_cast<double>(l.cp - 1) * (forwards + 2.0), {2.0 * kv * per_head}};
+  return {forwards + 1.0, {heads * per_head, kv * per_head, kv * per_head, heads * per_head}};
+}
+
+}  // namespace
+
+double cp_layer_volume_elements(const Config& config, const Layout& l) {
+  if (l.cp < 2) return 0;
+  const auto t = cp_transfers(config, l);
+  const double sent = l.cp_comm == ContextComm::p2p ? 1.0 : static_cast<double>(l.cp - 1) / static_cast<double>(l.cp);
+  double elements = 0;
+  for (double n : t.elements) elements += n * sent;
+  return t.count * elements;
 }
 
 LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& l) {
@@ -186,18 +202,12 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     // On the critical path, like tp's: the ring overlaps each transfer with a block of attention,
     // which this model does not credit.
     const double layer_micro = m_d * static_cast<double>(layers_per_stage);
-    const double d = static_cast<double>(m.hidden_size / m.num_heads);
-    const double kv = m.kv_heads() < l.tp ? 1.0 : static_cast<double>(m.kv_heads()) / static_cast<double>(l.tp);
-    const double heads = static_cast<double>(m.num_heads) / static_cast<double>(l.tp);
-    const double per_token = static_cast<double>(l.micro_batch * local_tokens) * d * element;
-    const double forwards = l.recompute == Recompute::none ? 1.0 : 2.0;
+    const auto transfers = cp_transfers(config, l);
     double seconds = 0;
-    if (l.cp_comm == ContextComm::p2p) {
-      const double transfers = static_cast<double>(l.cp - 1) * (forwards + 2.0);
-      seconds = transfers * point_to_point_time(2.0 * kv * per_token, cp_link.alpha, cp_link.beta);
-    } else {
-      for (double tensor_heads : {heads, kv, kv, heads})
-        seconds += (forwards + 1.0) * all_to_all_time(tensor_heads * per_token, l.cp, cp_link.alpha, cp_link.beta);
+    for (double n : transfers.elements) {
+      seconds += transfers.count * (l.cp_comm == ContextComm::p2p
+                                        ? point_to_point_time(n * element, cp_link.alpha, cp_link.beta)
+                                        : all_to_all_time(n * element, l.cp, cp_link.alpha, cp_link.beta));
     }
     e.traffic.push_back(
         {"cp", cp_link.name, layer_micro * cp_layer_volume_elements(config, l) * element, layer_micro * seconds});

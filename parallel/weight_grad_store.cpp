@@ -91,8 +91,9 @@ WeightGradDeferral current_weight_grad_deferral() {
 
 torch::Tensor linear_deferring_weight_grad(const torch::Tensor& input, const torch::Tensor& weight,
                                            const torch::Tensor& bias) {
-  const bool recorded = torch::GradMode::is_enabled() && (input.requires_grad() || weight.requires_grad());
-  if (!current_store || !recorded || !weight.requires_grad()) return torch::linear(input, weight, bias);
+  // Nothing to defer without a scope, outside autograd, or for a weight that takes no gradient.
+  if (!current_store || !torch::GradMode::is_enabled() || !weight.requires_grad())
+    return torch::linear(input, weight, bias);
   auto y = LinearDeferringWeightGrad::apply(input, weight, reinterpret_cast<int64_t>(current_store), current_key.first,
                                             current_key.second);
   return bias.defined() ? y + bias : y;

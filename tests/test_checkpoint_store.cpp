@@ -8,6 +8,7 @@
 
 using namespace loom;
 namespace fs = std::filesystem;
+using loom::test::read_bytes;
 
 namespace {
 
@@ -62,11 +63,6 @@ std::string save(const std::string& dir, int64_t step, const SavedTensors& t, in
   return publish_checkpoint(dir, step, manifest, keep);
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 std::vector<int64_t> steps_of(const std::vector<CheckpointInfo>& list) {
   std::vector<int64_t> steps;
   for (const auto& c : list) steps.push_back(c.step);
@@ -83,7 +79,7 @@ TEST_CASE("checkpoint store: slices saved by two ranks read back whole and at an
   CHECK(checkpoint_name(40) == "step_00000040");
   CHECK(path == (fs::path(dir) / "step_00000040").string());
   CHECK_FALSE(fs::exists(temporary_checkpoint_path(dir, 40)));  // renamed, not copied
-  CHECK(read_text(fs::path(dir) / "latest") == "step_00000040\n");
+  CHECK(read_bytes(fs::path(dir) / "latest") == "step_00000040\n");
   REQUIRE(list_checkpoints(dir).size() == 1);
   CHECK(list_checkpoints(dir)[0].path == path);
   CHECK(verify_checkpoint(path).empty());
@@ -142,7 +138,7 @@ TEST_CASE("checkpoint store: a flipped byte, a truncated or missing file is refu
   const auto path = save(dir, 7, t);
   const fs::path file = fs::path(path) / "rank_00001.bin";
   REQUIRE(verify_checkpoint(path).empty());
-  const auto original = read_text(file);
+  const auto original = read_bytes(file);
 
   SECTION("flipped byte") {
     std::string bytes = original;
@@ -197,7 +193,7 @@ TEST_CASE("checkpoint store: a save interrupted before publishing leaves the pre
   fs::create_directories(fs::path(dir) / "step_00000030");
 
   CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{10});
-  CHECK(read_text(fs::path(dir) / "latest") == "step_00000010\n");
+  CHECK(read_bytes(fs::path(dir) / "latest") == "step_00000010\n");
   CHECK(verify_checkpoint(published).empty());
   const auto manifest = read_manifest(published);
   CHECK(torch::equal(*read_tensor_slice(published, manifest, "w", -1, 0, 0), first.w));
@@ -211,7 +207,7 @@ TEST_CASE("checkpoint store: publishing keeps the newest KEEP, newest first, and
   for (int64_t step : {100, 200, 300}) save(dir, step, t, 2);
   CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{300, 200});
   CHECK_FALSE(fs::exists(fs::path(dir) / "step_00000100"));
-  CHECK(read_text(fs::path(dir) / "latest") == "step_00000300\n");
+  CHECK(read_bytes(fs::path(dir) / "latest") == "step_00000300\n");
   // An older save of the same step (a resumed run reaching it again) is replaced.
   SavedTensors again;
   again.b = torch::tensor({0.0f, 1.0f, 2.0f});
@@ -262,7 +258,7 @@ TEST_CASE("checkpoint store: the manifest's own checksum catches an edited byte 
   SavedTensors t;
   const auto path = save(dir, 5, t);
   const fs::path file = fs::path(path) / "manifest.json";
-  auto manifest = nlohmann::json::parse(read_text(file));
+  auto manifest = nlohmann::json::parse(read_bytes(file));
   REQUIRE(manifest.contains("manifest_crc32"));
   SECTION("edited offset") {
     manifest["tensors"]["w"]["slices"][0]["byte_offset"] = 4;

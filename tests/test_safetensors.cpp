@@ -13,6 +13,7 @@
 
 using namespace loom;
 namespace fs = std::filesystem;
+using loom::test::read_bytes;
 
 // The format, as https://huggingface.co/docs/safetensors states it: 8 bytes, an unsigned
 // little-endian 64-bit N; N bytes of UTF-8 JSON mapping each name to {"dtype", "shape",
@@ -20,11 +21,6 @@ namespace fs = std::filesystem;
 // optional "__metadata__" of string to string; then the data, little-endian, row-major.
 // The expectations below are built from that text, byte by byte, not from loom's writer.
 namespace {
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;

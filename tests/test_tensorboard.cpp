@@ -19,17 +19,13 @@
 
 using namespace loom;
 namespace fs = std::filesystem;
+using loom::test::read_bytes;
 
 // The reader below follows TensorBoard's record format (tensorflow/core/lib/io/record_writer.cc:
 // uint64 length, uint32 masked CRC-32C of those 8 bytes, the data, uint32 masked CRC-32C of the
 // data, little-endian) and the protobuf wire format of event.proto and summary.proto, written
 // from their descriptions rather than from loom's writer.
 namespace {
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 uint64_t little_endian(const std::string& bytes, size_t at, size_t width) {
   if (at + width > bytes.size()) throw std::runtime_error("truncated at byte " + std::to_string(at));

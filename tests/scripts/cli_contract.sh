@@ -3,14 +3,6 @@
 # `loom topology` output, and `loom prepare` feeding `loom train`.
 source "$(dirname "$0")/common.sh"
 
-expect_exit() {  # expect_exit CODE PATTERN COMMAND...
-  local want="$1" pattern="$2" code=0
-  shift 2
-  "$@" > "$WORK/out" 2>&1 || code=$?
-  [ "$code" = "$want" ] || { cat "$WORK/out"; fail "'$*' exited $code, expected $want"; }
-  grep -q -- "$pattern" "$WORK/out" || { cat "$WORK/out"; fail "'$*' did not print '$pattern'"; }
-}
-
 expect_exit 2 "usage:" "$LOOM"
 expect_exit 2 "unknown command 'trian'" "$LOOM" trian
 expect_exit 2 "cannot read config file '/nope.yaml'" "$LOOM" train /nope.yaml

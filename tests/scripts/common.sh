@@ -36,3 +36,12 @@ run_loom() {
 compare_resumed() {
   python3 "$SCRIPTS/checks.py" steps-agree "$1" "$2" --rtol 1e-5 --first "$3" --last "$4" --label "$5"
 }
+
+# expect_exit CODE PATTERN COMMAND...: COMMAND exits CODE and prints PATTERN (a grep pattern).
+expect_exit() {
+  local want="$1" pattern="$2" code=0
+  shift 2
+  "$@" > "$WORK/out" 2>&1 || code=$?
+  [ "$code" = "$want" ] || { cat "$WORK/out"; fail "'$*' exited $code, expected $want"; }
+  grep -q -- "$pattern" "$WORK/out" || { cat "$WORK/out"; fail "'$*' did not print '$pattern'"; }
+}

@@ -24,6 +24,16 @@ run() {  # run NP CONFIG NAME [--set ...]
     > "$WORK/$name.log" 2>&1 < /dev/null || { cat "$WORK/$name.log"; fail "run $name"; }
 }
 
+# run_layout CONFIG "NP NAME KEY=VALUE..." [args...]: run() with each KEY=VALUE as a --set, then ARGS;
+# leaves the layout's NAME in $name.
+run_layout() {
+  local config="$1" np sets=() rest
+  read -r np name rest <<< "$2"
+  shift 2
+  for s in $rest; do sets+=(--set "$s"); done
+  run "$np" "$config" "$name" "${sets[@]}" "$@"
+}
+
 for model in gpt llama; do
   config="$GPT"
   [ "$model" = llama ] && config="$LLAMA"
@@ -59,12 +69,7 @@ MOE=(--set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.aux_l
 run 1 "$GPT" moe_ref "${MOE[@]}"
 for layout in "2 moe_cp2 parallel.cp=2" "4 moe_cp2_a2a_ep2 parallel.cp=2 parallel.cp_comm=a2a parallel.ep=2" \
   "4 moe_cp2_tp2_sp parallel.cp=2 parallel.tp=2 parallel.sequence_parallel=true"; do
-  set -- $layout
-  np="$1" name="$2"
-  shift 2
-  args=()
-  for s in "$@"; do args+=(--set "$s"); done
-  run "$np" "$GPT" "$name" "${MOE[@]}" "${args[@]}"
+  run_layout "$GPT" "$layout" "${MOE[@]}"
   echo -n "$name vs one process: "
   python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/$name/metrics.jsonl" "$WORK/moe_ref/metrics.jsonl" --rtol 1e-5 \
     --routing-flips || fail "$name differs from one process"
@@ -75,12 +80,7 @@ done
 for layout in "4 traffic_ring_zero3 parallel.cp=2 parallel.zero_stage=3 train.recompute=selective" \
   "8 traffic_a2a_tp2_pp2 parallel.cp=2 parallel.cp_comm=a2a parallel.tp=2 parallel.sequence_parallel=true parallel.pp=2" \
   "4 traffic_ring_cp4_bf16 parallel.cp=4 train.precision=bf16 train.recompute=full"; do
-  set -- $layout
-  np="$1" name="$2"
-  shift 2
-  args=()
-  for s in "$@"; do args+=(--set "$s"); done
-  run "$np" "$GPT" "$name" "${args[@]}" --set train.steps=4 --set train.warmup_steps=1
+  run_layout "$GPT" "$layout" --set train.steps=4 --set train.warmup_steps=1
   "$LOOM" plan --run "$WORK/$name" > "$WORK/$name.plan" || { cat "$WORK/$name.plan"; fail "loom plan --run $name"; }
   python3 "$SCRIPTS/checks.py" plan-vs-run "$WORK/$name" || fail "$name: traffic differs from the prediction"
 done
@@ -90,12 +90,7 @@ done
 run 2 "$LLAMA" llama_saved_cp2 --set parallel.cp=2 --set checkpoint.dir="$WORK/ck" --set train.exit_after=10
 run 2 "$LLAMA" llama_straight_cp2 --set parallel.cp=2
 for layout in "1 resumed_cp1" "2 resumed_tp2 parallel.tp=2" "4 resumed_cp4 parallel.cp=4"; do
-  set -- $layout
-  np="$1" name="$2"
-  shift 2
-  args=()
-  for s in "$@"; do args+=(--set "$s"); done
-  run "$np" "$LLAMA" "$name" "${args[@]}" --resume "$WORK/ck/step_00000010"
+  run_layout "$LLAMA" "$layout" --resume "$WORK/ck/step_00000010"
   compare_resumed "$WORK/$name" "$WORK/llama_straight_cp2" 11 20 "saved at cp 2, $name" ||
     fail "$name differs from the uninterrupted run"
 done
@@ -105,18 +100,11 @@ run 2 "$GPT" bf16_cp2 --set parallel.cp=2 --set train.precision=bf16 --set data.
 python3 "$SCRIPTS/checks.py" learns "$WORK/bf16_cp2" --by 0.3 --ends-near "$WORK/gpt_ref" --within 0.05 ||
   fail "bf16 at cp 2 does not track fp32"
 
-# Long sequences: at seq 4096 the activation peak of every rank at cp 4 is at most 30% of one
-# process's (the memory report of the first step; attention's S x S work is what cp divides).
 # Dropout under cp: every layout of the sequence over cp (and tp, SP) drops the same elements.
 for layout in "2 drop_cp2 parallel.cp=2" "4 drop_cp4 parallel.cp=4" "2 drop_cp2_a2a parallel.cp=2 parallel.cp_comm=a2a" \
   "4 drop_cp2_tp2_sp parallel.cp=2 parallel.tp=2 parallel.sequence_parallel=true" \
   "4 drop_cp4_selective parallel.cp=4 train.recompute=selective" "2 drop_cp2_full parallel.cp=2 train.recompute=full"; do
-  set -- $layout
-  np="$1" name="$2"
-  shift 2
-  args=(--set model.dropout=0.1)
-  for s in "$@"; do args+=(--set "$s"); done
-  run "$np" "$GPT" "$name" "${args[@]}"
+  run_layout "$GPT" "$layout" --set model.dropout=0.1
   [ "$name" = drop_cp2 ] && continue
   echo -n "$name vs drop_cp2: "
   compare_losses "$WORK/$name" "$WORK/drop_cp2" || fail "$name drops other elements than cp 2"
@@ -130,6 +118,8 @@ print(f"cp 2 with dropout 0.1 against without: largest loss difference {largest:
 assert largest > 1e-2, "dropout changed nothing"
 PY
 
+# Long sequences: at seq 4096 the activation peak of every rank at cp 4 is at most 30% of one
+# process's (the memory report of the first step; attention's S x S work is what cp divides).
 LONG=(--set model.seq_len=4096 --set model.num_layers=1 --set train.global_batch_size=1 --set train.micro_batch_size=1
   --set train.steps=1 --set train.warmup_steps=0)
 SEQ=()

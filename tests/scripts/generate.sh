@@ -77,21 +77,14 @@ gen 1 top1 "$WORK/ck_llama" --temperature 1 --top-k 1 --seed 3
 [ "$(ids top1)" = "$(ids llama_ck1)" ] || fail "top-k 1 gave $(ids top1), greedy $(ids llama_ck1)"
 echo "sampling: seed 7 repeats ($(ids s7a)), at tp 2 too; seeds 7 and 8 differ; top-k 1 is greedy"
 
-expect_exit() {  # expect_exit PATTERN COMMAND...: exits 2 and prints PATTERN
-  local pattern="$1" code=0
-  shift
-  "$@" > "$WORK/out" 2>&1 || code=$?
-  [ "$code" = 2 ] || { cat "$WORK/out"; fail "'$*' exited $code, expected 2"; }
-  grep -q -- "$pattern" "$WORK/out" || { cat "$WORK/out"; fail "'$*' did not print '$pattern'"; }
-}
 GEN=("$LOOM" generate "$WORK/ck_llama" --prompt "$PROMPT")
-expect_exit "make 33 positions, beyond the model's 32 (model.seq_len); ask for at most 17" "${GEN[@]}" --max-new-tokens 18
-expect_exit "make 33 positions, beyond the model's 32;" "$LOOM" generate "$WORK/hf_gpt" --prompt "$PROMPT" \
+expect_exit 2 "make 33 positions, beyond the model's 32 (model.seq_len); ask for at most 17" "${GEN[@]}" --max-new-tokens 18
+expect_exit 2 "make 33 positions, beyond the model's 32;" "$LOOM" generate "$WORK/hf_gpt" --prompt "$PROMPT" \
   --max-new-tokens 18
-expect_exit "loom generate runs at parallel.tp only" "${GEN[@]}" --max-new-tokens 2 --set parallel.pp=2
-expect_exit "has model.hidden_size = 64; loom generate runs the model as it was saved" "${GEN[@]}" --max-new-tokens 2 \
+expect_exit 2 "loom generate runs at parallel.tp only" "${GEN[@]}" --max-new-tokens 2 --set parallel.pp=2
+expect_exit 2 "has model.hidden_size = 64; loom generate runs the model as it was saved" "${GEN[@]}" --max-new-tokens 2 \
   --set model.hidden_size=32
-expect_exit "MODEL '$WORK/nowhere' is not a directory" "$LOOM" generate "$WORK/nowhere" --prompt x --max-new-tokens 1
-expect_exit "'$WORK' is neither a loom checkpoint" "$LOOM" generate "$WORK" --prompt x --max-new-tokens 1
-expect_exit "--top-p must be in (0, 1]" "${GEN[@]}" --max-new-tokens 2 --top-p 0
+expect_exit 2 "MODEL '$WORK/nowhere' is not a directory" "$LOOM" generate "$WORK/nowhere" --prompt x --max-new-tokens 1
+expect_exit 2 "'$WORK' is neither a loom checkpoint" "$LOOM" generate "$WORK" --prompt x --max-new-tokens 1
+expect_exit 2 "--top-p must be in (0, 1]" "${GEN[@]}" --max-new-tokens 2 --top-p 0
 echo "generate: ok"

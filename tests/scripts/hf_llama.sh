@@ -49,36 +49,29 @@ cp -r "$WORK/hf_a" "$WORK/hf_sharp"
 "$PY" "$SCRIPTS/checks.py" hf-llama-loss "$WORK/hf_sharp" "$WORK/text.txt" "$WORK/d" --seq-len 32 --sequences 8 ||
   fail "the Hugging Face-convention Llama forward differs from loom's first loss with sharp attention"
 
-expect_exit() {  # expect_exit PATTERN COMMAND...: exits 2 and prints PATTERN
-  local pattern="$1" code=0
-  shift
-  "$@" > "$WORK/out" 2>&1 || code=$?
-  [ "$code" = 2 ] || { cat "$WORK/out"; fail "'$*' exited $code, expected 2"; }
-  grep -q -- "$pattern" "$WORK/out" || { cat "$WORK/out"; fail "'$*' did not print '$pattern'"; }
-}
 ONE=("$LOOM" train "$TINY" --run-dir "$WORK/err" --set train.steps=1 --set train.warmup_steps=0 "${BASE[@]}")
 # tiny.yaml's hidden_size (32) against config.json's (64), and an override against it.
-expect_exit "model.hidden_size is 32 in $TINY but $WORK/hf_a/config.json says 64" \
+expect_exit 2 "model.hidden_size is 32 in $TINY but $WORK/hf_a/config.json says 64" \
   "$LOOM" train "$TINY" --set model.init_from="$WORK/hf_a"
-expect_exit "model.num_kv_heads is 4 by --set but $WORK/hf_a/config.json says 2" \
+expect_exit 2 "model.num_kv_heads is 4 by --set but $WORK/hf_a/config.json says 2" \
   "${ONE[@]}" --set model.init_from="$WORK/hf_a" --set model.num_kv_heads=4
 edit_json() {  # edit_json FILE STATEMENT: runs the Python STATEMENT on j, FILE's JSON, and writes j back
   "$PY" -c 'import json, sys; j = json.load(open(sys.argv[1])); exec(sys.argv[2]); json.dump(j, open(sys.argv[1], "w"))' "$1" "$2"
 }
 cp -r "$WORK/hf_sharded" "$WORK/missing"
 edit_json "$WORK/missing/model.safetensors.index.json" 'del j["weight_map"]["model.layers.1.mlp.up_proj.weight"]'
-expect_exit "'$WORK/missing' has no tensor 'model.layers.1.mlp.up_proj.weight'" "${ONE[@]}" --set model.init_from="$WORK/missing"
+expect_exit 2 "'$WORK/missing' has no tensor 'model.layers.1.mlp.up_proj.weight'" "${ONE[@]}" --set model.init_from="$WORK/missing"
 cp -r "$WORK/hf_a" "$WORK/misshapen"
 edit_json "$WORK/misshapen/config.json" 'j["intermediate_size"] = 64'
-expect_exit "_proj.weight' in '$WORK/misshapen/model.safetensors' has shape" \
+expect_exit 2 "_proj.weight' in '$WORK/misshapen/model.safetensors' has shape" \
   "${ONE[@]}" --set model.init_from="$WORK/misshapen"
 cp -r "$WORK/hf_a" "$WORK/mistral"
 edit_json "$WORK/mistral/config.json" 'j.update(architectures=["MistralForCausalLM"], sliding_window=4096)'
-expect_exit "$WORK/mistral/config.json: \"sliding_window\" is 4096" "${ONE[@]}" --set model.init_from="$WORK/mistral"
+expect_exit 2 "$WORK/mistral/config.json: \"sliding_window\" is 4096" "${ONE[@]}" --set model.init_from="$WORK/mistral"
 # A GPT-2 config resuming the Llama checkpoint is refused by the architecture.
-expect_exit "the checkpoint has model.arch = \"llama\", the config \"gpt2\"" \
+expect_exit 2 "the checkpoint has model.arch = \"llama\", the config \"gpt2\"" \
   "${ONE[@]}" --set checkpoint.dir="$WORK/ck_a" --resume "$WORK/ck_a/step_00000005"
-expect_exit "cannot represent model.norm = rmsnorm: GPT-2 has LayerNorm" \
+expect_exit 2 "cannot represent model.norm = rmsnorm: GPT-2 has LayerNorm" \
   "$LOOM" export "$WORK/ck_a/step_00000005" --format hf-gpt2 --output "$WORK/gpt2"
 [ -e "$WORK/gpt2" ] && fail "a refused export left $WORK/gpt2 behind"
 echo "hf llama: ok"
