@@ -203,6 +203,8 @@ TEST_CASE("every validation rule names its key", "[config]") {
       {{"parallel.pp=2", "parallel.schedule=interleaved"}, 2, "parallel.virtual_stages"},
       {{"parallel.pp=2", "parallel.virtual_stages=2"}, 2, "parallel.schedule"},
       {{"parallel.virtual_stages=2", "parallel.schedule=interleaved"}, 1, "parallel.pp"},
+      {{"parallel.schedule=zb-h1"}, 1, "parallel.pp"},
+      {{"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=zb-h1"}, 2, "parallel.schedule"},
       {{"parallel.pp=4", "train.global_batch_size=4", "train.micro_batch_size=2"}, 4, "train.global_batch_size"},
       {{"parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=interleaved", "train.global_batch_size=3"},
        2,
