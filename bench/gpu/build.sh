@@ -15,6 +15,12 @@ find "$deps" -type l -lname '/*' | while read -r link; do
   case "$target" in "$deps"/*) ;; *) ln -sfn "$deps$target" "$link" ;; esac
 done
 arch_lib="$deps/usr/lib/x86_64-linux-gnu"
+# The tokenizers' libraries (SentencePiece, PCRE2, utf8proc) are found by the carried pkgconf,
+# reading the carried .pc files with the unpacked tree as their root.
+export PKG_CONFIG_LIBDIR="$arch_lib/pkgconfig:$deps/usr/share/pkgconfig"
+export PKG_CONFIG_SYSROOT_DIR="$deps"
+export LD_LIBRARY_PATH="$arch_lib:${LD_LIBRARY_PATH:-}"
+pkg_config=${PKG_CONFIG:-$deps/usr/bin/pkgconf}
 # TORCH_PREFIX, LOOM_GLOO (ON/OFF) and BUILD_DIR override what is found (a dry run on the CPU machine uses them).
 torch_prefix=${TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')}
 torch_include=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "include"))' 2>/dev/null || true)
@@ -39,8 +45,9 @@ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_prefix;$deps/usr" \
   -Dyaml-cpp_DIR="$arch_lib/cmake/yaml-cpp" -Dspdlog_DIR="$arch_lib/cmake/spdlog" -Dfmt_DIR="$arch_lib/cmake/fmt" \
   -Dnlohmann_json_DIR="$deps/usr/share/cmake/nlohmann_json" -DZLIB_ROOT="$deps/usr" -DCLI11_DIR="$deps/usr/share/cmake/CLI11" \
-  -DCMAKE_CXX_STANDARD="$cxx_standard" \
+  -DCMAKE_CXX_STANDARD="$cxx_standard" -DPKG_CONFIG_EXECUTABLE="$pkg_config" \
   -DLOOM_WITH_MPI=OFF -DLOOM_WITH_GLOO="$gloo" -DLOOM_BUILD_TESTS=OFF "${nccl_args[@]}"
 # -k 0: every compile error of a first build on a new LibTorch in one log.
+[ "${CONFIGURE_ONLY:-0}" = 1 ] && exit 0
 cmake --build "$build_dir" -j "$(nproc)" --target loom -- -k 0
 echo "export LD_LIBRARY_PATH=$arch_lib:\${LD_LIBRARY_PATH:-}"
