@@ -2,7 +2,7 @@
 written as Hugging Face's modeling_llama writes it (RMSNorm in fp32, separate
 q/k/v/o projections without biases, rotate-half rotary embeddings from an
 inv_freq table, repeat_kv for grouped-query attention, down(silu(gate) * up),
-an untied lm_head), trained by the same loop as bench/reference_gpt.py: the
+an untied lm_head, or with --tie-embeddings the embedding's as Llama 3.2 1B does), trained by the same loop as bench/reference_gpt.py: the
 same AdamW groups, clipping, schedule, threads and result line.
 """
 import argparse
@@ -93,7 +93,8 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, vocab, seq_len, hidden, heads, kv_heads, ffn, layers, theta, eps, fused_attention=False):
+    def __init__(self, vocab, seq_len, hidden, heads, kv_heads, ffn, layers, theta, eps, fused_attention=False,
+                 tie_embeddings=False):
         super().__init__()
         self.embed_tokens = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList(
@@ -108,6 +109,8 @@ class Llama(nn.Module):
         for p in self.parameters():
             if p.dim() >= 2:
                 nn.init.normal_(p, std=0.02)
+        if tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
 
     def forward(self, tokens, targets):
         s = tokens.size(1)
@@ -126,9 +129,11 @@ def main():
     parser.add_argument("--ffn", type=int, default=1024)
     parser.add_argument("--rope-theta", type=float, default=10000.0)
     parser.add_argument("--norm-eps", type=float, default=1e-5)
+    parser.add_argument("--tie-embeddings", action="store_true", help="the output layer shares the embedding")
     args = parser.parse_args()
     train(args, lambda fused_attention: Llama(args.vocab, args.seq_len, args.hidden, args.heads, args.kv_heads,
-                                              args.ffn, args.layers, args.rope_theta, args.norm_eps, fused_attention))
+                                              args.ffn, args.layers, args.rope_theta, args.norm_eps, fused_attention,
+                                              args.tie_embeddings))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #     cuBLAS and SDPA sum in other orders than the CPU kernels; TF32 stays off).
 #  2. the same with gradient accumulation and full and selective recomputation.
 #  3. bf16 on the GPU against bf16 on the CPU (rtol 2e-2: bf16 rounds at 3 digits).
+#     The Llama (configs/llama_tiny.yaml) in fp32 and bf16 likewise.
 #  4. ZeRO-1 (world 1) and a checkpoint saved on the GPU and resumed: losses bit-identical
 #     to the uninterrupted GPU run; the checkpoint then resumes on the CPU (rtol 1e-4).
 # Prints PASS/FAIL per check and "N passed, M failed" last; exit 1 if any failed.
@@ -20,7 +21,7 @@ BASE=(--set train.steps=30 --set train.warmup_steps=5 --set log.interval=10)
 run() {  # run NAME [loom train args...]
   local name=$1
   shift
-  if ! "$loom" train configs/gpt_tiny.yaml --run-dir "$work/$name" "${BASE[@]}" "$@" > "$work/$name.log" 2>&1; then
+  if ! "$loom" train "${CONFIG:-configs/gpt_tiny.yaml}" --run-dir "$work/$name" "${BASE[@]}" "$@" > "$work/$name.log" 2>&1; then
     echo "run $name failed:"
     tail -20 "$work/$name.log"
     return 1
@@ -54,6 +55,9 @@ pair fp32_accumulation_recompute_full 1e-4 --set train.micro_batch_size=2 --set 
 pair fp32_recompute_selective 1e-4 --set train.recompute=selective
 pair bf16 2e-2 --set train.precision=bf16
 pair fp32_zero1 1e-4 --set parallel.zero_stage=1
+# The Llama (RMSNorm, SwiGLU, RoPE, grouped-query attention through SDPA's kv heads).
+CONFIG=configs/llama_tiny.yaml pair llama_fp32 1e-4
+CONFIG=configs/llama_tiny.yaml pair llama_bf16 2e-2 --set train.precision=bf16
 
 # Checkpoint on the GPU: 15 steps, exit, resume: the last 15 equal the straight run's bit for bit.
 resume_checks() {

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # The GPU half of the benchmark, run on the GPU machine from the repository root
-# (after bench/gpu/build.sh): loom and PyTorch eager train the same 1.3B GPT
-# (bench/gpu/gpt_1.3b.yaml) in bf16 on one GPU; prints a table and writes
-# bench/gpu/results.json (and a copy under $OUT when the device tool sets it).
-# Arguments: loom --set overrides, e.g. train.micro_batch_size=8 (the PyTorch
-# side reads the batch shape from the same resolved config).
+# (after bench/gpu/build.sh): loom and PyTorch eager train the same model in bf16 on
+# one GPU, by default the 1.3B GPT (bench/gpu/gpt_1.3b.yaml) beside
+# bench/reference_gpt.py; with `--config bench/gpu/llama_1b.yaml` the 1B Llama beside
+# bench/reference_llama.py. Prints a table and writes bench/gpu/results.json (and a
+# copy under $OUT when the device tool sets it). Other arguments: loom --set
+# overrides, e.g. train.micro_batch_size=8 (the PyTorch side reads the shapes from the
+# same resolved config).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/loom_deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 out=${OUT:-/tmp/loom_gpu_bench}
 mkdir -p "$out"
+config=bench/gpu/gpt_1.3b.yaml
+if [ "${1:-}" = --config ]; then
+  config=$2
+  shift 2
+fi
 sets=()
 for s in "$@"; do sets+=(--set "$s"); done
 # The GPU's memory in use, sampled every 200 ms while a side runs (both sides alike:
@@ -18,30 +25,42 @@ sample_memory() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nouni
 rm -rf /tmp/loom_gpu_run
 sample_memory "$out/loom_memory.txt"
 sampler=$!
-build-gpu/loom train bench/gpu/gpt_1.3b.yaml --run-dir /tmp/loom_gpu_run "${sets[@]}" 2>&1 | tee "$out/loom.log"
+build-gpu/loom train "$config" --run-dir /tmp/loom_gpu_run "${sets[@]}" 2>&1 | tee "$out/loom.log"
 kill "$sampler"
-# The resolved config loom wrote (sections of "  key: value" lines; no YAML library needed).
-read -r layers hidden heads seq vocab global micro steps < <(python3 - <<'PY'
+# The resolved config loom wrote (sections of "  key: value" lines; no YAML library needed)
+# as the reference script's arguments.
+mapfile -t reference_args < <(python3 - <<'PY'
 c, section = {}, None
 for line in open("/tmp/loom_gpu_run/config.yaml"):
     if line[:1].isalpha():
         section = line.split(":")[0]
     elif line.startswith("  ") and not line.startswith("   ") and ":" in line:
         key, value = line.strip().split(":", 1)
-        c[f"{section}.{key}"] = value.strip()
-print(*(c[k] for k in ["model.num_layers", "model.hidden_size", "model.num_heads", "model.seq_len", "model.vocab_size",
-                       "train.global_batch_size", "train.micro_batch_size", "train.steps"]))
+        c[f"{section}.{key}"] = value.strip().strip('"')
+llama = c["model.arch"] == "llama"
+args = ["bench/reference_llama.py" if llama else "bench/reference_gpt.py"]
+for flag, key in [("--layers", "model.num_layers"), ("--hidden", "model.hidden_size"), ("--heads", "model.num_heads"),
+                  ("--seq-len", "model.seq_len"), ("--vocab", "model.vocab_size"),
+                  ("--global-batch", "train.global_batch_size"), ("--micro-batch", "train.micro_batch_size"),
+                  ("--steps", "train.steps")]:
+    args += [flag, c[key]]
+if llama:
+    for flag, key in [("--kv-heads", "model.num_kv_heads"), ("--ffn", "model.ffn_hidden_size"),
+                      ("--rope-theta", "model.rope_theta"), ("--norm-eps", "model.norm_eps")]:
+        args += [flag, c[key]]
+    if c.get("model.tie_embeddings") == "true":
+        args.append("--tie-embeddings")
+print("\n".join(args))
 PY
 )
-python3 bench/reference_gpt.py --device cuda --precision bf16 --layers "$layers" --hidden "$hidden" --heads "$heads" \
-  --seq-len "$seq" --vocab "$vocab" --global-batch "$global" --micro-batch "$micro" --steps "$steps" \
-  --warmup-steps 2 | tee "$out/pytorch.json" &
+echo "PyTorch side: python3 ${reference_args[*]} --device cuda --precision bf16 --warmup-steps 2"
+python3 "${reference_args[@]}" --device cuda --precision bf16 --warmup-steps 2 | tee "$out/pytorch.json" &
 reference=$!
 sample_memory "$out/pytorch_memory.txt"
 sampler=$!
 wait "$reference"
 kill "$sampler"
-python3 - "$out" <<'PY'
+python3 - "$out" "$config" <<'PY'
 import json, statistics, subprocess, sys, datetime, re
 out = sys.argv[1]
 steps = [json.loads(l) for l in open("/tmp/loom_gpu_run/metrics.jsonl")]
@@ -50,7 +69,7 @@ torch_side = json.loads(open(f"{out}/pytorch.json").read().strip().splitlines()[
 mfu = re.search(r"MFU ([0-9.]+)% of ([0-9.]+) TFLOP/s", open(f"{out}/loom.log").read())
 smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                      capture_output=True, text=True).stdout.strip()
-result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "gpu": smi,
+result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "gpu": smi, "config": sys.argv[2],
           "torch": torch_side.get("torch_version"), "loom_tokens_per_s": loom,
           "pytorch_tokens_per_s": torch_side["median_tokens_per_s"], "ratio": loom / torch_side["median_tokens_per_s"],
           "loom_mfu_percent": float(mfu.group(1)) if mfu else None, "peak_tflops": float(mfu.group(2)) if mfu else None,
@@ -61,6 +80,7 @@ for side in ("loom", "pytorch"):
 print("| GPU | loom tokens/s | PyTorch eager tokens/s | loom / PyTorch | loom MFU | GPU memory used, loom / PyTorch (GiB) |")
 print(f"| {smi} | {loom:.0f} | {result['pytorch_tokens_per_s']:.0f} | {result['ratio']:.2f}x | {result['loom_mfu_percent']}% "
       f"| {result['loom_peak_used_gib']:.1f} / {result['pytorch_peak_used_gib']:.1f} |")
-for path in ("bench/gpu/results.json", f"{out}/results.json"):
+name = "results.json" if sys.argv[2].endswith("gpt_1.3b.yaml") else "results_" + sys.argv[2].split("/")[-1].replace(".yaml", ".json")
+for path in (f"bench/gpu/{name}", f"{out}/{name}"):
     json.dump(result, open(path, "w"), indent=1)
 PY
