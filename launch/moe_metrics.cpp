@@ -27,7 +27,7 @@ nlohmann::json MoEMonitor::collect(parallel::ProcessGroups& groups) {
   double* volume = v + layers * row;
   for (auto* s : stats_) {
     double* mine = v + (std::find(layers_.begin(), layers_.end(), s->layer) - layers_.begin()) * row;
-    const auto counts = s->tokens_per_expert.contiguous();
+    const auto counts = s->tokens_per_expert.to(torch::kCPU).contiguous();
     std::copy_n(counts.data_ptr<int64_t>(), num_experts_, mine);
     mine[num_experts_] = static_cast<double>(s->dropped);
     mine[num_experts_ + 1] = s->aux_loss.item<double>();

@@ -28,7 +28,7 @@ struct AttachLoss : torch::autograd::Function<AttachLoss> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const double scale = ctx->saved_data["scale"].toDouble();
     auto dtype = ctx->saved_data["loss_options"].toScalarType();
-    return {grads[0], torch::full({}, scale, torch::TensorOptions().dtype(dtype)), torch::Tensor()};
+    return {grads[0], torch::full({}, scale, grads[0].options().dtype(dtype)), torch::Tensor()};
   }
 };
 
@@ -64,8 +64,8 @@ Routing route_tokens(const torch::Tensor& logits, int64_t top_k, double capacity
   auto order = by_prob.index_select(0, within);  // choice numbers in (expert, -prob, token) order
   auto sorted_experts = experts_by_prob.index_select(0, within);
   auto first_of_expert = r.counts.cumsum(0) - r.counts;
-  auto position = torch::arange(order.size(0), torch::kInt64) - first_of_expert.index_select(0, sorted_experts);
-  auto keep = torch::empty({order.size(0)}, torch::kBool);
+  auto position = torch::arange(order.size(0), order.options()) - first_of_expert.index_select(0, sorted_experts);
+  auto keep = torch::empty({order.size(0)}, order.options().dtype(torch::kBool));
   keep.index_copy_(0, order, position < capacity);
   r.assignment.keep = keep.view(experts.sizes());
   r.dropped = (~keep).sum().item<int64_t>();
@@ -85,8 +85,10 @@ torch::Tensor router_z_loss(const torch::Tensor& logits, int64_t tokens) {
 void MoEStats::reset() {
   if (tokens_per_expert.defined()) tokens_per_expert.zero_();
   dropped = 0;
-  aux_loss = torch::zeros({}, torch::kFloat64);
-  z_loss = torch::zeros({}, torch::kFloat64);
+  // On the device the sums were kept on (the routing's), so that recording adds without a copy to the host.
+  const auto options = aux_loss.defined() ? aux_loss.options() : torch::TensorOptions().dtype(torch::kFloat64);
+  aux_loss = torch::zeros({}, options);
+  z_loss = torch::zeros({}, options);
   micro_batches = 0;
   volume = {};
 }
@@ -190,6 +192,11 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
     torch::NoGradGuard no_grad;
     // Shares whose sum over all ranks is the global figure: tp replicas count once.
     const bool tokens_mine = split || tp_.rank() == 0;
+    if (stats_.aux_loss.device() != aux.device()) {  // the first record on this device (a GPU): the sums follow
+      stats_.tokens_per_expert = stats_.tokens_per_expert.to(aux.device());
+      stats_.aux_loss = stats_.aux_loss.to(aux.device());
+      stats_.z_loss = stats_.z_loss.to(aux.device());
+    }
     if (tokens_mine) {
       stats_.tokens_per_expert += routing.counts;
       stats_.dropped += routing.dropped;

@@ -95,7 +95,8 @@ TokenDispatcher::Dispatched TokenDispatcher::dispatch(const torch::Tensor& x, co
   if (ranks > 1) received_counts = exchange(counts, per_rank, per_rank, ep_, volume_);
   auto sent = counts.view({ranks, num_local_}),
        got = received_counts.view({ranks, num_local_});  // [rank, local expert]
-  const auto sent_per_rank = sent.sum(1), got_per_rank = got.sum(1);
+  // Read on the host once (on a GPU, one copy rather than one per value).
+  const auto sent_per_rank = sent.sum(1).to(torch::kCPU), got_per_rank = got.sum(1).to(torch::kCPU);
   for (int64_t r = 0; r < ranks; ++r) {
     plan.input_splits.push_back(sent_per_rank[r].item<int64_t>());
     plan.output_splits.push_back(got_per_rank[r].item<int64_t>());
@@ -104,7 +105,7 @@ TokenDispatcher::Dispatched TokenDispatcher::dispatch(const torch::Tensor& x, co
 
   // Received rows come rank by rank, each rank's sorted by local expert; each
   // local expert wants its rows from every rank together.
-  auto got_flat = got.contiguous();
+  auto got_flat = got.to(torch::kCPU).contiguous();
   const int64_t* g = got_flat.data_ptr<int64_t>();
   std::vector<int64_t> start(static_cast<size_t>(ranks * num_local_));
   int64_t offset = 0;
@@ -123,9 +124,9 @@ TokenDispatcher::Dispatched TokenDispatcher::dispatch(const torch::Tensor& x, co
     }
     out.tokens_per_expert.push_back(rows_of_expert);
   }
-  plan.regroup = torch::tensor(regroup, torch::kInt64);
+  plan.regroup = torch::tensor(regroup, torch::kInt64).to(x.device());
   plan.ungroup = torch::empty_like(plan.regroup);
-  if (offset > 0) plan.ungroup.index_copy_(0, plan.regroup, torch::arange(offset, torch::kInt64));
+  if (offset > 0) plan.ungroup.index_copy_(0, plan.regroup, torch::arange(offset, plan.regroup.options()));
   out.tokens = ranks > 1 ? received.index_select(0, plan.regroup) : received;  // one rank: already grouped
   return out;
 }
