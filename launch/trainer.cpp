@@ -419,9 +419,13 @@ TrainSummary Trainer::run(const std::string& resume) {
       throw DivergenceError(guard_.report() + "; " + advice);
     }
     if (stop || step == t.exit_after) {
-      info0(stop ? "stopped by a signal after step {}; resume with --resume auto"
-                 : "train.exit_after {}: stopped; resume with --resume auto to continue",
-            step);
+      // Two calls, not one with a chosen format: under C++20 (LibTorch 2.14 asks for it) fmt checks
+      // a format string at compile time, so it must be a literal.
+      if (stop) {
+        info0("stopped by a signal after step {}; resume with --resume auto", step);
+      } else {
+        info0("train.exit_after {}: stopped; resume with --resume auto to continue", step);
+      }
       summary.stopped_early = true;
     }
   }

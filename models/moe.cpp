@@ -1,5 +1,7 @@
 #include "models/moe.h"
 
+#include <c10/util/Optional.h>  // c10::optional: a class of its own in LibTorch 1.13, std::optional's alias in 2.x
+
 #include <algorithm>
 #include <cmath>
 

@@ -20,7 +20,8 @@ bool flattenable(const std::vector<torch::Tensor>& params) {
   std::set<const void*> storages;
   for (const auto& p : params) {
     if (p.scalar_type() != torch::kFloat || !p.is_contiguous() || p.device() != params.front().device()) return false;
-    if (p.storage_offset() != 0 || p.storage().nbytes() != p.numel() * static_cast<int64_t>(sizeof(float))) {
+    if (p.storage_offset() != 0 ||
+        static_cast<int64_t>(p.storage().nbytes()) != p.numel() * static_cast<int64_t>(sizeof(float))) {
       return false;
     }
     if (!storages.insert(p.storage().data()).second) return false;
@@ -131,7 +132,7 @@ bool fusable(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat && t.is_contiguous() && t.is_cpu();
 }
 
-#if TORCH_VERSION_MAJOR >= 2
+#if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 201  // _fused_adamw_ from 2.1
 bool gpu_fusable(const torch::Tensor& p, const torch::Tensor& g) {
   return p.is_cuda() && p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat;
 }
@@ -170,7 +171,7 @@ void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torc
     for (auto* t : {&p, &m, &v}) torch::autograd::impl::bump_version(*t);
     return;
   }
-#if TORCH_VERSION_MAJOR >= 2
+#if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 201  // _fused_adamw_ from 2.1
   if (gpu_fusable(p, g)) {
     gpu_fused_adamw({p}, {g}, {m}, {v}, lr, step, decay ? options.weight_decay : 0.0, options);
     return;
@@ -183,7 +184,7 @@ void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torc
   p.addcdiv_(m, denom, -step_size);
 }
 
-#if TORCH_VERSION_MAJOR >= 2
+#if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 201  // _fused_adamw_ from 2.1
 namespace {
 
 // GPUs: all fp32 parameters in two multi-tensor kernel launches (decayed and not),
@@ -226,7 +227,7 @@ void AdamW::step(double lr) {
     for (auto& p : params_) torch::autograd::impl::bump_version(p);
     return;
   }
-#if TORCH_VERSION_MAJOR >= 2
+#if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 201  // _fused_adamw_ from 2.1
   if (!params_.empty() && params_.front().is_cuda() &&
       step_on_gpu_at_once(params_, exp_avg_, exp_avg_sq_, decay_, lr, steps_, options_)) {
     return;

@@ -52,9 +52,14 @@ void check_cuda_tensor(const torch::Tensor& t) {
   if (!t.is_cuda()) throw std::runtime_error("the NCCL communicator moves CUDA tensors only");
 }
 
+// Holds the tensors NCCL works on until the default stream has been made to wait
+// for it: they come from LibTorch's caching allocator, which would otherwise hand a
+// block freed by the caller to the next default-stream kernel while NCCL, on its
+// own stream, still reads or writes it.
 class NcclPending : public PendingOp {
  public:
-  NcclPending(cudaEvent_t done, ncclComm_t comm) : done_(done), comm_(comm) {}
+  NcclPending(cudaEvent_t done, ncclComm_t comm, std::vector<torch::Tensor> in_use)
+      : done_(done), comm_(comm), in_use_(std::move(in_use)) {}
   ~NcclPending() override { cudaEventDestroy(done_); }
   void wait(std::chrono::milliseconds timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -75,13 +80,15 @@ class NcclPending : public PendingOp {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    // Later work on the default stream sees the result.
+    // Later work on the default stream sees the result (and may reuse the tensors' memory).
     LOOM_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, done_, 0));
+    in_use_.clear();
   }
 
  private:
   cudaEvent_t done_;
   ncclComm_t comm_;
+  std::vector<torch::Tensor> in_use_;
 };
 
 }  // namespace
@@ -119,11 +126,11 @@ void NcclCommunicator::begin() {
   LOOM_CUDA_CHECK(cudaEventDestroy(ready));
 }
 
-std::unique_ptr<PendingOp> NcclCommunicator::finish() {
+std::unique_ptr<PendingOp> NcclCommunicator::finish(std::vector<torch::Tensor> in_use) {
   cudaEvent_t done;
   LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   LOOM_CUDA_CHECK(cudaEventRecord(done, stream_));
-  return std::make_unique<NcclPending>(done, comm_);
+  return std::make_unique<NcclPending>(done, comm_, std::move(in_use));
 }
 
 // The trainer's few host numbers per step (losses, timings, flags, reports) go
@@ -149,7 +156,7 @@ std::unique_ptr<PendingOp> NcclCommunicator::do_all_reduce(torch::Tensor& tensor
   begin();
   LOOM_NCCL_CHECK(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
                                 nccl_dtype(tensor), nccl_op(op), comm_, stream_));
-  return finish();
+  return finish({tensor});
 }
 
 std::unique_ptr<PendingOp> NcclCommunicator::do_all_gather(torch::Tensor& output, torch::Tensor& input) {
@@ -162,7 +169,7 @@ std::unique_ptr<PendingOp> NcclCommunicator::do_all_gather(torch::Tensor& output
   begin();
   LOOM_NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel()),
                                 nccl_dtype(input), comm_, stream_));
-  return finish();
+  return finish({output, input});
 }
 
 std::unique_ptr<PendingOp> NcclCommunicator::do_reduce_scatter(torch::Tensor& output, torch::Tensor& input,
@@ -172,7 +179,7 @@ std::unique_ptr<PendingOp> NcclCommunicator::do_reduce_scatter(torch::Tensor& ou
   begin();
   LOOM_NCCL_CHECK(ncclReduceScatter(input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),
                                     nccl_dtype(input), nccl_op(op), comm_, stream_));
-  return finish();
+  return finish({output, input});
 }
 
 std::unique_ptr<PendingOp> NcclCommunicator::do_all_to_all(torch::Tensor& output, torch::Tensor& input,
@@ -196,7 +203,7 @@ std::unique_ptr<PendingOp> NcclCommunicator::do_all_to_all(torch::Tensor& output
     out += recv_count * item;
   }
   LOOM_NCCL_CHECK(ncclGroupEnd());
-  return finish();
+  return finish({output, input});
 }
 
 std::unique_ptr<PendingOp> NcclCommunicator::do_broadcast(torch::Tensor& tensor, int root) {
@@ -208,14 +215,16 @@ std::unique_ptr<PendingOp> NcclCommunicator::do_broadcast(torch::Tensor& tensor,
   begin();
   LOOM_NCCL_CHECK(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), static_cast<size_t>(tensor.numel()),
                                 nccl_dtype(tensor), root, comm_, stream_));
-  return finish();
+  return finish({tensor});
 }
 
 std::unique_ptr<PendingOp> NcclCommunicator::do_send_recv(std::vector<P2POp>& ops) {
+  std::vector<torch::Tensor> in_use;
   begin();
   LOOM_NCCL_CHECK(ncclGroupStart());
   for (auto& op : ops) {
     check_cuda_tensor(op.tensor);
+    in_use.push_back(op.tensor);
     const auto count = static_cast<size_t>(op.tensor.numel());
     if (op.kind == P2POp::send) {
       LOOM_NCCL_CHECK(ncclSend(op.tensor.data_ptr(), count, nccl_dtype(op.tensor), op.peer, comm_, stream_));
@@ -224,7 +233,7 @@ std::unique_ptr<PendingOp> NcclCommunicator::do_send_recv(std::vector<P2POp>& op
     }
   }
   LOOM_NCCL_CHECK(ncclGroupEnd());
-  return finish();
+  return finish(std::move(in_use));
 }
 
 std::unique_ptr<PendingOp> NcclCommunicator::do_barrier() {

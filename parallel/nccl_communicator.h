@@ -36,7 +36,7 @@ class NcclCommunicator : public Communicator {
   // Orders our stream after the default stream's queued work.
   void begin();
   // Records completion and returns the handle's pending op.
-  std::unique_ptr<PendingOp> finish();
+  std::unique_ptr<PendingOp> finish(std::vector<torch::Tensor> in_use);  // records the stream's end; holds IN_USE
   // Host tensors are staged: a copy on this rank's device, and the result copied back once PENDING is done.
   torch::Tensor on_device(const torch::Tensor& host) const;
   std::unique_ptr<PendingOp> copy_back(std::unique_ptr<PendingOp> pending, torch::Tensor& host,

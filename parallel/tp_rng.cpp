@@ -1,6 +1,7 @@
 #include "parallel/tp_rng.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Optional.h>  // c10::optional: a class of its own in LibTorch 1.13, std::optional's alias in 2.x
 
 namespace loom::parallel {
 

@@ -8,6 +8,7 @@
 #include "core/config_fields.h"
 #include "core/device.h"
 #include "core/errors.h"
+#include "launch/supported_combinations.h"
 
 using loom::Config;
 using loom::InputError;
@@ -358,6 +359,29 @@ TEST_CASE("train.device resolves to a GPU per local rank, or says why it cannot"
     CHECK(resolve_train_device(TrainDevice::automatic, 0, 1) == torch::Device(torch::kCPU));
     CHECK_THROWS_AS(resolve_train_device(TrainDevice::cuda, 0, 1), InputError);
   }
+}
+
+TEST_CASE("what train.device cuda does not take yet is refused before anything is built, naming the key", "[config]") {
+  const torch::Device gpu(torch::kCUDA, 0), cpu(torch::kCPU);
+  auto refusal = [](const Config& c, const torch::Device& device) {
+    try {
+      loom::launch::require_supported(c, device, c.parallel.tp * c.parallel.cp * c.parallel.dp * c.parallel.pp);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(refusal(resolved({}, 1), gpu) == "no error");
+  CHECK(refusal(resolved({"parallel.zero_stage=1"}, 2), gpu) == "no error");
+  CHECK(refusal(resolved({"parallel.zero_stage=3"}, 1), gpu) == "no error");  // one rank: nothing is sharded
+  // ZeRO-2/3 shard over dp x cp: cp alone shards too.
+  CHECK_THAT(refusal(resolved({"parallel.zero_stage=3"}, 2), gpu), Catch::Contains("'parallel.zero_stage'"));
+  CHECK_THAT(refusal(resolved({"parallel.zero_stage=2", "parallel.cp=2", "model.seq_len=64"}, 2), gpu),
+             Catch::Contains("'parallel.zero_stage'"));
+  CHECK(refusal(resolved({"parallel.zero_stage=2", "parallel.cp=2", "model.seq_len=64"}, 2), cpu) == "no error");
+  CHECK_THAT(refusal(resolved({"model.dropout=0.1"}, 1), gpu), Catch::Contains("'model.dropout'"));
+  CHECK_THAT(refusal(resolved({"model.moe.num_experts=4"}, 1), gpu), Catch::Contains("'model.moe'"));
+  CHECK_THAT(refusal(resolved({"parallel.backend=nccl"}, 1), cpu), Catch::Contains("'parallel.backend'"));
 }
 
 TEST_CASE("the MFU line knows the dense bf16 peak of the common training GPUs", "[config]") {
