@@ -5,7 +5,7 @@
 
 #include "core/errors.h"
 
-#ifdef LOOM_WITH_NCCL  // the NCCL build links the CUDA runtime
+#if defined(LOOM_WITH_NCCL) || defined(LOOM_WITH_CUDA_RUNTIME)  // builds that link the CUDA runtime
 #include <cuda_runtime.h>
 #endif
 
@@ -36,7 +36,7 @@ torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int6
 }
 
 std::string gpu_name(int64_t index) {
-#ifdef LOOM_WITH_NCCL
+#if defined(LOOM_WITH_NCCL) || defined(LOOM_WITH_CUDA_RUNTIME)
   cudaDeviceProp properties{};
   if (cudaGetDeviceProperties(&properties, static_cast<int>(index)) == cudaSuccess) return properties.name;
   cudaGetLastError();  // clear the error, which CUDA would otherwise report again later
@@ -54,7 +54,7 @@ double known_bf16_peak_tflops(const std::string& gpu_name) {
     if (has("NVL")) return 835.0;
     return 989.0;
   }
-  if (has("H200") || has("GH200")) return 989.0;
+  if (has("H200") || has("GH200")) return has("NVL") ? 835.0 : 989.0;
   if (has("B200")) return 2250.0;
   if (has("A100") || has("A800")) return 312.0;
   if (has("L40S")) return 362.0;
@@ -63,7 +63,7 @@ double known_bf16_peak_tflops(const std::string& gpu_name) {
 
 void use_device(const torch::Device& device) {
   if (!device.is_cuda()) return;
-#ifdef LOOM_WITH_NCCL
+#if defined(LOOM_WITH_NCCL) || defined(LOOM_WITH_CUDA_RUNTIME)
   const cudaError_t status = cudaSetDevice(device.index());
   if (status != cudaSuccess) {
     throw std::runtime_error(std::string("cudaSetDevice(") + std::to_string(device.index()) +

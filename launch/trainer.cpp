@@ -113,11 +113,7 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
   auto timing = pipeline_->run([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
     const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp, groups_.coords().dp,
                                             t.micro_batch_size, micro);
-    Batch batch = context_parallel_part(data_->train().batch(first, t.micro_batch_size));
-    if (!device_.is_cpu()) {
-      batch.tokens = batch.tokens.to(device_);
-      batch.targets = batch.targets.to(device_);
-    }
+    Batch batch = this_rank_part(data_->train().batch(first, t.micro_batch_size));
     auto& piece = *chunks_[static_cast<size_t>(chunk)];
     auto out = piece.forward(input.defined() ? input : batch.tokens, batch.targets);
     if (!holds_loss || chunk != last_chunk) return out;
@@ -235,12 +231,20 @@ TrainingState Trainer::state_after(int64_t step, int64_t consumed) const {
   return state;
 }
 
-Batch Trainer::context_parallel_part(Batch batch) {
+Batch Trainer::this_rank_part(Batch batch) {
   const int64_t cp = groups_.cp().size();
-  if (cp == 1) return batch;
-  const int64_t rank = groups_.coords().cp;
-  return {parallel::context_parallel_slice(batch.tokens, cp, rank).contiguous(),
-          parallel::context_parallel_slice(batch.targets, cp, rank).contiguous()};
+  if (cp > 1) {
+    const int64_t rank = groups_.coords().cp;
+    batch = {parallel::context_parallel_slice(batch.tokens, cp, rank).contiguous(),
+             parallel::context_parallel_slice(batch.targets, cp, rank).contiguous()};
+  }
+  if (!device_.is_cpu()) {
+    // From pinned memory without waiting: a copy from pageable memory would make the host wait
+    // for the GPU to finish the previous micro-batch before queueing this one.
+    batch.tokens = batch.tokens.pin_memory().to(device_, /*non_blocking=*/true);
+    batch.targets = batch.targets.pin_memory().to(device_, /*non_blocking=*/true);
+  }
+  return batch;
 }
 
 bool Trainer::evaluates_at(int64_t step) const {
@@ -265,11 +269,7 @@ double Trainer::evaluate() {
     pipeline_->run_forward([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
       const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp, groups_.coords().dp,
                                               t.micro_batch_size, micro);
-      Batch batch = context_parallel_part(valid.batch(first, t.micro_batch_size));
-      if (!device_.is_cpu()) {
-        batch.tokens = batch.tokens.to(device_);
-        batch.targets = batch.targets.to(device_);
-      }
+      Batch batch = this_rank_part(valid.batch(first, t.micro_batch_size));
       auto out = chunks_[static_cast<size_t>(chunk)]->forward(input.defined() ? input : batch.tokens, batch.targets);
       if (holds_loss && chunk == last_chunk) loss_sum += out.to(torch::kFloat64);
       return out;

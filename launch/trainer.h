@@ -75,8 +75,9 @@ class Trainer {
   // The mean loss over the first eval.steps global batches of the validation data, every rank alike:
   // the same samples at every evaluation and in every layout, no dropout, no update.
   double evaluate();
-  // This rank's part of BATCH's sequences under context parallelism (chunks r and 2cp-1-r), or BATCH.
-  Batch context_parallel_part(Batch batch);
+  // This rank's part of BATCH's sequences under context parallelism (chunks r and 2cp-1-r), or BATCH,
+  // on this rank's device.
+  Batch this_rank_part(Batch batch);
   // Whether STEP evaluates: every eval.interval steps and at the last step, when there is validation data.
   bool evaluates_at(int64_t step) const;
   // A line when a training dataset starts a new epoch (the samples up to CONSUMED are drawn).

@@ -83,16 +83,18 @@ SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, int6
   torch::Tensor q, k, v;  // [B, S, heads or kv heads, d]
   if (qkv_) {
     auto qkv = qkv_->forward(x);
-    auto parts = qkv.view({qkv.size(0), qkv.size(1), heads_, 3, d_});
-    q = parts.select(3, 0), k = parts.select(3, 1), v = parts.select(3, 2);
+    // unbind, not three selects: its backward is one stack, not three zero-filled copies of the whole.
+    auto parts = qkv.view({qkv.size(0), qkv.size(1), heads_, 3, d_}).unbind(3);
+    q = parts[0], k = parts[1], v = parts[2];
   } else {
     // The query and key/value projections read the same input: one entry into the tp region.
     auto entered = parallel::enter_column_parallel_region(x, *tp_.tp, tp_.sequence_parallel);
     const int64_t b = entered.size(0), s = entered.size(1);
     q = q_->forward_entered(entered).view({b, s, heads_, d_});
-    auto kv =
-        (kv_ ? kv_->forward_entered(entered) : shared_kv_->forward_entered(entered)).view({b, s, kv_heads_, 2, d_});
-    k = kv.select(3, 0), v = kv.select(3, 1);
+    auto kv = (kv_ ? kv_->forward_entered(entered) : shared_kv_->forward_entered(entered))
+                  .view({b, s, kv_heads_, 2, d_})
+                  .unbind(3);
+    k = kv[0], v = kv[1];
   }
   if (rotary_.defined()) {
     if (tp_.cp_size() > 1) {
@@ -145,7 +147,7 @@ torch::Tensor SelfAttentionImpl::core(const torch::Tensor& qkv) {
   const bool attention_dropout = options_.dropout > 0 && is_training();
   // On CPU without attention dropout, head by head (models/causal_attention.h): the same function.
   if (!attention_dropout && qkv.device().is_cpu()) return causal_attention(qkv, heads);
-  auto parts = qkv.view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4});
+  auto parts = qkv.view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4}).unbind(0);
   auto q = parts[0], k = parts[1], v = parts[2];  // [B, heads, S, d]
 #if TORCH_VERSION_MAJOR >= 2
   // LibTorch 2.x fuses attention (flash or memory-efficient kernels on GPUs):

@@ -390,6 +390,7 @@ TEST_CASE("the MFU line knows the dense bf16 peak of the common training GPUs", 
   CHECK(known_bf16_peak_tflops("NVIDIA H100 PCIe") == 756.0);
   CHECK(known_bf16_peak_tflops("NVIDIA H100 NVL") == 835.0);
   CHECK(known_bf16_peak_tflops("NVIDIA H200") == 989.0);
+  CHECK(known_bf16_peak_tflops("NVIDIA H200 NVL") == 835.0);
   CHECK(known_bf16_peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0);
   CHECK(known_bf16_peak_tflops("NVIDIA GeForce RTX 4090") == 0.0);
   CHECK(known_bf16_peak_tflops("") == 0.0);

@@ -25,7 +25,15 @@ pkg_config=${PKG_CONFIG:-$deps/usr/bin/pkgconf}
 torch_prefix=${TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')}
 torch_include=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "include"))' 2>/dev/null || true)
 build_dir=${BUILD_DIR:-build-gpu}
-nccl_root=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+# NCCL from the wheel's nvidia packages: nvidia/nccl (cu12) or wherever nccl.h lies under nvidia/ (cu13).
+nccl_root=$(python3 - 2>/dev/null << 'PY' || true
+import glob, os, nvidia
+for base in nvidia.__path__:
+    for header in sorted(glob.glob(os.path.join(base, "**", "include", "nccl.h"), recursive=True)):
+        print(os.path.dirname(os.path.dirname(header)))
+        raise SystemExit
+PY
+)
 gloo=OFF
 [ -n "$torch_include" ] && [ -f "$torch_include/gloo/config.h" ] && gloo=ON
 gloo=${LOOM_GLOO:-$gloo}

@@ -6,8 +6,9 @@
 #  2. the same with gradient accumulation and full and selective recomputation.
 #  3. bf16 on the GPU against bf16 on the CPU (rtol 2e-2: bf16 rounds at 3 digits).
 #     The Llama (configs/llama_tiny.yaml) in fp32 and bf16 likewise.
-#  4. ZeRO-1 (world 1) and a checkpoint saved on the GPU and resumed: losses bit-identical
-#     to the uninterrupted GPU run; the checkpoint then resumes on the CPU (rtol 1e-4).
+#  4. A checkpoint saved on the GPU and resumed: losses bit-identical to the uninterrupted
+#     GPU run; the checkpoint then resumes on the CPU (rtol 1e-4).
+# (ZeRO shards over dp x cp, so one GPU cannot check it: at world 1 it is off.)
 # Prints PASS/FAIL per check and "N passed, M failed" last; exit 1 if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -54,7 +55,6 @@ pair fp32 1e-4
 pair fp32_accumulation_recompute_full 1e-4 --set train.micro_batch_size=2 --set train.recompute=full
 pair fp32_recompute_selective 1e-4 --set train.recompute=selective
 pair bf16 2e-2 --set train.precision=bf16
-pair fp32_zero1 1e-4 --set parallel.zero_stage=1
 # The Llama (RMSNorm, SwiGLU, RoPE, grouped-query attention through SDPA's kv heads).
 CONFIG=configs/llama_tiny.yaml pair llama_fp32 1e-4
 CONFIG=configs/llama_tiny.yaml pair llama_bf16 2e-2 --set train.precision=bf16

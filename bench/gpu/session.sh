@@ -4,6 +4,11 @@
 # versions, the build (skipped when build-gpu/loom is there), the single-GPU
 # checks (bench/gpu/check.sh), then the benchmark (bench/gpu/run.sh, its
 # arguments). Logs go to $OUT: build.log, check.log and run.sh's files.
+# All three may not fit one call's 10 minutes; the plan for a first session:
+#   1. SKIP_BENCH=1 bash bench/gpu/session.sh            (build and checks; loom comes back in $OUT)
+#   2. copy loom and libloom_sentencepiece.so into .gpu_build/, carry it with .gpu_deps, then
+#      SKIP_CHECK=1 bash bench/gpu/session.sh            (the GPT benchmark)
+#   3. SKIP_CHECK=1 bash bench/gpu/session.sh --config bench/gpu/llama_1b.yaml
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/loom_gpu_bench}
@@ -30,5 +35,8 @@ if [ ! -x build-gpu/loom ]; then
   echo "built in $((SECONDS - start)) s"
   cp build-gpu/loom build-gpu/libloom_sentencepiece.so "$out/"
 fi
+# Which CUDA runtime, LibTorch and NCCL the binary loads (two CUDA runtimes would show here).
+LD_LIBRARY_PATH=/tmp/loom_deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} ldd build-gpu/loom |
+  grep -E "cudart|torch_cuda|nccl|not found" | tee -a "$out/build.log"
 [ "${SKIP_CHECK:-0}" = 1 ] || timeout "${CHECK_TIMEOUT:-200}" bash bench/gpu/check.sh 2>&1 | tee "$out/check.log"
 [ "${SKIP_BENCH:-0}" = 1 ] || timeout "${BENCH_TIMEOUT:-420}" bash bench/gpu/run.sh "$@"
