@@ -5,7 +5,9 @@
 
 #include "core/errors.h"
 
-#if defined(LOOM_WITH_NCCL) || defined(LOOM_WITH_CUDA_RUNTIME)  // builds that link the CUDA runtime
+// Builds that link the CUDA runtime: with NCCL, or the runtime alone (CMakeLists.txt).
+#if defined(LOOM_WITH_NCCL) || defined(LOOM_WITH_CUDA_RUNTIME)
+#define LOOM_HAS_CUDA_RUNTIME
 #include <cuda_runtime.h>
 #endif
 
@@ -36,7 +38,7 @@ torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int6
 }
 
 std::string gpu_name(int64_t index) {
-#if defined(LOOM_WITH_NCCL) || defined(LOOM_WITH_CUDA_RUNTIME)
+#ifdef LOOM_HAS_CUDA_RUNTIME
   cudaDeviceProp properties{};
   if (cudaGetDeviceProperties(&properties, static_cast<int>(index)) == cudaSuccess) return properties.name;
   cudaGetLastError();  // clear the error, which CUDA would otherwise report again later
@@ -63,7 +65,7 @@ double known_bf16_peak_tflops(const std::string& gpu_name) {
 
 void use_device(const torch::Device& device) {
   if (!device.is_cuda()) return;
-#if defined(LOOM_WITH_NCCL) || defined(LOOM_WITH_CUDA_RUNTIME)
+#ifdef LOOM_HAS_CUDA_RUNTIME
   const cudaError_t status = cudaSetDevice(device.index());
   if (status != cudaSuccess) {
     throw std::runtime_error(std::string("cudaSetDevice(") + std::to_string(device.index()) +

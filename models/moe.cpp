@@ -87,12 +87,19 @@ torch::Tensor router_z_loss(const torch::Tensor& logits, int64_t tokens) {
 void MoEStats::reset() {
   if (tokens_per_expert.defined()) tokens_per_expert.zero_();
   dropped = 0;
-  // On the device the sums were kept on (the routing's), so that recording adds without a copy to the host.
-  const auto options = aux_loss.defined() ? aux_loss.options() : torch::TensorOptions().dtype(torch::kFloat64);
+  auto options = torch::TensorOptions().dtype(torch::kFloat64);
+  if (tokens_per_expert.defined()) options = options.device(tokens_per_expert.device());
   aux_loss = torch::zeros({}, options);
   z_loss = torch::zeros({}, options);
   micro_batches = 0;
   volume = {};
+}
+
+void MoEStats::keep_on(const torch::Device& device) {
+  if (tokens_per_expert.device() == device) return;
+  tokens_per_expert = tokens_per_expert.to(device);
+  aux_loss = aux_loss.to(device);
+  z_loss = z_loss.to(device);
 }
 
 MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicator& ep, parallel::Communicator& tp,
@@ -194,11 +201,7 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
     torch::NoGradGuard no_grad;
     // Shares whose sum over all ranks is the global figure: tp replicas count once.
     const bool tokens_mine = split || tp_.rank() == 0;
-    if (stats_.aux_loss.device() != aux.device()) {  // the first record on this device (a GPU): the sums follow
-      stats_.tokens_per_expert = stats_.tokens_per_expert.to(aux.device());
-      stats_.aux_loss = stats_.aux_loss.to(aux.device());
-      stats_.z_loss = stats_.z_loss.to(aux.device());
-    }
+    stats_.keep_on(aux.device());
     if (tokens_mine) {
       stats_.tokens_per_expert += routing.counts;
       stats_.dropped += routing.dropped;

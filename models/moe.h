@@ -68,6 +68,8 @@ struct MoEStats {
   int64_t micro_batches = 0;
   parallel::AllToAllVolume volume;  // this rank's all-to-all bytes, forward and backward
   void reset();
+  // Moves the sums to DEVICE (the routing's), so that recording adds without a copy to the host.
+  void keep_on(const torch::Device& device);
 };
 
 struct MoELayerOptions {

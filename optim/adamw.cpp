@@ -8,6 +8,9 @@
 
 #include "core/blas_threads.h"
 
+// at::_fused_adamw_ (GPUs) from LibTorch 2.1.
+#define LOOM_HAS_FUSED_ADAMW (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 201)
+
 namespace loom::optim {
 
 namespace {
@@ -132,7 +135,7 @@ bool fusable(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat && t.is_contiguous() && t.is_cpu();
 }
 
-#if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 201  // _fused_adamw_ from 2.1
+#if LOOM_HAS_FUSED_ADAMW
 bool gpu_fusable(const torch::Tensor& p, const torch::Tensor& g) {
   return p.is_cuda() && p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat;
 }
@@ -171,7 +174,7 @@ void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torc
     for (auto* t : {&p, &m, &v}) torch::autograd::impl::bump_version(*t);
     return;
   }
-#if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 201  // _fused_adamw_ from 2.1
+#if LOOM_HAS_FUSED_ADAMW
   if (gpu_fusable(p, g)) {
     gpu_fused_adamw({p}, {g}, {m}, {v}, lr, step, decay ? options.weight_decay : 0.0, options);
     return;
@@ -184,7 +187,7 @@ void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torc
   p.addcdiv_(m, denom, -step_size);
 }
 
-#if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 201  // _fused_adamw_ from 2.1
+#if LOOM_HAS_FUSED_ADAMW
 namespace {
 
 // GPUs: all fp32 parameters in two multi-tensor kernel launches (decayed and not),
@@ -227,7 +230,7 @@ void AdamW::step(double lr) {
     for (auto& p : params_) torch::autograd::impl::bump_version(p);
     return;
   }
-#if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 201  // _fused_adamw_ from 2.1
+#if LOOM_HAS_FUSED_ADAMW
   if (!params_.empty() && params_.front().is_cuda() &&
       step_on_gpu_at_once(params_, exp_avg_, exp_avg_sq_, decay_, lr, steps_, options_)) {
     return;

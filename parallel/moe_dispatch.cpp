@@ -95,8 +95,10 @@ TokenDispatcher::Dispatched TokenDispatcher::dispatch(const torch::Tensor& x, co
   if (ranks > 1) received_counts = exchange(counts, per_rank, per_rank, ep_, volume_);
   auto sent = counts.view({ranks, num_local_}),
        got = received_counts.view({ranks, num_local_});  // [rank, local expert]
-  // Read on the host once (on a GPU, one copy rather than one per value).
-  const auto sent_per_rank = sent.sum(1).to(torch::kCPU), got_per_rank = got.sum(1).to(torch::kCPU);
+  // Both tables read on the host in one copy (on a GPU, one transfer rather than one per value).
+  const auto on_host = torch::cat({sent, got}).to(torch::kCPU);
+  const auto got_flat = on_host.narrow(0, ranks, ranks).contiguous();
+  const auto sent_per_rank = on_host.narrow(0, 0, ranks).sum(1), got_per_rank = got_flat.sum(1);
   for (int64_t r = 0; r < ranks; ++r) {
     plan.input_splits.push_back(sent_per_rank[r].item<int64_t>());
     plan.output_splits.push_back(got_per_rank[r].item<int64_t>());
@@ -105,7 +107,6 @@ TokenDispatcher::Dispatched TokenDispatcher::dispatch(const torch::Tensor& x, co
 
   // Received rows come rank by rank, each rank's sorted by local expert; each
   // local expert wants its rows from every rank together.
-  auto got_flat = got.to(torch::kCPU).contiguous();
   const int64_t* g = got_flat.data_ptr<int64_t>();
   std::vector<int64_t> start(static_cast<size_t>(ranks * num_local_));
   int64_t offset = 0;
