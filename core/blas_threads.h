@@ -11,8 +11,9 @@
 
 namespace loom {
 
-// The threads BLAS would use for one product (OpenBLAS's setting; 1 for a
-// BLAS that does not say).
+// The threads BLAS would use for one product: OpenBLAS's setting, or 1 for a BLAS
+// that does not say (the PyPI wheel's MKL, whose threads are LibTorch's own: loom's
+// pieces then run in one piece while each product uses at::get_num_threads()).
 int blas_threads();
 
 // Runs FN(begin, end) over [0, N) cut into one contiguous range per BLAS

@@ -44,22 +44,11 @@ void counted_delete(void* ptr) {
   c.base_deleter(ptr);
 }
 
-// LibTorch 2.3 made allocate() non-const and copy_data() required.
-#if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 203
-#define LOOM_ALLOCATE_CONST
-#else
-#define LOOM_ALLOCATE_CONST const
-#endif
-
 class CountingAllocator : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-#if TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 203
-  void copy_data(void* dest, const void* src, size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-#endif
-  c10::DataPtr allocate(size_t n) LOOM_ALLOCATE_CONST override {
+  void copy_data(void* dest, const void* src, size_t count) const override { default_copy_data(dest, src, count); }
+  c10::DataPtr allocate(size_t n) override {
     c10::DataPtr inner = base_->allocate(n);
     auto& c = counts();
     if (!c.counting.load(std::memory_order_relaxed)) return inner;  // freed by the base deleter, uncounted
@@ -72,9 +61,7 @@ class CountingAllocator : public c10::Allocator {
     }
     return {ptr, ptr, &counted_delete, c10::Device(c10::DeviceType::CPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override {
-    return &counted_delete;
-  }
+  c10::DeleterFnPtr raw_deleter() const override { return &counted_delete; }
 
  private:
   c10::Allocator* base_;

@@ -1,9 +1,14 @@
 #include "core/device.h"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <cctype>
 
 #include "core/errors.h"
+#ifdef LOOM_WITH_NCCL
+#include <nccl.h>
+#endif
 
 // Builds that link the CUDA runtime: with NCCL, or the runtime alone (CMakeLists.txt).
 #if defined(LOOM_WITH_NCCL) || defined(LOOM_WITH_CUDA_RUNTIME)
@@ -61,6 +66,22 @@ double known_bf16_peak_tflops(const std::string& gpu_name) {
   if (has("A100") || has("A800")) return 312.0;
   if (has("L40S")) return 362.0;
   return 0.0;
+}
+
+std::string build_description() {
+  std::string text = std::string("LibTorch ") + TORCH_VERSION + ", CUDA: ";
+#ifdef LOOM_HAS_CUDA_RUNTIME
+  text += "yes (" + std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) + ")";
+#else
+  text += "no";
+#endif
+  text += ", NCCL: ";
+#ifdef LOOM_WITH_NCCL
+  text += "yes (" + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + ")";
+#else
+  text += "no";
+#endif
+  return text;
 }
 
 void use_device(const torch::Device& device) {

@@ -27,6 +27,11 @@ std::string gpu_name(int64_t index);
 // sheet (no sparsity), for the GPUs named; 0 for anything else.
 double known_bf16_peak_tflops(const std::string& gpu_name);
 
+// What this binary was built with, for `loom --version`:
+// "LibTorch 2.11.0, CUDA: yes (13.0), NCCL: yes (2.28)". CUDA is the runtime loom links
+// (compiled in, whether or not a GPU is present); NCCL is loom's NCCL communicator.
+std::string build_description();
+
 // Makes DEVICE the current CUDA device of this thread (NCCL and CUDA streams use
 // it); nothing for a CPU device.
 void use_device(const torch::Device& device);

@@ -61,30 +61,62 @@ const char* bool_text(bool value) {
   return value ? "true" : "false";
 }
 
-// rope_scaling: null (or rope_type "default") or Llama 3's; anything else would change the positions silently.
-void add_rope_scaling(const HfJson& hf, const nlohmann::json& json, Keys& keys) {
-  if (!hf.has("rope_scaling")) {
-    keys.emplace_back("model.rope_scaling.type", "none");
-    return;
+// The rotary settings, in either of transformers' forms: 4.x's top-level rope_theta and
+// rope_scaling, or 5.x's rope_parameters (rope_theta and the scaling's fields in one object,
+// which 5.x writes instead). rope_type default or Llama 3's (llama3); anything else would
+// change the positions silently, so it is refused, as is a file whose two forms disagree.
+void add_rope(const HfJson& hf, const nlohmann::json& json, Keys& keys) {
+  const bool v5 = hf.has("rope_parameters");
+  const nlohmann::json* scaling = nullptr;
+  std::string where = "rope_scaling";
+  if (v5) {
+    const auto& parameters = json["rope_parameters"];
+    if (!parameters.is_object()) throw hf.refused("rope_parameters", "must be an object, not " + parameters.dump());
+    const std::string theta = hf.number(parameters, "rope_theta", "rope_parameters.");
+    if (hf.has("rope_theta") && json["rope_theta"].is_number() &&
+        json["rope_theta"].get<double>() != parameters["rope_theta"].get<double>()) {
+      throw hf.refused("rope_theta", "is " + json["rope_theta"].dump() + " but rope_parameters.rope_theta is " + theta +
+                                         ": the file contradicts itself");
+    }
+    keys.emplace_back("model.rope_theta", theta);
+    scaling = &parameters;
+    where = "rope_parameters";
+  } else {
+    keys.emplace_back("model.rope_theta", hf.number("rope_theta", 10000.0));
+    if (hf.has("rope_scaling")) {
+      scaling = &json["rope_scaling"];
+      if (!scaling->is_object()) throw hf.refused("rope_scaling", "must be null or an object, not " + scaling->dump());
+    }
   }
-  const auto& scaling = json["rope_scaling"];
-  if (!scaling.is_object()) throw hf.refused("rope_scaling", "must be null or an object, not " + scaling.dump());
-  const std::string type = scaling.value("rope_type", scaling.value("type", std::string("default")));
+  const std::string type =
+      scaling ? scaling->value("rope_type", scaling->value("type", std::string("default"))) : std::string("default");
   if (type == "default") {
     keys.emplace_back("model.rope_scaling.type", "none");
     return;
   }
   if (type != "llama3") {
-    throw hf.refused("rope_scaling", "has rope_type '" + type +
-                                         "'; loom's rotary embeddings know only Llama 3's scaling (llama3) or none");
+    throw hf.refused(where + ".rope_type",
+                     "is '" + type + "'; loom's rotary embeddings know only Llama 3's scaling (llama3) or none");
   }
   keys.emplace_back("model.rope_scaling.type", "llama3");
   for (const char* key : {"factor", "low_freq_factor", "high_freq_factor"})
-    keys.emplace_back(std::string("model.rope_scaling.") + key, hf.number(scaling, key, "rope_scaling."));
-  const auto& original = scaling.value("original_max_position_embeddings", nlohmann::json());
+    keys.emplace_back(std::string("model.rope_scaling.") + key, hf.number(*scaling, key, where + "."));
+  const auto& original = scaling->value("original_max_position_embeddings", nlohmann::json());
   if (!original.is_number_integer())
-    throw hf.refused("rope_scaling.original_max_position_embeddings", "must be an integer");
+    throw hf.refused(where + ".original_max_position_embeddings", "must be an integer");
   keys.emplace_back("model.rope_scaling.original_max_position_embeddings", std::to_string(original.get<int64_t>()));
+}
+
+// transformers 5.x lists each layer's attention (Qwen2's layer_types): loom's is full everywhere.
+void refuse_sliding_layers(const HfJson& hf, const nlohmann::json& json) {
+  if (!hf.has("layer_types")) return;
+  if (!json["layer_types"].is_array())
+    throw hf.refused("layer_types", "must be a list, not " + json["layer_types"].dump());
+  for (const auto& type : json["layer_types"]) {
+    if (type != "full_attention") {
+      throw hf.refused("layer_types", "has " + type.dump() + ": loom's attention is full_attention in every layer");
+    }
+  }
 }
 
 Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string& architecture) {
@@ -100,6 +132,7 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
   if (architecture == "Qwen2ForCausalLM" && hf.boolean("use_sliding_window", false)) {
     throw hf.refused("use_sliding_window", "is true: loom's attention has no sliding window");
   }
+  refuse_sliding_layers(hf, json);
   const std::string act = hf.text("hidden_act", "silu");
   if (act != "silu") throw hf.refused("hidden_act", "is '" + act + "'; loom's SwiGLU MLP is silu");
   const auto heads = std::stoll(hf.integer("num_attention_heads")), hidden = std::stoll(hf.integer("hidden_size"));
@@ -129,11 +162,10 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
                {"model.ffn_hidden_size", hf.integer("intermediate_size")},
                {"model.vocab_size", hf.integer("vocab_size")},
                {"model.norm_eps", hf.number("rms_norm_eps", 1e-6)},
-               {"model.rope_theta", hf.number("rope_theta", 10000.0)},
                {"model.bias", bool_text(bias)},
                {"model.qkv_bias", bool_text(qkv_bias)},
                {"model.tie_embeddings", bool_text(hf.boolean("tie_word_embeddings", false))}};
-  add_rope_scaling(hf, json, keys);
+  add_rope(hf, json, keys);
   return keys;
 }
 

@@ -1,27 +1,62 @@
 #include "core/logging.h"
 
-#include <spdlog/sinks/stdout_sinks.h>
-
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 
 namespace loom {
 namespace {
 // Set once at start-up before any thread exists; read-only afterwards.
-int g_log_rank = 0;
+struct LogSettings {
+  int rank = 0;
+  LogLevel level = LogLevel::info;
+  std::string prefix = "[loom] ";
+  FILE* stream = stdout;
+};
+LogSettings g_settings;
+// Lines from the background checkpoint writer and the main thread are written one at a time.
+std::mutex g_write_mutex;
+
+LogLevel level_from_env() {
+  const char* value = std::getenv("LOOM_LOG_LEVEL");
+  if (value == nullptr) return LogLevel::info;
+  for (auto [name, level] : {std::pair{"debug", LogLevel::debug},
+                             {"trace", LogLevel::debug},
+                             {"info", LogLevel::info},
+                             {"warn", LogLevel::warn},
+                             {"warning", LogLevel::warn},
+                             {"error", LogLevel::error},
+                             {"critical", LogLevel::error},
+                             {"off", LogLevel::off}}) {
+    if (std::strcmp(value, name) == 0) return level;
+  }
+  return LogLevel::info;
+}
 }  // namespace
 
-void init_logging(int rank, int world) {
-  g_log_rank = rank;
-  auto logger = spdlog::stdout_logger_mt("loom-" + std::to_string(rank));
-  logger->set_pattern(world > 1 ? "[loom rank " + std::to_string(rank) + "] %v" : "[loom] %v");
-  const char* level = std::getenv("LOOM_LOG_LEVEL");
-  logger->set_level(level ? spdlog::level::from_str(level) : spdlog::level::info);
-  logger->flush_on(spdlog::level::info);
-  spdlog::set_default_logger(logger);
+void init_logging(int rank, int world, bool to_stderr) {
+  g_settings.rank = rank;
+  g_settings.level = level_from_env();
+  g_settings.prefix = world > 1 ? "[loom rank " + std::to_string(rank) + "] " : "[loom] ";
+  g_settings.stream = to_stderr ? stderr : stdout;
 }
 
 bool is_log_rank() {
-  return g_log_rank == 0;
+  return g_settings.rank == 0;
+}
+
+bool log_enabled(LogLevel level) {
+  return level >= g_settings.level && level != LogLevel::off;
+}
+
+void log_line(LogLevel level, std::string_view message) {
+  std::string line = g_settings.prefix;
+  line.append(message);
+  line.push_back('\n');
+  std::lock_guard<std::mutex> lock(g_write_mutex);
+  std::fwrite(line.data(), 1, line.size(), g_settings.stream);
+  std::fflush(g_settings.stream);
 }
 
 }  // namespace loom

@@ -1,6 +1,6 @@
 // Precompiled header: the LibTorch and c10d headers that nearly every file pulls in.
 #pragma once
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>

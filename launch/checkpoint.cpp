@@ -231,7 +231,7 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
       in_flight->status = 0;
     } catch (const std::exception& e) {
       in_flight->error = e.what();
-      spdlog::error("writing checkpoint {} in the background failed: {}", in_flight->path, e.what());
+      log::error("writing checkpoint {} in the background failed: {}", in_flight->path, e.what());
       in_flight->status = 2;
     }
   });
@@ -301,7 +301,7 @@ std::string Checkpointer::set_aside_diverged() {
     const std::string& dir = config_.checkpoint.dir;
     if (!parent_.empty() && !parent_verified_ && in_checkpoint_dir(parent_) && !is_verified(parent_)) {
       const auto moved = set_aside(parent_, "diverged");
-      spdlog::warn("set aside {} as {}: training from its state gave only non-finite losses", parent_, moved);
+      log::warn("set aside {} as {}: training from its state gave only non-finite losses", parent_, moved);
     }
     const auto left = list_checkpoints(dir);
     if (!left.empty()) {
@@ -322,7 +322,7 @@ void Checkpointer::continue_lineage_from(const std::string& path, int64_t step) 
   for (const auto& newer : list_checkpoints(dir)) {
     if (newer.step <= step || (in_checkpoint_dir(path) && fs::equivalent(newer.path, path))) continue;
     const auto moved = set_aside(newer.path, "abandoned");
-    spdlog::warn("set aside {} as {}: it is newer than {}, which this run continues from", newer.path, moved, path);
+    log::warn("set aside {} as {}: it is newer than {}, which this run continues from", newer.path, moved, path);
   }
   if (in_checkpoint_dir(path)) set_latest(dir, path);
 }
@@ -348,8 +348,8 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
         continue_lineage_from(candidates[i].path, read_manifest(candidates[i].path).at("step").get<int64_t>());
       } else if (resume == "auto") {
         const auto moved = set_aside(candidates[i].path, "corrupt");
-        spdlog::warn("refusing checkpoint {}: {}; set aside as {}, falling back to the previous one",
-                     candidates[i].path, problem, moved);
+        log::warn("refusing checkpoint {}: {}; set aside as {}, falling back to the previous one", candidates[i].path,
+                  problem, moved);
       } else {
         refusal = problem;
         choice.fill_(-2);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config_fields.h"
+#include "core/device.h"
 #include "core/errors.h"
 #include "launch/commands.h"
 #include "models/gpt.h"
@@ -346,7 +347,7 @@ int dispatch(int argc, char** argv) {
   loom.footer(
       std::string("'loom COMMAND --help' shows a command's flags; 'loom train --help' also every config key.\n") +
       kExitCodes);
-  loom.set_version_flag("--version", std::string("loom ") + LOOM_VERSION);
+  loom.set_version_flag("--version", std::string("loom ") + LOOM_VERSION + "\n" + build_description());
   loom.require_subcommand(1);
   const std::vector<std::pair<std::string, Command>> commands = {
       {"train", add_train(loom)},       {"topology", add_topology(loom)}, {"schedule", add_schedule(loom)},

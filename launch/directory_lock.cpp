@@ -85,7 +85,7 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& name, co
                        ", pid " + std::to_string(holder.value("pid", static_cast<int64_t>(0))) +
                        "): give this job its own, or remove '" + path.string() + "' if that job is gone");
     }
-    spdlog::warn("taking over the lock of {} '{}' left by {}", what, dir, why);
+    log::warn("taking over the lock of {} '{}' left by {}", what, dir, why);
     std::error_code ignore;
     fs::remove(path, ignore);
   }

@@ -2,7 +2,6 @@
 // (models/kv_cache.h), at parallel.tp = the world. Every tp rank computes its
 // heads and vocabulary slice, the logits are gathered whole on every rank, and every
 // rank picks the same token with the same seeded sampler; rank 0 writes the text.
-#include <spdlog/sinks/stdout_sinks.h>
 
 #include <chrono>
 #include <iostream>
@@ -28,11 +27,7 @@ namespace {
 
 // stdout carries the text and the ids alone: the logs go to stderr.
 void log_to_stderr(int rank, int world) {
-  init_logging(rank, world);
-  auto logger = spdlog::default_logger();
-  logger->sinks().clear();
-  logger->sinks().push_back(std::make_shared<spdlog::sinks::stderr_sink_mt>());
-  logger->set_pattern(world > 1 ? "[loom rank " + std::to_string(rank) + "] %v" : "[loom] %v");
+  init_logging(rank, world, /*to_stderr=*/true);
 }
 
 // Generation splits the model over tp only: each token is one position, nothing to pipeline or batch.

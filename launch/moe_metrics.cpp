@@ -72,7 +72,7 @@ nlohmann::json MoEMonitor::collect(parallel::ProcessGroups& groups) {
   record["all_to_all"] = {{"sent_bytes", sent}, {"received_bytes", received}};
   const auto warnings = check_hot(layers_, tokens);
   if (groups.rank() == 0) {
-    for (const auto& w : warnings) spdlog::warn("{}", w);
+    for (const auto& w : warnings) log::warn("{}", w);
   }
   record["hot_experts"] = warnings;
   return record;

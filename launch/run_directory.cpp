@@ -38,7 +38,7 @@ RunDirectory open_on_rank0(const TrainArgs& args, const Config& config) {
   if (!config.checkpoint.dir.empty()) {
     std::error_code error;
     if (args.resume == "auto" && !fs::is_directory(config.checkpoint.dir, error)) {
-      spdlog::warn(
+      log::warn(
           "--resume auto: checkpoint.dir '{}' does not exist, so there is nothing to resume: starting fresh (if this "
           "run was meant to continue another, that run's checkpoint.dir is elsewhere)",
           config.checkpoint.dir);

@@ -146,7 +146,7 @@ std::function<void()> Trainer::save_fault(int64_t step) const {
   }
   if (fault_.kind != "kill_in_save") return {};
   return [] {
-    spdlog::warn("injected fault: killed halfway through saving a checkpoint");
+    log::warn("injected fault: killed halfway through saving a checkpoint");
     std::raise(SIGKILL);
   };
 }
@@ -165,14 +165,14 @@ void Trainer::maybe_inject_fault(int64_t step) const {
   if (fault_.kind == "kill_in_save" || fault_.kind == "fail_save" || fault_.kind == "overflow" ||
       fault_.kind == "slow" || fault_.rank != groups_.rank() || fault_.step != step)
     return;
-  spdlog::warn("injected fault: {} at step {}", fault_.kind, step);
+  log::warn("injected fault: {} at step {}", fault_.kind, step);
   if (fault_.kind == "kill") std::raise(SIGKILL);
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 double Trainer::backward_loss_scale(int64_t step) const {
   if (fault_.kind == "overflow" && fault_.rank == groups_.rank() && fault_.step == step) {
-    spdlog::warn("injected fault: this rank's loss is multiplied by infinity at step {}", step);
+    log::warn("injected fault: this rank's loss is multiplied by infinity at step {}", step);
     return std::numeric_limits<double>::infinity();
   }
   return scaler_ ? scaler_->scale() : 1.0;
@@ -346,7 +346,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     const bool skipped = verdict.skip;
     if (scaler_) scaler_->update(skipped);
     if (verdict.diverging) {
-      spdlog::warn(
+      log::warn(
           "step {}: loss {}, gradient norm {}: not finite; the update is skipped ({} in a row, the run stops "
           "at train.max_skipped_steps = {})",
           step, loss, grad_norm, guard_.streak(), t.max_skipped_steps);

@@ -149,15 +149,13 @@ torch::Tensor SelfAttentionImpl::core(const torch::Tensor& qkv) {
   if (!attention_dropout && qkv.device().is_cpu()) return causal_attention(qkv, heads);
   auto parts = qkv.view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4}).unbind(0);
   auto q = parts[0], k = parts[1], v = parts[2];  // [B, heads, S, d]
-#if TORCH_VERSION_MAJOR >= 2
-  // LibTorch 2.x fuses attention (flash or memory-efficient kernels on GPUs):
-  // the S x S scores are never stored. Dropout is refused on GPUs (launch/trainer.cpp).
+  // On GPUs, LibTorch's fused attention (flash or memory-efficient kernels): the S x S scores
+  // are never stored. Dropout is refused on GPUs (launch/trainer.cpp).
   if (!attention_dropout && !qkv.device().is_cpu()) {
     return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true)
         .transpose(1, 2)
         .reshape({b, s, heads * d});
   }
-#endif
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
   scores = scores.masked_fill(causal_mask_.narrow(0, 0, s).narrow(1, 0, s), -std::numeric_limits<float>::infinity());
   // Heads are split across tp, so each rank draws its own attention-dropout mask.

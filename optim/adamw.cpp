@@ -1,15 +1,10 @@
 #include "optim/adamw.h"
 
-#include <torch/version.h>
-
 #include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "core/blas_threads.h"
-
-// at::_fused_adamw_ (GPUs) from LibTorch 2.1.
-#define LOOM_HAS_FUSED_ADAMW (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= 201)
 
 namespace loom::optim {
 
@@ -135,7 +130,6 @@ bool fusable(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat && t.is_contiguous() && t.is_cpu();
 }
 
-#if LOOM_HAS_FUSED_ADAMW
 bool gpu_fusable(const torch::Tensor& p, const torch::Tensor& g) {
   return p.is_cuda() && p.scalar_type() == torch::kFloat && g.scalar_type() == torch::kFloat;
 }
@@ -150,7 +144,6 @@ void gpu_fused_adamw(at::TensorList p, at::TensorList g, at::TensorList m, at::T
   at::_fused_adamw_(p, g, m, v, {}, steps, lr, options.beta1, options.beta2, weight_decay, options.eps,
                     /*amsgrad=*/false, /*maximize=*/false);
 }
-#endif
 
 }  // namespace
 
@@ -174,12 +167,10 @@ void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torc
     for (auto* t : {&p, &m, &v}) torch::autograd::impl::bump_version(*t);
     return;
   }
-#if LOOM_HAS_FUSED_ADAMW
   if (gpu_fusable(p, g)) {
     gpu_fused_adamw({p}, {g}, {m}, {v}, lr, step, decay ? options.weight_decay : 0.0, options);
     return;
   }
-#endif
   if (decay_factor != 1.0) p.mul_(decay_factor);
   m.mul_(options.beta1).add_(g, 1.0 - options.beta1);
   v.mul_(options.beta2).addcmul_(g, g, 1.0 - options.beta2);
@@ -187,7 +178,6 @@ void adamw_update(torch::Tensor p, const torch::Tensor& g, torch::Tensor m, torc
   p.addcdiv_(m, denom, -step_size);
 }
 
-#if LOOM_HAS_FUSED_ADAMW
 namespace {
 
 // GPUs: all fp32 parameters in two multi-tensor kernel launches (decayed and not),
@@ -212,7 +202,6 @@ bool step_on_gpu_at_once(const std::vector<torch::Tensor>& params, const std::ve
 }
 
 }  // namespace
-#endif
 
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
@@ -230,12 +219,10 @@ void AdamW::step(double lr) {
     for (auto& p : params_) torch::autograd::impl::bump_version(p);
     return;
   }
-#if LOOM_HAS_FUSED_ADAMW
   if (!params_.empty() && params_.front().is_cuda() &&
       step_on_gpu_at_once(params_, exp_avg_, exp_avg_sq_, decay_, lr, steps_, options_)) {
     return;
   }
-#endif
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
     if (!p.grad().defined()) continue;

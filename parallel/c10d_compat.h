@@ -1,7 +1,7 @@
-// The one place that knows which LibTorch c10d we build against. LibTorch 1.13
-// (Debian) and 2.x (pip, CUDA) both name the Gloo group c10d::ProcessGroupGloo
-// and its results c10d::Work, but 2.x made it a c10d::Backend rather than a
-// ProcessGroup; loom only ever calls the methods both share.
+// The one place that builds c10d objects: the TCPStore, prefix stores and the Gloo
+// group (a c10d::Backend in LibTorch 2.x; loom calls its collectives directly, not
+// through a ProcessGroup). The Gloo headers come from Debian's libgloo-dev: the
+// wheel ships none, and loom touches no Gloo type beyond a shared_ptr to a device.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>

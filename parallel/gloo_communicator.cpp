@@ -34,9 +34,9 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp::SUM;
 }
 
-// Gloo in LibTorch 1.13 refuses bf16. Operations that only move bytes see a
-// bf16 tensor as fp16 of the same bits; reductions widen it to fp32 and round
-// the result back (the wire then carries fp32).
+// bf16 through Gloo: operations that only move bytes see a bf16 tensor as fp16 of
+// the same bits; reductions widen it to fp32 and round the result back once (the
+// wire then carries fp32), rather than rounding every partial sum to bf16.
 torch::Tensor as_wire(const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 ? t.view(torch::kHalf) : t;
 }

@@ -272,6 +272,42 @@ TEST_CASE("config.json: Llama, Mistral and Qwen2 give the llama keys, GPT-2 the 
   CHECK(keys.at("model.num_layers") == "3");
 }
 
+// transformers 5.x writes rope_theta and the scaling inside rope_parameters, and no top-level rope_theta.
+TEST_CASE("config.json: transformers 5's rope_parameters give the theta and scaling", "[hf]") {
+  auto v5 = llama_json();
+  v5.erase("rope_theta");
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = {{"rope_theta", 50000.0}, {"rope_type", "default"}};
+  auto keys = keys_of(v5);
+  CHECK(keys.at("model.rope_theta") == "50000.0");
+  CHECK(keys.at("model.rope_scaling.type") == "none");
+
+  v5["rope_parameters"] = {{"rope_type", "llama3"},
+                           {"factor", 8.0},
+                           {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0},
+                           {"original_max_position_embeddings", 64},
+                           {"rope_theta", 500000.0}};
+  keys = keys_of(v5);
+  CHECK(keys.at("model.rope_theta") == "500000.0");
+  CHECK(keys.at("model.rope_scaling.type") == "llama3");
+  CHECK(keys.at("model.rope_scaling.factor") == "8.0");
+  CHECK(keys.at("model.rope_scaling.original_max_position_embeddings") == "64");
+
+  v5["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 10000.0}};
+  CHECK_THAT(keys_error(v5), Catch::Contains("\"rope_parameters.rope_type\" is 'yarn'"));
+  v5["rope_parameters"] = {{"rope_type", "default"}};
+  CHECK_THAT(keys_error(v5), Catch::Contains("\"rope_parameters.rope_theta\" must be a number"));
+  v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 50000.0}};
+  v5["rope_theta"] = 10000.0;
+  CHECK_THAT(keys_error(v5), Catch::Contains("\"rope_theta\" is 10000.0 but rope_parameters.rope_theta is 50000.0"));
+
+  auto qwen2 = llama_json();
+  qwen2["architectures"] = {"Qwen2ForCausalLM"};
+  qwen2["layer_types"] = {"full_attention", "sliding_attention"};
+  CHECK_THAT(keys_error(qwen2), Catch::Contains("\"layer_types\" has \"sliding_attention\""));
+}
+
 TEST_CASE("config.json: what loom cannot represent is refused naming the key", "[hf]") {
   auto with = [](const std::string& key, const nlohmann::json& value) {
     auto json = llama_json();
@@ -290,7 +326,7 @@ TEST_CASE("config.json: what loom cannot represent is refused naming the key", "
   qwen2["use_sliding_window"] = true;
   CHECK_THAT(keys_error(qwen2), Catch::Contains("\"use_sliding_window\" is true"));
   CHECK_THAT(keys_error(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}})),
-             Catch::Contains("\"rope_scaling\" has rope_type 'yarn'"));
+             Catch::Contains("\"rope_scaling.rope_type\" is 'yarn'"));
   CHECK_THAT(keys_error(with("hidden_act", "gelu")), Catch::Contains("\"hidden_act\" is 'gelu'"));
   CHECK_THAT(keys_error(with("head_dim", 128)), Catch::Contains("\"head_dim\" is 128"));
   CHECK_THAT(keys_error(with("mlp_bias", true)), Catch::Contains("\"mlp_bias\" is true and attention_bias false"));

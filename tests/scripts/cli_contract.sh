@@ -11,6 +11,8 @@ expect_exit 2 "unknown command 'trian'; did you mean 'train'?" "$LOOM" trian
 # from the table the parser reads.
 version=$(sed -n 's/^project(loom VERSION \([0-9.]*\).*/\1/p' "$LOOM_SOURCE/CMakeLists.txt")
 expect_exit 0 "^loom $version\$" "$LOOM" --version
+# This suite's build: the wheel's LibTorch with the CUDA runtime and NCCL compiled in.
+expect_exit 0 "^LibTorch 2\.[0-9.]*, CUDA: yes ([0-9.]*), NCCL: yes ([0-9.]*)\$" "$LOOM" --version
 expect_exit 0 "usage: loom \[OPTIONS\] SUBCOMMAND" "$LOOM" --help
 for command in train topology schedule plan export prepare; do
   expect_exit 0 "usage: loom $command" "$LOOM" "$command" --help

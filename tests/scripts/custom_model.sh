@@ -24,7 +24,8 @@ python3 "$SCRIPTS/checks.py" learns "$WORK/tp1" --by 0.5 || fail "the custom mod
 
 # ZeRO-3 and full recomputation applied from outside: the example only declares its blocks
 # (models/block_stack.h). At dp=4, stage 3 keeps 16N/d bytes of model state per rank (N: the
-# rank's parameters, from the stage-0 run) and gives stage 0's losses within 1e-6; full
+# rank's parameters, from the stage-0 run) and gives stage 0's losses within the project's 1e-5 (stage 3 sums gradients in another order: its
+# last-bit differences reached 2.4e-6 by step 15 on an Intel Xeon, so 1e-6 held on one CPU only); full
 # recomputation on top gives the same losses bit for bit.
 for run in "zero0 0 none" "zero3 3 none" "zero3_full 3 full"; do
   set -- $run
@@ -34,7 +35,7 @@ done
 python3 "$SCRIPTS/checks.py" zero-memory "$WORK/zero3" --stage 3 --baseline "$WORK/zero0" --dp 4 ||
   fail "custom model: ZeRO-3 memory report differs from 16N/d"
 echo -n "custom model zero_stage 3 vs 0: "
-python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/zero3/metrics.jsonl" "$WORK/zero0/metrics.jsonl" --rtol 1e-6 ||
+python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/zero3/metrics.jsonl" "$WORK/zero0/metrics.jsonl" --rtol 1e-5 ||
   fail "custom model: zero_stage 3 changed the losses"
 echo -n "custom model zero_stage 3 with full recomputation vs without: "
 python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/zero3_full/metrics.jsonl" "$WORK/zero3/metrics.jsonl" --rtol 0 ||

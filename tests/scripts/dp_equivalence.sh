@@ -14,7 +14,7 @@ launch() {  # launch NP RUN_DIR [--set ...]
   elif [ "$launcher" = mpirun ]; then
     mpirun --oversubscribe -np "$np" "$LOOM" train "$TINY" --run-dir "$dir" "$@" > "$dir.log" 2>&1
   else
-    LOOM_TORCHRUN_LOG_DIR="$dir.torchrun" "$LOOM_SOURCE/scripts/torchrun.sh" --nproc_per_node "$np" \
+    torchrun --nproc_per_node "$np" \
       --master_port "$(free_port)" --no_python "$LOOM" train "$TINY" --run-dir "$dir" "$@" > "$dir.log" 2>&1
   fi || { cat "$dir.log"; fail "run $dir failed"; }
 }

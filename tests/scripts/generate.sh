@@ -10,7 +10,7 @@
 # gives other ids, top-k 1 is greedy; positions beyond the model, pp > 1, a changed model
 # key and a missing MODEL are refused with exit 2.
 source "$(dirname "$0")/common.sh"
-PY=/usr/bin/python3  # Debian's python3-torch
+PY=python3  # the project venv's (first on PATH under ctest)
 cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
 "$LOOM" prepare --input "$WORK/text.txt" --output "$WORK/ds" > /dev/null || fail "prepare"
 SHAPE=(--set model.num_layers=2 --set model.hidden_size=64 --set model.num_heads=4 --set model.seq_len=32

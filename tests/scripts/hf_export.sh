@@ -8,7 +8,7 @@
 # export gives identical tensors; init_from at a shorter seq_len takes the first rows of the
 # position table, at a longer one it is refused.
 source "$(dirname "$0")/common.sh"
-PY=/usr/bin/python3  # Debian's python3-torch
+PY=python3  # the project venv's (first on PATH under ctest)
 cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
 "$LOOM" prepare --input "$WORK/text.txt" --output "$WORK/ds" > /dev/null || fail "prepare"
 BASE=(--set model.num_layers=2 --set model.vocab_size=256 --set data.path="$WORK/ds" --set model.dropout=0)

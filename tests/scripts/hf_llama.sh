@@ -7,7 +7,7 @@
 # same tensors with an index; what loom cannot or must not read is refused with exit 2, named,
 # and so is resuming the Llama's checkpoint as a GPT-2.
 source "$(dirname "$0")/common.sh"
-PY=/usr/bin/python3  # Debian's python3-torch
+PY=python3  # the project venv's (first on PATH under ctest)
 cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
 "$LOOM" prepare --input "$WORK/text.txt" --output "$WORK/ds" > /dev/null || fail "prepare"
 SHAPE=(--set model.num_layers=2 --set model.hidden_size=64 --set model.num_heads=4 --set model.vocab_size=256)

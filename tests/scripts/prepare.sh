@@ -5,7 +5,7 @@
 # --workers 1, and bad JSON lines refused naming FILE:LINE.
 source "$(dirname "$0")/common.sh"
 REF="$LOOM_SOURCE/tests/reference"
-PY=/usr/bin/python3
+PY=python3  # the project venv's (first on PATH under ctest)
 
 # expect_ids PREFIX LABEL PYTHON_EXPR: the dataset's sequences equal the JSON list PYTHON_EXPR builds.
 expect_ids() {

@@ -52,7 +52,7 @@ override_port="$(free_port)"
 must override env MASTER_ADDR=127.0.0.1 MASTER_PORT="$override_port" \
   "${SRUN[@]}" -n 2 "$LOOM" train "$TINY" --run-dir "$WORK/override" "${SHORT[@]}"
 expect_line override "rendezvous: TCPStore at 127.0.0.1:$override_port, served by rank 0"
-must torchrun_in_srun "${SRUN[@]}" -n 1 env LOOM_TORCHRUN_LOG_DIR="$WORK/torchrun_logs" "$LOOM_SOURCE/scripts/torchrun.sh" \
+must torchrun_in_srun "${SRUN[@]}" -n 1 torchrun \
   --nproc_per_node 2 --master_port "$(free_port)" --no_python "$LOOM" train "$TINY" --run-dir "$WORK/tr" "${SHORT[@]}"
 expect_line torchrun_in_srun "2 ranks (torchrun launch)"
 must mpirun_in_srun "${SRUN[@]}" -n 1 mpirun --oversubscribe -np 2 "$LOOM" train "$TINY" --run-dir "$WORK/mr" "${SHORT[@]}"

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# log.tensorboard: gpt_tiny trained 12 steps, stopped after 6 and resumed, leaves two event files
-# under RUN_DIR/tensorboard that an independent reader (read_tfevents.py: TFRecord framing,
-# CRC-32C and the protobuf wire format, written from the formats' descriptions) accepts: every
-# CRC, file_version first in each, steps 1..12 in order, train/loss, lr, grad norm, tokens/s and
-# the memory record equal to metrics.jsonl's as float32. Then scripts/plot_metrics.py draws the
+# log.tensorboard: gpt_tiny trained 12 steps with validation every 4, stopped after 6 and resumed,
+# leaves two event files under RUN_DIR/tensorboard that TensorBoard's own reader (EventAccumulator,
+# tests/reference/tensorboard_reader.py) reads with every scalar of metrics.jsonl (loss, avg_loss,
+# lr, grad norm, validation loss and perplexity, tokens/s, step time) at the same steps and values
+# (a value changed by hand in metrics.jsonl is caught), and that a reader written from the formats'
+# descriptions (read_tfevents.py: TFRecord framing, CRC-32C, the protobuf wire format, checked by
+# protobuf's runtime) accepts: every CRC, file_version first in each, steps 1..12 in order, the
+# memory record equal to metrics.jsonl's as float32. Then scripts/plot_metrics.py draws the
 # run (and a record set with validation points) to PNGs, and refuses a directory without metrics.
 source "$(dirname "$0")/common.sh"
-PY=/usr/bin/python3  # Debian's, with python3-matplotlib
+PY=python3  # the project venv's (first on PATH under ctest)
 CONFIG="$LOOM_SOURCE/configs/gpt_tiny.yaml"
 RUN="$WORK/gpt_tiny_tb"
 ARGS=(--run-dir "$RUN" --set train.steps=12 --set train.warmup_steps=3 --set log.tensorboard=true
-  --set log.interval=2 --set checkpoint.dir="$WORK/ck")
+  --set log.interval=2 --set checkpoint.dir="$WORK/ck" --set data.split=90,10,0 --set eval.interval=4
+  --set eval.steps=1)
 
 "$LOOM" train "$CONFIG" "${ARGS[@]}" --set train.exit_after=6 > "$WORK/first.log" 2>&1 ||
   { cat "$WORK/first.log"; fail "the first 6 steps"; }
@@ -25,6 +29,13 @@ for f in "${FILES[@]}"; do
     fail "$(basename "$f") is not TensorBoard's events.out.tfevents.SECONDS.HOST"
 done
 "$PY" "$SCRIPTS/read_tfevents.py" check "$RUN/metrics.jsonl" --steps 12 "${FILES[@]}" || fail "event files"
+"$PY" "$LOOM_SOURCE/tests/reference/tensorboard_reader.py" "$RUN" || fail "TensorBoard's reader"
+grep -q '"val_ppl"' "$RUN/metrics.jsonl" || fail "no validation record to compare"
+# A value changed by hand is caught.
+sed 's/"lr":[0-9.e-]*/"lr":0.5/' "$RUN/metrics.jsonl" > "$WORK/changed.jsonl"
+if "$PY" "$LOOM_SOURCE/tests/reference/tensorboard_reader.py" "$RUN" "$WORK/changed.jsonl" > "$WORK/changed.log" 2>&1; then
+  fail "TensorBoard's reader found no difference after a change by hand"
+fi
 
 # plot_metrics.py: the run's curves, a PNG of some substance.
 png_ok() {

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# loom's tokenizers against reference ones, document by document, through `loom prepare`
-# (the dataset is read back and compared with the reference's ids): SentencePiece models
-# (bpe and unigram) trained here and encoded by python3-sentencepiece; byte-level BPE
-# tokenizer.json files learned here (GPT-2, Llama 3 and SmolLM shapes) encoded by
-# Tokenizers.js; GPT-2's and cl100k's real ranks encoded by js-tiktoken. The texts
-# (tests/reference/texts.jsonl) hold accents, CJK, emoji, runs of whitespace, special
-# tokens, contractions, digits and an empty document.
+# loom's tokenizers against the reference libraries themselves, document by document, through
+# `loom prepare` (the dataset is read back and compared with the reference's ids): SentencePiece
+# models (bpe and unigram) trained here, encoded by `sentencepiece`; byte-level BPE tokenizer.json
+# files learned here (GPT-2, Llama 3 and SmolLM shapes), encoded by Hugging Face's `tokenizers`;
+# GPT-2's, cl100k's and o200k's real vocabularies (tests/data/tokenizers) as tokenizer.json files,
+# encoded by `tokenizers` and by `tiktoken` from the encodings' own ranks. The texts
+# (tests/reference/texts.jsonl) hold accents, CJK, emoji, runs of whitespace, special tokens,
+# contractions, digits and an empty document; the README's paragraphs are checked too.
 source "$(dirname "$0")/common.sh"
 REF="$LOOM_SOURCE/tests/reference"
+DATA="$LOOM_SOURCE/tests/data/tokenizers"
 TEXTS="$REF/texts.jsonl"
-PY=/usr/bin/python3  # Debian's, with python3-sentencepiece
-[ -d "$REF/node_modules/@huggingface/tokenizers" ] && [ -d "$REF/node_modules/js-tiktoken" ] ||
-  fail "the reference tokenizers are not installed: run scripts/setup.sh (npm ci in tests/reference)"
+PY=python3  # the project venv's (first on PATH under ctest), with the references
+"$PY" -c "import sentencepiece, tokenizers, tiktoken" 2> /dev/null ||
+  fail "the reference tokenizers are not installed: run scripts/setup.sh --tests"
 
 # check NAME TOKENIZER REFERENCE_IDS DOCS: loom's ids for DOCS equal REFERENCE_IDS.
 check() {
@@ -47,12 +49,25 @@ done
 
 "$PY" "$REF/train_bpe.py" "$WORK/train.txt" 400 "$WORK/hf"
 for shape in gpt2 llama3 smollm; do
-  reference "hf_$shape" "$WORK/hf/$shape" node "$REF/hf_encode.mjs" "$WORK/hf/$shape"
+  reference "hf_$shape" "$WORK/hf/$shape" "$PY" "$REF/hf_encode.py" "$WORK/hf/$shape"
 done
 
-for encoding in gpt2 cl100k_base; do
-  node "$REF/tiktoken_encode.mjs" "$encoding" export "$WORK/tiktoken_$encoding"
-  reference "tiktoken_$encoding" "$WORK/tiktoken_$encoding/tokenizer.json" \
-    node "$REF/tiktoken_encode.mjs" "$encoding" encode
+for pair in gpt2:gpt2 cl100k-llama3-form:cl100k_base o200k:o200k_base; do
+  dir="${pair%%:*}" encoding="${pair#*:}"
+  reference "tokenizers_$encoding" "$DATA/$dir/tokenizer.json" "$PY" "$REF/hf_encode.py" "$DATA/$dir"
+  reference "tiktoken_$encoding" "$DATA/$dir/tokenizer.json" "$PY" "$REF/tiktoken_encode.py" "$DATA/$encoding.tiktoken"
 done
-echo "tokenizers: all equal their references"
+
+# The comparison can fail: one reference id changed by hand is caught.
+"$PY" - "$WORK/tiktoken_o200k_base_texts.ref" "$WORK/changed.ref" << 'EOF'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+row = next(r for r in rows if len(r) > 3)
+row[2] += 1
+with open(sys.argv[2], "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in rows)
+EOF
+if "$PY" "$REF/compare_ids.py" "$WORK/tiktoken_o200k_base_texts" "$WORK/changed.ref" changed > "$WORK/changed.log" 2>&1; then
+  fail "a reference with one id changed by hand still compared equal"
+fi
+echo "tokenizers: all equal their references (sentencepiece, tokenizers, tiktoken)"

@@ -13,7 +13,7 @@ FAULT=(--inject-fault 1:13:kill)
 torchrun_loom() {  # torchrun_loom NAME MAX_RESTARTS [loom train arguments...]: exits like torchrun
   local name="$1" restarts="$2"
   shift 2
-  LOOM_TORCHRUN_LOG_DIR="$WORK/$name.torchrun" "$LOOM_SOURCE/scripts/torchrun.sh" --nproc_per_node 4 \
+  torchrun --log_dir "$WORK/$name.torchrun" --nproc_per_node 4 \
     --max_restarts "$restarts" --master_port "$(free_port)" --no_python "$LOOM" train "$TINY" \
     --run-dir "$WORK/$name" --set checkpoint.dir="$WORK/${name}_ck" "${RUN[@]}" "$@" > "$WORK/$name.log" 2>&1
 }
@@ -37,7 +37,7 @@ endpoint="127.0.0.1:$(free_port)"
 pids=()
 for node in 0 1; do
   # timeout: only a guard, so that a hung rendezvous fails here rather than at ctest's limit.
-  LOOM_TORCHRUN_LOG_DIR="$WORK/nodes.torchrun$node" timeout 300 "$LOOM_SOURCE/scripts/torchrun.sh" \
+  timeout 300 torchrun --log_dir "$WORK/nodes.torchrun$node" \
     --nnodes 2 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint "$endpoint" --rdzv_id restart_test --max_restarts 1 --no_python "$LOOM" train \
     "$TINY" --run-dir "$WORK/nodes" --set checkpoint.dir="$WORK/nodes_ck" "${RUN[@]}" --inject-fault 3:13:kill \
     > "$WORK/node$node.log" 2>&1 &

@@ -2,7 +2,8 @@
 # ZeRO stages 1, 2 and 3 (sharded AdamW state; stage 2 also reduce-scatters the
 # gradients block by block and keeps only its shard; stage 3 shards the
 # parameters, gathered per block around forward and backward): at dp=4, alone and with tp=2 or pp=2 (8 ranks), 20 steps give
-# the zero_stage 0 losses within 1e-6 relative and the same parameters at the
+# the zero_stage 0 losses within the project's 1e-5 relative (the stages sum gradients in
+# different orders; 1e-6 was shown to hold on one CPU only) and the same parameters at the
 # end (within 1e-5 of each tensor's largest value), the dp traffic is exactly the cost model's (all-reduce,
 # or reduce-scatter, plus the all-gather of the updated shards; stage 3: two
 # gathers and one reduce-scatter per block and micro-batch, about 3N per step
@@ -36,11 +37,11 @@ for layout in "4 dp4" "8 tp2_dp4 --set parallel.tp=2" "8 pp2_dp4 --set parallel.
   for zero in 1 2 3; do
     echo -n "$name zero_stage $zero vs 0: "
     python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/${name}_zero$zero/metrics.jsonl" \
-      "$WORK/${name}_zero0/metrics.jsonl" --rtol 1e-6 || fail "$name: zero_stage $zero changed the losses"
+      "$WORK/${name}_zero0/metrics.jsonl" --rtol 1e-5 || fail "$name: zero_stage $zero changed the losses"
     # Stage 2 sums gradients by reduce-scatter, in another order than the all-reduce: the
-    # losses stay within 1e-6, but Adam's update divides by sqrt(v), which turns last-bit
+    # losses stay within 1e-5, but Adam's update divides by sqrt(v), which turns last-bit
     # gradient differences of near-zero gradients into ~1e-6 parameter differences.
-    /usr/bin/python3 "$SCRIPTS/checks.py" safetensors-close "$WORK/${name}_zero$zero.safetensors" \
+    python3 "$SCRIPTS/checks.py" safetensors-close "$WORK/${name}_zero$zero.safetensors" \
       "$WORK/${name}_zero0.safetensors" --rtol 1e-5 || fail "parameters differ"
   done
 done
@@ -56,7 +57,7 @@ for zero in 0 3; do
 done
 echo -n "tp2 sp dp4 (dropout 0.1) zero_stage 3 vs 0: "
 python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/tp2sp_dp4_zero3/metrics.jsonl" \
-  "$WORK/tp2sp_dp4_zero0/metrics.jsonl" --rtol 1e-6 || fail "tp2 sp: zero_stage 3 changed the losses"
+  "$WORK/tp2sp_dp4_zero0/metrics.jsonl" --rtol 1e-5 || fail "tp2 sp: zero_stage 3 changed the losses"
 
 # One block per pipeline stage (2 layers, pp=2): 1F1B backs through a stage's only block for two
 # micro-batches in a row, so its second reduction must wait for the first.
@@ -67,7 +68,7 @@ for zero in 0 3; do
 done
 echo -n "pp2 dp2, one block per stage, zero_stage 3 vs 0: "
 python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/pp2_one_block_zero3/metrics.jsonl" \
-  "$WORK/pp2_one_block_zero0/metrics.jsonl" --rtol 1e-6 || fail "pp2 one block per stage: zero_stage 3 changed the losses"
+  "$WORK/pp2_one_block_zero0/metrics.jsonl" --rtol 1e-5 || fail "pp2 one block per stage: zero_stage 3 changed the losses"
 
 # ZeRO-3's traffic with one micro-batch per step: per rank, the gathers and reduce-scatters move
 # about 3N bytes of parameters (N: the rank's parameter bytes), 3N for the blocks, 2N for the rest.

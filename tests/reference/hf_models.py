@@ -1,0 +1,154 @@
+"""Hugging Face's `transformers` as the reference for the models loom reads and writes.
+
+    hf_models.py make ARCH DIR [--sliding-window N]
+        a tiny random ARCH (gpt2, llama, mistral, qwen2) saved with save_pretrained (fp32,
+        safetensors). Every parameter is drawn at random (biases and norms included), the Llama's
+        rope_theta is not the default, so a dropped bias, norm or theta shows in the loss.
+    hf_models.py loss DIR TEXT --seq-len S --sequences G
+        transformers' mean next-token loss on the first G sequences of S + 1 of TEXT's bytes
+        (loom's batch 1 on `loom prepare`'s byte dataset in sequential order), printed.
+    hf_models.py compare-loss DIR TEXT RUN --seq-len S --sequences G
+        that loss against RUN's first loss (metrics.jsonl) within 1e-5 x max(1, |loss|).
+    hf_models.py load DIR REFERENCE_DIR
+        DIR (a loom export) loads with from_pretrained with no missing, unexpected or mismatched
+        key, and gives REFERENCE_DIR's logits within 1e-5 on a fixed batch.
+    hf_models.py greedy DIR --prompt TEXT --max-new-tokens N
+        transformers' greedy generate from the prompt's UTF-8 bytes: the new ids as a JSON list.
+"""
+import argparse
+import json
+import math
+import pathlib
+import sys
+
+import torch
+import transformers
+
+SHAPE = dict(vocab_size=256, hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, positions=64)
+
+
+def make(args):
+    torch.manual_seed(1234)
+    s = SHAPE
+    if args.arch == "gpt2":
+        config = transformers.GPT2Config(vocab_size=s["vocab_size"], n_embd=s["hidden"], n_layer=s["layers"],
+                                         n_head=s["heads"], n_positions=s["positions"], activation_function="gelu_new",
+                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        model = transformers.GPT2LMHeadModel(config)
+    else:
+        common = dict(vocab_size=s["vocab_size"], hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+                      num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"], intermediate_size=s["ffn"],
+                      max_position_embeddings=s["positions"], rms_norm_eps=1e-5)
+        if args.arch == "llama":
+            config = transformers.LlamaConfig(**common, rope_theta=50000.0, tie_word_embeddings=False)
+            model = transformers.LlamaForCausalLM(config)
+        elif args.arch == "mistral":
+            config = transformers.MistralConfig(**common, sliding_window=args.sliding_window, tie_word_embeddings=False)
+            model = transformers.MistralForCausalLM(config)
+        elif args.arch == "qwen2":
+            config = transformers.Qwen2Config(**common, rope_theta=20000.0, tie_word_embeddings=True)
+            model = transformers.Qwen2ForCausalLM(config)
+        else:
+            sys.exit(f"unknown arch {args.arch}")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and ("norm" in name or "ln_" in name) and name.endswith("weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.copy_(0.08 * torch.randn_like(p))
+    model.save_pretrained(args.dir)
+    print(f"{args.arch}: {sum(p.numel() for p in model.parameters())} parameters in {args.dir}")
+
+
+def load(directory):
+    model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    model.eval()
+    return model
+
+
+def first_batch(text, seq_len, sequences):
+    tokens = torch.tensor(list(pathlib.Path(text).read_bytes()), dtype=torch.long)
+    x = torch.stack([tokens[i * seq_len:i * seq_len + seq_len] for i in range(sequences)])
+    y = torch.stack([tokens[i * seq_len + 1:i * seq_len + seq_len + 1] for i in range(sequences)])
+    return x, y
+
+
+def reference_loss(directory, text, seq_len, sequences):
+    x, y = first_batch(text, seq_len, sequences)
+    with torch.no_grad():
+        logits = load(directory)(input_ids=x).logits
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), y.reshape(-1)).item()
+
+
+def loss(args):
+    print(f"{reference_loss(args.dir, args.text, args.seq_len, args.sequences):.8f}")
+
+
+def compare_loss(args):
+    reference = reference_loss(args.dir, args.text, args.seq_len, args.sequences)
+    rows = [json.loads(line) for line in open(pathlib.Path(args.run) / "metrics.jsonl")]
+    loom = next(r["loss"] for r in rows if r.get("step") == 1 and "loss" in r)
+    difference = abs(loom - reference)
+    print(f"transformers {reference:.8f} loom {loom:.8f} difference {difference:.2e}")
+    if not difference <= 1e-5 * max(1.0, abs(reference)):
+        sys.exit(f"{args.run}: loom's first loss {loom} differs from transformers' {reference} by {difference:.3e}")
+
+
+def load_export(args):
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(args.dir, dtype=torch.float32,
+                                                                   output_loading_info=True)
+    problems = {k: v for k, v in info.items() if v}
+    if problems:
+        sys.exit(f"{args.dir}: from_pretrained reports {problems}")
+    model.eval()
+    x = torch.arange(2 * 24).reshape(2, 24) * 37 % SHAPE["vocab_size"]
+    with torch.no_grad():
+        mine, theirs = model(input_ids=x).logits, load(args.reference)(input_ids=x).logits
+    difference = (mine - theirs).abs().max().item()
+    print(f"{args.dir}: {type(model).__name__}, logits within {difference:.2e} of {args.reference}")
+    if not difference <= 1e-5:
+        sys.exit(f"{args.dir}: logits differ from {args.reference} by {difference:.3e}")
+
+
+def greedy(args):
+    model = load(args.dir)
+    ids = torch.tensor([list(args.prompt.encode("utf-8"))])
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
+                         do_sample=False, eos_token_id=None, pad_token_id=0)
+    print(json.dumps(out[0, ids.shape[1]:].tolist()))
+
+
+def main():
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("make")
+    p.add_argument("arch")
+    p.add_argument("dir")
+    p.add_argument("--sliding-window", type=int, default=None)
+    p.set_defaults(run=make)
+    for name, fn in (("loss", loss), ("compare-loss", compare_loss)):
+        p = sub.add_parser(name)
+        p.add_argument("dir")
+        p.add_argument("text")
+        if name == "compare-loss":
+            p.add_argument("run")
+        p.add_argument("--seq-len", type=int, required=True)
+        p.add_argument("--sequences", type=int, required=True)
+        p.set_defaults(run=fn)
+    p = sub.add_parser("load")
+    p.add_argument("dir")
+    p.add_argument("reference")
+    p.set_defaults(run=load_export)
+    p = sub.add_parser("greedy")
+    p.add_argument("dir")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--max-new-tokens", type=int, required=True)
+    p.set_defaults(run=greedy)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    args.run(args)
+
+
+main()
