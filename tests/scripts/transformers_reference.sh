@@ -39,9 +39,9 @@ for arch in gpt2 llama mistral qwen2; do
   "${HF[@]}" load "$WORK/${arch}_export" "$WORK/$arch" || fail "$arch: the export through from_pretrained"
 done
 
-# Greedy generation: loom's ids equal transformers' generate.
+# Greedy generation (temperature 0; loom samples at 1 by default, transformers is greedy): loom's ids equal transformers' generate.
 for arch in gpt2 llama; do
-  "$LOOM" generate "$WORK/$arch" --prompt "Tensor parallelism splits" --max-new-tokens 12 --ids \
+  "$LOOM" generate "$WORK/$arch" --prompt "Tensor parallelism splits" --max-new-tokens 12 --temperature 0 --ids \
     > "$WORK/${arch}_gen.txt" 2> "$WORK/${arch}_gen.log" || { cat "$WORK/${arch}_gen.log"; fail "$arch: loom generate"; }
   loom_ids=$(tail -1 "$WORK/${arch}_gen.txt" | tr -d ' ')
   hf_ids=$("${HF[@]}" greedy "$WORK/$arch" --prompt "Tensor parallelism splits" --max-new-tokens 12 | tr -d ' ')
