@@ -7,8 +7,9 @@
     hf_models.py loss DIR TEXT --seq-len S --sequences G
         transformers' mean next-token loss on the first G sequences of S + 1 of TEXT's bytes
         (loom's batch 1 on `loom prepare`'s byte dataset in sequential order), printed.
-    hf_models.py compare-loss DIR TEXT RUN --seq-len S --sequences G
-        that loss against RUN's first loss (metrics.jsonl) within 1e-5 x max(1, |loss|).
+    hf_models.py compare-loss DIR TEXT RUN... --seq-len S --sequences G [--export EXPORT]
+        that loss against each RUN's first loss (metrics.jsonl) within 1e-5 x max(1, |loss|);
+        with --export, also what `load EXPORT DIR` checks (one process: transformers imports slowly).
     hf_models.py load DIR REFERENCE_DIR
         DIR (a loom export) loads with from_pretrained with no missing, unexpected or mismatched
         key, and gives REFERENCE_DIR's logits within 1e-5 on a fixed batch.
@@ -86,28 +87,35 @@ def loss(args):
 
 def compare_loss(args):
     reference = reference_loss(args.dir, args.text, args.seq_len, args.sequences)
-    rows = [json.loads(line) for line in open(pathlib.Path(args.run) / "metrics.jsonl")]
-    loom = next(r["loss"] for r in rows if r.get("step") == 1 and "loss" in r)
-    difference = abs(loom - reference)
-    print(f"transformers {reference:.8f} loom {loom:.8f} difference {difference:.2e}")
-    if not difference <= 1e-5 * max(1.0, abs(reference)):
-        sys.exit(f"{args.run}: loom's first loss {loom} differs from transformers' {reference} by {difference:.3e}")
+    for run in args.run:
+        rows = [json.loads(line) for line in open(pathlib.Path(run) / "metrics.jsonl")]
+        loom = next(r["loss"] for r in rows if r.get("step") == 1 and "loss" in r)
+        difference = abs(loom - reference)
+        print(f"{run}: transformers {reference:.8f} loom {loom:.8f} difference {difference:.2e}")
+        if not difference <= 1e-5 * max(1.0, abs(reference)):
+            sys.exit(f"{run}: loom's first loss {loom} differs from transformers' {reference} by {difference:.3e}")
+    if args.export:
+        check_export(args.export, args.dir)
 
 
-def load_export(args):
-    model, info = transformers.AutoModelForCausalLM.from_pretrained(args.dir, dtype=torch.float32,
+def check_export(directory, reference):
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
                                                                    output_loading_info=True)
     problems = {k: v for k, v in info.items() if v}
     if problems:
-        sys.exit(f"{args.dir}: from_pretrained reports {problems}")
+        sys.exit(f"{directory}: from_pretrained reports {problems}")
     model.eval()
     x = torch.arange(2 * 24).reshape(2, 24) * 37 % SHAPE["vocab_size"]
     with torch.no_grad():
-        mine, theirs = model(input_ids=x).logits, load(args.reference)(input_ids=x).logits
+        mine, theirs = model(input_ids=x).logits, load(reference)(input_ids=x).logits
     difference = (mine - theirs).abs().max().item()
-    print(f"{args.dir}: {type(model).__name__}, logits within {difference:.2e} of {args.reference}")
+    print(f"{directory}: {type(model).__name__}, logits within {difference:.2e} of {reference}")
     if not difference <= 1e-5:
-        sys.exit(f"{args.dir}: logits differ from {args.reference} by {difference:.3e}")
+        sys.exit(f"{directory}: logits differ from {reference} by {difference:.3e}")
+
+
+def load_export(args):
+    check_export(args.dir, args.reference)
 
 
 def greedy(args):
@@ -133,7 +141,8 @@ def main():
         p.add_argument("dir")
         p.add_argument("text")
         if name == "compare-loss":
-            p.add_argument("run")
+            p.add_argument("run", nargs="+")
+            p.add_argument("--export", help="also check this export of DIR through from_pretrained")
         p.add_argument("--seq-len", type=int, required=True)
         p.add_argument("--sequences", type=int, required=True)
         p.set_defaults(func=fn)
