@@ -20,7 +20,6 @@
 
 namespace loom::launch {
 namespace {
-
 namespace fs = std::filesystem;
 
 std::string rank_file(int64_t rank, const std::string& extension) {

@@ -9,10 +9,9 @@
         (loom's batch 1 on `loom prepare`'s byte dataset in sequential order), printed.
     hf_models.py compare-loss DIR TEXT RUN... --seq-len S --sequences G [--export EXPORT]
         that loss against each RUN's first loss (metrics.jsonl) within 1e-5 x max(1, |loss|);
-        with --export, also what `load EXPORT DIR` checks (one process: transformers imports slowly).
-    hf_models.py load DIR REFERENCE_DIR
-        DIR (a loom export) loads with from_pretrained with no missing, unexpected or mismatched
-        key, and gives REFERENCE_DIR's logits within 1e-5 on a fixed batch.
+        with --export, EXPORT (a loom export of DIR) loads with from_pretrained with no missing,
+        unexpected or mismatched key and gives DIR's logits within 1e-5 on a fixed batch (one
+        process for all: transformers imports slowly).
     hf_models.py greedy DIR --prompt TEXT --max-new-tokens N
         transformers' greedy generate from the prompt's UTF-8 bytes: the new ids as a JSON list.
 """
@@ -114,10 +113,6 @@ def check_export(directory, reference):
         sys.exit(f"{directory}: logits differ from {reference} by {difference:.3e}")
 
 
-def load_export(args):
-    check_export(args.dir, args.reference)
-
-
 def greedy(args):
     model = load(args.dir)
     ids = torch.tensor([list(args.prompt.encode("utf-8"))])
@@ -146,10 +141,6 @@ def main():
         p.add_argument("--seq-len", type=int, required=True)
         p.add_argument("--sequences", type=int, required=True)
         p.set_defaults(func=fn)
-    p = sub.add_parser("load")
-    p.add_argument("dir")
-    p.add_argument("reference")
-    p.set_defaults(func=load_export)
     p = sub.add_parser("greedy")
     p.add_argument("dir")
     p.add_argument("--prompt", required=True)

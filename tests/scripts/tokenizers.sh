@@ -52,14 +52,19 @@ for shape in gpt2 llama3 smollm; do
   reference "hf_$shape" "$WORK/hf/$shape" "$PY" "$REF/hf_encode.py" "$WORK/hf/$shape"
 done
 
+# One dataset per vocabulary and text set, compared with both references.
 for pair in gpt2:gpt2 cl100k-llama3-form:cl100k_base o200k:o200k_base; do
   dir="${pair%%:*}" encoding="${pair#*:}"
-  reference "tokenizers_$encoding" "$DATA/$dir/tokenizer.json" "$PY" "$REF/hf_encode.py" "$DATA/$dir"
-  reference "tiktoken_$encoding" "$DATA/$dir/tokenizer.json" "$PY" "$REF/tiktoken_encode.py" "$DATA/$encoding.tiktoken"
+  reference "$encoding" "$DATA/$dir/tokenizer.json" "$PY" "$REF/hf_encode.py" "$DATA/$dir"
+  for docs in texts readme; do
+    "$PY" "$REF/tiktoken_encode.py" "$DATA/$encoding.tiktoken" "$WORK/$docs.jsonl" > "$WORK/${encoding}_$docs.tiktoken"
+    "$PY" "$REF/compare_ids.py" "$WORK/${encoding}_$docs" "$WORK/${encoding}_$docs.tiktoken" "${encoding}_${docs} (tiktoken)" ||
+      fail "${encoding}_$docs: loom's ids differ from tiktoken's"
+  done
 done
 
 # The comparison can fail: one reference id changed by hand is caught.
-"$PY" - "$WORK/tiktoken_o200k_base_texts.ref" "$WORK/changed.ref" << 'EOF'
+"$PY" - "$WORK/o200k_base_texts.tiktoken" "$WORK/changed.ref" << 'EOF'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 row = next(r for r in rows if len(r) > 3)
@@ -67,7 +72,7 @@ row[2] += 1
 with open(sys.argv[2], "w") as f:
     f.writelines(json.dumps(r) + "\n" for r in rows)
 EOF
-if "$PY" "$REF/compare_ids.py" "$WORK/tiktoken_o200k_base_texts" "$WORK/changed.ref" changed > "$WORK/changed.log" 2>&1; then
+if "$PY" "$REF/compare_ids.py" "$WORK/o200k_base_texts" "$WORK/changed.ref" changed > "$WORK/changed.log" 2>&1; then
   fail "a reference with one id changed by hand still compared equal"
 fi
 echo "tokenizers: all equal their references (sentencepiece, tokenizers, tiktoken)"
