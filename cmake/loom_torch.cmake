@@ -4,6 +4,8 @@
 # Sets, besides what find_package(Torch) sets:
 #   LOOM_TORCH_SITE        the wheel's site-packages (torch/ and nvidia/ inside), if found through Python
 #   LOOM_WHEEL_NCCL_ROOT   the wheel's NCCL (nvidia/nccl: include/, lib/): the one libtorch_cuda loads
+#   LOOM_TORCH_CUDA_LIBRARY  libtorch_cuda.so, when this LibTorch has CUDA (loaded at run time)
+#   loom_torch             the target to link: LibTorch's headers and flags, its CPU libraries only
 set(LOOM_PYTHON "${CMAKE_SOURCE_DIR}/.venv/bin/python" CACHE FILEPATH
     "the Python whose torch package holds the LibTorch loom builds against")
 
@@ -51,3 +53,21 @@ if(EXISTS "${LOOM_TORCH_SITE}/nvidia/nccl/include/nccl.h")
   set(LOOM_WHEEL_NCCL_ROOT "${LOOM_TORCH_SITE}/nvidia/nccl")
 endif()
 message(STATUS "loom: LibTorch ${Torch_VERSION} from ${_loom_torch_root}")
+
+# loom links LibTorch's CPU half alone and loads libtorch_cuda.so when a rank takes a GPU
+# (core/cuda_backend.h): linked in, its initialisers and libraries cost every process 0.33 s and
+# 350 MB at start-up, GPU or not. loom calls nothing of it directly; the headers and compile flags
+# stay those of the whole LibTorch (the `torch` target), so the build is the same.
+add_library(loom_torch INTERFACE)
+target_include_directories(loom_torch SYSTEM INTERFACE $<TARGET_PROPERTY:torch,INTERFACE_INCLUDE_DIRECTORIES>)
+target_compile_definitions(loom_torch INTERFACE $<TARGET_PROPERTY:torch,INTERFACE_COMPILE_DEFINITIONS>)
+target_compile_options(loom_torch INTERFACE $<TARGET_PROPERTY:torch,INTERFACE_COMPILE_OPTIONS>)
+target_link_libraries(loom_torch INTERFACE torch_cpu c10)
+set(LOOM_TORCH_CUDA_LIBRARY "")
+if(TARGET torch_cuda)
+  get_target_property(LOOM_TORCH_CUDA_LIBRARY torch_cuda IMPORTED_LOCATION)
+  if(NOT LOOM_TORCH_CUDA_LIBRARY)
+    get_target_property(LOOM_TORCH_CUDA_LIBRARY torch_cuda IMPORTED_LOCATION_RELEASE)
+  endif()
+endif()
+message(STATUS "loom: LibTorch's CUDA library, loaded when a GPU is used: ${LOOM_TORCH_CUDA_LIBRARY}")

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cctype>
 
+#include "core/cuda_backend.h"
 #include "core/errors.h"
+#include "core/logging.h"
 #ifdef LOOM_WITH_NCCL
 #include <nccl.h>
 #endif
@@ -38,6 +40,20 @@ torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int6
 }
 
 torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int64_t local_world) {
+  if (setting == TrainDevice::cpu) return torch::Device(torch::kCPU);
+  // auto where the CUDA runtime sees no GPU stays on the CPU without loading LibTorch's CUDA half.
+  if (setting == TrainDevice::automatic && cuda_runtime_device_count() == 0) {
+    return resolve_train_device(setting, local_rank, local_world, 0);
+  }
+  const std::string failure = load_torch_cuda();
+  if (!failure.empty()) {
+    if (setting == TrainDevice::cuda) {
+      throw InputError("config key 'train.device': cuda, but LibTorch's CUDA library did not load: " + failure);
+    }
+    log::warn("train.device auto: the CUDA runtime sees a GPU, but LibTorch's CUDA library did not load ({}); "
+              "training on the CPU", failure);
+    return torch::Device(torch::kCPU);
+  }
   const int64_t visible = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
   return resolve_train_device(setting, local_rank, local_world, visible);
 }

@@ -1,3 +1,5 @@
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -6,6 +8,7 @@
 #include "core/config.h"
 #include "core/config_aliases.h"
 #include "core/config_fields.h"
+#include "core/cuda_backend.h"
 #include "core/device.h"
 #include "core/errors.h"
 #include "launch/supported_combinations.h"
@@ -354,11 +357,34 @@ TEST_CASE("train.device resolves to a GPU per local rank, or says why it cannot"
   // too few GPUs: auto stays on the CPU
   CHECK(resolve_train_device(TrainDevice::automatic, 0, 3, 2) == torch::Device(torch::kCPU));
   CHECK_THAT(error_of({"train.device=gpu"}, 1), Catch::Contains("must be auto, cpu or cuda"));
-  // This CPU LibTorch sees no GPU: auto is the CPU, cuda a clear error.
-  if (!torch::cuda::is_available()) {
+  // A machine with no GPU: auto is the CPU, cuda a clear error.
+  if (loom::cuda_runtime_device_count() == 0) {
     CHECK(resolve_train_device(TrainDevice::automatic, 0, 1) == torch::Device(torch::kCPU));
     CHECK_THROWS_AS(resolve_train_device(TrainDevice::cuda, 0, 1), InputError);
   }
+}
+
+TEST_CASE("LibTorch's CUDA half is loaded only when a GPU is used, and then registers its kernels", "[config]") {
+  // One process per test case (catch_discover_tests): nothing has loaded it yet.
+  auto loaded = [] {
+    void* handle = dlopen("libtorch_cuda.so", RTLD_NOLOAD | RTLD_LAZY);
+    if (handle != nullptr) dlclose(handle);
+    return handle != nullptr;
+  };
+  REQUIRE_FALSE(loaded());
+  CHECK(loom::resolve_train_device(loom::TrainDevice::cpu, 0, 1) == torch::Device(torch::kCPU));
+  if (loom::cuda_runtime_device_count() == 0) {
+    CHECK(loom::resolve_train_device(loom::TrainDevice::automatic, 0, 1) == torch::Device(torch::kCPU));
+  }
+  CHECK_FALSE(loaded());
+  if (loom::build_description().find("CUDA: yes") == std::string::npos) return;  // a CPU-only LibTorch
+  CHECK(loom::load_torch_cuda().empty());
+  CHECK(loaded());
+  // Its initialisers ran: LibTorch's operators have CUDA kernels now.
+  const auto add = c10::Dispatcher::singleton().findSchema({"aten::add", "Tensor"});
+  REQUIRE(add.has_value());
+  CHECK(add->hasKernelForDispatchKey(c10::DispatchKey::CUDA));
+  CHECK(loom::load_torch_cuda().empty());  // once per process
 }
 
 TEST_CASE("what train.device cuda does not take yet is refused before anything is built, naming the key", "[config]") {

@@ -1,0 +1,50 @@
+#include "core/cuda_backend.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+#if defined(LOOM_WITH_NCCL) || defined(LOOM_WITH_CUDA_RUNTIME)
+#define LOOM_HAS_CUDA_RUNTIME
+#include <cuda_runtime.h>
+#endif
+
+namespace loom {
+
+int64_t cuda_runtime_device_count() {
+#ifdef LOOM_HAS_CUDA_RUNTIME
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: clear it so that CUDA does not report it later
+    return 0;
+  }
+  return count;
+#else
+  return 0;
+#endif
+}
+
+std::string load_torch_cuda() {
+#ifdef LOOM_TORCH_CUDA_LIBRARY
+  static std::once_flag once;
+  static std::string failure;
+  std::call_once(once, [] {
+    // By name first: the executable's run path (LibTorch's lib/ in a build tree or an install),
+    // then LD_LIBRARY_PATH; the path of the LibTorch loom was built against last.
+    // RTLD_GLOBAL: libraries loaded later (and LibTorch's own lookups) see its symbols.
+    for (const char* name : {"libtorch_cuda.so", LOOM_TORCH_CUDA_LIBRARY}) {
+      if (dlopen(name, RTLD_NOW | RTLD_GLOBAL) != nullptr) {
+        failure.clear();
+        return;
+      }
+      const char* error = dlerror();
+      failure = error != nullptr ? error : "dlopen failed";
+    }
+  });
+  return failure;
+#else
+  return "this loom was built against a LibTorch without CUDA";
+#endif
+}
+
+}  // namespace loom
