@@ -50,8 +50,10 @@ torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int6
     if (setting == TrainDevice::cuda) {
       throw InputError("config key 'train.device': cuda, but LibTorch's CUDA library did not load: " + failure);
     }
-    log::warn("train.device auto: the CUDA runtime sees a GPU, but LibTorch's CUDA library did not load ({}); "
-              "training on the CPU", failure);
+    log::warn(
+        "train.device auto: the CUDA runtime sees a GPU, but LibTorch's CUDA library did not load ({}); "
+        "training on the CPU",
+        failure);
     return torch::Device(torch::kCPU);
   }
   const int64_t visible = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
