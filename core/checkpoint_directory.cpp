@@ -47,6 +47,19 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& dir) {
   return out;
 }
 
+std::vector<std::string> unreadable_checkpoints(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return out;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    if (step_of_name(entry.path().filename().string()) && !fs::exists(entry.path() / "manifest.json", error)) {
+      out.push_back(entry.path().string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
   std::ifstream in(fs::path(dir) / "latest");
   std::string name;

@@ -29,6 +29,11 @@ struct CheckpointInfo {
 // Complete checkpoints (step_NNNNNNNN with a manifest) under DIR, newest step first.
 std::vector<CheckpointInfo> list_checkpoints(const std::string& dir);
 
+// Folders under DIR named as checkpoints (step_NNNNNNNN) that have no manifest: a save loom did not
+// finish (it writes under a temporary name and renames last) or a folder damaged by hand. Never
+// deleted: `--resume auto` sets them aside, and a save of the same step moves them out of its way.
+std::vector<std::string> unreadable_checkpoints(const std::string& dir);
+
 // The checkpoint `latest` names, when it is one of DIR's complete checkpoints.
 std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir);
 

@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/checkpoint_directory.h"
 #include "core/errors.h"
+#include "core/logging.h"
 
 namespace loom {
 namespace {
@@ -230,8 +232,14 @@ std::string publish_checkpoint(const std::string& checkpoint_dir, int64_t step, 
   const std::string text = full.dump(1);
   write_file(temporary / "manifest.json", text.data(), text.size());
   fsync_path(temporary.string());
-  std::error_code ignore;
-  if (fs::exists(final_path)) fs::remove_all(final_path, ignore);  // an older save of the same step
+  // Something already has this step's name: an older save of the same step, or a folder without a
+  // manifest. It is moved out of the way, never deleted (core/checkpoint_directory.h).
+  if (fs::exists(final_path)) {
+    const bool readable = fs::exists(final_path / "manifest.json");
+    const auto moved = set_aside(final_path.string(), readable ? "replaced" : "unreadable");
+    log::warn("{} was in the way of this save ({}): set aside as {}", final_path.string(),
+              readable ? "an older save of the same step" : "a folder with no manifest.json", moved);
+  }
   fs::rename(temporary, final_path);
   fsync_path(checkpoint_dir);
   set_latest(checkpoint_dir, final_path.string());

@@ -3,27 +3,104 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include "core/errors.h"
+#include "core/logging.h"
 
 namespace loom {
 
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> read_lines(const std::string& path, bool* ends_whole) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  *ends_whole = text.empty() || text.back() == '\n';
+  std::vector<std::string> lines;
+  std::istringstream stream(text);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  return lines;
+}
+
+bool is_row(const std::string& line) {
+  const auto row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  return row.is_object();
+}
+
+void write_lines(const std::string& path, const std::vector<std::string>& lines, std::ios::openmode mode) {
+  std::ofstream out(path, std::ios::binary | mode);
+  for (const auto& line : lines) out << line << '\n';
+  if (!out.flush()) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
+}
+
+// Cuts PATH back to its whole rows: a last line with no newline, or one that is not a JSON object.
+void cut_torn_tail(const std::string& path) {
+  std::error_code error;
+  if (!fs::is_regular_file(path, error)) return;  // absent, or a device (tests write to /dev/full)
+  bool ends_whole = true;
+  auto lines = read_lines(path, &ends_whole);
+  if (ends_whole && (lines.empty() || is_row(lines.back()))) return;
+  const std::string torn = lines.back();
+  lines.pop_back();
+  write_lines(path, lines, std::ios::trunc);
+  log::warn("metrics.jsonl was cut back to its last whole row: '{}' ended in a torn row ({} bytes: {:.60})", path,
+            torn.size(), torn);
+}
+
+}  // namespace
+
 MetricsWriter::MetricsWriter(const std::string& path, std::unique_ptr<TensorBoardWriter> tensorboard)
-    : path_(path), out_(path, std::ios::app), tensorboard_(std::move(tensorboard)) {
+    : path_(path), tensorboard_(std::move(tensorboard)) {
+  cut_torn_tail(path);
+  out_.open(path, std::ios::app | std::ios::binary);
   if (!out_) throw InputError("cannot write metrics file '" + path + "'");
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {
+  std::error_code error;
+  const auto size_before = fs::file_size(path_, error);
   out_ << record.dump() << '\n';
-  // A full disk must not cut the record off while the run goes on as if nothing happened.
+  // A full disk must not cut the record off while the run goes on as if nothing happened, nor leave
+  // half a row for the next run to append to.
   if (!out_.flush()) {
-    throw std::runtime_error("cannot write metrics file '" + path_ + "': " + std::strerror(errno) +
+    const std::string why = std::strerror(errno);
+    out_.close();
+    if (!error) fs::resize_file(path_, size_before, error);
+    throw std::runtime_error("cannot write metrics file '" + path_ + "': " + why +
                              " (disk full?); the run stops rather than train on unrecorded");
   }
   if (!tensorboard_ || !record.contains("step") || !record.at("step").is_number_integer()) return;
   const auto scalars = scalars_of_record(record);
   if (!scalars.empty()) tensorboard_->write(record.at("step").get<int64_t>(), scalars);
+}
+
+void MetricsWriter::continue_after(int64_t step) {
+  std::error_code error;
+  if (!fs::is_regular_file(path_, error)) return;
+  bool ends_whole = true;
+  const auto lines = read_lines(path_, &ends_whole);
+  std::vector<std::string> kept, superseded;
+  for (const auto& line : lines) {
+    const auto row = nlohmann::json::parse(line, nullptr, false);
+    const bool later = row.is_object() && row.contains("step") && row.at("step").is_number_integer() &&
+                       row.at("step").get<int64_t>() > step;
+    (later ? superseded : kept).push_back(line);
+  }
+  if (superseded.empty()) return;
+  const std::string aside = (fs::path(path_).parent_path() / "metrics.superseded.jsonl").string();
+  write_lines(aside, superseded, std::ios::app);
+  out_.close();
+  write_lines(path_, kept, std::ios::trunc);
+  out_.open(path_, std::ios::app | std::ios::binary);
+  log::warn(
+      "{} rows of steps after {} (from the attempt that stopped after that checkpoint) moved from {} to {}: "
+      "those steps are trained again",
+      superseded.size(), step, path_, aside);
 }
 
 namespace {

@@ -13,10 +13,16 @@ namespace loom {
 
 class MetricsWriter {
  public:
-  // TENSORBOARD, when given, receives every record's scalars (scalars_of_record) at its "step".
+  // Appends to PATH. A torn last row (a crash or a full disk in the middle of a write) is cut back
+  // to the last whole row first, with a warning. TENSORBOARD, when given, receives every record's
+  // scalars (scalars_of_record) at its "step".
   explicit MetricsWriter(const std::string& path, std::unique_ptr<TensorBoardWriter> tensorboard = nullptr);
-  // Appends one line and flushes it, so a killed run keeps every finished step.
+  // Appends one whole row and flushes it, so a killed run keeps every finished step. A row that
+  // cannot be written whole (a full disk) is taken back off the file before the error is thrown.
   void write(const nlohmann::json& record);
+  // A run resumed from the checkpoint of STEP trains the steps after it again: their rows from the
+  // attempt that died move to metrics.superseded.jsonl beside the file, with a warning.
+  void continue_after(int64_t step);
 
  private:
   std::string path_;

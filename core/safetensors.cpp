@@ -1,8 +1,11 @@
 #include "core/safetensors.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "core/errors.h"
 
@@ -76,9 +79,14 @@ SafetensorsReader::SafetensorsReader(std::string path)
       e.dtype = dtype_of(info.at("dtype").get<std::string>(), path_, name);
       e.shape = info.at("shape").get<std::vector<int64_t>>();
       const auto range = info.at("data_offsets").get<std::vector<uint64_t>>();
-      int64_t numel = 1;
-      for (auto d : e.shape) numel *= d;
-      e.bytes = static_cast<uint64_t>(numel) * c10::elementSize(e.dtype);
+      uint64_t numel = 1;
+      for (auto d : e.shape) {
+        if (d < 0 || (d > 0 && numel > file_size / static_cast<uint64_t>(d))) {
+          throw InputError("'" + path_ + "': tensor '" + name + "' has a shape larger than the file");
+        }
+        numel *= static_cast<uint64_t>(d);
+      }
+      e.bytes = numel * c10::elementSize(e.dtype);
       if (range.size() != 2 || range[1] < range[0] || range[1] - range[0] != e.bytes ||
           data_start + range[1] > file_size) {
         throw InputError("'" + path_ + "': tensor '" + name +
@@ -88,6 +96,17 @@ SafetensorsReader::SafetensorsReader(std::string path)
       entries_[name] = std::move(e);
     } catch (const nlohmann::json::exception& e) {
       throw InputError("'" + path_ + "': tensor '" + name + "' has a malformed header entry: " + e.what());
+    }
+  }
+  // Each tensor its own bytes: two ranges that overlap would load one tensor's bytes as another's.
+  std::vector<std::pair<uint64_t, std::string>> starts;
+  for (const auto& [name, e] : entries_) starts.emplace_back(e.begin, name);
+  std::sort(starts.begin(), starts.end());
+  for (size_t i = 1; i < starts.size(); ++i) {
+    const Entry& before = entries_.at(starts[i - 1].second);
+    if (before.begin + before.bytes > starts[i].first) {
+      throw InputError("'" + path_ + "': tensor '" + starts[i].second + "' has a byte range that overlaps tensor '" +
+                       starts[i - 1].second + "''s (data_offsets must not overlap)");
     }
   }
 }

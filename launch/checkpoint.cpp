@@ -262,21 +262,6 @@ void Checkpointer::finish_pending() {
   on_world_status(static_cast<int>(status.item<double>()));
 }
 
-void Checkpointer::check_fresh_start() {
-  auto newest = torch::full({1}, -1, torch::kInt64);
-  if (groups_.rank() == 0 && !config_.checkpoint.dir.empty()) {
-    const auto existing = list_checkpoints(config_.checkpoint.dir);
-    if (!existing.empty()) newest.fill_(existing.front().step);
-  }
-  groups_.world_comm().broadcast(newest, 0).wait();
-  if (newest.item<int64_t>() >= 0) {
-    throw InputError("checkpoint.dir '" + config_.checkpoint.dir + "' already holds checkpoints (the newest " +
-                     checkpoint_name(newest.item<int64_t>()) +
-                     "), which a fresh run would overwrite: pass --resume auto to continue that run, --resume "
-                     "CHECKPOINT to start from one, or give this run another checkpoint.dir");
-  }
-}
-
 bool Checkpointer::in_checkpoint_dir(const std::string& path) const {
   std::error_code error;
   return !config_.checkpoint.dir.empty() &&
@@ -340,19 +325,35 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   auto choice = torch::full({1}, -1, torch::kInt64);  // index into candidates; -1 none, -2 refused
   if (groups_.rank() == 0) {
     std::string refusal;
+    std::vector<std::string> set_aside_now;  // what --resume auto found and could not use
+    if (resume == "auto") {
+      for (const auto& folder : unreadable_checkpoints(dir)) {
+        set_aside_now.push_back(set_aside(folder, "corrupt"));
+        log::warn("refusing checkpoint {}: it has no manifest.json; set aside as {}", folder, set_aside_now.back());
+      }
+    }
     for (size_t i = 0; i < candidates.size() && choice.item<int64_t>() == -1; ++i) {
       const std::string problem = verify_checkpoint(candidates[i].path);
       if (problem.empty()) {
         choice.fill_(static_cast<int64_t>(i));
         continue_lineage_from(candidates[i].path, read_manifest(candidates[i].path).at("step").get<int64_t>());
       } else if (resume == "auto") {
-        const auto moved = set_aside(candidates[i].path, "corrupt");
+        set_aside_now.push_back(set_aside(candidates[i].path, "corrupt"));
         log::warn("refusing checkpoint {}: {}; set aside as {}, falling back to the previous one", candidates[i].path,
-                  problem, moved);
+                  problem, set_aside_now.back());
       } else {
         refusal = problem;
         choice.fill_(-2);
       }
+    }
+    // Checkpoints were there and none could be used: starting fresh would train from scratch and
+    // append steps the metrics already hold. The user decides (the folders are set aside, not gone).
+    if (choice.item<int64_t>() == -1 && !set_aside_now.empty()) {
+      std::string found;
+      for (const auto& moved : set_aside_now) found += (found.empty() ? "" : ", ") + moved;
+      refusal = "checkpoint.dir '" + dir + "' holds no usable checkpoint: every one failed its checks (set aside as " +
+                found + "); resume one by hand with --resume PATH, or start afresh without --resume";
+      choice.fill_(-2);
     }
     world.broadcast(choice, 0).wait();
     if (!refusal.empty()) throw InputError("--resume " + resume + ": " + refusal);

@@ -61,10 +61,6 @@ class Checkpointer {
   // loaded belong to an abandoned run (a rollback) and are set aside.
   std::optional<TrainingState> load(const std::string& resume);
 
-  // Collective, for a run started without --resume: refused (exit 2) when checkpoint.dir already
-  // holds checkpoints, which the new run's saves and retention would replace.
-  void check_fresh_start();
-
   // A step trained from the present state had a finite loss: the checkpoint it
   // was saved as or loaded from is verified (core/checkpoint_directory.h). Rank 0.
   void confirm_state();

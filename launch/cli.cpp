@@ -74,6 +74,8 @@ std::function<TrainArgs()> add_train_flags(CLI::App& command) {
       .add_option("--run-dir", args->run_dir,
                   "where config.yaml, metrics.jsonl and comm_rankR.json go (default runs/CONFIGNAME-DATE-TIME)")
       ->type_name("DIR");
+  command.add_flag("--overwrite-run-dir", args->overwrite_run_dir,
+                   "start a fresh run in a --run-dir that holds another run's metrics.jsonl, replacing it");
   command.add_option("--resume", args->resume, "continue from the newest checkpoint in checkpoint.dir, or CHECKPOINT")
       ->type_name("auto|CHECKPOINT");
   command

@@ -25,7 +25,8 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   std::string run_dir;
   FaultInjection fault;
-  std::string resume;  // "auto", a checkpoint path, or empty
+  std::string resume;              // "auto", a checkpoint path, or empty
+  bool overwrite_run_dir = false;  // a fresh run may replace the records of another run in run_dir
   // The model's training FLOPs per token, for the MFU line (models/gpt_flops.h); empty: not reported.
   std::function<double(const Config&)> flops_per_token;
 };

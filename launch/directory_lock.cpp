@@ -39,6 +39,11 @@ nlohmann::json this_process() {
 
 // Why the lock's holder is known to be gone, or empty when it may still be running.
 std::string gone(const nlohmann::json& holder) {
+  // Written in one call right after the file is created: a lock that names no owner was left by a
+  // process that died in between (or a full disk), and would otherwise block the directory for good.
+  if (!holder.is_object() || !holder.contains("host") || !holder.contains("pid")) {
+    return "no owner it names (the lock file is empty or garbled: a crash or a full disk as it was taken)";
+  }
   const auto me = this_process();
   const std::string job = holder.value("job", "");
   if (!job.empty() && job == me.at("job").get<std::string>()) return "an earlier attempt of this job (" + job + ")";
@@ -85,7 +90,7 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& name, co
                        ", pid " + std::to_string(holder.value("pid", static_cast<int64_t>(0))) +
                        "): give this job its own, or remove '" + path.string() + "' if that job is gone");
     }
-    log::warn("taking over the lock of {} '{}' left by {}", what, dir, why);
+    log::warn("taking over the lock {} of {} '{}' left by {}", path.string(), what, dir, why);
     std::error_code ignore;
     fs::remove(path, ignore);
   }

@@ -2,8 +2,8 @@
 
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 
+#include "core/checkpoint_directory.h"
 #include "core/errors.h"
 #include "core/logging.h"
 
@@ -30,13 +30,23 @@ void create_directory(const std::string& dir, const std::string& what) {
   if (error) throw InputError("cannot create " + what + " '" + dir + "': " + error.message());
 }
 
+// Every start-up check of the directories, and nothing written into them but the locks: a refused
+// run leaves what a user saved as it was (the trainer writes config.yaml and starts metrics.jsonl
+// once the checkpoint, if any, has loaded).
 RunDirectory open_on_rank0(const TrainArgs& args, const Config& config) {
   RunDirectory run;
   run.path = args.run_dir.empty() ? default_run_dir(args.config_path) : args.run_dir;
   create_directory(run.path, "run directory");
   run.run_lock = DirectoryLock(run.path, "run", "run directory");
+  std::error_code error;
+  const auto metrics = fs::path(run.path) / "metrics.jsonl";
+  if (args.resume.empty() && !args.overwrite_run_dir && fs::file_size(metrics, error) > 0 && !error) {
+    throw InputError("run directory '" + run.path +
+                     "' holds another run's metrics.jsonl, which a fresh run would "
+                     "replace: pass --resume auto to continue that run, give this one another --run-dir, or pass "
+                     "--overwrite-run-dir to start anew there");
+  }
   if (!config.checkpoint.dir.empty()) {
-    std::error_code error;
     if (args.resume == "auto" && !fs::is_directory(config.checkpoint.dir, error)) {
       log::warn(
           "--resume auto: checkpoint.dir '{}' does not exist, so there is nothing to resume: starting fresh (if this "
@@ -45,12 +55,14 @@ RunDirectory open_on_rank0(const TrainArgs& args, const Config& config) {
     }
     create_directory(config.checkpoint.dir, "checkpoint.dir");
     run.checkpoint_lock = DirectoryLock(config.checkpoint.dir, "checkpoints", "checkpoint.dir");
+    const auto existing = list_checkpoints(config.checkpoint.dir);
+    if (args.resume.empty() && !existing.empty()) {
+      throw InputError("checkpoint.dir '" + config.checkpoint.dir + "' already holds checkpoints (the newest " +
+                       fs::path(existing.front().path).filename().string() +
+                       "), which a fresh run would overwrite: pass --resume auto to continue that run, --resume "
+                       "CHECKPOINT to start from one, or give this run another checkpoint.dir");
+    }
   }
-  std::ofstream(fs::path(run.path) / "config.yaml") << to_yaml(config);
-  // A resumed run continues the record of the steps before it; a fresh one starts it anew.
-  const auto metrics = fs::path(run.path) / "metrics.jsonl";
-  std::ofstream out(metrics, args.resume.empty() ? std::ios::trunc : std::ios::app);
-  if (!out) throw InputError("cannot write metrics file '" + metrics.string() + "'");
   return run;
 }
 

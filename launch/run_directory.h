@@ -1,8 +1,10 @@
 // Where a run writes: rank 0 chooses the directory (--run-dir, else
 // runs/CONFIG-STAMP), locks it and checkpoint.dir against a second job
-// (launch/directory_lock.h), writes config.yaml and starts metrics.jsonl --
-// empty for a fresh run, appended to by a resumed one -- and the other ranks
-// learn the directory, or rank 0's refusal, through the rendezvous store.
+// (launch/directory_lock.h) and refuses a fresh run where it would replace
+// another run's records (metrics.jsonl, checkpoints) -- writing nothing else
+// there: the trainer writes config.yaml and metrics.jsonl once start-up has
+// passed. The other ranks learn the directory, or rank 0's refusal, through
+// the rendezvous store.
 #pragma once
 
 #include <string>

@@ -3,8 +3,11 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <fstream>
 #include <limits>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "core/cpu_memory.h"
 #include "core/device.h"
@@ -95,11 +98,6 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                                                    groups_.pp(), activation_shape, precision_.activations, device_);
   schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
   optimizer_ = sync_->make_optimizer(optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
-  if (groups_.rank() == 0) {
-    metrics_ = std::make_unique<MetricsWriter>(
-        run_dir_ + "/metrics.jsonl",
-        config_.log.tensorboard ? std::make_unique<TensorBoardWriter>(run_dir_ + "/tensorboard") : nullptr);
-  }
   checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, sync_->parameters(), *optimizer_, *rng_);
 }
 
@@ -295,6 +293,18 @@ void Trainer::log_epochs(int64_t step, int64_t consumed) {
   epochs_ = epochs;
 }
 
+void Trainer::open_records(const std::string& resume, int64_t resumed_step) {
+  if (groups_.rank() != 0) return;
+  std::ofstream(run_dir_ + "/config.yaml") << to_yaml(config_);
+  const std::string path = run_dir_ + "/metrics.jsonl";
+  // A fresh run starts the record anew (launch/run_directory.h refused it where that replaces another
+  // run's, unless asked); a resumed one continues it.
+  if (resume.empty()) std::ofstream(path, std::ios::trunc);
+  metrics_ = std::make_unique<MetricsWriter>(
+      path, config_.log.tensorboard ? std::make_unique<TensorBoardWriter>(run_dir_ + "/tensorboard") : nullptr);
+  if (!resume.empty()) metrics_->continue_after(resumed_step);  // 0 when --resume auto found nothing to resume
+}
+
 TrainSummary Trainer::run(const std::string& resume) {
   const auto& t = config_.train;
   const int64_t tokens_per_step = t.global_batch_size * config_.model.seq_len;
@@ -302,15 +312,14 @@ TrainSummary Trainer::run(const std::string& resume) {
   const auto start = Clock::now();
   double timed_seconds = 0.0;  // all steps but the first, which pays for warm-up
   TrainingState state;
-  if (resume.empty()) {
-    checkpointer_->check_fresh_start();
-  } else {
+  if (!resume.empty()) {
     sync_->gather_all();
     if (auto loaded = checkpointer_->load(resume)) state = *loaded;
     sync_->release_all(/*loaded=*/true);
     if (scaler_ && state.loss_scale > 0)
       scaler_->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
   }
+  open_records(resume, state.step);
   const int64_t first_step = state.step + 1;
   if (first_step > t.steps && t.exit_after != state.step) {
     info0("nothing to do: the run is already at step {} of train.steps = {} (raise train.steps to train further)",
@@ -320,7 +329,8 @@ TrainSummary Trainer::run(const std::string& resume) {
   const bool checkpointing = !config_.checkpoint.dir.empty();
   if (checkpointing) install_stop_handlers();
   summary.last_step = state.step;
-  if (t.exit_after == state.step) {  // e.g. exit_after 0: save the initial state
+  std::optional<std::pair<int64_t, double>> last_save_ms;  // step, ms: goes into the next step's row
+  if (t.exit_after == state.step) {                        // e.g. exit_after 0: save the initial state
     save_checkpoint(state, {});
     summary.stopped_early = true;
   }
@@ -381,12 +391,6 @@ TrainSummary Trainer::run(const std::string& resume) {
     const bool save_due =
         stop || step == t.exit_after ||
         (config_.checkpoint.interval > 0 && (step % config_.checkpoint.interval == 0 || step == t.steps));
-    if (save_due && !guard_.diverged()) {
-      // The time the step loop stood still for the save: all of it, or the copy to host memory with checkpoint.async.
-      const auto save_start = Clock::now();
-      save_if_trusted(step, consumed);
-      extra["checkpoint_ms"] = seconds_since(save_start) * 1000.0;
-    }
     stragglers_.add_step(step_s, groups_.stats()->blocked_seconds());
     const bool log_step = step == 1 || step % config_.log.interval == 0 || step == t.steps;
     log_epochs(step, consumed);
@@ -406,7 +410,19 @@ TrainSummary Trainer::run(const std::string& resume) {
     }
     // The first step's time is mostly warm-up: reports start from the next log line.
     if (log_step && step > first_step) extra["step_time"] = stragglers_.report(groups_.world_comm());
+    if (last_save_ms) {  // the previous save's time: its step's row was written before it
+      extra["checkpoint_ms"] = last_save_ms->second;
+      extra["checkpoint_step"] = last_save_ms->first;
+      last_save_ms.reset();
+    }
     write_metrics(step, result, lr, grad_norm, step_s, consumed, used_scale, skipped, memory, extra);
+    // The row first, then the checkpoint: a checkpoint never exists without its step's row.
+    if (save_due && !guard_.diverged()) {
+      // The time the step loop stood still for the save: all of it, or the copy to host memory with checkpoint.async.
+      const auto save_start = Clock::now();
+      save_if_trusted(step, consumed);
+      last_save_ms = std::make_pair(step, seconds_since(save_start) * 1000.0);
+    }
     if (log_step) {
       log_progress(config_, step, result.loss, lr, grad_norm, step_s, mean_step_s);
     }

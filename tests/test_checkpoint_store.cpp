@@ -208,13 +208,33 @@ TEST_CASE("checkpoint store: publishing keeps the newest KEEP, newest first, and
   CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{300, 200});
   CHECK_FALSE(fs::exists(fs::path(dir) / "step_00000100"));
   CHECK(read_bytes(fs::path(dir) / "latest") == "step_00000300\n");
-  // An older save of the same step (a resumed run reaching it again) is replaced.
+  // An older save of the same step (a resumed run reaching it again) is replaced, and set aside.
   SavedTensors again;
   again.b = torch::tensor({0.0f, 1.0f, 2.0f});
   const auto path = save(dir, 300, again, 2);
   CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{300, 200});
   CHECK(torch::equal(*read_tensor_slice(path, read_manifest(path), "b", -1, 0, 0), again.b));
   CHECK(verify_checkpoint(path).empty());
+  CHECK(fs::exists(fs::path(dir) / "step_00000300.replaced" / "manifest.json"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint directory: a folder without a manifest is listed as unreadable and never deleted",
+          "[checkpoint_store]") {
+  const auto dir = test::temp_dir("ckpt_unreadable");
+  SavedTensors t;
+  for (int64_t step : {10, 20}) save(dir, step, t, 1);
+  CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{20});
+  save(dir, 30, t, 1);
+  fs::remove(fs::path(dir) / "step_00000030" / "manifest.json");
+  CHECK(list_checkpoints(dir).empty());
+  CHECK(unreadable_checkpoints(dir) == std::vector<std::string>{(fs::path(dir) / "step_00000030").string()});
+  // Retention counts checkpoints only; a save of the same step moves the folder out of its way.
+  save(dir, 40, t, 1);
+  CHECK(fs::exists(fs::path(dir) / "step_00000030" / "rank_00000.bin"));
+  save(dir, 30, t, 1);
+  CHECK(fs::exists(fs::path(dir) / "step_00000030.unreadable" / "rank_00000.bin"));
+  CHECK(unreadable_checkpoints(dir).empty());
   fs::remove_all(dir);
 }
 

@@ -182,5 +182,23 @@ TEST_CASE("safetensors: malformed files are refused naming the file", "[safetens
   SECTION("entry without a shape") {
     refused(file_of(R"({"a":{"dtype":"F32","data_offsets":[0,16]}})", four_floats), "'a'");
   }
+  SECTION("two tensors over the same bytes") {
+    refused(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                    R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                    four_floats),
+            "tensor 'b' has a byte range that overlaps tensor 'a'");
+  }
+  SECTION("a negative or overflowing shape") {
+    refused(file_of(R"({"a":{"dtype":"F32","shape":[-1,-4],"data_offsets":[0,16]}})", four_floats), "'a'");
+    refused(file_of(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", four_floats),
+            "'a' has a shape larger than the file");
+  }
+  SECTION("tensors side by side are read") {
+    write_bytes(path, file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                              R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                              four_floats));
+    const auto tensors = read_safetensors(path);
+    CHECK(tensors.at("b")[1].item<float>() == 4.0f);
+  }
   fs::remove_all(dir);
 }

@@ -309,3 +309,39 @@ TEST_CASE("metrics: every record written becomes an Event at its step", "[tensor
   CHECK(second.step == 2);
   CHECK(as_map(second.scalars) == std::map<std::string, float>{{"val/loss", 4.0f}});
 }
+
+TEST_CASE("metrics.jsonl: a torn last row is cut on open, and a resume moves the retrained steps' rows aside",
+          "[metrics]") {
+  const auto dir = test::temp_dir("metrics_rows");
+  const std::string path = dir + "/metrics.jsonl";
+  {
+    MetricsWriter metrics(path);
+    for (int64_t step = 1; step <= 5; ++step) metrics.write({{"step", step}, {"loss", 1.0 / step}});
+  }
+  std::ofstream(path, std::ios::app) << R"({"step": 6, "lo)";  // a full disk, or a kill, mid-row
+  auto lines = [](const std::string& file) {
+    std::vector<nlohmann::json> rows;
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));  // throws if torn
+    return rows;
+  };
+  {
+    MetricsWriter metrics(path);
+    CHECK(lines(path).size() == 5);
+    metrics.continue_after(3);  // resumed from step 3: steps 4 and 5 are trained again
+    metrics.write({{"step", 4}, {"loss", 0.3}});
+  }
+  const auto rows = lines(path);
+  REQUIRE(rows.size() == 4);
+  CHECK(rows.back().at("step") == 4);
+  CHECK(rows.back().at("loss") == 0.3);
+  const auto aside = lines(dir + "/metrics.superseded.jsonl");
+  REQUIRE(aside.size() == 2);
+  CHECK(aside.front().at("step") == 4);
+  CHECK(aside.back().at("step") == 5);
+  // A last row with its newline but not JSON is torn too.
+  std::ofstream(path, std::ios::app) << "{\"step\": 5, \n";
+  MetricsWriter again(path);
+  CHECK(lines(path).size() == 4);
+  fs::remove_all(dir);
+}

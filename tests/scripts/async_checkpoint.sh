@@ -20,8 +20,9 @@ python3 "$SCRIPTS/checks.py" steps-agree "$WORK/async" "$WORK/sync" --rtol 0 --f
   fail "an async checkpoint changed the training"
 python3 - "$WORK/async/metrics.jsonl" << 'PY'
 import json, sys
-saved = [r["step"] for r in map(json.loads, open(sys.argv[1])) if "checkpoint_ms" in r]
-assert saved == [5, 10, 15, 20], f"checkpoint_ms at steps {saved}"
+# A save's time goes into the next step's row (the row of its own step is written before it).
+saved = [(r["step"], r["checkpoint_step"]) for r in map(json.loads, open(sys.argv[1])) if "checkpoint_ms" in r]
+assert saved == [(6, 5), (11, 10), (16, 15)], f"checkpoint_ms in rows (step, checkpoint_step) {saved}"
 PY
 run_loom 4 resumed "${ARGS[@]}" --set checkpoint.dir="$WORK/ck_resumed" --resume "$WORK/ck_async/step_00000010" || { cat "$WORK/resumed.log"; fail "resume failed"; }
 echo -n "async checkpoints equal the sync ones byte for byte; resumed from the async step 10: "

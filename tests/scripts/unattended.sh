@@ -3,8 +3,8 @@
 #  1. Divergence: train.lr 1e30 makes the loss NaN; every rank (dp 2 under mpirun) skips the update,
 #     the run stops after train.max_skipped_steps with exit 3 naming the steps, the checkpoint that
 #     could not train is set aside, and --resume auto then trains finite losses equal to an
-#     uninterrupted run's, bit for bit. metrics.jsonl is appended to across the resumes. bf16 and
-#     fp16 stop alike.
+#     uninterrupted run's, bit for bit. metrics.jsonl is continued across the resumes, each step
+#     once: the diverged attempt's rows move to metrics.superseded.jsonl. bf16 and fp16 stop alike.
 #  2. keep 1 with a corrupt newest checkpoint: it is set aside, the run falls back, and the next
 #     --resume auto continues the new checkpoints instead of starting from scratch.
 #  3. A rollback (--resume .../step_9 while step_12 exists): step_12 is set aside as abandoned and
@@ -12,8 +12,8 @@
 #  4. An edited manifest (one byte offset, a removed key) is refused naming manifest.json, exit 2,
 #     and --resume auto falls back.
 #  5. A second job in a run directory or checkpoint.dir in use exits 2 naming the holder's host and
-#     pid; a dead holder's lock is taken over with a warning. A fresh run refuses a checkpoint.dir
-#     that holds checkpoints; --resume auto of a finished run says there is nothing to do.
+#     pid; a dead holder's lock is taken over with a warning. A fresh run refuses a run directory
+#     with another run's metrics (unless --overwrite-run-dir) and a checkpoint.dir that holds checkpoints; --resume auto of a finished run says there is nothing to do.
 #  6. A metrics write that fails (a full disk) is an error naming the file.
 source "$(dirname "$0")/common.sh"
 STEPS=(--set train.steps=20 --set train.warmup_steps=2)
@@ -40,7 +40,13 @@ grep -q "rank 1.*step 14: loss .*not finite; the update is skipped" "$WORK/div.l
   { ls -R "$WORK/ck_div"; fail "after the divergence: step_9 set aside, step_8 kept, verified and latest"; }
 must_train 2 div --set checkpoint.dir="$WORK/ck_div" --set checkpoint.keep=1 --resume auto
 grep -q "resumed from .*step_00000008 at step 8" "$WORK/div.log" || { cat "$WORK/div.log"; fail "did not resume at step 8"; }
-[ "$(lines "$WORK/div/metrics.jsonl")" = $((8 + 6 + 12)) ] || fail "metrics.jsonl should hold 8 + 6 + 12 records"
+[ "$(lines "$WORK/div/metrics.jsonl")" = 20 ] && [ "$(lines "$WORK/div/metrics.superseded.jsonl")" = 6 ] ||
+  fail "metrics.jsonl should hold steps 1-20 once, and the diverged attempt's 6 rows be in metrics.superseded.jsonl"
+python3 - "$WORK/div/metrics.jsonl" << 'EOF'
+import json, sys
+steps = [json.loads(line)["step"] for line in open(sys.argv[1])]
+assert steps == list(range(1, 21)), f"steps in metrics.jsonl: {steps}"
+EOF
 echo -n "diverged at lr 1e30, stopped with exit 3 at step 14, resumed from step 8: "
 python3 "$SCRIPTS/checks.py" steps-agree "$WORK/div" "$WORK/straight" --rtol 0 --first 1 --same-samples ||
   fail "the resumed run's losses differ from the uninterrupted run's"
@@ -122,9 +128,12 @@ train 1 busy_ck --set checkpoint.dir="$WORK/ck_busy" || code=$?
 expect_code 2 busy_ck "checkpoint.dir '$WORK/ck_busy' is in use by another loom job (host $(hostname), pid $holder)" $code
 kill -KILL "$holder"
 wait "$holder" 2> /dev/null || true
-must_train 1 busy
-grep -q "taking over the lock of run directory '$WORK/busy' left by process $holder, no longer running" "$WORK/busy.log" ||
+code=0
+train 1 busy || code=$?
+expect_code 2 busy "run directory '$WORK/busy' holds another run's metrics.jsonl, which a fresh run would replace" $code
+grep -q "taking over the lock .* of run directory '$WORK/busy' left by process $holder, no longer running" "$WORK/busy.log" ||
   { cat "$WORK/busy.log"; fail "the dead holder's lock was not taken over"; }
+must_train 1 busy --overwrite-run-dir
 [ ! -e "$WORK/busy/.loom-run.lock" ] || fail "a finished run should release its lock"
 code=0
 train 1 fresh_on_old --set checkpoint.dir="$WORK/ck_roll" || code=$?

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Nothing a user saved is touched by a run that is refused, and a checkpoint never exists without
+# its step's metrics row (issue: operations). Each case: the command, its exit code and message,
+# and what must be on disk after.
+#  1. A fresh run refused because checkpoint.dir holds checkpoints leaves the run directory's
+#     metrics.jsonl, config.yaml and TensorBoard files byte for byte (and a new run directory empty).
+#  2. A fresh run into a run directory that holds another run's metrics is refused (exit 2), unless
+#     --overwrite-run-dir.
+#  3. Killed halfway through the checkpoint of step 4: step 4's row is in metrics.jsonl; --resume auto
+#     continues from step 2 and every step appears once, the dead attempt's rows 3-4 in
+#     metrics.superseded.jsonl.
+#  4. A torn last row is cut on --resume (the log names metrics.jsonl); every row is JSON after.
+#  5. An empty lock file (a crash as it was taken) is taken over with a warning naming it.
+#  6. A checkpoint folder without manifest.json is set aside, never deleted; when no checkpoint is
+#     left --resume auto refuses (exit 2) naming what it set aside.
+source "$(dirname "$0")/common.sh"
+ARGS=(--set train.steps=6 --set train.warmup_steps=1 --set log.tensorboard=true)
+train() { local name="$1"; shift; "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${ARGS[@]}" "$@" > "$WORK/$name.log" 2>&1; }
+must_train() { train "$@" || { cat "$WORK/$1.log"; fail "run $1 failed"; }; }
+expect() {  # expect CODE LOG PATTERN ACTUAL_CODE
+  [ "$4" = "$1" ] && grep -q -- "$3" "$WORK/$2.log" || { cat "$WORK/$2.log"; fail "$2: exit $4, expected $1 and '$3'"; }
+}
+digest() { (cd "$1" && find . -type f ! -name '.loom-*' -print0 | sort -z | xargs -0 sha256sum); }
+rows() { python3 -c 'import json, sys; print(" ".join(str(json.loads(l)["step"]) for l in open(sys.argv[1])))' "$1"; }
+
+# 1.
+must_train first --set checkpoint.dir="$WORK/ck" --set checkpoint.interval=2
+before=$(digest "$WORK/first")
+code=0
+train first --set checkpoint.dir="$WORK/ck" --overwrite-run-dir || code=$?
+expect 2 first "checkpoint.dir '$WORK/ck' already holds checkpoints (the newest step_00000006)" $code
+[ "$(digest "$WORK/first")" = "$before" ] || fail "a refused run changed its run directory"
+code=0
+train other --set checkpoint.dir="$WORK/ck" || code=$?
+expect 2 other "already holds checkpoints" $code
+[ -z "$(ls -A "$WORK/other")" ] || { ls -la "$WORK/other"; fail "a refused run wrote into a new run directory"; }
+echo "1. refused for checkpoint.dir: the run directory is byte for byte what it was"
+
+# 2.
+code=0
+train first || code=$?
+expect 2 first "run directory '$WORK/first' holds another run's metrics.jsonl, which a fresh run would replace" $code
+[ "$(digest "$WORK/first")" = "$before" ] || fail "a refused run changed its run directory"
+must_train first --overwrite-run-dir --set train.steps=3
+[ "$(rows "$WORK/first/metrics.jsonl")" = "1 2 3" ] || fail "--overwrite-run-dir should start metrics.jsonl anew"
+echo "2. a used run directory refused, then started anew with --overwrite-run-dir"
+
+# 3.
+code=0
+train killed --set checkpoint.dir="$WORK/ck_kill" --set checkpoint.interval=2 --inject-fault 0:4:kill_in_save || code=$?
+[ "$code" != 0 ] || fail "the kill in the save of step 4 did not happen"
+[ "$(rows "$WORK/killed/metrics.jsonl")" = "1 2 3 4" ] || fail "step 4's row must precede its checkpoint"
+must_train killed --set checkpoint.dir="$WORK/ck_kill" --set checkpoint.interval=2 --resume auto
+grep -q "resumed from .*step_00000002 at step 2" "$WORK/killed.log" || { cat "$WORK/killed.log"; fail "not resumed at 2"; }
+[ "$(rows "$WORK/killed/metrics.jsonl")" = "1 2 3 4 5 6" ] || fail "each step once: $(rows "$WORK/killed/metrics.jsonl")"
+[ "$(rows "$WORK/killed/metrics.superseded.jsonl")" = "3 4" ] || fail "the dead attempt's rows 3-4 should be set aside"
+grep -q '"checkpoint_step":4' "$WORK/killed/metrics.jsonl" || fail "a save's time goes into the next row"
+echo "3. the row of step 4 was written before its checkpoint; resumed, each step once"
+
+# 4.
+printf '{"step": 7, "loss": 2.' >> "$WORK/killed/metrics.jsonl"
+must_train killed --set checkpoint.dir="$WORK/ck_kill" --set train.steps=8 --resume auto
+grep -q "metrics.jsonl was cut back to its last whole row" "$WORK/killed.log" || { cat "$WORK/killed.log"; fail "no cut logged"; }
+[ "$(rows "$WORK/killed/metrics.jsonl")" = "1 2 3 4 5 6 7 8" ] || fail "after the cut: $(rows "$WORK/killed/metrics.jsonl")"
+echo "4. a torn row cut on resume"
+
+# 5.
+mkdir -p "$WORK/locked" && : > "$WORK/locked/.loom-run.lock"
+must_train locked
+grep -q "taking over the lock $WORK/locked/.loom-run.lock of run directory '$WORK/locked' left by no owner it names" \
+  "$WORK/locked.log" || { cat "$WORK/locked.log"; fail "an empty lock should be taken over with a warning"; }
+echo "5. an empty lock taken over, named"
+
+# 6.
+must_train nomanifest --set checkpoint.dir="$WORK/ck_nm" --set checkpoint.interval=2 --set checkpoint.keep=2 --set train.exit_after=4
+rm "$WORK/ck_nm/step_00000004/manifest.json"
+must_train nomanifest --set checkpoint.dir="$WORK/ck_nm" --set checkpoint.keep=2 --resume auto
+grep -q "refusing checkpoint $WORK/ck_nm/step_00000004: it has no manifest.json; set aside as $WORK/ck_nm/step_00000004.corrupt" \
+  "$WORK/nomanifest.log" && grep -q "resumed from .*step_00000002 at step 2" "$WORK/nomanifest.log" ||
+  { cat "$WORK/nomanifest.log"; fail "the folder without a manifest: not set aside, or no fallback"; }
+[ -f "$WORK/ck_nm/step_00000004.corrupt/rank_00000.bin" ] || fail "its shards must stay"
+must_train keep1 --set checkpoint.dir="$WORK/ck_k1" --set checkpoint.interval=2 --set checkpoint.keep=1 --set train.exit_after=4
+rm "$WORK"/ck_k1/step_*/manifest.json  # step 4, and step 2 which keep 1 kept as the newest verified
+code=0
+train keep1 --set checkpoint.dir="$WORK/ck_k1" --set checkpoint.keep=1 --resume auto || code=$?
+expect 2 keep1 "--resume auto: checkpoint.dir '$WORK/ck_k1' holds no usable checkpoint: .*step_00000004.corrupt" $code
+[ -f "$WORK/ck_k1/step_00000004.corrupt/rank_00000.bin" ] || fail "its shards must stay"
+[ "$(rows "$WORK/keep1/metrics.jsonl")" = "1 2 3 4" ] || fail "a refused resume changed metrics.jsonl"
+echo "6. a folder without a manifest set aside; with nothing usable --resume auto refuses"
+echo "run_dir_safety: ok"
