@@ -1,19 +1,23 @@
-"""The PyTorch side of loom's benchmark: a plain, idiomatic training script of
-the same GPT (GPT-2 architecture: learned positions, pre-LayerNorm blocks,
-causal attention, tanh-GELU MLP, tied output layer), the same AdamW (matrices
-decayed, betas 0.9/0.95), gradient clipping at 1.0 and warm-up + cosine
-learning rate, on random tokens. One process, or data parallel with
-DistributedDataParallel on gloo under torchrun. On a GPU (--device cuda) it is
-what a PyTorch 2.x user would write: bf16 autocast (--precision bf16),
-scaled_dot_product_attention, the fused AdamW, NCCL for DDP.
+"""The PyTorch side of loom's benchmark: a plain training script of the same GPT
+(GPT-2 architecture: learned positions, pre-LayerNorm blocks, causal attention,
+tanh-GELU MLP, tied output layer) as PyTorch 2.x code is written: attention
+through scaled_dot_product_attention, the fused AdamW (matrices decayed, betas
+0.9/0.95), gradient clipping at 1.0 and loom's warm-up + cosine learning rate
+(optim/lr_schedule.cpp), on random tokens. Eager, or with --compile the same
+model through torch.compile. One process, or data parallel with
+DistributedDataParallel on gloo under torchrun. On a GPU (--device cuda): bf16
+autocast (--precision bf16), NCCL for DDP.
 
-Prints one JSON line: tokens/s per step (whole job), and the median after warm-up.
+Prints one JSON line: tokens/s per step (whole job), the median after warm-up,
+each step's loss, the parameter count, and the peak RSS
+(getrusage(RUSAGE_SELF).ru_maxrss, the largest over the ranks).
 """
 import argparse
 import contextlib
 import json
 import math
 import os
+import resource
 import statistics
 import time
 
@@ -23,14 +27,14 @@ import torch.nn.functional as F
 
 
 class Block(nn.Module):
-    def __init__(self, hidden, heads, seq_len, fused_attention):
+    def __init__(self, hidden, heads, seq_len, fused_attention, eps=1e-5):
         super().__init__()
         self.heads = heads
         self.fused_attention = fused_attention
-        self.ln_1 = nn.LayerNorm(hidden)
+        self.ln_1 = nn.LayerNorm(hidden, eps=eps)
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.proj = nn.Linear(hidden, hidden)
-        self.ln_2 = nn.LayerNorm(hidden)
+        self.ln_2 = nn.LayerNorm(hidden, eps=eps)
         self.fc = nn.Linear(hidden, 4 * hidden)
         self.fc_proj = nn.Linear(4 * hidden, hidden)
         # A plain attribute, not a buffer: DDP would broadcast buffers, and gloo has no bool.
@@ -52,12 +56,12 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, seq_len, hidden, heads, layers, fused_attention=False):
+    def __init__(self, vocab, seq_len, hidden, heads, layers, fused_attention=False, eps=1e-5):
         super().__init__()
         self.wte = nn.Embedding(vocab, hidden)
         self.wpe = nn.Parameter(torch.zeros(seq_len, hidden))
-        self.blocks = nn.ModuleList(Block(hidden, heads, seq_len, fused_attention) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(hidden)
+        self.blocks = nn.ModuleList(Block(hidden, heads, seq_len, fused_attention, eps) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(hidden, eps=eps)
         for p in self.parameters():
             if p.dim() >= 2:
                 nn.init.normal_(p, std=0.02)
@@ -71,24 +75,66 @@ class GPT(nn.Module):
 
 
 def add_training_arguments(parser):
-    """The arguments every reference script takes: the shape of the run, threads, device, precision."""
+    """The arguments every reference script takes: the shape of the run, the optimizer and its
+    schedule (loom's keys in brackets; bench/run.py passes loom's resolved config), threads,
+    device, precision."""
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--hidden", type=int, default=384)
     parser.add_argument("--heads", type=int, default=6)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--vocab", type=int, default=256)
+    parser.add_argument("--norm-eps", type=float, default=1e-5)
     parser.add_argument("--global-batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup-steps", type=int, default=5, help="steps left out of the median")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--warmup-steps", type=int, default=5, help="steps left out of the median (not the lr's)")
+    parser.add_argument("--lr", type=float, default=3e-4, help="train.lr")
+    parser.add_argument("--min-lr", type=float, default=3e-5, help="train.min_lr")
+    parser.add_argument("--lr-warmup-steps", type=int, default=2, help="train.warmup_steps")
+    parser.add_argument("--weight-decay", type=float, default=0.1, help="train.weight_decay (matrices only)")
+    parser.add_argument("--adam-beta1", type=float, default=0.9)
+    parser.add_argument("--adam-beta2", type=float, default=0.95)
+    parser.add_argument("--adam-eps", type=float, default=1e-8)
+    parser.add_argument("--grad-clip", type=float, default=1.0, help="train.grad_clip; 0: none")
+    parser.add_argument("--adamw", choices=["fused", "default"], default="fused",
+                        help="fused: AdamW(fused=True), one kernel over all tensors (CPU since torch 2.4); "
+                             "default: AdamW's own choice (a loop over tensors on CPU)")
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (MKL's and ATen's one pool)")
     parser.add_argument("--micro-batch", type=int, default=0, help="per rank; 0: the whole share of the batch")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--compile", action="store_true", help="train torch.compile(model) (DDP's model under torchrun)")
+    parser.add_argument("--manual-attention", action="store_true",
+                        help="attention as matmul, mask, softmax, matmul instead of scaled_dot_product_attention")
+
+
+def loom_lr(step, args):
+    """loom's schedule (optim/lr_schedule.cpp): linear warm-up over train.warmup_steps, then cosine
+    from lr to min_lr over the remaining steps, the last step at min_lr."""
+    if step < args.lr_warmup_steps:
+        return args.lr * (step + 1) / args.lr_warmup_steps
+    decay_steps = max(1, args.steps - 1 - args.lr_warmup_steps)
+    progress = min(1.0, (step - args.lr_warmup_steps) / decay_steps)
+    return args.min_lr + 0.5 * (args.lr - args.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def peak_rss_bytes():
+    """This process's peak resident set size so far (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def graphs_compiled():
+    """How many graphs torch.compile has made in this process (0 before any)."""
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # noqa: BLE001 - only a diagnostic
+        return -1
 
 
 def train(args, build_model):
     """Trains build_model(fused_attention) as loom trains its models and prints the result line."""
     torch.set_num_threads(args.threads)
+    rss_at_start = peak_rss_bytes()  # the interpreter and torch, before the model
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     cuda = args.device == "cuda"
@@ -98,26 +144,33 @@ def train(args, build_model):
     if world > 1:
         torch.distributed.init_process_group("nccl" if cuda else "gloo")
     torch.manual_seed(1234)
-    fused_attention = cuda and hasattr(F, "scaled_dot_product_attention")
+    fused_attention = hasattr(F, "scaled_dot_product_attention") and not args.manual_attention
     model = build_model(fused_attention).to(device)
+    parameters = sum(p.numel() for p in model.parameters())  # unique: a tied weight counts once
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=3e-4, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if cuda else {}))
-    warmup = 2
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: (s + 1) / warmup if s < warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * s / args.steps)))
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_eps,
+        **({"fused": True} if args.adamw == "fused" else {}))
+    # LambdaLR multiplies the base lr (args.lr) by the factor: loom's lr at each step.
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: loom_lr(s, args) / args.lr)
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
+    if args.compile:
+        model = torch.compile(model)
     batch = args.global_batch // world
     micro = args.micro_batch or batch
     generator = torch.Generator().manual_seed(rank)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
-    rates = []
+    rates, losses, graphs_after_warmup = [], [], 0
     for step in range(args.steps):
+        if step == args.warmup_steps:
+            graphs_after_warmup = graphs_compiled()
         start = time.perf_counter()
         data = torch.randint(args.vocab, (batch, args.seq_len + 1), generator=generator).to(device)
         optimizer.zero_grad(set_to_none=True)
+        step_loss = 0.0
         for first in range(0, batch, micro):
             piece = data[first:first + micro]
             # DDP reduces gradients on the last micro-batch only.
@@ -125,18 +178,34 @@ def train(args, build_model):
             with autocast, (model.no_sync() if world > 1 and not last else contextlib.nullcontext()):
                 loss = model(piece[:, :-1], piece[:, 1:]) * (piece.size(0) / batch)
             loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            step_loss += loss.item()
+        if args.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
         optimizer.step()
         schedule.step()
-        loss.item()
         if cuda:
             torch.cuda.synchronize()
         rates.append(args.global_batch * args.seq_len / (time.perf_counter() - start))
+        losses.append(step_loss)
+    peak = torch.tensor([peak_rss_bytes(), rss_at_start], dtype=torch.int64)
+    if world > 1:
+        torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX)
     if rank == 0:
-        result = {"side": "pytorch", "world": world, "device": args.device, "precision": args.precision,
-                  "tokens_per_s": rates, "median_tokens_per_s": statistics.median(rates[args.warmup_steps:])}
+        timed = rates[args.warmup_steps:] or rates
+        result = {"side": "pytorch", "torch_version": torch.__version__, "world": world, "device": args.device,
+                  "precision": args.precision, "compile": args.compile, "threads": torch.get_num_threads(),
+                  "attention": "sdpa" if fused_attention else "manual", "adamw": args.adamw,
+                  "parameters": parameters, "tokens_per_s": rates, "median_tokens_per_s": statistics.median(timed),
+                  "losses": losses, "peak_rss_bytes": int(peak[0]), "rss_at_start_bytes": int(peak[1])}
+        if args.compile:
+            # The first step's time beyond a timed step's is (mostly) compilation; graphs made after
+            # the warm-up steps would mean a recompilation inside the timed steps.
+            result["first_step_s"] = args.global_batch * args.seq_len / rates[0]
+            result["graphs_compiled"] = graphs_compiled()
+            result["graphs_compiled_after_warmup"] = (result["graphs_compiled"] - graphs_after_warmup
+                                                      if args.warmup_steps < args.steps else 0)
         if cuda:
-            result.update(torch_version=torch.__version__, gpu=torch.cuda.get_device_name(device),
+            result.update(gpu=torch.cuda.get_device_name(device),
                           max_memory_gib=torch.cuda.max_memory_allocated(device) / 2**30)
         print(json.dumps(result))
     if world > 1:
@@ -148,7 +217,7 @@ def main():
     add_training_arguments(parser)
     args = parser.parse_args()
     train(args, lambda fused_attention: GPT(args.vocab, args.seq_len, args.hidden, args.heads, args.layers,
-                                            fused_attention))
+                                            fused_attention, args.norm_eps))
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 written as Hugging Face's modeling_llama writes it (RMSNorm in fp32, separate
 q/k/v/o projections without biases, rotate-half rotary embeddings from an
 inv_freq table, repeat_kv for grouped-query attention, down(silu(gate) * up),
-an untied lm_head, or with --tie-embeddings the embedding's as Llama 3.2 1B does), trained by the same loop as bench/reference_gpt.py: the
-same AdamW groups, clipping, schedule, threads and result line.
+an untied lm_head, or with --tie-embeddings the embedding's as Llama 3.2 1B does;
+attention through scaled_dot_product_attention after repeat_kv, as its "sdpa"
+path does), trained by the same loop as bench/reference_gpt.py: the same AdamW
+groups, clipping, schedule, threads, --compile and result line.
 """
 import argparse
 import math
@@ -128,7 +130,6 @@ def main():
     parser.add_argument("--kv-heads", type=int, default=3)
     parser.add_argument("--ffn", type=int, default=1024)
     parser.add_argument("--rope-theta", type=float, default=10000.0)
-    parser.add_argument("--norm-eps", type=float, default=1e-5)
     parser.add_argument("--tie-embeddings", action="store_true", help="the output layer shares the embedding")
     args = parser.parse_args()
     train(args, lambda fused_attention: Llama(args.vocab, args.seq_len, args.hidden, args.heads, args.kv_heads,

@@ -42,11 +42,15 @@ args = ["bench/reference_llama.py" if llama else "bench/reference_gpt.py"]
 for flag, key in [("--layers", "model.num_layers"), ("--hidden", "model.hidden_size"), ("--heads", "model.num_heads"),
                   ("--seq-len", "model.seq_len"), ("--vocab", "model.vocab_size"),
                   ("--global-batch", "train.global_batch_size"), ("--micro-batch", "train.micro_batch_size"),
-                  ("--steps", "train.steps")]:
+                  ("--steps", "train.steps"), ("--norm-eps", "model.norm_eps"), ("--lr", "train.lr"),
+                  ("--min-lr", "train.min_lr"), ("--lr-warmup-steps", "train.warmup_steps"),
+                  ("--weight-decay", "train.weight_decay"), ("--adam-beta1", "train.adam_beta1"),
+                  ("--adam-beta2", "train.adam_beta2"), ("--adam-eps", "train.adam_eps"),
+                  ("--grad-clip", "train.grad_clip")]:
     args += [flag, c[key]]
 if llama:
     for flag, key in [("--kv-heads", "model.num_kv_heads"), ("--ffn", "model.ffn_hidden_size"),
-                      ("--rope-theta", "model.rope_theta"), ("--norm-eps", "model.norm_eps")]:
+                      ("--rope-theta", "model.rope_theta")]:
         args += [flag, c[key]]
     if c.get("model.tie_embeddings") == "true":
         args.append("--tie-embeddings")
