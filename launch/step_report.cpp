@@ -43,8 +43,8 @@ void log_job_start(const Config& config, const parallel::LaunchEnv& env, int thr
                    const torch::Device& device) {
   const auto& p = config.parallel;
   const std::string spin = blas_spin_setting();
-  info0("{} ranks ({} launch) | tp={} pp={} dp={} ep={} | {} threads per rank{} | run dir {}", env.world(),
-        env.info().launcher, p.tp, p.pp, p.dp, p.ep, threads, spin.empty() ? "" : " (" + spin + ")", run_dir);
+  info0("{} ranks ({} launch) | tp={} pp={} dp={} cp={} ep={} | {} threads per rank{} | run dir {}", env.world(),
+        env.info().launcher, p.tp, p.pp, p.dp, p.cp, p.ep, threads, spin.empty() ? "" : " (" + spin + ")", run_dir);
   if (env.world() > 1) {
     info0("rendezvous: TCPStore at {}:{}, served by {}", env.info().master_addr, env.info().master_port,
           env.info().agent_store ? "torchrun's agent" : "rank 0");

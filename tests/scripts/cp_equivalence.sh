@@ -63,6 +63,8 @@ all 2 cp2_a2a_recompute_full parallel.cp=2 parallel.cp_comm=a2a train.recompute=
 LAYOUTS
 done
 
+grep -q "| tp=1 pp=1 dp=1 cp=2 ep=1 |" "$WORK/gpt_cp2.log" || { head -3 "$WORK/gpt_cp2.log"; fail "the banner should show cp"; }
+
 # Mixture of Experts: the auxiliary losses' statistics summed over cp (whole sequences), large
 # coefficients so a wrong share of their gradient would show; runs agree up to a routing near-tie flip.
 MOE=(--set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.aux_loss_coeff=1.0 --set model.moe.z_loss_coeff=0.1)

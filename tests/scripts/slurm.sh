@@ -40,7 +40,7 @@ expect_line() {  # expect_line NAME PATTERN: $WORK/NAME.log has a line matching 
 
 # 1. srun against mpirun, the same layout.
 must srun "${SRUN[@]}" -n 4 "$LOOM" train "$TINY" --run-dir "$WORK/srun" "${LAYOUT[@]}"
-expect_line srun "4 ranks (slurm launch) | tp=2 pp=1 dp=2"
+expect_line srun "4 ranks (slurm launch) | tp=2 pp=1 dp=2 cp=1 ep=1"
 expect_line srun "rendezvous: TCPStore at $node:$port, served by rank 0"
 run_loom 4 mpirun "${LAYOUT[@]}" || { cat "$WORK/mpirun.log"; fail "mpirun -np 4"; }
 echo -n "srun -n 4 vs mpirun -np 4 at tp=2 dp=2: "
