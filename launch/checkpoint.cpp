@@ -14,6 +14,7 @@
 #include "core/hf_weights.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
+#include "launch/hf_source.h"
 #include "launch/model_record.h"
 #include "models/gpt_hf.h"
 #include "models/llama_hf.h"
@@ -78,7 +79,12 @@ void load_parameter_slices(const std::vector<parallel::ParallelParameter>& param
 Checkpointer::Checkpointer(const Config& config, parallel::ProcessGroups& groups,
                            const std::vector<parallel::ParallelParameter>& params, optim::Optimizer& optimizer,
                            parallel::TensorParallelRng& rng)
-    : config_(config), groups_(groups), params_(params), optimizer_(optimizer), rng_(rng) {}
+    : config_(config),
+      groups_(groups),
+      params_(params),
+      optimizer_(optimizer),
+      rng_(rng),
+      hf_source_(read_hf_source(config.model.init_from)) {}
 
 // A save whose files are being written: this rank's slices, copied to host memory, and on rank 0 the
 // manifest's header, taken when the state was.
@@ -169,6 +175,7 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
                                                     : parent_;
     header["layout"] = layout_of(config_, groups_.world());
     header["model"] = model_record(config_);
+    if (!hf_source_.is_null()) header["hf_source"] = hf_source_;
   }
   return save;
 }
@@ -416,6 +423,7 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
         "from an uninterrupted run",
         saved_layout.dump(), layout_of(config_, groups_.world()).dump());
   }
+  if (manifest.contains("hf_source")) hf_source_ = manifest.at("hf_source");
   TrainingState state{manifest.at("step").get<int64_t>(), manifest.at("consumed_samples").get<int64_t>()};
   if (manifest.contains("loss_scaler")) {
     try {

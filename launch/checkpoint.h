@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -87,6 +88,7 @@ class Checkpointer {
   std::string parent_;  // the checkpoint the present state was saved as or loaded from; empty: none
   bool parent_verified_ = false;
   std::unique_ptr<PendingSave> pending_;  // checkpoint.async: the save being written
+  nlohmann::json hf_source_;              // launch/hf_source.h: from model.init_from, or the resumed checkpoint
 };
 
 // Reads into each parameter its slice of the whole tensor READ(name, dim,

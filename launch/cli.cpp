@@ -178,8 +178,10 @@ Command add_export(CLI::App& loom) {
   command.add_option("CHECKPOINT", args->checkpoint, "a checkpoint directory (step_N)")->type_name("")->required();
   command
       .add_option("--format", args->format,
-                  "hf-llama (LlamaForCausalLM, or Qwen2ForCausalLM for biases on q, k, v only) or hf-gpt2 "
-                  "(GPT2LMHeadModel)")
+                  "hf: the architecture the model came from (model.init_from's config.json, its fields kept: "
+                  "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM), else GPT-2 or Llama by "
+                  "the model's positions; hf-llama (LlamaForCausalLM, or Qwen2ForCausalLM for biases on q, k, v "
+                  "only) or hf-gpt2 (GPT2LMHeadModel) to choose")
       ->type_name("FORMAT")
       ->capture_default_str();
   command

@@ -58,7 +58,7 @@ int prepare(const PrepareArgs& args);
 
 struct ExportArgs {
   std::string checkpoint;
-  std::string format = "hf-gpt2";
+  std::string format = "hf";
   std::string output;                  // a directory; for hf-gpt2 also FILE.safetensors
   std::string max_shard_size = "5GB";  // transformers' default
 };

@@ -1,6 +1,8 @@
 // loom export: a checkpoint's model as a Hugging Face model directory
-// (config.json and safetensors weights, sharded above --max-shard-size) that
-// transformers' from_pretrained loads, or as one GPT-2 .safetensors file.
+// (config.json, generation_config.json and safetensors weights, sharded above
+// --max-shard-size) that transformers' from_pretrained loads, or as one GPT-2
+// .safetensors file. A model fine-tuned from a Hugging Face directory keeps its
+// architecture and config fields (launch/hf_source.h).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -12,6 +14,7 @@
 #include "core/hf_weights.h"
 #include "core/safetensors.h"
 #include "launch/commands.h"
+#include "launch/hf_source.h"
 #include "launch/model_record.h"
 #include "models/gpt_hf.h"
 #include "models/llama_hf.h"
@@ -27,7 +30,7 @@ bool ends_with(const std::string& text, const std::string& end) {
 
 // What a directory that `loom export` may replace holds: an earlier export, nothing else.
 bool is_export_file(const std::string& name) {
-  return name == "config.json" || name == "model.safetensors.index.json" ||
+  return name == "config.json" || name == "generation_config.json" || name == "model.safetensors.index.json" ||
          (name.rfind("model", 0) == 0 && ends_with(name, ".safetensors"));
 }
 
@@ -60,18 +63,32 @@ void publish_directory(const std::string& output, const std::function<void(const
   fs::remove_all(old);
 }
 
+// The family --format hf writes: the source's (GPT-2 or the Llama family), else what the model's
+// positions say (learned: GPT-2).
+std::string family_of(const Config& config, const nlohmann::json& source) {
+  if (source.is_object() && source.contains("config")) {
+    const auto& architectures = source.at("config").value("architectures", nlohmann::json::array());
+    if (architectures.is_array() && !architectures.empty() && architectures[0] == "GPT2LMHeadModel") return "hf-gpt2";
+    return "hf-llama";
+  }
+  return config.model.position == PositionKind::learned ? "hf-gpt2" : "hf-llama";
+}
+
 }  // namespace
 
 int export_checkpoint(const ExportArgs& args) {
-  if (args.format != "hf-gpt2" && args.format != "hf-llama")
-    throw InputError("--format '" + args.format + "' is not known; use hf-llama or hf-gpt2");
+  if (args.format != "hf" && args.format != "hf-gpt2" && args.format != "hf-llama")
+    throw InputError("--format '" + args.format + "' is not known; use hf, hf-llama or hf-gpt2");
   const int64_t max_shard = parse_byte_size(args.max_shard_size, "--max-shard-size");
   const std::string problem = verify_checkpoint(args.checkpoint);
   if (!problem.empty()) throw InputError("loom export: " + problem);
   const auto manifest = read_manifest(args.checkpoint);
   const Config config = config_of_model_record(manifest.at("model"), args.checkpoint + "/manifest.json");
+  const nlohmann::json source = manifest.value("hf_source", nlohmann::json());
+  const std::string family = args.format == "hf" ? family_of(config, source) : args.format;
   // Refuses, naming the key, a model the format cannot hold, before any tensor is read.
-  const auto hf_config = hf_config_of(config, args.format);
+  const auto hf_config = exported_hf_config(hf_config_of(config, family), source, args.format == "hf");
+  const auto generation_config = exported_generation_config(hf_config, source);
 
   std::map<std::string, torch::Tensor> tensors;
   const std::string prefix = "model/";
@@ -80,8 +97,8 @@ int export_checkpoint(const ExportArgs& args) {
     tensors[name.substr(prefix.size())] = *read_tensor_slice(args.checkpoint, manifest, name, -1, 0, 0);
   }
   const auto& m = config.model;
-  const auto hf = args.format == "hf-llama" ? models::llama_to_hf(tensors, config)
-                                            : models::gpt_to_hf(tensors, m.num_layers, m.num_heads);
+  const auto hf = family == "hf-llama" ? models::llama_to_hf(tensors, config)
+                                       : models::gpt_to_hf(tensors, m.num_layers, m.num_heads);
   // Nothing here depends on the step or the layout: every layout's checkpoint of a model exports the same bytes.
   const std::map<std::string, std::string> metadata{{"format", "pt"}, {"source", "loom"}};
   int64_t parameters = 0;
@@ -89,7 +106,7 @@ int export_checkpoint(const ExportArgs& args) {
   const std::string what = std::to_string(hf.size()) + " tensors, " + std::to_string(parameters) + " parameters, " +
                            hf_config.at("architectures")[0].get<std::string>() + ", from step " +
                            manifest.at("step").dump();
-  if (args.format == "hf-gpt2" && ends_with(args.output, ".safetensors")) {  // the one-file form of earlier versions
+  if (family == "hf-gpt2" && ends_with(args.output, ".safetensors")) {  // the one-file form of earlier versions
     write_safetensors(args.output, hf, metadata);
     std::cout << "wrote " << args.output << ": " << what << "\n";
     return 0;
@@ -99,6 +116,9 @@ int export_checkpoint(const ExportArgs& args) {
     std::ofstream out(fs::path(dir) / "config.json");
     out << hf_config.dump(2) << "\n";
     if (!out.flush()) throw InputError("cannot write '" + dir + "/config.json'");
+    std::ofstream generation(fs::path(dir) / "generation_config.json");
+    generation << generation_config.dump(2) << "\n";
+    if (!generation.flush()) throw InputError("cannot write '" + dir + "/generation_config.json'");
     files = write_hf_weights(dir, hf, max_shard, metadata);
   });
   const std::string weights =

@@ -7,7 +7,7 @@
     hf_models.py loss DIR TEXT --seq-len S --sequences G
         transformers' mean next-token loss on the first G sequences of S + 1 of TEXT's bytes
         (loom's batch 1 on `loom prepare`'s byte dataset in sequential order), printed.
-    hf_models.py compare-loss DIR TEXT RUN... --seq-len S --sequences G [--export EXPORT]
+    hf_models.py compare-loss DIR TEXT [RUN...] --seq-len S --sequences G [--export EXPORT [--same-architecture]]
         that loss against each RUN's first loss (metrics.jsonl) within 1e-5 x max(1, |loss|);
         with --export, EXPORT (a loom export of DIR) loads with from_pretrained with no missing,
         unexpected or mismatched key and gives DIR's logits within 1e-5 on a fixed batch (one
@@ -38,7 +38,7 @@ def make(args):
     else:
         common = dict(vocab_size=s["vocab_size"], hidden_size=s["hidden"], num_hidden_layers=s["layers"],
                       num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"], intermediate_size=s["ffn"],
-                      max_position_embeddings=s["positions"], rms_norm_eps=1e-5)
+                      max_position_embeddings=s["positions"], rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2)
         if args.arch == "llama":
             config = transformers.LlamaConfig(**common, rope_theta=50000.0, tie_word_embeddings=False)
             model = transformers.LlamaForCausalLM(config)
@@ -94,15 +94,32 @@ def compare_loss(args):
         if not difference <= 1e-5 * max(1.0, abs(reference)):
             sys.exit(f"{run}: loom's first loss {loom} differs from transformers' {reference} by {difference:.3e}")
     if args.export:
-        check_export(args.export, args.dir)
+        check_export(args.export, args.dir, args.same_architecture)
 
 
-def check_export(directory, reference):
+# Fields an export keeps from the model it came from (GPT-2's n_positions is cut to the trained length).
+KEPT = ("max_position_embeddings", "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings",
+        "sliding_window", "rope_parameters", "rope_theta", "vocab_size", "hidden_size", "num_key_value_heads")
+
+
+def check_export(directory, reference, same_architecture):
     model, info = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
                                                                    output_loading_info=True)
     problems = {k: v for k, v in info.items() if v}
     if problems:
         sys.exit(f"{directory}: from_pretrained reports {problems}")
+    source = transformers.AutoConfig.from_pretrained(reference).to_dict()
+    exported = transformers.AutoConfig.from_pretrained(directory).to_dict()
+    differ = {k: (source[k], exported.get(k)) for k in KEPT if k in source and exported.get(k) != source[k]}
+    if same_architecture and exported["architectures"] != source["architectures"]:
+        differ["architectures"] = (source["architectures"], exported["architectures"])
+    if differ:
+        sys.exit(f"{directory}: config fields differ from the source's (source, export): {differ}")
+    mine = transformers.GenerationConfig.from_pretrained(directory).to_diff_dict()
+    theirs = transformers.GenerationConfig.from_pretrained(reference).to_diff_dict()
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if mine.get(key) != theirs.get(key):
+            sys.exit(f"{directory}: generation_config.json's {key} is {mine.get(key)}, the source's {theirs.get(key)}")
     model.eval()
     x = torch.arange(2 * 24).reshape(2, 24) * 37 % SHAPE["vocab_size"]
     with torch.no_grad():
@@ -136,8 +153,10 @@ def main():
         p.add_argument("dir")
         p.add_argument("text")
         if name == "compare-loss":
-            p.add_argument("run", nargs="+")
+            p.add_argument("run", nargs="*")
             p.add_argument("--export", help="also check this export of DIR through from_pretrained")
+            p.add_argument("--same-architecture", action="store_true",
+                           help="the export's architectures must be DIR's (loom export --format hf)")
         p.add_argument("--seq-len", type=int, required=True)
         p.add_argument("--sequences", type=int, required=True)
         p.set_defaults(func=fn)

@@ -549,7 +549,7 @@ def hf_llama_layout(args):
     shapes = {k: list(v.shape) for k, v in a.items()}
     assert shapes == expect, f"names and shapes {shapes}, expected {expect}"
     files = sorted(os.listdir(args.export))
-    assert files == sorted(os.listdir(args.round_trip)) == ["config.json", "model.safetensors"], f"files {files}"
+    assert files == sorted(os.listdir(args.round_trip)) == ["config.json", "generation_config.json", "model.safetensors"], f"files {files}"
     _, mismatch, errors = filecmp.cmpfiles(args.export, args.round_trip, files, shallow=False)
     assert not mismatch and not errors, f"export -> init_from -> export changed {mismatch + errors}"
 

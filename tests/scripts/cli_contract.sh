@@ -31,7 +31,7 @@ expect_exit 2 "loom plan: CONFIG.yaml excludes --run" "$LOOM" plan "$TINY" --run
 expect_exit 2 "loom plan: CONFIG.yaml or --run RUN_DIR is required" "$LOOM" plan
 expect_exit 2 "loom export: --output is required" "$LOOM" export "$WORK/nope"
 expect_exit 2 "loom prepare: --output is required" "$LOOM" prepare --input "$WORK/none.txt"
-expect_exit 2 "--format 'onnx' is not known; use hf-llama or hf-gpt2" "$LOOM" export "$WORK/nope" --format onnx --output "$WORK/x.onnx"
+expect_exit 2 "--format 'onnx' is not known; use hf, hf-llama or hf-gpt2" "$LOOM" export "$WORK/nope" --format onnx --output "$WORK/x.onnx"
 # Megatron-LM's names, typed by habit, point at loom's keys.
 expect_exit 2 "--set train_iters=5: unknown key 'train_iters'; did you mean 'train.steps'?" "$LOOM" train "$TINY" --set train_iters=5
 expect_exit 2 "did you mean 'parallel.tp'?" "$LOOM" topology "$TINY" --world 2 --set tensor_model_parallel_size=2

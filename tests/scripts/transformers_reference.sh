@@ -28,14 +28,31 @@ for arch in gpt2 llama mistral qwen2; do
   "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_save" "${BASE[@]}" --set model.init_from="$WORK/$arch" \
     --set checkpoint.dir="$WORK/${arch}_ck" --set train.exit_after=0 > "$WORK/${arch}_save.log" 2>&1 ||
     { cat "$WORK/${arch}_save.log"; fail "$arch: saving the initial state"; }
-  format=hf-llama
-  [ "$arch" = gpt2 ] && format=hf-gpt2
-  "$LOOM" export "$WORK/${arch}_ck/step_00000000" --format "$format" --output "$WORK/${arch}_export" > /dev/null ||
+  # --format hf: the source's architecture and fields (max_position_embeddings 64 though trained at 32,
+  # bos/eos ids, rope settings, sliding_window) and its generation_config.json.
+  "$LOOM" export "$WORK/${arch}_ck/step_00000000" --format hf --output "$WORK/${arch}_export" > /dev/null ||
     fail "$arch: export"
   "${HF[@]}" compare-loss "$WORK/$arch" "$WORK/text.txt" "$WORK/${arch}_one" "$WORK/${arch}_tp2pp2" --seq-len 32 \
-    --sequences 8 --export "$WORK/${arch}_export" ||
-    fail "$arch: loom's first loss differs from transformers', or its export does not load to the same logits"
+    --sequences 8 --export "$WORK/${arch}_export" --same-architecture ||
+    fail "$arch: loom's first loss differs from transformers', or its export does not load to the same logits and fields"
 done
+# An explicit family: the Mistral as LlamaForCausalLM, its fields still kept.
+"$LOOM" export "$WORK/mistral_ck/step_00000000" --format hf-llama --output "$WORK/mistral_as_llama" > /dev/null ||
+  fail "mistral: export as hf-llama"
+grep -q '"LlamaForCausalLM"' "$WORK/mistral_as_llama/config.json" || fail "--format hf-llama should write LlamaForCausalLM"
+"${HF[@]}" compare-loss "$WORK/mistral" "$WORK/text.txt" --seq-len 32 --sequences 8 --export "$WORK/mistral_as_llama" ||
+  fail "mistral exported as hf-llama"
+# A hand-changed reference field fails the check.
+python3 - "$WORK/llama_export/config.json" << 'EOF'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["max_position_embeddings"] = 32
+json.dump(config, open(sys.argv[1], "w"))
+EOF
+if "${HF[@]}" compare-loss "$WORK/llama" "$WORK/text.txt" --seq-len 32 --sequences 8 --export "$WORK/llama_export" \
+  > /dev/null 2>&1; then
+  fail "an export with max_position_embeddings changed by hand passed the check"
+fi
 
 # Greedy generation (temperature 0; loom samples at 1 by default, transformers is greedy): loom's ids equal transformers' generate.
 for arch in gpt2 llama; do

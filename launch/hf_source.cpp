@@ -1,0 +1,63 @@
+#include "launch/hf_source.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/errors.h"
+
+namespace loom::launch {
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) throw InputError("model.init_from: '" + path.string() + "' is not a JSON object");
+  return json;
+}
+
+}  // namespace
+
+nlohmann::json read_hf_source(const std::string& init_from) {
+  std::error_code error;
+  if (init_from.empty() || !fs::is_regular_file(fs::path(init_from) / "config.json", error)) return nullptr;
+  nlohmann::json source = {{"config", read_json(fs::path(init_from) / "config.json")}};
+  const auto generation = fs::path(init_from) / "generation_config.json";
+  if (fs::is_regular_file(generation, error)) source["generation_config"] = read_json(generation);
+  return source;
+}
+
+nlohmann::ordered_json exported_hf_config(const nlohmann::ordered_json& loom_config, const nlohmann::json& source,
+                                          bool keep_architecture) {
+  if (!source.is_object() || !source.contains("config")) return loom_config;
+  const auto& given = source.at("config");
+  const bool learned_positions = loom_config.value("model_type", "") == "gpt2";
+  // loom's keys in loom's order (an export of an export is byte for byte the same), then the source's others.
+  nlohmann::ordered_json out;
+  for (const auto& [key, value] : loom_config.items()) {
+    const bool kept = (keep_architecture && (key == "architectures" || key == "model_type")) ||
+                      (key == "max_position_embeddings" && !learned_positions);
+    // transformers 5 writes rope_theta and the scaling inside rope_parameters; two forms could disagree.
+    if ((key == "rope_theta" || key == "rope_scaling") && given.contains("rope_parameters")) continue;
+    if (key == "torch_dtype" && given.contains("dtype")) continue;  // transformers 5's name, below
+    out[key] = kept && given.contains(key) ? nlohmann::ordered_json(given.at(key)) : value;
+  }
+  for (const auto& [key, value] : given.items()) {
+    if (!out.contains(key)) out[key] = value;
+  }
+  if (out.contains("dtype")) out["dtype"] = "float32";  // the weights written are float32
+  return out;
+}
+
+nlohmann::ordered_json exported_generation_config(const nlohmann::ordered_json& config, const nlohmann::json& source) {
+  if (source.is_object() && source.contains("generation_config")) return source.at("generation_config");
+  nlohmann::ordered_json out = {{"_from_model_config", true}};
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"}) {
+    if (config.contains(key) && !config.at(key).is_null()) out[key] = config.at(key);
+  }
+  if (config.contains("transformers_version")) out["transformers_version"] = config.at("transformers_version");
+  return out;
+}
+
+}  // namespace loom::launch
