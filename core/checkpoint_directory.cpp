@@ -75,7 +75,7 @@ void set_latest(const std::string& dir, const std::string& path) {
   {
     std::ofstream out(temporary, std::ios::trunc);
     out << fs::path(path).filename().string() << "\n";
-    if (!out.flush()) throw std::runtime_error("cannot write '" + temporary.string() + "' (disk full?)");
+    if (!out.flush()) throw EnvironmentError("cannot write '" + temporary.string() + "' (disk full?)");
   }
   fs::rename(temporary, fs::path(dir) / "latest");
   fsync_path(dir);

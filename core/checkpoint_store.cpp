@@ -35,9 +35,9 @@ uint32_t crc_of(const char* data, size_t size, uint32_t crc_before = 0) {
 
 void write_file(const fs::path& path, const char* data, size_t size) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InputError("cannot write checkpoint file '" + path.string() + "'");
+  if (!out) throw EnvironmentError("cannot write checkpoint file '" + path.string() + "'");
   out.write(data, static_cast<std::streamsize>(size));
-  if (!out.flush()) throw InputError("cannot write checkpoint file '" + path.string() + "' (disk full?)");
+  if (!out.flush()) throw EnvironmentError("cannot write checkpoint file '" + path.string() + "' (disk full?)");
   out.close();
   fsync_path(path.string());
 }
@@ -92,7 +92,7 @@ void ShardWriter::add_bytes(const std::string& name, const torch::Tensor& bytes)
 nlohmann::json ShardWriter::finish() {
   const fs::path path = fs::path(directory_) / file_name_;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InputError("cannot write checkpoint file '" + path.string() + "'");
+  if (!out) throw EnvironmentError("cannot write checkpoint file '" + path.string() + "'");
   uint32_t crc = 0;
   for (const auto& piece : pieces_) {
     const auto* data = static_cast<const char*>(piece.data_ptr());
@@ -100,7 +100,7 @@ nlohmann::json ShardWriter::finish() {
     out.write(data, static_cast<std::streamsize>(size));
     crc = crc_of(data, size, crc);
   }
-  if (!out.flush()) throw InputError("cannot write checkpoint file '" + path.string() + "' (disk full?)");
+  if (!out.flush()) throw EnvironmentError("cannot write checkpoint file '" + path.string() + "' (disk full?)");
   out.close();
   fsync_path(path.string());
   pieces_.clear();

@@ -87,11 +87,22 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    const auto documents = YAML::LoadAllFromFile(path);
+    // A second document would be dropped without a word: one config, one document.
+    if (documents.size() > 1) {
+      throw InputError("config file '" + path + "' holds " + std::to_string(documents.size()) +
+                       " YAML documents (separated by ---); loom reads one: merge them, or split them into files");
+    }
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::Exception& e) {
     throw InputError("config file '" + path + "' is not valid YAML: " + e.what());
   }
-  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  // An empty file (or comments only, or /dev/null) would train on built-in defaults: surely not what was meant.
+  if (!root.IsDefined() || root.IsNull()) {
+    throw InputError("config file '" + path +
+                     "' is empty (or holds only comments): it sets nothing; give its sections (model, train, ...), "
+                     "e.g. copy configs/gpt_tiny.yaml");
+  }
   if (!root.IsMap())
     throw InputError("config file '" + path + "' must be a mapping of sections (model, parallel, train, ...)");
 

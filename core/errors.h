@@ -17,6 +17,12 @@ struct DivergenceError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The machine failed the run, not the user: a full disk, a file system error. Exit code 75
+// (EX_TEMPFAIL), which a scheduler may requeue (SLURM's RequeueExit) and never reads as bad input.
+struct EnvironmentError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // A collective failed or timed out: a dead, stuck or diverged peer. Exit code 1.
 struct CommError : std::runtime_error {
   using std::runtime_error::runtime_error;

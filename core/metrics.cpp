@@ -71,8 +71,8 @@ void MetricsWriter::write(const nlohmann::json& record) {
     const std::string why = std::strerror(errno);
     out_.close();
     if (!error) fs::resize_file(path_, size_before, error);
-    throw std::runtime_error("cannot write metrics file '" + path_ + "': " + why +
-                             " (disk full?); the run stops rather than train on unrecorded");
+    throw EnvironmentError("cannot write metrics file '" + path_ + "': " + why +
+                           " (disk full?); the run stops rather than train on unrecorded");
   }
   if (!tensorboard_ || !record.contains("step") || !record.at("step").is_number_integer()) return;
   const auto scalars = scalars_of_record(record);

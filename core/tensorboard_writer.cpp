@@ -130,8 +130,8 @@ void TensorBoardWriter::write_record(const std::string& event) {
   put_little_endian(footer, mask_crc32c(crc32c(event)));
   out_ << header << event << footer;
   if (!out_.flush()) {
-    throw std::runtime_error("cannot write TensorBoard event file '" + path_ + "': " + std::strerror(errno) +
-                             " (disk full?)");
+    throw EnvironmentError("cannot write TensorBoard event file '" + path_ + "': " + std::strerror(errno) +
+                           " (disk full?)");
   }
 }
 

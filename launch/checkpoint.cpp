@@ -109,7 +109,7 @@ void write_rank_files(PendingSave& save, int64_t rank) {
   save.shard.reset();  // the host copy is no longer needed
   std::ofstream part(fs::path(save.temporary) / rank_file(rank, "json"));
   part << written.dump();
-  if (!part.flush()) throw std::runtime_error("cannot write '" + save.temporary + "/" + rank_file(rank, "json") + "'");
+  if (!part.flush()) throw EnvironmentError("cannot write '" + save.temporary + "/" + rank_file(rank, "json") + "'");
   if (save.midway) save.midway();
 }
 
@@ -254,8 +254,8 @@ void Checkpointer::on_world_status(int largest) {
   if (pending_->writer.joinable()) pending_->writer.join();
   if (largest == 2) {
     const std::string where = pending_->status == 2 ? "this rank: " + pending_->error : "another rank (see its error)";
-    throw std::runtime_error("writing checkpoint " + pending_->path + " in the background failed on " + where +
-                             "; the job stops here, and the previous checkpoint stays the newest");
+    throw EnvironmentError("writing checkpoint " + pending_->path + " in the background failed on " + where +
+                           "; the job stops here, and the previous checkpoint stays the newest");
   }
   publish(*pending_);
   pending_.reset();

@@ -26,7 +26,8 @@ namespace {
 
 constexpr const char* kExitCodes =
     "exit codes: 0 success, 2 bad input (config, arguments, data), 3 the run diverged (train.max_skipped_steps\n"
-    "non-finite steps in a row), 1 anything else";
+    "non-finite steps in a row), 75 the machine failed the run (disk full, file system error: requeue), 1 anything\n"
+    "else";
 
 int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min) {
   char* end = nullptr;
@@ -388,6 +389,8 @@ int guarded(Body&& body) {
     die(2, e.what());
   } catch (const DivergenceError& e) {
     die(3, e.what());
+  } catch (const EnvironmentError& e) {
+    die(75, e.what());
   } catch (const c10::Error& e) {
     die(1, e.what_without_backtrace());
   } catch (const std::exception& e) {

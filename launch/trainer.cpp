@@ -140,7 +140,7 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
 std::function<void()> Trainer::save_fault(int64_t step) const {
   if (fault_.rank != groups_.rank() || fault_.step != step) return {};
   if (fault_.kind == "fail_save") {
-    return [] { throw std::runtime_error("injected fault: writing this rank's checkpoint files failed"); };
+    return [] { throw EnvironmentError("injected fault: writing this rank's checkpoint files failed"); };
   }
   if (fault_.kind != "kill_in_save") return {};
   return [] {

@@ -3,7 +3,7 @@
 # memory at the step boundary and written by a background thread while training goes on.
 #  1. At dp 2 x tp 2, the async checkpoints of steps 5, 10, 15, 20 are byte for byte the sync ones (every
 #     rank file and the manifest), training is unchanged, and a resume from one is bit-identical.
-#  2. A background write that fails on one rank stops the job at the next step (exit 1, naming the
+#  2. A background write that fails on one rank stops the job at the next step (exit 75, naming the
 #     checkpoint), and nothing half-written is published.
 source "$(dirname "$0")/common.sh"
 ARGS=(--set train.steps=20 --set parallel.tp=2 --set checkpoint.interval=5 --set checkpoint.keep=10)
@@ -31,8 +31,8 @@ python3 "$SCRIPTS/checks.py" steps-agree "$WORK/resumed" "$WORK/sync" --rtol 0 -
 code=0
 run_loom 4 failed "${ARGS[@]}" --set checkpoint.dir="$WORK/ck_failed" --set checkpoint.async=true \
   --inject-fault 1:10:fail_save || code=$?
-[ "$code" = 1 ] && grep -q "writing checkpoint .*step_00000010 in the background failed on" "$WORK/failed.log" ||
-  { cat "$WORK/failed.log"; fail "a failed background write: exit $code, expected 1 naming the checkpoint"; }
+[ "$code" = 75 ] && grep -q "writing checkpoint .*step_00000010 in the background failed on" "$WORK/failed.log" ||
+  { cat "$WORK/failed.log"; fail "a failed background write: exit $code, expected 75 (an environment failure) naming the checkpoint"; }
 last=$(tail -1 "$WORK/failed/metrics.jsonl" | python3 -c 'import json, sys; print(json.load(sys.stdin)["step"])')
 [ "$last" -le 11 ] || fail "the job went on to step $last after the failed write of step 10"
 [ ! -d "$WORK/ck_failed/step_00000010" ] && [ "$(cat "$WORK/ck_failed/latest")" = step_00000005 ] ||

@@ -14,7 +14,8 @@
 #  5. A second job in a run directory or checkpoint.dir in use exits 2 naming the holder's host and
 #     pid; a dead holder's lock is taken over with a warning. A fresh run refuses a run directory
 #     with another run's metrics (unless --overwrite-run-dir) and a checkpoint.dir that holds checkpoints; --resume auto of a finished run says there is nothing to do.
-#  6. A metrics write that fails (a full disk) is an error naming the file.
+#  6. A write that fails (a full disk: metrics.jsonl, a synchronous checkpoint) exits 75 (EX_TEMPFAIL, an
+#     environment failure a scheduler may requeue) naming the file; the checkpoint leaves the previous one.
 source "$(dirname "$0")/common.sh"
 STEPS=(--set train.steps=20 --set train.warmup_steps=2)
 train() { run_loom "$1" "$2" "${STEPS[@]}" "${@:3}"; }  # train NP NAME [args...]: exits like loom
@@ -148,6 +149,14 @@ mkdir -p "$WORK/full"
 ln -s /dev/full "$WORK/full/metrics.jsonl"
 code=0
 train 1 full --resume auto --set checkpoint.dir="$WORK/ck_full" || code=$?
-expect_code 1 full "cannot write metrics file '$WORK/full/metrics.jsonl': No space left on device" $code
-echo "a full disk stops the run naming metrics.jsonl"
+expect_code 75 full "cannot write metrics file '$WORK/full/metrics.jsonl': No space left on device" $code
+echo "a full disk stops the run naming metrics.jsonl (exit 75)"
+# A synchronous checkpoint whose files cannot be written (the injected fault stands for a full disk).
+must_train 1 ck_full_first --set checkpoint.dir="$WORK/ck_sync_full" --set train.exit_after=2
+code=0
+train 1 ck_full --set checkpoint.dir="$WORK/ck_sync_full" --set checkpoint.interval=2 --set train.exit_after=4 \
+  --resume auto --inject-fault 0:4:fail_save || code=$?
+expect_code 75 ck_full "injected fault: writing this rank's checkpoint files failed" $code
+[ "$(cat "$WORK/ck_sync_full/latest")" = step_00000002 ] || fail "the failed save must leave step 2 the newest"
+echo "a synchronous checkpoint that cannot be written exits 75; step 2 stays the newest"
 echo "unattended: ok"
