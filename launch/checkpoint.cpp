@@ -78,12 +78,13 @@ void load_parameter_slices(const std::vector<parallel::ParallelParameter>& param
 
 Checkpointer::Checkpointer(const Config& config, parallel::ProcessGroups& groups,
                            const std::vector<parallel::ParallelParameter>& params, optim::Optimizer& optimizer,
-                           parallel::TensorParallelRng& rng)
+                           parallel::TensorParallelRng& rng, std::string run_dir)
     : config_(config),
       groups_(groups),
       params_(params),
       optimizer_(optimizer),
       rng_(rng),
+      run_dir_(std::move(run_dir)),
       hf_source_(read_hf_source(config.model.init_from)) {}
 
 // A save whose files are being written: this rank's slices, copied to host memory, and on rank 0 the
@@ -176,6 +177,7 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     header["layout"] = layout_of(config_, groups_.world());
     header["model"] = model_record(config_);
     if (!hf_source_.is_null()) header["hf_source"] = hf_source_;
+    if (!run_dir_.empty()) header["run_dir"] = fs::absolute(run_dir_).lexically_normal().string();
   }
   return save;
 }

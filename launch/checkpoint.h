@@ -34,9 +34,10 @@ struct PendingSave;  // a save whose files are being written (checkpoint.cpp)
 
 class Checkpointer {
  public:
+  // RUN_DIR is recorded in every manifest: a resume without --run-dir continues that directory.
   Checkpointer(const Config& config, parallel::ProcessGroups& groups,
                const std::vector<parallel::ParallelParameter>& params, optim::Optimizer& optimizer,
-               parallel::TensorParallelRng& rng);
+               parallel::TensorParallelRng& rng, std::string run_dir = "");
 
   ~Checkpointer();
 
@@ -88,7 +89,8 @@ class Checkpointer {
   std::string parent_;  // the checkpoint the present state was saved as or loaded from; empty: none
   bool parent_verified_ = false;
   std::unique_ptr<PendingSave> pending_;  // checkpoint.async: the save being written
-  nlohmann::json hf_source_;              // launch/hf_source.h: from model.init_from, or the resumed checkpoint
+  std::string run_dir_;
+  nlohmann::json hf_source_;  // launch/hf_source.h: from model.init_from, or the resumed checkpoint
 };
 
 // Reads into each parameter its slice of the whole tensor READ(name, dim,

@@ -85,14 +85,23 @@ int generate(const GenerateArgs& args) {
   TokenSampler sampler(SamplingOptions{args.temperature, args.top_k, args.top_p, args.seed});
   const auto tokenizer = load_tokenizer(tokenizer_spec(args, model));
   const std::vector<int64_t> prompt = prompt_ids(*tokenizer, args.prompt, config.model.vocab_size);
-  const int64_t positions = static_cast<int64_t>(prompt.size()) + args.max_new_tokens;
-  if (positions > model.max_positions) {
-    throw InputError("--max-new-tokens " + std::to_string(args.max_new_tokens) + ": the prompt's " +
-                     std::to_string(prompt.size()) + " tokens and " + std::to_string(args.max_new_tokens) +
-                     " new ones make " + std::to_string(positions) + " positions, beyond the model's " +
-                     std::to_string(model.max_positions) + (model.hugging_face ? "" : " (model.seq_len)") +
-                     "; ask for at most " + std::to_string(model.max_positions - static_cast<int64_t>(prompt.size())));
+  // The model's positions bound the prompt and the new tokens together (compared without adding: a
+  // --max-new-tokens near 2^63 would overflow the sum).
+  const auto prompt_size = static_cast<int64_t>(prompt.size());
+  const std::string limit = model.hugging_face ? "" : " (model.seq_len)";
+  if (prompt_size >= model.max_positions) {
+    throw InputError("--prompt: it is " + std::to_string(prompt_size) + " tokens, and the model holds " +
+                     std::to_string(model.max_positions) + " positions" + limit +
+                     " for the prompt and the new tokens together; shorten it to at most " +
+                     std::to_string(model.max_positions - 1) + " tokens");
   }
+  if (args.max_new_tokens > model.max_positions - prompt_size) {
+    throw InputError("--max-new-tokens " + std::to_string(args.max_new_tokens) + ": the prompt's " +
+                     std::to_string(prompt_size) + " tokens and " + std::to_string(args.max_new_tokens) +
+                     " new ones make more than the model's " + std::to_string(model.max_positions) + " positions" +
+                     limit + "; ask for at most " + std::to_string(model.max_positions - prompt_size));
+  }
+  const int64_t positions = prompt_size + args.max_new_tokens;
   // A Hugging Face model is built for the positions this run needs (its rotary tables and masks
   // that long), a checkpoint at its own seq_len (its position embeddings are that long).
   if (model.hugging_face) config.model.seq_len = positions;

@@ -2,6 +2,8 @@
 
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/checkpoint_directory.h"
 #include "core/errors.h"
@@ -30,12 +32,35 @@ void create_directory(const std::string& dir, const std::string& what) {
   if (error) throw InputError("cannot create " + what + " '" + dir + "': " + error.message());
 }
 
+// The run directory a resume without --run-dir continues: the one the checkpoint it will resume
+// recorded (a run's curves stay in one place); empty when there is none to read.
+std::string resumed_run_dir(const TrainArgs& args, const Config& config) {
+  std::string checkpoint = args.resume;
+  if (args.resume == "auto") {
+    if (config.checkpoint.dir.empty()) return "";
+    const auto candidates = resume_candidates(config.checkpoint.dir);
+    if (candidates.empty()) return "";
+    checkpoint = candidates.front().path;
+  }
+  std::ifstream in(fs::path(checkpoint) / "manifest.json");
+  const auto manifest = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!manifest.is_object() || !manifest.contains("run_dir") || !manifest.at("run_dir").is_string()) return "";
+  return manifest.at("run_dir").get<std::string>();
+}
+
 // Every start-up check of the directories, and nothing written into them but the locks: a refused
 // run leaves what a user saved as it was (the trainer writes config.yaml and starts metrics.jsonl
 // once the checkpoint, if any, has loaded).
 RunDirectory open_on_rank0(const TrainArgs& args, const Config& config) {
   RunDirectory run;
-  run.path = args.run_dir.empty() ? default_run_dir(args.config_path) : args.run_dir;
+  run.path = args.run_dir;
+  if (run.path.empty() && !args.resume.empty()) {
+    run.path = resumed_run_dir(args, config);
+    if (!run.path.empty()) {
+      log::info("--resume: continuing the run directory {} (the resumed run's); --run-dir chooses another", run.path);
+    }
+  }
+  if (run.path.empty()) run.path = default_run_dir(args.config_path);
   create_directory(run.path, "run directory");
   run.run_lock = DirectoryLock(run.path, "run", "run directory");
   std::error_code error;

@@ -98,7 +98,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                                                    groups_.pp(), activation_shape, precision_.activations, device_);
   schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
   optimizer_ = sync_->make_optimizer(optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
-  checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, sync_->parameters(), *optimizer_, *rng_);
+  checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, sync_->parameters(), *optimizer_, *rng_, run_dir_);
 }
 
 Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scale) {

@@ -78,9 +78,15 @@ gen 1 top1 "$WORK/ck_llama" --temperature 1 --top-k 1 --seed 3
 echo "sampling: seed 7 repeats ($(ids s7a)), at tp 2 too; seeds 7 and 8 differ; top-k 1 is greedy"
 
 GEN=("$LOOM" generate "$WORK/ck_llama" --prompt "$PROMPT")
-expect_exit 2 "make 33 positions, beyond the model's 32 (model.seq_len); ask for at most 17" "${GEN[@]}" --max-new-tokens 18
-expect_exit 2 "make 33 positions, beyond the model's 32;" "$LOOM" generate "$WORK/hf_gpt" --prompt "$PROMPT" \
-  --max-new-tokens 18
+expect_exit 2 "make more than the model's 32 positions (model.seq_len); ask for at most 17" "${GEN[@]}" --max-new-tokens 18
+expect_exit 2 "make more than the model's 32 positions; ask for at most 17" "$LOOM" generate "$WORK/hf_gpt" \
+  --prompt "$PROMPT" --max-new-tokens 18
+expect_exit 2 "--max-new-tokens 9223372036854775807: the prompt's 15 tokens" "${GEN[@]}" --max-new-tokens 9223372036854775807
+LONG_PROMPT=$(printf 'x%.0s' $(seq 40))
+expect_exit 2 "--prompt: it is 40 tokens, and the model holds 32 positions (model.seq_len) for the prompt and the new tokens together; shorten it to at most 31" \
+  "$LOOM" generate "$WORK/ck_llama" --prompt "$LONG_PROMPT" --max-new-tokens 1
+expect_exit 2 "--prompt: it is 40 tokens, and the model holds 32 positions for" "$LOOM" generate "$WORK/hf_gpt" \
+  --prompt "$LONG_PROMPT" --max-new-tokens 1
 expect_exit 2 "loom generate runs at parallel.tp only" "${GEN[@]}" --max-new-tokens 2 --set parallel.pp=2
 expect_exit 2 "has model.hidden_size = 64; loom generate runs the model as it was saved" "${GEN[@]}" --max-new-tokens 2 \
   --set model.hidden_size=32

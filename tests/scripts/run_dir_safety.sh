@@ -13,6 +13,7 @@
 #  5. An empty lock file (a crash as it was taken) is taken over with a warning naming it.
 #  6. A checkpoint folder without manifest.json is set aside, never deleted; when no checkpoint is
 #     left --resume auto refuses (exit 2) naming what it set aside.
+#  7. A resume without --run-dir continues the run directory of the run it resumes.
 source "$(dirname "$0")/common.sh"
 ARGS=(--set train.steps=6 --set train.warmup_steps=1 --set log.tensorboard=true)
 train() { local name="$1"; shift; "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${ARGS[@]}" "$@" > "$WORK/$name.log" 2>&1; }
@@ -87,4 +88,14 @@ expect 2 keep1 "--resume auto: checkpoint.dir '$WORK/ck_k1' holds no usable chec
 [ -f "$WORK/ck_k1/step_00000004.corrupt/rank_00000.bin" ] || fail "its shards must stay"
 [ "$(rows "$WORK/keep1/metrics.jsonl")" = "1 2 3 4" ] || fail "a refused resume changed metrics.jsonl"
 echo "6. a folder without a manifest set aside; with nothing usable --resume auto refuses"
+
+# 7.
+must_train origin --set checkpoint.dir="$WORK/ck_origin" --set checkpoint.interval=2 --set train.exit_after=4
+(cd "$WORK" && "$LOOM" train "$TINY" "${ARGS[@]}" --set checkpoint.dir="$WORK/ck_origin" --resume auto > "$WORK/resumed.log" 2>&1) ||
+  { cat "$WORK/resumed.log"; fail "the resume without --run-dir failed"; }
+grep -q "continuing the run directory $WORK/origin (the resumed run's)" "$WORK/resumed.log" ||
+  { cat "$WORK/resumed.log"; fail "the resume should say which run directory it continues"; }
+[ "$(rows "$WORK/origin/metrics.jsonl")" = "1 2 3 4 5 6" ] && [ ! -e "$WORK/runs" ] ||
+  fail "a resume without --run-dir should continue the resumed run's directory: $(rows "$WORK/origin/metrics.jsonl")"
+echo "7. a resume without --run-dir continued the resumed run's directory"
 echo "run_dir_safety: ok"
