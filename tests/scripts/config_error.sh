@@ -53,6 +53,26 @@ case "$mode" in
     # Without rank 0 there is no store at all: ranks 1 and 2 must not try to reach it.
     plain_config_error 1 2
     echo "config error under a plain launch: every rank exited 2 at once, with or without rank 0's store"
+    # Ranks started with different configs: all refuse at rendezvous, the differing rank naming the keys.
+    port="$(free_port)"
+    pids=()
+    for rank in 0 1; do
+      lr=0.001
+      [ "$rank" = 1 ] && lr=0.002
+      RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        timeout "$guard" "$LOOM" train "$TINY" --run-dir "$WORK/differ" --set parallel.timeout_s=60 --set train.lr=$lr \
+        --set model.hidden_size=$((64 + 32 * rank)) > "$WORK/differ$rank.log" 2>&1 &
+      pids+=($!)
+    done
+    for rank in 0 1; do
+      code=0
+      wait "${pids[$rank]}" || code=$?
+      [ "$code" = 2 ] && grep -q "the ranks were started with different configs: rank 1 differs from rank 0" \
+        "$WORK/differ$rank.log" || { cat "$WORK/differ$rank.log"; fail "rank $rank: exit $code, expected 2 naming rank 1"; }
+    done
+    grep -q "(model.hidden_size = 96 here, 64 on rank 0, train.lr = 0.002 here, 0.001 on rank 0)" "$WORK/differ1.log" ||
+      { cat "$WORK/differ1.log"; fail "rank 1 should name the keys that differ"; }
+    echo "different configs on two ranks: both exited 2, rank 1 naming model.hidden_size and train.lr"
     ;;
   *) fail "usage: config_error.sh mpirun|plain" ;;
 esac

@@ -1,0 +1,73 @@
+#include "launch/config_agreement.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
+
+namespace loom::launch {
+namespace {
+
+// section.key -> value, from to_yaml's text (nested maps joined with dots).
+void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::string, std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& entry : node) {
+      const std::string key = entry.first.as<std::string>();
+      flatten(entry.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+  } else {
+    YAML::Emitter emitter;
+    emitter << YAML::Flow << node;
+    out[prefix] = emitter.c_str();
+  }
+}
+
+std::map<std::string, std::string> keys_of(const std::string& yaml) {
+  std::map<std::string, std::string> out;
+  flatten(YAML::Load(yaml), "", out);
+  return out;
+}
+
+std::vector<uint8_t> bytes_of(const std::string& text) {
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+
+}  // namespace
+
+void agree_on_config(const Config& config, const parallel::LaunchEnv& env) {
+  if (env.world() == 1 || !env.store()) return;
+  const auto& store = env.store();
+  const std::string mine = to_yaml(config);
+  store->set("config/" + std::to_string(env.rank()), bytes_of(mine));
+  const auto rank0_bytes = store->get("config/0");
+  const std::string rank0(rank0_bytes.begin(), rank0_bytes.end());
+  // Every rank reads every rank's, so that all reach the same verdict and leave together.
+  std::vector<int> differing;
+  for (int r = 1; r < env.world(); ++r) {
+    const auto theirs = store->get("config/" + std::to_string(r));
+    if (std::string(theirs.begin(), theirs.end()) != rank0) differing.push_back(r);
+  }
+  if (differing.empty()) return;
+  std::string ranks;
+  for (int r : differing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  std::string message = "the ranks were started with different configs: " +
+                        (differing.size() > 1 ? "ranks " + ranks + " differ" : "rank " + ranks + " differs") +
+                        " from rank 0";
+  if (mine != rank0) {
+    // This rank names the keys: its value against rank 0's.
+    const auto here = keys_of(mine), there = keys_of(rank0);
+    std::string keys;
+    for (const auto& [key, value] : here) {
+      const auto it = there.find(key);
+      const std::string other = it == there.end() ? "(none)" : it->second;
+      if (other != value) keys += (keys.empty() ? "" : ", ") + key + " = " + value + " here, " + other + " on rank 0";
+    }
+    message += " (" + keys + ")";
+  }
+  throw InputError(message + "; start every rank with the same config file and --set flags");
+}
+
+}  // namespace loom::launch
