@@ -90,6 +90,11 @@ struct TrainConfig {
   double lr = 1e-3;
   double min_lr = 1e-4;
   int64_t warmup_steps = 10;
+  // After warm-up (Megatron-LM's choices): the decay's shape, its length in steps (0: steps - warmup_steps),
+  // and for wsd the final steps of it that anneal to min_lr (the rest stays at lr).
+  LrDecayStyle lr_decay_style = LrDecayStyle::cosine;
+  int64_t lr_decay_steps = 0;
+  int64_t lr_wsd_decay_steps = 0;
   double weight_decay = 0.1;
   double grad_clip = 1.0;  // 0: no clipping
   double adam_beta1 = 0.9;

@@ -24,6 +24,7 @@ enum class NormKind { layernorm, rmsnorm };                              // mode
 enum class Activation { gelu, swiglu };                                  // model.activation
 enum class PositionKind { learned, rope };                               // model.position
 enum class RopeScalingKind { none, llama3 };                             // model.rope_scaling.type
+enum class LrDecayStyle { cosine, linear, constant, wsd };               // train.lr_decay_style
 
 // Each enum's key and its values' names, in the order of the enumerators.
 template <typename E>
@@ -49,6 +50,7 @@ LOOM_CONFIG_ENUM(NormKind, "model.norm", "layernorm", "rmsnorm")
 LOOM_CONFIG_ENUM(Activation, "model.activation", "gelu", "swiglu")
 LOOM_CONFIG_ENUM(PositionKind, "model.position", "learned", "rope")
 LOOM_CONFIG_ENUM(RopeScalingKind, "model.rope_scaling.type", "none", "llama3")
+LOOM_CONFIG_ENUM(LrDecayStyle, "train.lr_decay_style", "cosine", "linear", "constant", "wsd")
 
 #undef LOOM_CONFIG_ENUM
 

@@ -207,6 +207,14 @@ std::vector<ConfigField> make_fields() {
       float_field("train", "lr", LOOM_MEMBER(train.lr), "peak learning rate, reached after warm-up"),
       float_field("train", "min_lr", LOOM_MEMBER(train.min_lr), "learning rate at the end of the cosine decay"),
       int_field("train", "warmup_steps", LOOM_MEMBER(train.warmup_steps), "steps of linear learning-rate warm-up"),
+      enum_field("train", "lr_decay_style", LOOM_MEMBER(train.lr_decay_style),
+                 "after warm-up: cosine or linear to min_lr, constant at lr, or wsd (warm-up, stable, decay: lr "
+                 "until the last lr_wsd_decay_steps, then linear to min_lr)"),
+      int_field("train", "lr_decay_steps", LOOM_MEMBER(train.lr_decay_steps),
+                "steps the decay takes after warm-up, then min_lr (0: steps - warmup_steps); set it to extend a "
+                "run with train.steps without stretching its schedule"),
+      int_field("train", "lr_wsd_decay_steps", LOOM_MEMBER(train.lr_wsd_decay_steps),
+                "wsd: the last steps of the decay, annealing linearly from lr to min_lr"),
       float_field("train", "weight_decay", LOOM_MEMBER(train.weight_decay), "AdamW's decoupled weight decay"),
       float_field("train", "grad_clip", LOOM_MEMBER(train.grad_clip), "clip the global gradient norm to this; 0: off"),
       float_field("train", "adam_beta1", LOOM_MEMBER(train.adam_beta1), "AdamW's first-moment decay"),

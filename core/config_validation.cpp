@@ -213,6 +213,14 @@ void resolve_and_validate(Config& c, int64_t world) {
               std::to_string(p.pp * t.micro_batch_size * dp) + ")");
   require(t.lr > 0, "train.lr", "must be positive");
   require(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr", "must be in [0, train.lr]");
+  require(t.lr_decay_steps >= 0 && t.lr_decay_steps <= (int64_t{1} << 40), "train.lr_decay_steps",
+          "must be in [0, 2^40] (0: train.steps - train.warmup_steps)");
+  if (t.lr_decay_style == LrDecayStyle::wsd) {
+    const int64_t decay = t.lr_decay_steps > 0 ? t.lr_decay_steps : t.steps - t.warmup_steps;
+    require(t.lr_wsd_decay_steps >= 1 && t.lr_wsd_decay_steps <= decay, "train.lr_wsd_decay_steps",
+            "is " + std::to_string(t.lr_wsd_decay_steps) + "; wsd needs it in [1, " + std::to_string(decay) +
+                "] (the decay's length)");
+  }
   require(t.warmup_steps >= 0 && t.warmup_steps <= t.steps, "train.warmup_steps",
           "is " + std::to_string(t.warmup_steps) + ", outside [0, train.steps = " + std::to_string(t.steps) + "]");
   require(t.weight_decay >= 0, "train.weight_decay", "must be non-negative");

@@ -165,6 +165,7 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     header["step"] = state.step;
     header["consumed_samples"] = state.consumed_samples;
     header["optimizer_steps"] = optimizer_.steps_taken();
+    header["train_steps"] = config_.train.steps;
     if (state.loss_scale > 0) {
       header["loss_scaler"] = {{"scale", state.loss_scale},
                                {"clean_steps", state.loss_scale_clean_steps},
@@ -427,6 +428,7 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   }
   if (manifest.contains("hf_source")) hf_source_ = manifest.at("hf_source");
   TrainingState state{manifest.at("step").get<int64_t>(), manifest.at("consumed_samples").get<int64_t>()};
+  state.saved_train_steps = manifest.value("train_steps", int64_t{0});
   if (manifest.contains("loss_scaler")) {
     try {
       const auto& scaler = manifest.at("loss_scaler");

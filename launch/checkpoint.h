@@ -28,6 +28,7 @@ struct TrainingState {
   double loss_scale = 0.0;
   int64_t loss_scale_clean_steps = 0;
   int64_t skipped_steps = 0;
+  int64_t saved_train_steps = 0;  // train.steps of the run that saved it (0: not recorded)
 };
 
 struct PendingSave;  // a save whose files are being written (checkpoint.cpp)

@@ -29,6 +29,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The learning-rate schedule of train config T were it STEPS long.
+optim::LrSchedule schedule_of(const TrainConfig& t, int64_t steps) {
+  const int64_t decay = t.lr_decay_steps > 0 ? t.lr_decay_steps : steps - t.warmup_steps;
+  return optim::LrSchedule{t.lr, t.min_lr, t.warmup_steps, decay, t.lr_decay_style, t.lr_wsd_decay_steps};
+}
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -97,7 +103,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   pipeline_ =
       std::make_unique<parallel::PipelineExecutor>(p.schedule, config_.micro_batches_per_step(), p.virtual_stages,
                                                    groups_.pp(), activation_shape, precision_.activations, device_);
-  schedule_ = optim::CosineSchedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
+  schedule_ = schedule_of(t, t.steps);
   optimizer_ = sync_->make_optimizer(optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
   checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, sync_->parameters(), *optimizer_, *rng_, run_dir_);
 }
@@ -321,6 +327,22 @@ TrainSummary Trainer::run(const std::string& resume) {
       scaler_->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
   }
   open_records(resume, state.step);
+  if (state.saved_train_steps > 0 && state.saved_train_steps != t.steps && state.step < t.steps) {
+    // Extending (or shortening) a run on resume: say what it does to the schedule, which the user may not expect.
+    if (t.lr_decay_steps > 0) {
+      info0(
+          "train.steps changed from {} (the checkpoint's) to {}; the learning-rate schedule is unchanged "
+          "(train.lr_decay_steps = {})",
+          state.saved_train_steps, t.steps, t.lr_decay_steps);
+    } else {
+      warn0(
+          "train.steps changed from {} (the checkpoint's) to {}: the learning-rate decay stretches over the new "
+          "length (lr at step {} was {:.4g} on the old schedule, is {:.4g} now); to extend the run without "
+          "stretching it, set train.lr_decay_steps = {} (or train.lr_decay_style: constant or wsd)",
+          state.saved_train_steps, t.steps, state.step + 1, schedule_of(t, state.saved_train_steps).at(state.step),
+          schedule_.at(state.step), state.saved_train_steps - t.warmup_steps);
+    }
+  }
   const int64_t first_step = state.step + 1;
   if (first_step > t.steps && t.exit_after != state.step) {
     info0("nothing to do: the run is already at step {} of train.steps = {} (raise train.steps to train further)",

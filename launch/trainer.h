@@ -99,7 +99,7 @@ class Trainer {
   std::unique_ptr<parallel::GradientSync> sync_;  // dp buckets or ZeRO-2/3 units, master weights
   std::unique_ptr<optim::LossScaler> scaler_;     // fp16
   std::unique_ptr<optim::Optimizer> optimizer_;
-  optim::CosineSchedule schedule_;
+  optim::LrSchedule schedule_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<MoEMonitor> moe_monitor_;  // MoE models only

@@ -5,11 +5,29 @@
 
 namespace loom::optim {
 
-double CosineSchedule::at(int64_t step) const {
+namespace {
+
+// Where STEP is along a phase of LENGTH steps that starts at FIRST: 0 at its first step, 1 at its last and after.
+double progress(int64_t step, int64_t first, int64_t length) {
+  const int64_t span = std::max<int64_t>(1, length - 1);
+  return std::clamp(static_cast<double>(step - first) / static_cast<double>(span), 0.0, 1.0);
+}
+
+}  // namespace
+
+double LrSchedule::at(int64_t step) const {
   if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
-  const int64_t decay_steps = std::max<int64_t>(1, total_steps - 1 - warmup_steps);
-  const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / static_cast<double>(decay_steps));
-  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+  switch (style) {
+    case LrDecayStyle::constant: return lr;
+    case LrDecayStyle::linear: return lr - (lr - min_lr) * progress(step, warmup_steps, decay_steps);
+    case LrDecayStyle::wsd: {
+      const int64_t anneal_start = warmup_steps + decay_steps - wsd_decay_steps;
+      if (step < anneal_start) return lr;
+      return lr - (lr - min_lr) * progress(step, anneal_start, wsd_decay_steps);
+    }
+    case LrDecayStyle::cosine: break;
+  }
+  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress(step, warmup_steps, decay_steps)));
 }
 
 }  // namespace loom::optim

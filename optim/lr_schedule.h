@@ -1,16 +1,25 @@
-// Learning rate: linear warm-up to train.lr over warmup_steps, then cosine decay
-// to train.min_lr at the last step. Steps count from 0.
+// Learning rate per step (steps count from 0): linear warm-up to lr over warmup_steps, then
+// Megatron-LM's decay styles over decay_steps steps, then min_lr:
+//   cosine    min_lr + (lr - min_lr) (1 + cos(pi p)) / 2, p from 0 to 1 over the decay
+//   linear    lr - (lr - min_lr) p
+//   constant  lr throughout (min_lr unused)
+//   wsd       lr until the decay's last wsd_decay_steps, then linear to min_lr
+// The decay's last step is min_lr exactly (p = 1), as loom's cosine always was.
 #pragma once
 
 #include <cstdint>
 
+#include "core/config_enums.h"
+
 namespace loom::optim {
 
-struct CosineSchedule {
+struct LrSchedule {
   double lr;
   double min_lr;
   int64_t warmup_steps;
-  int64_t total_steps;
+  int64_t decay_steps;  // after warm-up
+  LrDecayStyle style = LrDecayStyle::cosine;
+  int64_t wsd_decay_steps = 0;
 
   double at(int64_t step) const;
 };

@@ -88,15 +88,37 @@ TEST_CASE("AdamW leaves parameters that share a storage where they are", "[optim
 }
 
 TEST_CASE("warm-up then cosine decay to min_lr", "[optim]") {
-  optim::CosineSchedule s{1.0, 0.1, 4, 14};
+  optim::LrSchedule s{1.0, 0.1, 4, 10};
   CHECK(s.at(0) == Approx(0.25));
   CHECK(s.at(3) == Approx(1.0));
   CHECK(s.at(4) == Approx(1.0));
   CHECK(s.at(9) == Approx(0.1 + 0.45 * (1 + std::cos(M_PI * 5.0 / 9.0))));
   CHECK(s.at(13) == Approx(0.1));
-  optim::CosineSchedule no_warmup{1.0, 0.0, 0, 3};
+  optim::LrSchedule no_warmup{1.0, 0.0, 0, 3};
   CHECK(no_warmup.at(0) == Approx(1.0));
   CHECK(no_warmup.at(2) == Approx(0.0).margin(1e-12));
+}
+
+TEST_CASE("Megatron-LM's decay styles: linear, constant, wsd; min_lr after the decay", "[optim]") {
+  using loom::LrDecayStyle;
+  const optim::LrSchedule linear{1.0, 0.1, 2, 10, LrDecayStyle::linear};
+  CHECK(linear.at(1) == Approx(1.0));
+  CHECK(linear.at(2) == Approx(1.0));
+  CHECK(linear.at(2 + 3) == Approx(1.0 - 0.9 * 3.0 / 9.0));
+  CHECK(linear.at(11) == Approx(0.1));
+  CHECK(linear.at(50) == Approx(0.1));  // past the decay: min_lr
+  const optim::LrSchedule constant{1.0, 0.1, 2, 10, LrDecayStyle::constant};
+  CHECK(constant.at(0) == Approx(0.5));
+  CHECK(constant.at(50) == Approx(1.0));
+  const optim::LrSchedule wsd{1.0, 0.1, 2, 10, LrDecayStyle::wsd, 4};  // stable for steps 2-7, anneal 8-11
+  CHECK(wsd.at(7) == Approx(1.0));
+  CHECK(wsd.at(8) == Approx(1.0));
+  CHECK(wsd.at(9) == Approx(1.0 - 0.9 / 3.0));
+  CHECK(wsd.at(11) == Approx(0.1));
+  // An explicit decay length does not move when the run gets longer: extending a run keeps its schedule.
+  const optim::LrSchedule cosine{1.0, 0.1, 2, 10};
+  CHECK(cosine.at(6) == Approx(0.1 + 0.45 * (1 + std::cos(M_PI * 4.0 / 9.0))));
+  CHECK(cosine.at(30) == Approx(0.1));
 }
 
 TEST_CASE("clipping scales gradients to the global norm", "[optim]") {

@@ -14,6 +14,8 @@
 #  6. A checkpoint folder without manifest.json is set aside, never deleted; when no checkpoint is
 #     left --resume auto refuses (exit 2) naming what it set aside.
 #  7. A resume without --run-dir continues the run directory of the run it resumes.
+#  8. Raising train.steps on resume says the schedule stretches (old and new values, and the
+#     train.lr_decay_steps that avoids it); with train.lr_decay_steps the schedule is unchanged.
 source "$(dirname "$0")/common.sh"
 ARGS=(--set train.steps=6 --set train.warmup_steps=1 --set log.tensorboard=true)
 train() { local name="$1"; shift; "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${ARGS[@]}" "$@" > "$WORK/$name.log" 2>&1; }
@@ -98,4 +100,22 @@ grep -q "continuing the run directory $WORK/origin (the resumed run's)" "$WORK/r
 [ "$(rows "$WORK/origin/metrics.jsonl")" = "1 2 3 4 5 6" ] && [ ! -e "$WORK/runs" ] ||
   fail "a resume without --run-dir should continue the resumed run's directory: $(rows "$WORK/origin/metrics.jsonl")"
 echo "7. a resume without --run-dir continued the resumed run's directory"
+
+# 8. Raising train.steps on resume says what it does to the schedule; train.lr_decay_steps keeps it.
+must_train sched --set checkpoint.dir="$WORK/ck_sched" --set train.exit_after=4
+must_train sched --set checkpoint.dir="$WORK/ck_sched" --set train.steps=12 --resume auto
+grep -q "train.steps changed from 6 (the checkpoint's) to 12: the learning-rate decay stretches over the new length" \
+  "$WORK/sched.log" && grep -q "set train.lr_decay_steps = 5" "$WORK/sched.log" ||
+  { cat "$WORK/sched.log"; fail "raising train.steps on resume should say the schedule stretches"; }
+must_train sched2 --set checkpoint.dir="$WORK/ck_sched2" --set train.exit_after=4 --set train.lr_decay_steps=5
+must_train sched2 --set checkpoint.dir="$WORK/ck_sched2" --set train.steps=12 --set train.lr_decay_steps=5 --resume auto
+grep -q "train.steps changed from 6 (the checkpoint's) to 12; the learning-rate schedule is unchanged" "$WORK/sched2.log" ||
+  { cat "$WORK/sched2.log"; fail "with train.lr_decay_steps the schedule should be unchanged"; }
+python3 - "$WORK/sched2/metrics.jsonl" << 'EOF'
+import json, sys
+lr = {r["step"]: r["lr"] for r in map(json.loads, open(sys.argv[1]))}
+# warm-up 1, decay over 5 steps (2-6) to min_lr, then min_lr: the extension trains at min_lr.
+assert abs(lr[6] - lr[12]) < 1e-12 and lr[5] > lr[6], f"lr {lr}"
+EOF
+echo "8. raising train.steps on resume: the stretch named with train.lr_decay_steps to avoid it; with it, unchanged"
 echo "run_dir_safety: ok"
