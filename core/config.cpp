@@ -87,7 +87,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
   YAML::Node root;
   try {
-    const auto documents = YAML::LoadAllFromFile(path);
+    std::vector<YAML::Node> documents;
+    for (const auto& document : YAML::LoadAllFromFile(path)) {
+      if (document.IsDefined() && !document.IsNull()) documents.push_back(document);  // a trailing --- is no document
+    }
     // A second document would be dropped without a word: one config, one document.
     if (documents.size() > 1) {
       throw InputError("config file '" + path + "' holds " + std::to_string(documents.size()) +

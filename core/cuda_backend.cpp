@@ -20,7 +20,15 @@ int64_t cuda_runtime_device_count() {
   }
   return count;
 #else
-  return 0;
+  return -1;
+#endif
+}
+
+std::string torch_cuda_library() {
+#ifdef LOOM_TORCH_CUDA_LIBRARY
+  return LOOM_TORCH_CUDA_LIBRARY;
+#else
+  return "";
 #endif
 }
 

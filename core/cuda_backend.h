@@ -10,8 +10,11 @@
 namespace loom {
 
 // GPUs the CUDA runtime sees, without loading LibTorch's CUDA half: 0 with no driver or no
-// device, or when loom was built without the CUDA runtime.
+// device; -1 when loom was built without the CUDA runtime (it cannot tell).
 int64_t cuda_runtime_device_count();
+
+// The libtorch_cuda.so of the LibTorch loom was built against; empty for a LibTorch without CUDA.
+std::string torch_cuda_library();
 
 // Loads libtorch_cuda.so once per process (the library's own initialisers register its CUDA
 // kernels and hooks with LibTorch). Returns an empty string on success, else why it could

@@ -41,8 +41,10 @@ torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int6
 
 torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int64_t local_world) {
   if (setting == TrainDevice::cpu) return torch::Device(torch::kCPU);
-  // auto where the CUDA runtime sees no GPU stays on the CPU without loading LibTorch's CUDA half.
-  if (setting == TrainDevice::automatic && cuda_runtime_device_count() == 0) {
+  // auto where the CUDA runtime sees no GPU stays on the CPU without loading LibTorch's CUDA half
+  // (-1: a build without the runtime cannot tell, and asks LibTorch).
+  const int64_t runtime_gpus = cuda_runtime_device_count();
+  if (setting == TrainDevice::automatic && runtime_gpus == 0) {
     return resolve_train_device(setting, local_rank, local_world, 0);
   }
   const std::string failure = load_torch_cuda();
@@ -50,10 +52,12 @@ torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int6
     if (setting == TrainDevice::cuda) {
       throw InputError("config key 'train.device': cuda, but LibTorch's CUDA library did not load: " + failure);
     }
-    log::warn(
-        "train.device auto: the CUDA runtime sees a GPU, but LibTorch's CUDA library did not load ({}); "
-        "training on the CPU",
-        failure);
+    if (runtime_gpus > 0) {
+      log::warn(
+          "train.device auto: the CUDA runtime sees a GPU, but LibTorch's CUDA library did not load ({}); "
+          "training on the CPU",
+          failure);
+    }
     return torch::Device(torch::kCPU);
   }
   const int64_t visible = torch::cuda::is_available() ? static_cast<int64_t>(torch::cuda::device_count()) : 0;

@@ -32,10 +32,19 @@ bool is_row(const std::string& line) {
   return row.is_object();
 }
 
-void write_lines(const std::string& path, const std::vector<std::string>& lines, std::ios::openmode mode) {
-  std::ofstream out(path, std::ios::binary | mode);
-  for (const auto& line : lines) out << line << '\n';
-  if (!out.flush()) throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
+// Writes LINES to PATH: appended, or replacing PATH whole through a temporary file renamed over it, so
+// that a kill or a full disk midway leaves the old file, never a shorter one.
+void write_lines(const std::string& path, const std::vector<std::string>& lines, bool append) {
+  const std::string target = append ? path : path + ".tmp";
+  {
+    std::ofstream out(target, std::ios::binary | (append ? std::ios::app : std::ios::trunc));
+    for (const auto& line : lines) out << line << '\n';
+    if (!out.flush()) throw EnvironmentError("cannot write '" + target + "': " + std::strerror(errno));
+  }
+  if (append) return;
+  std::error_code error;
+  fs::rename(target, path, error);
+  if (error) throw EnvironmentError("cannot replace '" + path + "': " + error.message());
 }
 
 // Cuts PATH back to its whole rows: a last line with no newline, or one that is not a JSON object.
@@ -47,7 +56,10 @@ void cut_torn_tail(const std::string& path) {
   if (ends_whole && (lines.empty() || is_row(lines.back()))) return;
   const std::string torn = lines.back();
   lines.pop_back();
-  write_lines(path, lines, std::ios::trunc);
+  uintmax_t whole = 0;  // the bytes of the rows kept, each with its newline
+  for (const auto& line : lines) whole += line.size() + 1;
+  fs::resize_file(path, whole, error);  // cutting in place: the rows before stay where they are
+  if (error) throw EnvironmentError("cannot cut the torn row off '" + path + "': " + error.message());
   log::warn("metrics.jsonl was cut back to its last whole row: '{}' ended in a torn row ({} bytes: {:.60})", path,
             torn.size(), torn);
 }
@@ -93,9 +105,9 @@ void MetricsWriter::continue_after(int64_t step) {
   }
   if (superseded.empty()) return;
   const std::string aside = (fs::path(path_).parent_path() / "metrics.superseded.jsonl").string();
-  write_lines(aside, superseded, std::ios::app);
+  write_lines(aside, superseded, /*append=*/true);
   out_.close();
-  write_lines(path_, kept, std::ios::trunc);
+  write_lines(path_, kept, /*append=*/false);
   out_.open(path_, std::ios::app | std::ios::binary);
   log::warn(
       "{} rows of steps after {} (from the attempt that stopped after that checkpoint) moved from {} to {}: "

@@ -100,7 +100,9 @@ SafetensorsReader::SafetensorsReader(std::string path)
   }
   // Each tensor its own bytes: two ranges that overlap would load one tensor's bytes as another's.
   std::vector<std::pair<uint64_t, std::string>> starts;
-  for (const auto& [name, e] : entries_) starts.emplace_back(e.begin, name);
+  for (const auto& [name, e] : entries_) {
+    if (e.bytes > 0) starts.emplace_back(e.begin, name);  // an empty tensor holds no bytes to share
+  }
   std::sort(starts.begin(), starts.end());
   for (size_t i = 1; i < starts.size(); ++i) {
     const Entry& before = entries_.at(starts[i - 1].second);

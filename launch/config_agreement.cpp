@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,10 +26,30 @@ void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::st
   }
 }
 
+// The resolved config's keys, less those a node may set for itself (its cores, its GPU's peak, its
+// device): what every rank must train alike.
 std::map<std::string, std::string> keys_of(const std::string& yaml) {
   std::map<std::string, std::string> out;
   flatten(YAML::Load(yaml), "", out);
+  for (const char* per_node : {"train.threads_per_rank", "train.peak_tflops", "train.device"}) out.erase(per_node);
   return out;
+}
+
+// text_of's inverse.
+std::map<std::string, std::string> keys_of_text(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::string line;
+  for (std::istringstream in(text); std::getline(in, line);) {
+    const auto colon = line.find(": ");
+    if (colon != std::string::npos) out[line.substr(0, colon)] = line.substr(colon + 2);
+  }
+  return out;
+}
+
+std::string text_of(const std::map<std::string, std::string>& keys) {
+  std::string text;
+  for (const auto& [key, value] : keys) text += key + ": " + value + "\n";
+  return text;
 }
 
 std::vector<uint8_t> bytes_of(const std::string& text) {
@@ -40,7 +61,7 @@ std::vector<uint8_t> bytes_of(const std::string& text) {
 void agree_on_config(const Config& config, const parallel::LaunchEnv& env) {
   if (env.world() == 1 || !env.store()) return;
   const auto& store = env.store();
-  const std::string mine = to_yaml(config);
+  const std::string mine = text_of(keys_of(to_yaml(config)));
   store->set("config/" + std::to_string(env.rank()), bytes_of(mine));
   const auto rank0_bytes = store->get("config/0");
   const std::string rank0(rank0_bytes.begin(), rank0_bytes.end());
@@ -58,7 +79,7 @@ void agree_on_config(const Config& config, const parallel::LaunchEnv& env) {
                         " from rank 0";
   if (mine != rank0) {
     // This rank names the keys: its value against rank 0's.
-    const auto here = keys_of(mine), there = keys_of(rank0);
+    const auto here = keys_of(to_yaml(config)), there = keys_of_text(rank0);
     std::string keys;
     for (const auto& [key, value] : here) {
       const auto it = there.find(key);

@@ -2,7 +2,8 @@
 // each rank with its own command line) nothing else makes sure of it: a different hidden_size
 // crashed inside Gloo, a different train.lr or seed trained silently different replicas. At
 // rendezvous each rank publishes its resolved config; each compares every other rank's with
-// rank 0's and all refuse alike (exit 2), naming the keys and the ranks that differ.
+// rank 0's and all refuse alike (exit 2), naming the keys and the ranks that differ. A node's own
+// settings (train.threads_per_rank, train.peak_tflops, train.device) may differ.
 #pragma once
 
 #include "core/config.h"

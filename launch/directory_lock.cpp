@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -37,11 +38,14 @@ nlohmann::json this_process() {
   return {{"host", host_name()}, {"pid", static_cast<int64_t>(::getpid())}, {"job", scheduler_job()}};
 }
 
-// Why the lock's holder is known to be gone, or empty when it may still be running.
-std::string gone(const nlohmann::json& holder) {
-  // Written in one call right after the file is created: a lock that names no owner was left by a
-  // process that died in between (or a full disk), and would otherwise block the directory for good.
+// Why the lock's holder is known to be gone, or empty when it may still be running. AGE_S: how long
+// ago the lock file was last written.
+std::string gone(const nlohmann::json& holder, double age_s) {
+  // Written in one call right after the file is created: a lock that names no owner some seconds
+  // after its creation was left by a process that died in between (or a full disk), and would
+  // otherwise block the directory for good. A younger one may be a job taking it right now.
   if (!holder.is_object() || !holder.contains("host") || !holder.contains("pid")) {
+    if (age_s < 10.0) return "";
     return "no owner it names (the lock file is empty or garbled: a crash or a full disk as it was taken)";
   }
   const auto me = this_process();
@@ -84,8 +88,16 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& name, co
     } catch (const nlohmann::json::exception&) {
       holder = nlohmann::json::object();  // half-written by a process that died while taking it
     }
-    const std::string why = gone(holder);
+    std::error_code age_error;
+    const auto written = fs::last_write_time(path, age_error);
+    const double age_s =
+        age_error ? 0.0 : std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count();
+    const std::string why = gone(holder, age_s);
     if (why.empty()) {
+      if (!holder.is_object() || !holder.contains("pid")) {
+        throw InputError(what + " '" + dir + "' is being locked by another loom job right now ('" + path.string() +
+                         "' names no owner yet): give this job its own, or retry once that job is gone");
+      }
       throw InputError(what + " '" + dir + "' is in use by another loom job (host " + holder.value("host", "?") +
                        ", pid " + std::to_string(holder.value("pid", static_cast<int64_t>(0))) +
                        "): give this job its own, or remove '" + path.string() + "' if that job is gone");

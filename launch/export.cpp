@@ -69,6 +69,7 @@ std::string family_of(const Config& config, const nlohmann::json& source) {
   if (source.is_object() && source.contains("config")) {
     const auto& architectures = source.at("config").value("architectures", nlohmann::json::array());
     if (architectures.is_array() && !architectures.empty() && architectures[0] == "GPT2LMHeadModel") return "hf-gpt2";
+    if (source.at("config").value("model_type", "") == "gpt2") return "hf-gpt2";
     return "hf-llama";
   }
   return config.model.position == PositionKind::learned ? "hf-gpt2" : "hf-llama";

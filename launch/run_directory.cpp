@@ -34,18 +34,24 @@ void create_directory(const std::string& dir, const std::string& what) {
 
 // The run directory a resume without --run-dir continues: the one the checkpoint it will resume
 // recorded (a run's curves stay in one place); empty when there is none to read.
+// Only for a checkpoint of this run's checkpoint.dir whose recorded directory still exists: a
+// checkpoint copied from elsewhere, or another run's that this one branches from, starts a new one.
 std::string resumed_run_dir(const TrainArgs& args, const Config& config) {
+  if (config.checkpoint.dir.empty()) return "";
   std::string checkpoint = args.resume;
+  std::error_code error;
   if (args.resume == "auto") {
-    if (config.checkpoint.dir.empty()) return "";
     const auto candidates = resume_candidates(config.checkpoint.dir);
     if (candidates.empty()) return "";
     checkpoint = candidates.front().path;
+  } else if (!fs::equivalent(fs::path(checkpoint).parent_path(), config.checkpoint.dir, error) || error) {
+    return "";
   }
   std::ifstream in(fs::path(checkpoint) / "manifest.json");
   const auto manifest = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!manifest.is_object() || !manifest.contains("run_dir") || !manifest.at("run_dir").is_string()) return "";
-  return manifest.at("run_dir").get<std::string>();
+  const std::string recorded = manifest.at("run_dir").get<std::string>();
+  return fs::is_directory(recorded, error) ? recorded : "";
 }
 
 // Every start-up check of the directories, and nothing written into them but the locks: a refused

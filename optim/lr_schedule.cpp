@@ -23,6 +23,7 @@ double LrSchedule::at(int64_t step) const {
     case LrDecayStyle::wsd: {
       const int64_t anneal_start = warmup_steps + decay_steps - wsd_decay_steps;
       if (step < anneal_start) return lr;
+      if (wsd_decay_steps == 1) return min_lr;  // an anneal of one step ends where it starts
       return lr - (lr - min_lr) * progress(step, anneal_start, wsd_decay_steps);
     }
     case LrDecayStyle::cosine: break;

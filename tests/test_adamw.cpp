@@ -115,6 +115,9 @@ TEST_CASE("Megatron-LM's decay styles: linear, constant, wsd; min_lr after the d
   CHECK(wsd.at(8) == Approx(1.0));
   CHECK(wsd.at(9) == Approx(1.0 - 0.9 / 3.0));
   CHECK(wsd.at(11) == Approx(0.1));
+  const optim::LrSchedule wsd_one{1.0, 0.1, 2, 10, LrDecayStyle::wsd, 1};  // a one-step anneal still ends at min_lr
+  CHECK(wsd_one.at(10) == Approx(1.0));
+  CHECK(wsd_one.at(11) == Approx(0.1));
   // An explicit decay length does not move when the run gets longer: extending a run keeps its schedule.
   const optim::LrSchedule cosine{1.0, 0.1, 2, 10};
   CHECK(cosine.at(6) == Approx(0.1 + 0.45 * (1 + std::cos(M_PI * 4.0 / 9.0))));

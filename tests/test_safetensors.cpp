@@ -199,6 +199,12 @@ TEST_CASE("safetensors: malformed files are refused naming the file", "[safetens
                               four_floats));
     const auto tensors = read_safetensors(path);
     CHECK(tensors.at("b")[1].item<float>() == 4.0f);
+    // An empty tensor holds no bytes: it overlaps nothing, wherever its range sits.
+    write_bytes(path, file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                              R"("z":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
+                              R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                              four_floats));
+    CHECK(read_safetensors(path).at("z").numel() == 0);
   }
   fs::remove_all(dir);
 }

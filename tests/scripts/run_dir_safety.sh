@@ -10,7 +10,8 @@
 #     continues from step 2 and every step appears once, the dead attempt's rows 3-4 in
 #     metrics.superseded.jsonl.
 #  4. A torn last row is cut on --resume (the log names metrics.jsonl); every row is JSON after.
-#  5. An empty lock file (a crash as it was taken) is taken over with a warning naming it.
+#  5. An empty lock file (a crash as it was taken) is taken over with a warning naming it, once it is
+#     10 s old (a younger one may be a job taking the lock right now: refused).
 #  6. A checkpoint folder without manifest.json is set aside, never deleted; when no checkpoint is
 #     left --resume auto refuses (exit 2) naming what it set aside.
 #  7. A resume without --run-dir continues the run directory of the run it resumes.
@@ -69,6 +70,10 @@ echo "4. a torn row cut on resume"
 
 # 5.
 mkdir -p "$WORK/locked" && : > "$WORK/locked/.loom-run.lock"
+code=0
+train locked || code=$?  # a young empty lock may be a job taking it right now
+expect 2 locked "is being locked by another loom job right now" $code
+touch -d '1 minute ago' "$WORK/locked/.loom-run.lock"
 must_train locked
 grep -q "taking over the lock $WORK/locked/.loom-run.lock of run directory '$WORK/locked' left by no owner it names" \
   "$WORK/locked.log" || { cat "$WORK/locked.log"; fail "an empty lock should be taken over with a warning"; }
