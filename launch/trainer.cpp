@@ -3,37 +3,22 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <fstream>
 #include <limits>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include "core/cpu_memory.h"
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/logging.h"
-#include "launch/blas_environment.h"
 #include "launch/block_wrapping.h"
-#include "launch/communicator_factory.h"
-#include "launch/config_agreement.h"
-#include "launch/run_directory.h"
 #include "launch/stop_signals.h"
-#include "launch/supported_combinations.h"
-#include "parallel/heartbeat.h"
-#include "parallel/launch_env.h"
 #include "parallel/ring_attention.h"
 
 namespace loom::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The learning-rate schedule of train config T were it STEPS long.
-optim::LrSchedule schedule_of(const TrainConfig& t, int64_t steps) {
-  const int64_t decay = t.lr_decay_steps > 0 ? t.lr_decay_steps : steps - t.warmup_steps;
-  return optim::LrSchedule{t.lr, t.min_lr, t.warmup_steps, decay, t.lr_decay_style, t.lr_wsd_decay_steps};
-}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -103,7 +88,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   pipeline_ =
       std::make_unique<parallel::PipelineExecutor>(p.schedule, config_.micro_batches_per_step(), p.virtual_stages,
                                                    groups_.pp(), activation_shape, precision_.activations, device_);
-  schedule_ = schedule_of(t, t.steps);
+  schedule_ = optim::schedule_of(t, t.steps);
   optimizer_ = sync_->make_optimizer(optim::AdamWOptions{t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay});
   checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, sync_->parameters(), *optimizer_, *rng_, run_dir_);
 }
@@ -144,66 +129,10 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
   return result;
 }
 
-std::function<void()> Trainer::save_fault(int64_t step) const {
-  if (fault_.rank != groups_.rank() || fault_.step != step) return {};
-  if (fault_.kind == "fail_save") {
-    return [] { throw EnvironmentError("injected fault: writing this rank's checkpoint files failed"); };
-  }
-  if (fault_.kind != "kill_in_save") return {};
-  return [] {
-    log::warn("injected fault: killed halfway through saving a checkpoint");
-    std::raise(SIGKILL);
-  };
-}
-
 void Trainer::save_checkpoint(const TrainingState& state, const std::function<void()>& midway) {
   sync_->gather_all();
   checkpointer_->save(state, midway);
   sync_->release_all(/*loaded=*/false);
-}
-
-void Trainer::maybe_inject_fault(int64_t step) const {
-  if (fault_.kind == "slow" && fault_.rank == groups_.rank() && step >= fault_.step) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // outside any collective: compute time to the others
-    return;
-  }
-  if (fault_.kind == "kill_in_save" || fault_.kind == "fail_save" || fault_.kind == "overflow" ||
-      fault_.kind == "slow" || fault_.rank != groups_.rank() || fault_.step != step)
-    return;
-  log::warn("injected fault: {} at step {}", fault_.kind, step);
-  if (fault_.kind == "kill") std::raise(SIGKILL);
-  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-}
-
-double Trainer::backward_loss_scale(int64_t step) const {
-  if (fault_.kind == "overflow" && fault_.rank == groups_.rank() && fault_.step == step) {
-    log::warn("injected fault: this rank's loss is multiplied by infinity at step {}", step);
-    return std::numeric_limits<double>::infinity();
-  }
-  return scaler_ ? scaler_->scale() : 1.0;
-}
-
-void Trainer::write_metrics(int64_t step, const StepResult& result, double lr, double grad_norm, double step_s,
-                            int64_t consumed, double used_scale, bool skipped, const nlohmann::json& memory,
-                            const nlohmann::json& extra) {
-  // MoE statistics are collective: every rank takes part, rank 0 writes.
-  const nlohmann::json moe = moe_monitor_ ? moe_monitor_->collect(groups_) : nlohmann::json();
-  if (!metrics_) return;
-  const int64_t tokens_per_step = config_.train.global_batch_size * config_.model.seq_len;
-  nlohmann::json record{{"step", step},
-                        {"loss", result.loss},
-                        {"lr", lr},
-                        {"grad_norm", grad_norm},
-                        {"step_ms", step_s * 1000.0},
-                        {"tokens_per_s", static_cast<double>(tokens_per_step) / step_s},
-                        {"consumed_samples", consumed}};
-  if (config_.parallel.pp > 1) record["pipeline"] = pipeline_metrics(config_, result.stages);
-  if (scaler_) record["loss_scale"] = used_scale;
-  if (scaler_ || skipped) record["skipped"] = skipped;
-  if (!memory.is_null()) record["memory"] = memory;
-  if (extra.is_object()) record.update(extra);
-  if (!moe.is_null()) record["moe"] = moe;
-  metrics_->write(record);
 }
 
 Trainer::StepAgreement Trainer::agree_on_step(double loss, double grad_norm) {
@@ -300,18 +229,6 @@ void Trainer::log_epochs(int64_t step, int64_t consumed) {
   epochs_ = epochs;
 }
 
-void Trainer::open_records(const std::string& resume, int64_t resumed_step) {
-  if (groups_.rank() != 0) return;
-  std::ofstream(run_dir_ + "/config.yaml") << to_yaml(config_);
-  const std::string path = run_dir_ + "/metrics.jsonl";
-  // A fresh run starts the record anew (launch/run_directory.h refused it where that replaces another
-  // run's, unless asked); a resumed one continues it.
-  if (resume.empty()) std::ofstream(path, std::ios::trunc);
-  metrics_ = std::make_unique<MetricsWriter>(
-      path, config_.log.tensorboard ? std::make_unique<TensorBoardWriter>(run_dir_ + "/tensorboard") : nullptr);
-  if (!resume.empty()) metrics_->continue_after(resumed_step);  // 0 when --resume auto found nothing to resume
-}
-
 TrainSummary Trainer::run(const std::string& resume) {
   const auto& t = config_.train;
   const int64_t tokens_per_step = t.global_batch_size * config_.model.seq_len;
@@ -327,22 +244,7 @@ TrainSummary Trainer::run(const std::string& resume) {
       scaler_->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
   }
   open_records(resume, state.step);
-  if (state.saved_train_steps > 0 && state.saved_train_steps != t.steps && state.step < t.steps) {
-    // Extending (or shortening) a run on resume: say what it does to the schedule, which the user may not expect.
-    if (t.lr_decay_steps > 0) {
-      info0(
-          "train.steps changed from {} (the checkpoint's) to {}; the learning-rate schedule is unchanged "
-          "(train.lr_decay_steps = {})",
-          state.saved_train_steps, t.steps, t.lr_decay_steps);
-    } else {
-      warn0(
-          "train.steps changed from {} (the checkpoint's) to {}: the learning-rate decay stretches over the new "
-          "length (lr at step {} was {:.4g} on the old schedule, is {:.4g} now); to extend the run without "
-          "stretching it, set train.lr_decay_steps = {} (or train.lr_decay_style: constant or wsd)",
-          state.saved_train_steps, t.steps, state.step + 1, schedule_of(t, state.saved_train_steps).at(state.step),
-          schedule_.at(state.step), state.saved_train_steps - t.warmup_steps);
-    }
-  }
+  if (state.step < t.steps) optim::report_schedule_change(t, state.saved_train_steps, state.step);
   const int64_t first_step = state.step + 1;
   if (first_step > t.steps && t.exit_after != state.step) {
     info0("nothing to do: the run is already at step {} of train.steps = {} (raise train.steps to train further)",
@@ -477,51 +379,6 @@ TrainSummary Trainer::run(const std::string& resume) {
   summary.tokens_per_s = summary.steps > 1 ? static_cast<double>(tokens_per_step * (summary.steps - 1)) / timed_seconds
                                            : static_cast<double>(tokens_per_step) / summary.seconds;
   return summary;
-}
-
-int train(const TrainArgs& args, const models::PipelineModelFactory& make_model) {
-  Config config = load_config(args.config_path, args.overrides);
-  // Every check that needs no peer comes before the rendezvous: a bad config then fails every rank
-  // alike and at once, and no rank is left waiting on the store for ranks that already left.
-  const parallel::LaunchInfo launch = parallel::detect_launch();
-  init_logging(launch.rank, launch.world);
-  resolve_and_validate(config, launch.world);
-  const torch::Device device = resolve_train_device(config.train.device, launch.local_rank, launch.local_world);
-  use_device(device);
-  require_supported(config, device, launch.world);
-  const auto& p = config.parallel;
-  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
-  check_fault_injection(args.fault, config, grid);
-  check_data(config);  // a dataset the model cannot read fails here, on every rank, before step 1
-
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
-  parallel::LaunchEnv env(timeout);
-  parallel::Heartbeat heartbeat(env.connect_store(), env.rank(), env.world(), env.store_server_rank());
-  agree_on_config(config, env);  // before any collective: a different shape would fail inside one
-  const int threads = apply_thread_policy(config, env.info());
-  CpuMemory::install();  // before the model exists, so that its step's allocations are counted
-  CpuMemory::keep_freed_memory();
-
-  auto stats = std::make_shared<parallel::CommStats>();
-  try {
-    parallel::ProcessGroups groups(grid, env.rank(), communicator_factory(env, device, stats, timeout), stats);
-    const RunDirectory run = agree_on_run_dir(args, config, env);
-    const std::string& run_dir = run.path;
-
-    Trainer trainer(config, groups, run_dir, make_model, args.fault, device);
-    log_job_start(config, env, threads, run_dir, device);
-    const TrainSummary summary = trainer.run(args.resume);
-    write_traffic_reports(groups, *stats, grid, summary, run_dir);
-    groups.world_comm().barrier().wait();
-    log_job_end(config, summary, run_dir, args.flops_per_token ? args.flops_per_token(config) : 0.0, env.world(),
-                device);
-  } catch (const CommError& e) {
-    // A timeout cannot say which peer it waited for; the heartbeats can, three beats apart.
-    const std::string silent = heartbeat.silent_ranks(std::chrono::seconds(3));
-    if (silent.empty()) throw;
-    throw CommError(std::string(e.what()) + "; " + silent);
-  }
-  return 0;
 }
 
 }  // namespace loom::launch

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/logging.h"
+
 namespace loom::optim {
 
 namespace {
@@ -29,6 +31,28 @@ double LrSchedule::at(int64_t step) const {
     case LrDecayStyle::cosine: break;
   }
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress(step, warmup_steps, decay_steps)));
+}
+
+LrSchedule schedule_of(const TrainConfig& t, int64_t steps) {
+  const int64_t decay = t.lr_decay_steps > 0 ? t.lr_decay_steps : steps - t.warmup_steps;
+  return LrSchedule{t.lr, t.min_lr, t.warmup_steps, decay, t.lr_decay_style, t.lr_wsd_decay_steps};
+}
+
+void report_schedule_change(const TrainConfig& t, int64_t saved_steps, int64_t step) {
+  if (saved_steps <= 0 || saved_steps == t.steps) return;
+  if (t.lr_decay_steps > 0) {
+    info0(
+        "train.steps changed from {} (the checkpoint's) to {}; the learning-rate schedule is unchanged "
+        "(train.lr_decay_steps = {})",
+        saved_steps, t.steps, t.lr_decay_steps);
+    return;
+  }
+  warn0(
+      "train.steps changed from {} (the checkpoint's) to {}: the learning-rate decay stretches over the new "
+      "length (lr at step {} was {:.4g} on the old schedule, is {:.4g} now); to extend the run without "
+      "stretching it, set train.lr_decay_steps = {} (or train.lr_decay_style: constant or wsd)",
+      saved_steps, t.steps, step + 1, schedule_of(t, saved_steps).at(step), schedule_of(t, t.steps).at(step),
+      saved_steps - t.warmup_steps);
 }
 
 }  // namespace loom::optim

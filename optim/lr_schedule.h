@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "core/config.h"
 #include "core/config_enums.h"
 
 namespace loom::optim {
@@ -23,5 +24,12 @@ struct LrSchedule {
 
   double at(int64_t step) const;
 };
+
+// The schedule of train config T were it STEPS long (lr_decay_steps 0: the decay fills the run).
+LrSchedule schedule_of(const TrainConfig& t, int64_t steps);
+
+// A run resumed at STEP from a checkpoint saved with train.steps SAVED_STEPS (0: not recorded) under
+// T: says what a changed train.steps does to the schedule, which the user may not expect.
+void report_schedule_change(const TrainConfig& t, int64_t saved_steps, int64_t step);
 
 }  // namespace loom::optim

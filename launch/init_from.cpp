@@ -1,0 +1,85 @@
+// model.init_from: a fresh run's weights from a Hugging Face model directory or a GPT-2
+// .safetensors file, each rank reading its own slices (launch/checkpoint.h).
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "core/errors.h"
+#include "core/hf_weights.h"
+#include "core/logging.h"
+#include "core/safetensors.h"
+#include "launch/checkpoint.h"
+#include "models/gpt_hf.h"
+#include "models/llama_hf.h"
+
+namespace loom::launch {
+
+namespace fs = std::filesystem;
+
+void init_from_pretrained(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
+                          int64_t tp_size) {
+  const std::string& source = config.model.init_from;
+  const auto& m = config.model;
+  // Each rank reads, tensor by tensor, only the whole tensors its parameters are slices of.
+  std::function<std::optional<torch::Tensor>(const std::string&)> whole;
+  std::optional<HfWeights> weights;
+  std::map<std::string, torch::Tensor> gpt2;
+  std::string what = "a Hugging Face GPT-2 file";
+  if (fs::is_directory(source)) {
+    weights.emplace(source);
+    what = "a Hugging Face " + std::string(m.arch == ModelArch::llama ? "Llama" : "GPT-2") + " directory";
+  }
+  if (m.arch == ModelArch::llama) {
+    if (!weights) {
+      throw InputError("model.init_from: '" + source +
+                       "' is a file, read as a Hugging Face GPT-2; a Llama comes from a Hugging Face model directory "
+                       "(config.json and model.safetensors)");
+    }
+    const models::HfTensorReader read = [&](const std::string& name, const std::vector<int64_t>& shape) {
+      return weights->read(name, shape);
+    };
+    whole = [read, &config](const std::string& name) { return models::llama_from_hf(name, read, config); };
+  } else {
+    // GPT-2s are small: read whole.
+    std::map<std::string, torch::Tensor> tensors;
+    if (weights) {
+      for (const auto& name : weights->names()) tensors[name] = weights->read(name);
+    } else {
+      tensors = read_safetensors(source);
+    }
+    gpt2 = models::gpt_from_hf(tensors, m.num_layers, m.num_heads, source);
+    // Position p's embedding is row p whatever the table's length, so a model trained on longer
+    // sequences fine-tunes at a shorter context with its first seq_len rows; a shorter table has
+    // nothing for the last positions.
+    auto& wpe = gpt2.at("wpe");
+    if (wpe.dim() == 2 && wpe.size(0) > m.seq_len) {
+      info0("model.init_from: '{}' has position embeddings for {} tokens; the first {} (model.seq_len) are used",
+            source, wpe.size(0), m.seq_len);
+      wpe = wpe.narrow(0, 0, m.seq_len);
+    } else if (wpe.dim() == 2 && wpe.size(0) < m.seq_len) {
+      throw InputError("model.init_from: '" + source + "' has position embeddings (wpe) for " +
+                       std::to_string(wpe.size(0)) + " tokens, fewer than model.seq_len = " +
+                       std::to_string(m.seq_len) + "; set model.seq_len to at most " + std::to_string(wpe.size(0)));
+    }
+    whole = [&](const std::string& name) -> std::optional<torch::Tensor> {
+      auto it = gpt2.find(name);
+      if (it == gpt2.end()) return std::nullopt;
+      return it->second;
+    };
+  }
+  std::vector<torch::Tensor> into;
+  for (const auto& p : params) into.push_back(p.tensor);
+  load_parameter_slices(
+      params, into, tp_rank, tp_size,
+      [&](const std::string& name, int64_t dim, int64_t offset, int64_t length) -> std::optional<torch::Tensor> {
+        auto tensor = whole(name);
+        // A tensor too small for the slice is returned whole, so the shape check names it.
+        if (!tensor || dim < 0 || offset + length > tensor->size(dim)) return tensor;
+        return tensor->narrow(dim, offset, length);
+      },
+      "model.init_from '" + source + "'");
+  info0("initialised the model from {} ({})", source, what);
+}
+
+}  // namespace loom::launch

@@ -1,0 +1,66 @@
+// `loom train` (and a user's own program through train_main): the checks that need no peer, the
+// rendezvous, the process groups and the run directory, then the Trainer.
+#include <chrono>
+
+#include "core/cpu_memory.h"
+#include "core/device.h"
+#include "core/errors.h"
+#include "core/logging.h"
+#include "launch/blas_environment.h"
+#include "launch/communicator_factory.h"
+#include "launch/config_agreement.h"
+#include "launch/run_directory.h"
+#include "launch/step_report.h"
+#include "launch/supported_combinations.h"
+#include "launch/trainer.h"
+#include "parallel/heartbeat.h"
+#include "parallel/launch_env.h"
+
+namespace loom::launch {
+
+int train(const TrainArgs& args, const models::PipelineModelFactory& make_model) {
+  Config config = load_config(args.config_path, args.overrides);
+  // Every check that needs no peer comes before the rendezvous: a bad config then fails every rank
+  // alike and at once, and no rank is left waiting on the store for ranks that already left.
+  const parallel::LaunchInfo launch = parallel::detect_launch();
+  init_logging(launch.rank, launch.world);
+  resolve_and_validate(config, launch.world);
+  const torch::Device device = resolve_train_device(config.train.device, launch.local_rank, launch.local_world);
+  use_device(device);
+  require_supported(config, device, launch.world);
+  const auto& p = config.parallel;
+  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
+  check_fault_injection(args.fault, config, grid);
+  check_data(config);  // a dataset the model cannot read fails here, on every rank, before step 1
+
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
+  parallel::LaunchEnv env(timeout);
+  parallel::Heartbeat heartbeat(env.connect_store(), env.rank(), env.world(), env.store_server_rank());
+  agree_on_config(config, env);  // before any collective: a different shape would fail inside one
+  const int threads = apply_thread_policy(config, env.info());
+  CpuMemory::install();  // before the model exists, so that its step's allocations are counted
+  CpuMemory::keep_freed_memory();
+
+  auto stats = std::make_shared<parallel::CommStats>();
+  try {
+    parallel::ProcessGroups groups(grid, env.rank(), communicator_factory(env, device, stats, timeout), stats);
+    const RunDirectory run = agree_on_run_dir(args, config, env);
+    const std::string& run_dir = run.path;
+
+    Trainer trainer(config, groups, run_dir, make_model, args.fault, device);
+    log_job_start(config, env, threads, run_dir, device);
+    const TrainSummary summary = trainer.run(args.resume);
+    write_traffic_reports(groups, *stats, grid, summary, run_dir);
+    groups.world_comm().barrier().wait();
+    log_job_end(config, summary, run_dir, args.flops_per_token ? args.flops_per_token(config) : 0.0, env.world(),
+                device);
+  } catch (const CommError& e) {
+    // A timeout cannot say which peer it waited for; the heartbeats can, three beats apart.
+    const std::string silent = heartbeat.silent_ranks(std::chrono::seconds(3));
+    if (silent.empty()) throw;
+    throw CommError(std::string(e.what()) + "; " + silent);
+  }
+  return 0;
+}
+
+}  // namespace loom::launch
