@@ -3,7 +3,10 @@
 #include <dlfcn.h>
 
 #include <mutex>
+#include <stdexcept>
 
+// Builds that link the CUDA runtime: with NCCL, or the runtime alone (CMakeLists.txt). The one
+// file that calls it.
 #if defined(LOOM_WITH_NCCL) || defined(LOOM_WITH_CUDA_RUNTIME)
 #define LOOM_HAS_CUDA_RUNTIME
 #include <cuda_runtime.h>
@@ -21,6 +24,33 @@ int64_t cuda_runtime_device_count() {
   return count;
 #else
   return -1;
+#endif
+}
+
+std::string cuda_runtime_version() {
+#ifdef LOOM_HAS_CUDA_RUNTIME
+  return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
+#else
+  return "";
+#endif
+}
+
+std::string cuda_runtime_gpu_name(int64_t index) {
+#ifdef LOOM_HAS_CUDA_RUNTIME
+  cudaDeviceProp properties{};
+  if (cudaGetDeviceProperties(&properties, static_cast<int>(index)) == cudaSuccess) return properties.name;
+  cudaGetLastError();  // clear the error, which CUDA would otherwise report again later
+#endif
+  return "";
+}
+
+void cuda_runtime_set_device(int64_t index) {
+#ifdef LOOM_HAS_CUDA_RUNTIME
+  const cudaError_t status = cudaSetDevice(static_cast<int>(index));
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string("cudaSetDevice(") + std::to_string(index) +
+                             ") failed: " + cudaGetErrorString(status));
+  }
 #endif
 }
 

@@ -13,6 +13,16 @@ namespace loom {
 // device; -1 when loom was built without the CUDA runtime (it cannot tell).
 int64_t cuda_runtime_device_count();
 
+// The CUDA runtime loom links, for `loom --version`: "13.0"; empty when built without it.
+std::string cuda_runtime_version();
+
+// The GPU's name as the CUDA runtime reports it; empty without the runtime or when it cannot be read.
+std::string cuda_runtime_gpu_name(int64_t index);
+
+// cudaSetDevice(INDEX); throws std::runtime_error with CUDA's message when it fails. Nothing
+// without the runtime.
+void cuda_runtime_set_device(int64_t index);
+
 // The libtorch_cuda.so of the LibTorch loom was built against; empty for a LibTorch without CUDA.
 std::string torch_cuda_library();
 

@@ -12,12 +12,6 @@
 #include <nccl.h>
 #endif
 
-// Builds that link the CUDA runtime: with NCCL, or the runtime alone (CMakeLists.txt).
-#if defined(LOOM_WITH_NCCL) || defined(LOOM_WITH_CUDA_RUNTIME)
-#define LOOM_HAS_CUDA_RUNTIME
-#include <cuda_runtime.h>
-#endif
-
 namespace loom {
 
 torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int64_t local_world, int64_t visible_gpus) {
@@ -65,12 +59,7 @@ torch::Device resolve_train_device(TrainDevice setting, int64_t local_rank, int6
 }
 
 std::string gpu_name(int64_t index) {
-#ifdef LOOM_HAS_CUDA_RUNTIME
-  cudaDeviceProp properties{};
-  if (cudaGetDeviceProperties(&properties, static_cast<int>(index)) == cudaSuccess) return properties.name;
-  cudaGetLastError();  // clear the error, which CUDA would otherwise report again later
-#endif
-  return "";
+  return cuda_runtime_gpu_name(index);
 }
 
 double known_bf16_peak_tflops(const std::string& gpu_name) {
@@ -92,11 +81,8 @@ double known_bf16_peak_tflops(const std::string& gpu_name) {
 
 std::string build_description() {
   std::string text = std::string("LibTorch ") + TORCH_VERSION + ", CUDA: ";
-#ifdef LOOM_HAS_CUDA_RUNTIME
-  text += "yes (" + std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) + ")";
-#else
-  text += "no";
-#endif
+  const std::string cuda = cuda_runtime_version();
+  text += cuda.empty() ? "no" : "yes (" + cuda + ")";
   text += ", NCCL: ";
 #ifdef LOOM_WITH_NCCL
   text += "yes (" + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + ")";
@@ -107,14 +93,7 @@ std::string build_description() {
 }
 
 void use_device(const torch::Device& device) {
-  if (!device.is_cuda()) return;
-#ifdef LOOM_HAS_CUDA_RUNTIME
-  const cudaError_t status = cudaSetDevice(device.index());
-  if (status != cudaSuccess) {
-    throw std::runtime_error(std::string("cudaSetDevice(") + std::to_string(device.index()) +
-                             ") failed: " + cudaGetErrorString(status));
-  }
-#endif
+  if (device.is_cuda()) cuda_runtime_set_device(device.index());
 }
 
 }  // namespace loom
