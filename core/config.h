@@ -83,6 +83,15 @@ struct ParallelConfig {
   GradReduceDtype grad_reduce_dtype = GradReduceDtype::fp32;  // the dtype gradients are reduced in over dp
 };
 
+// Muon's settings (train.optimizer: muon), for the 2-D weights inside the blocks; AdamW keeps the rest.
+struct MuonConfig {
+  double lr = 0.0;             // the Muon group's peak; 0: train.lr (the schedule's shape is shared)
+  double weight_decay = -1.0;  // -1: train.weight_decay
+  double momentum = 0.95;
+  bool nesterov = true;
+  int64_t ns_steps = 5;  // Newton-Schulz iterations
+};
+
 struct TrainConfig {
   int64_t steps = 100;
   int64_t global_batch_size = 8;
@@ -97,6 +106,8 @@ struct TrainConfig {
   int64_t lr_wsd_decay_steps = 0;
   double weight_decay = 0.1;
   double grad_clip = 1.0;  // 0: no clipping
+  OptimizerKind optimizer = OptimizerKind::adamw;
+  MuonConfig muon;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.95;
   double adam_eps = 1e-8;
@@ -117,6 +128,9 @@ struct TrainConfig {
   int64_t exit_after = -1;  // save and stop after this step (the schedule still spans steps); -1: never
   // Steps in a row whose update is skipped for a non-finite loss or gradient norm before the run stops (exit 3).
   int64_t max_skipped_steps = 5;
+  // Refuse, before building anything, a layout whose estimated memory per node (loom plan's
+  // model state and activations) exceeds the machine's; false trains anyway.
+  bool memory_check = true;
 };
 
 struct DataConfig {

@@ -25,6 +25,7 @@ enum class Activation { gelu, swiglu };                                  // mode
 enum class PositionKind { learned, rope };                               // model.position
 enum class RopeScalingKind { none, llama3 };                             // model.rope_scaling.type
 enum class LrDecayStyle { cosine, linear, constant, wsd };               // train.lr_decay_style
+enum class OptimizerKind { adamw, muon };                                // train.optimizer
 
 // Each enum's key and its values' names, in the order of the enumerators.
 template <typename E>
@@ -51,6 +52,7 @@ LOOM_CONFIG_ENUM(Activation, "model.activation", "gelu", "swiglu")
 LOOM_CONFIG_ENUM(PositionKind, "model.position", "learned", "rope")
 LOOM_CONFIG_ENUM(RopeScalingKind, "model.rope_scaling.type", "none", "llama3")
 LOOM_CONFIG_ENUM(LrDecayStyle, "train.lr_decay_style", "cosine", "linear", "constant", "wsd")
+LOOM_CONFIG_ENUM(OptimizerKind, "train.optimizer", "adamw", "muon")
 
 #undef LOOM_CONFIG_ENUM
 

@@ -93,9 +93,53 @@ void check_model_shape(const Config& c) {
           "experts are GELU MLPs; set model.activation: gelu or model.moe.num_experts: 0");
 }
 
+// Every count key has a ceiling far above any model trained today, so that no product of them
+// (parameters, tokens per step, bytes) overflows before the memory check (launch/memory_check.h)
+// can compare the whole with the machine: 1e18 layers is refused here, not run silently.
+void check_count_bounds(const Config& c, int64_t world) {
+  const auto at_most = [](int64_t value, int64_t ceiling, const std::string& key) {
+    require(value <= ceiling, key,
+            "is " + std::to_string(value) + ", more than loom accepts (" + std::to_string(ceiling) + ")");
+  };
+  const auto& m = c.model;
+  at_most(m.num_layers, int64_t{1} << 14, "model.num_layers");
+  at_most(m.hidden_size, int64_t{1} << 18, "model.hidden_size");
+  at_most(m.num_heads, int64_t{1} << 18, "model.num_heads");
+  at_most(m.num_kv_heads, int64_t{1} << 18, "model.num_kv_heads");
+  at_most(m.ffn_hidden_size, int64_t{1} << 20, "model.ffn_hidden_size");
+  at_most(m.vocab_size, int64_t{1} << 28, "model.vocab_size");
+  at_most(m.seq_len, int64_t{1} << 24, "model.seq_len");
+  at_most(m.moe.num_experts, int64_t{1} << 14, "model.moe.num_experts");
+  at_most(m.moe.top_k, int64_t{1} << 14, "model.moe.top_k");
+  const auto& t = c.train;
+  at_most(t.steps, int64_t{1} << 40, "train.steps");
+  at_most(t.global_batch_size, int64_t{1} << 24, "train.global_batch_size");
+  at_most(t.micro_batch_size, int64_t{1} << 24, "train.micro_batch_size");
+  at_most(t.loss_scale_window, int64_t{1} << 40, "train.loss_scale_window");
+  at_most(t.max_skipped_steps, int64_t{1} << 40, "train.max_skipped_steps");
+  at_most(t.threads_per_rank, 4096, "train.threads_per_rank");
+  at_most(c.eval.steps, int64_t{1} << 20, "eval.steps");
+  at_most(c.eval.interval, int64_t{1} << 40, "eval.interval");
+  at_most(c.log.interval, int64_t{1} << 40, "log.interval");
+  at_most(c.checkpoint.interval, int64_t{1} << 40, "checkpoint.interval");
+  at_most(c.checkpoint.keep, int64_t{1} << 20, "checkpoint.keep");
+  const auto& p = c.parallel;
+  // Each parallel size divides the world, so none can exceed it (and their product cannot overflow).
+  for (const auto& [value, key] :
+       {std::pair{p.tp, "parallel.tp"}, std::pair{p.pp, "parallel.pp"}, std::pair{p.cp, "parallel.cp"},
+        std::pair{p.ep, "parallel.ep"}, std::pair{p.dp, "parallel.dp"}}) {
+    require(value <= world, key,
+            "is " + std::to_string(value) + ", more than the " + std::to_string(world) + " ranks of this job");
+  }
+  at_most(p.virtual_stages, int64_t{1} << 14, "parallel.virtual_stages");
+  require(p.bucket_mb <= 1 << 20, "parallel.bucket_mb", "must be at most 1048576 (1 TiB)");
+}
+
 }  // namespace
 
 void resolve_and_validate(Config& c, int64_t world) {
+  require(world >= 1, "world", "must be at least 1");
+  check_count_bounds(c, world);
   const auto& m = c.model;
   require(m.num_layers >= 1, "model.num_layers", "must be at least 1");
   require(m.hidden_size >= 1, "model.hidden_size", "must be at least 1");
@@ -228,6 +272,11 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(t.adam_beta1 >= 0 && t.adam_beta1 < 1, "train.adam_beta1", "must be in [0, 1)");
   require(t.adam_beta2 >= 0 && t.adam_beta2 < 1, "train.adam_beta2", "must be in [0, 1)");
   require(t.adam_eps > 0, "train.adam_eps", "must be positive");
+  require(t.muon.lr >= 0, "train.muon.lr", "must be 0 (train.lr) or positive");
+  require(t.muon.weight_decay == -1 || t.muon.weight_decay >= 0, "train.muon.weight_decay",
+          "must be -1 (train.weight_decay) or non-negative");
+  require(t.muon.momentum >= 0 && t.muon.momentum < 1, "train.muon.momentum", "must be in [0, 1)");
+  require(t.muon.ns_steps >= 1 && t.muon.ns_steps <= 100, "train.muon.ns_steps", "must be in [1, 100]");
   require(t.seed >= 0, "train.seed", "must be non-negative");
   require(t.loss_scale >= 0, "train.loss_scale", "must be 0 (dynamic) or a positive fixed scale");
   require(t.initial_loss_scale > 0, "train.initial_loss_scale", "must be positive");

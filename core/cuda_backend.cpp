@@ -44,6 +44,17 @@ std::string cuda_runtime_gpu_name(int64_t index) {
   return "";
 }
 
+int64_t cuda_runtime_total_memory(int64_t index) {
+#ifdef LOOM_HAS_CUDA_RUNTIME
+  cudaDeviceProp properties{};
+  if (cudaGetDeviceProperties(&properties, static_cast<int>(index)) == cudaSuccess) {
+    return static_cast<int64_t>(properties.totalGlobalMem);
+  }
+  cudaGetLastError();
+#endif
+  return -1;
+}
+
 void cuda_runtime_set_device(int64_t index) {
 #ifdef LOOM_HAS_CUDA_RUNTIME
   const cudaError_t status = cudaSetDevice(static_cast<int>(index));

@@ -19,6 +19,10 @@ std::string cuda_runtime_version();
 // The GPU's name as the CUDA runtime reports it; empty without the runtime or when it cannot be read.
 std::string cuda_runtime_gpu_name(int64_t index);
 
+// The GPU's memory in bytes (its total, as the CUDA runtime reports it); -1 without the runtime
+// or when it cannot be read.
+int64_t cuda_runtime_total_memory(int64_t index);
+
 // cudaSetDevice(INDEX); throws std::runtime_error with CUDA's message when it fails. Nothing
 // without the runtime.
 void cuda_runtime_set_device(int64_t index);

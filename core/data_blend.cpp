@@ -38,6 +38,10 @@ std::vector<BlendComponent> parse_blend(const std::string& spec, const std::stri
     blend.push_back({weight, words[i + 1]});
     total += weight;
   }
+  if (!std::isfinite(total)) {  // dividing by an infinite sum would make every weight 0: an even blend by accident
+    throw InputError("config key '" + key + "': the weights in '" + spec +
+                     "' add up to more than a double holds; give them on a smaller scale (they are relative)");
+  }
   for (auto& component : blend) component.weight /= total;
   return blend;
 }
@@ -66,6 +70,10 @@ DataSplit parse_split(const std::string& spec, const std::string& key) {
   }
   parts.resize(3, 0.0);
   const double total = parts[0] + parts[1] + parts[2];
+  if (!std::isfinite(total)) {
+    throw InputError("config key '" + key + "': the weights in '" + spec +
+                     "' add up to more than a double holds; give them on a smaller scale (they are relative)");
+  }
   if (parts[0] <= 0.0) {
     throw InputError("config key '" + key + "': '" + spec + "' leaves nothing to train on (the first weight is 0)");
   }

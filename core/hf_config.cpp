@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "core/config_fields.h"
 #include "core/errors.h"
@@ -241,17 +242,28 @@ void apply_hf_config(Config& config, const std::set<std::string>& overridden) {
   } catch (const std::exception& e) {
     throw InputError(file + " is not valid JSON: " + e.what());
   }
+  // Every key the YAML or --set gives another value than config.json, named at once: a config
+  // written for another model conflicts in many, and one refusal at a time would take as many runs.
+  std::vector<std::string> conflicts;
   for (const auto& [key, text] : model_keys_of_hf_config(json, file)) {
     const auto& field = field_named(key);
     Config candidate = config;
     field.parse(candidate, text);
     if (config.set_keys.count(key) && effective(config, key, field) != effective(candidate, key, field)) {
-      throw InputError(key + " is " + effective(config, key, field) +
-                       (overridden.count(key) ? " by --set" : " in " + config.source) + " but " + file + " says " +
-                       effective(candidate, key, field));
+      conflicts.push_back(key + " is " + effective(config, key, field) +
+                          (overridden.count(key) ? " by --set" : " in " + config.source) + " but " + file + " says " +
+                          effective(candidate, key, field));
+      continue;
     }
     field.parse(config, text);
     config.set_keys.insert(key);
+  }
+  if (!conflicts.empty()) {
+    std::string message;
+    for (const auto& c : conflicts) message += (message.empty() ? "" : "; ") + c;
+    throw InputError(message + (conflicts.size() > 1 ? " (" + std::to_string(conflicts.size()) + " keys)" : "") +
+                     ". The model keys come from config.json: leave them out of the config (configs/finetune_hf.yaml "
+                     "sets none) or give config.json's values");
   }
   if (config.model.arch == ModelArch::gpt2) {
     const auto positions = json.value("n_positions", nlohmann::json(1024));

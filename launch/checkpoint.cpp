@@ -14,6 +14,7 @@
 #include "core/logging.h"
 #include "launch/hf_source.h"
 #include "launch/model_record.h"
+#include "launch/tokenizer_record.h"
 
 namespace loom::launch {
 namespace {
@@ -81,7 +82,8 @@ Checkpointer::Checkpointer(const Config& config, parallel::ProcessGroups& groups
       optimizer_(optimizer),
       rng_(rng),
       run_dir_(std::move(run_dir)),
-      hf_source_(read_hf_source(config.model.init_from)) {}
+      hf_source_(read_hf_source(config.model.init_from)),
+      tokenizer_(tokenizer_record(config)) {}
 
 // A save whose files are being written: this rank's slices, copied to host memory, and on rank 0 the
 // manifest's header, taken when the state was.
@@ -161,6 +163,7 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     header["step"] = state.step;
     header["consumed_samples"] = state.consumed_samples;
     header["optimizer_steps"] = optimizer_.steps_taken();
+    header["optimizer"] = to_string(config_.train.optimizer);
     header["train_steps"] = config_.train.steps;
     if (state.loss_scale > 0) {
       header["loss_scaler"] = {{"scale", state.loss_scale},
@@ -174,6 +177,7 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     header["layout"] = layout_of(config_, groups_.world());
     header["model"] = model_record(config_);
     if (!hf_source_.is_null()) header["hf_source"] = hf_source_;
+    if (!tokenizer_.is_null()) header["tokenizer"] = tokenizer_;
     if (!run_dir_.empty()) header["run_dir"] = fs::absolute(run_dir_).lexically_normal().string();
   }
   return save;
@@ -372,23 +376,33 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
     warn0("--resume auto: no complete checkpoint in checkpoint.dir '{}': starting fresh", dir);
     return std::nullopt;
   }
-  const std::string path = candidates[static_cast<size_t>(index)].path;
+  // Rank 0's choice by path, not by index: the others listed the folder while rank 0 may have been
+  // setting corrupt checkpoints aside, so their lists can be shorter than the one the index is into.
+  const std::string chosen = groups_.rank() == 0 ? candidates[static_cast<size_t>(index)].path : std::string();
+  auto length = torch::full({1}, static_cast<int64_t>(chosen.size()), torch::kInt64);
+  world.broadcast(length, 0).wait();
+  auto characters = torch::zeros({length.item<int64_t>()}, torch::kInt64);  // int64: the dtype proven here
+  for (size_t i = 0; i < chosen.size(); ++i) characters[static_cast<int64_t>(i)] = static_cast<int64_t>(chosen[i]);
+  world.broadcast(characters, 0).wait();
+  std::string path;
+  for (int64_t c :
+       std::vector<int64_t>(characters.data_ptr<int64_t>(), characters.data_ptr<int64_t>() + characters.numel()))
+    path.push_back(static_cast<char>(c));
   const auto manifest = read_manifest(path);
-  const auto model = complete_model_record(model_record(config_));
-  const auto saved_model = complete_model_record(manifest.at("model"));
-  std::vector<std::string> keys = {"arch"};  // another architecture is named as such, not by its first difference
-  for (const auto& side : {saved_model, model}) {
-    for (const auto& [key, ignored] : side.items()) {  // a key on one side only shows up as "none" on the other
-      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
-    }
+  const auto differences = model_record_differences(complete_model_record(manifest.at("model")),
+                                                    complete_model_record(model_record(config_)));
+  if (!differences.empty()) {
+    std::string joined;
+    for (const auto& d : differences) joined += (joined.empty() ? "" : "; ") + d;
+    throw InputError("--resume " + path + ": the checkpoint has " + joined);
   }
-  for (const auto& key : keys) {
-    const auto saved = saved_model.value(key, nlohmann::json("none"));
-    const auto value = model.value(key, nlohmann::json("none"));
-    if (saved != value) {
-      throw InputError("--resume " + path + ": the checkpoint has model." + key + " = " + saved.dump() +
-                       ", the config " + value.dump());
-    }
+
+  // The moments mean what their optimizer made them: AdamW's exp_avg is not Muon's momentum.
+  const std::string saved_optimizer = manifest.value("optimizer", std::string("adamw"));
+  if (saved_optimizer != to_string(config_.train.optimizer)) {
+    throw InputError("--resume " + path + ": the checkpoint was trained with train.optimizer = " + saved_optimizer +
+                     ", the config has " + to_string(config_.train.optimizer) +
+                     "; its optimizer state would be read as the other's");
   }
 
   const auto& coords = groups_.coords();
@@ -423,6 +437,8 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
         saved_layout.dump(), layout_of(config_, groups_.world()).dump());
   }
   if (manifest.contains("hf_source")) hf_source_ = manifest.at("hf_source");
+  // This run's data names its tokenizer; when it says nothing, the model keeps the one it was trained with.
+  if (tokenizer_.is_null() && manifest.contains("tokenizer")) tokenizer_ = manifest.at("tokenizer");
   TrainingState state{manifest.at("step").get<int64_t>(), manifest.at("consumed_samples").get<int64_t>()};
   state.saved_train_steps = manifest.value("train_steps", int64_t{0});
   if (manifest.contains("loss_scaler")) {

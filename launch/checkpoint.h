@@ -92,6 +92,7 @@ class Checkpointer {
   std::unique_ptr<PendingSave> pending_;  // checkpoint.async: the save being written
   std::string run_dir_;
   nlohmann::json hf_source_;  // launch/hf_source.h: from model.init_from, or the resumed checkpoint
+  nlohmann::json tokenizer_;  // launch/tokenizer_record.h: from the data, or the resumed checkpoint
 };
 
 // Reads into each parameter its slice of the whole tensor READ(name, dim,

@@ -31,7 +31,8 @@ void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::st
 std::map<std::string, std::string> keys_of(const std::string& yaml) {
   std::map<std::string, std::string> out;
   flatten(YAML::Load(yaml), "", out);
-  for (const char* per_node : {"train.threads_per_rank", "train.peak_tflops", "train.device"}) out.erase(per_node);
+  for (const char* per_node : {"train.threads_per_rank", "train.peak_tflops", "train.device", "train.memory_check"})
+    out.erase(per_node);
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "launch/generation_model.h"
 #include "launch/generation_sampler.h"
 #include "launch/text_stream.h"
+#include "launch/tokenizer_record.h"
 #include "models/gpt.h"
 #include "models/kv_cache.h"
 #include "parallel/launch_env.h"
@@ -66,8 +67,11 @@ std::vector<int64_t> prompt_ids(const Tokenizer& tokenizer, const std::string& p
   return ids;
 }
 
+// --tokenizer; else the one the checkpoint's data was made with (refused when it has gone or
+// changed); else a Hugging Face directory's own; else bytes.
 std::string tokenizer_spec(const GenerateArgs& args, const GenerationModel& model) {
   if (!args.tokenizer.empty()) return args.tokenizer;
+  if (!model.tokenizer_record.is_null()) return tokenizer_of_record(model.tokenizer_record, model.path);
   return model.tokenizer.empty() ? "byte" : model.tokenizer;
 }
 
@@ -84,6 +88,11 @@ int generate(const GenerateArgs& args) {
   require_tensor_parallel_only(config, launch.world);
   TokenSampler sampler(SamplingOptions{args.temperature, args.top_k, args.top_p, args.seed});
   const auto tokenizer = load_tokenizer(tokenizer_spec(args, model));
+  if (model.tokenizer_vocab_size > tokenizer->vocab_size()) {
+    throw InputError("tokenizer '" + tokenizer->source() + "' knows " + std::to_string(tokenizer->vocab_size()) +
+                     " ids, but " + model.path + " was trained on data tokenized with " +
+                     std::to_string(model.tokenizer_vocab_size) + " (its manifest's tokenizer record): give that one");
+  }
   const std::vector<int64_t> prompt = prompt_ids(*tokenizer, args.prompt, config.model.vocab_size);
   // The model's positions bound the prompt and the new tokens together (compared without adding: a
   // --max-new-tokens near 2^63 would overflow the sum).
@@ -142,6 +151,11 @@ int generate(const GenerateArgs& args) {
     // Every rank holds the same gathered logits, bit for bit, and the same generator: the same id.
     const int64_t id = sampler.next(logits[0][-1].cpu());
     generated.push_back(id);
+    if (id >= tokenizer->vocab_size()) {  // decoding it would print nothing, or garbage
+      throw InputError("the model generated id " + std::to_string(id) + ", which tokenizer '" + tokenizer->source() +
+                       "' (" + std::to_string(tokenizer->vocab_size()) +
+                       " ids) cannot decode; give the tokenizer the model was trained with (--tokenizer)");
+    }
     if (id == tokenizer->eos_id()) {
       stopped_at_eos = true;  // as Hugging Face's generate does; the EOS is in the ids, not the text
       break;

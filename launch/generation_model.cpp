@@ -51,6 +51,10 @@ GenerationModel from_checkpoint(const std::string& path, const std::vector<std::
     }
   }
   model.max_positions = model.config.model.seq_len;
+  if (manifest.contains("tokenizer")) {
+    model.tokenizer_record = manifest.at("tokenizer");
+    model.tokenizer_vocab_size = model.tokenizer_record.value("vocab_size", int64_t{0});
+  }
   return model;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,10 @@ struct GenerationModel {
   bool hugging_face = false;
   int64_t max_positions = 0;  // the positions the model was made for: model.seq_len, n_positions, ...
   std::string tokenizer;      // the tokenizer MODEL carries (a Hugging Face tokenizer.json or .model); empty: none
+  // A checkpoint's record of the tokenizer its data was made with (launch/tokenizer_record.h; null:
+  // none), and the ids that tokenizer knew (0: not recorded).
+  nlohmann::json tokenizer_record;
+  int64_t tokenizer_vocab_size = 0;
 };
 
 // Reads MODEL's description, without its weights, and applies OVERRIDES. Throws InputError

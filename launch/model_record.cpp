@@ -1,5 +1,7 @@
 #include "launch/model_record.h"
 
+#include <algorithm>
+
 #include "core/errors.h"
 
 namespace loom::launch {
@@ -60,8 +62,38 @@ nlohmann::json model_record(const Config& c) {
 nlohmann::json complete_model_record(const nlohmann::json& record) {
   auto complete = gpt2_defaults();
   complete["num_kv_heads"] = record.value("num_heads", nlohmann::json());
+  complete["moe_num_experts"] = 0;  // a dense model: no experts
+  complete["moe_every"] = 1;
   complete.update(record);
   return complete;
+}
+
+std::vector<std::string> model_record_differences(const nlohmann::json& saved, const nlohmann::json& asked) {
+  // The keys a user sets, in the order that explains the rest: a key derived from another
+  // (ffn_hidden_size from hidden_size, num_kv_heads from num_heads) comes after it.
+  std::vector<std::string> keys = {
+      "arch",       "num_layers", "hidden_size",     "num_heads", "num_kv_heads", "ffn_hidden_size",
+      "vocab_size", "seq_len",    "moe_num_experts", "moe_every"};
+  for (const auto& side : {saved, asked}) {
+    for (const auto& [key, ignored] : side.items()) {  // a key on one side only shows up as "none" on the other
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    }
+  }
+  const auto config_key = [](const std::string& key) {
+    if (key == "moe_num_experts") return std::string("moe.num_experts");
+    if (key == "moe_every") return std::string("moe.every");
+    return key;
+  };
+  std::vector<std::string> differences;
+  for (const auto& key : keys) {
+    const auto saved_value = saved.value(key, nlohmann::json("none"));
+    const auto asked_value = asked.value(key, nlohmann::json("none"));
+    if (saved_value != asked_value) {
+      differences.push_back("model." + config_key(key) + " = " + saved_value.dump() + ", the config " +
+                            asked_value.dump());
+    }
+  }
+  return differences;
 }
 
 Config config_of_model_record(const nlohmann::json& record, const std::string& source) {

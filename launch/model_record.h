@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 
@@ -16,6 +17,12 @@ nlohmann::json model_record(const Config& config);
 
 // RECORD with the keys left out filled in with GPT-2's defaults, for comparing.
 nlohmann::json complete_model_record(const nlohmann::json& record);
+
+// Every key where the complete records SAVED and ASKED differ, as "model.KEY = SAVED, the
+// config ASKED": the architecture and the sizes first (a different hidden_size is named as such,
+// before the ffn_hidden_size derived from it), then the rest; keys by the config's names
+// (model.moe.num_experts). Empty when they agree.
+std::vector<std::string> model_record_differences(const nlohmann::json& saved, const nlohmann::json& asked);
 
 // A Config whose model is RECORD's (the other sections at their defaults). Throws
 // InputError naming SOURCE when the record cannot be read.

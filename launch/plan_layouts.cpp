@@ -109,6 +109,12 @@ int plan(const PlanArgs& args) {
     ++shown;
   }
   if (shown == 0) std::printf("  no layout fits in %.0f GB per GPU\n", cluster.memory_bytes / 1e9);
+  std::printf(
+      "  MFU: the model's FLOPs per step (6 x weights + 12 L h S per token) over the estimated step time x %lld GPUs "
+      "x\n"
+      "  their peak; the estimate runs compute at compute_efficiency = %.0f%% of peak, so no layout shows more.\n"
+      "  Layouts of the same step time are ordered by traffic, then memory.\n",
+      static_cast<long long>(world), 100 * cluster.compute_efficiency);
 
   // Why the others lose: one line per kind of reason, with an example.
   std::map<std::string, std::pair<int, std::string>> reasons;

@@ -9,6 +9,7 @@
 #include "launch/blas_environment.h"
 #include "launch/communicator_factory.h"
 #include "launch/config_agreement.h"
+#include "launch/memory_check.h"
 #include "launch/run_directory.h"
 #include "launch/step_report.h"
 #include "launch/supported_combinations.h"
@@ -32,6 +33,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
   check_fault_injection(args.fault, config, grid);
   check_data(config);  // a dataset the model cannot read fails here, on every rank, before step 1
+  check_memory_fits(config, device, launch.local_world);  // before anything is allocated
 
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
   parallel::LaunchEnv env(timeout);

@@ -46,8 +46,10 @@ class Trainer {
     std::vector<parallel::PipelineStepTiming> stages;  // per pipeline stage
   };
   // Once start-up has passed (a resumed checkpoint loaded): config.yaml, and metrics.jsonl started
-  // anew for a fresh run or continued after RESUMED_STEP (rank 0).
+  // anew for a fresh run or continued after RESUMED_STEP (rank 0). Collective: when rank 0 cannot,
+  // every rank throws.
   void open_records(const std::string& resume, int64_t resumed_step);
+  void open_records_on_rank0(const std::string& resume, int64_t resumed_step);
   // Forward and backward over this rank's micro-batches; the mean loss comes
   // from the last stage. Each micro-batch's loss is multiplied by LOSS_SCALE for backward.
   StepResult forward_backward(int64_t consumed, double loss_scale);

@@ -1,10 +1,15 @@
 // What the Trainer writes into the run directory: config.yaml and metrics.jsonl (with TensorBoard's
 // events), opened once start-up has passed, and each step's row.
+#include <exception>
+#include <filesystem>
 #include <fstream>
 
+#include "core/errors.h"
 #include "launch/trainer.h"
 
 namespace loom::launch {
+
+namespace fs = std::filesystem;
 
 void Trainer::write_metrics(int64_t step, const StepResult& result, double lr, double grad_norm, double step_s,
                             int64_t consumed, double used_scale, bool skipped, const nlohmann::json& memory,
@@ -30,12 +35,55 @@ void Trainer::write_metrics(int64_t step, const StepResult& result, double lr, d
 }
 
 void Trainer::open_records(const std::string& resume, int64_t resumed_step) {
-  if (groups_.rank() != 0) return;
-  std::ofstream(run_dir_ + "/config.yaml") << to_yaml(config_);
-  const std::string path = run_dir_ + "/metrics.jsonl";
-  // A fresh run starts the record anew (launch/run_directory.h refused it where that replaces another
-  // run's, unless asked); a resumed one continues it.
-  if (resume.empty()) std::ofstream(path, std::ios::trunc);
+  // Rank 0 writes; every rank learns whether it could, so that none waits in step 1's collectives
+  // for a rank that has already left (a full disk, a read-only run directory).
+  int64_t failure = 0;  // 1: bad input, 2: the machine's
+  std::exception_ptr error;
+  if (groups_.rank() == 0) {
+    try {
+      open_records_on_rank0(resume, resumed_step);
+    } catch (const InputError&) {
+      failure = 1, error = std::current_exception();
+    } catch (const std::exception&) {
+      failure = 2, error = std::current_exception();
+    }
+  }
+  auto flag = torch::full({1}, failure, torch::kInt64);
+  groups_.world_comm().broadcast(flag, 0).wait();
+  if (error) std::rethrow_exception(error);
+  const std::string what =
+      "rank 0 could not start the records of run directory '" + run_dir_ + "' (its message says why)";
+  if (flag.item<int64_t>() == 1) throw InputError(what);
+  if (flag.item<int64_t>() == 2) throw EnvironmentError(what);
+}
+
+void Trainer::open_records_on_rank0(const std::string& resume, int64_t resumed_step) {
+  const fs::path dir(run_dir_);
+  // config.yaml whole or as it was: written beside and renamed over.
+  const fs::path config = dir / "config.yaml", written = dir / ".config.yaml.tmp";
+  {
+    std::ofstream out(written, std::ios::trunc);
+    out << to_yaml(config_);
+    out.flush();
+    if (!out) throw EnvironmentError("cannot write " + written.string() + " (is the disk full?)");
+  }
+  std::error_code code;
+  fs::rename(written, config, code);
+  if (code)
+    throw EnvironmentError("cannot rename " + written.string() + " to " + config.string() + ": " + code.message());
+  const std::string path = (dir / "metrics.jsonl").string();
+  if (resume.empty()) {
+    // A fresh run starts the record anew (launch/run_directory.h refused it where that replaces
+    // another run's, unless --overwrite-run-dir): the earlier run's curves go with its rows, or
+    // TensorBoard would draw both runs as one.
+    std::ofstream(path, std::ios::trunc);
+    fs::remove(dir / "metrics.superseded.jsonl", code);
+    if (fs::is_directory(dir / "tensorboard", code)) {
+      for (const auto& entry : fs::directory_iterator(dir / "tensorboard")) {
+        if (entry.path().filename().string().rfind("events.out.tfevents.", 0) == 0) fs::remove(entry.path(), code);
+      }
+    }
+  }
   metrics_ = std::make_unique<MetricsWriter>(
       path, config_.log.tensorboard ? std::make_unique<TensorBoardWriter>(run_dir_ + "/tensorboard") : nullptr);
   if (!resume.empty()) metrics_->continue_after(resumed_step);  // 0 when --resume auto found nothing to resume

@@ -45,7 +45,7 @@ double crossover_bytes(double alpha, double beta) {
 
 double tp_layer_volume_elements(int64_t b, int64_t s, int64_t h, int64_t t) {
   const double q = static_cast<double>(t);
-  return 4.0 * 2.0 * (q - 1) / q * static_cast<double>(b * s * h);
+  return 4.0 * 2.0 * (q - 1) / q * static_cast<double>(b) * static_cast<double>(s) * static_cast<double>(h);
 }
 
 double pipeline_bubble(int64_t p, int64_t m, int64_t v) {
@@ -54,10 +54,13 @@ double pipeline_bubble(int64_t p, int64_t m, int64_t v) {
 
 double layer_activation_bytes(int64_t s, int64_t b, int64_t h, int64_t heads, int64_t t, Recompute recompute,
                               double coefficient) {
-  const double sbh = static_cast<double>(s * b * h), q = static_cast<double>(t);
+  // In doubles: the sizes a config may give multiply past int64.
+  const double sbh = static_cast<double>(s) * static_cast<double>(b) * static_cast<double>(h),
+               q = static_cast<double>(t);
   if (recompute == Recompute::full) return 2.0 * sbh / q;
-  const double attention =
-      recompute == Recompute::selective ? 0.0 : 5.0 * static_cast<double>(heads * s) / static_cast<double>(h);
+  const double attention = recompute == Recompute::selective
+                               ? 0.0
+                               : 5.0 * static_cast<double>(heads) * static_cast<double>(s) / static_cast<double>(h);
   return sbh * (coefficient + attention) / q;
 }
 
@@ -139,12 +142,23 @@ double cp_layer_volume_elements(const Config& config, const Layout& l) {
   return t.count * elements;
 }
 
+double muon_parameter_fraction(const Config& config) {
+  double matrices = 0;
+  for (const auto& p : models::gpt_block_parameters(config, 0)) {
+    if (p.shape.size() == 2) matrices += static_cast<double>(p.numel());
+  }
+  return matrices * static_cast<double>(config.model.num_layers) /
+         static_cast<double>(models::model_num_parameters(config));
+}
+
 LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& l) {
   LayoutEstimate e;
   e.layout = l;
   const auto& m = config.model;
   const bool mixed = config.train.precision != TrainPrecision::fp32;
-  const StateBytes bytes = mixed ? StateBytes{2, 2, 12} : StateBytes{4, 4, 8};
+  StateBytes bytes = mixed ? StateBytes{2, 2, 12} : StateBytes{4, 4, 8};
+  // Muon keeps one fp32 momentum for its matrices where AdamW keeps two moments.
+  if (config.train.optimizer == OptimizerKind::muon) bytes.optimizer -= 4.0 * muon_parameter_fraction(config);
   const double element = mixed ? 2.0 : 4.0;
   const int64_t micro_batches = config.train.global_batch_size / (l.micro_batch * l.dp);
   const int64_t layers_per_stage = m.num_layers / l.pp;
@@ -175,7 +189,8 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   const Link& pp_link = l.world() <= cluster.gpus_per_node ? intra : inter;
   e.tp_across_nodes = l.tp > cluster.gpus_per_node;
 
-  const double activation = static_cast<double>(l.micro_batch * local_tokens * m.hidden_size) * element;
+  const double activation = static_cast<double>(l.micro_batch) * static_cast<double>(local_tokens) *
+                            static_cast<double>(m.hidden_size) * element;
   const double m_d = static_cast<double>(micro_batches);
   if (l.tp > 1) {
     const double per_micro = static_cast<double>(layers_per_stage) * (l.recompute == Recompute::full ? 6.0 : 4.0);
@@ -255,6 +270,12 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   return e;
 }
 
+int64_t total_traffic_bytes(const LayoutEstimate& e) {
+  double bytes = 0;
+  for (const auto& t : e.traffic) bytes += t.bytes;
+  return std::llround(bytes);
+}
+
 std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const ClusterSpec& cluster, int64_t world) {
   const auto& m = config.model;
   const int64_t g = config.train.global_batch_size;
@@ -293,9 +314,14 @@ std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const Cluste
       }
     }
   }
+  // Fitting first, then faster; at the same time (to the microsecond: the estimate is no finer)
+  // less traffic, then less memory, so ZeRO-1 ranks above ZeRO-0 when they cost the same time.
   std::stable_sort(all.begin(), all.end(), [](const LayoutEstimate& a, const LayoutEstimate& b) {
     if (a.fits != b.fits) return a.fits;
-    return a.step_s < b.step_s;
+    const auto micros = [](const LayoutEstimate& e) { return std::llround(e.step_s * 1e6); };
+    if (micros(a) != micros(b)) return micros(a) < micros(b);
+    if (total_traffic_bytes(a) != total_traffic_bytes(b)) return total_traffic_bytes(a) < total_traffic_bytes(b);
+    return a.memory_bytes < b.memory_bytes;
   });
   if (all.empty() || !all.front().fits) return all;
   const double best = all.front().step_s;

@@ -57,6 +57,10 @@ double layer_activation_coefficient(const Config& config);
 // tp / kv_heads ranks), divided by pp only.
 double parameters_per_rank(const Config& config, int64_t tp, int64_t pp);
 
+// The share of the parameters Muon trains (train.optimizer: muon): the blocks' 2-D weights.
+// Their optimizer state is one fp32 momentum, AdamW's two moments for the rest.
+double muon_parameter_fraction(const Config& config);
+
 // ---- a layout, estimated ------------------------------------------------------
 
 struct Layout {
@@ -88,6 +92,9 @@ struct LayoutEstimate {
 
 LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& layout);
 
+// The bytes of every group's traffic per step, summed (rounded to a byte).
+int64_t total_traffic_bytes(const LayoutEstimate& estimate);
+
 constexpr int64_t kLongSequence = 8192;
 
 // Context parallelism's bytes per rank for one layer and micro-batch (forward and backward): the
@@ -97,7 +104,8 @@ constexpr int64_t kLongSequence = 8192;
 // heads and back, (cp-1)/cp of each, forward and backward.
 double cp_layer_volume_elements(const Config& config, const Layout& layout);
 
-// Every valid layout of CONFIG's model on WORLD GPUs, estimated, best (fitting, fastest) first.
+// Every valid layout of CONFIG's model on WORLD GPUs, estimated, best (fitting, fastest) first;
+// at the same step time, less traffic and then less memory first.
 // Context parallelism is considered (cp 2, 4, 8, 16 in both modes) for sequences of
 // kLongSequence tokens and more, where attention's activations outgrow a rank.
 std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const ClusterSpec& cluster, int64_t world);

@@ -200,6 +200,13 @@ std::string render_pipeline_timeline(PipelineSchedule schedule, int64_t stages, 
     for (const auto& c : cells) out += c;
     out += "\n";
   }
+  // What the letters mean, under the rows they label.
+  out += splits_backward(schedule)
+             ? "legend: Fn forward of micro-batch n, Bn its input gradient, Wn its weight gradient, . idle"
+             : "legend: Fn forward of micro-batch n, Bn == its backward (two columns), . idle";
+  if (chunks > 1)
+    out += "; lowercase (fn, bn) is a stage's odd model chunks (1, 3, ...), uppercase its even ones (0, 2, ...)";
+  out += "\n";
   // The formula's idle time per stage and step time, in forward times of the whole model
   // (F = B = W = 1): 1F1B and interleaved idle (p-1)(F+B+W)/v, ZB-H1 (p-1)(F+B-W).
   const auto p = static_cast<double>(stages), m = static_cast<double>(micro_batches), v = static_cast<double>(chunks);

@@ -26,6 +26,31 @@ std::string format(const char* fmt, double a, double b = 0, double c = 0) {
 
 }  // namespace
 
+nlohmann::json alpha_beta_report(const std::map<std::string, AlphaBetaFit>& fits) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [op, fit] : fits) {
+    // A line through (bytes, seconds) is a latency and a bandwidth only with alpha >= 0 and
+    // beta > 0; anything else is noise over sizes that do not tell them apart, so no figures.
+    std::string no_fit;
+    if (fit.samples < 2) {
+      no_fit = "fewer than 2 calls";
+    } else if (fit.beta_s_per_byte <= 0) {
+      no_fit = "the time did not grow with the size (sizes too alike, or noise)";
+    } else if (fit.alpha_s < 0) {
+      no_fit = "the line through the times has a negative latency (the sizes measured do not reach small messages)";
+    }
+    if (!no_fit.empty()) {
+      out[op] = {{"samples", fit.samples}, {"no_fit", no_fit}};
+      continue;
+    }
+    out[op] = {{"samples", fit.samples},
+               {"alpha_us", fit.alpha_s * 1e6},
+               {"beta_s_per_byte", fit.beta_s_per_byte},
+               {"bandwidth_GBps", 1e-9 / fit.beta_s_per_byte}};
+  }
+  return out;
+}
+
 nlohmann::json gather_traffic_report(ProcessGroups& groups, const CommStats& stats, int64_t steps,
                                      const std::string& host) {
   const auto counters = stats.counters();
@@ -90,12 +115,7 @@ nlohmann::json gather_traffic_report(ProcessGroups& groups, const CommStats& sta
       matrix_row.push_back(static_cast<int64_t>(a[r][counter_fields + peer]));
     report["matrix_sent_bytes"].push_back(matrix_row);
   }
-  for (const auto& [op, fit] : fits) {
-    report["alpha_beta_rank0"][op] = {{"samples", fit.samples},
-                                      {"alpha_us", fit.alpha_s * 1e6},
-                                      {"beta_s_per_byte", fit.beta_s_per_byte},
-                                      {"bandwidth_GBps", fit.beta_s_per_byte > 0 ? 1e-9 / fit.beta_s_per_byte : 0.0}};
-  }
+  if (!fits.empty()) report["alpha_beta_rank0"] = alpha_beta_report(fits);
   return report;
 }
 
@@ -170,10 +190,14 @@ std::string format_traffic_table(const nlohmann::json& report) {
     out += "  measured alpha-beta (rank 0):";
     for (const auto& [op, fit] : report.at("alpha_beta_rank0").items()) {
       // A pipeline receive is posted ahead of need, so its time is mostly waiting: no fit.
-      if (fit.at("samples").get<int64_t>() < 2 || op == "send_recv") continue;
-      out += " " + op + format(" alpha %.0f us", fit.at("alpha_us").get<double>());
-      const double bandwidth = fit.at("bandwidth_GBps").get<double>();
-      out += bandwidth > 0 ? format(", %.2f GB/s;", bandwidth) : std::string(", no size dependence measured;");
+      if (op == "send_recv") continue;
+      if (fit.contains("no_fit")) {
+        out += " " + op + ": no fit, " + fit.at("no_fit").get<std::string>() + ";";
+        continue;
+      }
+      out += " " + op +
+             format(" alpha %.0f us, %.2f GB/s;", fit.at("alpha_us").get<double>(),
+                    fit.at("bandwidth_GBps").get<double>());
     }
     out += "\n";
   }

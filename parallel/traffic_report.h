@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -21,6 +22,11 @@ namespace loom::parallel {
 // rank 0 and null elsewhere. HOST names this rank's machine.
 nlohmann::json gather_traffic_report(ProcessGroups& groups, const CommStats& stats, int64_t steps,
                                      const std::string& host);
+
+// The fit of each op's (bytes, seconds) line as {"samples", "alpha_us", "beta_s_per_byte",
+// "bandwidth_GBps"}, or {"samples", "no_fit": why} where the line is not a latency and a
+// bandwidth (fewer than 2 calls, beta <= 0, alpha < 0).
+nlohmann::json alpha_beta_report(const std::map<std::string, AlphaBetaFit>& fits);
 
 // What the report says in plain words, from its counters, matrix and the grid.
 std::vector<std::string> traffic_diagnostics(const nlohmann::json& report, const RankGrid& grid);

@@ -240,6 +240,23 @@ TEST_CASE("every validation rule names its key", "[config]") {
              Catch::Contains("3 micro-batches per step; the interleaved schedule needs a multiple of parallel.pp = 2"));
 }
 
+TEST_CASE("every count key is bounded, so that no product of them overflows before the memory check", "[config]") {
+  const std::string huge = "1000000000000000000";  // 1e18
+  for (const char* key : {"model.hidden_size", "model.ffn_hidden_size", "model.num_layers", "model.vocab_size",
+                          "model.seq_len", "model.moe.num_experts", "train.global_batch_size", "train.steps",
+                          "eval.steps", "checkpoint.keep", "log.interval"}) {
+    INFO(key);
+    CHECK_THAT(error_of({std::string(key) + "=" + huge}, 1),
+               Catch::Contains(std::string("'") + key + "'") && Catch::Contains("more than loom accepts"));
+  }
+  CHECK_THAT(error_of({"parallel.tp=4611686018427387904"}, 2),
+             Catch::Contains("'parallel.tp'") && Catch::Contains("more than the 2 ranks of this job"));
+  // Today's largest models are well inside.
+  CHECK_NOTHROW(resolved({"model.hidden_size=16384", "model.num_heads=128", "model.vocab_size=262144",
+                          "model.seq_len=131072", "model.ffn_hidden_size=53248"},
+                         1));
+}
+
 TEST_CASE("model.arch sets the defaults of the keys a config leaves unset; set keys win", "[config]") {
   const Config gpt2 = resolved({}, 1);
   CHECK(gpt2.model.norm == loom::NormKind::layernorm);

@@ -49,6 +49,11 @@ TEST_CASE("a blend is weight and prefix pairs, weights normalised", "[data]") {
   CHECK_THROWS_WITH(parse_blend("a 0.3 b 0.7", "data.valid_path"),
                     Catch::Contains("data.valid_path") && Catch::Contains("'a'"));
   CHECK_THROWS_WITH(parse_blend("0 a 1 b", "data.path"), Catch::Contains("positive weight"));
+  // Each weight a finite double, their sum not: normalised by it they would all be 0.
+  CHECK_THROWS_WITH(parse_blend("1e308 a 1e308 b", "data.path"),
+                    Catch::Contains("data.path") && Catch::Contains("add up to more than a double holds"));
+  const auto scaled = parse_blend("1e307 a 3e307 b", "data.path");
+  CHECK(scaled[1].weight == Approx(0.75));
 }
 
 TEST_CASE("a split is up to three weights, normalised", "[data]") {
@@ -63,6 +68,7 @@ TEST_CASE("a split is up to three weights, normalised", "[data]") {
   CHECK_THROWS_WITH(parse_split("a,b", "data.split"), Catch::Contains("data.split"));
   CHECK_THROWS_WITH(parse_split("1,2,3,4", "data.split"), Catch::Contains("one to three"));
   CHECK_THROWS_WITH(parse_split("0,1", "data.split"), Catch::Contains("nothing to train on"));
+  CHECK_THROWS_WITH(parse_split("1e308,1e308", "data.split"), Catch::Contains("add up to more than a double holds"));
 }
 
 TEST_CASE("every prefix of a blend's order holds each dataset within one sample of its weight", "[data]") {

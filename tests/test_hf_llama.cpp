@@ -356,15 +356,23 @@ TEST_CASE("model.init_from a directory takes config.json's keys and refuses a co
   CHECK(c.model.tie_embeddings);
   CHECK(c.model.seq_len == 48);  // the config's own
   const std::string yaml = (fs::path(dir) / "job.yaml").string(), json = (fs::path(dir) / "config.json").string();
+  const std::string hint =
+      ". The model keys come from config.json: leave them out of the config (configs/finetune_hf.yaml sets none) or "
+      "give config.json's values";
   CHECK(error_of([&] { load("  hidden_size: 576\n"); }) ==
-        "model.hidden_size is 576 in " + yaml + " but " + json + " says 64");
+        "model.hidden_size is 576 in " + yaml + " but " + json + " says 64" + hint);
   CHECK(error_of([&] { load_config((fs::path(dir) / "job.yaml").string(), {"model.hidden_size=32"}); }) ==
-        "model.hidden_size is 32 by --set but " + json + " says 64");
-  CHECK(error_of([&] { load("  arch: gpt2\n"); }) == "model.arch is gpt2 in " + yaml + " but " + json + " says llama");
+        "model.hidden_size is 32 by --set but " + json + " says 64" + hint);
+  CHECK(error_of([&] { load("  arch: gpt2\n"); }) ==
+        "model.arch is gpt2 in " + yaml + " but " + json + " says llama" + hint);
   CHECK(error_of([&] { load("  norm: layernorm\n"); }) ==
-        "model.norm is layernorm in " + yaml + " but " + json + " says rmsnorm");
+        "model.norm is layernorm in " + yaml + " but " + json + " says rmsnorm" + hint);
   CHECK(error_of([&] { load("  num_kv_heads: 4\n"); }) ==
-        "model.num_kv_heads is 4 in " + yaml + " but " + json + " says 2");
+        "model.num_kv_heads is 4 in " + yaml + " but " + json + " says 2" + hint);
+  // Every conflict at once, counted.
+  CHECK(error_of([&] { load("  hidden_size: 576\n  num_kv_heads: 4\n"); }) ==
+        "model.hidden_size is 576 in " + yaml + " but " + json + " says 64; model.num_kv_heads is 4 in " + yaml +
+            " but " + json + " says 2 (2 keys)" + hint);
   // An explicit value equal to config.json's, or a derived one that comes out the same, is no contradiction.
   CHECK(error_of([&] { load("  arch: llama\n  hidden_size: 64\n  ffn_hidden_size: 96\n"); }) == "no error");
   auto mha = llama_json();

@@ -4,6 +4,7 @@
 
 #include "core/config.h"
 #include "core/errors.h"
+#include "launch/memory_check.h"
 #include "models/gpt_flops.h"
 #include "models/gpt_shapes.h"
 #include "parallel/layout_cost.h"
@@ -221,7 +222,68 @@ TEST_CASE("context parallelism in the cost model: activations over cp, ring byte
   REQUIRE(!all.empty());
   CHECK(all.front().fits);
   CHECK(all.front().layout.cp > 1);
+  // At the same time and traffic the smaller memory comes first (ZeRO-1's 51 GB before ZeRO-0's 65 GB).
+  CHECK(all.front().layout.zero_stage > 0);
+  for (size_t i = 0; i + 1 < all.size() && all[i + 1].fits; ++i) {
+    const auto &a = all[i], &b = all[i + 1];
+    if (std::llround(a.step_s * 1e6) == std::llround(b.step_s * 1e6) &&
+        total_traffic_bytes(a) == total_traffic_bytes(b)) {
+      CHECK(a.memory_bytes <= b.memory_bytes);
+    }
+  }
   // At 2048 tokens cp is not considered.
   c.model.seq_len = 2048;
   for (const auto& e : enumerate_layouts(c, cluster, 16)) CHECK(e.layout.cp == 1);
+}
+
+TEST_CASE("loom plan counts Muon's one momentum for the blocks' matrices, AdamW's two moments for the rest", "[plan]") {
+  loom::Config c = loom::load_config(std::string(LOOM_SOURCE_DIR) + "/tests/configs/tiny.yaml", {});
+  loom::resolve_and_validate(c, 1);
+  ClusterSpec cluster;
+  cluster.memory_bytes = 1e12;
+  cluster.peak_flops = cluster.intra_bandwidth = cluster.inter_bandwidth = 1e12;
+  const auto adamw = estimate_layout(c, cluster, Layout{});
+  c.train.optimizer = loom::OptimizerKind::muon;
+  const auto muon = estimate_layout(c, cluster, Layout{});
+  // Two layers of qkv (3 h^2), proj (h^2), fc and proj (4 h^2 each) at h = 32.
+  const double matrices = 2.0 * 12 * 32 * 32;
+  CHECK(muon_parameter_fraction(c) * static_cast<double>(loom::models::model_num_parameters(c)) == Approx(matrices));
+  CHECK(adamw.state_bytes - muon.state_bytes == Approx(4 * matrices));
+}
+
+TEST_CASE("the memory check refuses a model the machine cannot hold, naming its sizes and both numbers", "[plan]") {
+  using loom::launch::estimate_rank_memory;
+  using loom::launch::memory_refusal;
+  loom::Config c = loom::load_config(std::string(LOOM_SOURCE_DIR) + "/tests/configs/tiny.yaml", {});
+  loom::resolve_and_validate(c, 1);
+  // fp32 Adam: 16 bytes of state per parameter, one rank holding them all.
+  const auto tiny = estimate_rank_memory(c);
+  CHECK(tiny.parameters == static_cast<double>(loom::models::model_num_parameters(c)));
+  CHECK(tiny.state_bytes == Approx(16 * tiny.parameters));
+  CHECK(tiny.activation_bytes > 0);
+  CHECK(memory_refusal(c, tiny, 2, 1e9, "this machine's memory").empty());
+  const std::string refusal = memory_refusal(c, tiny, 2, tiny.rank_bytes() * 1.5, "this machine's memory");
+  INFO(refusal);
+  CHECK_THAT(refusal, Catch::Contains("per rank") && Catch::Contains("x 2 ranks") &&
+                          Catch::Contains("more than this machine's memory") &&
+                          Catch::Contains("model.hidden_size = 32") && Catch::Contains("train.memory_check=false"));
+  // ZeRO-3 over 4 ranks holds a quarter of the state.
+  loom::Config sharded =
+      loom::load_config(std::string(LOOM_SOURCE_DIR) + "/tests/configs/tiny.yaml", {"parallel.zero_stage=3"});
+  loom::resolve_and_validate(sharded, 4);
+  CHECK(estimate_rank_memory(sharded).state_bytes == Approx(tiny.state_bytes / 4));
+  // A trillion parameters is counted, not allocated: 65536 wide and 256 deep.
+  loom::Config big = loom::load_config(std::string(LOOM_SOURCE_DIR) + "/tests/configs/tiny.yaml",
+                                       {"model.hidden_size=65536", "model.num_heads=512", "model.num_layers=256"});
+  loom::resolve_and_validate(big, 1);
+  const auto trillion = estimate_rank_memory(big);
+  CHECK(trillion.parameters > 1e13);
+  CHECK_THAT(memory_refusal(big, trillion, 1, 24e9, "this machine's memory"), Catch::Contains("does not fit"));
+  // Past 1e15 parameters the sizes are refused as such, whatever the memory.
+  loom::Config absurd = loom::load_config(
+      std::string(LOOM_SOURCE_DIR) + "/tests/configs/tiny.yaml",
+      {"model.hidden_size=262144", "model.num_heads=1024", "model.num_layers=16384", "model.ffn_hidden_size=1048576"});
+  loom::resolve_and_validate(absurd, 1);
+  const auto beyond = estimate_rank_memory(absurd);
+  CHECK_THAT(memory_refusal(absurd, beyond, 1, 1e30, "x"), Catch::Contains("more than loom can train (1e15)"));
 }

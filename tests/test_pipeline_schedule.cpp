@@ -125,6 +125,13 @@ TEST_CASE("the timeline shows each stage's passes and the bubble", "[pipeline]")
   CHECK(timeline.find("stage 0 |F0 F1 .  .  B0 == .  B1 == \n") != std::string::npos);
   CHECK(timeline.find("stage 1 |.  F0 B0 == F1 B1 == .  .  \n") != std::string::npos);
   CHECK(timeline.find("bubble 33.3% of the step (formula (p-1)/(m*v+p-1) = 33.3%)") != std::string::npos);
+  CHECK(timeline.find("legend: Fn forward of micro-batch n, Bn == its backward") != std::string::npos);
+  CHECK(timeline.find("lowercase") == std::string::npos);
+  // Interleaved: a stage's second chunk is lowercase, and the legend says so.
+  const std::string interleaved = render_pipeline_timeline(PipelineSchedule::interleaved, 2, 4, 2);
+  INFO(interleaved);
+  CHECK(interleaved.find("f0") != std::string::npos);
+  CHECK(interleaved.find("lowercase (fn, bn) is a stage's odd model chunks") != std::string::npos);
 }
 
 TEST_CASE("zb-h1 is 1F1B with B and W, stage s holding back s W passes (pp=2, m=4 by hand)", "[pipeline]") {

@@ -92,6 +92,27 @@ TEST_CASE("the diagnostics name an MoE job, a hot spot and a tp group across nod
   CHECK_THAT(split[0], Catch::Contains("spans 2 nodes"));
 }
 
+TEST_CASE("a measured fit is kept only as a latency >= 0 and a bandwidth > 0", "[traffic]") {
+  std::map<std::string, parallel::AlphaBetaFit> fits;
+  fits["all_reduce"] = {10, 20e-6, 1e-9};     // 20 us, 1 GB/s
+  fits["all_gather"] = {10, -1319e-6, 1e-9};  // a negative latency
+  fits["reduce_scatter"] = {10, 5e-6, 0.0};   // no size dependence
+  fits["broadcast"] = {10, 5e-6, -1e-10};     // time falling with size
+  fits["barrier"] = {1, 5e-6, 0.0};           // one call
+  const auto report = parallel::alpha_beta_report(fits);
+  CHECK(report.at("all_reduce").at("alpha_us").get<double>() == Approx(20.0));
+  CHECK(report.at("all_reduce").at("bandwidth_GBps").get<double>() == Approx(1.0));
+  CHECK_FALSE(report.at("all_reduce").contains("no_fit"));
+  for (const char* op : {"all_gather", "reduce_scatter", "broadcast", "barrier"}) {
+    INFO(op);
+    CHECK(report.at(op).contains("no_fit"));
+    CHECK_FALSE(report.at(op).contains("alpha_us"));
+    CHECK_FALSE(report.at(op).contains("bandwidth_GBps"));
+  }
+  CHECK_THAT(report.at("all_gather").at("no_fit").get<std::string>(), Catch::Contains("negative latency"));
+  CHECK_THAT(report.at("reduce_scatter").at("no_fit").get<std::string>(), Catch::Contains("did not grow"));
+}
+
 TEST_CASE("the traffic model's parameter shards add up to the whole GPT", "[traffic]") {
   Config c;
   c.model.num_layers = 4;

@@ -10,6 +10,11 @@
 #     GPU run; the checkpoint then resumes on the CPU (rtol 1e-4).
 # (ZeRO shards over dp x cp, so one GPU cannot check it: at world 1 it is off.)
 # Prints PASS/FAIL per check and "N passed, M failed" last; exit 1 if any failed.
+# The dry run (tests/scripts/gpu_check_dry_run.sh, in ctest): LOOM_GPU_CHECK_DEVICE=cpu maps the GPU
+# side to the CPU, and LOOM_GPU_CHECK_STEPS shortens the runs, so that CI runs this script's every
+# path on a machine without a GPU; LOOM_GPU_CHECK_EXTRA adds arguments to the GPU side's runs
+# (the dry run sets another seed there to see a pair fail), and LOOM_GPU_CHECK_ONLY=NAME runs that
+# check alone.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH=/tmp/loom_deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -17,7 +22,10 @@ loom=${LOOM:-build-gpu/loom}
 work=${WORK:-/tmp/loom_gpu_check}
 rm -rf "$work" && mkdir -p "$work"
 passed=0 failed=0
-BASE=(--set train.steps=30 --set train.warmup_steps=5 --set log.interval=10)
+gpu=${LOOM_GPU_CHECK_DEVICE:-cuda}
+steps=${LOOM_GPU_CHECK_STEPS:-30}
+half=$((steps / 2))
+BASE=(--set train.steps=$steps --set train.warmup_steps=$((steps / 6)) --set log.interval=$((steps / 3)))
 
 run() {  # run NAME [loom train args...]
   local name=$1
@@ -31,6 +39,7 @@ run() {  # run NAME [loom train args...]
 check() {  # check NAME COMMAND...: one line of PASS or FAIL
   local name=$1
   shift
+  [ -z "${LOOM_GPU_CHECK_ONLY:-}" ] || [ "$name" = "$LOOM_GPU_CHECK_ONLY" ] || return 0
   local out
   if out=$("$@" 2>&1); then
     passed=$((passed + 1))
@@ -46,7 +55,7 @@ same() {  # same A B RTOL: the loss of every step of run A within RTOL of run B'
 pair_runs() {  # pair_runs NAME RTOL [args...]: the run on the CPU and on the GPU agree
   local name=$1 rtol=$2
   shift 2
-  run "${name}_cpu" --set train.device=cpu "$@" && run "${name}_gpu" --set train.device=cuda "$@" &&
+  run "${name}_cpu" --set train.device=cpu "$@" && run "${name}_gpu" --set train.device="$gpu" "$@" ${LOOM_GPU_CHECK_EXTRA:-} &&
     same "${name}_gpu" "${name}_cpu" "$rtol"
 }
 pair() { check "$1" pair_runs "$@"; }
@@ -59,24 +68,24 @@ pair bf16 2e-2 --set train.precision=bf16
 CONFIG=configs/llama_tiny.yaml pair llama_fp32 1e-4
 CONFIG=configs/llama_tiny.yaml pair llama_bf16 2e-2 --set train.precision=bf16
 
-# Checkpoint on the GPU: 15 steps, exit, resume: the last 15 equal the straight run's bit for bit.
+# Checkpoint on the GPU: half the steps, exit, resume: the rest equal the straight run's bit for bit.
 resume_checks() {
-  run straight --set train.device=cuda --set checkpoint.dir="$work/ck_straight" &&
-    run first --set train.device=cuda --set checkpoint.dir="$work/ck" --set train.exit_after=15 &&
-    run second --set train.device=cuda --set checkpoint.dir="$work/ck" --resume auto &&
+  run straight --set train.device="$gpu" --set checkpoint.dir="$work/ck_straight" &&
+    run first --set train.device="$gpu" --set checkpoint.dir="$work/ck" --set train.exit_after=$half &&
+    run second --set train.device="$gpu" --set checkpoint.dir="$work/ck" --resume auto &&
     grep -q "resumed from" "$work/second.log" &&
-    python3 - "$work/second/metrics.jsonl" "$work/straight/metrics.jsonl" << 'PY'
+    python3 - "$work/second/metrics.jsonl" "$work/straight/metrics.jsonl" $half << 'PY'
 import json, sys
 a = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
 b = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
-steps = [s for s in a if s > 15]
+steps = [s for s in a if s > int(sys.argv[3])]
 assert steps and all(a[s] == b[s] for s in steps), [(s, a[s], b[s]) for s in steps if a[s] != b[s]][:3]
 print(f"steps {min(steps)}-{max(steps)} bit-identical after resuming on the GPU")
 PY
 }
 check resume_gpu resume_checks
 resume_on_cpu() {
-  run cpu_resume --set train.device=cpu --resume "$work/ck/step_00000015" &&
+  run cpu_resume --set train.device=cpu --resume "$work/ck/$(printf 'step_%08d' $half)" &&
     python3 - "$work/cpu_resume/metrics.jsonl" "$work/straight/metrics.jsonl" << 'PY'
 import json, sys
 a = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
@@ -90,7 +99,7 @@ check resume_gpu_checkpoint_on_cpu resume_on_cpu
 
 for name in fp32 bf16; do
   echo "--- $name on the GPU:"
-  grep -E "step 30/30|done:|model FLOPs" "$work/${name}_gpu.log" | sed 's/^/    /'
+  grep -E "step $steps/$steps|done:|model FLOPs" "$work/${name}_gpu.log" | sed 's/^/    /'
 done
 echo "gpu_check: $passed passed, $failed failed"
 [ "$failed" = 0 ]

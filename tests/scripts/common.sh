@@ -45,3 +45,16 @@ expect_exit() {
   [ "$code" = "$want" ] || { cat "$WORK/out"; fail "'$*' exited $code, expected $want"; }
   grep -q -- "$pattern" "$WORK/out" || { cat "$WORK/out"; fail "'$*' did not print '$pattern'"; }
 }
+
+# wait_for_step2 LOG PID: waits until the job PID has logged step 2 in LOG (training runs, so a
+# fault lands in a step's collectives); fails, showing LOG, if the job ends first or after 60 s.
+wait_for_step2() {
+  for _ in $(seq 600); do
+    grep -q "step  *2/" "$1" && return 0
+    kill -0 "$2" 2> /dev/null || { cat "$1"; fail "the job ended before step 2"; }
+    sleep 0.1
+  done
+  kill "$2"
+  cat "$1"
+  fail "no step 2 after 60 s"
+}

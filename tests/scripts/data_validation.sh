@@ -7,6 +7,7 @@
 #     data.valid_path may be a blend.
 #  3. A dataset holding an id the model cannot embed is refused before step 1 (exit 2), by its sidecar or
 #     by a scan, in one process and under mpirun; bad blends, splits and paths name their key (exit 2).
+#  4. A validation set smaller than eval.steps global batches is said once.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
 
@@ -56,6 +57,13 @@ expect_refusal() {  # expect_refusal NAME NP PATTERN [args...]: exit 2, PATTERN 
 "$LOOM" prepare --input "$WORK/a.txt" --output "$WORK/eod" --append-eod > /dev/null  # ids 0-256
 expect_refusal sidecar_max 1 "holds token id 256 (byte, says $WORK/eod.json), outside model.vocab_size = 256" \
   --set model.vocab_size=256 --set "data.path=$WORK/eod"
+# A validation set smaller than an evaluation reads is said once (A holds about 15 samples of 32 tokens).
+run_loom 1 small_valid --set model.vocab_size=256 --set "data.path=$WORK/b" --set "data.valid_path=$WORK/a" \
+  --set train.steps=2 --set train.warmup_steps=1 --set eval.steps=4 || { cat "$WORK/small_valid.log"; fail "small validation set"; }
+[ "$(grep -c "fewer than an evaluation reads (eval.steps = 4 x train.global_batch_size = 8)" "$WORK/small_valid.log")" = 1 ] ||
+  { cat "$WORK/small_valid.log"; fail "a validation set smaller than eval.steps batches should be said once"; }
+grep -q "fewer than an evaluation reads" "$WORK/blend.log" && fail "a large enough validation set should not be warned of"
+
 rm -f "$WORK/eod.json"
 expect_refusal scan 1 "holds token id 256, outside model.vocab_size = 256" --set model.vocab_size=256 --set "data.path=$WORK/eod"
 expect_refusal scan_mpirun 2 "holds token id 256, outside model.vocab_size = 256" --set model.vocab_size=256 \

@@ -93,4 +93,28 @@ expect_exit 2 "has model.hidden_size = 64; loom generate runs the model as it wa
 expect_exit 2 "MODEL '$WORK/nowhere' is not a directory" "$LOOM" generate "$WORK/nowhere" --prompt x --max-new-tokens 1
 expect_exit 2 "'$WORK' is neither a loom checkpoint" "$LOOM" generate "$WORK" --prompt x --max-new-tokens 1
 expect_exit 2 "--top-p must be in (0, 1]" "${GEN[@]}" --max-new-tokens 2 --top-p 0
+# The checkpoint remembers its data's tokenizer: a SentencePiece-trained model generates through it
+# without --tokenizer; a tokenizer that knows fewer ids, one gone and one changed are refused (exit 2).
+cp "$LOOM_SOURCE/tests/reference/tiny_unigram.model" "$WORK/sp.model"
+"$LOOM" prepare --input "$WORK/text.txt" --tokenizer "$WORK/sp.model" --output "$WORK/ds_sp" > /dev/null ||
+  fail "prepare with SentencePiece"
+"$LOOM" train "$LOOM_SOURCE/configs/gpt_tiny.yaml" --run-dir "$WORK/sp" "${SHAPE[@]}" --set data.path="$WORK/ds_sp" \
+  --set model.vocab_size=300 --set train.steps=4 --set train.warmup_steps=1 --set checkpoint.interval=4 --set checkpoint.dir="$WORK/ck_sp" \
+  > "$WORK/sp.log" 2>&1 || { cat "$WORK/sp.log"; fail "train on SentencePiece ids"; }
+"$LOOM" generate "$WORK/ck_sp" --prompt "$PROMPT" --max-new-tokens 4 --temperature 0 > "$WORK/sp_gen.out" \
+  2> "$WORK/sp_gen.err" || { cat "$WORK/sp_gen.err"; fail "generate from the SentencePiece checkpoint"; }
+grep -q "tokenizer $WORK/sp.model" "$WORK/sp_gen.err" ||
+  { cat "$WORK/sp_gen.err"; fail "the checkpoint's tokenizer should be used without --tokenizer"; }
+SP_GEN=("$LOOM" generate "$WORK/ck_sp" --prompt "$PROMPT" --max-new-tokens 4)
+expect_exit 2 "tokenizer 'byte' knows 257 ids, but $WORK/ck_sp/step_00000004 was trained on data tokenized with 300" \
+  "${SP_GEN[@]}" --tokenizer byte
+mv "$WORK/sp.model" "$WORK/sp_moved.model"
+expect_exit 2 "tokenized by sentencepiece '$WORK/sp.model', which is no longer there; give that tokenizer with --tokenizer" \
+  "${SP_GEN[@]}"
+"$LOOM" generate "$WORK/ck_sp" --prompt "$PROMPT" --max-new-tokens 4 --tokenizer "$WORK/sp_moved.model" > /dev/null \
+  2>&1 || fail "--tokenizer should stand in for a tokenizer that moved"
+{ cat "$WORK/sp_moved.model"; printf x; } > "$WORK/sp.model"
+expect_exit 2 "which has changed since (its CRC-32C differs)" "${SP_GEN[@]}"
+echo "tokenizer: the checkpoint's SentencePiece model used, a smaller, a moved and a changed one refused"
+
 echo "generate: ok"

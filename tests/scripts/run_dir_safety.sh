@@ -17,6 +17,11 @@
 #  7. A resume without --run-dir continues the run directory of the run it resumes.
 #  8. Raising train.steps on resume says the schedule stretches (old and new values, and the
 #     train.lr_decay_steps that avoids it); with train.lr_decay_steps the schedule is unchanged.
+#  9. A resume refused for another model names the key the user changed first (hidden_size, not
+#     the ffn_hidden_size derived from it; model.moe.num_experts for an MoE), and every difference.
+# 10. Absurd sizes are refused before anything is allocated (exit 2, naming the key): a count key
+#     at 1e18, and a 1.3e13-parameter model whose estimate exceeds the machine's memory (both numbers
+#     and train.memory_check named); the run directory stays empty.
 source "$(dirname "$0")/common.sh"
 ARGS=(--set train.steps=6 --set train.warmup_steps=1 --set log.tensorboard=true)
 train() { local name="$1"; shift; "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${ARGS[@]}" "$@" > "$WORK/$name.log" 2>&1; }
@@ -47,6 +52,9 @@ expect 2 first "run directory '$WORK/first' holds another run's metrics.jsonl, w
 [ "$(digest "$WORK/first")" = "$before" ] || fail "a refused run changed its run directory"
 must_train first --overwrite-run-dir --set train.steps=3
 [ "$(rows "$WORK/first/metrics.jsonl")" = "1 2 3" ] || fail "--overwrite-run-dir should start metrics.jsonl anew"
+# ... and its TensorBoard curves: one event file, of the new run's 3 steps (TensorBoard would merge an old one).
+[ "$(ls "$WORK/first/tensorboard" | wc -l)" = 1 ] || { ls -la "$WORK/first/tensorboard"; fail "old event files kept"; }
+[ ! -e "$WORK/first/.config.yaml.tmp" ] && grep -q "^  steps: 3$" "$WORK/first/config.yaml" || fail "config.yaml not replaced whole"
 echo "2. a used run directory refused, then started anew with --overwrite-run-dir"
 
 # 3.
@@ -123,4 +131,28 @@ lr = {r["step"]: r["lr"] for r in map(json.loads, open(sys.argv[1]))}
 assert abs(lr[6] - lr[12]) < 1e-12 and lr[5] > lr[6], f"lr {lr}"
 EOF
 echo "8. raising train.steps on resume: the stretch named with train.lr_decay_steps to avoid it; with it, unchanged"
+# 9.
+must_train shape --set checkpoint.dir="$WORK/ck_shape" --set train.exit_after=2
+code=0
+train shape --set checkpoint.dir="$WORK/ck_shape" --set model.hidden_size=64 --resume auto || code=$?
+expect 2 shape "the checkpoint has model.hidden_size = 32, the config 64; model.ffn_hidden_size = 128, the config 256" $code
+code=0
+train shape --set checkpoint.dir="$WORK/ck_shape" --set model.moe.num_experts=2 --resume auto || code=$?
+expect 2 shape "the checkpoint has model.moe.num_experts = 0, the config 2" $code
+echo "9. a refused resume names hidden_size before the ffn_hidden_size derived from it, and model.moe.num_experts"
+# 10.
+for key in model.hidden_size model.ffn_hidden_size model.moe.num_experts model.vocab_size model.num_layers \
+  train.global_batch_size eval.steps; do
+  code=0
+  train "absurd_$key" --set "$key=1000000000000000000" || code=$?
+  expect 2 "absurd_$key" "config key '$key': is 1000000000000000000, more than loom accepts" $code
+  [ -z "$(ls -A "$WORK/absurd_$key" 2> /dev/null)" ] || fail "$key: a refused run wrote into its run directory"
+done
+code=0
+train trillion --set model.hidden_size=65536 --set model.num_heads=512 --set model.num_layers=256 || code=$?
+expect 2 trillion "the model does not fit: loom plan's estimate is [0-9.]* GB per rank ([0-9.e+]* parameters" $code
+expect 2 trillion "more than this .* of [0-9.]* GB. Its size is model.num_layers = 256, model.hidden_size = 65536" $code
+expect 2 trillion "set train.memory_check=false to train anyway" $code
+[ -z "$(ls -A "$WORK/trillion" 2> /dev/null)" ] || fail "the refused trillion-parameter run wrote into its run directory"
+echo "10. absurd sizes refused before allocating, naming the keys and both memory figures"
 echo "run_dir_safety: ok"

@@ -10,6 +10,9 @@
 #  5. scripts/sbatch_example.sh: a rank killed at step 13 on the first start fails the job, which
 #     requeues itself; the second start (SLURM_RESTART_COUNT 1, no fault) resumes from step 10 and
 #     its steps 11-20 equal the uninterrupted run's. A bad config fails without a requeue.
+#  6. A rank stopped (SIGSTOP) under srun --kill-on-bad-exit=1, as the README launches: its peers
+#     time out and exit non-zero, and srun ends the step, the stopped task too (without the flag srun
+#     waits for the stopped task forever).
 source "$(dirname "$0")/common.sh"
 source "$SCRIPTS/private_slurm.sh"
 trap 'stop_private_slurm; rm -rf "$WORK"' EXIT
@@ -108,4 +111,26 @@ mkdir "$WORK/sbatch_resumed"
 tail -n 10 "$WORK/sbatch_run/metrics.jsonl" > "$WORK/sbatch_resumed/metrics.jsonl"
 compare_resumed "$WORK/sbatch_resumed" "$WORK/srun" 11 20 "sbatch_example.sh, killed at step 13, requeued" ||
   fail "the requeued job's losses differ from the uninterrupted run's"
+# 6. A stopped rank under srun --kill-on-bad-exit=1 ends the step.
+"${SRUN[@]}" -n 3 "$LOOM" train "$TINY" --run-dir "$WORK/stall" --set train.steps=100000 --set log.interval=1 \
+  --set train.global_batch_size=6 --set parallel.timeout_s=5 > "$WORK/stall.log" 2>&1 < /dev/null &
+stall_job=$!
+wait_for_step2 "$WORK/stall.log" "$stall_job"
+stopped=""
+for p in $(pgrep -f -- "--run-dir $WORK/stall"); do
+  [ "$(tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | sed -n 's/^SLURM_PROCID=//p')" = 1 ] && stopped=$p
+done
+[ -n "$stopped" ] || { kill "$stall_job"; cat "$WORK/stall.log"; fail "no task of rank 1 found"; }
+kill -STOP "$stopped"
+SECONDS=0
+code=""
+while [ "$SECONDS" -lt 120 ]; do  # a guard against a hang, not a timing: it ends in about timeout_s
+  kill -0 "$stall_job" 2> /dev/null || { code=0; wait "$stall_job" || code=$?; break; }
+  sleep 0.2
+done
+[ -n "$code" ] || { kill -9 "$stopped"; kill "$stall_job"; cat "$WORK/stall.log"; fail "srun still ran 120 s after rank 1 stopped"; }
+[ "$code" != 0 ] || fail "srun exited 0 with rank 1 stopped"
+kill -0 "$stopped" 2> /dev/null && { kill -9 "$stopped"; fail "the stopped task outlived the step"; }
+grep -q "rank 1 stopped answering" "$WORK/stall.log" || { cat "$WORK/stall.log"; fail "no error names rank 1"; }
+echo "6. a stopped rank under srun --kill-on-bad-exit=1: the step ended (exit $code), rank 1 named"
 echo "slurm: ok"

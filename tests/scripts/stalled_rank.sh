@@ -12,12 +12,7 @@ mpirun --oversubscribe -np 3 "$LOOM" train "$TINY" --run-dir "$WORK/run" --set t
   --set train.global_batch_size=6 --set log.interval=1 --set parallel.timeout_s=$timeout_s > "$WORK/job.log" 2>&1 &
 job=$!
 # Stopped once training runs (rank 0 has logged step 2), so the stop lands in a step's collectives.
-for _ in $(seq 600); do
-  grep -q "step  *2/" "$WORK/job.log" && break
-  kill -0 "$job" 2> /dev/null || { cat "$WORK/job.log"; fail "the job ended before step 2"; }
-  sleep 0.1
-done
-grep -q "step  *2/" "$WORK/job.log" || { kill "$job"; cat "$WORK/job.log"; fail "no step 2 after 60 s"; }
+wait_for_step2 "$WORK/job.log" "$job"
 # mpirun's children are the ranks; each knows its rank from the environment mpirun gave it.
 ranks=$(pgrep -P "$job")
 pid=""

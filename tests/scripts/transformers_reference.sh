@@ -36,6 +36,23 @@ for arch in gpt2 llama mistral qwen2; do
     --sequences 8 --export "$WORK/${arch}_export" --same-architecture ||
     fail "$arch: loom's first loss differs from transformers', or its export does not load to the same logits and fields"
 done
+# configs/finetune_hf.yaml, as the README's fine-tuning section runs it: the model keys all from
+# config.json, its first loss transformers'. A config written for another model is refused naming
+# every key that differs, not only the first.
+"$LOOM" train "$LOOM_SOURCE/configs/finetune_hf.yaml" --run-dir "$WORK/finetune" --set model.init_from="$WORK/llama" \
+  --set data.path="$WORK/ds" --set data.order=sequential --set model.seq_len=32 --set train.global_batch_size=8 \
+  --set train.micro_batch_size=8 --set train.steps=2 --set train.warmup_steps=0 --set checkpoint.dir="$WORK/finetune_ck" \
+  > "$WORK/finetune.log" 2>&1 || { cat "$WORK/finetune.log"; fail "configs/finetune_hf.yaml"; }
+"${HF[@]}" compare-loss "$WORK/llama" "$WORK/text.txt" "$WORK/finetune" --seq-len 32 --sequences 8 ||
+  fail "configs/finetune_hf.yaml: the first loss differs from transformers'"
+code=0
+"$LOOM" train "$TINY" --run-dir "$WORK/conflicts" --set model.init_from="$WORK/llama" > "$WORK/conflicts.log" 2>&1 ||
+  code=$?
+[ "$code" = 2 ] && grep -q "model.hidden_size is 32 in $TINY but $WORK/llama/config.json says 64" "$WORK/conflicts.log" &&
+  grep -q "model.vocab_size is 64 in $TINY but $WORK/llama/config.json says 256" "$WORK/conflicts.log" &&
+  grep -q "configs/finetune_hf.yaml sets none" "$WORK/conflicts.log" ||
+  { cat "$WORK/conflicts.log"; fail "init_from's conflicts should all be named at once (exit $code)"; }
+
 # An explicit family: the Mistral as LlamaForCausalLM, its fields still kept.
 "$LOOM" export "$WORK/mistral_ck/step_00000000" --format hf-llama --output "$WORK/mistral_as_llama" > /dev/null ||
   fail "mistral: export as hf-llama"

@@ -1,0 +1,26 @@
+// The optimizer the config asks for (train.optimizer), built by the trainer over the parameters
+// the gradient synchronisation owns. AdamW is the synchronisation's own, sharded to match its
+// ZeRO stage. Muon takes the transformer blocks' 2-D weights and AdamW the rest (embeddings, the
+// output layer, norms, biases, routers), one optimizer over the whole list for the step loop
+// and the checkpoints.
+#pragma once
+
+#include <memory>
+
+#include "core/config.h"
+#include "optim/muon.h"
+#include "optim/optimizer.h"
+#include "parallel/gradient_sync.h"
+
+namespace loom::launch {
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, parallel::GradientSync& sync);
+
+// Whether Muon trains PARAM: a 2-D weight inside the blocks ("h.N. ..."), routers excepted.
+bool muon_parameter(const parallel::ParallelParameter& param);
+
+// The logical matrices a Muon weight holds (CONFIG's heads): loom's fused attention weights
+// keep q, k, v (or k, v) of each head together, and Muon orthogonalises each of them apart.
+optim::MatrixSplit muon_split(const parallel::ParallelParameter& param, const Config& config);
+
+}  // namespace loom::launch

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Muon (train.optimizer: muon) against a plain PyTorch Muon written from its definition
+# (tests/reference/muon_reference.py): a tiny GPT-2 and a tiny Llama saved by transformers'
+# save_pretrained train 20 steps in loom from their directories with every step's loss within
+# 1e-5 of the reference's: weight decay on, each group its own peak lr, Nesterov on and off.
+# Layouts: dp 2, pp 2, cp 2, pp 2 x dp 2 and ep 2 (MoE) give one process's losses within 1e-5; a
+# checkpoint resumes bit for bit, and at another layout within 1e-5; tp and ZeRO are refused
+# (exit 2, naming train.optimizer), and so is resuming an AdamW checkpoint with Muon.
+source "$(dirname "$0")/common.sh"
+PY=python3  # the project venv's (first on PATH under ctest), with transformers
+cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
+"$LOOM" prepare --input "$WORK/text.txt" --output "$WORK/ds" > /dev/null || fail "prepare"
+SHAPE=(--set model.num_layers=2 --set model.hidden_size=64 --set model.num_heads=4 --set model.vocab_size=256
+  --set data.path="$WORK/ds" --set model.dropout=0 --set train.global_batch_size=8 --set train.micro_batch_size=8)
+MUON=(--set train.optimizer=muon --set train.steps=20 --set train.warmup_steps=2 --set train.lr=0.003
+  --set train.min_lr=0.0003 --set train.weight_decay=0.1 --set train.muon.lr=0.02 --set train.muon.weight_decay=0.05)
+REF=(--steps 20 --lr 0.003 --min-lr 0.0003 --warmup 2 --weight-decay 0.1 --muon-lr 0.02 --muon-weight-decay 0.05)
+
+# 1. Against the reference.
+for arch in gpt2 llama; do
+  "$PY" "$LOOM_SOURCE/tests/reference/hf_models.py" make "$arch" "$WORK/$arch" > /dev/null || fail "making $arch"
+done
+train() {  # train NAME [args...]: one process
+  local name="$1"
+  shift
+  "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${SHAPE[@]}" "${MUON[@]}" "$@" > "$WORK/$name.log" 2>&1 ||
+    { cat "$WORK/$name.log"; fail "loom train $name"; }
+}
+train gpt2 --set model.init_from="$WORK/gpt2"
+train llama --set model.init_from="$WORK/llama"
+train llama_plain --set model.init_from="$WORK/llama" --set train.muon.nesterov=false
+"$PY" "$LOOM_SOURCE/tests/reference/muon_reference.py" "$WORK/gpt2" "$WORK/text.txt" "$WORK/gpt2" "${REF[@]}" ||
+  fail "GPT-2 with Muon differs from the reference"
+"$PY" "$LOOM_SOURCE/tests/reference/muon_reference.py" "$WORK/llama" "$WORK/text.txt" "$WORK/llama" "${REF[@]}" ||
+  fail "Llama with Muon differs from the reference"
+"$PY" "$LOOM_SOURCE/tests/reference/muon_reference.py" "$WORK/llama" "$WORK/text.txt" "$WORK/llama_plain" "${REF[@]}" \
+  --no-nesterov || fail "Llama with Muon, Nesterov off, differs from the reference"
+# The check can fail: another momentum on the reference's side misses.
+"$PY" "$LOOM_SOURCE/tests/reference/muon_reference.py" "$WORK/llama" "$WORK/text.txt" "$WORK/llama" "${REF[@]}" \
+  --momentum 0.9 > /dev/null 2>&1 && fail "a reference with momentum 0.9 matched loom's 0.95"
+
+# 2. Layouts against one process (the tiny GPT, from scratch).
+LAYOUT=("${MUON[@]}" --set model.dropout=0)
+run_loom 1 one "${LAYOUT[@]}" || { cat "$WORK/one.log"; fail "one process"; }
+for layout in "dp2:2:" "pp2:2:--set parallel.pp=2" "cp2:2:--set parallel.cp=2" "pp2dp2:4:--set parallel.pp=2"; do
+  IFS=: read -r name np args <<< "$layout"
+  # shellcheck disable=SC2086
+  run_loom "$np" "$name" "${LAYOUT[@]}" $args || { cat "$WORK/$name.log"; fail "$name"; }
+  compare_losses "$WORK/$name" "$WORK/one" || fail "Muon at $name differs from one process"
+  echo "Muon at $name: one process's losses within 1e-5"
+done
+MOE=(--set model.moe.num_experts=2 --set model.moe.top_k=1)
+run_loom 1 moe_one "${LAYOUT[@]}" "${MOE[@]}" || { cat "$WORK/moe_one.log"; fail "MoE one process"; }
+run_loom 2 moe_ep2 "${LAYOUT[@]}" "${MOE[@]}" --set parallel.ep=2 || { cat "$WORK/moe_ep2.log"; fail "MoE ep 2"; }
+python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/moe_ep2/metrics.jsonl" "$WORK/moe_one/metrics.jsonl" --rtol 1e-5 \
+  --routing-flips || fail "Muon on an MoE at ep 2 differs from one process"
+echo "Muon on an MoE at ep 2: one process's losses within 1e-5"
+
+# 3. Checkpoints: resumed bit for bit, and at pp 2 within 1e-5.
+run_loom 1 half "${LAYOUT[@]}" --set checkpoint.dir="$WORK/ck" --set train.exit_after=10 || { cat "$WORK/half.log"; fail "half"; }
+run_loom 1 resumed "${LAYOUT[@]}" --set checkpoint.dir="$WORK/ck" --resume auto || { cat "$WORK/resumed.log"; fail "resume"; }
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/resumed" "$WORK/one" --rtol 0 --first 11 --last 20 --same-samples ||
+  fail "Muon resumed differs from the straight run"
+run_loom 2 resumed_pp2 "${LAYOUT[@]}" --set parallel.pp=2 --resume "$WORK/ck/step_00000010" ||
+  { cat "$WORK/resumed_pp2.log"; fail "resume at pp 2"; }
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/resumed_pp2" "$WORK/one" --rtol 1e-5 --first 11 --last 20 ||
+  fail "Muon resumed at pp 2 differs"
+echo "Muon checkpoints: resumed bit for bit, at pp 2 within 1e-5"
+
+# 4. Refusals.
+code=0
+run_loom 2 tp2 "${LAYOUT[@]}" --set parallel.tp=2 || code=$?
+[ "$code" = 2 ] && grep -q "config key 'train.optimizer': muon needs every block matrix whole" "$WORK/tp2.log" ||
+  { cat "$WORK/tp2.log"; fail "Muon at tp 2 should be refused (exit $code)"; }
+code=0
+run_loom 2 zero1 "${LAYOUT[@]}" --set parallel.zero_stage=1 || code=$?
+[ "$code" = 2 ] && grep -q "config key 'train.optimizer': muon needs every block matrix whole" "$WORK/zero1.log" ||
+  { cat "$WORK/zero1.log"; fail "Muon with ZeRO-1 should be refused (exit $code)"; }
+run_loom 1 adamw --set train.steps=4 --set train.warmup_steps=1 --set checkpoint.dir="$WORK/ck_adamw" --set train.exit_after=2 ||
+  { cat "$WORK/adamw.log"; fail "adamw"; }
+code=0
+run_loom 1 adamw_as_muon "${LAYOUT[@]}" --set checkpoint.dir="$WORK/ck_adamw" --resume auto || code=$?
+[ "$code" = 2 ] && grep -q "trained with train.optimizer = adamw, the config has muon" "$WORK/adamw_as_muon.log" ||
+  { cat "$WORK/adamw_as_muon.log"; fail "resuming an AdamW checkpoint with Muon should be refused (exit $code)"; }
+echo "muon: ok"
