@@ -97,32 +97,40 @@ void check_model_shape(const Config& c) {
 // (parameters, tokens per step, bytes) overflows before the memory check (launch/memory_check.h)
 // can compare the whole with the machine: 1e18 layers is refused here, not run silently.
 void check_count_bounds(const Config& c, int64_t world) {
-  const auto at_most = [](int64_t value, int64_t ceiling, const std::string& key) {
-    require(value <= ceiling, key,
-            "is " + std::to_string(value) + ", more than loom accepts (" + std::to_string(ceiling) + ")");
+  struct Ceiling {
+    int64_t value;
+    int64_t ceiling;
+    const char* key;
   };
   const auto& m = c.model;
-  at_most(m.num_layers, int64_t{1} << 14, "model.num_layers");
-  at_most(m.hidden_size, int64_t{1} << 18, "model.hidden_size");
-  at_most(m.num_heads, int64_t{1} << 18, "model.num_heads");
-  at_most(m.num_kv_heads, int64_t{1} << 18, "model.num_kv_heads");
-  at_most(m.ffn_hidden_size, int64_t{1} << 20, "model.ffn_hidden_size");
-  at_most(m.vocab_size, int64_t{1} << 28, "model.vocab_size");
-  at_most(m.seq_len, int64_t{1} << 24, "model.seq_len");
-  at_most(m.moe.num_experts, int64_t{1} << 14, "model.moe.num_experts");
-  at_most(m.moe.top_k, int64_t{1} << 14, "model.moe.top_k");
   const auto& t = c.train;
-  at_most(t.steps, int64_t{1} << 40, "train.steps");
-  at_most(t.global_batch_size, int64_t{1} << 24, "train.global_batch_size");
-  at_most(t.micro_batch_size, int64_t{1} << 24, "train.micro_batch_size");
-  at_most(t.loss_scale_window, int64_t{1} << 40, "train.loss_scale_window");
-  at_most(t.max_skipped_steps, int64_t{1} << 40, "train.max_skipped_steps");
-  at_most(t.threads_per_rank, 4096, "train.threads_per_rank");
-  at_most(c.eval.steps, int64_t{1} << 20, "eval.steps");
-  at_most(c.eval.interval, int64_t{1} << 40, "eval.interval");
-  at_most(c.log.interval, int64_t{1} << 40, "log.interval");
-  at_most(c.checkpoint.interval, int64_t{1} << 40, "checkpoint.interval");
-  at_most(c.checkpoint.keep, int64_t{1} << 20, "checkpoint.keep");
+  constexpr int64_t k14 = int64_t{1} << 14, k18 = int64_t{1} << 18, k20 = int64_t{1} << 20, k24 = int64_t{1} << 24,
+                    k28 = int64_t{1} << 28, k40 = int64_t{1} << 40;
+  const Ceiling ceilings[] = {{m.num_layers, k14, "model.num_layers"},
+                              {m.hidden_size, k18, "model.hidden_size"},
+                              {m.num_heads, k18, "model.num_heads"},
+                              {m.num_kv_heads, k18, "model.num_kv_heads"},
+                              {m.ffn_hidden_size, k20, "model.ffn_hidden_size"},
+                              {m.vocab_size, k28, "model.vocab_size"},
+                              {m.seq_len, k24, "model.seq_len"},
+                              {m.moe.num_experts, k14, "model.moe.num_experts"},
+                              {m.moe.top_k, k14, "model.moe.top_k"},
+                              {t.steps, k40, "train.steps"},
+                              {t.global_batch_size, k24, "train.global_batch_size"},
+                              {t.micro_batch_size, k24, "train.micro_batch_size"},
+                              {t.loss_scale_window, k40, "train.loss_scale_window"},
+                              {t.max_skipped_steps, k40, "train.max_skipped_steps"},
+                              {t.threads_per_rank, 4096, "train.threads_per_rank"},
+                              {c.eval.steps, k20, "eval.steps"},
+                              {c.eval.interval, k40, "eval.interval"},
+                              {c.log.interval, k40, "log.interval"},
+                              {c.checkpoint.interval, k40, "checkpoint.interval"},
+                              {c.checkpoint.keep, k20, "checkpoint.keep"},
+                              {c.parallel.virtual_stages, k14, "parallel.virtual_stages"}};
+  for (const auto& [value, ceiling, key] : ceilings) {
+    require(value <= ceiling, key,
+            "is " + std::to_string(value) + ", more than loom accepts (" + std::to_string(ceiling) + ")");
+  }
   const auto& p = c.parallel;
   // Each parallel size divides the world, so none can exceed it (and their product cannot overflow).
   for (const auto& [value, key] :
@@ -131,7 +139,6 @@ void check_count_bounds(const Config& c, int64_t world) {
     require(value <= world, key,
             "is " + std::to_string(value) + ", more than the " + std::to_string(world) + " ranks of this job");
   }
-  at_most(p.virtual_stages, int64_t{1} << 14, "parallel.virtual_stages");
   require(p.bucket_mb <= 1 << 20, "parallel.bucket_mb", "must be at most 1048576 (1 TiB)");
 }
 
