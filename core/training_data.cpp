@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "core/data_blend.h"
 #include "core/dataset_sidecar.h"
@@ -69,6 +70,23 @@ void check_vocabulary(const std::string& prefix, const std::string& key, int64_t
   }
 }
 
+// An evaluation reads eval.steps global batches; a validation set smaller than that is read
+// more than once per evaluation. The loss is still a mean over real samples, but not over as
+// many distinct ones as asked for: said once, with the eval.steps that would not repeat.
+void warn_small_validation_set(const BlendedSampler& valid, const Config& config) {
+  int64_t samples = 0;
+  for (size_t d = 0; d < valid.num_datasets(); ++d) samples += valid.dataset(d).num_samples();
+  const int64_t batch = config.train.global_batch_size;
+  if (config.eval.steps <= samples / batch) return;  // no product: eval.steps may be huge
+  const std::string fix = samples >= batch
+                              ? "eval.steps = " + std::to_string(samples / batch) + " reads each at most once"
+                              : "not one global batch of distinct samples is there";
+  warn0(
+      "the validation data holds {} samples of model.seq_len tokens, fewer than an evaluation reads (eval.steps = {} "
+      "x train.global_batch_size = {}): each evaluation reads samples more than once; {}",
+      samples, config.eval.steps, batch, fix);
+}
+
 }  // namespace
 
 TrainingData::TrainingData(const Config& config) {
@@ -111,7 +129,10 @@ TrainingData::TrainingData(const Config& config) {
       weights.push_back(component.weight);
     }
   }
-  if (!valid_samplers.empty()) valid_ = std::make_unique<BlendedSampler>(std::move(valid_samplers), weights);
+  if (!valid_samplers.empty()) {
+    valid_ = std::make_unique<BlendedSampler>(std::move(valid_samplers), weights);
+    warn_small_validation_set(*valid_, config);
+  }
 }
 
 void check_data(const Config& config) {

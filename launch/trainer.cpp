@@ -39,24 +39,6 @@ parallel::GradientSyncOptions gradient_sync_options(const Config& config, const 
   return options;
 }
 
-// An evaluation reads eval.steps global batches; a validation set smaller than that is read
-// more than once per evaluation. The loss is still a mean over real samples, but not over as
-// many distinct ones as asked for: said once, with the eval.steps that would not repeat.
-void warn_small_validation_set(const TrainingData& data, const Config& config) {
-  if (!data.valid()) return;
-  int64_t samples = 0;
-  for (size_t d = 0; d < data.valid()->num_datasets(); ++d) samples += data.valid()->dataset(d).num_samples();
-  const int64_t batch = config.train.global_batch_size;
-  if (config.eval.steps <= samples / batch) return;  // no product: eval.steps may be huge
-  const std::string fix = samples >= batch
-                              ? "eval.steps = " + std::to_string(samples / batch) + " reads each at most once"
-                              : "not one global batch of distinct samples is there";
-  warn0(
-      "the validation data holds {} samples of model.seq_len tokens, fewer than an evaluation reads (eval.steps = {} "
-      "x train.global_batch_size = {}): each evaluation reads samples more than once; {}",
-      samples, config.eval.steps, batch, fix);
-}
-
 }  // namespace
 
 Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::string run_dir,
@@ -71,7 +53,6 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   const auto& t = config_.train;
   const auto& p = config_.parallel;
   data_ = std::make_unique<TrainingData>(config_);
-  warn_small_validation_set(*data_, config_);
   const auto& coords = groups_.coords();
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
   precision_ = Precision::of(t.precision);
