@@ -1,5 +1,5 @@
 // train.precision as dtypes. Mixed precision keeps the model's parameters in
-// bf16 or fp16 and fp32 master weights beside them (optim/master_weights.h);
+// bf16 or fp16 and fp32 master weights beside them (parallel/master_weights.h);
 // layers cast a parameter to the dtype of the activation it meets
 // (cast_to_activation), which is a no-op when the two agree.
 #pragma once

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "optim/adamw.h"
+#include "optim/make_adamw.h"
 #include "optim/partitioned_optimizer.h"
 
 namespace loom::launch {
@@ -33,15 +34,12 @@ optim::MatrixSplit muon_split(const parallel::ParallelParameter& param, const Co
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, parallel::GradientSync& sync) {
   const auto& t = config.train;
-  if (t.optimizer == OptimizerKind::adamw) return sync.make_optimizer(adamw_options(config));
+  if (t.optimizer == OptimizerKind::adamw) return optim::make_adamw(sync, adamw_options(config));
   // Muon: every weight whole on its rank (launch/supported_combinations.cpp refuses the rest).
   std::vector<torch::Tensor> adamw_params, muon_params;
   std::vector<optim::MatrixSplit> splits;
   std::vector<size_t> part_of;
-  torch::NoGradGuard no_grad;
   for (const auto& param : sync.parameters()) {
-    // Gradients exist from the start, as the synchronisation's own optimizer makes them.
-    if (!param.tensor.grad().defined()) param.tensor.mutable_grad() = torch::zeros_like(param.tensor);
     if (muon_parameter(param)) {
       muon_params.push_back(param.tensor);
       splits.push_back(muon_split(param, config));

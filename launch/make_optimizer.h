@@ -1,6 +1,6 @@
 // The optimizer the config asks for (train.optimizer), built by the trainer over the parameters
-// the gradient synchronisation owns. AdamW is the synchronisation's own, sharded to match its
-// ZeRO stage. Muon takes the transformer blocks' 2-D weights and AdamW the rest (embeddings, the
+// the gradient synchronisation owns. AdamW is sharded to match the synchronisation's ZeRO
+// stage (optim/make_adamw.h). Muon takes the transformer blocks' 2-D weights and AdamW the rest (embeddings, the
 // output layer, norms, biases, routers), one optimizer over the whole list for the step loop
 // and the checkpoints.
 #pragma once

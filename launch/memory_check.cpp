@@ -8,9 +8,9 @@
 
 #include "core/cuda_backend.h"
 #include "core/errors.h"
+#include "launch/layout_cost.h"
 #include "models/gpt_shapes.h"
 #include "models/moe.h"
-#include "parallel/layout_cost.h"
 
 namespace loom::launch {
 namespace {
@@ -68,12 +68,11 @@ MemoryEstimate estimate_rank_memory(const Config& config, bool scores_kept) {
   if (e.parameters > kMaxParameters) return e;  // loom plan's int64 counts are not made for it
   // Without kept scores a layer holds what selective recomputation leaves (Korthikanti's 5 a S / H term gone).
   const Recompute recompute = !scores_kept && t.recompute == Recompute::none ? Recompute::selective : t.recompute;
-  const parallel::Layout layout{p.tp,      p.pp, p.dp,     p.virtual_stages, p.zero_stage, t.micro_batch_size,
-                                recompute, p.cp, p.cp_comm};
+  const Layout layout{p.tp, p.pp, p.dp, p.virtual_stages, p.zero_stage, t.micro_batch_size, recompute, p.cp, p.cp_comm};
   parallel::ClusterSpec unbounded;  // only the memory is read; the links and peak keep the arithmetic finite
   unbounded.memory_bytes = std::numeric_limits<double>::infinity();
   unbounded.peak_flops = unbounded.intra_bandwidth = unbounded.inter_bandwidth = 1e12;
-  const auto plan = parallel::estimate_layout(config, unbounded, layout);
+  const auto plan = estimate_layout(config, unbounded, layout);
   e.parameters = static_cast<double>(models::model_num_parameters(config));
   // loom plan divides experts by tp like other matrices; expert parallelism divides them by ep instead.
   const double experts = expert_parameters(config);

@@ -10,8 +10,8 @@
 #include "core/config.h"
 #include "core/errors.h"
 #include "launch/commands.h"
+#include "launch/layout_cost.h"
 #include "models/gpt_shapes.h"
-#include "parallel/layout_cost.h"
 
 namespace loom::launch {
 namespace {
@@ -31,7 +31,7 @@ std::string with_commas(int64_t n) {
 // gradients, fp32 master weights and Adam moments; stage 1 shards the moments,
 // stage 2 the masters and gradients too, stage 3 everything (no bf16 copy kept).
 double loom_state_bytes(double n, int64_t zero, int64_t dp, bool mixed) {
-  if (!mixed) return parallel::model_state_bytes(n, zero, dp, parallel::StateBytes{4, 4, 8});
+  if (!mixed) return model_state_bytes(n, zero, dp, StateBytes{4, 4, 8});
   const double d = static_cast<double>(dp);
   if (zero == 0) return 18.0 * n;
   if (zero == 1) return n * (10.0 + 8.0 / d);
@@ -42,9 +42,9 @@ double loom_state_bytes(double n, int64_t zero, int64_t dp, bool mixed) {
 void print_state_bytes(const Config& config, int64_t world) {
   const auto& p = config.parallel;
   const int64_t dp = std::max<int64_t>(1, world / (p.tp * p.pp));
-  const double n = parallel::parameters_per_rank(config, p.tp, p.pp);
+  const double n = parameters_per_rank(config, p.tp, p.pp);
   const bool mixed = config.train.precision != TrainPrecision::fp32;
-  const parallel::StateBytes bytes = mixed ? parallel::StateBytes{2, 2, 12} : parallel::StateBytes{4, 4, 8};
+  const StateBytes bytes = mixed ? StateBytes{2, 2, 12} : StateBytes{4, 4, 8};
   std::printf(
       "model state per rank: %.4g parameters (of %s, tp=%lld pp=%lld), dp=%lld, %s: %g B param, %g B grad, %g B "
       "optimizer each\n",
@@ -52,8 +52,7 @@ void print_state_bytes(const Config& config, int64_t world) {
       static_cast<long long>(p.pp), static_cast<long long>(dp), to_string(config.train.precision).c_str(), bytes.param,
       bytes.grad, bytes.optimizer);
   for (int64_t zero = 0; zero <= 3; ++zero) {
-    const double textbook = parallel::model_state_bytes(n, zero, dp, bytes),
-                 held = loom_state_bytes(n, zero, dp, mixed);
+    const double textbook = model_state_bytes(n, zero, dp, bytes), held = loom_state_bytes(n, zero, dp, mixed);
     std::printf("  zero_stage %lld: %12.0f bytes (%.3f GB)", static_cast<long long>(zero), textbook, textbook / 1e9);
     std::printf(" | loom holds %12.0f bytes (%.3f GB)\n", held, held / 1e9);
   }
@@ -81,7 +80,7 @@ int plan(const PlanArgs& args) {
     throw InputError("--world " + std::to_string(world) + " is more than the cluster's " +
                      std::to_string(cluster.gpus()) + " GPUs");
   }
-  const auto all = parallel::enumerate_layouts(config, cluster, world);
+  const auto all = enumerate_layouts(config, cluster, world);
   if (all.empty()) throw InputError("no valid layout of this model on " + std::to_string(world) + " GPUs");
   std::printf("%s on %lld GPUs of %s (%lld per node); %s parameters, global batch %lld x %lld tokens\n",
               args.config_path.c_str(), static_cast<long long>(world), cluster.name.c_str(),
@@ -150,7 +149,7 @@ int plan(const PlanArgs& args) {
       "cp (2-16, ring or all-to-all) considered from %lld tokens per sequence.\n"
       "%zu layouts estimated in %.3f s\n",
       config.train.precision == TrainPrecision::fp32 ? "fp32" : "mixed-precision", 100 * cluster.compute_efficiency,
-      static_cast<long long>(parallel::kLongSequence), all.size(), seconds);
+      static_cast<long long>(kLongSequence), all.size(), seconds);
   return 0;
 }
 

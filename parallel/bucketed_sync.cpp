@@ -3,12 +3,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "optim/grad_clip.h"
-#include "optim/master_weights.h"
-#include "optim/zero_adamw.h"
 #include "parallel/data_parallel.h"
 #include "parallel/grad_buckets.h"
+#include "parallel/grad_clip.h"
 #include "parallel/gradient_sync.h"
+#include "parallel/master_weights.h"
 
 namespace loom::parallel {
 namespace {
@@ -27,14 +26,16 @@ class BucketedSync : public GradientSync {
     if (options_.model_dtype != torch::kFloat) {
       std::vector<torch::Tensor> model;
       for (const auto& param : params_) model.push_back(param.tensor);
-      master_ = std::make_unique<optim::MasterWeights>(model, options_.model_dtype);
+      master_ = std::make_unique<MasterWeights>(model, options_.model_dtype);
       for (size_t i = 0; i < params_.size(); ++i) params_[i].tensor = master_->masters()[i];
       for (auto& tensor : tied) tensor = master_->master_of(tensor);
     }
     // Parts: [0] every parameter but the experts, over dp; [1] MoE experts, over expert-dp.
     std::vector<torch::Tensor> sequence_parallel;
-    for (const auto& param : params_) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto& param = params_[i];
       const size_t part = param.expert ? 1 : 0;
+      parts_[part].index.push_back(i);
       parts_[part].tensors.push_back(param.tensor);
       if (param.sequence_parallel) sequence_parallel.push_back(param.tensor);
     }
@@ -67,28 +68,26 @@ class BucketedSync : public GradientSync {
     }
     sequence_parallel_ = std::make_unique<GradientReducer>(sequence_parallel);
     tied_ = std::make_unique<GradientReducer>(tied);
-  }
-
-  std::unique_ptr<optim::Optimizer> make_optimizer(const optim::AdamWOptions& adam) override {
-    auto make = [&](size_t p) -> std::unique_ptr<optim::Optimizer> {
-      auto& part = parts_[p];
-      if (zero_stage_ >= 1) {
-        return std::make_unique<optim::ZeroAdamW>(part.tensors, *part.buckets,
-                                                  p == 0 ? groups_.dp_cp() : groups_.expert_dp_cp(), adam);
-      }
-      auto plain = std::make_unique<optim::AdamW>(part.tensors, adam);
-      // Without buckets the gradients are the optimizer's to place: in its flat layout.
-      if (!part.buckets) plain->use_flat_gradients();
-      return plain;
-    };
-    auto optimizer = join_parts(make(0), parts_[1].tensors.empty() ? nullptr : make(1));
     // Gradients exist from the start (AccumulateGrad then adds into them in place), so
     // the first step allocates only activations and temporaries, which the memory report measures.
     torch::NoGradGuard no_grad;
     for (auto& param : params_) {
       if (!param.tensor.grad().defined()) param.tensor.mutable_grad() = torch::zeros_like(param.tensor);
     }
-    return optimizer;
+  }
+
+  std::vector<OptimizerPart> optimizer_parts() override {
+    std::vector<OptimizerPart> parts;
+    for (size_t p = 0; p < 2; ++p) {
+      if (p == 1 && parts_[1].tensors.empty()) break;
+      OptimizerPart part;
+      part.index = parts_[p].index;
+      part.group = p == 0 ? &groups_.dp_cp() : &groups_.expert_dp_cp();
+      if (zero_stage_ >= 1) part.sharded_buckets = parts_[p].buckets.get();
+      part.gradients_free = !parts_[p].buckets;
+      parts.push_back(std::move(part));
+    }
+    return parts;
   }
 
   void start_step() override {
@@ -119,9 +118,9 @@ class BucketedSync : public GradientSync {
   }
 
   double clip(double max_norm) override {
-    optim::ExpertGroups experts;
+    ExpertGroups experts;
     if (options_.experts) experts = {&groups_.ep(), nullptr};
-    return optim::clip_grad_norm(params_, max_norm, groups_.model_parallel(), groups_.coords().tp, nullptr, experts);
+    return clip_grad_norm(params_, max_norm, groups_.model_parallel(), groups_.coords().tp, nullptr, experts);
   }
 
   void after_update() override {
@@ -163,6 +162,7 @@ class BucketedSync : public GradientSync {
 
  private:
   struct Part {
+    std::vector<size_t> index;  // its parameters' places in params_
     std::vector<torch::Tensor> tensors;
     std::unique_ptr<GradientBuckets> buckets;  // when dp > 1
   };
@@ -171,7 +171,7 @@ class BucketedSync : public GradientSync {
   GradientSyncOptions options_;
   int64_t zero_stage_;
   Part parts_[2];
-  std::unique_ptr<optim::MasterWeights> master_;        // mixed precision
+  std::unique_ptr<MasterWeights> master_;               // mixed precision
   std::unique_ptr<GradientReducer> sequence_parallel_;  // summed over tp
   std::unique_ptr<GradientReducer> tied_;               // summed over the embedding group
 };

@@ -4,11 +4,14 @@
 //  - bucketed (ZeRO 0 and 1, and any stage at dp = 1): each parameter's .grad is a
 //    view into a dp bucket that is all-reduced while backward goes on
 //    (parallel/grad_buckets.h); under mixed precision the parameters the
-//    optimizer sees are fp32 masters (optim/master_weights.h).
+//    optimizer sees are fp32 masters (parallel/master_weights.h).
 //  - unit-sharded (ZeRO 2 and 3 at dp > 1): per-block units gather parameters and
 //    reduce-scatter gradients into shards (parallel/fully_sharded.h); under mixed
 //    precision the shards are the fp32 masters.
 // MoE experts are a second part of either, reduced over expert-dp (and averaged over dp).
+//
+// The optimizer is not the synchronisation's: it is built outside (optim/make_adamw.h,
+// launch/make_optimizer.h) over optimizer_parts(), which say where each gradient lies.
 //
 // A step: the optimizer's zero_grad() (the buckets' gradients accumulate until it),
 // start_step(), forward and backward, finish_backward(), unscale() (fp16), clip(),
@@ -21,9 +24,8 @@
 #include <memory>
 #include <vector>
 
-#include "optim/adamw.h"
-#include "optim/optimizer.h"
 #include "parallel/fully_sharded.h"
+#include "parallel/grad_buckets.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/process_groups.h"
 
@@ -49,6 +51,19 @@ struct ModelStateBytes {
   int64_t master = 0;  // fp32 master weights beside 16-bit parameters
 };
 
+// One part of the parameters as an optimizer sees it. At most one of BUCKETS and UNITS is set.
+struct OptimizerPart {
+  std::vector<size_t> index;      // its parameters' places in GradientSync::parameters()
+  Communicator* group = nullptr;  // the data-parallel ranks that share them (dp or expert-dp)
+  // ZeRO-1: the gradients are whole, in these buckets; the optimizer's state may be sharded
+  // like them (each rank updating its shard of every bucket and all-gathering the rest).
+  GradientBuckets* sharded_buckets = nullptr;
+  // ZeRO-2/3: each rank holds its flat shard of every unit and that shard's gradient.
+  FullyShardedParameters* units = nullptr;
+  // No buckets (one dp rank): the optimizer may lay the gradients out flat for its own speed.
+  bool gradients_free = false;
+};
+
 class GradientSync {
  public:
   virtual ~GradientSync() = default;
@@ -64,8 +79,10 @@ class GradientSync {
   // The parameters as the optimizer, clipping and checkpoints see them: the model's,
   // or their fp32 masters under mixed precision (attach() first).
   const std::vector<ParallelParameter>& parameters() const { return params_; }
-  // AdamW over these parameters, sharded to match (ZeRO-1 over the buckets, the units' shards).
-  virtual std::unique_ptr<optim::Optimizer> make_optimizer(const optim::AdamWOptions& options) = 0;
+  // What an optimizer updates: the parameters in parts that each one group shares, and how
+  // their gradients lie. [0] every parameter but the MoE experts, over dp; [1] the experts,
+  // over expert-dp (only when there are any). attach() first.
+  virtual std::vector<OptimizerPart> optimizer_parts() = 0;
 
   virtual void start_step() = 0;
   // After this rank's backward: the tied copies summed, the dp reductions done and
@@ -88,11 +105,6 @@ class GradientSync {
   virtual void write_trace(const std::filesystem::path&, int64_t /*last_step*/) const {}
 
  protected:
-  // DENSE alone when no parameter is an expert, else DENSE and EXPERTS as one optimizer over
-  // parameters() (each parameter's part is its expert flag).
-  std::unique_ptr<optim::Optimizer> join_parts(std::unique_ptr<optim::Optimizer> dense,
-                                               std::unique_ptr<optim::Optimizer> experts) const;
-
   std::vector<ParallelParameter> params_;
 };
 

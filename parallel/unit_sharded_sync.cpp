@@ -1,9 +1,8 @@
 // ZeRO 2 and 3 at dp > 1: per-block units that reduce-scatter gradients into
 // shards (and, at stage 3, gather parameters around each block's use). Under
 // mixed precision the units keep fp32 master shards beside the 16-bit model.
-#include "optim/fully_sharded_adamw.h"
-#include "optim/grad_clip.h"
 #include "parallel/data_parallel.h"
+#include "parallel/grad_clip.h"
 #include "parallel/gradient_sync.h"
 
 namespace loom::parallel {
@@ -68,14 +67,17 @@ class UnitShardedSync : public GradientSync {
     tied_ = std::make_unique<GradientReducer>(tied);
   }
 
-  std::unique_ptr<optim::Optimizer> make_optimizer(const optim::AdamWOptions& adam) override {
-    auto optimizer =
-        join_parts(std::make_unique<optim::FullyShardedAdamW>(*parts_[0].units, groups_.dp_cp(), adam),
-                   parts_[1].units && !parts_[1].index.empty()
-                       ? std::make_unique<optim::FullyShardedAdamW>(*parts_[1].units, groups_.expert_dp_cp(), adam)
-                       : nullptr);
-    // (Each unit allocates its gradients when backward reaches it.)
-    return optimizer;
+  std::vector<OptimizerPart> optimizer_parts() override {
+    std::vector<OptimizerPart> parts;
+    for (size_t p = 0; p < 2; ++p) {
+      if (!parts_[p].units || parts_[p].index.empty()) continue;
+      OptimizerPart part;
+      part.index = parts_[p].index;
+      part.group = p == 0 ? &groups_.dp_cp() : &groups_.expert_dp_cp();
+      part.units = parts_[p].units.get();  // (each unit allocates its gradients when backward reaches it)
+      parts.push_back(std::move(part));
+    }
+    return parts;
   }
 
   void start_step() override {
@@ -119,10 +121,10 @@ class UnitShardedSync : public GradientSync {
         return !(param.tp_replicated() && groups_.coords().tp != 0) && !param.tied_copy;
       });
     }
-    optim::ExpertGroups experts;
+    ExpertGroups experts;
     if (parts_[1].units) experts = {&groups_.ep(), &groups_.expert_dp_cp()};
-    return optim::clip_sharded_grad_norm(counted[0], grads, max_norm, groups_.model_parallel(), groups_.dp_cp(),
-                                         counted[1], experts);
+    return clip_sharded_grad_norm(counted[0], grads, max_norm, groups_.model_parallel(), groups_.dp_cp(), counted[1],
+                                  experts);
   }
 
   void after_update() override {

@@ -2,9 +2,9 @@
 #include <cmath>
 
 #include "optim/adamw.h"
-#include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "parallel/communicator.h"
+#include "parallel/grad_clip.h"
 
 using namespace loom;
 
@@ -131,9 +131,9 @@ TEST_CASE("clipping scales gradients to the global norm", "[optim]") {
   a.mutable_grad() = torch::tensor({3.0f, 0.0f});
   b.mutable_grad() = torch::tensor({4.0f});
   std::vector<parallel::ParallelParameter> params{{"a", a}, {"b", b}};
-  CHECK(optim::clip_grad_norm(params, 10.0, self, 0) == Approx(5.0));
+  CHECK(parallel::clip_grad_norm(params, 10.0, self, 0) == Approx(5.0));
   CHECK(a.grad()[0].item<double>() == Approx(3.0));
-  CHECK(optim::clip_grad_norm(params, 1.0, self, 0) == Approx(5.0));
+  CHECK(parallel::clip_grad_norm(params, 1.0, self, 0) == Approx(5.0));
   CHECK(a.grad()[0].item<double>() == Approx(0.6).epsilon(1e-5));
   CHECK(b.grad()[0].item<double>() == Approx(0.8).epsilon(1e-5));
 }

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "optim/make_adamw.h"
 #include "parallel/gradient_sync.h"
 
 using namespace loom;
@@ -67,7 +68,7 @@ TEST_CASE("gradient sync (bucketed, world 1, bf16): fp32 masters, clipping, unsc
   CHECK(torch::equal(w, master_w.to(torch::kBFloat16)));
   CHECK_FALSE(torch::equal(w.to(torch::kFloat), master_w));  // what bf16 could not hold
 
-  auto optimizer = sync->make_optimizer({});
+  auto optimizer = optim::make_adamw(*sync, {});
   const auto bytes = sync->state_bytes();
   CHECK(bytes.params == 8 * 2);  // the bf16 model
   CHECK(bytes.master == 8 * 4);
@@ -130,7 +131,7 @@ TEST_CASE("gradient sync (bucketed, world 1, fp32): the model's own parameters, 
   REQUIRE(params.size() == 3);
   CHECK(params[0].tensor.is_same(w));
   CHECK(params[2].tensor.is_same(tied));
-  auto optimizer = sync->make_optimizer({});
+  auto optimizer = optim::make_adamw(*sync, {});
   CHECK(sync->state_bytes().master == 0);
   CHECK(sync->state_bytes().params == 9 * 4);
 

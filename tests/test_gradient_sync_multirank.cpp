@@ -12,6 +12,7 @@
 
 #include "check_close.h"
 #include "multirank_world.h"
+#include "optim/make_adamw.h"
 #include "parallel/gradient_sync.h"
 
 using namespace loom;
@@ -101,7 +102,7 @@ std::vector<torch::Tensor> train_two_steps(int64_t zero_stage, torch::ScalarType
   }
   sync->attach(params, {}, kBlockOf);
   for (const auto& p : sync->parameters()) CHECK(p.tensor.scalar_type() == torch::kFloat);
-  auto optimizer = sync->make_optimizer({});
+  auto optimizer = optim::make_adamw(*sync, {});
 
   for (int step = 0; step < 2; ++step) {
     INFO("step " << step);

@@ -4,12 +4,13 @@
 
 #include "core/config.h"
 #include "core/errors.h"
+#include "launch/layout_cost.h"
 #include "launch/memory_check.h"
 #include "models/gpt_flops.h"
 #include "models/gpt_shapes.h"
-#include "parallel/layout_cost.h"
 
 using namespace loom::parallel;
+using namespace loom::launch;
 
 TEST_CASE("model-state bytes reproduce the worked examples", "[plan]") {
   // Mixed-precision Adam: bf16 parameters and gradients (2 + 2) and fp32 master, m and v (12):

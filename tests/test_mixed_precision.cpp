@@ -2,7 +2,7 @@
 
 #include "core/precision.h"
 #include "optim/loss_scaler.h"
-#include "optim/master_weights.h"
+#include "parallel/master_weights.h"
 
 using namespace loom;
 
@@ -37,7 +37,7 @@ TEST_CASE("a fixed loss scale never changes but still skips overflowing steps", 
 
 TEST_CASE("master weights: bf16 model copies, fp32 gradient accumulation, rounding back", "[mixed]") {
   auto w = torch::tensor({1.0f + 1.0f / 1024.0f, -3.0f}).requires_grad_(true);
-  optim::MasterWeights master({w}, torch::kBFloat16);
+  parallel::MasterWeights master({w}, torch::kBFloat16);
   const auto& m = master.masters()[0];
   CHECK(w.scalar_type() == torch::kBFloat16);
   CHECK(m.scalar_type() == torch::kFloat);

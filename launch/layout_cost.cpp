@@ -1,4 +1,4 @@
-#include "parallel/layout_cost.h"
+#include "launch/layout_cost.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "models/gpt_flops.h"
 #include "models/gpt_shapes.h"
 
-namespace loom::parallel {
+namespace loom::launch {
 
 double model_state_bytes(double parameters, int64_t zero_stage, int64_t dp, const StateBytes& b) {
   const double d = static_cast<double>(dp);
@@ -345,4 +345,4 @@ std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const Cluste
   return all;
 }
 
-}  // namespace loom::parallel
+}  // namespace loom::launch

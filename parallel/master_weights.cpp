@@ -1,8 +1,8 @@
-#include "optim/master_weights.h"
+#include "parallel/master_weights.h"
 
 #include "parallel/grad_hooks.h"
 
-namespace loom::optim {
+namespace loom::parallel {
 MasterWeights::MasterWeights(std::vector<torch::Tensor> model, torch::ScalarType dtype) : model_(std::move(model)) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < model_.size(); ++i) {
@@ -14,7 +14,7 @@ MasterWeights::MasterWeights(std::vector<torch::Tensor> model, torch::ScalarType
     masters_.push_back(master);
     // The module keeps its parameter object; only its data becomes DTYPE.
     p.set_data(master.to(dtype));
-    accumulators_.push_back(parallel::after_gradient_accumulated(p, [this, i] { on_gradient(i); }));
+    accumulators_.push_back(after_gradient_accumulated(p, [this, i] { on_gradient(i); }));
   }
 }
 
@@ -53,4 +53,4 @@ int64_t MasterWeights::master_bytes() const {
   return bytes;
 }
 
-}  // namespace loom::optim
+}  // namespace loom::parallel

@@ -1,17 +1,16 @@
-#include "optim/grad_clip.h"
+#include "parallel/grad_clip.h"
 
 #include <cmath>
 
-namespace loom::optim {
+namespace loom::parallel {
 namespace {
 
 // The global norm from this rank's COUNTED (and EXPERT_COUNTED) gradient
 // pieces, summed over the groups in the order every rank uses; GRADS scaled
 // when MAX_NORM > 0 and the norm exceeds it.
 double global_norm_and_clip(const std::vector<torch::Tensor>& counted, const std::vector<torch::Tensor>& expert_counted,
-                            const std::vector<torch::Tensor>& grads, double max_norm,
-                            parallel::Communicator& model_parallel, parallel::Communicator* shards,
-                            ExpertGroups experts) {
+                            const std::vector<torch::Tensor>& grads, double max_norm, Communicator& model_parallel,
+                            Communicator* shards, ExpertGroups experts) {
   torch::NoGradGuard no_grad;
   // Summed where the gradients are: one host read per step, not one per tensor.
   const auto device = !grads.empty() ? grads.front().device() : torch::Device(torch::kCPU);
@@ -36,9 +35,8 @@ double global_norm_and_clip(const std::vector<torch::Tensor>& counted, const std
 
 }  // namespace
 
-double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, double max_norm,
-                      parallel::Communicator& model_parallel, int64_t tp_rank, parallel::Communicator* shards,
-                      ExpertGroups experts) {
+double clip_grad_norm(const std::vector<ParallelParameter>& params, double max_norm, Communicator& model_parallel,
+                      int64_t tp_rank, Communicator* shards, ExpertGroups experts) {
   std::vector<torch::Tensor> counted, expert_counted, grads;
   for (const auto& p : params) {
     if (!p.tensor.grad().defined()) continue;
@@ -51,9 +49,9 @@ double clip_grad_norm(const std::vector<parallel::ParallelParameter>& params, do
 }
 
 double clip_sharded_grad_norm(const std::vector<torch::Tensor>& counted, const std::vector<torch::Tensor>& grads,
-                              double max_norm, parallel::Communicator& model_parallel, parallel::Communicator& shards,
+                              double max_norm, Communicator& model_parallel, Communicator& shards,
                               const std::vector<torch::Tensor>& expert_counted, ExpertGroups experts) {
   return global_norm_and_clip(counted, expert_counted, grads, max_norm, model_parallel, &shards, experts);
 }
 
-}  // namespace loom::optim
+}  // namespace loom::parallel

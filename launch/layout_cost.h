@@ -14,7 +14,9 @@
 #include "core/config.h"
 #include "parallel/cluster_spec.h"
 
-namespace loom::parallel {
+namespace loom::launch {
+
+using parallel::ClusterSpec;
 
 // ---- the formulas -----------------------------------------------------------
 
@@ -110,4 +112,4 @@ double cp_layer_volume_elements(const Config& config, const Layout& layout);
 // kLongSequence tokens and more, where attention's activations outgrow a rank.
 std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const ClusterSpec& cluster, int64_t world);
 
-}  // namespace loom::parallel
+}  // namespace loom::launch

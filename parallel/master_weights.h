@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-namespace loom::optim {
+namespace loom::parallel {
 
 class MasterWeights {
  public:
@@ -43,4 +43,4 @@ class MasterWeights {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: parameters hold them weakly
 };
 
-}  // namespace loom::optim
+}  // namespace loom::parallel
