@@ -6,6 +6,7 @@
 #include "optim/adamw.h"
 #include "optim/make_adamw.h"
 #include "optim/partitioned_optimizer.h"
+#include "optim/zero_adamw.h"
 
 namespace loom::launch {
 namespace {
@@ -32,33 +33,56 @@ optim::MatrixSplit muon_split(const parallel::ParallelParameter& param, const Co
   return {};
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, parallel::GradientSync& sync) {
+std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, parallel::GradientSync& sync,
+                                                 parallel::Communicator& tp) {
   const auto& t = config.train;
   if (t.optimizer == OptimizerKind::adamw) return optim::make_adamw(sync, adamw_options(config));
-  // Muon: every weight whole on its rank (launch/supported_combinations.cpp refuses the rest).
-  std::vector<torch::Tensor> adamw_params, muon_params;
-  std::vector<optim::MatrixSplit> splits;
-  std::vector<size_t> part_of;
-  for (const auto& param : sync.parameters()) {
-    if (muon_parameter(param)) {
-      muon_params.push_back(param.tensor);
-      splits.push_back(muon_split(param, config));
-      part_of.push_back(1);
-    } else {
-      adamw_params.push_back(param.tensor);
-      part_of.push_back(0);
-    }
-  }
   optim::MuonOptions muon;
   muon.momentum = t.muon.momentum;
   muon.nesterov = t.muon.nesterov;
   muon.ns_steps = t.muon.ns_steps;
   muon.weight_decay = t.muon.weight_decay >= 0 ? t.muon.weight_decay : t.weight_decay;
   muon.lr_scale = t.muon.lr > 0 ? t.muon.lr / t.lr : 1.0;
+  // Per part of the synchronisation (dense over dp, experts over expert-dp): AdamW for the rest,
+  // then Muon for the blocks' matrices (ZeRO-1: AdamW keeps its buckets whole and leaves Muon's).
+  // ZeRO-2/3's units are refused by launch/supported_combinations.cpp.
+  const auto& params = sync.parameters();
   std::vector<std::unique_ptr<optim::Optimizer>> parts;
-  parts.push_back(std::make_unique<optim::AdamW>(adamw_params, adamw_options(config)));
-  parts.push_back(std::make_unique<optim::Muon>(muon_params, splits, muon));
-  return std::make_unique<optim::PartitionedOptimizer>(std::move(parts), part_of);
+  std::vector<std::pair<size_t, size_t>> where(params.size());
+  for (const auto& part : sync.optimizer_parts()) {
+    TORCH_CHECK(!part.units, "make_optimizer: Muon over ZeRO-2/3 units");
+    std::vector<torch::Tensor> adamw_params, muon_params;
+    std::vector<bool> left_alone;
+    std::vector<optim::MatrixSplit> splits;
+    optim::MuonSharding sharding;
+    sharding.tp = &tp;
+    if (part.sharded_buckets) sharding.owners = part.group;
+    const size_t adamw_part = parts.size(), muon_part = parts.size() + 1;
+    for (size_t i : part.index) {
+      const auto& param = params[i];
+      const bool by_muon = muon_parameter(param);
+      if (by_muon) {
+        where[i] = {muon_part, muon_params.size()};
+        muon_params.push_back(param.tensor);
+        splits.push_back(muon_split(param, config));
+        sharding.tp_split_dim.push_back(param.tp_split_dim);
+      }
+      if (!by_muon || part.sharded_buckets) {
+        // ZeRO-1's AdamW takes the part's parameters as its buckets hold them, Muon's left alone.
+        if (!by_muon) where[i] = {adamw_part, adamw_params.size()};
+        adamw_params.push_back(param.tensor);
+        left_alone.push_back(by_muon);
+      }
+    }
+    if (part.sharded_buckets) {
+      parts.push_back(std::make_unique<optim::ZeroAdamW>(adamw_params, *part.sharded_buckets, *part.group,
+                                                         adamw_options(config), left_alone));
+    } else {
+      parts.push_back(optim::make_adamw_part(part, adamw_params, adamw_options(config)));
+    }
+    parts.push_back(std::make_unique<optim::Muon>(muon_params, splits, muon, sharding));
+  }
+  return std::make_unique<optim::PartitionedOptimizer>(std::move(parts), std::move(where));
 }
 
 }  // namespace loom::launch

@@ -14,7 +14,9 @@
 
 namespace loom::launch {
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, parallel::GradientSync& sync);
+// TP: the tensor-parallel group, over which Muon gathers the weights split across it.
+std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, parallel::GradientSync& sync,
+                                                 parallel::Communicator& tp);
 
 // Whether Muon trains PARAM: a 2-D weight inside the blocks ("h.N. ..."), routers excepted.
 bool muon_parameter(const parallel::ParallelParameter& param);

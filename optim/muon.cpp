@@ -31,18 +31,86 @@ torch::Tensor newton_schulz(const torch::Tensor& x, int64_t steps) {
   return tall ? y.t().contiguous() : y;
 }
 
-Muon::Muon(std::vector<torch::Tensor> params, std::vector<MatrixSplit> splits, MuonOptions options)
-    : params_(std::move(params)), splits_(std::move(splits)), options_(options) {
+double newton_schulz_cost(int64_t rows, int64_t cols, const MatrixSplit& split) {
+  // Each matrix: (groups x rows / (groups x parts)) x cols, its iteration ~ small^2 x large per step.
+  const double m = static_cast<double>(rows / split.parts), n = static_cast<double>(cols);
+  return static_cast<double>(split.parts) * std::min(m, n) * std::min(m, n) * std::max(m, n);
+}
+
+std::vector<int64_t> balance_owners(const std::vector<double>& costs, int64_t ranks) {
+  TORCH_CHECK(ranks >= 1, "balance_owners: ", ranks, " ranks");
+  std::vector<size_t> order(costs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return costs[a] > costs[b]; });
+  std::vector<double> load(static_cast<size_t>(ranks), 0.0);
+  std::vector<int64_t> owner(costs.size(), 0);
+  for (size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    owner[i] = least;
+    load[static_cast<size_t>(least)] += costs[i];
+  }
+  return owner;
+}
+
+Muon::Muon(std::vector<torch::Tensor> params, std::vector<MatrixSplit> splits, MuonOptions options,
+           MuonSharding sharding)
+    : params_(std::move(params)), splits_(std::move(splits)), options_(options), sharding_(std::move(sharding)) {
   if (splits_.size() != params_.size()) throw std::invalid_argument("Muon: one MatrixSplit per parameter");
+  sharding_.tp_split_dim.resize(params_.size(), -1);
+  if (!sharding_.tp || sharding_.tp->size() == 1) sharding_.tp_split_dim.assign(params_.size(), -1);
+  std::vector<double> costs;
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
     const auto& s = splits_[i];
-    if (p.dim() != 2 || p.size(0) % (s.groups * s.parts) != 0) {
+    auto shape = p.sizes().vec();
+    const auto dim = sharding_.tp_split_dim[i];
+    if (p.dim() == 2 && dim >= 0) shape[static_cast<size_t>(dim)] *= sharding_.tp->size();
+    if (p.dim() != 2 || shape[0] % (s.groups * s.parts) != 0) {
       throw std::invalid_argument("Muon: a parameter is not a matrix of " + std::to_string(s.groups * s.parts) +
                                   " row blocks");
     }
-    momentum_.push_back(torch::zeros_like(p, torch::kFloat));
+    costs.push_back(newton_schulz_cost(shape[0], shape[1], s));
   }
+  owner_ = sharding_.owners ? balance_owners(costs, sharding_.owners->size()) : std::vector<int64_t>(params_.size(), 0);
+  momentum_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (owns(i)) momentum_[i] = torch::zeros_like(params_[i], torch::kFloat);
+  }
+}
+
+bool Muon::owns(size_t i) const {
+  return !sharding_.owners || owner_[i] == sharding_.owners->rank();
+}
+
+torch::Tensor Muon::orthogonal_part(size_t i, const torch::Tensor& u_part) {
+  const auto dim = sharding_.tp_split_dim[i];
+  torch::Tensor u = u_part;
+  const int64_t tp = dim >= 0 ? sharding_.tp->size() : 1;
+  if (tp > 1) {
+    // Every tp rank's part, in rank order along the split dimension: the weight whole.
+    auto flat = torch::empty({tp * u_part.numel()}, u_part.options());
+    sharding_.tp->all_gather(flat, u_part.contiguous().view({-1})).wait();
+    const auto parts = flat.view({tp, u_part.size(0), u_part.size(1)});
+    u = dim == 0 ? parts.reshape({tp * u_part.size(0), u_part.size(1)})
+                 : parts.permute({1, 0, 2}).reshape({u_part.size(0), tp * u_part.size(1)});
+  }
+  const auto& s = splits_[i];
+  const int64_t rows = u.size(0) / (s.groups * s.parts), cols = u.size(1);
+  torch::Tensor update;
+  if (s.groups * s.parts == 1) {
+    update = orthogonal_update(u, options_.ns_steps);
+  } else {
+    const auto blocks = u.view({s.groups, s.parts, rows, cols});
+    update = torch::empty_like(blocks);
+    for (int64_t part = 0; part < s.parts; ++part) {
+      const auto matrix = blocks.select(1, part).reshape({s.groups * rows, cols});
+      update.select(1, part).copy_(orthogonal_update(matrix, options_.ns_steps).view({s.groups, rows, cols}));
+    }
+    update = update.view({u.size(0), cols});
+  }
+  if (tp == 1) return update;
+  const int64_t own = u_part.size(dim);
+  return update.narrow(dim, sharding_.tp->rank() * own, own);
 }
 
 void Muon::step(double lr) {
@@ -50,28 +118,22 @@ void Muon::step(double lr) {
   ++steps_;
   const double mu = options_.momentum, group_lr = lr * options_.lr_scale;
   for (size_t i = 0; i < params_.size(); ++i) {
+    // tp peers share their dp rank, so they own (and gather) the same weights.
+    if (!owns(i)) continue;
     auto& p = params_[i];
     const auto g = p.grad().to(torch::kFloat);
     auto& b = momentum_[i];
     b.mul_(mu).add_(g);
     const auto u = options_.nesterov ? g + mu * b : b;
-    const auto& s = splits_[i];
-    const int64_t rows = p.size(0) / (s.groups * s.parts), cols = p.size(1);
-    torch::Tensor update;
-    if (s.groups * s.parts == 1) {
-      update = orthogonal_update(u, options_.ns_steps);
-    } else {
-      const auto blocks = u.view({s.groups, s.parts, rows, cols});
-      update = torch::empty_like(blocks);
-      for (int64_t part = 0; part < s.parts; ++part) {
-        const auto matrix = blocks.select(1, part).reshape({s.groups * rows, cols});
-        update.select(1, part).copy_(orthogonal_update(matrix, options_.ns_steps).view({s.groups, rows, cols}));
-      }
-      update = update.view({p.size(0), cols});
-    }
+    const auto update = orthogonal_part(i, u);
     if (options_.weight_decay > 0) p.mul_(1.0 - group_lr * options_.weight_decay);
     p.add_(update.to(p.scalar_type()), -group_lr);
   }
+  if (!sharding_.owners || sharding_.owners->size() == 1) return;
+  std::vector<parallel::CommHandle> sends;
+  for (size_t i = 0; i < params_.size(); ++i)
+    sends.push_back(sharding_.owners->broadcast(params_[i], static_cast<int>(owner_[i])));
+  for (auto& h : sends) h.wait();
 }
 
 void Muon::zero_grad() {
@@ -80,17 +142,37 @@ void Muon::zero_grad() {
   }
 }
 
+void Muon::gather_moments() {
+  if (!sharding_.owners || sharding_.owners->size() == 1) return;
+  gathered_.assign(params_.size(), torch::Tensor());
+  std::vector<parallel::CommHandle> sends;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    gathered_[i] = owns(i) ? momentum_[i] : torch::empty_like(params_[i], torch::kFloat);
+    sends.push_back(sharding_.owners->broadcast(gathered_[i], static_cast<int>(owner_[i])));
+  }
+  for (auto& h : sends) h.wait();
+}
+
+void Muon::release_moments() {
+  gathered_.clear();
+}
+
 std::pair<torch::Tensor, torch::Tensor> Muon::moments(size_t i) {
-  return {momentum_[i], torch::zeros_like(momentum_[i])};
+  const auto& b = owns(i) ? momentum_[i] : gathered_.at(i);
+  TORCH_CHECK(b.defined(), "Muon::moments: gather_moments() first");
+  // Muon has no second moment: zeros, so checkpoints keep the form AdamW gives them.
+  return {b, torch::zeros_like(b)};
 }
 
 void Muon::set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& /*exp_avg_sq*/) {
-  momentum_[i].copy_(exp_avg);
+  if (owns(i)) momentum_[i].copy_(exp_avg);
 }
 
 int64_t Muon::state_bytes() const {
   int64_t bytes = 0;
-  for (const auto& b : momentum_) bytes += b.numel() * static_cast<int64_t>(b.element_size());
+  for (const auto& b : momentum_) {
+    if (b.defined()) bytes += b.numel() * static_cast<int64_t>(b.element_size());
+  }
   return bytes;
 }
 

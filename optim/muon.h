@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "optim/optimizer.h"
+#include "parallel/communicator.h"
 
 namespace loom::optim {
 
@@ -38,10 +39,28 @@ struct MatrixSplit {
   int64_t parts = 1;
 };
 
-// Muon over whole 2-D weights (every rank holds each of them whole: tp 1, no ZeRO sharding).
+// Where Muon's weights lie across ranks. The orthogonalisation needs each logical matrix whole:
+//  - tp: a weight split across TP (TP_SPLIT_DIM[i] >= 0) has its update U gathered whole there,
+//    orthogonalised on every tp rank alike (Megatron-LM's "duplicated" mode) and cut back to
+//    this rank's part; the momentum stays a shard;
+//  - ZeRO-1: each weight is owned by one rank of OWNERS (balance_owners: whole matrices, balanced
+//    by Newton-Schulz cost), which keeps its momentum, updates it and broadcasts the result.
+struct MuonSharding {
+  parallel::Communicator* tp = nullptr;
+  std::vector<int64_t> tp_split_dim;  // per parameter; empty: every weight whole on its tp rank
+  parallel::Communicator* owners = nullptr;
+};
+
+// The Newton-Schulz work of one step on a weight of ROWS x COLS holding SPLIT's matrices.
+double newton_schulz_cost(int64_t rows, int64_t cols, const MatrixSplit& split);
+// Owners for weights of COSTS among RANKS: the most costly first, each to the least loaded rank
+// (lowest rank on ties), so every rank computes the same answer.
+std::vector<int64_t> balance_owners(const std::vector<double>& costs, int64_t ranks);
+
 class Muon : public Optimizer {
  public:
-  Muon(std::vector<torch::Tensor> params, std::vector<MatrixSplit> splits, MuonOptions options);
+  Muon(std::vector<torch::Tensor> params, std::vector<MatrixSplit> splits, MuonOptions options,
+       MuonSharding sharding = {});
   void step(double lr) override;
   void zero_grad() override;
   int64_t steps_taken() const override { return steps_; }
@@ -49,12 +68,22 @@ class Muon : public Optimizer {
   // The momentum buffer as the first moment; Muon has no second (zeros, so checkpoints keep their form).
   std::pair<torch::Tensor, torch::Tensor> moments(size_t i) override;
   void set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) override;
+  void gather_moments() override;
+  void release_moments() override;
   int64_t state_bytes() const override;
+  // The rank of the owners' group that updates parameter I (0 without ZeRO).
+  int64_t owner(size_t i) const { return owner_[i]; }
 
  private:
-  std::vector<torch::Tensor> params_, momentum_;
+  bool owns(size_t i) const;
+  // U (this rank's part of parameter I's update direction) orthogonalised whole, this rank's part of it.
+  torch::Tensor orthogonal_part(size_t i, const torch::Tensor& u);
+
+  std::vector<torch::Tensor> params_, momentum_, gathered_;  // momentum_: owned weights only
   std::vector<MatrixSplit> splits_;
   MuonOptions options_;
+  MuonSharding sharding_;
+  std::vector<int64_t> owner_;
   int64_t steps_ = 0;
 };
 

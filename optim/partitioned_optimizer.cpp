@@ -12,6 +12,14 @@ PartitionedOptimizer::PartitionedOptimizer(std::vector<std::unique_ptr<Optimizer
   }
 }
 
+PartitionedOptimizer::PartitionedOptimizer(std::vector<std::unique_ptr<Optimizer>> parts,
+                                           std::vector<std::pair<size_t, size_t>> where)
+    : parts_(std::move(parts)), where_(std::move(where)) {
+  for (const auto& [part, index] : where_)
+    TORCH_CHECK(part < parts_.size(), "PartitionedOptimizer: part ", part, " of ", parts_.size());
+}
+
+// In order: a later part may overwrite what an earlier one all-gathered (ZeRO-1's AdamW, then Muon).
 void PartitionedOptimizer::step(double lr) {
   for (auto& p : parts_) p->step(lr);
 }

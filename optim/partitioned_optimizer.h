@@ -17,6 +17,9 @@ class PartitionedOptimizer : public Optimizer {
   // PART_OF[i]: which of PARTS owns parameter I of the whole list; its index in
   // that part is its position among the part's parameters, in list order.
   PartitionedOptimizer(std::vector<std::unique_ptr<Optimizer>> parts, const std::vector<size_t>& part_of);
+  // WHERE[i]: the part that owns parameter I and its index there (a part may hold parameters
+  // that another part updates: ZeRO-1's AdamW keeps its buckets whole and leaves Muon's weights).
+  PartitionedOptimizer(std::vector<std::unique_ptr<Optimizer>> parts, std::vector<std::pair<size_t, size_t>> where);
   void step(double lr) override;
   void zero_grad() override;
   int64_t steps_taken() const override;

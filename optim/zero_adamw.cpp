@@ -3,8 +3,9 @@
 namespace loom::optim {
 
 ZeroAdamW::ZeroAdamW(std::vector<torch::Tensor> params, parallel::GradientBuckets& buckets, parallel::Communicator& dp,
-                     AdamWOptions options)
-    : params_(std::move(params)), buckets_(buckets), dp_(dp), options_(options) {
+                     AdamWOptions options, std::vector<bool> left_alone)
+    : params_(std::move(params)), left_alone_(std::move(left_alone)), buckets_(buckets), dp_(dp), options_(options) {
+  left_alone_.resize(params_.size(), false);
   torch::NoGradGuard no_grad;
   where_.resize(params_.size());
   for (const auto& p : params_) decay_.push_back(p.dim() >= 2);
@@ -38,7 +39,7 @@ void ZeroAdamW::step(double lr) {
     // Each parameter's piece inside this rank's shard, updated exactly as AdamW would update it.
     for (size_t j = 0; j < l.params.size(); ++j) {
       const auto [begin, end] = l.flat.in_shard(j, lo);
-      if (begin >= end) continue;
+      if (begin >= end || left_alone_[l.params[j]]) continue;
       adamw_update(s.params.narrow(0, begin, end - begin), l.buffer.narrow(0, begin, end - begin),
                    s.exp_avg.narrow(0, begin - lo, end - begin), s.exp_avg_sq.narrow(0, begin - lo, end - begin),
                    decay_[l.params[j]], lr, steps_, options_);

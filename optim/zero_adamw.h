@@ -16,9 +16,11 @@ namespace loom::optim {
 
 class ZeroAdamW : public Optimizer {
  public:
-  // PARAMS as given to BUCKETS (which must shard: zero stage 1 or 2).
+  // PARAMS as given to BUCKETS (which must shard: zero stage 1 or 2). LEFT_ALONE[i]: parameter I
+  // is updated by another optimizer after this one's step (Muon): this one leaves its values as
+  // they were on every rank (empty: none).
   ZeroAdamW(std::vector<torch::Tensor> params, parallel::GradientBuckets& buckets, parallel::Communicator& dp,
-            AdamWOptions options);
+            AdamWOptions options, std::vector<bool> left_alone = {});
   void step(double lr) override;
   void zero_grad() override;
   int64_t steps_taken() const override { return steps_; }
@@ -39,6 +41,7 @@ class ZeroAdamW : public Optimizer {
   std::vector<std::pair<size_t, size_t>> where_;  // each parameter's bucket and place in it
   std::vector<torch::Tensor> params_;
   std::vector<bool> decay_;
+  std::vector<bool> left_alone_;
   parallel::GradientBuckets& buckets_;
   parallel::Communicator& dp_;
   AdamWOptions options_;

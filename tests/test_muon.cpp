@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <set>
 #include <string>
@@ -107,4 +108,38 @@ TEST_CASE("Muon's group is the blocks' 2-D weights: of a GPT, a Llama and an MoE
   CHECK(launch::muon_split({"h.0.attn.qkv.weight"}, llama).parts == 3);
   CHECK(launch::muon_split({"h.0.attn.kv.weight"}, llama).groups == 2);
   CHECK(launch::muon_split({"h.0.mlp.up.weight"}, llama).parts == 1);
+}
+
+TEST_CASE("ZeRO-1's layer-wise ownership gives whole matrices to ranks, balanced by Newton-Schulz cost",
+          "[optim][muon]") {
+  using loom::optim::balance_owners;
+  using loom::optim::newton_schulz_cost;
+  // A Llama-like block set: q, k, v (as one fused weight of three), o, gate, up, down, over 4 layers.
+  const loom::optim::MatrixSplit qkv{8, 3}, one{};
+  std::vector<double> costs;
+  for (int layer = 0; layer < 4; ++layer) {
+    costs.push_back(newton_schulz_cost(3 * 256, 256, qkv));
+    costs.push_back(newton_schulz_cost(256, 256, one));
+    for (int m = 0; m < 3; ++m) costs.push_back(newton_schulz_cost(m == 2 ? 256 : 688, m == 2 ? 688 : 256, one));
+  }
+  // The fused weight costs its three matrices, not one 768 x 256 matrix.
+  CHECK(newton_schulz_cost(3 * 256, 256, qkv) == Approx(3 * newton_schulz_cost(256, 256, one)));
+  for (int64_t ranks : {1, 2, 3, 4, 7}) {
+    const auto owner = balance_owners(costs, ranks);
+    REQUIRE(owner.size() == costs.size());
+    std::vector<double> load(static_cast<size_t>(ranks), 0.0);
+    for (size_t i = 0; i < costs.size(); ++i) {
+      REQUIRE(owner[i] >= 0);
+      REQUIRE(owner[i] < ranks);
+      load[static_cast<size_t>(owner[i])] += costs[i];
+    }
+    const double largest = *std::max_element(costs.begin(), costs.end());
+    const double most = *std::max_element(load.begin(), load.end()), least = *std::min_element(load.begin(), load.end());
+    // Greedy by decreasing cost: no rank is more than one matrix's cost above the least loaded.
+    CHECK(most - least <= largest + 1e-6);
+    if (ranks > 1) CHECK(least > 0);  // 20 matrices: every rank owns some
+    CHECK(balance_owners(costs, ranks) == owner);  // the same answer every time, on every rank
+  }
+  // Two equal matrices on two ranks: one each.
+  CHECK(balance_owners({1.0, 1.0}, 2) == std::vector<int64_t>{0, 1});
 }

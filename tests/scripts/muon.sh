@@ -3,9 +3,12 @@
 # (tests/reference/muon_reference.py): a tiny GPT-2 and a tiny Llama saved by transformers'
 # save_pretrained train 20 steps in loom from their directories with every step's loss within
 # 1e-5 of the reference's: weight decay on, each group its own peak lr, Nesterov on and off.
-# Layouts: dp 2, pp 2, cp 2, pp 2 x dp 2 and ep 2 (MoE) give one process's losses within 1e-5; a
-# checkpoint resumes bit for bit, and at another layout within 1e-5; tp and ZeRO are refused
-# (exit 2, naming train.optimizer), and so is resuming an AdamW checkpoint with Muon.
+# Layouts: dp 2, tp 2 with sequence parallelism (the shards gathered), ZeRO-1 at dp 2 (layer-wise
+# ownership), pp 2, cp 2, pp 2 x dp 2, tp 2 x pp 2 x dp 2 with ZeRO-1, a Llama with grouped-query
+# attention at tp 2, and ep 2 (MoE, also at tp 2 x ep 2 with ZeRO-1) give one process's losses
+# within 1e-5; a checkpoint resumes bit for bit, and at another layout within 1e-5 (one process to
+# tp 2 x dp 2 with ZeRO-1 and back); ZeRO-2 at dp 2 is refused (exit 2, naming
+# parallel.zero_stage), and so is resuming an AdamW checkpoint with Muon.
 source "$(dirname "$0")/common.sh"
 PY=python3  # the project venv's (first on PATH under ctest), with transformers
 cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
@@ -42,7 +45,10 @@ train llama_plain --set model.init_from="$WORK/llama" --set train.muon.nesterov=
 # 2. Layouts against one process (the tiny GPT, from scratch).
 LAYOUT=("${MUON[@]}" --set model.dropout=0)
 run_loom 1 one "${LAYOUT[@]}" || { cat "$WORK/one.log"; fail "one process"; }
-for layout in "dp2:2:" "pp2:2:--set parallel.pp=2" "cp2:2:--set parallel.cp=2" "pp2dp2:4:--set parallel.pp=2"; do
+for layout in "dp2:2:" "tp2sp:2:--set parallel.tp=2 --set parallel.sequence_parallel=true" \
+  "zero1:2:--set parallel.zero_stage=1" "pp2:2:--set parallel.pp=2" "cp2:2:--set parallel.cp=2" \
+  "pp2dp2:4:--set parallel.pp=2" \
+  "tp2pp2dp2z1:8:--set parallel.tp=2 --set parallel.pp=2 --set parallel.zero_stage=1 --set parallel.sequence_parallel=true"; do
   IFS=: read -r name np args <<< "$layout"
   # shellcheck disable=SC2086
   run_loom "$np" "$name" "${LAYOUT[@]}" $args || { cat "$WORK/$name.log"; fail "$name"; }
@@ -55,27 +61,41 @@ run_loom 2 moe_ep2 "${LAYOUT[@]}" "${MOE[@]}" --set parallel.ep=2 || { cat "$WOR
 python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/moe_ep2/metrics.jsonl" "$WORK/moe_one/metrics.jsonl" --rtol 1e-5 \
   --routing-flips || fail "Muon on an MoE at ep 2 differs from one process"
 echo "Muon on an MoE at ep 2: one process's losses within 1e-5"
+run_loom 4 moe_tp2ep2z1 "${LAYOUT[@]}" "${MOE[@]}" --set parallel.ep=2 --set parallel.tp=2 --set parallel.zero_stage=1 ||
+  { cat "$WORK/moe_tp2ep2z1.log"; fail "MoE tp 2 x ep 2, ZeRO-1"; }
+python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/moe_tp2ep2z1/metrics.jsonl" "$WORK/moe_one/metrics.jsonl" --rtol 1e-5 \
+  --routing-flips || fail "Muon on an MoE at tp 2 x ep 2 with ZeRO-1 differs from one process"
+echo "Muon on an MoE at tp 2 x ep 2 with ZeRO-1: one process's losses within 1e-5"
+GQA=(--set model.arch=llama --set model.num_kv_heads=2)
+run_loom 1 gqa_one "${LAYOUT[@]}" "${GQA[@]}" || { cat "$WORK/gqa_one.log"; fail "GQA one process"; }
+run_loom 2 gqa_tp2 "${LAYOUT[@]}" "${GQA[@]}" --set parallel.tp=2 || { cat "$WORK/gqa_tp2.log"; fail "GQA tp 2"; }
+compare_losses "$WORK/gqa_tp2" "$WORK/gqa_one" || fail "Muon on a GQA Llama at tp 2 differs from one process"
+echo "Muon on a Llama with grouped-query attention at tp 2: one process's losses within 1e-5"
 
-# 3. Checkpoints: resumed bit for bit, and at pp 2 within 1e-5.
+# 3. Checkpoints: resumed bit for bit, and at another layout within 1e-5: one process's at
+# tp 2 x dp 2 with ZeRO-1 (each owner takes its momenta), and that layout's back in one process.
 run_loom 1 half "${LAYOUT[@]}" --set checkpoint.dir="$WORK/ck" --set train.exit_after=10 || { cat "$WORK/half.log"; fail "half"; }
 run_loom 1 resumed "${LAYOUT[@]}" --set checkpoint.dir="$WORK/ck" --resume auto || { cat "$WORK/resumed.log"; fail "resume"; }
 python3 "$SCRIPTS/checks.py" steps-agree "$WORK/resumed" "$WORK/one" --rtol 0 --first 11 --last 20 --same-samples ||
   fail "Muon resumed differs from the straight run"
-run_loom 2 resumed_pp2 "${LAYOUT[@]}" --set parallel.pp=2 --resume "$WORK/ck/step_00000010" ||
-  { cat "$WORK/resumed_pp2.log"; fail "resume at pp 2"; }
-python3 "$SCRIPTS/checks.py" steps-agree "$WORK/resumed_pp2" "$WORK/one" --rtol 1e-5 --first 11 --last 20 ||
-  fail "Muon resumed at pp 2 differs"
-echo "Muon checkpoints: resumed bit for bit, at pp 2 within 1e-5"
+Z1=(--set parallel.tp=2 --set parallel.zero_stage=1)
+run_loom 4 resumed_z1 "${LAYOUT[@]}" "${Z1[@]}" --resume "$WORK/ck/step_00000010" ||
+  { cat "$WORK/resumed_z1.log"; fail "resume at tp 2 x dp 2, ZeRO-1"; }
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/resumed_z1" "$WORK/one" --rtol 1e-5 --first 11 --last 20 ||
+  fail "Muon resumed at tp 2 x dp 2 with ZeRO-1 differs"
+run_loom 4 half_z1 "${LAYOUT[@]}" "${Z1[@]}" --set checkpoint.dir="$WORK/ck_z1" --set train.exit_after=10 ||
+  { cat "$WORK/half_z1.log"; fail "half at tp 2 x dp 2, ZeRO-1"; }
+run_loom 1 resumed_from_z1 "${LAYOUT[@]}" --resume "$WORK/ck_z1/step_00000010" ||
+  { cat "$WORK/resumed_from_z1.log"; fail "resume from tp 2 x dp 2, ZeRO-1"; }
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/resumed_from_z1" "$WORK/one" --rtol 1e-5 --first 11 --last 20 ||
+  fail "Muon saved at tp 2 x dp 2 with ZeRO-1 and resumed in one process differs"
+echo "Muon checkpoints: resumed bit for bit, across one process and tp 2 x dp 2 with ZeRO-1 within 1e-5"
 
 # 4. Refusals.
 code=0
-run_loom 2 tp2 "${LAYOUT[@]}" --set parallel.tp=2 || code=$?
-[ "$code" = 2 ] && grep -q "config key 'train.optimizer': muon needs every block matrix whole" "$WORK/tp2.log" ||
-  { cat "$WORK/tp2.log"; fail "Muon at tp 2 should be refused (exit $code)"; }
-code=0
-run_loom 2 zero1 "${LAYOUT[@]}" --set parallel.zero_stage=1 || code=$?
-[ "$code" = 2 ] && grep -q "config key 'train.optimizer': muon needs every block matrix whole" "$WORK/zero1.log" ||
-  { cat "$WORK/zero1.log"; fail "Muon with ZeRO-1 should be refused (exit $code)"; }
+run_loom 2 zero2 "${LAYOUT[@]}" --set parallel.zero_stage=2 || code=$?
+[ "$code" = 2 ] && grep -q "config key 'parallel.zero_stage': muon needs every block matrix's gradient whole" "$WORK/zero2.log" ||
+  { cat "$WORK/zero2.log"; fail "Muon with ZeRO-2 at dp 2 should be refused (exit $code)"; }
 run_loom 1 adamw --set train.steps=4 --set train.warmup_steps=1 --set checkpoint.dir="$WORK/ck_adamw" --set train.exit_after=2 ||
   { cat "$WORK/adamw.log"; fail "adamw"; }
 code=0
