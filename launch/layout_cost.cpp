@@ -157,13 +157,18 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   const auto& m = config.model;
   const bool mixed = config.train.precision != TrainPrecision::fp32;
   StateBytes bytes = mixed ? StateBytes{2, 2, 12} : StateBytes{4, 4, 8};
-  // Muon keeps one fp32 momentum for its matrices where AdamW keeps two moments.
-  if (config.train.optimizer == OptimizerKind::muon) bytes.optimizer -= 4.0 * muon_parameter_fraction(config);
   const double element = mixed ? 2.0 : 4.0;
   const int64_t micro_batches = config.train.global_batch_size / (l.micro_batch * l.dp);
   const int64_t layers_per_stage = m.num_layers / l.pp;
   // Gradients are averaged, and ZeRO shards, over dp x cp; a rank holds S / cp tokens of a sequence.
   const int64_t grad_ranks = l.dp * l.cp, local_tokens = m.seq_len / l.cp;
+  if (config.train.optimizer == OptimizerKind::muon) {
+    // Muon keeps one fp32 momentum for its matrices where AdamW keeps two moments. Under ZeRO-1
+    // loom's AdamW keeps its moment shards over whole buckets, Muon's weights included, and the
+    // owners' momenta come on top (a dp-th of them on each rank, like the shards).
+    const double momentum = 4.0 * muon_parameter_fraction(config);
+    bytes.optimizer += l.zero_stage >= 1 && grad_ranks > 1 ? momentum : -momentum;
+  }
 
   e.parameters_per_rank = parameters_per_rank(config, l.tp, l.pp);
   e.state_bytes = model_state_bytes(e.parameters_per_rank, l.zero_stage, grad_ranks, bytes);

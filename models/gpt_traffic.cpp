@@ -4,6 +4,7 @@
 #include "models/gpt_options.h"
 #include "models/gpt_shapes.h"
 #include "parallel/grad_buckets.h"
+#include "parallel/layer_ownership.h"
 #include "parallel/pipeline_schedule.h"
 
 namespace loom::models {
@@ -127,6 +128,41 @@ int64_t tp_summed_in_shard(const ShardedUnit& unit, int64_t d, int64_t dp_rank) 
     offset += unit.sizes[j];
   }
   return count;
+}
+
+// Muon's weights on this rank (train.optimizer muon: the blocks' 2-D weights), in the trainer's
+// order, and whether this rank's dp-cp rank updates each (ZeRO-1's layer-wise ownership; without
+// it, every rank updates every weight).
+struct MuonWeight {
+  ParameterShape shape;
+  bool owned = true;
+};
+std::vector<MuonWeight> muon_weights(const Config& c, const parallel::RankCoords& coords) {
+  std::vector<MuonWeight> out;
+  if (c.train.optimizer != OptimizerKind::muon) return out;
+  const Layout l(c);
+  auto ends_with = [](const std::string& name, const std::string& end) {
+    return name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
+  };
+  std::vector<double> costs;
+  for (int64_t chunk = 0; chunk < l.v; ++chunk) {
+    const int64_t k = chunk * l.p + coords.pp;
+    for (int64_t layer = k * l.layers_per_piece; layer < (k + 1) * l.layers_per_piece; ++layer) {
+      for (const auto& shape : gpt_block_parameters(c, layer)) {
+        if (shape.shape.size() != 2) continue;
+        const int64_t parts = ends_with(shape.name, "attn.qkv.weight")  ? 3
+                              : ends_with(shape.name, "attn.kv.weight") ? 2
+                                                                        : 1;
+        costs.push_back(parallel::newton_schulz_cost(shape.shape[0], shape.shape[1], parts));
+        out.push_back({shape});
+      }
+    }
+  }
+  if (c.parallel.zero_stage >= 1 && l.d > 1) {
+    const auto owner = parallel::balance_owners(costs, l.d);
+    for (size_t i = 0; i < out.size(); ++i) out[i].owned = owner[i] == coords.dp_cp;
+  }
+  return out;
 }
 
 }  // namespace
@@ -256,6 +292,14 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     }
   }
   if (l.t * l.p > 1) add("model-parallel", "all_reduce", 1, kDouble);  // the gradient norm
+  // Muon (optim/muon.h): each weight split over tp has its fp32 update gathered whole there by the
+  // ranks that update it; under ZeRO-1 each weight's owner broadcasts it over dp-cp.
+  const bool owners = c.parallel.zero_stage >= 1 && l.d > 1;
+  for (const auto& weight : muon_weights(c, coords)) {
+    if (l.t > 1 && weight.shape.tp_split_dim >= 0 && weight.owned)
+      add("tp", "all_gather", 1, l.t * weight.shape.local_numel(l.t) * kFloat);
+    if (owners) add(l.grad_group, "broadcast", 1, weight.shape.local_numel(l.t) * kFloat);
+  }
   return out;
 }
 
@@ -285,6 +329,12 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
       }
     }
     return out;
+  }
+  // Muon's owners send each weight's momentum before saving (ZeRO-1's layer-wise ownership).
+  for (const auto& weight : muon_weights(c, coords)) {
+    auto& p = out[{l.grad_group, "broadcast"}];
+    p.calls += 1;
+    p.bytes += weight.shape.local_numel(l.t) * kFloat;
   }
   // A sharded optimizer gathers both moments of every bucket before saving.
   std::vector<int64_t> bytes;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "parallel/layer_ownership.h"
+
 namespace loom::optim {
 namespace {
 
@@ -31,27 +33,6 @@ torch::Tensor newton_schulz(const torch::Tensor& x, int64_t steps) {
   return tall ? y.t().contiguous() : y;
 }
 
-double newton_schulz_cost(int64_t rows, int64_t cols, const MatrixSplit& split) {
-  // Each matrix: (groups x rows / (groups x parts)) x cols, its iteration ~ small^2 x large per step.
-  const double m = static_cast<double>(rows / split.parts), n = static_cast<double>(cols);
-  return static_cast<double>(split.parts) * std::min(m, n) * std::min(m, n) * std::max(m, n);
-}
-
-std::vector<int64_t> balance_owners(const std::vector<double>& costs, int64_t ranks) {
-  TORCH_CHECK(ranks >= 1, "balance_owners: ", ranks, " ranks");
-  std::vector<size_t> order(costs.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return costs[a] > costs[b]; });
-  std::vector<double> load(static_cast<size_t>(ranks), 0.0);
-  std::vector<int64_t> owner(costs.size(), 0);
-  for (size_t i : order) {
-    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
-    owner[i] = least;
-    load[static_cast<size_t>(least)] += costs[i];
-  }
-  return owner;
-}
-
 Muon::Muon(std::vector<torch::Tensor> params, std::vector<MatrixSplit> splits, MuonOptions options,
            MuonSharding sharding)
     : params_(std::move(params)), splits_(std::move(splits)), options_(options), sharding_(std::move(sharding)) {
@@ -69,9 +50,10 @@ Muon::Muon(std::vector<torch::Tensor> params, std::vector<MatrixSplit> splits, M
       throw std::invalid_argument("Muon: a parameter is not a matrix of " + std::to_string(s.groups * s.parts) +
                                   " row blocks");
     }
-    costs.push_back(newton_schulz_cost(shape[0], shape[1], s));
+    costs.push_back(parallel::newton_schulz_cost(shape[0], shape[1], s.parts));
   }
-  owner_ = sharding_.owners ? balance_owners(costs, sharding_.owners->size()) : std::vector<int64_t>(params_.size(), 0);
+  owner_ = sharding_.owners ? parallel::balance_owners(costs, sharding_.owners->size())
+                            : std::vector<int64_t>(params_.size(), 0);
   momentum_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     if (owns(i)) momentum_[i] = torch::zeros_like(params_[i], torch::kFloat);

@@ -43,19 +43,13 @@ struct MatrixSplit {
 //  - tp: a weight split across TP (TP_SPLIT_DIM[i] >= 0) has its update U gathered whole there,
 //    orthogonalised on every tp rank alike (Megatron-LM's "duplicated" mode) and cut back to
 //    this rank's part; the momentum stays a shard;
-//  - ZeRO-1: each weight is owned by one rank of OWNERS (balance_owners: whole matrices, balanced
-//    by Newton-Schulz cost), which keeps its momentum, updates it and broadcasts the result.
+//  - ZeRO-1: each weight is owned by one rank of OWNERS (parallel/layer_ownership.h: whole
+//    matrices, balanced by Newton-Schulz cost), which keeps its momentum, updates it and broadcasts the result.
 struct MuonSharding {
   parallel::Communicator* tp = nullptr;
   std::vector<int64_t> tp_split_dim;  // per parameter; empty: every weight whole on its tp rank
   parallel::Communicator* owners = nullptr;
 };
-
-// The Newton-Schulz work of one step on a weight of ROWS x COLS holding SPLIT's matrices.
-double newton_schulz_cost(int64_t rows, int64_t cols, const MatrixSplit& split);
-// Owners for weights of COSTS among RANKS: the most costly first, each to the least loaded rank
-// (lowest rank on ties), so every rank computes the same answer.
-std::vector<int64_t> balance_owners(const std::vector<double>& costs, int64_t ranks);
 
 class Muon : public Optimizer {
  public:

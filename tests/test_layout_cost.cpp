@@ -250,6 +250,16 @@ TEST_CASE("loom plan counts Muon's one momentum for the blocks' matrices, AdamW'
   const double matrices = 2.0 * 12 * 32 * 32;
   CHECK(muon_parameter_fraction(c) * static_cast<double>(loom::models::model_num_parameters(c)) == Approx(matrices));
   CHECK(adamw.state_bytes - muon.state_bytes == Approx(4 * matrices));
+  // ZeRO-1 at dp 2: AdamW's moment shards still cover Muon's weights (whole buckets), and the
+  // owners' momenta, a half on each rank, come on top.
+  Layout zero1;
+  zero1.dp = 2;
+  zero1.zero_stage = 1;
+  c.train.global_batch_size = 8;
+  const auto muon_zero1 = estimate_layout(c, cluster, zero1);
+  c.train.optimizer = loom::OptimizerKind::adamw;
+  const auto adamw_zero1 = estimate_layout(c, cluster, zero1);
+  CHECK(muon_zero1.state_bytes - adamw_zero1.state_bytes == Approx(4 * matrices / 2));
 }
 
 TEST_CASE("the memory check refuses a model the machine cannot hold, naming its sizes and both numbers", "[plan]") {

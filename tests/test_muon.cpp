@@ -7,6 +7,7 @@
 #include "launch/make_optimizer.h"
 #include "models/gpt.h"
 #include "optim/muon.h"
+#include "parallel/layer_ownership.h"
 
 using namespace loom;
 
@@ -112,10 +113,10 @@ TEST_CASE("Muon's group is the blocks' 2-D weights: of a GPT, a Llama and an MoE
 
 TEST_CASE("ZeRO-1's layer-wise ownership gives whole matrices to ranks, balanced by Newton-Schulz cost",
           "[optim][muon]") {
-  using loom::optim::balance_owners;
-  using loom::optim::newton_schulz_cost;
+  using loom::parallel::balance_owners;
+  using loom::parallel::newton_schulz_cost;
   // A Llama-like block set: q, k, v (as one fused weight of three), o, gate, up, down, over 4 layers.
-  const loom::optim::MatrixSplit qkv{8, 3}, one{};
+  const int64_t qkv = 3, one = 1;
   std::vector<double> costs;
   for (int layer = 0; layer < 4; ++layer) {
     costs.push_back(newton_schulz_cost(3 * 256, 256, qkv));
@@ -134,10 +135,11 @@ TEST_CASE("ZeRO-1's layer-wise ownership gives whole matrices to ranks, balanced
       load[static_cast<size_t>(owner[i])] += costs[i];
     }
     const double largest = *std::max_element(costs.begin(), costs.end());
-    const double most = *std::max_element(load.begin(), load.end()), least = *std::min_element(load.begin(), load.end());
+    const double most = *std::max_element(load.begin(), load.end()),
+                 least = *std::min_element(load.begin(), load.end());
     // Greedy by decreasing cost: no rank is more than one matrix's cost above the least loaded.
     CHECK(most - least <= largest + 1e-6);
-    if (ranks > 1) CHECK(least > 0);  // 20 matrices: every rank owns some
+    if (ranks > 1) CHECK(least > 0);               // 20 matrices: every rank owns some
     CHECK(balance_owners(costs, ranks) == owner);  // the same answer every time, on every rank
   }
   // Two equal matrices on two ranks: one each.

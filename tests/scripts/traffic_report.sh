@@ -3,7 +3,8 @@
 # predicted calls and bytes per group equal every rank's counters exactly
 # (`loom plan --run`), the rank-by-rank matrix sums to the counters' sent
 # bytes, and a tp group spread over two (pretend) nodes is named. The same for a
-# Llama (tests/configs/llama_tiny.yaml: 2 kv heads, untied, RMSNorm, no biases).
+# Llama (tests/configs/llama_tiny.yaml: 2 kv heads, untied, RMSNorm, no biases), and Muon's
+# gathers and broadcasts.
 source "$(dirname "$0")/common.sh"
 LLAMA="$LOOM_SOURCE/tests/configs/llama_tiny.yaml"
 CONFIG="$TINY"
@@ -34,7 +35,13 @@ check_run llama_tp2_pp2_dp2_sp 8 --set parallel.tp=2 --set parallel.pp=2 --set p
 check_run llama_tp4_dp2_zero3 8 --set parallel.tp=4 --set parallel.zero_stage=3
 check_run llama_tp4_pp2_interleaved 8 --set parallel.tp=4 --set parallel.pp=2 --set parallel.virtual_stages=2 \
   --set parallel.schedule=interleaved
+# Muon: the tp gathers of the updates of the weights this rank's dp rank owns, the owners'
+# broadcasts under ZeRO-1 (and of the momenta at each checkpoint).
+check_run llama_muon_tp2_pp2_dp2_zero1 8 --set train.optimizer=muon --set parallel.tp=2 --set parallel.pp=2 \
+  --set parallel.zero_stage=1 --set parallel.sequence_parallel=true
 CONFIG="$TINY"
+check_run muon_tp2_dp2_zero1_saving 4 --set train.optimizer=muon --set parallel.tp=2 --set parallel.zero_stage=1 \
+  --set checkpoint.dir="$WORK/muon_ck" --set checkpoint.interval=1
 
 # Ranks 0-1 on "node0", 2-3 on "node1": tp=4 spans both, and the report says so.
 mpirun --oversubscribe -np 4 bash -c 'LOOM_HOST=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' "$LOOM" train "$TINY" \
