@@ -4,8 +4,10 @@
 #include <vector>
 
 #include "optim/adamw.h"
+#include "optim/fully_sharded_adamw.h"
 #include "optim/make_adamw.h"
 #include "optim/partitioned_optimizer.h"
+#include "optim/unit_sharded_muon.h"
 #include "optim/zero_adamw.h"
 
 namespace loom::launch {
@@ -44,43 +46,51 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, parallel:
   muon.weight_decay = t.muon.weight_decay >= 0 ? t.muon.weight_decay : t.weight_decay;
   muon.lr_scale = t.muon.lr > 0 ? t.muon.lr / t.lr : 1.0;
   // Per part of the synchronisation (dense over dp, experts over expert-dp): AdamW for the rest,
-  // then Muon for the blocks' matrices (ZeRO-1: AdamW keeps its buckets whole and leaves Muon's).
-  // ZeRO-2/3's units are refused by launch/supported_combinations.cpp.
+  // then Muon for the blocks' matrices. ZeRO's AdamW keeps its buckets or units whole and leaves
+  // Muon's weights alone; Muon's owners (layer-wise, over the part's group) update them.
   const auto& params = sync.parameters();
   std::vector<std::unique_ptr<optim::Optimizer>> parts;
   std::vector<std::pair<size_t, size_t>> where(params.size());
   for (const auto& part : sync.optimizer_parts()) {
-    TORCH_CHECK(!part.units, "make_optimizer: Muon over ZeRO-2/3 units");
+    const bool whole_part = part.sharded_buckets || part.units;
     std::vector<torch::Tensor> adamw_params, muon_params;
+    std::vector<size_t> muon_in_part;  // Muon's weights by their place in the part
     std::vector<bool> left_alone;
     std::vector<optim::MatrixSplit> splits;
     optim::MuonSharding sharding;
     sharding.tp = &tp;
     if (part.sharded_buckets) sharding.owners = part.group;
     const size_t adamw_part = parts.size(), muon_part = parts.size() + 1;
-    for (size_t i : part.index) {
+    for (size_t pos = 0; pos < part.index.size(); ++pos) {
+      const size_t i = part.index[pos];
       const auto& param = params[i];
       const bool by_muon = muon_parameter(param);
       if (by_muon) {
         where[i] = {muon_part, muon_params.size()};
         muon_params.push_back(param.tensor);
+        muon_in_part.push_back(pos);
         splits.push_back(muon_split(param, config));
         sharding.tp_split_dim.push_back(param.tp_split_dim);
       }
-      if (!by_muon || part.sharded_buckets) {
-        // ZeRO-1's AdamW takes the part's parameters as its buckets hold them, Muon's left alone.
+      if (!by_muon || whole_part) {
         if (!by_muon) where[i] = {adamw_part, adamw_params.size()};
         adamw_params.push_back(param.tensor);
         left_alone.push_back(by_muon);
       }
     }
-    if (part.sharded_buckets) {
+    if (part.units) {
+      parts.push_back(
+          std::make_unique<optim::FullyShardedAdamW>(*part.units, *part.group, adamw_options(config), left_alone));
+      parts.push_back(
+          std::make_unique<optim::UnitShardedMuon>(*part.units, *part.group, muon_in_part, splits, muon, sharding));
+    } else if (part.sharded_buckets) {
       parts.push_back(std::make_unique<optim::ZeroAdamW>(adamw_params, *part.sharded_buckets, *part.group,
                                                          adamw_options(config), left_alone));
+      parts.push_back(std::make_unique<optim::Muon>(muon_params, splits, muon, sharding));
     } else {
       parts.push_back(optim::make_adamw_part(part, adamw_params, adamw_options(config)));
+      parts.push_back(std::make_unique<optim::Muon>(muon_params, splits, muon, sharding));
     }
-    parts.push_back(std::make_unique<optim::Muon>(muon_params, splits, muon, sharding));
   }
   return std::make_unique<optim::PartitionedOptimizer>(std::move(parts), std::move(where));
 }

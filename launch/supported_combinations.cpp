@@ -22,14 +22,6 @@ void require_supported(const Config& c, const torch::Device& device, int64_t wor
     // The MoE auxiliary losses inject their gradient at a fixed scale, which dynamic loss scaling would not reach.
     throw unsupported("train.precision", "fp16 with model.moe (use bf16)");
   }
-  if (c.train.optimizer == OptimizerKind::muon && p.zero_stage >= 2 && p.dp * p.cp > 1) {
-    // Muon orthogonalises whole matrices: ZeRO-2/3's units hold flat shards of them. Under tp
-    // the shards are gathered, under ZeRO-1 each dp rank owns whole matrices (optim/muon.h).
-    throw InputError(
-        "config key 'parallel.zero_stage': muon needs every block matrix's gradient whole on one rank, which this "
-        "version of loom has at zero_stage 0 and 1 (tp, pp, dp, cp and ep compose); this run has zero_stage " +
-        std::to_string(p.zero_stage) + " at dp x cp " + std::to_string(p.dp * p.cp));
-  }
   if (p.backend == CommBackend::nccl && !device.is_cuda()) {
     throw InputError(
         "config key 'parallel.backend': nccl moves GPU tensors, but this run trains on the CPU "

@@ -131,7 +131,7 @@ int64_t tp_summed_in_shard(const ShardedUnit& unit, int64_t d, int64_t dp_rank) 
 }
 
 // Muon's weights on this rank (train.optimizer muon: the blocks' 2-D weights), in the trainer's
-// order, and whether this rank's dp-cp rank updates each (ZeRO-1's layer-wise ownership; without
+// order, and whether this rank's dp-cp rank updates each (ZeRO's layer-wise ownership; without
 // it, every rank updates every weight).
 struct MuonWeight {
   ParameterShape shape;
@@ -255,6 +255,15 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     }
     add(l.grad_group, "all_reduce", 1, kDouble);  // the gradient norm's shard sums
     add(l.grad_group, "all_reduce", 1, kDouble);  // the loss
+    if (c.train.optimizer == OptimizerKind::muon) {
+      // Muon over the units (optim/unit_sharded_muon.h): each block's gradient shards gathered
+      // whole, its owners' updates reduce-scattered back into shards (fp32 both).
+      for (const auto& unit : gpt_sharded_units(c, coords)) {
+        if (unit.root) continue;
+        add(l.grad_group, "all_gather", 1, padded(unit.numel()) * kFloat);
+        add(l.grad_group, "reduce_scatter", 1, padded(unit.numel()) * kFloat);
+      }
+    }
   } else if (l.d > 1) {
     // One all-reduce per gradient bucket (parallel/grad_buckets.h); ZeRO-1 also gathers the updated shards.
     std::vector<int64_t> bytes;
@@ -294,7 +303,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
   if (l.t * l.p > 1) add("model-parallel", "all_reduce", 1, kDouble);  // the gradient norm
   // Muon (optim/muon.h): each weight split over tp has its fp32 update gathered whole there by the
   // ranks that update it; under ZeRO-1 each weight's owner broadcasts it over dp-cp.
-  const bool owners = c.parallel.zero_stage >= 1 && l.d > 1;
+  const bool owners = c.parallel.zero_stage == 1 && l.d > 1;
   for (const auto& weight : muon_weights(c, coords)) {
     if (l.t > 1 && weight.shape.tp_split_dim >= 0 && weight.owned)
       add("tp", "all_gather", 1, l.t * weight.shape.local_numel(l.t) * kFloat);
@@ -309,6 +318,12 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
   const Layout l(c);
   if (l.d == 1 || c.parallel.zero_stage == 0) return out;
   // (l.d and the group are dp x cp's under context parallelism.)
+  // Muon's owners send each weight's momentum before saving (layer-wise ownership).
+  for (const auto& weight : muon_weights(c, coords)) {
+    auto& p = out[{l.grad_group, "broadcast"}];
+    p.calls += 1;
+    p.bytes += weight.shape.local_numel(l.t) * kFloat;
+  }
   if (works_by_units(c)) {
     // Both moments of every unit are gathered before saving, with ZeRO-3 its parameters (in the
     // model's dtype), and under mixed precision its fp32 master weights.
@@ -329,12 +344,6 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
       }
     }
     return out;
-  }
-  // Muon's owners send each weight's momentum before saving (ZeRO-1's layer-wise ownership).
-  for (const auto& weight : muon_weights(c, coords)) {
-    auto& p = out[{l.grad_group, "broadcast"}];
-    p.calls += 1;
-    p.bytes += weight.shape.local_numel(l.t) * kFloat;
   }
   // A sharded optimizer gathers both moments of every bucket before saving.
   std::vector<int64_t> bytes;

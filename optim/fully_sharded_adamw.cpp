@@ -3,8 +3,9 @@
 namespace loom::optim {
 
 FullyShardedAdamW::FullyShardedAdamW(parallel::FullyShardedParameters& sharded, parallel::Communicator& dp,
-                                     AdamWOptions options)
-    : sharded_(sharded), dp_(dp), options_(options) {
+                                     AdamWOptions options, std::vector<bool> left_alone)
+    : sharded_(sharded), dp_(dp), options_(options), left_alone_(std::move(left_alone)) {
+  left_alone_.resize(sharded.params().size(), false);
   for (const auto& p : sharded.params()) decay_.push_back(p.dim() >= 2);
   for (const auto& u : sharded.units()) {
     exp_avg_.push_back(torch::zeros_like(u.shard));
@@ -29,6 +30,7 @@ void FullyShardedAdamW::step(double lr) {
   ++steps_;
   auto& units = sharded_.units();
   for_each_piece([&](size_t unit, size_t param, int64_t begin, int64_t end) {
+    if (left_alone_[param]) return;
     auto& u = units[unit];
     const int64_t at = begin - u.shard_begin, n = end - begin;
     adamw_update(u.shard.narrow(0, at, n), u.shard_grad.narrow(0, at, n), exp_avg_[unit].narrow(0, at, n),

@@ -12,7 +12,9 @@ namespace loom::optim {
 
 class FullyShardedAdamW : public Optimizer {
  public:
-  FullyShardedAdamW(parallel::FullyShardedParameters& sharded, parallel::Communicator& dp, AdamWOptions options);
+  // LEFT_ALONE[i]: SHARDED's parameter I is updated by another optimizer (Muon); empty: none.
+  FullyShardedAdamW(parallel::FullyShardedParameters& sharded, parallel::Communicator& dp, AdamWOptions options,
+                    std::vector<bool> left_alone = {});
   void step(double lr) override;
   void zero_grad() override;
   int64_t steps_taken() const override { return steps_; }
@@ -34,7 +36,7 @@ class FullyShardedAdamW : public Optimizer {
   AdamWOptions options_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;            // per unit, this rank's shard
   std::vector<torch::Tensor> full_exp_avg_, full_exp_avg_sq_;  // per unit, after gather_moments()
-  std::vector<bool> decay_;
+  std::vector<bool> decay_, left_alone_;
   int64_t steps_ = 0;
 };
 

@@ -33,38 +33,56 @@ torch::Tensor newton_schulz(const torch::Tensor& x, int64_t steps) {
   return tall ? y.t().contiguous() : y;
 }
 
-Muon::Muon(std::vector<torch::Tensor> params, std::vector<MatrixSplit> splits, MuonOptions options,
-           MuonSharding sharding)
-    : params_(std::move(params)), splits_(std::move(splits)), options_(options), sharding_(std::move(sharding)) {
-  if (splits_.size() != params_.size()) throw std::invalid_argument("Muon: one MatrixSplit per parameter");
-  sharding_.tp_split_dim.resize(params_.size(), -1);
-  if (!sharding_.tp || sharding_.tp->size() == 1) sharding_.tp_split_dim.assign(params_.size(), -1);
+namespace {
+
+std::vector<std::vector<int64_t>> shapes_of(const std::vector<torch::Tensor>& params) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& p : params) shapes.push_back(p.sizes().vec());
+  return shapes;
+}
+
+}  // namespace
+
+MuonCore::MuonCore(std::vector<std::vector<int64_t>> shapes, std::vector<MatrixSplit> splits, MuonOptions options,
+                   MuonSharding sharding, torch::Device device)
+    : shapes_(std::move(shapes)),
+      splits_(std::move(splits)),
+      options_(options),
+      sharding_(std::move(sharding)),
+      state_(torch::TensorOptions().dtype(torch::kFloat).device(device)) {
+  if (splits_.size() != shapes_.size()) throw std::invalid_argument("Muon: one MatrixSplit per parameter");
+  sharding_.tp_split_dim.resize(shapes_.size(), -1);
+  if (!sharding_.tp || sharding_.tp->size() == 1) sharding_.tp_split_dim.assign(shapes_.size(), -1);
   std::vector<double> costs;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const auto& p = params_[i];
+  for (size_t i = 0; i < shapes_.size(); ++i) {
+    auto shape = shapes_[i];
     const auto& s = splits_[i];
-    auto shape = p.sizes().vec();
     const auto dim = sharding_.tp_split_dim[i];
-    if (p.dim() == 2 && dim >= 0) shape[static_cast<size_t>(dim)] *= sharding_.tp->size();
-    if (p.dim() != 2 || shape[0] % (s.groups * s.parts) != 0) {
+    if (shape.size() == 2 && dim >= 0) shape[static_cast<size_t>(dim)] *= sharding_.tp->size();
+    if (shape.size() != 2 || shape[0] % (s.groups * s.parts) != 0) {
       throw std::invalid_argument("Muon: a parameter is not a matrix of " + std::to_string(s.groups * s.parts) +
                                   " row blocks");
     }
     costs.push_back(parallel::newton_schulz_cost(shape[0], shape[1], s.parts));
   }
   owner_ = sharding_.owners ? parallel::balance_owners(costs, sharding_.owners->size())
-                            : std::vector<int64_t>(params_.size(), 0);
-  momentum_.resize(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (owns(i)) momentum_[i] = torch::zeros_like(params_[i], torch::kFloat);
+                            : std::vector<int64_t>(shapes_.size(), 0);
+  momentum_.resize(shapes_.size());
+  for (size_t i = 0; i < shapes_.size(); ++i) {
+    if (owns(i)) momentum_[i] = torch::zeros(shapes_[i], state_);
   }
 }
 
-bool Muon::owns(size_t i) const {
+bool MuonCore::owns(size_t i) const {
   return !sharding_.owners || owner_[i] == sharding_.owners->rank();
 }
 
-torch::Tensor Muon::orthogonal_part(size_t i, const torch::Tensor& u_part) {
+torch::Tensor MuonCore::update(size_t i, const torch::Tensor& grad) {
+  const double mu = options_.momentum;
+  const auto g = grad.to(torch::kFloat);
+  auto& b = momentum_[i];
+  b.mul_(mu).add_(g);
+  const auto u_part = options_.nesterov ? g + mu * b : b;
   const auto dim = sharding_.tp_split_dim[i];
   torch::Tensor u = u_part;
   const int64_t tp = dim >= 0 ? sharding_.tp->size() : 1;
@@ -95,26 +113,59 @@ torch::Tensor Muon::orthogonal_part(size_t i, const torch::Tensor& u_part) {
   return update.narrow(dim, sharding_.tp->rank() * own, own);
 }
 
+void MuonCore::gather_moments() {
+  if (!sharding_.owners || sharding_.owners->size() == 1) return;
+  gathered_.assign(shapes_.size(), torch::Tensor());
+  std::vector<parallel::CommHandle> sends;
+  for (size_t i = 0; i < shapes_.size(); ++i) {
+    gathered_[i] = owns(i) ? momentum_[i] : torch::empty(shapes_[i], state_);
+    sends.push_back(sharding_.owners->broadcast(gathered_[i], static_cast<int>(owner_[i])));
+  }
+  for (auto& h : sends) h.wait();
+}
+
+std::pair<torch::Tensor, torch::Tensor> MuonCore::moments(size_t i) const {
+  const auto& b = owns(i) ? momentum_[i] : gathered_.at(i);
+  TORCH_CHECK(b.defined(), "Muon::moments: gather_moments() first");
+  // Muon has no second moment: zeros, so checkpoints keep the form AdamW gives them.
+  return {b, torch::zeros_like(b)};
+}
+
+void MuonCore::set_moments(size_t i, const torch::Tensor& momentum) {
+  if (owns(i)) momentum_[i].copy_(momentum);
+}
+
+int64_t MuonCore::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& b : momentum_) {
+    if (b.defined()) bytes += b.numel() * static_cast<int64_t>(b.element_size());
+  }
+  return bytes;
+}
+
+Muon::Muon(std::vector<torch::Tensor> params, std::vector<MatrixSplit> splits, MuonOptions options,
+           MuonSharding sharding)
+    : params_(std::move(params)),
+      core_(shapes_of(params_), std::move(splits), options, std::move(sharding),
+            params_.empty() ? torch::Device(torch::kCPU) : params_.front().device()) {}
+
 void Muon::step(double lr) {
   torch::NoGradGuard no_grad;
   ++steps_;
-  const double mu = options_.momentum, group_lr = lr * options_.lr_scale;
+  const auto& options = core_.options();
+  const double group_lr = lr * options.lr_scale;
   for (size_t i = 0; i < params_.size(); ++i) {
-    // tp peers share their dp rank, so they own (and gather) the same weights.
-    if (!owns(i)) continue;
+    if (!core_.owns(i)) continue;
     auto& p = params_[i];
-    const auto g = p.grad().to(torch::kFloat);
-    auto& b = momentum_[i];
-    b.mul_(mu).add_(g);
-    const auto u = options_.nesterov ? g + mu * b : b;
-    const auto update = orthogonal_part(i, u);
-    if (options_.weight_decay > 0) p.mul_(1.0 - group_lr * options_.weight_decay);
+    const auto update = core_.update(i, p.grad());
+    if (options.weight_decay > 0) p.mul_(1.0 - group_lr * options.weight_decay);
     p.add_(update.to(p.scalar_type()), -group_lr);
   }
-  if (!sharding_.owners || sharding_.owners->size() == 1) return;
+  auto* owners = core_.sharding().owners;
+  if (!owners || owners->size() == 1) return;
   std::vector<parallel::CommHandle> sends;
   for (size_t i = 0; i < params_.size(); ++i)
-    sends.push_back(sharding_.owners->broadcast(params_[i], static_cast<int>(owner_[i])));
+    sends.push_back(owners->broadcast(params_[i], static_cast<int>(core_.owner(i))));
   for (auto& h : sends) h.wait();
 }
 
@@ -122,40 +173,6 @@ void Muon::zero_grad() {
   for (auto& p : params_) {
     if (p.grad().defined()) p.mutable_grad().zero_();
   }
-}
-
-void Muon::gather_moments() {
-  if (!sharding_.owners || sharding_.owners->size() == 1) return;
-  gathered_.assign(params_.size(), torch::Tensor());
-  std::vector<parallel::CommHandle> sends;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    gathered_[i] = owns(i) ? momentum_[i] : torch::empty_like(params_[i], torch::kFloat);
-    sends.push_back(sharding_.owners->broadcast(gathered_[i], static_cast<int>(owner_[i])));
-  }
-  for (auto& h : sends) h.wait();
-}
-
-void Muon::release_moments() {
-  gathered_.clear();
-}
-
-std::pair<torch::Tensor, torch::Tensor> Muon::moments(size_t i) {
-  const auto& b = owns(i) ? momentum_[i] : gathered_.at(i);
-  TORCH_CHECK(b.defined(), "Muon::moments: gather_moments() first");
-  // Muon has no second moment: zeros, so checkpoints keep the form AdamW gives them.
-  return {b, torch::zeros_like(b)};
-}
-
-void Muon::set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& /*exp_avg_sq*/) {
-  if (owns(i)) momentum_[i].copy_(exp_avg);
-}
-
-int64_t Muon::state_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& b : momentum_) {
-    if (b.defined()) bytes += b.numel() * static_cast<int64_t>(b.element_size());
-  }
-  return bytes;
 }
 
 }  // namespace loom::optim

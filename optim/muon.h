@@ -43,14 +43,49 @@ struct MatrixSplit {
 //  - tp: a weight split across TP (TP_SPLIT_DIM[i] >= 0) has its update U gathered whole there,
 //    orthogonalised on every tp rank alike (Megatron-LM's "duplicated" mode) and cut back to
 //    this rank's part; the momentum stays a shard;
-//  - ZeRO-1: each weight is owned by one rank of OWNERS (parallel/layer_ownership.h: whole
-//    matrices, balanced by Newton-Schulz cost), which keeps its momentum, updates it and broadcasts the result.
+//  - ZeRO: each weight is owned by one rank of OWNERS (parallel/layer_ownership.h: whole
+//    matrices, balanced by Newton-Schulz cost), which keeps its momentum and computes its update.
+//    tp peers share their dp rank, so they own (and gather) the same weights.
 struct MuonSharding {
   parallel::Communicator* tp = nullptr;
-  std::vector<int64_t> tp_split_dim;  // per parameter; empty: every weight whole on its tp rank
+  std::vector<int64_t> tp_split_dim;  // per weight; empty: every weight whole on its tp rank
   parallel::Communicator* owners = nullptr;
 };
 
+// What every Muon keeps, however its weights are stored: each weight's owner and momentum, and
+// the update rule. Weights are given by this rank's shapes of them (their tp parts).
+class MuonCore {
+ public:
+  MuonCore(std::vector<std::vector<int64_t>> shapes, std::vector<MatrixSplit> splits, MuonOptions options,
+           MuonSharding sharding, torch::Device device);
+  size_t size() const { return shapes_.size(); }
+  const MuonOptions& options() const { return options_; }
+  const MuonSharding& sharding() const { return sharding_; }
+  bool owns(size_t i) const;
+  int64_t owner(size_t i) const { return owner_[i]; }
+  // G: this rank's part of owned weight I's gradient. Advances the momentum and returns this
+  // rank's part of the update X scaled by 0.2 sqrt(max(m, n)) (the caller applies -lr and decay).
+  torch::Tensor update(size_t i, const torch::Tensor& g);
+
+  // Checkpoints: the owners broadcast the momenta (collective over OWNERS), then every rank answers.
+  void gather_moments();
+  void release_moments() { gathered_.clear(); }
+  std::pair<torch::Tensor, torch::Tensor> moments(size_t i) const;
+  void set_moments(size_t i, const torch::Tensor& momentum);
+  int64_t state_bytes() const;
+
+ private:
+  std::vector<std::vector<int64_t>> shapes_;
+  std::vector<MatrixSplit> splits_;
+  MuonOptions options_;
+  MuonSharding sharding_;
+  torch::TensorOptions state_;  // fp32 on the weights' device
+  std::vector<int64_t> owner_;
+  std::vector<torch::Tensor> momentum_, gathered_;  // momentum_: owned weights only
+};
+
+// Muon over weights each rank holds as tensors (tp parts; whole under ZeRO 0 and 1). Under
+// ZeRO-1 the owner updates a weight and broadcasts it over OWNERS.
 class Muon : public Optimizer {
  public:
   Muon(std::vector<torch::Tensor> params, std::vector<MatrixSplit> splits, MuonOptions options,
@@ -60,24 +95,18 @@ class Muon : public Optimizer {
   int64_t steps_taken() const override { return steps_; }
   void set_steps_taken(int64_t steps) override { steps_ = steps; }
   // The momentum buffer as the first moment; Muon has no second (zeros, so checkpoints keep their form).
-  std::pair<torch::Tensor, torch::Tensor> moments(size_t i) override;
-  void set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq) override;
-  void gather_moments() override;
-  void release_moments() override;
-  int64_t state_bytes() const override;
-  // The rank of the owners' group that updates parameter I (0 without ZeRO).
-  int64_t owner(size_t i) const { return owner_[i]; }
+  std::pair<torch::Tensor, torch::Tensor> moments(size_t i) override { return core_.moments(i); }
+  void set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& /*exp_avg_sq*/) override {
+    core_.set_moments(i, exp_avg);
+  }
+  void gather_moments() override { core_.gather_moments(); }
+  void release_moments() override { core_.release_moments(); }
+  int64_t state_bytes() const override { return core_.state_bytes(); }
+  int64_t owner(size_t i) const { return core_.owner(i); }
 
  private:
-  bool owns(size_t i) const;
-  // U (this rank's part of parameter I's update direction) orthogonalised whole, this rank's part of it.
-  torch::Tensor orthogonal_part(size_t i, const torch::Tensor& u);
-
-  std::vector<torch::Tensor> params_, momentum_, gathered_;  // momentum_: owned weights only
-  std::vector<MatrixSplit> splits_;
-  MuonOptions options_;
-  MuonSharding sharding_;
-  std::vector<int64_t> owner_;
+  std::vector<torch::Tensor> params_;
+  MuonCore core_;
   int64_t steps_ = 0;
 };
 

@@ -36,12 +36,15 @@ check_run llama_tp4_dp2_zero3 8 --set parallel.tp=4 --set parallel.zero_stage=3
 check_run llama_tp4_pp2_interleaved 8 --set parallel.tp=4 --set parallel.pp=2 --set parallel.virtual_stages=2 \
   --set parallel.schedule=interleaved
 # Muon: the tp gathers of the updates of the weights this rank's dp rank owns, the owners'
-# broadcasts under ZeRO-1 (and of the momenta at each checkpoint).
+# broadcasts under ZeRO-1, the units' gradient gathers and update reduce-scatters under ZeRO-3,
+# and the momenta's broadcasts at each checkpoint.
 check_run llama_muon_tp2_pp2_dp2_zero1 8 --set train.optimizer=muon --set parallel.tp=2 --set parallel.pp=2 \
   --set parallel.zero_stage=1 --set parallel.sequence_parallel=true
 CONFIG="$TINY"
 check_run muon_tp2_dp2_zero1_saving 4 --set train.optimizer=muon --set parallel.tp=2 --set parallel.zero_stage=1 \
   --set checkpoint.dir="$WORK/muon_ck" --set checkpoint.interval=1
+check_run muon_tp2_dp2_zero3_saving 4 --set train.optimizer=muon --set parallel.tp=2 --set parallel.zero_stage=3 \
+  --set checkpoint.dir="$WORK/muon_ck3" --set checkpoint.interval=2
 
 # Ranks 0-1 on "node0", 2-3 on "node1": tp=4 spans both, and the report says so.
 mpirun --oversubscribe -np 4 bash -c 'LOOM_HOST=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' "$LOOM" train "$TINY" \
