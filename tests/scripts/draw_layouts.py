@@ -3,8 +3,8 @@
 
 The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not); tp, cp
 (ring or all-to-all), pp and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
-interleaved, zb-h1), ZeRO stage, recomputation, micro-batch size, ep for MoE, and a validation
-split evaluated at steps 10 and 20 or none. Every draw is a
+interleaved, zb-h1), ZeRO stage, recomputation, micro-batch size, ep for MoE, a validation
+split evaluated at steps 10 and 20 or none, and the optimizer (AdamW, or Muon beside it). Every draw is a
 valid config on tests/configs/tiny.yaml (global batch 8, seq 32, 4 heads) with 8 layers.
 """
 import random
@@ -56,7 +56,12 @@ def draw(rng, index):
     validate = rng.random() < 0.5
     if validate:
         model += ["data.split=90,10,0", "eval.interval=10", "eval.steps=1"]
-    name = f"draw{index}_{arch}{'_moe' if moe else ''}{'_val' if validate else ''}_tp{tp}_cp{cp}_pp{pp}_dp{dp}"
+    # A third of the draws train with Muon (its own lr for the blocks' matrices), reference and layout alike.
+    muon = rng.random() < 0.35
+    if muon:
+        model += ["train.optimizer=muon", "train.muon.lr=0.02"]
+    name = (f"draw{index}_{arch}{'_moe' if moe else ''}{'_val' if validate else ''}{'_muon' if muon else ''}"
+            f"_tp{tp}_cp{cp}_pp{pp}_dp{dp}")
     return f"{tp * cp * pp * dp} {name} {' '.join(model)} | {' '.join(layout)}"
 
 
