@@ -90,6 +90,10 @@ struct MuonConfig {
   double momentum = 0.95;
   bool nesterov = true;
   int64_t ns_steps = 5;  // Newton-Schulz iterations
+  // Comma-separated parameter name patterns ('*': any characters) that Muon takes beside the
+  // blocks' matrices, and that go back to AdamW (core/muon_groups.h).
+  std::string include;
+  std::string exclude;
 };
 
 struct TrainConfig {

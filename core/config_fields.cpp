@@ -239,6 +239,11 @@ std::vector<ConfigField> make_fields() {
       float_field("train", "muon.momentum", LOOM_MEMBER(train.muon.momentum), "Muon's momentum"),
       bool_field("train", "muon.nesterov", LOOM_MEMBER(train.muon.nesterov), "Nesterov momentum for Muon"),
       int_field("train", "muon.ns_steps", LOOM_MEMBER(train.muon.ns_steps), "Newton-Schulz iterations per update"),
+      string_field("train", "muon.include", LOOM_MEMBER(train.muon.include),
+                   "comma-separated name patterns (* any characters) of more matrices for Muon, e.g. lm_head.weight"),
+      string_field(
+          "train", "muon.exclude", LOOM_MEMBER(train.muon.exclude),
+          "comma-separated name patterns of block matrices that AdamW trains instead, e.g. h.*.attn.proj.weight"),
       int_field("train", "threads_per_rank", LOOM_MEMBER(train.threads_per_rank),
                 "BLAS threads per rank; 0: cores / local ranks"),
       float_field("train", "peak_tflops", LOOM_MEMBER(train.peak_tflops),

@@ -164,6 +164,8 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     header["consumed_samples"] = state.consumed_samples;
     header["optimizer_steps"] = optimizer_.steps_taken();
     header["optimizer"] = to_string(config_.train.optimizer);
+    if (config_.train.optimizer == OptimizerKind::muon)
+      header["muon_groups"] = {{"include", config_.train.muon.include}, {"exclude", config_.train.muon.exclude}};
     header["train_steps"] = config_.train.steps;
     if (state.loss_scale > 0) {
       header["loss_scaler"] = {{"scale", state.loss_scale},
@@ -403,6 +405,18 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
     throw InputError("--resume " + path + ": the checkpoint was trained with train.optimizer = " + saved_optimizer +
                      ", the config has " + to_string(config_.train.optimizer) +
                      "; its optimizer state would be read as the other's");
+  }
+  if (config_.train.optimizer == OptimizerKind::muon) {
+    // Which weights Muon trains decides what each saved moment means.
+    const auto groups = manifest.value("muon_groups", nlohmann::json::object());
+    for (const auto& [key, now] :
+         {std::pair{"include", config_.train.muon.include}, std::pair{"exclude", config_.train.muon.exclude}}) {
+      const auto saved = groups.value(key, std::string());
+      if (saved != now) {
+        throw InputError("--resume " + path + ": the checkpoint was trained with train.muon." + key + " = '" + saved +
+                         "', the config has '" + now + "'; its optimizer state would be read as the other group's");
+      }
+    }
   }
 
   const auto& coords = groups_.coords();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/muon_groups.h"
 #include "models/gpt_flops.h"
 #include "models/gpt_shapes.h"
 
@@ -144,11 +145,23 @@ double cp_layer_volume_elements(const Config& config, const Layout& l) {
 
 double muon_parameter_fraction(const Config& config) {
   double matrices = 0;
-  for (const auto& p : models::gpt_block_parameters(config, 0)) {
-    if (p.shape.size() == 2) matrices += static_cast<double>(p.numel());
+  auto add = [&](const std::vector<models::ParameterShape>& shapes) {
+    for (const auto& p : shapes) {
+      if (muon_trains(config.train.muon, p.name, static_cast<int64_t>(p.shape.size())))
+        matrices += static_cast<double>(p.numel());
+    }
+  };
+  add(models::gpt_input_parameters(config));
+  if (config.train.muon.include.empty() && config.train.muon.exclude.empty()) {
+    // Every block alike: block 0's times the layers (a plan estimates many layouts).
+    const double before = matrices;
+    add(models::gpt_block_parameters(config, 0));
+    matrices = before + (matrices - before) * static_cast<double>(config.model.num_layers);
+  } else {
+    for (int64_t layer = 0; layer < config.model.num_layers; ++layer) add(models::gpt_block_parameters(config, layer));
   }
-  return matrices * static_cast<double>(config.model.num_layers) /
-         static_cast<double>(models::model_num_parameters(config));
+  add(models::gpt_output_parameters(config));
+  return matrices / static_cast<double>(models::model_num_parameters(config));
 }
 
 LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& l) {

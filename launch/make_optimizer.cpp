@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.h"
+#include "core/muon_groups.h"
 #include "optim/adamw.h"
 #include "optim/fully_sharded_adamw.h"
 #include "optim/make_adamw.h"
@@ -24,10 +26,34 @@ optim::AdamWOptions adamw_options(const Config& config) {
 
 }  // namespace
 
-bool muon_parameter(const parallel::ParallelParameter& param) {
-  return param.name.rfind("h.", 0) == 0 && param.tensor.dim() == 2 && param.name.find("router") == std::string::npos &&
-         !param.tied_copy;
+bool muon_parameter(const parallel::ParallelParameter& param, const MuonConfig& config) {
+  return muon_trains(config, param.name, param.tensor.dim());
 }
+
+namespace {
+
+// Refuses (exit 2 on every rank alike) a train.muon.include / exclude pattern that matches no
+// parameter of the whole model: the ranks' counts are summed over WORLD.
+void check_patterns_used(const Config& config, const std::vector<parallel::ParallelParameter>& params,
+                         parallel::Communicator& world) {
+  std::vector<std::pair<std::string, std::string>> patterns;
+  for (const auto& p : name_patterns(config.train.muon.include)) patterns.emplace_back("include", p);
+  for (const auto& p : name_patterns(config.train.muon.exclude)) patterns.emplace_back("exclude", p);
+  if (patterns.empty()) return;
+  std::vector<double> local(patterns.size(), 0.0);
+  for (size_t k = 0; k < patterns.size(); ++k) {
+    for (const auto& param : params) local[k] += name_matches(patterns[k].second, param.name) ? 1.0 : 0.0;
+  }
+  auto counts = torch::tensor(local, torch::kFloat64);
+  world.all_reduce(counts).wait();
+  for (size_t k = 0; k < patterns.size(); ++k) {
+    if (counts[static_cast<int64_t>(k)].item<double>() > 0) continue;
+    throw InputError("config key 'train.muon." + patterns[k].first + "': '" + patterns[k].second +
+                     "' matches no parameter of the model (names as in `loom export`, e.g. h.0.attn.proj.weight)");
+  }
+}
+
+}  // namespace
 
 optim::MatrixSplit muon_split(const parallel::ParallelParameter& param, const Config& config) {
   if (ends_with(param.name, "attn.qkv.weight")) return {config.model.num_heads, 3};
@@ -36,9 +62,11 @@ optim::MatrixSplit muon_split(const parallel::ParallelParameter& param, const Co
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, parallel::GradientSync& sync,
-                                                 parallel::Communicator& tp) {
+                                                 parallel::ProcessGroups& groups) {
   const auto& t = config.train;
   if (t.optimizer == OptimizerKind::adamw) return optim::make_adamw(sync, adamw_options(config));
+  check_patterns_used(config, sync.parameters(), groups.world_comm());
+  auto& tp = groups.tp();
   optim::MuonOptions muon;
   muon.momentum = t.muon.momentum;
   muon.nesterov = t.muon.nesterov;
@@ -64,7 +92,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, parallel:
     for (size_t pos = 0; pos < part.index.size(); ++pos) {
       const size_t i = part.index[pos];
       const auto& param = params[i];
-      const bool by_muon = muon_parameter(param);
+      const bool by_muon = muon_parameter(param, t.muon);
       if (by_muon) {
         where[i] = {muon_part, muon_params.size()};
         muon_params.push_back(param.tensor);

@@ -11,15 +11,18 @@
 #include "optim/muon.h"
 #include "optim/optimizer.h"
 #include "parallel/gradient_sync.h"
+#include "parallel/process_groups.h"
 
 namespace loom::launch {
 
-// TP: the tensor-parallel group, over which Muon gathers the weights split across it.
+// GROUPS: tp, over which Muon gathers the weights split across it, and the world, over which
+// train.muon.include / exclude patterns that match no parameter anywhere are refused (exit 2).
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, parallel::GradientSync& sync,
-                                                 parallel::Communicator& tp);
+                                                 parallel::ProcessGroups& groups);
 
-// Whether Muon trains PARAM: a 2-D weight inside the blocks ("h.N. ..."), routers excepted.
-bool muon_parameter(const parallel::ParallelParameter& param);
+// Whether Muon trains PARAM (core/muon_groups.h): the blocks' 2-D weights, routers excepted, and
+// what CONFIG's train.muon.include / exclude say.
+bool muon_parameter(const parallel::ParallelParameter& param, const MuonConfig& config = {});
 
 // The logical matrices a Muon weight holds (CONFIG's heads): loom's fused attention weights
 // keep q, k, v (or k, v) of each head together, and Muon orthogonalises each of them apart.

@@ -91,7 +91,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
       std::make_unique<parallel::PipelineExecutor>(p.schedule, config_.micro_batches_per_step(), p.virtual_stages,
                                                    groups_.pp(), activation_shape, precision_.activations, device_);
   schedule_ = optim::schedule_of(t, t.steps);
-  optimizer_ = make_optimizer(config_, *sync_, groups_.tp());
+  optimizer_ = make_optimizer(config_, *sync_, groups_);
   checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, sync_->parameters(), *optimizer_, *rng_, run_dir_);
 }
 

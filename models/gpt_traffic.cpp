@@ -1,5 +1,6 @@
 #include "models/gpt_traffic.h"
 
+#include "core/muon_groups.h"
 #include "core/precision.h"
 #include "models/gpt_options.h"
 #include "models/gpt_shapes.h"
@@ -145,17 +146,31 @@ std::vector<MuonWeight> muon_weights(const Config& c, const parallel::RankCoords
     return name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
   };
   std::vector<double> costs;
+  auto add = [&](const std::vector<ParameterShape>& shapes) {
+    for (const auto& shape : shapes) {
+      if (!muon_trains(c.train.muon, shape.name, static_cast<int64_t>(shape.shape.size()))) continue;
+      const int64_t parts = ends_with(shape.name, "attn.qkv.weight")  ? 3
+                            : ends_with(shape.name, "attn.kv.weight") ? 2
+                                                                      : 1;
+      // The shape Muon sees: the tp parts put together (a vocabulary padded to a multiple of tp).
+      auto whole = shape.shape;
+      if (shape.tp_split_dim >= 0) {
+        auto& split = whole[static_cast<size_t>(shape.tp_split_dim)];
+        split = (split + l.t - 1) / l.t * l.t;
+      }
+      costs.push_back(parallel::newton_schulz_cost(whole[0], whole[1], parts));
+      out.push_back({shape});
+    }
+  };
+  // In the trainer's order, as local_parameters() walks them.
   for (int64_t chunk = 0; chunk < l.v; ++chunk) {
     const int64_t k = chunk * l.p + coords.pp;
-    for (int64_t layer = k * l.layers_per_piece; layer < (k + 1) * l.layers_per_piece; ++layer) {
-      for (const auto& shape : gpt_block_parameters(c, layer)) {
-        if (shape.shape.size() != 2) continue;
-        const int64_t parts = ends_with(shape.name, "attn.qkv.weight")  ? 3
-                              : ends_with(shape.name, "attn.kv.weight") ? 2
-                                                                        : 1;
-        costs.push_back(parallel::newton_schulz_cost(shape.shape[0], shape.shape[1], parts));
-        out.push_back({shape});
-      }
+    if (k == 0) add(gpt_input_parameters(c));
+    for (int64_t layer = k * l.layers_per_piece; layer < (k + 1) * l.layers_per_piece; ++layer)
+      add(gpt_block_parameters(c, layer));
+    if (k == l.pieces() - 1) {
+      if (k != 0 && c.model.tie_embeddings) add({gpt_input_parameters(c).front()});
+      add(gpt_output_parameters(c));
     }
   }
   if (c.parallel.zero_stage >= 1 && l.d > 1) {

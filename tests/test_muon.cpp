@@ -4,6 +4,8 @@
 #include <string>
 
 #include "core/config.h"
+#include "core/errors.h"
+#include "core/muon_groups.h"
 #include "launch/make_optimizer.h"
 #include "models/gpt.h"
 #include "optim/muon.h"
@@ -18,7 +20,8 @@ std::pair<std::set<std::string>, std::set<std::string>> groups_of(Config config)
   resolve_model_defaults(config);
   models::GPT model(models::GPTOptions::from_config(config));
   std::set<std::string> muon, adamw;
-  for (const auto& p : model->parallel_parameters()) (launch::muon_parameter(p) ? muon : adamw).insert(p.name);
+  for (const auto& p : model->parallel_parameters())
+    (launch::muon_parameter(p, config.train.muon) ? muon : adamw).insert(p.name);
   return {muon, adamw};
 }
 
@@ -144,4 +147,33 @@ TEST_CASE("ZeRO-1's layer-wise ownership gives whole matrices to ranks, balanced
   }
   // Two equal matrices on two ranks: one each.
   CHECK(balance_owners({1.0, 1.0}, 2) == std::vector<int64_t>{0, 1});
+}
+
+TEST_CASE("train.muon.include and exclude move parameters between the groups by name pattern", "[optim][muon]") {
+  CHECK(name_matches("h.*.attn.proj.weight", "h.12.attn.proj.weight"));
+  CHECK_FALSE(name_matches("h.*.attn.proj.weight", "h.1.attn.proj.bias"));
+  CHECK(name_matches("*", "wte"));
+  CHECK(name_matches("h.*.mlp.*", "h.0.mlp.experts.3.fc.weight"));
+  CHECK_FALSE(name_matches("lm_head", "lm_head.weight"));
+  CHECK(name_patterns(" a , b.*,, ") == std::vector<std::string>{"a", "b.*"});
+
+  auto config = one_layer("llama");
+  config.model.tie_embeddings = false;
+  config.set_keys.insert("model.tie_embeddings");
+  config.train.muon.exclude = "h.*.attn.proj.weight";
+  config.train.muon.include = "lm_head";
+  const auto [muon, adamw] = groups_of(config);
+  CHECK(muon.count("lm_head") == 1);
+  CHECK(muon.count("h.0.attn.proj.weight") == 0);
+  CHECK(adamw.count("h.0.attn.proj.weight") == 1);
+  CHECK(muon.count("h.0.mlp.fc_in.weight") + muon.count("h.0.mlp.gate.weight") + muon.count("h.0.mlp.fc.weight") >= 1);
+  // Exclude wins over include and over the default.
+  config.train.muon.exclude = "lm_head,h.*";
+  const auto [none, all] = groups_of(config);
+  CHECK(none.empty());
+  // A norm is not a matrix: including it is refused, naming the key.
+  config.train.muon.exclude = "";
+  config.train.muon.include = "h.*.ln_1.weight";
+  CHECK_THROWS_WITH(groups_of(config), Catch::Contains("config key 'train.muon.include'") &&
+                                           Catch::Contains("h.0.ln_1.weight") && Catch::Contains("matrices only"));
 }

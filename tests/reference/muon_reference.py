@@ -97,6 +97,9 @@ def main():
                                 ("--ns-steps", int, 5), ("--grad-clip", float, 1.0)):
         parser.add_argument(flag, type=kind, default=default)
     parser.add_argument("--no-nesterov", action="store_true")
+    # The groups as loom's train.muon.include / exclude make them, as regexes on Hugging Face's names.
+    parser.add_argument("--include-re", default="")
+    parser.add_argument("--exclude-re", default="")
     args = parser.parse_args()
     torch.set_num_threads(1)
     transformers.utils.logging.set_verbosity_error()
@@ -105,8 +108,13 @@ def main():
     conv1d = model.config.model_type == "gpt2"
     block = re.compile(r"^(transformer\.h|model\.layers)\.\d+\.")
     muon_named, decayed, plain = [], [], []
+    include = re.compile(args.include_re) if args.include_re else None
+    exclude = re.compile(args.exclude_re) if args.exclude_re else None
     for name, p in model.named_parameters():  # a tied lm_head is wte: listed once
-        if block.match(name) and p.dim() == 2:
+        by_muon = (block.match(name) and p.dim() == 2) or bool(include and include.search(name))
+        if exclude and exclude.search(name):
+            by_muon = False
+        if by_muon:
             muon_named.append((name, p))
         elif p.dim() >= 2:
             decayed.append(p)

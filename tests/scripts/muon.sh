@@ -2,13 +2,15 @@
 # Muon (train.optimizer: muon) against a plain PyTorch Muon written from its definition
 # (tests/reference/muon_reference.py): a tiny GPT-2 and a tiny Llama saved by transformers'
 # save_pretrained train 20 steps in loom from their directories with every step's loss within
-# 1e-5 of the reference's: weight decay on, each group its own peak lr, Nesterov on and off.
+# 1e-5 of the reference's: weight decay on, each group its own peak lr, Nesterov on and off, and
+# the groups moved by name pattern (train.muon.include / exclude).
 # Layouts: dp 2, tp 2 with sequence parallelism (the shards gathered), ZeRO-1, 2 and 3 at dp 2
 # (layer-wise ownership), pp 2, cp 2, pp 2 x dp 2, tp 2 x pp 2 x dp 2 with ZeRO-1, tp 2 x dp 2 with
 # ZeRO-3, a Llama with grouped-query attention at tp 2, and ep 2 (MoE, also at tp 2 x ep 2 with
 # ZeRO-1 and dp 4 x ep 2 with ZeRO-3) give one process's losses within 1e-5; a checkpoint resumes
 # bit for bit, and at another layout within 1e-5 (one process to tp 2 x dp 2 with ZeRO-1 and back,
-# and from dp 2 with ZeRO-3); resuming an AdamW checkpoint with Muon is refused (exit 2).
+# and from dp 2 with ZeRO-3); resuming an AdamW checkpoint with Muon, or with other Muon groups,
+# and a pattern that matches no parameter are refused (exit 2).
 source "$(dirname "$0")/common.sh"
 PY=python3  # the project venv's (first on PATH under ctest), with transformers
 cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
@@ -32,12 +34,17 @@ train() {  # train NAME [args...]: one process
 train gpt2 --set model.init_from="$WORK/gpt2"
 train llama --set model.init_from="$WORK/llama"
 train llama_plain --set model.init_from="$WORK/llama" --set train.muon.nesterov=false
+train llama_groups --set model.init_from="$WORK/llama" --set train.muon.include=lm_head \
+  --set train.muon.exclude='h.*.attn.proj.weight'
 "$PY" "$LOOM_SOURCE/tests/reference/muon_reference.py" "$WORK/gpt2" "$WORK/text.txt" "$WORK/gpt2" "${REF[@]}" ||
   fail "GPT-2 with Muon differs from the reference"
 "$PY" "$LOOM_SOURCE/tests/reference/muon_reference.py" "$WORK/llama" "$WORK/text.txt" "$WORK/llama" "${REF[@]}" ||
   fail "Llama with Muon differs from the reference"
 "$PY" "$LOOM_SOURCE/tests/reference/muon_reference.py" "$WORK/llama" "$WORK/text.txt" "$WORK/llama_plain" "${REF[@]}" \
   --no-nesterov || fail "Llama with Muon, Nesterov off, differs from the reference"
+"$PY" "$LOOM_SOURCE/tests/reference/muon_reference.py" "$WORK/llama" "$WORK/text.txt" "$WORK/llama_groups" "${REF[@]}" \
+  --include-re '^lm_head\.weight$' --exclude-re 'self_attn\.o_proj\.weight$' ||
+  fail "Llama with Muon's groups moved by name pattern differs from the reference"
 # The check can fail: another momentum on the reference's side misses.
 "$PY" "$LOOM_SOURCE/tests/reference/muon_reference.py" "$WORK/llama" "$WORK/text.txt" "$WORK/llama" "${REF[@]}" \
   --momentum 0.9 > /dev/null 2>&1 && fail "a reference with momentum 0.9 matched loom's 0.95"
@@ -111,4 +118,12 @@ code=0
 run_loom 1 adamw_as_muon "${LAYOUT[@]}" --set checkpoint.dir="$WORK/ck_adamw" --resume auto || code=$?
 [ "$code" = 2 ] && grep -q "trained with train.optimizer = adamw, the config has muon" "$WORK/adamw_as_muon.log" ||
   { cat "$WORK/adamw_as_muon.log"; fail "resuming an AdamW checkpoint with Muon should be refused (exit $code)"; }
+code=0
+run_loom 1 unmatched "${LAYOUT[@]}" --set train.muon.exclude='h.*.attn.o_proj.weight' || code=$?
+[ "$code" = 2 ] && grep -q "config key 'train.muon.exclude': 'h.\*.attn.o_proj.weight' matches no parameter" "$WORK/unmatched.log" ||
+  { cat "$WORK/unmatched.log"; fail "a pattern matching nothing should be refused (exit $code)"; }
+code=0
+run_loom 1 regrouped "${LAYOUT[@]}" --set checkpoint.dir="$WORK/ck" --resume auto --set train.muon.exclude='h.0.*' || code=$?
+[ "$code" = 2 ] && grep -q "trained with train.muon.exclude = '', the config has 'h.0.\*'" "$WORK/regrouped.log" ||
+  { cat "$WORK/regrouped.log"; fail "resuming with other Muon groups should be refused (exit $code)"; }
 echo "muon: ok"

@@ -39,7 +39,8 @@ check_run llama_tp4_pp2_interleaved 8 --set parallel.tp=4 --set parallel.pp=2 --
 # broadcasts under ZeRO-1, the units' gradient gathers and update reduce-scatters under ZeRO-3,
 # and the momenta's broadcasts at each checkpoint.
 check_run llama_muon_tp2_pp2_dp2_zero1 8 --set train.optimizer=muon --set parallel.tp=2 --set parallel.pp=2 \
-  --set parallel.zero_stage=1 --set parallel.sequence_parallel=true
+  --set parallel.zero_stage=1 --set parallel.sequence_parallel=true --set train.muon.include=lm_head \
+  --set train.muon.exclude='h.*.attn.proj.weight'
 CONFIG="$TINY"
 check_run muon_tp2_dp2_zero1_saving 4 --set train.optimizer=muon --set parallel.tp=2 --set parallel.zero_stage=1 \
   --set checkpoint.dir="$WORK/muon_ck" --set checkpoint.interval=1
