@@ -89,7 +89,8 @@ struct MuonConfig {
   double weight_decay = -1.0;  // -1: train.weight_decay
   double momentum = 0.95;
   bool nesterov = true;
-  int64_t ns_steps = 5;  // Newton-Schulz iterations
+  int64_t ns_steps = 5;           // Newton-Schulz iterations
+  std::string ns_dtype = "fp32";  // the iteration's dtype: fp32, or bf16 (faster on GPUs, coarser)
   // Comma-separated parameter name patterns ('*': any characters) that Muon takes beside the
   // blocks' matrices, and that go back to AdamW (core/muon_groups.h).
   std::string include;

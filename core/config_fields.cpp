@@ -239,6 +239,8 @@ std::vector<ConfigField> make_fields() {
       float_field("train", "muon.momentum", LOOM_MEMBER(train.muon.momentum), "Muon's momentum"),
       bool_field("train", "muon.nesterov", LOOM_MEMBER(train.muon.nesterov), "Nesterov momentum for Muon"),
       int_field("train", "muon.ns_steps", LOOM_MEMBER(train.muon.ns_steps), "Newton-Schulz iterations per update"),
+      string_field("train", "muon.ns_dtype", LOOM_MEMBER(train.muon.ns_dtype),
+                   "the Newton-Schulz iteration's dtype: fp32, or bf16 (faster on GPUs, coarser)"),
       string_field("train", "muon.include", LOOM_MEMBER(train.muon.include),
                    "comma-separated name patterns (* any characters) of more matrices for Muon, e.g. lm_head.weight"),
       string_field(

@@ -284,6 +284,7 @@ void resolve_and_validate(Config& c, int64_t world) {
           "must be -1 (train.weight_decay) or non-negative");
   require(t.muon.momentum >= 0 && t.muon.momentum < 1, "train.muon.momentum", "must be in [0, 1)");
   require(t.muon.ns_steps >= 1 && t.muon.ns_steps <= 100, "train.muon.ns_steps", "must be in [1, 100]");
+  require(t.muon.ns_dtype == "fp32" || t.muon.ns_dtype == "bf16", "train.muon.ns_dtype", "must be fp32 or bf16");
   require(t.seed >= 0, "train.seed", "must be non-negative");
   require(t.loss_scale >= 0, "train.loss_scale", "must be 0 (dynamic) or a positive fixed scale");
   require(t.initial_loss_scale > 0, "train.initial_loss_scale", "must be positive");

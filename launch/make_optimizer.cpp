@@ -71,6 +71,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, parallel:
   muon.momentum = t.muon.momentum;
   muon.nesterov = t.muon.nesterov;
   muon.ns_steps = t.muon.ns_steps;
+  muon.ns_dtype = t.muon.ns_dtype == "bf16" ? torch::kBFloat16 : torch::kFloat;
   muon.weight_decay = t.muon.weight_decay >= 0 ? t.muon.weight_decay : t.weight_decay;
   muon.lr_scale = t.muon.lr > 0 ? t.muon.lr / t.lr : 1.0;
   // Per part of the synchronisation (dense over dp, experts over expert-dp): AdamW for the rest,

@@ -12,17 +12,18 @@ namespace {
 constexpr double kA = 3.4445, kB = -4.7750, kC = 2.0315;
 
 // The orthogonalised update of one logical matrix U (rows x cols), times Muon's RMS scale.
-torch::Tensor orthogonal_update(const torch::Tensor& u, int64_t ns_steps) {
+torch::Tensor orthogonal_update(const torch::Tensor& u, const MuonOptions& options) {
   const auto rows = u.size(0), cols = u.size(1);
-  return newton_schulz(u, ns_steps) * (0.2 * std::sqrt(static_cast<double>(std::max(rows, cols))));
+  return newton_schulz(u, options.ns_steps, options.ns_dtype) *
+         (0.2 * std::sqrt(static_cast<double>(std::max(rows, cols))));
 }
 
 }  // namespace
 
-torch::Tensor newton_schulz(const torch::Tensor& x, int64_t steps) {
+torch::Tensor newton_schulz(const torch::Tensor& x, int64_t steps, torch::ScalarType dtype) {
   TORCH_CHECK(x.dim() == 2, "newton_schulz takes a matrix");
   auto y = x.to(torch::kFloat);
-  y = y / (y.norm() + 1e-7);
+  y = (y / (y.norm() + 1e-7)).to(dtype);
   const bool tall = y.size(0) > y.size(1);
   if (tall) y = y.t();
   for (int64_t i = 0; i < steps; ++i) {
@@ -30,6 +31,7 @@ torch::Tensor newton_schulz(const torch::Tensor& x, int64_t steps) {
     const auto b = kB * a + kC * a.matmul(a);
     y = kA * y + b.matmul(y);
   }
+  y = y.to(torch::kFloat);
   return tall ? y.t().contiguous() : y;
 }
 
@@ -98,13 +100,13 @@ torch::Tensor MuonCore::update(size_t i, const torch::Tensor& grad) {
   const int64_t rows = u.size(0) / (s.groups * s.parts), cols = u.size(1);
   torch::Tensor update;
   if (s.groups * s.parts == 1) {
-    update = orthogonal_update(u, options_.ns_steps);
+    update = orthogonal_update(u, options_);
   } else {
     const auto blocks = u.view({s.groups, s.parts, rows, cols});
     update = torch::empty_like(blocks);
     for (int64_t part = 0; part < s.parts; ++part) {
       const auto matrix = blocks.select(1, part).reshape({s.groups * rows, cols});
-      update.select(1, part).copy_(orthogonal_update(matrix, options_.ns_steps).view({s.groups, rows, cols}));
+      update.select(1, part).copy_(orthogonal_update(matrix, options_).view({s.groups, rows, cols}));
     }
     update = update.view({u.size(0), cols});
   }

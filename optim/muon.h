@@ -25,11 +25,13 @@ struct MuonOptions {
   int64_t ns_steps = 5;
   double weight_decay = 0.0;
   double lr_scale = 1.0;  // the Muon group's peak over the schedule's: its lr is step(lr) x lr_scale
+  torch::ScalarType ns_dtype = torch::kFloat;  // the iteration's dtype (train.muon.ns_dtype: fp32, or bf16)
 };
 
-// X orthogonalised: normalised by its Frobenius norm, then STEPS of the quintic iteration
-// (on X^T when X has more rows than columns). Its singular values end near 1.
-torch::Tensor newton_schulz(const torch::Tensor& x, int64_t steps);
+// X orthogonalised: normalised by its Frobenius norm (in fp32), then STEPS of the quintic
+// iteration in DTYPE (on X^T when X has more rows than columns); returned in fp32. Its singular
+// values end near 1.
+torch::Tensor newton_schulz(const torch::Tensor& x, int64_t steps, torch::ScalarType dtype = torch::kFloat);
 
 // How a stored weight holds its logical matrices: viewed as [groups, parts, rows, cols], part j
 // of every group together is one matrix of groups x rows rows (loom's fused attention weights:

@@ -55,6 +55,14 @@ TEST_CASE("Newton-Schulz leaves singular values near 1, wide or tall alike", "[o
   // Transposing the input transposes the output (the tall case runs on X^T).
   const auto tall = torch::randn({12, 5});
   CHECK(torch::allclose(optim::newton_schulz(tall, 5), optim::newton_schulz(tall.t().contiguous(), 5).t(), 1e-5, 1e-6));
+  // The bf16 iteration (train.muon.ns_dtype: bf16) is an approximation of the fp32 one: fp32 out,
+  // singular values near 1 as well, within bf16's coarser steps.
+  const auto coarse = optim::newton_schulz(tall, 5, torch::kBFloat16);
+  CHECK(coarse.scalar_type() == torch::kFloat);
+  const auto s = torch::linalg_svdvals(coarse);
+  CHECK(s.min().item<double>() > 0.5);
+  CHECK(s.max().item<double>() < 1.4);
+  CHECK(!torch::equal(coarse, optim::newton_schulz(tall, 5)));
 }
 
 TEST_CASE("Muon takes the defined step, and orthogonalises a fused q, k, v matrix by matrix", "[optim][muon]") {
