@@ -242,7 +242,7 @@ std::vector<ConfigField> make_fields() {
       string_field("train", "muon.ns_dtype", LOOM_MEMBER(train.muon.ns_dtype),
                    "the Newton-Schulz iteration's dtype: fp32, or bf16 (faster on GPUs, coarser)"),
       string_field("train", "muon.include", LOOM_MEMBER(train.muon.include),
-                   "comma-separated name patterns (* any characters) of more matrices for Muon, e.g. lm_head.weight"),
+                   "comma-separated name patterns (* any characters) of more matrices for Muon, e.g. lm_head"),
       string_field(
           "train", "muon.exclude", LOOM_MEMBER(train.muon.exclude),
           "comma-separated name patterns of block matrices that AdamW trains instead, e.g. h.*.attn.proj.weight"),

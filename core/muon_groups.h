@@ -2,7 +2,7 @@
 // inside the transformer blocks ("h.N. ..."), MoE routers excepted; train.muon.include adds the
 // matrices whose names match its patterns, train.muon.exclude gives the matching ones back to
 // AdamW (exclude wins). Patterns are comma-separated; '*' matches any run of characters, dots
-// included ("h.*.attn.proj.weight", "lm_head.weight"). The trainer and the cost model both ask here.
+// included ("h.*.attn.proj.weight", "lm_head"). The trainer and the cost model both ask here.
 #pragma once
 
 #include <string>

@@ -33,22 +33,33 @@ bool muon_parameter(const parallel::ParallelParameter& param, const MuonConfig& 
 namespace {
 
 // Refuses (exit 2 on every rank alike) a train.muon.include / exclude pattern that matches no
-// parameter of the whole model: the ranks' counts are summed over WORLD.
+// parameter of the whole model, and an include that matches a parameter that is not a matrix
+// (which only the ranks holding it would see): the ranks' counts are summed over WORLD.
 void check_patterns_used(const Config& config, const std::vector<parallel::ParallelParameter>& params,
                          parallel::Communicator& world) {
   std::vector<std::pair<std::string, std::string>> patterns;
   for (const auto& p : name_patterns(config.train.muon.include)) patterns.emplace_back("include", p);
   for (const auto& p : name_patterns(config.train.muon.exclude)) patterns.emplace_back("exclude", p);
   if (patterns.empty()) return;
-  std::vector<double> local(patterns.size(), 0.0);
+  const auto n = static_cast<int64_t>(patterns.size());
+  std::vector<double> local(2 * patterns.size(), 0.0);  // [matches..., non-matrix includes...]
   for (size_t k = 0; k < patterns.size(); ++k) {
-    for (const auto& param : params) local[k] += name_matches(patterns[k].second, param.name) ? 1.0 : 0.0;
+    for (const auto& param : params) {
+      if (!name_matches(patterns[k].second, param.name)) continue;
+      local[k] += 1.0;
+      if (patterns[k].first == "include" && param.tensor.dim() != 2) local[patterns.size() + k] += 1.0;
+    }
   }
   auto counts = torch::tensor(local, torch::kFloat64);
   world.all_reduce(counts).wait();
-  for (size_t k = 0; k < patterns.size(); ++k) {
-    if (counts[static_cast<int64_t>(k)].item<double>() > 0) continue;
-    throw InputError("config key 'train.muon." + patterns[k].first + "': '" + patterns[k].second +
+  for (int64_t k = 0; k < n; ++k) {
+    const auto& [key, pattern] = patterns[static_cast<size_t>(k)];
+    if (counts[n + k].item<double>() > 0) {
+      throw InputError("config key 'train.muon.include': '" + pattern +
+                       "' matches a parameter that is not a matrix; Muon trains matrices only");
+    }
+    if (counts[k].item<double>() > 0) continue;
+    throw InputError("config key 'train.muon." + key + "': '" + pattern +
                      "' matches no parameter of the model (names as in `loom export`, e.g. h.0.attn.proj.weight)");
   }
 }
@@ -100,6 +111,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, parallel:
         muon_in_part.push_back(pos);
         splits.push_back(muon_split(param, config));
         sharding.tp_split_dim.push_back(param.tp_split_dim);
+        sharding.whole_shape.push_back(param.global_shape);
       }
       if (!by_muon || whole_part) {
         if (!by_muon) where[i] = {adamw_part, adamw_params.size()};

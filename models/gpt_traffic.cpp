@@ -1,5 +1,7 @@
 #include "models/gpt_traffic.h"
 
+#include <algorithm>
+
 #include "core/muon_groups.h"
 #include "core/precision.h"
 #include "models/gpt_options.h"
@@ -74,6 +76,7 @@ namespace {
 // sizes of their parameters and which are summed over tp.
 struct ShardedUnit {
   bool root = false;
+  int64_t block = -1;  // the layer of its block; -1: the root
   std::vector<int64_t> sizes;
   std::vector<bool> tp_summed;
   int64_t numel() const {
@@ -88,7 +91,10 @@ std::vector<ShardedUnit> gpt_sharded_units(const Config& c, const parallel::Rank
   units[0].root = true;
   int64_t block = -1;
   for (const auto& p : local_parameters(c, coords)) {
-    if (p.block >= 0 && p.block != block) units.emplace_back();
+    if (p.block >= 0 && p.block != block) {
+      units.emplace_back();
+      units.back().block = p.block;
+    }
     block = p.block >= 0 ? p.block : block;
     auto& unit = p.block >= 0 ? units.back() : units[0];
     unit.sizes.push_back(p.numel);
@@ -136,6 +142,7 @@ int64_t tp_summed_in_shard(const ShardedUnit& unit, int64_t d, int64_t dp_rank) 
 // it, every rank updates every weight).
 struct MuonWeight {
   ParameterShape shape;
+  int64_t block = -1;  // the layer of the block holding it; -1: outside the blocks (the root unit's)
   bool owned = true;
 };
 std::vector<MuonWeight> muon_weights(const Config& c, const parallel::RankCoords& coords) {
@@ -146,7 +153,7 @@ std::vector<MuonWeight> muon_weights(const Config& c, const parallel::RankCoords
     return name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
   };
   std::vector<double> costs;
-  auto add = [&](const std::vector<ParameterShape>& shapes) {
+  auto add = [&](const std::vector<ParameterShape>& shapes, int64_t block) {
     for (const auto& shape : shapes) {
       if (!muon_trains(c.train.muon, shape.name, static_cast<int64_t>(shape.shape.size()))) continue;
       const int64_t parts = ends_with(shape.name, "attn.qkv.weight")  ? 3
@@ -159,18 +166,18 @@ std::vector<MuonWeight> muon_weights(const Config& c, const parallel::RankCoords
         split = (split + l.t - 1) / l.t * l.t;
       }
       costs.push_back(parallel::newton_schulz_cost(whole[0], whole[1], parts));
-      out.push_back({shape});
+      out.push_back({shape, block});
     }
   };
   // In the trainer's order, as local_parameters() walks them.
   for (int64_t chunk = 0; chunk < l.v; ++chunk) {
     const int64_t k = chunk * l.p + coords.pp;
-    if (k == 0) add(gpt_input_parameters(c));
+    if (k == 0) add(gpt_input_parameters(c), -1);
     for (int64_t layer = k * l.layers_per_piece; layer < (k + 1) * l.layers_per_piece; ++layer)
-      add(gpt_block_parameters(c, layer));
+      add(gpt_block_parameters(c, layer), layer);
     if (k == l.pieces() - 1) {
-      if (k != 0 && c.model.tie_embeddings) add({gpt_input_parameters(c).front()});
-      add(gpt_output_parameters(c));
+      if (k != 0 && c.model.tie_embeddings) add({gpt_input_parameters(c).front()}, -1);
+      add(gpt_output_parameters(c), -1);
     }
   }
   if (c.parallel.zero_stage >= 1 && l.d > 1) {
@@ -273,8 +280,12 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     if (c.train.optimizer == OptimizerKind::muon) {
       // Muon over the units (optim/unit_sharded_muon.h): each block's gradient shards gathered
       // whole, its owners' updates reduce-scattered back into shards (fp32 both).
+      const auto weights = muon_weights(c, coords);
       for (const auto& unit : gpt_sharded_units(c, coords)) {
-        if (unit.root) continue;
+        // Only the units that hold Muon's weights (train.muon.include may put some in the root's).
+        const bool holds = std::any_of(weights.begin(), weights.end(),
+                                       [&](const MuonWeight& w) { return w.block == unit.block; });
+        if (!holds) continue;
         add(l.grad_group, "all_gather", 1, padded(unit.numel()) * kFloat);
         add(l.grad_group, "reduce_scatter", 1, padded(unit.numel()) * kFloat);
       }

@@ -99,7 +99,14 @@ torch::Tensor MuonCore::update(size_t i, const torch::Tensor& grad) {
   const auto& s = splits_[i];
   const int64_t rows = u.size(0) / (s.groups * s.parts), cols = u.size(1);
   torch::Tensor update;
-  if (s.groups * s.parts == 1) {
+  const auto* whole = i < sharding_.whole_shape.size() && !sharding_.whole_shape[i].empty() ? &sharding_.whole_shape[i]
+                                                                                            : nullptr;
+  if (dim >= 0 && whole && u.size(dim) > (*whole)[static_cast<size_t>(dim)]) {
+    // Padding rows (or columns) past the real ones: orthogonalised without them, as one process would.
+    const int64_t real = (*whole)[static_cast<size_t>(dim)];
+    update = torch::zeros_like(u);
+    update.narrow(dim, 0, real).copy_(orthogonal_update(u.narrow(dim, 0, real).contiguous(), options_));
+  } else if (s.groups * s.parts == 1) {
     update = orthogonal_update(u, options_);
   } else {
     const auto blocks = u.view({s.groups, s.parts, rows, cols});

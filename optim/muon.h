@@ -51,6 +51,9 @@ struct MatrixSplit {
 struct MuonSharding {
   parallel::Communicator* tp = nullptr;
   std::vector<int64_t> tp_split_dim;  // per weight; empty: every weight whole on its tp rank
+  // Per weight, its whole shape when the tp parts put together are larger (a vocabulary padded to
+  // a multiple of tp): the padding is left out of the orthogonalisation. Empty: none padded.
+  std::vector<std::vector<int64_t>> whole_shape;
   parallel::Communicator* owners = nullptr;
 };
 

@@ -86,6 +86,13 @@ run_loom 2 gqa_tp2 "${LAYOUT[@]}" "${GQA[@]}" --set parallel.tp=2 || { cat "$WOR
 compare_losses "$WORK/gqa_tp2" "$WORK/gqa_one" || fail "Muon on a GQA Llama at tp 2 differs from one process"
 echo "Muon on a Llama with grouped-query attention at tp 2: one process's losses within 1e-5"
 
+# A vocabulary tp pads (63 over tp 2), its embedding given to Muon: the padding row is left out.
+PAD=(--set model.vocab_size=63 --set train.muon.include=wte)
+run_loom 1 pad_one "${LAYOUT[@]}" "${PAD[@]}" || { cat "$WORK/pad_one.log"; fail "padded vocabulary, one process"; }
+run_loom 2 pad_tp2 "${LAYOUT[@]}" "${PAD[@]}" --set parallel.tp=2 || { cat "$WORK/pad_tp2.log"; fail "padded vocabulary, tp 2"; }
+compare_losses "$WORK/pad_tp2" "$WORK/pad_one" || fail "Muon on a tp-padded embedding differs from one process"
+echo "Muon on an embedding tp pads (vocabulary 63 at tp 2): one process's losses within 1e-5"
+
 # 3. Checkpoints: resumed bit for bit, and at another layout within 1e-5: one process's at
 # tp 2 x dp 2 with ZeRO-1 (each owner takes its momenta), and that layout's back in one process.
 run_loom 1 half "${LAYOUT[@]}" --set checkpoint.dir="$WORK/ck" --set train.exit_after=10 || { cat "$WORK/half.log"; fail "half"; }

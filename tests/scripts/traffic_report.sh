@@ -45,7 +45,7 @@ CONFIG="$TINY"
 check_run muon_tp2_dp2_zero1_saving 4 --set train.optimizer=muon --set parallel.tp=2 --set parallel.zero_stage=1 \
   --set checkpoint.dir="$WORK/muon_ck" --set checkpoint.interval=1
 check_run muon_tp2_dp2_zero3_saving 4 --set train.optimizer=muon --set parallel.tp=2 --set parallel.zero_stage=3 \
-  --set checkpoint.dir="$WORK/muon_ck3" --set checkpoint.interval=2
+  --set checkpoint.dir="$WORK/muon_ck3" --set checkpoint.interval=2 --set train.muon.include=wte
 
 # Ranks 0-1 on "node0", 2-3 on "node1": tp=4 spans both, and the report says so.
 mpirun --oversubscribe -np 4 bash -c 'LOOM_HOST=node$((OMPI_COMM_WORLD_RANK / 2)) exec "$0" "$@"' "$LOOM" train "$TINY" \
