@@ -41,12 +41,11 @@ struct LocalParameter {
   int64_t block = -1;  // the layer of the block holding it; -1: outside the blocks
 };
 
-std::vector<LocalParameter> local_parameters(const Config& c, const parallel::RankCoords& coords) {
+// Calls ADD(shapes, block) for the parameters this rank holds, in the trainer's order (order of
+// use): its pipeline pieces' input stage, blocks (BLOCK: their layer) and output stage (-1).
+template <typename Add>
+void for_each_local_shape(const Config& c, const parallel::RankCoords& coords, Add add) {
   const Layout l(c);
-  std::vector<LocalParameter> out;
-  auto add = [&](const std::vector<ParameterShape>& shapes, int64_t block) {
-    for (const auto& s : shapes) out.push_back({s.local_numel(l.t), s.tp_summed, block});
-  };
   for (int64_t chunk = 0; chunk < l.v; ++chunk) {
     const int64_t k = chunk * l.p + coords.pp;
     if (k == 0) add(gpt_input_parameters(c), -1);
@@ -58,6 +57,14 @@ std::vector<LocalParameter> local_parameters(const Config& c, const parallel::Ra
       add(gpt_output_parameters(c), -1);
     }
   }
+}
+
+std::vector<LocalParameter> local_parameters(const Config& c, const parallel::RankCoords& coords) {
+  const Layout l(c);
+  std::vector<LocalParameter> out;
+  for_each_local_shape(c, coords, [&](const std::vector<ParameterShape>& shapes, int64_t block) {
+    for (const auto& s : shapes) out.push_back({s.local_numel(l.t), s.tp_summed, block});
+  });
   return out;
 }
 
@@ -169,17 +176,7 @@ std::vector<MuonWeight> muon_weights(const Config& c, const parallel::RankCoords
       out.push_back({shape, block});
     }
   };
-  // In the trainer's order, as local_parameters() walks them.
-  for (int64_t chunk = 0; chunk < l.v; ++chunk) {
-    const int64_t k = chunk * l.p + coords.pp;
-    if (k == 0) add(gpt_input_parameters(c), -1);
-    for (int64_t layer = k * l.layers_per_piece; layer < (k + 1) * l.layers_per_piece; ++layer)
-      add(gpt_block_parameters(c, layer), layer);
-    if (k == l.pieces() - 1) {
-      if (k != 0 && c.model.tie_embeddings) add({gpt_input_parameters(c).front()}, -1);
-      add(gpt_output_parameters(c), -1);
-    }
-  }
+  for_each_local_shape(c, coords, add);
   if (c.parallel.zero_stage >= 1 && l.d > 1) {
     const auto owner = parallel::balance_owners(costs, l.d);
     for (size_t i = 0; i < out.size(); ++i) out[i].owned = owner[i] == coords.dp_cp;
@@ -283,8 +280,8 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       const auto weights = muon_weights(c, coords);
       for (const auto& unit : gpt_sharded_units(c, coords)) {
         // Only the units that hold Muon's weights (train.muon.include may put some in the root's).
-        const bool holds = std::any_of(weights.begin(), weights.end(),
-                                       [&](const MuonWeight& w) { return w.block == unit.block; });
+        const bool holds =
+            std::any_of(weights.begin(), weights.end(), [&](const MuonWeight& w) { return w.block == unit.block; });
         if (!holds) continue;
         add(l.grad_group, "all_gather", 1, padded(unit.numel()) * kFloat);
         add(l.grad_group, "reduce_scatter", 1, padded(unit.numel()) * kFloat);

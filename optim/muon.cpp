@@ -99,8 +99,8 @@ torch::Tensor MuonCore::update(size_t i, const torch::Tensor& grad) {
   const auto& s = splits_[i];
   const int64_t rows = u.size(0) / (s.groups * s.parts), cols = u.size(1);
   torch::Tensor update;
-  const auto* whole = i < sharding_.whole_shape.size() && !sharding_.whole_shape[i].empty() ? &sharding_.whole_shape[i]
-                                                                                            : nullptr;
+  const auto* whole =
+      i < sharding_.whole_shape.size() && !sharding_.whole_shape[i].empty() ? &sharding_.whole_shape[i] : nullptr;
   if (dim >= 0 && whole && u.size(dim) > (*whole)[static_cast<size_t>(dim)]) {
     // Padding rows (or columns) past the real ones: orthogonalised without them, as one process would.
     const int64_t real = (*whole)[static_cast<size_t>(dim)];
