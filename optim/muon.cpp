@@ -154,9 +154,9 @@ int64_t MuonCore::state_bytes() const {
 
 Muon::Muon(std::vector<torch::Tensor> params, std::vector<MatrixSplit> splits, MuonOptions options,
            MuonSharding sharding)
-    : params_(std::move(params)),
-      core_(shapes_of(params_), std::move(splits), options, std::move(sharding),
-            params_.empty() ? torch::Device(torch::kCPU) : params_.front().device()) {}
+    : MuonOptimizer(MuonCore(shapes_of(params), std::move(splits), options, std::move(sharding),
+                             params.empty() ? torch::Device(torch::kCPU) : params.front().device())),
+      params_(std::move(params)) {}
 
 void Muon::step(double lr) {
   torch::NoGradGuard no_grad;

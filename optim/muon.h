@@ -89,17 +89,14 @@ class MuonCore {
   std::vector<torch::Tensor> momentum_, gathered_;  // momentum_: owned weights only
 };
 
-// Muon over weights each rank holds as tensors (tp parts; whole under ZeRO 0 and 1). Under
-// ZeRO-1 the owner updates a weight and broadcasts it over OWNERS.
-class Muon : public Optimizer {
+// What every Muon optimizer answers the same way, whatever its weights' storage: steps taken,
+// and the momenta for checkpoints (the momentum as the first moment; Muon has no second: zeros,
+// so checkpoints keep the form AdamW gives them).
+class MuonOptimizer : public Optimizer {
  public:
-  Muon(std::vector<torch::Tensor> params, std::vector<MatrixSplit> splits, MuonOptions options,
-       MuonSharding sharding = {});
-  void step(double lr) override;
-  void zero_grad() override;
+  explicit MuonOptimizer(MuonCore core) : core_(std::move(core)) {}
   int64_t steps_taken() const override { return steps_; }
   void set_steps_taken(int64_t steps) override { steps_ = steps; }
-  // The momentum buffer as the first moment; Muon has no second (zeros, so checkpoints keep their form).
   std::pair<torch::Tensor, torch::Tensor> moments(size_t i) override { return core_.moments(i); }
   void set_moments(size_t i, const torch::Tensor& exp_avg, const torch::Tensor& /*exp_avg_sq*/) override {
     core_.set_moments(i, exp_avg);
@@ -107,12 +104,23 @@ class Muon : public Optimizer {
   void gather_moments() override { core_.gather_moments(); }
   void release_moments() override { core_.release_moments(); }
   int64_t state_bytes() const override { return core_.state_bytes(); }
-  int64_t owner(size_t i) const { return core_.owner(i); }
+
+ protected:
+  MuonCore core_;
+  int64_t steps_ = 0;
+};
+
+// Muon over weights each rank holds as tensors (tp parts; whole under ZeRO 0 and 1). Under
+// ZeRO-1 the owner updates a weight and broadcasts it over OWNERS.
+class Muon : public MuonOptimizer {
+ public:
+  Muon(std::vector<torch::Tensor> params, std::vector<MatrixSplit> splits, MuonOptions options,
+       MuonSharding sharding = {});
+  void step(double lr) override;
+  void zero_grad() override;
 
  private:
   std::vector<torch::Tensor> params_;
-  MuonCore core_;
-  int64_t steps_ = 0;
 };
 
 }  // namespace loom::optim

@@ -22,11 +22,12 @@ MuonSharding owned_over(MuonSharding sharding, parallel::Communicator& group) {
 UnitShardedMuon::UnitShardedMuon(parallel::FullyShardedParameters& sharded, parallel::Communicator& group,
                                  std::vector<size_t> weights, std::vector<MatrixSplit> splits, MuonOptions options,
                                  MuonSharding sharding)
-    : sharded_(sharded),
+    : MuonOptimizer(
+          MuonCore(shapes_of(sharded, weights), std::move(splits), options, owned_over(std::move(sharding), group),
+                   sharded.units().empty() ? torch::Device(torch::kCPU) : sharded.units().front().shard.device())),
+      sharded_(sharded),
       group_(group),
-      weights_(std::move(weights)),
-      core_(shapes_of(sharded, weights_), std::move(splits), options, owned_over(std::move(sharding), group),
-            sharded.units().empty() ? torch::Device(torch::kCPU) : sharded.units().front().shard.device()) {
+      weights_(std::move(weights)) {
   std::map<size_t, std::vector<std::pair<size_t, size_t>>> units;
   for (size_t k = 0; k < weights_.size(); ++k) {
     const auto [unit, j] = sharded.where(weights_[k]);

@@ -13,7 +13,7 @@
 
 namespace loom::optim {
 
-class UnitShardedMuon : public Optimizer {
+class UnitShardedMuon : public MuonOptimizer {
  public:
   // WEIGHTS: Muon's parameters among SHARDED's (indices into its parameter list), each a whole
   // logical matrix of SPLITS[k] (its tp part). GROUP: the units' group, whose ranks own them.
@@ -21,15 +21,6 @@ class UnitShardedMuon : public Optimizer {
                   std::vector<MatrixSplit> splits, MuonOptions options, MuonSharding sharding);
   void step(double lr) override;
   void zero_grad() override {}  // the units' gradients belong to the AdamW beside it
-  int64_t steps_taken() const override { return steps_; }
-  void set_steps_taken(int64_t steps) override { steps_ = steps; }
-  std::pair<torch::Tensor, torch::Tensor> moments(size_t k) override { return core_.moments(k); }
-  void set_moments(size_t k, const torch::Tensor& exp_avg, const torch::Tensor& /*exp_avg_sq*/) override {
-    core_.set_moments(k, exp_avg);
-  }
-  void gather_moments() override { core_.gather_moments(); }
-  void release_moments() override { core_.release_moments(); }
-  int64_t state_bytes() const override { return core_.state_bytes(); }
 
  private:
   parallel::FullyShardedParameters& sharded_;
@@ -37,8 +28,6 @@ class UnitShardedMuon : public Optimizer {
   std::vector<size_t> weights_;
   // Per unit holding Muon weights: the unit, and its weights as (k, place in the unit).
   std::vector<std::pair<size_t, std::vector<std::pair<size_t, size_t>>>> by_unit_;
-  MuonCore core_;
-  int64_t steps_ = 0;
 };
 
 }  // namespace loom::optim
