@@ -4,9 +4,10 @@
 // parallel layers, buckets, schedules, metrics or checkpoints. Prints one
 // JSON line like bench/reference_gpt.py.
 //
-// With --loom-kernels 1 the loop uses loom's CPU kernels (causal attention head
-// by head, the GELU on every core, the fused AdamW) instead of LibTorch's ops:
-// against that, what is left between it and `loom train` is the framework.
+// With --loom-kernels 1 the loop uses the kernels loom uses (LibTorch's fused
+// attention, loom's GELU cut at fixed places, loom's fused AdamW) instead of
+// the textbook ops: against that, what is left between it and `loom train` is
+// the framework.
 #include <dlfcn.h>
 #include <malloc.h>
 #include <torch/torch.h>
@@ -19,7 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "models/causal_attention.h"
 #include "models/gelu.h"
 #include "optim/adamw.h"
 
@@ -39,7 +39,10 @@ struct BlockImpl : torch::nn::Module {
 
   torch::Tensor forward(torch::Tensor x) {
     if (loom_kernels) {
-      x = x + proj(loom::models::causal_attention(qkv(ln_1(x)), heads));
+      const int64_t b = x.size(0), s = x.size(1), h = x.size(2), d = h / heads;
+      auto parts = qkv(ln_1(x)).view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4});
+      auto context = at::scaled_dot_product_attention(parts[0], parts[1], parts[2], {}, 0.0, /*is_causal=*/true);
+      x = x + proj(context.transpose(1, 2).reshape({b, s, h}));
       return x + fc_proj(loom::models::gelu_tanh(fc(ln_2(x))));
     }
     const int64_t b = x.size(0), s = x.size(1), h = x.size(2), d = h / heads;

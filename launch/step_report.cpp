@@ -9,8 +9,8 @@
 
 #include "core/device.h"
 #include "core/logging.h"
-#include "launch/blas_environment.h"
 #include "launch/moe_metrics.h"
+#include "launch/thread_policy.h"
 #include "parallel/traffic_report.h"
 
 namespace loom::launch {
@@ -42,9 +42,8 @@ std::string format_duration(double seconds) {
 void log_job_start(const Config& config, const parallel::LaunchEnv& env, int threads, const std::string& run_dir,
                    const torch::Device& device) {
   const auto& p = config.parallel;
-  const std::string spin = blas_spin_setting();
-  info0("{} ranks ({} launch) | tp={} pp={} dp={} cp={} ep={} | {} threads per rank{} | run dir {}", env.world(),
-        env.info().launcher, p.tp, p.pp, p.dp, p.cp, p.ep, threads, spin.empty() ? "" : " (" + spin + ")", run_dir);
+  info0("{} ranks ({} launch) | tp={} pp={} dp={} cp={} ep={} | {} threads per rank | run dir {}", env.world(),
+        env.info().launcher, p.tp, p.pp, p.dp, p.cp, p.ep, threads, run_dir);
   if (env.world() > 1) {
     info0("rendezvous: TCPStore at {}:{}, served by {}", env.info().master_addr, env.info().master_port,
           env.info().agent_store ? "torchrun's agent" : "rank 0");

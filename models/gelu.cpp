@@ -2,7 +2,7 @@
 
 #include <functional>
 
-#include "core/blas_threads.h"
+#include "core/cpu_threads.h"
 
 namespace loom::models {
 namespace {

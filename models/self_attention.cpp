@@ -6,7 +6,6 @@
 #include <limits>
 
 #include "core/precision.h"
-#include "models/causal_attention.h"
 #include "models/residual_projection.h"
 #include "parallel/all_to_all_attention.h"
 #include "parallel/init.h"
@@ -73,7 +72,7 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
   proj_ = register_module("proj", residual_projection(p + "proj", h, options, tp));
   if (options.position == PositionKind::rope && !rotary_.defined()) rotary_ = rotary_embedding_of(options);
   causal_mask_ = register_buffer("causal_mask", torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
-  core_fn_ = [this](const torch::Tensor& qkv, const torch::Tensor&, const torch::Tensor&) { return core(qkv); };
+  core_fn_ = [this](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) { return core(q, k, v); };
   context_parallel_core_fn_ = [this](const torch::Tensor& packed, const torch::Tensor&, const torch::Tensor&) {
     return context_parallel_core(packed);
   };
@@ -110,20 +109,6 @@ SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, int6
   return {q, k, v};
 }
 
-torch::Tensor SelfAttentionImpl::query_key_value(const torch::Tensor& x) {
-  if (qkv_ && !rotary_.defined()) return qkv_->forward(x);  // GPT-2: already in the core's layout
-  // The core sees the whole sequence (gathered under sequence parallelism): positions from 0.
-  auto [q, k, v] = project(x, 0);
-  if (kv_heads_ != heads_) {
-    // Query heads of a group are consecutive: head j reads kv head j / group.
-    const int64_t group = heads_ / kv_heads_;
-    k = k.repeat_interleave(group, 2);
-    v = v.repeat_interleave(group, 2);
-  }
-  auto qkv = torch::stack({q, k, v}, 3);  // [B, S, heads, 3, d]
-  return qkv.view({qkv.size(0), qkv.size(1), heads_ * 3 * d_});
-}
-
 torch::Tensor SelfAttentionImpl::context_parallel_core(const torch::Tensor& packed) {
   const int64_t b = packed.size(0), s = packed.size(1), qd = heads_ * d_, kvd = kv_heads_ * d_;
   auto to_heads = [&](int64_t start, int64_t width, int64_t heads) {
@@ -142,25 +127,33 @@ torch::Tensor SelfAttentionImpl::context_parallel_core(const torch::Tensor& pack
   return context.transpose(1, 2).reshape({b, s, qd});
 }
 
-torch::Tensor SelfAttentionImpl::core(const torch::Tensor& qkv) {
-  const int64_t b = qkv.size(0), s = qkv.size(1), heads = heads_, d = d_;
+torch::Tensor SelfAttentionImpl::core(torch::Tensor q, torch::Tensor k, torch::Tensor v) {
+  const int64_t b = q.size(0), s = q.size(2), group = heads_ / kv_heads_;
   const bool attention_dropout = options_.dropout > 0 && is_training();
-  // On CPU without attention dropout, head by head (models/causal_attention.h): the same function.
-  if (!attention_dropout && qkv.device().is_cpu()) return causal_attention(qkv, heads);
-  auto parts = qkv.view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4}).unbind(0);
-  auto q = parts[0], k = parts[1], v = parts[2];  // [B, heads, S, d]
-  // On GPUs, LibTorch's fused attention (flash or memory-efficient kernels): the S x S scores
-  // are never stored. Dropout is refused on GPUs (launch/trainer.cpp).
-  if (!attention_dropout && !qkv.device().is_cpu()) {
-    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true)
+  if (!attention_dropout) {
+    // LibTorch's fused attention: on CPU its flash kernel (never the S x S scores; blocks of
+    // queries spread over the rank's threads, each output row computed by one thread, so
+    // the bits do not depend on the thread count), on GPUs the flash or memory-efficient
+    // kernels. The CPU kernel reads a kv group as it is; on GPUs the groups are repeated,
+    // since not every fused GPU kernel takes them. Dropout is refused on GPUs (launch/trainer.cpp).
+    const bool grouped = group > 1, gqa_in_kernel = grouped && q.device().is_cpu();
+    if (grouped && !gqa_in_kernel) {
+      k = k.repeat_interleave(group, 1);
+      v = v.repeat_interleave(group, 1);
+    }
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa_in_kernel)
         .transpose(1, 2)
-        .reshape({b, s, heads * d});
+        .reshape({b, s, heads_ * d_});
   }
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
+  if (group > 1) {  // query heads of a group are consecutive: head j reads kv head j / group
+    k = k.repeat_interleave(group, 1);
+    v = v.repeat_interleave(group, 1);
+  }
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d_)));
   scores = scores.masked_fill(causal_mask_.narrow(0, 0, s).narrow(1, 0, s), -std::numeric_limits<float>::infinity());
   // Heads are split across tp, so each rank draws its own attention-dropout mask.
   auto probs = parallel::dropout(torch::softmax(scores, -1), options_.dropout, is_training(), split_generator());
-  return torch::matmul(probs, v).transpose(1, 2).reshape({b, s, heads * d});
+  return torch::matmul(probs, v).transpose(1, 2).reshape({b, s, heads_ * d_});
 }
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
@@ -175,8 +168,10 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
                              : context_parallel_core(packed);
     return proj_->forward(context);
   }
-  auto qkv = query_key_value(x);
-  auto context = selective ? parallel::recompute_in_backward(core_fn_, split_generator(), qkv) : core(qkv);
+  // The core sees the whole sequence (gathered under sequence parallelism): positions from 0.
+  auto [q, k, v] = project(x, 0);
+  q = q.transpose(1, 2), k = k.transpose(1, 2), v = v.transpose(1, 2);  // [B, heads or kv heads, S, d]: views
+  auto context = selective ? parallel::recompute_in_backward(core_fn_, split_generator(), q, k, v) : core(q, k, v);
   return proj_->forward(context);
 }
 

@@ -71,10 +71,9 @@ class SelfAttentionImpl : public parallel::ParallelModule {
   // x -> this rank's query, key and value heads, rotated under rope for tokens at
   // FIRST_POSITION, FIRST_POSITION + 1, ... (under context parallelism: at this rank's two chunks).
   Heads project(const torch::Tensor& x, int64_t first_position);
-  // x -> [B, S, heads * 3 * d] on this rank: each query head with its (rotated) query,
-  // key and value side by side, the layout the attention core reads.
-  torch::Tensor query_key_value(const torch::Tensor& x);
-  torch::Tensor core(const torch::Tensor& qkv);
+  // q [B, heads, S, d], k and v [B, kv heads, S, d] (query heads of a kv group consecutive)
+  // -> the causal attention's context [B, S, heads * d].
+  torch::Tensor core(torch::Tensor q, torch::Tensor k, torch::Tensor v);
   // Context parallelism: q, k and v of this rank's part of the sequence, flattened side by side
   // ([B, S, (heads + 2 kv heads) d], only the kv heads travel) -> the context [B, S, heads d].
   torch::Tensor context_parallel_core(const torch::Tensor& packed);

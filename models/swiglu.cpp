@@ -1,6 +1,6 @@
 #include "models/swiglu.h"
 
-#include "core/blas_threads.h"
+#include "core/cpu_threads.h"
 
 namespace loom::models {
 namespace {

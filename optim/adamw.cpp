@@ -4,7 +4,7 @@
 #include <cmath>
 #include <set>
 
-#include "core/blas_threads.h"
+#include "core/cpu_threads.h"
 
 namespace loom::optim {
 
@@ -115,14 +115,18 @@ void adamw_piece(float* __restrict p, const float* __restrict g, float* __restri
 }
 
 // The update of fp32 tensors in one pass over memory (the unfused form below reads
-// and writes them seven times), in pieces on the BLAS threads' cores.
+// and writes them seven times), in pieces on the rank's threads.
 void fused_adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float decay_factor, float beta1,
                         float one_minus_beta1, float beta2, float one_minus_beta2, float bias2_sqrt, float eps,
                         float step_size) {
-  parallel_over_blas_threads((n + kPieceElements - 1) / kPieceElements, [&](int64_t begin, int64_t end) {
-    const int64_t first = begin * kPieceElements, count = std::min(n, end * kPieceElements) - first;
-    adamw_piece(p + first, g + first, m + first, v + first, count, decay_factor, beta1, one_minus_beta1, beta2,
-                one_minus_beta2, bias2_sqrt, eps, step_size);
+  parallel_over_threads((n + kPieceElements - 1) / kPieceElements, [&](int64_t begin, int64_t end) {
+    // Piece by piece, whichever thread takes them: the vectorised loop and its tail fall at the
+    // same elements on any number of threads.
+    for (int64_t piece = begin; piece < end; ++piece) {
+      const int64_t first = piece * kPieceElements, count = std::min(n - first, kPieceElements);
+      adamw_piece(p + first, g + first, m + first, v + first, count, decay_factor, beta1, one_minus_beta1, beta2,
+                  one_minus_beta2, bias2_sqrt, eps, step_size);
+    }
   });
 }
 

@@ -68,6 +68,14 @@ torch::Tensor all_to_all_attention(const torch::Tensor& q, const torch::Tensor& 
     for (int64_t p : context_parallel_positions(seq, n, r)) order.push_back(p);
   }
   auto positions = torch::tensor(order, torch::TensorOptions().dtype(torch::kInt64).device(q.device()));
+  if (!dropout.active()) {
+    // LibTorch's fused attention (on CPU its flash kernel: no S x S scores) with the tokens put in
+    // order, and the context put back in the gathered order: gathered token i is at positions[i].
+    auto in_order = torch::argsort(positions);
+    auto context = at::scaled_dot_product_attention(qh.index_select(2, in_order), kh.index_select(2, in_order),
+                                                    vh.index_select(2, in_order), {}, 0.0, /*is_causal=*/true, scale);
+    return heads_to_sequence(context.index_select(2, positions), cp);
+  }
   auto masked = positions.unsqueeze(0) > positions.unsqueeze(1);  // key later than query
   auto scores = torch::matmul(qh, kh.transpose(-2, -1)) * scale;
   scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());

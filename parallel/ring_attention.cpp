@@ -31,6 +31,14 @@ torch::ScalarType compute_dtype(const torch::Tensor& q) {
   return q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
 }
 
+// On CPU without dropout a block is LibTorch's flash kernel, which gives the block's log-sum-exp
+// beside its output and never holds the block's scores whole; its backward takes the final
+// output and log-sum-exp, so it gives the block's share of the gradients directly. Dropout (which
+// the kernel does not draw by global coordinates) and GPUs take the products below.
+bool flash_block(const torch::Tensor& q, const torch::Tensor& keep) {
+  return !keep.defined() && q.is_cpu() && q.scalar_type() == torch::kFloat;
+}
+
 struct Partial {
   torch::Tensor out;  // [B, h, L, d]
   torch::Tensor lse;  // [B, h, L]
@@ -42,6 +50,10 @@ struct Partial {
 // the undropped one, so partial results merge as without dropout.
 Partial attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale, bool diagonal,
                const torch::Tensor& keep) {
+  if (flash_block(q, keep)) {
+    auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, diagonal, {}, scale);
+    return {out, lse};
+  }
   auto scores = torch::matmul(q, k.transpose(-2, -1)).mul_(scale);
   if (diagonal) scores.masked_fill_(upper_mask(q.size(2), q.device()), -std::numeric_limits<double>::infinity());
   auto lse = torch::logsumexp(scores, -1);
@@ -56,8 +68,10 @@ void merge(Partial& into, const Partial& more) {
     into = more;
     return;
   }
+  // In place: the ring's peak memory is a few of these [B, h, L, d] tensors, not a few more.
   auto lse = torch::logaddexp(into.lse, more.lse);
-  into.out = into.out * torch::exp(into.lse - lse).unsqueeze(-1) + more.out * torch::exp(more.lse - lse).unsqueeze(-1);
+  into.out.mul_(into.lse.sub_(lse).exp_().unsqueeze(-1));
+  into.out.addcmul_(more.out, more.lse.sub(lse).exp_().unsqueeze(-1));
   into.lse = lse;
 }
 
@@ -71,12 +85,17 @@ struct BlockGrads {
   torch::Tensor dq, dk, dv;
 };
 
-// The gradients of one block of attend() given the final output's LSE and D = rowsum(dO * O),
+// The gradients of one block of attend() given the final output OUT, its LSE and D = rowsum(dO * O),
 // with the probabilities and their gradient in place as in attend().
 // With dropout's KEEP: O = (P * KEEP) V, so dV = (P * KEEP)^T dO and dS = P (KEEP dO V^T - D).
 BlockGrads attend_backward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                           const torch::Tensor& lse, const torch::Tensor& delta, const torch::Tensor& dout,
-                           double scale, bool diagonal, const torch::Tensor& keep) {
+                           const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& delta,
+                           const torch::Tensor& dout, double scale, bool diagonal, const torch::Tensor& keep) {
+  if (flash_block(q, keep)) {
+    auto [dq, dk, dv] =
+        at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, diagonal, {}, scale);
+    return {dq, dk, dv};
+  }
   auto p = torch::matmul(q, k.transpose(-2, -1)).mul_(scale);
   if (diagonal) p.masked_fill_(upper_mask(q.size(2), q.device()), -std::numeric_limits<double>::infinity());
   p.sub_(lse.unsqueeze(-1)).exp_();
@@ -220,7 +239,8 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
                             q.device()};
     const int64_t later = 2 * n - 1 - r;
     auto dout = grads[0].to(dtype).contiguous();
-    auto delta = (dout * out.to(dtype)).sum(-1);
+    auto out32 = out.to(dtype);
+    auto delta = (dout * out32).sum(-1);
     auto q32 = q.to(dtype);
     auto q0 = q32.narrow(2, 0, c), q1 = q32.narrow(2, c, c);
     auto dq = torch::zeros_like(q32);
@@ -228,6 +248,7 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
     auto lse0 = lse.narrow(2, 0, c), lse1 = lse.narrow(2, c, c);
     auto delta0 = delta.narrow(2, 0, c), delta1 = delta.narrow(2, c, c);
     auto do0 = dout.narrow(2, 0, c), do1 = dout.narrow(2, c, c);
+    auto out0 = out32.narrow(2, 0, c), out1 = out32.narrow(2, c, c);
 
     auto kv = torch::stack({k, v}).contiguous();
     torch::Tensor own_dkv;  // this rank's gradients of its own keys and values (step 0)
@@ -238,7 +259,9 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
       auto next = ring.pass_on(kv, step, n, 1);
       const Held held(kv, (r - step + n) % n, dtype, group);
       const auto &kj = held.k, &vj = held.v, &k0 = held.k0, &k1 = held.k1, &v0 = held.v0, &v1 = held.v1;
-      auto dk = torch::zeros_like(kj), dv = torch::zeros_like(vj);
+      // The step's key and value gradients side by side, as they travel (no stacked copy without kv groups).
+      auto dkv_step = torch::zeros({2, kj.size(0), kj.size(1), kj.size(2), kj.size(3)}, kj.options());
+      auto dk = dkv_step[0], dv = dkv_step[1];
       auto dk0 = dk.narrow(2, 0, c), dk1 = dk.narrow(2, c, c), dv0 = dv.narrow(2, 0, c), dv1 = dv.narrow(2, c, c);
       auto add = [](const BlockGrads& g, torch::Tensor& dq_part, torch::Tensor& dk_part, torch::Tensor& dv_part) {
         dq_part.add_(g.dq);
@@ -248,28 +271,32 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
       const int64_t j = held.owner, j_later = 2 * n - 1 - held.owner;
       switch (blocks_for(r, held.owner)) {
         case Blocks::own:
-          add(attend_backward(q0, k0, v0, lse0, delta0, do0, scale, true, drop.keep({r}, {j})), dq0, dk0, dv0);
-          add(attend_backward(q1, k0, v0, lse1, delta1, do1, scale, false, drop.keep({later}, {j})), dq1, dk0, dv0);
-          add(attend_backward(q1, k1, v1, lse1, delta1, do1, scale, true, drop.keep({later}, {j_later})), dq1, dk1,
-              dv1);
+          add(attend_backward(q0, k0, v0, out0, lse0, delta0, do0, scale, true, drop.keep({r}, {j})), dq0, dk0, dv0);
+          add(attend_backward(q1, k0, v0, out1, lse1, delta1, do1, scale, false, drop.keep({later}, {j})), dq1, dk0,
+              dv0);
+          add(attend_backward(q1, k1, v1, out1, lse1, delta1, do1, scale, true, drop.keep({later}, {j_later})), dq1,
+              dk1, dv1);
           break;
         case Blocks::first_key_chunk:
-          add(attend_backward(q0, k0, v0, lse0, delta0, do0, scale, false, drop.keep({r}, {j})), dq0, dk0, dv0);
-          add(attend_backward(q1, k0, v0, lse1, delta1, do1, scale, false, drop.keep({later}, {j})), dq1, dk0, dv0);
+          add(attend_backward(q0, k0, v0, out0, lse0, delta0, do0, scale, false, drop.keep({r}, {j})), dq0, dk0, dv0);
+          add(attend_backward(q1, k0, v0, out1, lse1, delta1, do1, scale, false, drop.keep({later}, {j})), dq1, dk0,
+              dv0);
           break;
         case Blocks::later_query_chunk:
-          add(attend_backward(q1, kj, vj, lse1, delta1, do1, scale, false, drop.keep({later}, {j, j_later})), dq1, dk,
-              dv);
+          add(attend_backward(q1, kj, vj, out1, lse1, delta1, do1, scale, false, drop.keep({later}, {j, j_later})), dq1,
+              dk, dv);
           break;
       }
-      auto mine = torch::stack({reduce_kv(dk, group), reduce_kv(dv, group)});
+      auto mine = group == 1 ? dkv_step : torch::stack({reduce_kv(dk, group), reduce_kv(dv, group)});
+      dkv_step = dk = dv = torch::Tensor();
       if (step == 0) {
         own_dkv = mine;
       } else {
         // Rank j's gradients so far arrived from the previous rank (none yet on step 1).
         if (!dkv_transfer.done()) {
           dkv_transfer.wait();
-          mine = mine + dkv_incoming;
+          mine.add_(dkv_incoming);
+          dkv_incoming = torch::Tensor();
         }
         // On to the next rank, which holds j's keys and values next step; after the last step that is j itself.
         dkv = mine.contiguous();
@@ -280,7 +307,7 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
     }
     if (!dkv_transfer.done()) {
       dkv_transfer.wait();
-      own_dkv = own_dkv + dkv_incoming;  // every other rank's share of this rank's gradients
+      own_dkv.add_(dkv_incoming);  // every other rank's share of this rank's gradients
     }
     return {dq.to(q.scalar_type()),
             own_dkv[0].to(k.scalar_type()),
@@ -302,8 +329,8 @@ torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, con
                   q.size(1) % k.size(1) == 0,
               "ring_attention: q [B, heads, 2c, d] and k, v [B, kv_heads, 2c, d] expected, got ", q.sizes(), " and ",
               k.sizes());
-  return RingAttentionFunction::apply(q, k.contiguous(), v.contiguous(), &cp, scale, dropout.p, dropout.key,
-                                      dropout.first_head, dropout.total_heads);
+  return RingAttentionFunction::apply(q, k, v, &cp, scale, dropout.p, dropout.key, dropout.first_head,
+                                      dropout.total_heads);
 }
 
 std::vector<int64_t> context_parallel_positions(int64_t seq_len, int64_t cp, int64_t rank) {

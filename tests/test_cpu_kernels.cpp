@@ -1,50 +1,55 @@
-#include <dlfcn.h>
+#include <ATen/Parallel.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
-#include "core/blas_threads.h"
-#include "models/causal_attention.h"
+#include "core/cpu_threads.h"
 #include "models/gelu.h"
+#include "optim/adamw.h"
 
 using namespace loom;
 
 namespace {
 
-// OpenBLAS's thread count for one scope (these tests compare 1 and 2 threads); a no-op without OpenBLAS.
-class BlasThreads {
+// The pool's thread count for one scope (these tests compare 1 and 2 threads).
+class PoolThreads {
  public:
-  explicit BlasThreads(int n) : before_(blas_threads()) { set(n); }
-  ~BlasThreads() { set(before_); }
+  explicit PoolThreads(int n) : before_(at::get_num_threads()) { at::set_num_threads(n); }
+  ~PoolThreads() { at::set_num_threads(before_); }
 
  private:
-  static void set(int n) {
-    using SetThreads = void (*)(int);
-    if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
-  }
   int before_;
 };
 
-// The textbook composition the fused function replaces.
-torch::Tensor reference_attention(const torch::Tensor& qkv, int64_t heads) {
-  const int64_t b = qkv.size(0), s = qkv.size(1), d = qkv.size(2) / (3 * heads);
-  auto parts = qkv.view({b, s, heads, 3, d}).permute({3, 0, 2, 1, 4});
-  auto scores = torch::matmul(parts[0], parts[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
+// The textbook composition, each query head reading kv head j / group.
+torch::Tensor reference_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v) {
+  const int64_t group = q.size(1) / k.size(1), s = q.size(2);
+  k = k.repeat_interleave(group, 1), v = v.repeat_interleave(group, 1);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(3)));
   scores = scores.masked_fill(torch::ones({s, s}, torch::kBool).triu(1), -std::numeric_limits<double>::infinity());
-  return torch::matmul(torch::softmax(scores, -1), parts[2]).transpose(1, 2).reshape({b, s, heads * d});
+  return torch::matmul(torch::softmax(scores, -1), v);
+}
+
+// What models/self_attention.cpp calls on CPU.
+torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                          /*enable_gqa=*/q.size(1) != k.size(1));
 }
 
 struct Result {
-  torch::Tensor out, grad;
+  torch::Tensor out, grad_q, grad_k, grad_v;
 };
 
 template <typename Fn>
-Result run(Fn fn, const torch::Tensor& input, const torch::Tensor& grad_out) {
-  auto x = input.detach().clone().requires_grad_(true);
-  auto out = fn(x);
+Result run_attention(Fn fn, const torch::Tensor& q0, const torch::Tensor& k0, const torch::Tensor& v0,
+                     const torch::Tensor& grad_out) {
+  auto q = q0.detach().clone().requires_grad_(true), k = k0.detach().clone().requires_grad_(true),
+       v = v0.detach().clone().requires_grad_(true);
+  auto out = fn(q, k, v);
   out.backward(grad_out);
-  return {out.detach(), x.grad()};
+  return {out.detach(), q.grad(), k.grad(), v.grad()};
 }
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
@@ -53,71 +58,81 @@ double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
 
 }  // namespace
 
-TEST_CASE("causal attention head by head equals the textbook composition", "[kernels]") {
+TEST_CASE("the CPU attention kernel equals the textbook composition, kv groups included, on any thread count",
+          "[kernels]") {
   torch::manual_seed(7);
-  const int64_t heads = 3;
-  // S = 150: two whole blocks of 64 queries and a part block; d = 8: the scale 1/sqrt(8) is not a power of two.
-  auto qkv = torch::randn({2, 150, heads * 3 * 8});
-  auto grad = torch::randn({2, 150, heads * 8});
-  const auto want = run([&](const torch::Tensor& x) { return reference_attention(x, heads); }, qkv, grad);
-  for (int threads : {1, 2}) {
-    BlasThreads scope(threads);
-    const auto got = run([&](const torch::Tensor& x) { return models::causal_attention(x, heads); }, qkv, grad);
-    CHECK(max_diff(got.out, want.out) < 1e-5);
-    CHECK(max_diff(got.grad, want.grad) < 1e-5);
+  // S = 150: the kernel's query and key blocks do not divide it; d = 8: 1/sqrt(8) is not a power of two.
+  for (int64_t kv_heads : {6, 2}) {
+    auto q = torch::randn({2, 6, 150, 8}), k = torch::randn({2, kv_heads, 150, 8}),
+         v = torch::randn({2, kv_heads, 150, 8}), grad = torch::randn({2, 6, 150, 8});
+    const auto want = run_attention(reference_attention, q, k, v, grad);
+    Result got[2];
+    for (int threads : {1, 2}) {
+      PoolThreads scope(threads);
+      got[threads - 1] = run_attention(fused_attention, q, k, v, grad);
+      CHECK(max_diff(got[threads - 1].out, want.out) < 1e-5);
+      CHECK(max_diff(got[threads - 1].grad_q, want.grad_q) < 1e-5);
+      CHECK(max_diff(got[threads - 1].grad_k, want.grad_k) < 1e-5);
+      CHECK(max_diff(got[threads - 1].grad_v, want.grad_v) < 1e-5);
+    }
+    // A layout that gives a rank fewer threads gets the same bits.
+    CHECK(torch::equal(got[0].out, got[1].out));
+    CHECK(torch::equal(got[0].grad_q, got[1].grad_q));
+    CHECK(torch::equal(got[0].grad_k, got[1].grad_k));
+    CHECK(torch::equal(got[0].grad_v, got[1].grad_v));
+    // Causality: the first position sees only itself, so its context is its own v.
+    CHECK(max_diff(got[0].out.select(2, 0), v.repeat_interleave(6 / kv_heads, 1).select(2, 0)) < 1e-6);
   }
-  // Causality: the first position sees only itself, so its context is its own v.
-  const auto got = run([&](const torch::Tensor& x) { return models::causal_attention(x, heads); }, qkv, grad);
-  auto v0 = qkv.view({2, 150, heads, 3, 8}).select(3, 2).select(1, 0).reshape({2, heads * 8});
-  CHECK(max_diff(got.out.select(1, 0), v0) == 0.0);
 }
 
-TEST_CASE("causal attention and GELU give the same bits on any number of BLAS threads", "[kernels]") {
+TEST_CASE("GELU gives the same bits on any number of threads, and LibTorch's values", "[kernels]") {
   torch::manual_seed(3);
-  auto qkv = torch::randn({3, 100, 2 * 3 * 16});
-  auto grad_attn = torch::randn({3, 100, 2 * 16});
   auto x = torch::randn({5, 77, 701});  // 269885 elements: in pieces, the last off the 64-element grid
   auto grad_x = torch::randn({5, 77, 701});
-  Result attn[2], gelu[2];
+  torch::Tensor out[2], grad[2];
   for (int threads : {1, 2}) {
-    BlasThreads scope(threads);
-    attn[threads - 1] = run([](const torch::Tensor& t) { return models::causal_attention(t, 2); }, qkv, grad_attn);
-    gelu[threads - 1] = run([](const torch::Tensor& t) { return models::gelu_tanh(t); }, x, grad_x);
+    PoolThreads scope(threads);
+    auto input = x.clone().requires_grad_(true);
+    out[threads - 1] = models::gelu_tanh(input);
+    out[threads - 1].backward(grad_x);
+    grad[threads - 1] = input.grad();
   }
-  CHECK(torch::equal(attn[0].out, attn[1].out));
-  CHECK(torch::equal(attn[0].grad, attn[1].grad));
-  CHECK(torch::equal(gelu[0].out, gelu[1].out));
-  CHECK(torch::equal(gelu[0].grad, gelu[1].grad));
-  // And GELU is LibTorch's.
-  const auto want = run([](const torch::Tensor& t) { return torch::gelu(t, "tanh"); }, x, grad_x);
-  CHECK(torch::equal(gelu[1].out, want.out));
-  CHECK(torch::equal(gelu[1].grad, want.grad));
+  CHECK(torch::equal(out[0], out[1]));
+  CHECK(torch::equal(grad[0], grad[1]));
+  // LibTorch's gelu on one thread (one piece: no thread's cut) is the same function.
+  PoolThreads one(1);
+  auto input = x.clone().requires_grad_(true);
+  auto want = torch::gelu(input, "tanh");
+  want.backward(grad_x);
+  CHECK(torch::equal(out[1], want.detach()));
+  CHECK(torch::equal(grad[1], input.grad()));
 }
 
-TEST_CASE("causal attention in bf16 stays close to fp32", "[kernels]") {
-  torch::manual_seed(11);
-  auto qkv = torch::randn({2, 100, 2 * 3 * 8});  // fp32 in two blocks, bf16 in one
-  auto grad = torch::randn({2, 100, 2 * 8});
-  const auto fp32 = run([](const torch::Tensor& x) { return models::causal_attention(x, 2); }, qkv, grad);
-  const auto bf16 = run([](const torch::Tensor& x) { return models::causal_attention(x, 2); }, qkv.to(torch::kBFloat16),
-                        grad.to(torch::kBFloat16));
-  CHECK(bf16.out.scalar_type() == torch::kBFloat16);
-  CHECK(max_diff(bf16.out, fp32.out) < 0.05);
-  CHECK(max_diff(bf16.grad, fp32.grad) < 0.1);
+TEST_CASE("the fused AdamW update gives the same bits on any number of threads", "[kernels]") {
+  torch::manual_seed(5);
+  const int64_t n = 3 * (1 << 18) + 1001;  // three whole pieces and a part piece
+  auto p0 = torch::randn({n}), g = torch::randn({n}), m0 = torch::randn({n}) * 0.1, v0 = torch::rand({n}) * 0.01;
+  torch::Tensor p[2], m[2], v[2];
+  for (int threads : {1, 2}) {
+    PoolThreads scope(threads);
+    p[threads - 1] = p0.clone(), m[threads - 1] = m0.clone(), v[threads - 1] = v0.clone();
+    optim::adamw_update(p[threads - 1], g, m[threads - 1], v[threads - 1], /*decay=*/true, 1e-3, 3,
+                        optim::AdamWOptions{0.9, 0.95, 1e-8, 0.1});
+  }
+  CHECK(torch::equal(p[0], p[1]));
+  CHECK(torch::equal(m[0], m[1]));
+  CHECK(torch::equal(v[0], v[1]));
+  CHECK_FALSE(torch::equal(p[0], p0));  // it did update
 }
 
 TEST_CASE("an exception in a piece of parallel work reaches the caller", "[kernels]") {
-  BlasThreads scope(2);
-  const bool openblas = dlsym(RTLD_DEFAULT, "openblas_get_num_threads") != nullptr;
-  // With OpenBLAS, a piece on another thread; without it (the wheel's MKL) the work is one piece.
-  if (openblas) {
-    CHECK_THROWS_WITH(parallel_over_blas_threads(4,
-                                                 [](int64_t begin, int64_t) {
-                                                   if (begin > 0) throw std::runtime_error("piece failed");
-                                                 }),
-                      "piece failed");
-  }
-  CHECK(blas_threads() == (openblas ? 2 : 1));  // put back
-  CHECK_THROWS_WITH(parallel_over_blas_threads(4, [](int64_t, int64_t) { throw std::runtime_error("every piece"); }),
+  PoolThreads scope(2);
+  CHECK_THROWS_WITH(parallel_over_threads(4,
+                                          [](int64_t begin, int64_t) {
+                                            if (begin > 0) throw std::runtime_error("piece failed");
+                                          }),
+                    "piece failed");
+  CHECK(at::get_num_threads() == 2);
+  CHECK_THROWS_WITH(parallel_over_threads(4, [](int64_t, int64_t) { throw std::runtime_error("every piece"); }),
                     "every piece");
 }

@@ -1,0 +1,42 @@
+#include "core/cpu_threads.h"
+
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+
+namespace loom {
+
+void parallel_over_threads(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  torch::NoGradGuard no_grad;
+  if (n <= 0) return;
+  at::parallel_for(0, n, /*grain_size=*/1, [&](int64_t begin, int64_t end) {
+    torch::NoGradGuard piece_no_grad;  // grad mode is per thread
+    fn(begin, end);
+  });
+}
+
+void parallel_over_elements(int64_t numel, const std::function<void(int64_t, int64_t)>& fn) {
+  constexpr int64_t kAlignment = 64;
+  // At most this many elements go to one piece when there is a thread to spare, and a piece is
+  // never smaller than LibTorch's own grain (at::internal::GRAIN_SIZE), so small tensors stay in
+  // one piece on the calling thread. That piece must not be cut by LibTorch either: the op runs in
+  // a parallel region of one thread.
+  const int64_t blocks = (numel + kAlignment - 1) / kAlignment;
+  const int64_t grain = std::max<int64_t>(1, at::internal::GRAIN_SIZE / kAlignment);
+  torch::NoGradGuard no_grad;
+  if (numel <= 0) return;
+  auto piece = [&](int64_t begin, int64_t end) {
+    torch::NoGradGuard piece_no_grad;
+    const int64_t first = begin * kAlignment, last = std::min(numel, end * kAlignment);
+    fn(first, last - first);
+  };
+  if (blocks < grain || at::get_num_threads() == 1 || at::in_parallel_region()) {
+    // One piece: LibTorch would not cut it either (below its grain, one thread, or nested).
+    piece(0, blocks);
+    return;
+  }
+  at::parallel_for(0, blocks, grain, piece);
+}
+
+}  // namespace loom
