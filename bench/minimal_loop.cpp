@@ -8,7 +8,6 @@
 // attention, loom's GELU cut at fixed places, loom's fused AdamW) instead of
 // the textbook ops: against that, what is left between it and `loom train` is
 // the framework.
-#include <dlfcn.h>
 #include <malloc.h>
 #include <torch/torch.h>
 
@@ -104,14 +103,8 @@ int main(int argc, char** argv) {
                 steps = flag(argc, argv, "steps", 20), warmup = flag(argc, argv, "warmup-steps", 5),
                 threads = flag(argc, argv, "threads", 1);
   const bool loom_kernels = flag(argc, argv, "loom-kernels", 0) != 0;
-  // The thread split loom uses (README, "Threads"): BLAS gets the threads, LibTorch's own ops one.
-  using SetThreads = void (*)(int);
-  if (auto openblas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-    openblas(static_cast<int>(threads));
-    at::set_num_threads(1);
-  } else {
-    at::set_num_threads(static_cast<int>(threads));
-  }
+  // The thread policy loom uses (README, "Threads"): one pool, MKL's and LibTorch's.
+  at::set_num_threads(static_cast<int>(threads));
   // And loom's allocator setting (core/cpu_memory.h, keep_freed_memory), so
   // that the difference left is loom's machinery.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);

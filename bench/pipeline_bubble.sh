@@ -14,7 +14,7 @@ WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 for schedule in 1f1b zb-h1; do
-  mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 "$LOOM" train "$HERE/gpt_bench.yaml" \
+  mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$LOOM" train "$HERE/gpt_bench.yaml" \
     --run-dir "$WORK/$schedule" --set train.steps="$STEPS" --set train.global_batch_size=16 \
     --set train.micro_batch_size=2 --set parallel.pp=2 --set parallel.schedule="$schedule" \
     --set log.interval=1 > "$WORK/$schedule.log" 2>&1 || { cat "$WORK/$schedule.log"; exit 1; }

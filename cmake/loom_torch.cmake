@@ -33,8 +33,9 @@ find_package(Torch REQUIRED)
 
 # Only one LibTorch may be linked: a second one on the machine (Debian's libtorch-dev, 1.13)
 # has been seen to be picked up by the wheel's TorchConfig next to 2.x headers.
-if(Torch_VERSION VERSION_LESS 2.4)
-  message(FATAL_ERROR "loom needs LibTorch 2.4 or newer; found ${Torch_VERSION} at ${Torch_DIR} "
+# 2.5: scaled_dot_product_attention's enable_gqa (grouped-query attention in the fused kernel).
+if(Torch_VERSION VERSION_LESS 2.5)
+  message(FATAL_ERROR "loom needs LibTorch 2.5 or newer; found ${Torch_VERSION} at ${Torch_DIR} "
                       "(run scripts/setup.sh, which installs the pinned torch wheel into .venv/)")
 endif()
 get_filename_component(_loom_torch_root "${Torch_DIR}/../../.." ABSOLUTE)

@@ -247,7 +247,7 @@ std::vector<ConfigField> make_fields() {
           "train", "muon.exclude", LOOM_MEMBER(train.muon.exclude),
           "comma-separated name patterns of block matrices that AdamW trains instead, e.g. h.*.attn.proj.weight"),
       int_field("train", "threads_per_rank", LOOM_MEMBER(train.threads_per_rank),
-                "BLAS threads per rank; 0: cores / local ranks"),
+                "threads per rank (LibTorch's and MKL's pool, and loom's kernels); 0: cores / local ranks"),
       float_field("train", "peak_tflops", LOOM_MEMBER(train.peak_tflops),
                   "one device's dense peak TFLOP/s for the MFU line; 0: a known GPU's bf16 peak"),
       enum_field("train", "device", LOOM_MEMBER(train.device),

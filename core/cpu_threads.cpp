@@ -18,10 +18,10 @@ void parallel_over_threads(int64_t n, const std::function<void(int64_t, int64_t)
 
 void parallel_over_elements(int64_t numel, const std::function<void(int64_t, int64_t)>& fn) {
   constexpr int64_t kAlignment = 64;
-  // At most this many elements go to one piece when there is a thread to spare, and a piece is
-  // never smaller than LibTorch's own grain (at::internal::GRAIN_SIZE), so small tensors stay in
-  // one piece on the calling thread. That piece must not be cut by LibTorch either: the op runs in
-  // a parallel region of one thread.
+  // A tensor below LibTorch's own grain (at::internal::GRAIN_SIZE) stays in one piece on the
+  // calling thread, where LibTorch would not cut it either; above it, at::parallel_for deals the
+  // 64-element blocks to the threads, and the op runs single-threaded on each piece (it is in a
+  // parallel region), so nothing else cuts it.
   const int64_t blocks = (numel + kAlignment - 1) / kAlignment;
   const int64_t grain = std::max<int64_t>(1, at::internal::GRAIN_SIZE / kAlignment);
   torch::NoGradGuard no_grad;

@@ -1,7 +1,7 @@
-// SwiGLU's gate, silu(gate) * up, as one autograd function spread over the BLAS
-// threads on CPU (as models/gelu.h is, for the same reason: LibTorch's own ops
-// run on one thread beside OpenBLAS's pool). Backward keeps only gate and up,
-// where the composed ops would also keep silu(gate).
+// SwiGLU's gate, silu(gate) * up, as one autograd function on the rank's threads
+// on CPU, cut at fixed places as models/gelu.h is (the bits do not depend on the
+// thread count). Backward keeps only gate and up, where the composed ops would
+// also keep silu(gate).
 #pragma once
 
 #include <torch/torch.h>

@@ -79,14 +79,12 @@ torch::Tensor all_to_all_attention(const torch::Tensor& q, const torch::Tensor& 
   auto masked = positions.unsqueeze(0) > positions.unsqueeze(1);  // key later than query
   auto scores = torch::matmul(qh, kh.transpose(-2, -1)) * scale;
   scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());
-  auto probs = torch::softmax(scores, -1);
-  if (dropout.active()) {
-    // This rank holds query heads cp_rank * H/cp .. of the tp rank's: their global coordinates.
-    AttentionDropout share = dropout;
-    share.first_head += cp.rank() * qh.size(1);
-    probs = keyed_dropout(probs, share.p, share.key,
-                          attention_coordinates(share, qh.size(0), qh.size(1), positions, positions));
-  }
+  // Dropout by the probabilities' global coordinates: this rank holds query heads cp_rank * H/cp ..
+  // of the tp rank's.
+  AttentionDropout share = dropout;
+  share.first_head += cp.rank() * qh.size(1);
+  auto probs = keyed_dropout(torch::softmax(scores, -1), share.p, share.key,
+                             attention_coordinates(share, qh.size(0), qh.size(1), positions, positions));
   auto context = torch::matmul(probs, vh);
   return heads_to_sequence(context, cp);
 }

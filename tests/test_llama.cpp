@@ -81,7 +81,7 @@ TEST_CASE("SwiGLU is silu(gate) * up, silu(g) = g / (1 + exp(-g)), with its deri
     CHECK(u.grad()[i].item<double>() == Approx(dyi * gi * s));
     CHECK(g.grad()[i].item<double>() == Approx(dyi * ui * (s + gi * s * (1 - s))));
   }
-  // Large tensors are cut into pieces over the BLAS threads: the same numbers as the composed ops.
+  // Large tensors are cut into pieces over the rank's threads: the same numbers as the composed ops.
   auto big_g = torch::randn({1 << 19}), big_u = torch::randn({1 << 19});
   CHECK(torch::equal(swiglu(big_g, big_u), torch::silu(big_g) * big_u));
 }
