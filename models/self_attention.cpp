@@ -130,24 +130,22 @@ torch::Tensor SelfAttentionImpl::context_parallel_core(const torch::Tensor& pack
 torch::Tensor SelfAttentionImpl::core(torch::Tensor q, torch::Tensor k, torch::Tensor v) {
   const int64_t b = q.size(0), s = q.size(2), group = heads_ / kv_heads_;
   const bool attention_dropout = options_.dropout > 0 && is_training();
+  // LibTorch's fused CPU kernel reads a kv group as it is; elsewhere the groups are repeated
+  // (not every fused GPU kernel takes them). Query heads of a group are consecutive: head j
+  // reads kv head j / group.
+  const bool gqa_in_kernel = group > 1 && !attention_dropout && q.device().is_cpu();
+  if (group > 1 && !gqa_in_kernel) {
+    k = k.repeat_interleave(group, 1);
+    v = v.repeat_interleave(group, 1);
+  }
   if (!attention_dropout) {
     // LibTorch's fused attention: on CPU its flash kernel (never the S x S scores; blocks of
     // queries spread over the rank's threads, each output row computed by one thread, so
     // the bits do not depend on the thread count), on GPUs the flash or memory-efficient
-    // kernels. The CPU kernel reads a kv group as it is; on GPUs the groups are repeated,
-    // since not every fused GPU kernel takes them. Dropout is refused on GPUs (launch/trainer.cpp).
-    const bool grouped = group > 1, gqa_in_kernel = grouped && q.device().is_cpu();
-    if (grouped && !gqa_in_kernel) {
-      k = k.repeat_interleave(group, 1);
-      v = v.repeat_interleave(group, 1);
-    }
+    // kernels. Dropout is refused on GPUs (launch/trainer.cpp).
     return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa_in_kernel)
         .transpose(1, 2)
         .reshape({b, s, heads_ * d_});
-  }
-  if (group > 1) {  // query heads of a group are consecutive: head j reads kv head j / group
-    k = k.repeat_interleave(group, 1);
-    v = v.repeat_interleave(group, 1);
   }
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d_)));
   scores = scores.masked_fill(causal_mask_.narrow(0, 0, s).narrow(1, 0, s), -std::numeric_limits<float>::infinity());

@@ -240,9 +240,7 @@ class RingAttentionFunction : public torch::autograd::Function<RingAttentionFunc
     const int64_t later = 2 * n - 1 - r;
     auto dout = grads[0].to(dtype).contiguous();
     auto out32 = out.to(dtype);
-    // D = rowsum(dO * O), for the blocks computed by the products (the flash kernel finds its own).
-    const bool products = drop.dropout.active() || !flash_block(out32, {});
-    auto delta = products ? (dout * out32).sum(-1) : torch::zeros({1, 1, 2 * c}, out32.options());
+    auto delta = (dout * out32).sum(-1);  // D = rowsum(dO * O), for blocks computed by the products
     auto q32 = q.to(dtype);
     auto q0 = q32.narrow(2, 0, c), q1 = q32.narrow(2, c, c);
     auto dq = torch::zeros_like(q32);
