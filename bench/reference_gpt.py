@@ -19,6 +19,7 @@ import math
 import os
 import resource
 import statistics
+import sys
 import time
 
 import torch
@@ -102,6 +103,10 @@ def add_training_arguments(parser):
     parser.add_argument("--micro-batch", type=int, default=0, help="per rank; 0: the whole share of the batch")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--profile-steps", default="",
+                        help="A-B: torch.profiler over steps A..B (1-based, as loom's log.profile_step_start/end); "
+                             "the kernels' table goes to stderr")
+    parser.add_argument("--profile-trace", default="", help="with --profile-steps: the Chrome trace's path")
     parser.add_argument("--compile", action="store_true", help="train torch.compile(model) (DDP's model under torchrun)")
     parser.add_argument("--manual-attention", action="store_true",
                         help="attention as matmul, mask, softmax, matmul instead of scaled_dot_product_attention")
@@ -164,9 +169,15 @@ def train(args, build_model):
     generator = torch.Generator().manual_seed(rank)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     rates, losses, graphs_after_warmup = [], [], 0
+    profile_first, profile_last = (map(int, args.profile_steps.split("-")) if args.profile_steps else (0, 0))
+    profiler = None
     for step in range(args.steps):
         if step == args.warmup_steps:
             graphs_after_warmup = graphs_compiled()
+        if step + 1 == profile_first and rank == 0:
+            kinds = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+            profiler = torch.profiler.profile(activities=kinds)
+            profiler.__enter__()
         start = time.perf_counter()
         data = torch.randint(args.vocab, (batch, args.seq_len + 1), generator=generator).to(device)
         optimizer.zero_grad(set_to_none=True)
@@ -187,6 +198,13 @@ def train(args, build_model):
             torch.cuda.synchronize()
         rates.append(args.global_batch * args.seq_len / (time.perf_counter() - start))
         losses.append(step_loss)
+        if profiler is not None and step + 1 == profile_last:
+            profiler.__exit__(None, None, None)
+            print(profiler.key_averages().table(sort_by="cuda_time_total" if cuda else "self_cpu_time_total",
+                                                row_limit=25, max_name_column_width=90), file=sys.stderr)
+            if args.profile_trace:
+                profiler.export_chrome_trace(args.profile_trace)
+            profiler = None
     peak = torch.tensor([peak_rss_bytes(), rss_at_start], dtype=torch.int64)
     if world > 1:
         torch.distributed.all_reduce(peak, op=torch.distributed.ReduceOp.MAX)
@@ -205,7 +223,7 @@ def train(args, build_model):
             result["graphs_compiled_after_warmup"] = (result["graphs_compiled"] - graphs_after_warmup
                                                       if args.warmup_steps < args.steps else 0)
         if cuda:
-            result.update(gpu=torch.cuda.get_device_name(device),
+            result.update(gpu=torch.cuda.get_device_name(device), cuda_version=torch.version.cuda,
                           max_memory_gib=torch.cuda.max_memory_allocated(device) / 2**30)
         print(json.dumps(result))
     if world > 1:

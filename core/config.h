@@ -163,8 +163,10 @@ struct CheckpointConfig {
 
 struct LogConfig {
   int64_t interval = 10;
-  bool trace = false;        // write RUN_DIR/trace_rankR.json: the last step's gradient-bucket events
-  bool tensorboard = false;  // RUN_DIR/tensorboard/events.out.tfevents.*: metrics.jsonl's scalars for TensorBoard
+  bool trace = false;              // write RUN_DIR/trace_rankR.json: the last step's gradient-bucket events
+  bool tensorboard = false;        // RUN_DIR/tensorboard/events.out.tfevents.*: metrics.jsonl's scalars for TensorBoard
+  int64_t profile_step_start = 0;  // LibTorch's profiler over these steps (0: off): RUN_DIR/profile_rank0.json
+  int64_t profile_step_end = 0;    // inclusive; 0: profile_step_start alone
 };
 
 struct Config {

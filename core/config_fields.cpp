@@ -287,6 +287,11 @@ std::vector<ConfigField> make_fields() {
                  "write RUN_DIR/trace_rankR.json: the last step's gradient-bucket events"),
       bool_field("log", "tensorboard", LOOM_MEMBER(log.tensorboard),
                  "also write metrics.jsonl's scalars as TensorBoard event files under RUN_DIR/tensorboard"),
+      int_field("log", "profile_step_start", LOOM_MEMBER(log.profile_step_start),
+                "profile rank 0 from this step with LibTorch's profiler (0: off): the Chrome trace in "
+                "RUN_DIR/profile_rank0.json, and on a GPU the kernels that took the most time in the log"),
+      int_field("log", "profile_step_end", LOOM_MEMBER(log.profile_step_end),
+                "the last profiled step (inclusive; 0: log.profile_step_start alone)"),
   };
 }
 

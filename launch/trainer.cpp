@@ -14,6 +14,7 @@
 #include "core/logging.h"
 #include "launch/block_wrapping.h"
 #include "launch/make_optimizer.h"
+#include "launch/step_profiler.h"
 #include "launch/stop_signals.h"
 #include "parallel/ring_attention.h"
 
@@ -261,7 +262,12 @@ TrainSummary Trainer::run(const std::string& resume) {
     save_checkpoint(state, {});
     summary.stopped_early = true;
   }
+  const auto& log_config = config_.log;
+  const int64_t profile_end = std::min(t.steps, std::max(log_config.profile_step_end, log_config.profile_step_start));
+  StepProfiler profiler(groups_.rank() == 0 ? log_config.profile_step_start : 0, profile_end,
+                        run_dir_ + "/profile_rank0.json", device_);
   for (int64_t step = first_step; step <= t.steps && !summary.stopped_early; ++step) {
+    profiler.before_step(step);
     const auto step_start = Clock::now();
     maybe_inject_fault(step);
     const double lr = schedule_.at(step - 1);
@@ -301,6 +307,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     // A GPU runs behind the host: the step ends when its queued work has.
     if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
     const double step_s = seconds_since(step_start);
+    profiler.after_step(step);
 
     const int64_t done = step - first_step;  // steps timed before this one
     if (done > 0) timed_seconds += step_s;

@@ -25,7 +25,7 @@ sample_memory() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nouni
 rm -rf /tmp/loom_gpu_run
 sample_memory "$out/loom_memory.txt"
 sampler=$!
-build-gpu/loom train "$config" --run-dir /tmp/loom_gpu_run "${sets[@]}" 2>&1 | tee "$out/loom.log"
+"${LOOM:-build-gpu/loom}" train "$config" --run-dir /tmp/loom_gpu_run "${sets[@]}" 2>&1 | tee "$out/loom.log"
 kill "$sampler"
 # The resolved config loom wrote (sections of "  key: value" lines; no YAML library needed)
 # as the reference script's arguments.
@@ -57,13 +57,18 @@ if llama:
 print("\n".join(args))
 PY
 )
-echo "PyTorch side: python3 ${reference_args[*]} --device cuda --precision bf16 --warmup-steps 2"
-python3 "${reference_args[@]}" --device cuda --precision bf16 --warmup-steps 2 | tee "$out/pytorch.json" &
-reference=$!
-sample_memory "$out/pytorch_memory.txt"
-sampler=$!
-wait "$reference"
-kill "$sampler"
+# PyTorch eager, then torch.compile (SKIP_COMPILE=1 leaves it out), each in its own process.
+sides=(pytorch)
+[ "${SKIP_COMPILE:-0}" = 1 ] || sides+=(pytorch_compile)
+for side in "${sides[@]}"; do
+  extra=()
+  [ "$side" = pytorch_compile ] && extra=(--compile)
+  echo "$side: python3 ${reference_args[*]} --device cuda --precision bf16 --warmup-steps 2 ${extra[*]}"
+  sample_memory "$out/${side}_memory.txt"
+  sampler=$!
+  python3 "${reference_args[@]}" --device cuda --precision bf16 --warmup-steps 2 "${extra[@]}" | tee "$out/$side.json" || true
+  kill "$sampler"
+done
 python3 - "$out" "$config" <<'PY'
 import json, statistics, subprocess, sys, datetime, re
 out = sys.argv[1]
@@ -73,17 +78,31 @@ torch_side = json.loads(open(f"{out}/pytorch.json").read().strip().splitlines()[
 mfu = re.search(r"MFU ([0-9.]+)% of ([0-9.]+) TFLOP/s", open(f"{out}/loom.log").read())
 smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                      capture_output=True, text=True).stdout.strip()
-result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "gpu": smi, "config": sys.argv[2],
-          "torch": torch_side.get("torch_version"), "loom_tokens_per_s": loom,
+driver = smi.split(", ")[-1]
+result = {"date": datetime.datetime.now().isoformat(timespec="minutes"), "gpu": smi, "driver": driver, "config": sys.argv[2],
+          "torch": torch_side.get("torch_version"), "cuda": torch_side.get("cuda_version"), "loom_tokens_per_s": loom,
           "pytorch_tokens_per_s": torch_side["median_tokens_per_s"], "ratio": loom / torch_side["median_tokens_per_s"],
           "loom_mfu_percent": float(mfu.group(1)) if mfu else None, "peak_tflops": float(mfu.group(2)) if mfu else None,
           "pytorch_max_memory_gib": torch_side.get("max_memory_gib")}
-for side in ("loom", "pytorch"):
-    used = [int(x) for x in open(f"{out}/{side}_memory.txt").read().split() if x.isdigit()]
+try:
+    compiled = json.loads(open(f"{out}/pytorch_compile.json").read().strip().splitlines()[-1])
+    result["compile_tokens_per_s"] = compiled["median_tokens_per_s"]
+    result["ratio_compile"] = loom / compiled["median_tokens_per_s"]
+except (OSError, IndexError, KeyError, ValueError):
+    result["compile_tokens_per_s"] = result["ratio_compile"] = None
+for side in ("loom", "pytorch", "pytorch_compile"):
+    try:
+        used = [int(x) for x in open(f"{out}/{side}_memory.txt").read().split() if x.isdigit()]
+    except OSError:
+        used = []
     result[f"{side}_peak_used_gib"] = max(used) / 1024 if used else None
-print("| GPU | loom tokens/s | PyTorch eager tokens/s | loom / PyTorch | loom MFU | GPU memory used, loom / PyTorch (GiB) |")
-print(f"| {smi} | {loom:.0f} | {result['pytorch_tokens_per_s']:.0f} | {result['ratio']:.2f}x | {result['loom_mfu_percent']}% "
-      f"| {result['loom_peak_used_gib']:.1f} / {result['pytorch_peak_used_gib']:.1f} |")
+gib = lambda x: "-" if x is None else f"{x:.1f}"
+ratio = lambda x: "-" if x is None else f"{x:.2f}x"
+print("| GPU | loom tokens/s | eager tokens/s | compile tokens/s | loom / eager | loom / compile | loom MFU "
+      "| GPU memory used, loom / eager / compile (GiB) |")
+print(f"| {smi} | {loom:.0f} | {result['pytorch_tokens_per_s']:.0f} | {result['compile_tokens_per_s'] or 0:.0f} "
+      f"| {ratio(result['ratio'])} | {ratio(result['ratio_compile'])} | {result['loom_mfu_percent']}% "
+      f"| {gib(result['loom_peak_used_gib'])} / {gib(result['pytorch_peak_used_gib'])} / {gib(result['pytorch_compile_peak_used_gib'])} |")
 name = "results.json" if sys.argv[2].endswith("gpt_1.3b.yaml") else "results_" + sys.argv[2].split("/")[-1].replace(".yaml", ".json")
 for path in (f"bench/gpu/{name}", f"{out}/{name}"):
     json.dump(result, open(path, "w"), indent=1)

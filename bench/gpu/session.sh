@@ -1,42 +1,60 @@
 #!/usr/bin/env bash
-# One device-tool call's worth of GPU work, from the repository root on the GPU
-# machine (carrying .gpu_deps from bench/gpu/fetch_deps.sh): the machine's
-# versions, the build (skipped when build-gpu/loom is there), the single-GPU
-# checks (bench/gpu/check.sh), then the benchmark (bench/gpu/run.sh, its
-# arguments). Logs go to $OUT: build.log, check.log and run.sh's files.
-# All three may not fit one call's 10 minutes; the plan for a first session:
-#   1. SKIP_BENCH=1 bash bench/gpu/session.sh            (build and checks; loom comes back in $OUT)
-#   2. copy loom and libloom_sentencepiece.so into .gpu_build/, carry it with .gpu_deps, then
-#      SKIP_CHECK=1 bash bench/gpu/session.sh            (the GPT benchmark)
-#   3. SKIP_CHECK=1 bash bench/gpu/session.sh --config bench/gpu/llama_1b.yaml
+# One device-tool call's worth of GPU work, from the repository root on the GPU machine,
+# carrying .gpu_carry (bench/gpu/carry.sh, run here after the README's build: the binary the
+# CPU suite tested, with its Debian libraries). No build on the GPU machine: bench/gpu/env.sh
+# points the loader at that machine's own torch wheel. Steps, each bounded by a timeout so that
+# one failure leaves the others' logs:
+#   1. versions, and ldd: every library found, LibTorch and CUDA from the wheel there;
+#   2. bench/gpu/check.sh: the tiny GPT and Llama on the GPU against the CPU (SKIP_CHECK=1: not);
+#   3. bench/gpu/run.sh for the 1.3B GPT, then the 1B Llama: loom, PyTorch eager and
+#      torch.compile on the same GPU (SKIP_BENCH=1: not; BENCH_CONFIGS: others; SKIP_COMPILE=1: eager only);
+#   4. two steps of the 1.3B GPT under LibTorch's profiler (log.profile_step_start/end): the kernels
+#      that took the GPU's time, and the trace in $OUT/profile_rank0.json.gz (SKIP_PROFILE=1: not).
+# Everything it prints is also in $OUT/session.log; the runs' logs come back in $OUT/logs.tgz.
+# The call: device run --carry .gpu_carry --timeout_s 560 'bash bench/gpu/session.sh'
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-/tmp/loom_gpu_bench}
+out=${OUT:-/tmp/loom_gpu_session}
 mkdir -p "$out"
-{
-  date -u +%FT%TZ
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
-  echo "cores $(nproc) | $(g++ --version | head -1) | $(nvcc --version | tail -1)"
-} 2>&1 | tee "$out/build.log"
-# A binary brought back by an earlier call (its $OUT files copied into .gpu_build/, carried)
-# spares the build when the sources have not changed since.
-if [ ! -x build-gpu/loom ] && [ -x .gpu_build/loom ]; then
-  mkdir -p build-gpu && cp .gpu_build/loom .gpu_build/libloom_sentencepiece.so build-gpu/
-  echo "using the carried .gpu_build/loom"
+exec > >(tee "$out/session.log") 2>&1
+source bench/gpu/env.sh
+sets=()  # BENCH_SETS: "key=value ..." for every loom run of the benchmark and the profile
+for s in ${BENCH_SETS:-}; do sets+=(--set "$s"); done
+pack() { tar czf "$out/logs.tgz" --exclude='*.pt' --exclude='*.bin' --exclude='profile_rank0.json' -C / tmp/loom_gpu_check tmp/loom_gpu_bench 2> /dev/null; }
+trap pack EXIT
+echo "== $(date -u +%FT%TZ) on $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader)"
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+echo "cores $(nproc) | $(ldd --version | head -1) | $(nvcc --version 2> /dev/null | tail -1)"
+echo "== ldd"
+ldd "$LOOM" | grep -E "torch|c10|cudart|nccl|gomp|yaml|not found"
+if ldd "$LOOM" | grep -q "not found"; then
+  echo "a library was not found: stopping"
+  exit 1
 fi
-if [ ! -x build-gpu/loom ]; then
-  start=$SECONDS
-  if ! timeout "${BUILD_TIMEOUT:-400}" bash bench/gpu/build.sh >> "$out/build.log" 2>&1; then
-    grep -E "error|Error|CMake Error" "$out/build.log" | head -80
-    tail -20 "$out/build.log"
-    exit 1
-  fi
-  echo "built in $((SECONDS - start)) s"
-  cp build-gpu/loom build-gpu/libloom_sentencepiece.so "$out/"
+"$LOOM" --version 2>&1 | head -3
+echo "== smoke: 3 steps of the tiny GPT on the GPU"
+timeout 60 "$LOOM" train configs/gpt_tiny.yaml --run-dir /tmp/loom_smoke --set train.device=cuda --set train.steps=3 --set train.warmup_steps=1 \
+  --set log.interval=1 2>&1 | tail -15
+if [ "${SKIP_CHECK:-0}" != 1 ]; then
+  echo "== bench/gpu/check.sh"
+  WORK=/tmp/loom_gpu_check timeout "${CHECK_TIMEOUT:-150}" bash bench/gpu/check.sh
 fi
-# Which CUDA runtime, LibTorch and NCCL the binary loads (two CUDA runtimes would show here).
-LD_LIBRARY_PATH=/tmp/loom_deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} ldd build-gpu/loom |
-  grep -E "cudart|torch_cuda|nccl|not found" | tee -a "$out/build.log"
-[ "${SKIP_CHECK:-0}" = 1 ] || timeout "${CHECK_TIMEOUT:-200}" bash bench/gpu/check.sh 2>&1 | tee "$out/check.log"
-[ "${SKIP_BENCH:-0}" = 1 ] || timeout "${BENCH_TIMEOUT:-420}" bash bench/gpu/run.sh "$@"
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  for config in ${BENCH_CONFIGS:-bench/gpu/gpt_1.3b.yaml bench/gpu/llama_1b.yaml}; do
+    name=$(basename "$config" .yaml)
+    echo "== bench/gpu/run.sh --config $config"
+    mkdir -p "/tmp/loom_gpu_bench/$name"
+    OUT="/tmp/loom_gpu_bench/$name" timeout "${BENCH_TIMEOUT:-170}" bash bench/gpu/run.sh --config "$config" ${BENCH_SETS:-}
+    cp "/tmp/loom_gpu_bench/$name"/results*.json "$out/" 2> /dev/null
+  done
+fi
+if [ "${SKIP_PROFILE:-0}" != 1 ]; then
+  # Two steps of loom's 1.3B GPT under LibTorch's profiler: the kernels that took the most time.
+  config=${PROFILE_CONFIG:-bench/gpu/gpt_1.3b.yaml}
+  echo "== profile: $config, steps 3-4"
+  timeout "${PROFILE_TIMEOUT:-90}" "$LOOM" train "$config" --run-dir /tmp/loom_gpu_bench/profile --set train.steps=4 \
+    --set train.warmup_steps=1 --set log.profile_step_start=3 --set log.profile_step_end=4 "${sets[@]}" 2>&1 |
+    grep -E "profile:|step [0-9]+/4|error|Error"
+  gzip -c /tmp/loom_gpu_bench/profile/profile_rank0.json > "$out/profile_rank0.json.gz" 2> /dev/null
+fi
+echo "== done $(date -u +%FT%TZ)"

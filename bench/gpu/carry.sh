@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Run on the CPU machine after the README's build: puts the loom binary built here (LibTorch 2.11
+# from the PyPI wheel, CUDA 13 and NCCL compiled in) and the Debian libraries it loads beside
+# LibTorch into .gpu_carry/ (ignored by git), for the device tool to carry. The GPU machine has
+# the same torch wheel in its own Python: bench/gpu/env.sh points the loader at it, so the binary
+# tested here is the one that runs there, and no device time goes on a build.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${BUILD_DIR:-build}
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qxF '/.gpu_carry/' "$exclude" 2> /dev/null || echo '/.gpu_carry/' >> "$exclude"
+rm -rf .gpu_carry && mkdir -p .gpu_carry/lib
+cp "$build/loom" .gpu_carry/
+[ -f "$build/libloom_sentencepiece.so" ] && cp "$build/libloom_sentencepiece.so" .gpu_carry/
+# Every library the binaries load that is neither the C/C++ runtime (the GPU machine's own, newer)
+# nor LibTorch's or NVIDIA's (the GPU machine's wheel).
+for binary in .gpu_carry/loom .gpu_carry/libloom_sentencepiece.so; do
+  [ -f "$binary" ] || continue
+  ldd "$binary" | awk '/=> \// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  case "$name" in
+    libc.so* | libm.so* | libstdc++.so* | libgcc_s.so* | libdl.so* | libpthread.so* | librt.so* | libutil.so* | ld-linux*) continue ;;
+  esac
+  case "$path" in */site-packages/*) continue ;; esac
+  cp -L "$path" ".gpu_carry/lib/$name"
+done
+# The newest glibc symbol version anything carried asks for (the GPU machine's glibc must have it).
+newest=$(objdump -T .gpu_carry/loom .gpu_carry/*.so .gpu_carry/lib/* 2> /dev/null | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1)
+echo "carried: $(ls .gpu_carry/lib | tr '\n' ' ')"
+echo "needs $newest; $(du -sh .gpu_carry | cut -f1) in .gpu_carry/"
