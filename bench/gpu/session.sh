@@ -8,8 +8,9 @@
 #   2. bench/gpu/check.sh: the tiny GPT and Llama on the GPU against the CPU (SKIP_CHECK=1: not);
 #   3. bench/gpu/run.sh for the 1.3B GPT, then the 1B Llama: loom, PyTorch eager and
 #      torch.compile on the same GPU (SKIP_BENCH=1: not; BENCH_CONFIGS: others; SKIP_COMPILE=1: eager only);
-#   4. two steps of the 1.3B GPT under LibTorch's profiler (log.profile_step_start/end): the kernels
-#      that took the GPU's time, and the trace in $OUT/profile_rank0.json.gz (SKIP_PROFILE=1: not).
+#   4. two steps of the 1.3B GPT (PROFILE_CONFIGS: others) under LibTorch's profiler
+#      (log.profile_step_start/end): the kernels that took the GPU's time, and the trace in
+#      $OUT/profile_NAME.json.gz (SKIP_PROFILE=1: not).
 # Everything it prints is also in $OUT/session.log; the runs' logs come back in $OUT/logs.tgz.
 # The call: device run --carry .gpu_carry --timeout_s 560 'bash bench/gpu/session.sh'
 set -uo pipefail
@@ -49,12 +50,14 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   done
 fi
 if [ "${SKIP_PROFILE:-0}" != 1 ]; then
-  # Two steps of loom's 1.3B GPT under LibTorch's profiler: the kernels that took the most time.
-  config=${PROFILE_CONFIG:-bench/gpu/gpt_1.3b.yaml}
-  echo "== profile: $config, steps 3-4"
-  timeout "${PROFILE_TIMEOUT:-90}" "$LOOM" train "$config" --run-dir /tmp/loom_gpu_bench/profile --set train.steps=4 \
-    --set train.warmup_steps=1 --set log.profile_step_start=3 --set log.profile_step_end=4 "${sets[@]}" 2>&1 |
-    grep -E "profile:|step [0-9]+/4|error|Error"
-  gzip -c /tmp/loom_gpu_bench/profile/profile_rank0.json > "$out/profile_rank0.json.gz" 2> /dev/null
+  # Two steps of each model under LibTorch's profiler: the kernels that took the most time.
+  for config in ${PROFILE_CONFIGS:-bench/gpu/gpt_1.3b.yaml}; do
+    name=$(basename "$config" .yaml)
+    echo "== profile: $config, steps 3-4"
+    timeout "${PROFILE_TIMEOUT:-90}" "$LOOM" train "$config" --run-dir "/tmp/loom_gpu_bench/profile_$name" \
+      --set train.steps=4 --set train.warmup_steps=1 --set log.profile_step_start=3 --set log.profile_step_end=4 \
+      "${sets[@]}" 2>&1 | grep -E "profile:|step [0-9]+/4|error|Error"
+    gzip -c "/tmp/loom_gpu_bench/profile_$name/profile_rank0.json" > "$out/profile_$name.json.gz" 2> /dev/null
+  done
 fi
 echo "== done $(date -u +%FT%TZ)"
