@@ -18,9 +18,11 @@ torch::Tensor NormImpl::forward(const torch::Tensor& x) {
 }
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  auto x32 = x.to(torch::kFloat);
-  auto normalised = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return weight * normalised.to(x.scalar_type());
+  // LibTorch's own RMSNorm: one fused kernel each way on a GPU, where the composition
+  // (upcast, square, mean, rsqrt, multiply, downcast, scale) took seven passes over the
+  // activations forward and more back. It computes in fp32 and rounds once, after the
+  // weight (Hugging Face's Llama rounds before it: the same in fp32).
+  return at::rms_norm(x, {x.size(-1)}, weight, eps);
 }
 
 }  // namespace loom::models
