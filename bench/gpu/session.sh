@@ -34,6 +34,7 @@ if ldd "$LOOM" | grep -q "not found"; then
 fi
 "$LOOM" --version 2>&1 | head -3
 echo "== smoke: 3 steps of the tiny GPT on the GPU"
+rm -rf /tmp/loom_smoke
 timeout 60 "$LOOM" train configs/gpt_tiny.yaml --run-dir /tmp/loom_smoke --set train.device=cuda --set train.steps=3 --set train.warmup_steps=1 \
   --set log.interval=1 2>&1 | tail -15
 if [ "${SKIP_CHECK:-0}" != 1 ]; then
