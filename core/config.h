@@ -20,6 +20,18 @@ struct MoEConfig {
   double aux_loss_coeff = 0.01;  // Switch/GShard load-balancing loss
   double z_loss_coeff = 0.001;   // router z-loss (ST-MoE)
   double router_jitter = 0.0;    // multiplicative noise on the router input, uniform in [1 - j, 1 + j]
+  // The router of models/moe.h: scores by softmax over the experts or each expert's sigmoid
+  // (DeepSeek-V3); the chosen experts' weights renormalised to sum to one (top-k > 1); the routed
+  // output scaled; group-limited routing (experts in N_GROUP groups, each scored by its best two
+  // experts, only the TOPK_GROUP best groups' experts eligible).
+  std::string score = "softmax";
+  bool norm_topk_prob = true;
+  double routed_scaling_factor = 1.0;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  // DeepSeek-V3's auxiliary-loss-free balancing: each expert has a bias added to its score for
+  // choosing only, moved after every step by this rate times sign(mean load - its load) (0: none).
+  double bias_update_rate = 0.0;
   bool enabled() const { return num_experts > 0; }
 };
 

@@ -22,6 +22,9 @@ const std::vector<MegatronAlias>& megatron_aliases() {
       {"moe_aux_loss_coeff", "model.moe.aux_loss_coeff", ""},
       {"moe_z_loss_coeff", "model.moe.z_loss_coeff", ""},
       {"moe_input_jitter_eps", "model.moe.router_jitter", ""},
+      {"moe_router_score_function", "model.moe.score", ""},
+      {"moe_router_topk_scaling_factor", "model.moe.routed_scaling_factor", ""},
+      {"moe_router_bias_update_rate", "model.moe.bias_update_rate", ""},
 
       {"tensor_model_parallel_size", "parallel.tp", ""},
       {"pipeline_model_parallel_size", "parallel.pp", ""},

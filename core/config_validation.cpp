@@ -187,6 +187,18 @@ void resolve_and_validate(Config& c, int64_t world) {
     require(moe.aux_loss_coeff >= 0, "model.moe.aux_loss_coeff", "must be non-negative");
     require(moe.z_loss_coeff >= 0, "model.moe.z_loss_coeff", "must be non-negative");
     require(moe.router_jitter >= 0 && moe.router_jitter < 1, "model.moe.router_jitter", "must be in [0, 1)");
+    require(moe.score == "softmax" || moe.score == "sigmoid", "model.moe.score", "must be softmax or sigmoid");
+    require(moe.bias_update_rate >= 0, "model.moe.bias_update_rate", "must be 0 (no expert bias) or positive");
+    require(moe.routed_scaling_factor > 0, "model.moe.routed_scaling_factor", "must be positive");
+    require(moe.n_group >= 1 && moe.num_experts % moe.n_group == 0, "model.moe.n_group",
+            "must divide model.moe.num_experts = " + std::to_string(moe.num_experts));
+    require(moe.n_group == 1 || moe.num_experts / moe.n_group >= 2, "model.moe.n_group",
+            "groups are scored by their best two experts: each needs at least two");
+    require(moe.topk_group >= 1 && moe.topk_group <= moe.n_group, "model.moe.topk_group",
+            "must be in [1, model.moe.n_group = " + std::to_string(moe.n_group) + "]");
+    require(moe.top_k <= moe.topk_group * (moe.num_experts / moe.n_group), "model.moe.topk_group",
+            "leaves " + std::to_string(moe.topk_group * (moe.num_experts / moe.n_group)) +
+                " eligible experts, fewer than model.moe.top_k = " + std::to_string(moe.top_k));
     require(moe.num_experts % p.ep == 0, "model.moe.num_experts",
             std::to_string(moe.num_experts) + " experts cannot be spread evenly over parallel.ep = " +
                 std::to_string(p.ep) + " ranks; use a multiple of " + std::to_string(p.ep));

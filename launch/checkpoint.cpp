@@ -167,6 +167,7 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     if (config_.train.optimizer == OptimizerKind::muon)
       header["muon_groups"] = {{"include", config_.train.muon.include}, {"exclude", config_.train.muon.exclude}};
     header["train_steps"] = config_.train.steps;
+    if (!state.expert_bias.empty()) header["expert_bias"] = state.expert_bias;
     if (state.loss_scale > 0) {
       header["loss_scaler"] = {{"scale", state.loss_scale},
                                {"clean_steps", state.loss_scale_clean_steps},
@@ -455,6 +456,13 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   if (tokenizer_.is_null() && manifest.contains("tokenizer")) tokenizer_ = manifest.at("tokenizer");
   TrainingState state{manifest.at("step").get<int64_t>(), manifest.at("consumed_samples").get<int64_t>()};
   state.saved_train_steps = manifest.value("train_steps", int64_t{0});
+  if (manifest.contains("expert_bias")) {
+    try {
+      state.expert_bias = manifest.at("expert_bias").get<std::vector<std::vector<double>>>();
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(source + ": manifest.json's expert_bias is not a list of lists of numbers: " + e.what());
+    }
+  }
   if (manifest.contains("loss_scaler")) {
     try {
       const auto& scaler = manifest.at("loss_scaler");

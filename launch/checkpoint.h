@@ -28,7 +28,8 @@ struct TrainingState {
   double loss_scale = 0.0;
   int64_t loss_scale_clean_steps = 0;
   int64_t skipped_steps = 0;
-  int64_t saved_train_steps = 0;  // train.steps of the run that saved it (0: not recorded)
+  int64_t saved_train_steps = 0;                 // train.steps of the run that saved it (0: not recorded)
+  std::vector<std::vector<double>> expert_bias;  // MoE layers' expert biases (launch/moe_metrics.h); empty: none
 };
 
 struct PendingSave;  // a save whose files are being written (checkpoint.cpp)

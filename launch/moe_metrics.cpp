@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/errors.h"
 #include "core/logging.h"
 
 namespace loom::launch {
@@ -16,7 +17,41 @@ std::vector<int64_t> moe_layers(const Config& config) {
 }
 
 MoEMonitor::MoEMonitor(const Config& config, std::vector<models::MoEStats*> stats)
-    : num_experts_(config.model.moe.num_experts), layers_(moe_layers(config)), stats_(std::move(stats)) {}
+    : num_experts_(config.model.moe.num_experts),
+      layers_(moe_layers(config)),
+      stats_(std::move(stats)),
+      bias_update_rate_(config.model.moe.bias_update_rate) {
+  if (bias_update_rate_ > 0)
+    expert_bias_.assign(layers_.size(), std::vector<double>(static_cast<size_t>(num_experts_), 0.0));
+}
+
+void MoEMonitor::hand_out_expert_bias() {
+  for (auto* s : stats_) {
+    if (!s->expert_bias.defined()) continue;
+    const auto i = static_cast<size_t>(std::find(layers_.begin(), layers_.end(), s->layer) - layers_.begin());
+    const auto bias = torch::tensor(expert_bias_[i], torch::kFloat64).to(torch::kFloat32);
+    torch::NoGradGuard no_grad;
+    s->expert_bias.copy_(bias);
+  }
+}
+
+void MoEMonitor::restore_expert_bias(const std::vector<std::vector<double>>& saved, const std::string& source) {
+  if (saved.empty()) return;  // saved without biases: a run that starts using them starts at zero
+  if (bias_update_rate_ <= 0) {
+    throw InputError(source + ": the checkpoint holds expert biases (trained with model.moe.bias_update_rate > 0); " +
+                     "the config has model.moe.bias_update_rate = 0, which would route without them");
+  }
+  const bool fits = saved.size() == expert_bias_.size() &&
+                    std::all_of(saved.begin(), saved.end(),
+                                [&](const auto& layer) { return static_cast<int64_t>(layer.size()) == num_experts_; });
+  if (!fits) {
+    throw InputError(source + ": the checkpoint's expert biases are " + std::to_string(saved.size()) + " layers of " +
+                     std::to_string(saved.front().size()) + ", the model has " + std::to_string(expert_bias_.size()) +
+                     " MoE layers of " + std::to_string(num_experts_) + " experts");
+  }
+  expert_bias_ = saved;
+  hand_out_expert_bias();
+}
 
 nlohmann::json MoEMonitor::collect(parallel::ProcessGroups& groups) {
   // One row per MoE layer: tokens per expert, dropped, aux loss, z-loss,
@@ -70,6 +105,11 @@ nlohmann::json MoEMonitor::collect(parallel::ProcessGroups& groups) {
   record["max_imbalance"] = max_imbalance;
   record["dropped_tokens"] = dropped;
   record["all_to_all"] = {{"sent_bytes", sent}, {"received_bytes", received}};
+  if (!expert_bias_.empty()) {
+    for (size_t i = 0; i < tokens.size(); ++i)
+      models::update_expert_bias(expert_bias_[i], tokens[i], bias_update_rate_);
+    hand_out_expert_bias();
+  }
   const auto warnings = check_hot(layers_, tokens);
   if (groups.rank() == 0) {
     for (const auto& w : warnings) log::warn("{}", w);

@@ -35,11 +35,24 @@ class MoEMonitor {
   std::vector<std::string> check_hot(const std::vector<int64_t>& layers,
                                      const std::vector<std::vector<double>>& tokens_per_expert);
 
+  // DeepSeek-V3's expert biases of every MoE layer of the model (model.moe.bias_update_rate > 0;
+  // else empty): collect() moves them by the step's global loads, the same on every rank, and
+  // hands this rank's layers theirs. Checkpoints save and restore them (a step N checkpoint
+  // holds N updates).
+  const std::vector<std::vector<double>>& expert_bias() const { return expert_bias_; }
+  // From a checkpoint (SOURCE names it in errors): refused (InputError) when it holds biases the
+  // config does not use, or biases of another shape; none kept while the config uses them: zeros.
+  void restore_expert_bias(const std::vector<std::vector<double>>& saved, const std::string& source);
+
  private:
+  void hand_out_expert_bias();
+
   int64_t num_experts_;
   std::vector<int64_t> layers_;  // global indices of every MoE layer of the model
   std::vector<models::MoEStats*> stats_;
   std::map<std::pair<int64_t, int64_t>, int> streak_;  // (layer, expert) -> hot steps in a row
+  double bias_update_rate_ = 0.0;
+  std::vector<std::vector<double>> expert_bias_;  // [layer of layers_][expert]
 };
 
 }  // namespace loom::launch

@@ -165,6 +165,7 @@ TrainingState Trainer::state_after(int64_t step, int64_t consumed) const {
     state.loss_scale_clean_steps = scaler_->clean_steps();
     state.skipped_steps = scaler_->skipped_steps();
   }
+  if (moe_monitor_) state.expert_bias = moe_monitor_->expert_bias();
   return state;
 }
 
@@ -245,6 +246,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     sync_->release_all(/*loaded=*/true);
     if (scaler_ && state.loss_scale > 0)
       scaler_->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
+    if (moe_monitor_) moe_monitor_->restore_expert_bias(state.expert_bias, "--resume " + resume);
   }
   open_records(resume, state.step);
   if (state.step < t.steps) optim::report_schedule_change(t, state.saved_train_steps, state.step);
@@ -337,6 +339,9 @@ TrainSummary Trainer::run(const std::string& resume) {
       interval_losses_.clear();
       extra["epoch"] = epochs_.size() == 1 ? nlohmann::json(epochs_[0]) : nlohmann::json(epochs_);
     }
+    // MoE statistics are collective (every rank takes part, rank 0 writes them); the expert biases
+    // move with them, before an evaluation routes with them.
+    if (moe_monitor_) extra["moe"] = moe_monitor_->collect(groups_);
     if (evaluates_at(step) && !guard_.diverged()) {
       const double val_loss = evaluate();
       extra["val_loss"] = val_loss;

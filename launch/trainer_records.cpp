@@ -14,8 +14,6 @@ namespace fs = std::filesystem;
 void Trainer::write_metrics(int64_t step, const StepResult& result, double lr, double grad_norm, double step_s,
                             int64_t consumed, double used_scale, bool skipped, const nlohmann::json& memory,
                             const nlohmann::json& extra) {
-  // MoE statistics are collective: every rank takes part, rank 0 writes.
-  const nlohmann::json moe = moe_monitor_ ? moe_monitor_->collect(groups_) : nlohmann::json();
   if (!metrics_) return;
   const int64_t tokens_per_step = config_.train.global_batch_size * config_.model.seq_len;
   nlohmann::json record{{"step", step},
@@ -29,8 +27,7 @@ void Trainer::write_metrics(int64_t step, const StepResult& result, double lr, d
   if (scaler_) record["loss_scale"] = used_scale;
   if (scaler_ || skipped) record["skipped"] = skipped;
   if (!memory.is_null()) record["memory"] = memory;
-  if (extra.is_object()) record.update(extra);
-  if (!moe.is_null()) record["moe"] = moe;
+  if (extra.is_object()) record.update(extra);  // MoE's record ("moe") among them
   metrics_->write(record);
 }
 

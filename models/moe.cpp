@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <tuple>
 
 #include "core/precision.h"
 #include "parallel/init.h"
@@ -42,16 +44,64 @@ int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t num_experts, doub
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(exact - 1e-9)));
 }
 
+RouterOptions RouterOptions::of(const MoEConfig& moe) {
+  RouterOptions o;
+  o.top_k = moe.top_k;
+  o.capacity_factor = moe.capacity_factor;
+  o.sigmoid = moe.score == "sigmoid";
+  o.norm_topk_prob = moe.norm_topk_prob;
+  o.routed_scaling_factor = moe.routed_scaling_factor;
+  o.n_group = moe.n_group;
+  o.topk_group = moe.topk_group;
+  return o;
+}
+
 Routing route_tokens(const torch::Tensor& logits, int64_t top_k, double capacity_factor) {
-  const int64_t tokens = logits.size(0), num_experts = logits.size(1);
+  RouterOptions options;
+  options.top_k = top_k;
+  options.capacity_factor = capacity_factor;
+  return route_tokens(logits, options);
+}
+
+Routing route_tokens(const torch::Tensor& logits, const RouterOptions& options) {
+  const int64_t tokens = logits.size(0), num_experts = logits.size(1), top_k = options.top_k;
+  const double capacity_factor = options.capacity_factor;
   Routing r;
-  r.probs = torch::softmax(logits.to(torch::kFloat32), -1);
-  auto [top_probs, experts] = r.probs.topk(top_k, -1);
+  const auto scores = logits.to(torch::kFloat32);
+  r.probs = options.sigmoid ? scores.sigmoid() : torch::softmax(scores, -1);
+  torch::Tensor top_probs, experts;
+  // What the choice ranks: the scores, plus the expert bias when there is one (the weights stay
+  // the scores themselves).
+  const auto choice = options.bias.defined() ? r.probs.detach() + options.bias.to(r.probs.device()) : r.probs;
+  if (options.n_group > 1 || options.bias.defined()) {
+    // Each group scored by the sum of its best two experts; the experts outside the TOPK_GROUP
+    // best groups cannot be chosen (one group: all eligible).
+    torch::NoGradGuard no_grad;  // choosing; the weights below are gathered with autograd on
+    const int64_t per_group = num_experts / options.n_group;
+    const auto grouped = choice.view({tokens, options.n_group, per_group});
+    const auto group_scores = std::get<0>(grouped.topk(std::min<int64_t>(2, per_group), -1)).sum(-1);
+    const auto best_groups = std::get<1>(group_scores.topk(options.topk_group, -1));
+    const auto eligible = torch::zeros_like(group_scores, torch::kBool).scatter_(1, best_groups, true);
+    const auto masked = choice.masked_fill(
+        ~eligible.unsqueeze(-1).expand({tokens, options.n_group, per_group}).reshape({tokens, num_experts}),
+        -std::numeric_limits<float>::infinity());
+    experts = std::get<1>(masked.topk(top_k, -1));
+  }
+  if (experts.defined()) {
+    top_probs = r.probs.gather(1, experts);
+  } else {
+    std::tie(top_probs, experts) = r.probs.topk(top_k, -1);
+  }
   r.assignment.experts = experts;
   // Renormalised over the chosen experts; with one choice that would make every
   // weight 1 and cut the router off from the language-model loss, so top-1
-  // keeps the router probability (Switch Transformer).
-  r.assignment.weights = top_k > 1 ? top_probs / top_probs.sum(-1, true) : top_probs;
+  // keeps the router probability (Switch Transformer). Sigmoid scores need not sum to
+  // anything: their sum gets DeepSeek-V3's 1e-20 against a zero.
+  auto weights = top_probs;
+  if (options.norm_topk_prob && top_k > 1)
+    weights = top_probs / (options.sigmoid ? top_probs.sum(-1, true) + 1e-20 : top_probs.sum(-1, true));
+  if (options.routed_scaling_factor != 1.0) weights = weights * options.routed_scaling_factor;
+  r.assignment.weights = weights;
   r.counts = torch::bincount(experts.reshape({-1}), {}, num_experts);
   r.assignment.keep = torch::ones_like(experts, torch::kBool);
   if (capacity_factor <= 0) return r;
@@ -95,7 +145,19 @@ void MoEStats::reset() {
   volume = {};
 }
 
+void update_expert_bias(std::vector<double>& bias, const std::vector<double>& loads, double rate) {
+  TORCH_CHECK(bias.size() == loads.size(), "update_expert_bias: ", bias.size(), " biases, ", loads.size(), " loads");
+  double total = 0;
+  for (double l : loads) total += l;
+  const double mean = total / static_cast<double>(loads.size());  // a load equal to the mean moves nothing
+  for (size_t e = 0; e < bias.size(); ++e) {
+    const double gap = mean - loads[e];
+    bias[e] += rate * static_cast<double>((gap > 0) - (gap < 0));
+  }
+}
+
 void MoEStats::keep_on(const torch::Device& device) {
+  if (expert_bias.defined() && expert_bias.device() != device) expert_bias = expert_bias.to(device);
   if (tokens_per_expert.device() == device) return;
   tokens_per_expert = tokens_per_expert.to(device);
   aux_loss = aux_loss.to(device);
@@ -134,6 +196,7 @@ MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicato
   }
   stats_.layer = options.layer;
   stats_.tokens_per_expert = torch::zeros({e}, torch::kInt64);
+  if (options.moe.bias_update_rate > 0) stats_.expert_bias = torch::zeros({e}, torch::kFloat32);
   stats_.reset();
 }
 
@@ -167,8 +230,13 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
     router_input =
         tokens * torch::empty_like(tokens).uniform_(1.0 - moe.router_jitter, 1.0 + moe.router_jitter, generator);
   }
-  auto logits = torch::linear(router_input, cast_to_activation(router_, router_input));
-  Routing routing = route_tokens(logits, moe.top_k, moe.capacity_factor);
+  // DeepSeek-V3's sigmoid router works in fp32 (its biases and group choice are sensitive to bf16
+  // rounding); the softmax routers, as Mixtral's and Qwen3-MoE's, in the activations' dtype.
+  auto logits = moe.score == "sigmoid" ? torch::linear(router_input.to(torch::kFloat32), router_.to(torch::kFloat32))
+                                       : torch::linear(router_input, cast_to_activation(router_, router_input));
+  auto router = RouterOptions::of(moe);
+  router.bias = stats_.expert_bias;
+  Routing routing = route_tokens(logits, router);
 
   // The auxiliary losses are over the whole sequence: under sequence
   // parallelism each tp rank holds part of it, and under context parallelism
@@ -176,7 +244,9 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
   const bool split = options_.sequence_parallel && tp_.size() > 1;
   const int64_t cp = cp_ ? cp_->size() : 1;
   const int64_t all_tokens = (split ? local_tokens * tp_.size() : local_tokens) * cp;
-  auto probs_sum = routing.probs.sum(0);
+  // Sigmoid scores enter the balance loss normalised per token (DeepSeek-V3's s'_{i,t}).
+  auto probs_sum =
+      (moe.score == "sigmoid" ? routing.probs / (routing.probs.sum(-1, true) + 1e-20) : routing.probs).sum(0);
   auto counts = routing.counts.to(torch::kFloat32);
   if (split) {
     probs_sum = parallel::reduce_from_tp_region(probs_sum, tp_);

@@ -1,10 +1,12 @@
 // Mixture of Experts: a router and NUM_EXPERTS expert MLPs that replace a
 // block's MLP (Switch Transformer, GShard; Megatron-LM's MoE layer).
 //
-// Router: logits = x W_r, probabilities by softmax, the top k experts of each
-// token, their weights renormalised to sum to one (with k = 1 the weight is the
+// Router: logits = x W_r, probabilities by softmax (or each expert's sigmoid, DeepSeek-V3),
+// the top k experts of each token (among the best groups' experts under group-limited
+// routing), their weights renormalised to sum to one (with k = 1 the weight is the
 // router probability, as in Switch, or the router would get no gradient from
-// the language-model loss). The load-balancing loss
+// the language-model loss; model.moe.norm_topk_prob: false keeps the scores) and
+// times model.moe.routed_scaling_factor. The load-balancing loss
 // (Switch/GShard) E * sum_e f_e P_e, with f_e the share of the T k choices
 // that picked expert e (counted before any dropping) and P_e the mean router
 // probability of e, and the router z-loss mean_t logsumexp(logits_t)^2 are
@@ -47,7 +49,25 @@ struct Routing {
   int64_t dropped = 0;   // choices dropped over capacity
 };
 
-// LOGITS [T, E] -> top-k routing with capacity (0: unlimited).
+// How a router turns logits into choices (model.moe's router keys).
+struct RouterOptions {
+  int64_t top_k = 2;
+  double capacity_factor = 0.0;  // 0: unlimited
+  bool sigmoid = false;          // scores: each expert's sigmoid (DeepSeek-V3), else softmax over the experts
+  bool norm_topk_prob = true;    // the chosen weights renormalised to sum to one (top_k > 1)
+  double routed_scaling_factor = 1.0;
+  int64_t n_group = 1, topk_group = 1;  // group-limited routing (n_group > 1)
+  torch::Tensor bias;                   // [E] added to the scores for choosing only; undefined: none
+  static RouterOptions of(const MoEConfig& moe);
+};
+
+// One step of DeepSeek-V3's bias update: BIAS[e] += RATE * sign(mean(LOADS) - LOADS[e]).
+void update_expert_bias(std::vector<double>& bias, const std::vector<double>& loads, double rate);
+
+// LOGITS [T, E] -> top-k routing with capacity. Routing::probs are the scores (softmax or
+// sigmoid); the chosen experts are the top k of them among the eligible groups' experts, their
+// weights the chosen scores, renormalised if asked, times the scaling factor.
+Routing route_tokens(const torch::Tensor& logits, const RouterOptions& options);
 Routing route_tokens(const torch::Tensor& logits, int64_t top_k, double capacity_factor);
 // max(1, ceil(TOKENS * TOP_K / NUM_EXPERTS * CAPACITY_FACTOR)).
 int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t num_experts, double capacity_factor);
@@ -67,6 +87,10 @@ struct MoEStats {
   torch::Tensor aux_loss, z_loss;  // sums over the step's micro-batches, unscaled by coefficients
   int64_t micro_batches = 0;
   parallel::AllToAllVolume volume;  // this rank's all-to-all bytes, forward and backward
+  // [E] fp32: the layer's expert bias for choosing (model.moe.bias_update_rate > 0; else
+  // undefined). The router reads it; the trainer moves it after each step from the global loads
+  // (launch/moe_metrics.h). Not a parameter: no optimizer or weight decay touches it.
+  torch::Tensor expert_bias;
   void reset();
   // Moves the sums to DEVICE (the routing's), so that recording adds without a copy to the host.
   void keep_on(const torch::Device& device);

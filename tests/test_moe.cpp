@@ -1,6 +1,7 @@
 // The MoE router, its losses and capacity rule against values worked by hand;
 // the layer against a token-by-token loop; the imbalance monitor on a router
 // forced to one expert; the moe config keys.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -50,6 +51,97 @@ TEST_CASE("router: top-k choices, weights renormalised over them", "[moe]") {
   auto top1 = route_tokens(logits, 1, 0.0);
   CHECK(top1.assignment.weights[0][0].item<double>() == Approx(p[0][2].item<double>()).epsilon(1e-6));
   CHECK(expert_capacity(3, 1, 8, 0.01) == 1);  // never zero slots
+}
+
+// DeepSeek-V3's and Qwen3-MoE's routers written token by token from their definitions, with
+// plain loops: the scores, the eligible groups, the top k, the weights.
+namespace {
+struct Chosen {
+  std::vector<int64_t> experts;
+  std::vector<double> weights;
+};
+Chosen route_by_hand(const std::vector<double>& logits, const RouterOptions& o) {
+  const auto e = static_cast<int64_t>(logits.size());
+  std::vector<double> score(logits.size());
+  double total = 0;
+  for (double l : logits) total += std::exp(l);
+  for (size_t i = 0; i < logits.size(); ++i)
+    score[i] = o.sigmoid ? 1.0 / (1.0 + std::exp(-logits[i])) : std::exp(logits[i]) / total;
+  std::vector<bool> eligible(logits.size(), true);
+  if (o.n_group > 1) {
+    const int64_t per = e / o.n_group;
+    std::vector<std::pair<double, int64_t>> groups;
+    for (int64_t g = 0; g < o.n_group; ++g) {
+      std::vector<double> members(score.begin() + g * per, score.begin() + (g + 1) * per);
+      std::sort(members.rbegin(), members.rend());
+      groups.emplace_back(members[0] + members[1], g);
+    }
+    std::sort(groups.begin(), groups.end(), [](auto a, auto b) { return a.first > b.first; });
+    for (int64_t i = 0; i < e; ++i) eligible[static_cast<size_t>(i)] = false;
+    for (int64_t k = 0; k < o.topk_group; ++k)
+      for (int64_t i = 0; i < per; ++i)
+        eligible[static_cast<size_t>(groups[static_cast<size_t>(k)].second * per + i)] = true;
+  }
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < e; ++i)
+    if (eligible[static_cast<size_t>(i)]) order.push_back(i);
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return score[static_cast<size_t>(a)] > score[static_cast<size_t>(b)]; });
+  Chosen c;
+  double sum = 0;
+  for (int64_t k = 0; k < o.top_k; ++k) {
+    c.experts.push_back(order[static_cast<size_t>(k)]);
+    sum += score[static_cast<size_t>(order[static_cast<size_t>(k)])];
+  }
+  for (int64_t x : c.experts) {
+    double w = score[static_cast<size_t>(x)];
+    if (o.norm_topk_prob && o.top_k > 1) w /= sum;
+    c.weights.push_back(w * o.routed_scaling_factor);
+  }
+  return c;
+}
+}  // namespace
+
+TEST_CASE("router options: sigmoid or softmax scores, group-limited choice, renormalisation, scaling", "[moe]") {
+  torch::manual_seed(11);
+  const int64_t tokens = 16, experts = 8;
+  const auto logits = torch::randn({tokens, experts}, torch::kFloat64).to(torch::kFloat32) * 2.0;
+  std::vector<RouterOptions> cases(4);
+  cases[0].sigmoid = true;  // DeepSeek-V3's shape: 4 groups of 2, the best 2 groups, top 3, scaled
+  cases[0].n_group = 4;
+  cases[0].topk_group = 2;
+  cases[0].top_k = 3;
+  cases[0].routed_scaling_factor = 2.5;
+  cases[1].norm_topk_prob = false;  // Qwen3-MoE's default: the softmax scores as they are
+  cases[1].top_k = 2;
+  cases[2].sigmoid = true;  // sigmoid, no groups, kept unnormalised
+  cases[2].norm_topk_prob = false;
+  cases[3].n_group = 2;  // softmax with groups
+  cases[3].topk_group = 1;
+  cases[3].top_k = 2;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const auto r = route_tokens(logits, cases[c]);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<double> row;
+      for (int64_t i = 0; i < experts; ++i) row.push_back(logits[t][i].item<double>());
+      const auto want = route_by_hand(row, cases[c]);
+      for (int64_t k = 0; k < cases[c].top_k; ++k) {
+        INFO("case " << c << ", token " << t << ", choice " << k);
+        CHECK(r.assignment.experts[t][k].item<int64_t>() == want.experts[static_cast<size_t>(k)]);
+        CHECK(r.assignment.weights[t][k].item<double>() == Approx(want.weights[static_cast<size_t>(k)]).epsilon(1e-6));
+      }
+    }
+  }
+  // The group limit changes choices (else the test above would not see it), and the router
+  // still gets a gradient through the weights.
+  RouterOptions ungrouped = cases[0];
+  ungrouped.n_group = 1;
+  CHECK(!torch::equal(route_tokens(logits, ungrouped).assignment.experts,
+                      route_tokens(logits, cases[0]).assignment.experts));
+  auto x = logits.clone().requires_grad_(true);
+  const auto w = route_tokens(x, cases[0]).assignment.weights;  // renormalised: their plain sum is constant
+  (w * torch::arange(1, 1 + w.size(1), w.options())).sum().backward();
+  CHECK(x.grad().abs().sum().item<double>() > 0);
 }
 
 TEST_CASE("capacity: ceil(T k / E c), lowest router probability dropped first", "[moe]") {
@@ -206,4 +298,77 @@ TEST_CASE("model.moe keys: nested YAML, --set, validation, resolved dump", "[moe
   CHECK_THAT(error({"model.moe.every=0"}, 8), Catch::Contains("model.moe.every"));
   CHECK_THAT(error({"model.moe.num_expert=4"}, 8), Catch::Contains("did you mean 'model.moe.num_experts'"));
   std::filesystem::remove(path);
+}
+
+TEST_CASE("expert bias: chooses without weighting, moves by rate x sign(mean - load), balances a hot router", "[moe]") {
+  // The rule, by hand: loads 10, 2, 4, 0 (mean 4) move the biases by -r, +r, 0, +r.
+  std::vector<double> bias{0.5, 0.0, 0.0, -0.25};
+  update_expert_bias(bias, {10, 2, 4, 0}, 0.125);
+  CHECK(bias == std::vector<double>{0.375, 0.125, 0.0, -0.125});
+
+  // A bias changes the choice, never the weights: those stay the chosen experts' scores.
+  const auto logits = torch::tensor({{2.0f, 1.0f, 0.0f, -1.0f}});
+  RouterOptions o;
+  o.sigmoid = true;
+  o.top_k = 1;
+  o.bias = torch::tensor({0.0f, 0.0f, 0.0f, 2.0f});
+  const auto r = route_tokens(logits, o);
+  CHECK(r.assignment.experts[0][0].item<int64_t>() == 3);
+  CHECK(r.assignment.weights[0][0].item<double>() == Approx(1.0 / (1.0 + std::exp(1.0))));
+
+  // A router forced to expert 2: with the bias update each step, the loads spread out.
+  parallel::SelfCommunicator ep("ep", 0, no_stats()), tp("tp", 0, no_stats());
+  auto options = small_options(4, 1);
+  options.moe.score = "sigmoid";
+  options.moe.bias_update_rate = 0.05;
+  MoELayer layer(options, ep, tp);
+  {
+    torch::NoGradGuard no_grad;
+    auto router = layer->named_parameters()["router_weight"];
+    torch::manual_seed(6);
+    router.copy_(torch::randn_like(router) * 0.1);  // tokens differ in their preferences...
+    router[2].add_(0.3);                            // ...but all prefer expert 2
+  }
+  Config config;
+  config.model.num_layers = 1;
+  config.model.moe = options.moe;
+  launch::MoEMonitor monitor(config, {&layer->stats()});
+  REQUIRE(layer->stats().expert_bias.defined());
+  std::vector<double> imbalance;  // max / mean load of each step
+  std::vector<double> before, after;
+  torch::manual_seed(5);
+  for (int step = 0; step < 40; ++step) {
+    layer->forward(torch::rand({2, 8, 8}) + 0.1);
+    std::vector<double> counts;
+    for (int64_t e = 0; e < 4; ++e)
+      counts.push_back(static_cast<double>(layer->stats().tokens_per_expert[e].item<int64_t>()));
+    if (step == 0) before = counts;
+    after = counts;
+    imbalance.push_back(*std::max_element(counts.begin(), counts.end()) / 4.0);
+    // What collect() does after its all-reduce, here on one rank.
+    layer->stats().reset();
+    auto table = monitor.expert_bias();
+    update_expert_bias(table[0], counts, options.moe.bias_update_rate);
+    monitor.restore_expert_bias(table, "test");
+    if (step == 0) {
+      // After the first step the favourite's bias went down, the others' up, by the rate.
+      CHECK(layer->stats().expert_bias[2].item<double>() == Approx(-0.05));
+      CHECK(layer->stats().expert_bias.sum().item<double>() > -0.05);
+    }
+  }
+  CHECK(before[2] >= 12);  // expert 2 takes most tokens at first
+  // Later steps are balanced far better than the first (the mean of the last ten steps' max / mean).
+  double late = 0;
+  for (size_t i = imbalance.size() - 10; i < imbalance.size(); ++i) late += imbalance[i] / 10.0;
+  INFO("first step's imbalance " << imbalance.front() << ", the last ten steps' " << late);
+  CHECK(late < 0.75 * imbalance.front());
+
+  // A checkpoint with biases refused by a config without them; one of another shape refused.
+  Config plain;
+  plain.model.num_layers = 1;
+  plain.model.moe = small_options(4, 1).moe;
+  launch::MoEMonitor without(plain, {});
+  CHECK_THROWS_WITH(without.restore_expert_bias(monitor.expert_bias(), "--resume x"),
+                    Catch::Contains("model.moe.bias_update_rate = 0"));
+  CHECK_THROWS_WITH(monitor.restore_expert_bias({{0.0, 0.0}}, "--resume x"), Catch::Contains("1 MoE layers of 4"));
 }

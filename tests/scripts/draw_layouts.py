@@ -4,7 +4,8 @@
 The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not); tp, cp
 (ring or all-to-all), pp and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
 interleaved, zb-h1), ZeRO stage, recomputation, micro-batch size, ep for MoE, a validation
-split evaluated at steps 10 and 20 or none, and the optimizer (AdamW, or Muon beside it). Every draw is a
+split evaluated at steps 10 and 20 or none, the optimizer (AdamW, or Muon beside it), and for MoE
+the router (softmax top-k, or DeepSeek-V3's sigmoid, grouped, scaled and biased). Every draw is a
 valid config on tests/configs/tiny.yaml (global batch 8, seq 32, 4 heads) with 8 layers.
 """
 import random
@@ -60,6 +61,12 @@ def draw(rng, index):
     muon = rng.random() < 0.35
     if muon:
         model += ["train.optimizer=muon", "train.muon.lr=0.02"]
+    # Half the MoE draws route as DeepSeek-V3 does: sigmoid scores, 2 groups of 2 experts (the best
+    # one eligible), scaled weights, expert biases moved every step.
+    if moe and rng.random() < 0.5:
+        model += ["model.moe.score=sigmoid", "model.moe.n_group=2", "model.moe.topk_group=1",
+                  "model.moe.routed_scaling_factor=2.5", "model.moe.bias_update_rate=0.01",
+                  f"model.moe.norm_topk_prob={rng.choice(['true', 'false'])}"]
     name = (f"draw{index}_{arch}{'_moe' if moe else ''}{'_val' if validate else ''}{'_muon' if muon else ''}"
             f"_tp{tp}_cp{cp}_pp{pp}_dp{dp}")
     return f"{tp * cp * pp * dp} {name} {' '.join(model)} | {' '.join(layout)}"

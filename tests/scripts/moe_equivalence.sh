@@ -14,7 +14,9 @@
 # 3. metrics.jsonl has the MoE record each step: every token's k choices counted
 #    per expert, the imbalance, and all-to-all bytes per rank that equal the
 #    communication counters of the ep group;
-# 4. a checkpoint saved at ep=2 resumes at ep=4 (experts are saved by global name).
+# 4. a checkpoint saved at ep=2 resumes at ep=4 (experts are saved by global name);
+# 5. DeepSeek-V3's router (sigmoid, groups, scaling, expert biases) at ep 2 x tp 2 equals one
+#    process, and its biases are saved and resumed (at another ep).
 source "$(dirname "$0")/common.sh"
 MOE=(--set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.aux_loss_coeff=0.01
      --set model.moe.z_loss_coeff=0.001 --set train.global_batch_size=16 --set train.micro_batch_size=2)
@@ -82,6 +84,32 @@ done
 train 4 save_ep2 --set parallel.ep=2 --set checkpoint.dir="$WORK/ck" --set checkpoint.interval=10
 train 4 resume_ep4 --set parallel.ep=4 --resume "$WORK/ck/step_00000010"
 compare_resumed "$WORK/resume_ep4" "$WORK/save_ep2" 11 20 "saved at ep=2, resumed at ep=4" || fail "resume at ep=4 differs"
+# DeepSeek-V3's router: sigmoid scores, 8 experts in 4 groups of 2 (the best 2 groups eligible), scaled
+# weights, and expert biases moved after every step by the global loads. ep 2 x tp 2 x dp 4 gives
+# one process's losses; saved at ep 2 (step 10: the manifest holds ten updates), resumed at ep 4,
+# steps 11-20 equal the uninterrupted run (the biases resumed with it).
+DS=(--set model.moe.num_experts=8 --set model.moe.score=sigmoid --set model.moe.n_group=4 --set model.moe.topk_group=2
+    --set model.moe.routed_scaling_factor=2.5 --set model.moe.bias_update_rate=0.01 "${SEED[@]}")
+train 1 ds_ref "${DS[@]}"
+train 8 ds_ep2_tp2 "${DS[@]}" --set parallel.ep=2 --set parallel.tp=2
+echo -n "DeepSeek-V3 router, ep=2 tp=2 vs one process: "
+compare_moe_losses "$WORK/ds_ep2_tp2" "$WORK/ds_ref" || fail "DeepSeek-V3 router at ep=2 tp=2 differs from one process"
+train 4 ds_save "${DS[@]}" --set parallel.ep=2 --set checkpoint.dir="$WORK/ck_ds" --set checkpoint.interval=10
+python3 - "$WORK/ck_ds/step_00000010/manifest.json" << 'PY' || fail "the step-10 checkpoint's expert biases"
+import json, sys
+bias = json.load(open(sys.argv[1]))["expert_bias"]
+assert len(bias) == 2 and all(len(layer) == 8 for layer in bias), bias
+# Each of ten updates moves a bias by +-0.01 or 0: multiples of 0.01 within +-0.1, not all zero.
+for layer in bias:
+    for b in layer:
+        k = round(b / 0.01)
+        assert abs(b - 0.01 * k) < 1e-9 and abs(k) <= 10, bias
+assert any(abs(b) > 1e-12 for layer in bias for b in layer), bias
+print("expert biases at step 10:", bias)
+PY
+train 4 ds_resume_ep4 "${DS[@]}" --set parallel.ep=4 --resume "$WORK/ck_ds/step_00000010"
+compare_resumed "$WORK/ds_resume_ep4" "$WORK/ds_save" 11 20 "DeepSeek-V3 router saved at ep=2, resumed at ep=4" ||
+  fail "DeepSeek-V3 router resumed at ep=4 differs"
 code=0
 "$LOOM" export "$WORK/ck/step_00000020" --format hf-gpt2 --output "$WORK/moe.safetensors" > "$WORK/export.log" 2>&1 || code=$?
 [ "$code" = 2 ] && grep -q "cannot represent model.moe.num_experts = 4" "$WORK/export.log" || { cat "$WORK/export.log"; fail "export of an MoE checkpoint was not refused with exit 2"; }
