@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <chrono>
 #include <map>
 #include <sstream>
 #include <string>
@@ -72,7 +73,20 @@ void agree_on_config(const Config& config, const parallel::LaunchEnv& env) {
     const auto theirs = store->get("config/" + std::to_string(r));
     if (std::string(theirs.begin(), theirs.end()) != rank0) differing.push_back(r);
   }
+  store->set("config_read/" + std::to_string(env.rank()), bytes_of("1"));
   if (differing.empty()) return;
+  if (env.rank() == 0) {
+    // Rank 0's process serves the store (unless torchrun's agent does): leaving at once would
+    // cut off a rank still reading the configs, which would then fail on a closed connection
+    // (exit 1, no key named) instead of reaching this verdict. Wait until every rank has read.
+    std::vector<std::string> read;
+    for (int r = 1; r < env.world(); ++r) read.push_back("config_read/" + std::to_string(r));
+    try {
+      store->wait(read, std::chrono::seconds(30));
+    } catch (const std::exception&) {
+      // A rank that never reads (dead, or stuck elsewhere) does not keep this one from its verdict.
+    }
+  }
   std::string ranks;
   for (int r : differing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
   std::string message = "the ranks were started with different configs: " +
