@@ -317,7 +317,8 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(c.checkpoint.interval >= 0, "checkpoint.interval", "must be non-negative");
   require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be at least 1");
   require(c.log.interval >= 1, "log.interval", "must be at least 1");
-  require(c.log.profile_step_start >= 0, "log.profile_step_start", "must be 0 (off) or a step");
+  require(c.log.profile_step_start >= 0 && c.log.profile_step_start <= c.train.steps, "log.profile_step_start",
+          "must be 0 (off) or a step of the run, at most train.steps = " + std::to_string(c.train.steps));
   require(c.log.profile_step_end == 0 || c.log.profile_step_end >= c.log.profile_step_start, "log.profile_step_end",
           "must be 0 or at least log.profile_step_start = " + std::to_string(c.log.profile_step_start));
   require(c.eval.interval >= 0, "eval.interval", "must be non-negative (0: only at the last step)");

@@ -69,7 +69,7 @@ StepProfiler::~StepProfiler() {
   if (!active_) return;
   try {
     finish(-1);
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // disabling the profiler itself failed: never throw from here
     log::warn("profile: the trace was not written: {}", e.what());
   }
 }
@@ -82,7 +82,13 @@ void StepProfiler::finish(int64_t step) {
   active_ = false;
   auto result = torch::autograd::profiler::disableProfiler();
   if (device_.is_cuda() && step >= first_) log_largest_kernels(result->events(), step - first_ + 1);
-  result->save(trace_path_);
+  try {
+    result->save(trace_path_);
+  } catch (const std::exception& e) {
+    // A diagnostic that cannot be written (a full disk) must not end the training run.
+    log::warn("profile: the trace was not written to {}: {}", trace_path_, e.what());
+    return;
+  }
   log::info("profile: steps from {} traced to {}", first_, trace_path_);
 }
 

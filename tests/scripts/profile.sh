@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # log.profile_step_start/end: LibTorch's profiler over those steps of rank 0 writes a Chrome
 # trace that holds the steps' operators (read back as JSON); the other ranks write none; a
-# range that ends before it starts is refused with exit 2, naming the key.
+# range that ends before it starts, or starts after the run ends, is refused with exit 2, naming the key.
 source "$(dirname "$0")/common.sh"
 SETS=(--set train.steps=5 --set train.warmup_steps=1 --set log.profile_step_start=2 --set log.profile_step_end=3)
 run_loom 2 profiled --set parallel.dp=2 "${SETS[@]}" || { cat "$WORK/profiled.log"; fail "profiled run"; }
@@ -21,4 +21,9 @@ status=0
 "$LOOM" train "$TINY" --run-dir "$WORK/bad" --set log.profile_step_start=3 --set log.profile_step_end=2 > "$WORK/bad.log" 2>&1 ||
   status=$?
 [ "$status" = 2 ] && grep -q "log.profile_step_end" "$WORK/bad.log" || { cat "$WORK/bad.log"; fail "a backwards range was not refused (exit $status)"; }
+# A start beyond the run would profile nothing: refused, naming the key.
+status=0
+"$LOOM" train "$TINY" --run-dir "$WORK/beyond" --set train.steps=3 --set train.warmup_steps=1 --set log.profile_step_start=50 \
+  > "$WORK/beyond.log" 2>&1 || status=$?
+[ "$status" = 2 ] && grep -q "log.profile_step_start" "$WORK/beyond.log" || { cat "$WORK/beyond.log"; fail "a start beyond train.steps was not refused (exit $status)"; }
 echo "profile: ok"
