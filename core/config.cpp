@@ -60,6 +60,15 @@ void set_entries(Config& config, const std::string& prefix, const YAML::Node& ma
       set_entries(config, name, entry.second, where);
       continue;
     }
+    if (entry.second.IsSequence() && find_field(name, where).type == "list of ints") {  // [1, 3]: "1,3"
+      std::string joined;
+      for (const auto& item : entry.second) {
+        if (!item.IsScalar()) throw InputError(where + "key '" + name + "' must be a list of single values");
+        joined += (joined.empty() ? "" : ",") + item.Scalar();
+      }
+      set_field(config, name, joined, where);
+      continue;
+    }
     if (!entry.second.IsScalar() && !entry.second.IsNull()) {
       throw InputError(where + "key '" + name + "' must be a single value");
     }

@@ -32,8 +32,30 @@ struct MoEConfig {
   // DeepSeek-V3's auxiliary-loss-free balancing: each expert has a bias added to its score for
   // choosing only, moved after every step by this rate times sign(mean load - its load) (0: none).
   double bias_update_rate = 0.0;
+  // The experts' width (SwiGLU or GELU, as model.activation); 0: model.ffn_hidden_size.
+  int64_t moe_intermediate_size = 0;
+  // Shared experts (DeepSeek-V3): one dense MLP of n_shared_experts x the experts' width that every
+  // token of an MoE layer passes through beside the routed experts, tensor parallel like the dense MLP.
+  int64_t n_shared_experts = 0;
+  // Which blocks have experts (Hugging Face's names): none of the first first_k_dense_replace
+  // (DeepSeek-V3), only those with (layer + 1) % decoder_sparse_step == 0 and none listed in
+  // mlp_only_layers (Qwen3-MoE), besides `every` above; the others keep the dense MLP of
+  // model.ffn_hidden_size.
+  int64_t first_k_dense_replace = 0;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
   bool enabled() const { return num_experts > 0; }
 };
+
+// Whether block LAYER of a model with MOE has experts (the rest have the dense MLP).
+inline bool moe_block(const MoEConfig& moe, int64_t layer) {
+  if (!moe.enabled() || layer < moe.first_k_dense_replace) return false;
+  if (layer % moe.every != 0 || (layer + 1) % moe.decoder_sparse_step != 0) return false;
+  for (int64_t dense : moe.mlp_only_layers) {
+    if (dense == layer) return false;
+  }
+  return true;
+}
 
 // Llama 3's rescaling of the rotary frequencies for long contexts (Hugging Face's rope_type "llama3"):
 // wavelengths below original_max_position_embeddings / high_freq_factor are kept, those above
@@ -200,6 +222,10 @@ struct Config {
     if (model.ffn_hidden_size > 0) return model.ffn_hidden_size;
     if (model.activation == Activation::gelu) return 4 * model.hidden_size;
     return (8 * model.hidden_size / 3 + 255) / 256 * 256;
+  }
+  // The width of each expert: model.moe.moe_intermediate_size, or the dense MLP's.
+  int64_t moe_ffn_size() const {
+    return model.moe.moe_intermediate_size > 0 ? model.moe.moe_intermediate_size : ffn_size();
   }
   int64_t micro_batches_per_step() const { return train.global_batch_size / (train.micro_batch_size * parallel.dp); }
 };

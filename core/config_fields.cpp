@@ -86,6 +86,39 @@ ConfigField bool_field(std::string section, std::string key, Member member, std:
           [member](const Config& c) { return std::string(member(c) ? "true" : "false"); }};
 }
 
+// A comma-separated list of integers ("1,3"; a YAML sequence [1, 3] arrives joined so); empty: none.
+bool parse_int_list(const std::string& text, std::vector<int64_t>& out) {
+  std::vector<int64_t> values;
+  std::string item;
+  std::istringstream in(text);
+  while (std::getline(in, item, ',')) {
+    const auto first = item.find_first_not_of(" \t"), last = item.find_last_not_of(" \t");
+    if (first == std::string::npos) return false;
+    int64_t v = 0;
+    if (!parse_int(item.substr(first, last - first + 1), v)) return false;
+    values.push_back(v);
+  }
+  if (!text.empty() && text.back() == ',') return false;
+  out = values;
+  return true;
+}
+
+std::string print_int_list(const std::vector<int64_t>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? "," : "") + std::to_string(values[i]);
+  return out;
+}
+
+template <typename Member>
+ConfigField int_list_field(std::string section, std::string key, Member member, std::string help) {
+  return {section,
+          key,
+          "list of ints",
+          help,
+          [member](Config& c, const std::string& t) { return parse_int_list(t, member(c)); },
+          [member](const Config& c) { return print_int_list(member(c)); }};
+}
+
 template <typename Member>
 ConfigField string_field(std::string section, std::string key, Member member, std::string help) {
   return {section,
@@ -184,6 +217,17 @@ std::vector<ConfigField> make_fields() {
       float_field("model", "moe.bias_update_rate", LOOM_MEMBER(model.moe.bias_update_rate),
                   "auxiliary-loss-free balancing: each step every expert's choosing bias moves by this "
                   "times sign(mean load - its load); 0: no bias"),
+      int_field("model", "moe.moe_intermediate_size", LOOM_MEMBER(model.moe.moe_intermediate_size),
+                "each expert's MLP width; 0: model.ffn_hidden_size"),
+      int_field("model", "moe.n_shared_experts", LOOM_MEMBER(model.moe.n_shared_experts),
+                "shared experts (DeepSeek-V3): a dense MLP of this many times the experts' width that every "
+                "token passes through beside the routed ones; 0: none"),
+      int_field("model", "moe.first_k_dense_replace", LOOM_MEMBER(model.moe.first_k_dense_replace),
+                "the first k blocks keep a dense MLP (DeepSeek-V3)"),
+      int_field("model", "moe.decoder_sparse_step", LOOM_MEMBER(model.moe.decoder_sparse_step),
+                "only blocks with (layer + 1) % step == 0 have experts (Qwen3-MoE)"),
+      int_list_field("model", "moe.mlp_only_layers", LOOM_MEMBER(model.moe.mlp_only_layers),
+                     "blocks (0-based, comma-separated) that keep a dense MLP (Qwen3-MoE)"),
 
       int_field("parallel", "tp", LOOM_MEMBER(parallel.tp), "tensor-parallel size"),
       int_field("parallel", "pp", LOOM_MEMBER(parallel.pp), "pipeline-parallel size (stages)"),

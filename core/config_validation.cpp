@@ -89,8 +89,6 @@ void check_model_shape(const Config& c) {
     require(scaling.original_max_position_embeddings >= 1, "model.rope_scaling.original_max_position_embeddings",
             "must be positive");
   }
-  require(!m.moe.enabled() || m.activation == Activation::gelu, "model.moe.num_experts",
-          "experts are GELU MLPs; set model.activation: gelu or model.moe.num_experts: 0");
 }
 
 // Every count key has a ceiling far above any model trained today, so that no product of them
@@ -199,11 +197,37 @@ void resolve_and_validate(Config& c, int64_t world) {
     require(moe.top_k <= moe.topk_group * (moe.num_experts / moe.n_group), "model.moe.topk_group",
             "leaves " + std::to_string(moe.topk_group * (moe.num_experts / moe.n_group)) +
                 " eligible experts, fewer than model.moe.top_k = " + std::to_string(moe.top_k));
+    require(moe.moe_intermediate_size >= 0, "model.moe.moe_intermediate_size",
+            "must be 0 (model.ffn_hidden_size) or positive");
+    require(moe.n_shared_experts >= 0, "model.moe.n_shared_experts", "must be 0 (none) or positive");
+    require(moe.n_shared_experts == 0 || moe.n_shared_experts * c.moe_ffn_size() % p.tp == 0,
+            "model.moe.n_shared_experts",
+            "the shared experts' width " + std::to_string(moe.n_shared_experts * c.moe_ffn_size()) +
+                " (n_shared_experts x the experts' width) is not divisible by parallel.tp = " + std::to_string(p.tp));
+    require(moe.first_k_dense_replace >= 0 && moe.first_k_dense_replace < m.num_layers,
+            "model.moe.first_k_dense_replace",
+            "must be in [0, model.num_layers = " + std::to_string(m.num_layers) + "), got " +
+                std::to_string(moe.first_k_dense_replace));
+    require(moe.decoder_sparse_step >= 1 && moe.decoder_sparse_step <= m.num_layers, "model.moe.decoder_sparse_step",
+            "must be in [1, model.num_layers = " + std::to_string(m.num_layers) + "], got " +
+                std::to_string(moe.decoder_sparse_step));
+    require(moe.decoder_sparse_step == 1 || moe.every == 1, "model.moe.decoder_sparse_step",
+            "and model.moe.every both pick the MoE blocks (layer + 1 or layer a multiple of them); set one");
+    for (int64_t layer : moe.mlp_only_layers) {
+      require(layer >= 0 && layer < m.num_layers, "model.moe.mlp_only_layers",
+              "lists block " + std::to_string(layer) +
+                  ", outside [0, model.num_layers = " + std::to_string(m.num_layers) + ")");
+    }
+    bool any_moe = false;
+    for (int64_t layer = 0; layer < m.num_layers; ++layer) any_moe = any_moe || moe_block(moe, layer);
+    require(any_moe, "model.moe.num_experts",
+            "has no block to go to: model.moe.every, first_k_dense_replace, decoder_sparse_step and "
+            "mlp_only_layers leave every block dense");
     require(moe.num_experts % p.ep == 0, "model.moe.num_experts",
             std::to_string(moe.num_experts) + " experts cannot be spread evenly over parallel.ep = " +
                 std::to_string(p.ep) + " ranks; use a multiple of " + std::to_string(p.ep));
-    require(m.init_from.empty(), "model.init_from",
-            "loads a dense model, which has no experts; unset model.moe.num_experts");
+    require(m.init_from.empty() || m.arch == ModelArch::llama, "model.init_from",
+            "loads a dense GPT-2, which has no experts; unset model.moe.num_experts");
   } else {
     require(p.ep == 1, "parallel.ep",
             std::to_string(p.ep) + " needs experts to spread: set model.moe.num_experts (a multiple of " +

@@ -130,6 +130,10 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
     throw hf.refused("sliding_window", "is " + json["sliding_window"].dump() +
                                            ": loom's attention has no sliding window; loom reads Mistral with null");
   }
+  if (architecture == "MixtralForCausalLM" && hf.has("sliding_window")) {
+    throw hf.refused("sliding_window", "is " + json["sliding_window"].dump() +
+                                           ": loom's attention has no sliding window; loom reads Mixtral with null");
+  }
   if (architecture == "Qwen2ForCausalLM" && hf.boolean("use_sliding_window", false)) {
     throw hf.refused("use_sliding_window", "is true: loom's attention has no sliding window");
   }
@@ -167,6 +171,24 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
                {"model.qkv_bias", bool_text(qkv_bias)},
                {"model.tie_embeddings", bool_text(hf.boolean("tie_word_embeddings", false))}};
   add_rope(hf, json, keys);
+  if (architecture == "MixtralForCausalLM") {
+    // Every block's MLP is num_local_experts SwiGLU experts of intermediate_size behind a softmax
+    // router whose top num_experts_per_tok weights are renormalised. The auxiliary losses'
+    // coefficients are training settings, loom's own (model.moe.aux_loss_coeff, z_loss_coeff).
+    keys.insert(keys.end(), {{"model.moe.num_experts", hf.integer("num_local_experts")},
+                             {"model.moe.top_k", hf.integer("num_experts_per_tok")},
+                             {"model.moe.score", "softmax"},
+                             {"model.moe.norm_topk_prob", "true"},
+                             {"model.moe.routed_scaling_factor", "1"},
+                             {"model.moe.n_group", "1"},
+                             {"model.moe.topk_group", "1"},
+                             {"model.moe.every", "1"},
+                             {"model.moe.moe_intermediate_size", "0"},
+                             {"model.moe.n_shared_experts", "0"},
+                             {"model.moe.first_k_dense_replace", "0"},
+                             {"model.moe.decoder_sparse_step", "1"},
+                             {"model.moe.mlp_only_layers", ""}});
+  }
   return keys;
 }
 
@@ -211,6 +233,65 @@ const ConfigField& field_named(const std::string& name) {
   throw std::logic_error("no config field " + name);
 }
 
+// MixtralForCausalLM's config.json for CONFIG, a Llama-shaped MoE checked by the caller; REFUSE
+// names what Mixtral cannot hold: its routing is softmax, top-k renormalised, unscaled, in every
+// block, over experts of the MLP's width without biases, none shared.
+template <typename Refuse>
+nlohmann::ordered_json mixtral_config_of(const Config& config, const Refuse& refuse) {
+  const auto& m = config.model;
+  const auto& moe = m.moe;
+  if (m.bias || m.qkv_bias) throw refuse("bias", "true", "Mixtral has no biases");
+  if (moe.score != "softmax") throw refuse("moe.score", moe.score, "Mixtral's router is a softmax");
+  if (!moe.norm_topk_prob || moe.routed_scaling_factor != 1.0)
+    throw refuse("moe.norm_topk_prob", moe.norm_topk_prob ? "true (scaled)" : "false",
+                 "Mixtral renormalises the chosen experts' weights, unscaled");
+  if (moe.n_group > 1) throw refuse("moe.n_group", std::to_string(moe.n_group), "Mixtral has no group-limited routing");
+  if (moe.bias_update_rate > 0)
+    throw refuse("moe.bias_update_rate", nlohmann::json(moe.bias_update_rate).dump(), "Mixtral has no expert bias");
+  if (moe.n_shared_experts > 0)
+    throw refuse("moe.n_shared_experts", std::to_string(moe.n_shared_experts), "Mixtral has no shared experts");
+  for (int64_t layer = 0; layer < m.num_layers; ++layer) {
+    if (!moe_block(moe, layer))
+      throw refuse("moe.every", std::to_string(moe.every),
+                   "block " + std::to_string(layer) + " is dense, and every Mixtral block has experts");
+  }
+  if (config.moe_ffn_size() != config.ffn_size())
+    throw refuse("moe.moe_intermediate_size", std::to_string(moe.moe_intermediate_size),
+                 "Mixtral's experts have intermediate_size, the one MLP width");
+  nlohmann::ordered_json json = {{"architectures", {"MixtralForCausalLM"}},
+                                 {"model_type", "mixtral"},
+                                 {"hidden_size", m.hidden_size},
+                                 {"intermediate_size", config.moe_ffn_size()},
+                                 {"num_hidden_layers", m.num_layers},
+                                 {"num_attention_heads", m.num_heads},
+                                 {"num_key_value_heads", m.kv_heads()},
+                                 {"head_dim", m.head_dim()},
+                                 {"vocab_size", m.vocab_size},
+                                 {"max_position_embeddings", m.seq_len},
+                                 {"rms_norm_eps", m.norm_eps},
+                                 {"rope_theta", m.rope_theta},
+                                 {"rope_scaling", nullptr},
+                                 {"hidden_act", "silu"},
+                                 {"num_local_experts", moe.num_experts},
+                                 {"num_experts_per_tok", moe.top_k},
+                                 {"router_aux_loss_coef", moe.aux_loss_coeff},
+                                 {"output_router_logits", false},
+                                 {"sliding_window", nullptr}};
+  if (m.rope_scaling.type == RopeScalingKind::llama3) {
+    const auto& s = m.rope_scaling;
+    json["rope_scaling"] = {{"rope_type", "llama3"},
+                            {"factor", s.factor},
+                            {"low_freq_factor", s.low_freq_factor},
+                            {"high_freq_factor", s.high_freq_factor},
+                            {"original_max_position_embeddings", s.original_max_position_embeddings}};
+  }
+  json["attention_dropout"] = 0.0;
+  json["tie_word_embeddings"] = m.tie_embeddings;
+  json["use_cache"] = true;
+  json["torch_dtype"] = "float32";
+  return json;
+}
+
 }  // namespace
 
 Keys model_keys_of_hf_config(const nlohmann::json& json, const std::string& file) {
@@ -220,14 +301,14 @@ Keys model_keys_of_hf_config(const nlohmann::json& json, const std::string& file
     throw hf.refused("architectures", "must list one architecture, not " + list.dump());
   const std::string architecture = list[0].get<std::string>();
   if (architecture == "LlamaForCausalLM" || architecture == "MistralForCausalLM" ||
-      architecture == "Qwen2ForCausalLM") {
+      architecture == "Qwen2ForCausalLM" || architecture == "MixtralForCausalLM") {
     return llama_keys(hf, json, architecture);
   }
   if (architecture == "GPT2LMHeadModel") return gpt2_keys(hf);
   throw hf.refused("architectures",
                    "is " + architecture +
-                       "; loom reads LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM (without sliding "
-                       "windows) and GPT2LMHeadModel");
+                       "; loom reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and MixtralForCausalLM "
+                       "(without sliding windows) and GPT2LMHeadModel");
 }
 
 void apply_hf_config(Config& config, const std::set<std::string>& overridden) {
@@ -281,7 +362,7 @@ nlohmann::ordered_json hf_config_of(const Config& config, const std::string& for
   auto refuse = [&](const std::string& key, const std::string& value, const std::string& why) {
     return InputError("--format " + format + " cannot represent model." + key + " = " + value + ": " + why);
   };
-  if (m.moe.enabled())
+  if (m.moe.enabled() && format == "hf-gpt2")
     throw refuse("moe.num_experts", std::to_string(m.moe.num_experts), "its MLPs are dense (no Mixture of Experts)");
   const int64_t heads = m.num_heads, layers = m.num_layers, hidden = m.hidden_size, vocab = m.vocab_size;
   if (format == "hf-gpt2") {
@@ -320,6 +401,7 @@ nlohmann::ordered_json hf_config_of(const Config& config, const std::string& for
     throw refuse("qkv_bias", "false",
                  "with model.bias true: Llama's attention_bias puts biases on q, k, v and o together");
   }
+  if (m.moe.enabled()) return mixtral_config_of(config, refuse);
   // Biases on q, k and v alone are Qwen2's; Llama with attention_bias and mlp_bias has them everywhere.
   const bool qwen2 = m.qkv_bias && !m.bias;
   nlohmann::ordered_json json = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},

@@ -179,6 +179,7 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
                                                     : parent_;
     header["layout"] = layout_of(config_, groups_.world());
     header["model"] = model_record(config_);
+    if (config_.model.moe.enabled()) header["moe_router"] = moe_router_record(config_);
     if (!hf_source_.is_null()) header["hf_source"] = hf_source_;
     if (!tokenizer_.is_null()) header["tokenizer"] = tokenizer_;
     if (!run_dir_.empty()) header["run_dir"] = fs::absolute(run_dir_).lexically_normal().string();

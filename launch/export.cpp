@@ -84,7 +84,17 @@ int export_checkpoint(const ExportArgs& args) {
   const std::string problem = verify_checkpoint(args.checkpoint);
   if (!problem.empty()) throw InputError("loom export: " + problem);
   const auto manifest = read_manifest(args.checkpoint);
-  const Config config = config_of_model_record(manifest.at("model"), args.checkpoint + "/manifest.json");
+  Config config = config_of_model_record(manifest.at("model"), args.checkpoint + "/manifest.json");
+  if (config.model.moe.enabled()) {
+    // The router's settings go into config.json (num_experts_per_tok, ...): without them it would
+    // describe another model.
+    if (!manifest.contains("moe_router")) {
+      throw InputError("loom export: " + args.checkpoint +
+                       " is a Mixture-of-Experts checkpoint saved before loom recorded the router's settings "
+                       "(manifest.json has no moe_router); resume it with this loom and export a newer checkpoint");
+    }
+    apply_moe_router_record(config, manifest.at("moe_router"), args.checkpoint + "/manifest.json");
+  }
   const nlohmann::json source = manifest.value("hf_source", nlohmann::json());
   const std::string family = args.format == "hf" ? family_of(config, source) : args.format;
   // Refuses, naming the key, a model the format cannot hold, before any tensor is read.

@@ -26,20 +26,21 @@ std::string gigabytes(double bytes) {
 double approximate_parameters(const Config& c) {
   const auto& m = c.model;
   const double h = static_cast<double>(m.hidden_size), f = static_cast<double>(c.ffn_size());
-  const double mlp = (m.activation == Activation::gelu ? 2.0 : 3.0) * h * f;
-  const double experts = m.moe.enabled() ? static_cast<double>(m.moe.num_experts) : 1.0;
-  return static_cast<double>(m.num_layers) * (4.0 * h * h + experts * mlp) +
+  const double per_f = (m.activation == Activation::gelu ? 2.0 : 3.0) * h;
+  const double experts = m.moe.enabled() ? static_cast<double>(m.moe.num_experts + m.moe.n_shared_experts) : 0.0;
+  const double mlp = m.moe.enabled() ? experts * per_f * static_cast<double>(c.moe_ffn_size()) : per_f * f;
+  return static_cast<double>(m.num_layers) * (4.0 * h * h + std::max(mlp, per_f * f)) +
          2.0 * static_cast<double>(m.vocab_size) * h;
 }
 
-// The experts' parameters (num_experts GELU MLPs with biases in each MoE block).
+// The routed experts' parameters (num_experts expert MLPs in each MoE block; the shared experts
+// are tensor parallel like the dense MLP, not spread over ep).
 double expert_parameters(const Config& c) {
   const auto& m = c.model;
   if (!m.moe.enabled()) return 0;
-  const double h = static_cast<double>(m.hidden_size), f = static_cast<double>(c.ffn_size());
   double layers = 0;
   for (int64_t layer = 0; layer < m.num_layers; ++layer) layers += models::is_moe_layer(m.moe, layer) ? 1.0 : 0.0;
-  return layers * static_cast<double>(m.moe.num_experts) * (2.0 * h * f + f + h);
+  return layers * static_cast<double>(m.moe.num_experts) * static_cast<double>(models::moe_expert_numel(c));
 }
 
 // The lower of two limits, reading "max" (cgroup v2) or an absurd number (v1) as none.

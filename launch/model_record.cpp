@@ -31,6 +31,13 @@ nlohmann::json model_record(const Config& c) {
   if (m.moe.enabled()) {  // dense checkpoints stay as they were
     model["moe_num_experts"] = m.moe.num_experts;
     model["moe_every"] = m.moe.every;
+    // The expert shapes and which blocks have experts, where they differ from the defaults (so that
+    // the records of earlier MoE checkpoints stay as they were).
+    if (m.moe.moe_intermediate_size > 0) model["moe_intermediate_size"] = m.moe.moe_intermediate_size;
+    if (m.moe.n_shared_experts > 0) model["moe_n_shared_experts"] = m.moe.n_shared_experts;
+    if (m.moe.first_k_dense_replace > 0) model["moe_first_k_dense_replace"] = m.moe.first_k_dense_replace;
+    if (m.moe.decoder_sparse_step > 1) model["moe_decoder_sparse_step"] = m.moe.decoder_sparse_step;
+    if (!m.moe.mlp_only_layers.empty()) model["moe_mlp_only_layers"] = m.moe.mlp_only_layers;
   }
   if (m.kv_heads() != m.num_heads) model["num_kv_heads"] = m.kv_heads();
   nlohmann::json arch = {{"arch", to_string(m.arch)},
@@ -82,6 +89,8 @@ std::vector<std::string> model_record_differences(const nlohmann::json& saved, c
   const auto config_key = [](const std::string& key) {
     if (key == "moe_num_experts") return std::string("moe.num_experts");
     if (key == "moe_every") return std::string("moe.every");
+    if (key == "moe_intermediate_size") return std::string("moe.moe_intermediate_size");
+    if (key.rfind("moe_", 0) == 0) return "moe." + key.substr(4);  // moe_n_shared_experts: moe.n_shared_experts
     return key;
   };
   std::vector<std::string> differences;
@@ -94,6 +103,39 @@ std::vector<std::string> model_record_differences(const nlohmann::json& saved, c
     }
   }
   return differences;
+}
+
+nlohmann::json moe_router_record(const Config& c) {
+  const auto& moe = c.model.moe;
+  if (!moe.enabled()) return nullptr;
+  return {{"top_k", moe.top_k},
+          {"score", moe.score},
+          {"norm_topk_prob", moe.norm_topk_prob},
+          {"routed_scaling_factor", moe.routed_scaling_factor},
+          {"n_group", moe.n_group},
+          {"topk_group", moe.topk_group},
+          {"capacity_factor", moe.capacity_factor},
+          {"aux_loss_coeff", moe.aux_loss_coeff},
+          {"z_loss_coeff", moe.z_loss_coeff},
+          {"bias_update_rate", moe.bias_update_rate}};
+}
+
+void apply_moe_router_record(Config& c, const nlohmann::json& router, const std::string& source) {
+  auto& moe = c.model.moe;
+  try {
+    moe.top_k = router.at("top_k").get<int64_t>();
+    moe.score = router.at("score").get<std::string>();
+    moe.norm_topk_prob = router.at("norm_topk_prob").get<bool>();
+    moe.routed_scaling_factor = router.at("routed_scaling_factor").get<double>();
+    moe.n_group = router.at("n_group").get<int64_t>();
+    moe.topk_group = router.at("topk_group").get<int64_t>();
+    moe.capacity_factor = router.at("capacity_factor").get<double>();
+    moe.aux_loss_coeff = router.at("aux_loss_coeff").get<double>();
+    moe.z_loss_coeff = router.at("z_loss_coeff").get<double>();
+    moe.bias_update_rate = router.at("bias_update_rate").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(source + ": the manifest's moe_router " + router.dump() + " cannot be read: " + e.what());
+  }
 }
 
 Config config_of_model_record(const nlohmann::json& record, const std::string& source) {
@@ -127,6 +169,11 @@ Config config_of_model_record(const nlohmann::json& record, const std::string& s
     m.seq_len = r.at("seq_len").get<int64_t>();
     m.moe.num_experts = r.value("moe_num_experts", int64_t{0});
     m.moe.every = r.value("moe_every", int64_t{1});
+    m.moe.moe_intermediate_size = r.value("moe_intermediate_size", int64_t{0});
+    m.moe.n_shared_experts = r.value("moe_n_shared_experts", int64_t{0});
+    m.moe.first_k_dense_replace = r.value("moe_first_k_dense_replace", int64_t{0});
+    m.moe.decoder_sparse_step = r.value("moe_decoder_sparse_step", int64_t{1});
+    m.moe.mlp_only_layers = r.value("moe_mlp_only_layers", std::vector<int64_t>{});
   } catch (const nlohmann::json::exception& e) {
     throw InputError(source + ": the manifest's model record " + record.dump() + " cannot be read: " + e.what());
   }

@@ -24,6 +24,14 @@ nlohmann::json complete_model_record(const nlohmann::json& record);
 // (model.moe.num_experts). Empty when they agree.
 std::vector<std::string> model_record_differences(const nlohmann::json& saved, const nlohmann::json& asked);
 
+// The MoE router's settings (top_k, score, renormalisation, scaling, groups, capacity, the
+// auxiliary losses' coefficients), saved beside the record as the manifest's "moe_router" for
+// `loom export`, which writes them into config.json; not compared when resuming (a run may
+// change them). Null for a dense model.
+nlohmann::json moe_router_record(const Config& config);
+// Sets CONFIG's router keys from ROUTER (moe_router_record's form); throws InputError naming SOURCE.
+void apply_moe_router_record(Config& config, const nlohmann::json& router, const std::string& source);
+
 // A Config whose model is RECORD's (the other sections at their defaults). Throws
 // InputError naming SOURCE when the record cannot be read.
 Config config_of_model_record(const nlohmann::json& record, const std::string& source);

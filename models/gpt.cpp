@@ -128,7 +128,11 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
   if (is_moe_layer(options.moe, layer)) {
     MoELayerOptions moe;
     moe.hidden_size = h;
-    moe.ffn_hidden_size = options.ffn_hidden_size;
+    const int64_t expert_ffn =
+        options.moe.moe_intermediate_size > 0 ? options.moe.moe_intermediate_size : options.ffn_hidden_size;
+    moe.ffn_hidden_size = expert_ffn;
+    moe.swiglu = options.activation == Activation::swiglu;
+    moe.swiglu_bias = options.bias;
     moe.moe = options.moe;
     moe.layer = layer;
     moe.seed = options.seed;
@@ -138,6 +142,10 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
     moe.loss_scale = options.loss_scale;
     moe.split_generator = tp.rng ? &tp.rng->split() : nullptr;
     moe_ = register_module("moe", MoELayer(moe, *tp.ep, *tp.tp, tp.cp_size() > 1 ? tp.cp : nullptr));
+    if (options.moe.n_shared_experts > 0) {
+      shared_experts_ = register_module("shared_experts", Mlp(options, layer, tp, p + "moe.shared_experts.",
+                                                              options.moe.n_shared_experts * expert_ffn));
+    }
   } else {
     mlp_ = register_module("mlp", Mlp(options, layer, tp));
   }
@@ -150,14 +158,20 @@ torch::Tensor GPTBlockImpl::forward(const torch::Tensor& hidden) {
   const bool rerun = options_.recompute == Recompute::full && is_training() && torch::GradMode::is_enabled();
   auto x = hidden + residual_dropout(attn_->forward(ln_1_->forward(hidden)), options_.dropout, is_training(), tp_);
   auto y = ln_2_->forward(x);
-  return x + residual_dropout(moe_ ? moe_->forward(y, !rerun && is_training()) : mlp_->forward(y), options_.dropout,
+  return x + residual_dropout(moe_ ? moe_forward(y, !rerun && is_training()) : mlp_->forward(y), options_.dropout,
                               is_training(), tp_);
 }
 
 torch::Tensor GPTBlockImpl::forward_cached(const torch::Tensor& hidden, KVCache& cache) {
   auto x = hidden + attn_->forward_cached(ln_1_->forward(hidden), cache, layer_);
   auto y = ln_2_->forward(x);
-  return x + (moe_ ? moe_->forward(y, /*record=*/false) : mlp_->forward(y));
+  return x + (moe_ ? moe_forward(y, /*record=*/false) : mlp_->forward(y));
+}
+
+torch::Tensor GPTBlockImpl::moe_forward(const torch::Tensor& y, bool record) {
+  auto routed = moe_->forward(y, record);
+  // The shared experts read the same input as the router; their output adds to the routed one.
+  return shared_experts_ ? routed + shared_experts_->forward(y) : routed;
 }
 
 std::vector<ParallelParameter> GPTBlockImpl::parallel_parameters() const {

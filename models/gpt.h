@@ -84,7 +84,10 @@ class GPTBlockImpl : public BlockModule {
   Norm ln_1_{nullptr}, ln_2_{nullptr};
   SelfAttention attn_{nullptr};
   Mlp mlp_{nullptr};
-  MoELayer moe_{nullptr};  // instead of mlp_ in an MoE block
+  MoELayer moe_{nullptr};        // instead of mlp_ in an MoE block
+  Mlp shared_experts_{nullptr};  // beside moe_ (model.moe.n_shared_experts > 0)
+  // The MoE block's MLP: the routed experts plus the shared ones.
+  torch::Tensor moe_forward(const torch::Tensor& y, bool record);
 };
 TORCH_MODULE(GPTBlock);
 

@@ -14,12 +14,18 @@ double gpt_flops_per_token(const Config& config) {
   const double attention_weights = 2.0 * heads * d * h + 2.0 * kv * d * h;
   // GELU: fc and proj; SwiGLU: gate, up and proj.
   const double dense_mlp = (m.activation == Activation::swiglu ? 3.0 : 2.0) * h * f;
+  // An MoE block: the top_k routed experts each token passes through, the shared experts and the
+  // router (the activated parameters, not all experts).
+  const double expert_f = static_cast<double>(config.moe_ffn_size());
+  const double expert_mlp = (m.activation == Activation::swiglu ? 3.0 : 2.0) * h * expert_f;
+  const double moe_mlp = static_cast<double>(m.moe.top_k) * expert_mlp +
+                         static_cast<double>(m.moe.n_shared_experts) * expert_mlp +
+                         h * static_cast<double>(m.moe.num_experts);
   double weights = static_cast<double>(m.vocab_size) * h;  // the output layer, tied or not
   for (int64_t layer = 0; layer < m.num_layers; ++layer) {
     const bool moe = is_moe_layer(m.moe, layer);
     weights += attention_weights;
-    weights +=
-        moe ? static_cast<double>(m.moe.top_k) * dense_mlp + h * static_cast<double>(m.moe.num_experts) : dense_mlp;
+    weights += moe ? moe_mlp : dense_mlp;
   }
   // Scores and the weighted sum use every query head (h = heads x d), however few kv heads there are.
   const double attention = 12.0 * static_cast<double>(m.num_layers) * h * static_cast<double>(m.seq_len);

@@ -113,14 +113,28 @@ std::vector<ParameterShape> gpt_output_parameters(const Config& c) {
 
 int64_t model_num_parameters(const Config& c) {
   const auto& m = c.model;
-  const int64_t h = m.hidden_size, f = c.ffn_size();
-  // Every block has block 0's shapes; an MoE block has a router and num_experts GELU MLPs with
-  // biases (models/moe.h) instead of one MLP.
+  const int64_t h = m.hidden_size;
+  // Every block has block 0's attention; an MoE block has a router, num_experts expert MLPs and
+  // the shared experts (models/moe.h) instead of the dense MLP.
   const int64_t attention = sum_numel(attention_and_norms(c, "h.0.")), mlp = sum_numel(mlp_part(c, "h.0."));
-  const int64_t experts = m.moe.num_experts * (h + 2 * h * f + f + h);
+  const int64_t experts = m.moe.num_experts * (h + moe_expert_numel(c)) + moe_shared_numel(c);
   int64_t n = sum_numel(gpt_input_parameters(c)) + sum_numel(gpt_output_parameters(c));
   for (int64_t layer = 0; layer < m.num_layers; ++layer) n += attention + (is_moe_layer(m.moe, layer) ? experts : mlp);
   return n;
+}
+
+int64_t moe_expert_numel(const Config& c) {
+  const int64_t h = c.model.hidden_size, f = c.moe_ffn_size();
+  if (c.model.activation == Activation::gelu) return 2 * h * f + f + h;
+  return 3 * h * f + (c.model.bias ? 2 * f + h : 0);
+}
+
+int64_t moe_shared_numel(const Config& c) {
+  const int64_t h = c.model.hidden_size, f = c.model.moe.n_shared_experts * c.moe_ffn_size();
+  if (f == 0) return 0;
+  const int64_t matrices = (c.model.activation == Activation::gelu ? 2 : 3) * h * f;
+  const int64_t biases = c.model.bias ? (c.model.activation == Activation::gelu ? f : 2 * f) + h : 0;
+  return matrices + biases;
 }
 
 }  // namespace loom::models

@@ -43,5 +43,10 @@ std::vector<ParameterShape> gpt_output_parameters(const Config& config);
 
 // Parameters of the whole model, every one once (MoE routers and experts included).
 int64_t model_num_parameters(const Config& config);
+// One routed expert of an MoE block: GELU fc and proj with biases, or SwiGLU gate, up and proj
+// (biases as model.bias), of the experts' width (Config::moe_ffn_size).
+int64_t moe_expert_numel(const Config& config);
+// An MoE block's shared experts (model.moe.n_shared_experts x the experts' width; 0 without).
+int64_t moe_shared_numel(const Config& config);
 
 }  // namespace loom::models

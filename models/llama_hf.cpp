@@ -29,11 +29,25 @@ std::vector<LlamaTensor> llama_tensors(const Config& config) {
     }
     same(h + "attn.proj.weight", hf + "self_attn.o_proj.weight", {H, heads * d});
     if (m.bias) same(h + "attn.proj.bias", hf + "self_attn.o_proj.bias", {H});
-    for (const auto& [loom, name, rows, cols] :
-         {std::tuple{"gate", "gate_proj", F, H}, std::tuple{"up", "up_proj", F, H},
-          std::tuple{"proj", "down_proj", H, F}}) {
-      same(h + "mlp." + loom + ".weight", hf + "mlp." + name + ".weight", {rows, cols});
-      if (m.bias) same(h + "mlp." + loom + ".bias", hf + "mlp." + name + ".bias", {rows});
+    if (moe_block(m.moe, i)) {
+      // Mixtral's names: the router is block_sparse_moe.gate, expert N's gate, proj and up w1, w2, w3.
+      const std::string moe = hf + "block_sparse_moe.";
+      const int64_t expert_f = config.moe_ffn_size();
+      same(h + "moe.router.weight", moe + "gate.weight", {m.moe.num_experts, H});
+      for (int64_t e = 0; e < m.moe.num_experts; ++e) {
+        const std::string loom = h + "moe.experts." + std::to_string(e) + ".",
+                          theirs = moe + "experts." + std::to_string(e) + ".";
+        same(loom + "gate.weight", theirs + "w1.weight", {expert_f, H});
+        same(loom + "up.weight", theirs + "w3.weight", {expert_f, H});
+        same(loom + "proj.weight", theirs + "w2.weight", {H, expert_f});
+      }
+    } else {
+      for (const auto& [loom, name, rows, cols] :
+           {std::tuple{"gate", "gate_proj", F, H}, std::tuple{"up", "up_proj", F, H},
+            std::tuple{"proj", "down_proj", H, F}}) {
+        same(h + "mlp." + loom + ".weight", hf + "mlp." + name + ".weight", {rows, cols});
+        if (m.bias) same(h + "mlp." + loom + ".bias", hf + "mlp." + name + ".bias", {rows});
+      }
     }
     same(h + "ln_1.weight", hf + "input_layernorm.weight", {H});
     same(h + "ln_2.weight", hf + "post_attention_layernorm.weight", {H});

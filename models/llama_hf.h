@@ -35,7 +35,8 @@ struct LlamaTensor {
 };
 
 // Every tensor of CONFIG's Llama, in Hugging Face's order (model.embed_tokens, each
-// layer's self_attn, mlp and norms, model.norm, lm_head).
+// layer's self_attn, mlp and norms, model.norm, lm_head). An MoE block (a Mixtral) has
+// block_sparse_moe.gate and block_sparse_moe.experts.N.w1 (gate), w3 (up) and w2 (proj).
 std::vector<LlamaTensor> llama_tensors(const Config& config);
 
 // Whole tensors by loom name -> Hugging Face names and layouts, in Hugging Face's order.

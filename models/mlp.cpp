@@ -8,9 +8,11 @@
 
 namespace loom::models {
 
-MlpImpl::MlpImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp) : tp_(tp) {
-  const int64_t h = options.hidden_size, f = options.ffn_hidden_size;
-  const std::string p = "h." + std::to_string(layer) + ".mlp.";
+MlpImpl::MlpImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp, const std::string& name,
+                 int64_t ffn)
+    : tp_(tp) {
+  const int64_t h = options.hidden_size, f = ffn > 0 ? ffn : options.ffn_hidden_size;
+  const std::string p = name.empty() ? "h." + std::to_string(layer) + ".mlp." : name;
   const bool sp = tp.sequence_parallel;
   auto column = [&](const std::string& name) {
     return parallel::ColumnParallelLinear(parallel::ColumnParallelLinearOptions(h, f)

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <string>
 
 #include "models/gpt_options.h"
 #include "models/language_model.h"
@@ -17,7 +18,10 @@ namespace loom::models {
 
 class MlpImpl : public parallel::ParallelModule {
  public:
-  MlpImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp);
+  // NAME: the parameters' prefix ("h.LAYER.mlp." if empty); FFN: the width (options.ffn_hidden_size if 0).
+  // An MoE block's shared experts are such an MLP (models/moe.h).
+  MlpImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp, const std::string& name = "",
+          int64_t ffn = 0);
   // x [B, S, H] ([B, S / tp, H] under sequence parallelism) -> the same shape.
   torch::Tensor forward(const torch::Tensor& x);
 

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "core/precision.h"
+#include "models/swiglu.h"
 #include "parallel/init.h"
 #include "parallel/tp_regions.h"
 #include "parallel/weight_grad_store.h"
@@ -177,7 +178,8 @@ MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicato
     const int64_t g = dispatcher_.first_local_expert() + i;
     const std::string name = p + "experts." + std::to_string(g) + ".";
     const std::string reg = "expert_" + std::to_string(g) + "_";
-    Expert x{g, {}, {}, {}, {}};
+    Expert x;
+    x.index = g;
     // Drawn by global name: expert g starts the same whichever rank holds it.
     // Each expert lives on one ep rank, replicated over expert-dp.
     auto expert = [&](const std::string& suffix, torch::Tensor init) {
@@ -187,11 +189,20 @@ MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicato
       std::replace(local.begin(), local.end(), '.', '_');
       return register_parallel_parameter(local, std::move(init), spec);
     };
-    x.fc_w = expert("fc.weight", parallel::init_normal(options.seed, name + "fc.weight", {f, h}, options.init_std));
-    x.fc_b = expert("fc.bias", torch::zeros({f}));
+    // Registered in order of use: the parameters are collected in this order.
+    if (options.swiglu) {
+      for (auto [w, b, part] : {std::tuple{&x.gate_w, &x.gate_b, "gate"}, std::tuple{&x.up_w, &x.up_b, "up"}}) {
+        const std::string weight = std::string(part) + ".weight";
+        *w = expert(weight, parallel::init_normal(options.seed, name + weight, {f, h}, options.init_std));
+        if (options.swiglu_bias) *b = expert(std::string(part) + ".bias", torch::zeros({f}));
+      }
+    } else {
+      x.fc_w = expert("fc.weight", parallel::init_normal(options.seed, name + "fc.weight", {f, h}, options.init_std));
+      x.fc_b = expert("fc.bias", torch::zeros({f}));
+    }
     x.proj_w = expert("proj.weight",
                       parallel::init_normal(options.seed, name + "proj.weight", {h, f}, options.output_init_std));
-    x.proj_b = expert("proj.bias", torch::zeros({h}));
+    if (!options.swiglu || options.swiglu_bias) x.proj_b = expert("proj.bias", torch::zeros({h}));
     experts_.push_back(x);
   }
   stats_.layer = options.layer;
@@ -208,11 +219,14 @@ torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vect
   for (size_t i = 0; i < experts_.size(); ++i) {
     const auto& x = experts_[i];
     const auto& in = groups[i];
-    auto hidden = torch::gelu(
-        parallel::linear_deferring_weight_grad(in, cast_to_activation(x.fc_w, in), cast_to_activation(x.fc_b, in)),
-        "tanh");
-    outputs.push_back(parallel::linear_deferring_weight_grad(hidden, cast_to_activation(x.proj_w, in),
-                                                             cast_to_activation(x.proj_b, in)));
+    // An undefined bias stays undefined through the cast.
+    auto linear = [&](const torch::Tensor& input, const torch::Tensor& w, const torch::Tensor& b) {
+      return parallel::linear_deferring_weight_grad(input, cast_to_activation(w, in),
+                                                    b.defined() ? cast_to_activation(b, in) : torch::Tensor());
+    };
+    auto hidden = x.fc_w.defined() ? torch::gelu(linear(in, x.fc_w, x.fc_b), "tanh")
+                                   : swiglu(linear(in, x.gate_w, x.gate_b), linear(in, x.up_w, x.up_b));
+    outputs.push_back(linear(hidden, x.proj_w, x.proj_b));
   }
   return torch::cat(outputs, 0);
 }

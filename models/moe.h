@@ -98,7 +98,11 @@ struct MoEStats {
 
 struct MoELayerOptions {
   int64_t hidden_size = 64;
-  int64_t ffn_hidden_size = 256;
+  int64_t ffn_hidden_size = 256;  // each expert's width
+  // SwiGLU experts, proj(silu(gate x) * up x) (Mixtral, Qwen3-MoE, DeepSeek-V3), with biases if
+  // asked; else GPT-2's fc -> GELU (tanh) -> proj, with biases.
+  bool swiglu = false;
+  bool swiglu_bias = false;
   MoEConfig moe;
   int64_t layer = 0;  // names are "h.LAYER.moe...."
   uint64_t seed = 1234;
@@ -134,8 +138,10 @@ class MoELayerImpl : public parallel::ParallelModule {
   parallel::TokenDispatcher dispatcher_;
   torch::Tensor router_;  // [E, H]
   struct Expert {
-    int64_t index;  // global
-    torch::Tensor fc_w, fc_b, proj_w, proj_b;
+    int64_t index;                             // global
+    torch::Tensor fc_w, fc_b;                  // GELU
+    torch::Tensor gate_w, gate_b, up_w, up_b;  // SwiGLU (biases undefined unless asked)
+    torch::Tensor proj_w, proj_b;
   };
   std::vector<Expert> experts_;  // this rank's
   MoEStats stats_;
@@ -144,7 +150,7 @@ TORCH_MODULE(MoELayer);
 
 // Whether block LAYER of a model with MOE has experts.
 inline bool is_moe_layer(const MoEConfig& moe, int64_t layer) {
-  return moe.enabled() && layer % moe.every == 0;
+  return moe_block(moe, layer);
 }
 
 }  // namespace loom::models

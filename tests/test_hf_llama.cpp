@@ -315,8 +315,8 @@ TEST_CASE("config.json: what loom cannot represent is refused naming the key", "
     return json;
   };
   CHECK(keys_error(with("architectures", {"FalconForCausalLM"})) ==
-        "DIR/config.json: \"architectures\" is FalconForCausalLM; loom reads LlamaForCausalLM, MistralForCausalLM and "
-        "Qwen2ForCausalLM (without sliding windows) and GPT2LMHeadModel");
+        "DIR/config.json: \"architectures\" is FalconForCausalLM; loom reads LlamaForCausalLM, MistralForCausalLM, "
+        "Qwen2ForCausalLM and MixtralForCausalLM (without sliding windows) and GPT2LMHeadModel");
   auto mistral = with("architectures", {"MistralForCausalLM"});
   mistral["sliding_window"] = 4096;
   CHECK_THAT(keys_error(mistral), Catch::Contains("\"sliding_window\" is 4096"));

@@ -206,6 +206,95 @@ TEST_CASE("MoE layer equals a token-by-token loop over the chosen experts", "[mo
   CHECK(params["router_weight"].grad().abs().sum().item<double>() > 0);
 }
 
+TEST_CASE("SwiGLU experts equal a token-by-token loop over the chosen experts", "[moe]") {
+  parallel::SelfCommunicator ep("ep", 0, no_stats()), tp("tp", 0, no_stats());
+  auto options = small_options(4, 2);
+  options.swiglu = true;
+  options.ffn_hidden_size = 12;
+  MoELayer layer(options, ep, tp);
+  auto params = layer->named_parameters();
+  CHECK(params.size() == 1 + 4 * 3);  // the router; gate, up, proj per expert, no biases
+  CHECK(params["expert_3_gate_weight"].sizes() == torch::IntArrayRef({12, 8}));
+  CHECK(params["expert_3_proj_weight"].sizes() == torch::IntArrayRef({8, 12}));
+  auto x = torch::randn({2, 3, 8}, torch::TensorOptions().dtype(torch::kFloat32)).requires_grad_(true);
+  auto y = layer->forward(x);
+  auto tokens = x.detach().reshape({-1, 8});
+  auto r = route_tokens(torch::linear(tokens, params["router_weight"]), 2, 0.0);
+  for (int64_t t = 0; t < tokens.size(0); ++t) {
+    auto expected = torch::zeros({8});
+    for (int64_t c = 0; c < 2; ++c) {
+      const auto e = std::to_string(r.assignment.experts[t][c].item<int64_t>());
+      auto gate = torch::linear(tokens[t], params["expert_" + e + "_gate_weight"]);
+      auto up = torch::linear(tokens[t], params["expert_" + e + "_up_weight"]);
+      expected += r.assignment.weights[t][c] *
+                  torch::linear(gate * torch::sigmoid(gate) * up, params["expert_" + e + "_proj_weight"]);
+    }
+    CHECK(torch::allclose(y.reshape({-1, 8})[t].detach(), expected, 1e-6, 1e-6));
+  }
+  y.sum().backward();
+  for (const auto& p : layer->parallel_parameters()) {
+    INFO(p.name);
+    CHECK(p.tensor.grad().defined());
+    CHECK(p.expert == (p.name.find(".experts.") != std::string::npos));
+  }
+}
+
+TEST_CASE("which blocks have experts: every, first_k_dense_replace, decoder_sparse_step, mlp_only_layers",
+          "[moe][config]") {
+  MoEConfig moe;
+  moe.num_experts = 4;
+  auto blocks = [&](int64_t layers) {
+    std::vector<int64_t> out;
+    for (int64_t l = 0; l < layers; ++l)
+      if (is_moe_layer(moe, l)) out.push_back(l);
+    return out;
+  };
+  CHECK(blocks(4) == std::vector<int64_t>{0, 1, 2, 3});
+  moe.first_k_dense_replace = 1;  // DeepSeek-V3: the first k dense
+  CHECK(blocks(4) == std::vector<int64_t>{1, 2, 3});
+  moe.first_k_dense_replace = 0;
+  moe.decoder_sparse_step = 2;  // Qwen's rule: (layer + 1) % step == 0
+  CHECK(blocks(6) == std::vector<int64_t>{1, 3, 5});
+  moe.mlp_only_layers = {3};
+  CHECK(blocks(6) == std::vector<int64_t>{1, 5});
+  moe.num_experts = 0;
+  CHECK(blocks(6).empty());
+
+  auto path = std::filesystem::temp_directory_path() / ("loom_test_moe_blocks_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(path) << "model:\n  arch: llama\n  num_layers: 4\n  hidden_size: 16\n  num_heads: 2\n"
+                         "  moe:\n    num_experts: 4\n    moe_intermediate_size: 8\n    n_shared_experts: 1\n"
+                         "    mlp_only_layers: [0, 2]\n"
+                         "train:\n  global_batch_size: 2\n  micro_batch_size: 1\n";
+  Config c = load_config(path.string());
+  resolve_and_validate(c, 2);
+  CHECK(c.model.moe.mlp_only_layers == std::vector<int64_t>{0, 2});
+  CHECK(c.moe_ffn_size() == 8);
+  CHECK_THAT(to_yaml(c), Catch::Contains("mlp_only_layers: 0,2"));
+  CHECK(load_config(path.string(), {"model.moe.mlp_only_layers=1"}).model.moe.mlp_only_layers ==
+        std::vector<int64_t>{1});
+  auto error = [&](std::vector<std::string> overrides, int64_t world) -> std::string {
+    try {
+      Config bad = load_config(path.string(), overrides);
+      resolve_and_validate(bad, world);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK_THAT(error({"model.moe.mlp_only_layers=1,x"}, 2), Catch::Contains("model.moe.mlp_only_layers"));
+  CHECK_THAT(error({"model.moe.mlp_only_layers=4"}, 2),
+             Catch::Contains("model.moe.mlp_only_layers") && Catch::Contains("block 4"));
+  CHECK_THAT(error({"model.moe.mlp_only_layers=0,1,2,3"}, 2), Catch::Contains("leave every block dense"));
+  CHECK_THAT(error({"model.moe.first_k_dense_replace=4"}, 2), Catch::Contains("model.moe.first_k_dense_replace"));
+  CHECK_THAT(error({"model.moe.decoder_sparse_step=2", "model.moe.every=2"}, 2),
+             Catch::Contains("model.moe.decoder_sparse_step"));
+  CHECK_THAT(error({"model.moe.n_shared_experts=1", "parallel.tp=3"}, 3),
+             Catch::Contains("model.moe.n_shared_experts"));
+  CHECK_THAT(error({"model.moe.moe_intermediate_size=-1"}, 2), Catch::Contains("model.moe.moe_intermediate_size"));
+  CHECK(error({}, 2).empty());
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("auxiliary losses reach the router through the layer's output", "[moe]") {
   parallel::SelfCommunicator ep("ep", 0, no_stats()), tp("tp", 0, no_stats());
   auto options = small_options(4, 2);

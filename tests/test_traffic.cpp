@@ -174,6 +174,27 @@ TEST_CASE("the shape list is the model's parameters, name by name, at GPT-2 and 
   for (const auto& p : models::GPTImpl(models::GPTOptions::from_config(moe)).parallel_parameters())
     total += p.tensor.numel();
   CHECK(models::model_num_parameters(moe) == total);
+  // A Llama-shaped MoE (Qwen3-MoE, DeepSeek-V3): SwiGLU experts of their own width, two shared
+  // experts, the first block dense, block 2 dense by mlp_only_layers.
+  Config swiglu = tiny_llama();
+  swiglu.model.num_layers = 4;
+  swiglu.model.moe.num_experts = 4;
+  swiglu.model.moe.moe_intermediate_size = 24;
+  swiglu.model.moe.n_shared_experts = 2;
+  swiglu.model.moe.first_k_dense_replace = 1;
+  swiglu.model.moe.mlp_only_layers = {2};
+  total = 0;
+  int64_t experts = 0, shared = 0;
+  for (const auto& p : models::GPTImpl(models::GPTOptions::from_config(swiglu)).parallel_parameters()) {
+    total += p.tensor.numel();
+    if (p.name.find(".moe.experts.") != std::string::npos) experts += p.tensor.numel();
+    if (p.name.find(".moe.shared_experts.") != std::string::npos) shared += p.tensor.numel();
+  }
+  CHECK(models::model_num_parameters(swiglu) == total);
+  const int64_t h = swiglu.model.hidden_size;
+  CHECK(experts == 2 * 4 * 3 * h * 24);  // blocks 1 and 3: four experts of gate, up, proj
+  CHECK(shared == 2 * 3 * h * 48);       // each: one MLP twice the experts' width
+  CHECK(models::moe_expert_numel(swiglu) == 3 * h * 24);
 }
 
 TEST_CASE("a Llama's parameter shards add up to the whole model at every tp rule", "[traffic]") {

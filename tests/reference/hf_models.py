@@ -1,7 +1,7 @@
 """Hugging Face's `transformers` as the reference for the models loom reads and writes.
 
     hf_models.py make ARCH DIR [--sliding-window N]
-        a tiny random ARCH (gpt2, llama, mistral, qwen2) saved with save_pretrained (fp32,
+        a tiny random ARCH (gpt2, llama, mistral, qwen2, mixtral) saved with save_pretrained (fp32,
         safetensors). Every parameter is drawn at random (biases and norms included), the Llama's
         rope_theta is not the default, so a dropped bias, norm or theta shows in the loss.
     hf_models.py loss DIR TEXT --seq-len S --sequences G
@@ -45,6 +45,11 @@ def make(args):
         elif args.arch == "mistral":
             config = transformers.MistralConfig(**common, sliding_window=args.sliding_window, tie_word_embeddings=False)
             model = transformers.MistralForCausalLM(config)
+        elif args.arch == "mixtral":
+            # Four SwiGLU experts of intermediate_size in every block, the top two renormalised.
+            config = transformers.MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2,
+                                                sliding_window=None, rope_theta=30000.0, tie_word_embeddings=False)
+            model = transformers.MixtralForCausalLM(config)
         elif args.arch == "qwen2":
             config = transformers.Qwen2Config(**common, rope_theta=20000.0, tie_word_embeddings=True)
             model = transformers.Qwen2ForCausalLM(config)

@@ -1,7 +1,8 @@
 """Draws random training layouts for tests/scripts/random_layouts.sh: one line per draw,
 "NP NAME MODEL_SETS | LAYOUT_SETS", each SETS a space-separated list of key=value.
 
-The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not); tp, cp
+The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not; dense or MoE with
+SwiGLU experts, shared experts and dense blocks); tp, cp
 (ring or all-to-all), pp and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
 interleaved, zb-h1), ZeRO stage, recomputation, micro-batch size, ep for MoE, a validation
 split evaluated at steps 10 and 20 or none, the optimizer (AdamW, or Muon beside it), and for MoE
@@ -15,13 +16,21 @@ import sys
 def draw(rng, index):
     model = ["model.num_layers=8"]
     arch = rng.choice(["gpt2", "llama"])
-    moe = arch == "gpt2" and rng.random() < 0.35
+    moe = rng.random() < 0.35
     if arch == "llama":
         model += ["model.arch=llama", "model.ffn_hidden_size=64",
                   f"model.num_kv_heads={rng.choice([1, 2, 4])}",
                   f"model.tie_embeddings={rng.choice(['true', 'false'])}"]
     if moe:
         model += ["model.moe.num_experts=4", "model.moe.top_k=2"]
+    if moe and arch == "llama":
+        # SwiGLU experts of their own width; half the draws with a shared expert and the first
+        # blocks dense (DeepSeek-V3), or every other block dense (Qwen3-MoE's decoder_sparse_step).
+        model += ["model.moe.moe_intermediate_size=24"]
+        if rng.random() < 0.5:
+            model += ["model.moe.n_shared_experts=1", f"model.moe.first_k_dense_replace={rng.choice([1, 3])}"]
+        else:
+            model += ["model.moe.decoder_sparse_step=2"]
     while True:
         tp, pp, dp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([1, 2])
         # Context parallelism.

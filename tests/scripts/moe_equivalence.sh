@@ -16,7 +16,9 @@
 #    communication counters of the ep group;
 # 4. a checkpoint saved at ep=2 resumes at ep=4 (experts are saved by global name);
 # 5. DeepSeek-V3's router (sigmoid, groups, scaling, expert biases) at ep 2 x tp 2 equals one
-#    process, and its biases are saved and resumed (at another ep).
+#    process, and its biases are saved and resumed (at another ep);
+# 6. a Llama with SwiGLU experts of their own width, a shared expert and dense blocks
+#    (first_k_dense_replace, mlp_only_layers) at ep 2 x tp 2 x pp 2 and under ZeRO-3 equals one process.
 source "$(dirname "$0")/common.sh"
 MOE=(--set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.aux_loss_coeff=0.01
      --set model.moe.z_loss_coeff=0.001 --set train.global_batch_size=16 --set train.micro_batch_size=2)
@@ -110,6 +112,19 @@ PY
 train 4 ds_resume_ep4 "${DS[@]}" --set parallel.ep=4 --resume "$WORK/ck_ds/step_00000010"
 compare_resumed "$WORK/ds_resume_ep4" "$WORK/ds_save" 11 20 "DeepSeek-V3 router saved at ep=2, resumed at ep=4" ||
   fail "DeepSeek-V3 router resumed at ep=4 differs"
+# The experts of Qwen3-MoE and DeepSeek-V3 in a Llama: SwiGLU experts of their own width (24), one
+# shared expert beside them, block 0 dense (first_k_dense_replace) and block 2 dense (mlp_only_layers):
+# ep 2 x tp 2 x pp 2 and ep 2 under ZeRO-3 give one process's losses.
+SWIGLU=(--set model.arch=llama --set model.num_kv_heads=2 --set model.ffn_hidden_size=64 --set model.num_layers=4
+        --set model.moe.moe_intermediate_size=24 --set model.moe.n_shared_experts=1
+        --set model.moe.first_k_dense_replace=1 --set model.moe.mlp_only_layers=2 "${SEED[@]}")
+train 1 swiglu_ref "${SWIGLU[@]}"
+train 8 swiglu_ep2_tp2_pp2 "${SWIGLU[@]}" --set parallel.ep=2 --set parallel.tp=2 --set parallel.pp=2
+train 4 swiglu_ep2_zero3 "${SWIGLU[@]}" --set parallel.ep=2 --set parallel.zero_stage=3
+for layout in ep2_tp2_pp2 ep2_zero3; do
+  echo -n "SwiGLU and shared experts, dense blocks 0 and 2, $layout vs one process: "
+  compare_moe_losses "$WORK/swiglu_$layout" "$WORK/swiglu_ref" || fail "SwiGLU experts at $layout differ from one process"
+done
 code=0
 "$LOOM" export "$WORK/ck/step_00000020" --format hf-gpt2 --output "$WORK/moe.safetensors" > "$WORK/export.log" 2>&1 || code=$?
 [ "$code" = 2 ] && grep -q "cannot represent model.moe.num_experts = 4" "$WORK/export.log" || { cat "$WORK/export.log"; fail "export of an MoE checkpoint was not refused with exit 2"; }

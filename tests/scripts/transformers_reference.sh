@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Hugging Face's transformers as the reference (tests/reference/hf_models.py): a tiny GPT-2, Llama
-# (rope_theta 50000, untied, GQA), Mistral and Qwen2 (q, k, v biases, tied) made at random and saved
+# (rope_theta 50000, untied, GQA), Mistral, Qwen2 (q, k, v biases, tied) and Mixtral (4 experts, top 2,
+# at tp 2 x ep 2 x pp 2 too) made at random and saved
 # with save_pretrained (transformers 5's config.json: rope_parameters, dtype) train in loom from
 # their directories (model.init_from) with transformers' loss on the same first batch within 1e-5,
 # in one process and at tp 2 x pp 2; a Mistral whose sliding_window is shorter than the sequence is
@@ -36,6 +37,31 @@ for arch in gpt2 llama mistral qwen2; do
     --sequences 8 --export "$WORK/${arch}_export" --same-architecture ||
     fail "$arch: loom's first loss differs from transformers', or its export does not load to the same logits and fields"
 done
+# Mixtral (a mixture of experts in every block): transformers' first loss in one process and at
+# tp 2 x ep 2 x pp 2, and the export of its initial state loads as MixtralForCausalLM with the same
+# logits. A Mixtral config.json with a sliding window is refused naming it.
+"${HF[@]}" make mixtral "$WORK/mixtral" > /dev/null || fail "making the mixtral model"
+MOE_RUN=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001)
+"$LOOM" train "$TINY" --run-dir "$WORK/mixtral_one" "${BASE[@]}" "${ONE_STEP[@]}" "${MOE_RUN[@]}" \
+  --set model.init_from="$WORK/mixtral" > "$WORK/mixtral_one.log" 2>&1 ||
+  { cat "$WORK/mixtral_one.log"; fail "mixtral in one process"; }
+mpirun --oversubscribe -np 8 "$LOOM" train "$TINY" --run-dir "$WORK/mixtral_tp2ep2pp2" "${BASE[@]}" "${ONE_STEP[@]}" \
+  "${MOE_RUN[@]}" --set parallel.tp=2 --set parallel.ep=2 --set parallel.pp=2 --set model.init_from="$WORK/mixtral" \
+  > "$WORK/mixtral_tp2ep2pp2.log" 2>&1 || { cat "$WORK/mixtral_tp2ep2pp2.log"; fail "mixtral at tp 2 x ep 2 x pp 2"; }
+"$LOOM" train "$TINY" --run-dir "$WORK/mixtral_save" "${BASE[@]}" --set model.init_from="$WORK/mixtral" \
+  --set checkpoint.dir="$WORK/mixtral_ck" --set train.exit_after=0 > "$WORK/mixtral_save.log" 2>&1 ||
+  { cat "$WORK/mixtral_save.log"; fail "mixtral: saving the initial state"; }
+"$LOOM" export "$WORK/mixtral_ck/step_00000000" --format hf --output "$WORK/mixtral_export" > /dev/null ||
+  fail "mixtral: export"
+"${HF[@]}" compare-loss "$WORK/mixtral" "$WORK/text.txt" "$WORK/mixtral_one" "$WORK/mixtral_tp2ep2pp2" --seq-len 32 \
+  --sequences 8 --export "$WORK/mixtral_export" --same-architecture ||
+  fail "mixtral: loom's first loss differs from transformers', or its export does not load to the same logits"
+cp -r "$WORK/mixtral" "$WORK/mixtral_sw"
+python3 -c 'import json, sys; f = sys.argv[1]; j = json.load(open(f)); j["sliding_window"] = 16; json.dump(j, open(f, "w"))' \
+  "$WORK/mixtral_sw/config.json"
+expect_exit 2 "$WORK/mixtral_sw/config.json: \"sliding_window\" is 16" "$LOOM" train "$TINY" --run-dir "$WORK/mixtral_sw_run" \
+  "${BASE[@]}" "${ONE_STEP[@]}" --set model.init_from="$WORK/mixtral_sw"
+
 # configs/finetune_hf.yaml, as the README's fine-tuning section runs it: the model keys all from
 # config.json, its first loss transformers'. A config written for another model is refused naming
 # every key that differs, not only the first.
