@@ -80,8 +80,12 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScalingConfig rope_scaling;
   int64_t num_kv_heads = 0;  // grouped-query attention; 0: num_heads (multi-head attention)
-  bool bias = true;          // biases of the linear layers
-  bool qkv_bias = true;      // biases of the query, key and value projections (Qwen2 has them, Llama not)
+  // Each head's width (Qwen3's head_dim, which need not be hidden_size / num_heads); 0: hidden_size / num_heads.
+  int64_t attention_head_dim = 0;
+  // Qwen3's q/k norms: each head's query and key RMS-normalised (a weight of head_dim each) before RoPE.
+  bool qk_norm = false;
+  bool bias = true;      // biases of the linear layers
+  bool qkv_bias = true;  // biases of the query, key and value projections (Qwen2 has them, Llama not)
   bool tie_embeddings = true;
   int64_t num_layers = 2;
   int64_t hidden_size = 64;
@@ -95,7 +99,7 @@ struct ModelConfig {
   MoEConfig moe;
 
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
-  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t head_dim() const { return attention_head_dim > 0 ? attention_head_dim : hidden_size / num_heads; }
 };
 
 struct ParallelConfig {

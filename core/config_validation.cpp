@@ -74,7 +74,7 @@ void check_model_shape(const Config& c) {
   require(m.norm_eps > 0, "model.norm_eps", "must be positive");
   if (m.position == PositionKind::rope) {
     require(m.head_dim() % 2 == 0, "model.position",
-            "rope rotates pairs of features: the head dimension hidden_size / num_heads = " +
+            "rope rotates pairs of features: the head dimension (model.head_dim, or hidden_size / num_heads) = " +
                 std::to_string(m.head_dim()) + " must be even");
     require(m.rope_theta > 0, "model.rope_theta", "must be positive");
   }
@@ -108,11 +108,14 @@ void check_count_bounds(const Config& c, int64_t world) {
                               {m.hidden_size, k18, "model.hidden_size"},
                               {m.num_heads, k18, "model.num_heads"},
                               {m.num_kv_heads, k18, "model.num_kv_heads"},
+                              {m.attention_head_dim, k18, "model.head_dim"},
                               {m.ffn_hidden_size, k20, "model.ffn_hidden_size"},
                               {m.vocab_size, k28, "model.vocab_size"},
                               {m.seq_len, k24, "model.seq_len"},
                               {m.moe.num_experts, k14, "model.moe.num_experts"},
                               {m.moe.top_k, k14, "model.moe.top_k"},
+                              {m.moe.moe_intermediate_size, k20, "model.moe.moe_intermediate_size"},
+                              {m.moe.n_shared_experts, k14, "model.moe.n_shared_experts"},
                               {t.steps, k40, "train.steps"},
                               {t.global_batch_size, k24, "train.global_batch_size"},
                               {t.micro_batch_size, k24, "train.micro_batch_size"},
@@ -149,8 +152,10 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(m.num_layers >= 1, "model.num_layers", "must be at least 1");
   require(m.hidden_size >= 1, "model.hidden_size", "must be at least 1");
   require(m.num_heads >= 1, "model.num_heads", "must be at least 1");
-  require(m.hidden_size % m.num_heads == 0, "model.hidden_size",
-          std::to_string(m.hidden_size) + " is not divisible by model.num_heads=" + std::to_string(m.num_heads));
+  require(m.attention_head_dim >= 0, "model.head_dim", "must be 0 (hidden_size / num_heads) or positive");
+  require(m.attention_head_dim > 0 || m.hidden_size % m.num_heads == 0, "model.hidden_size",
+          std::to_string(m.hidden_size) + " is not divisible by model.num_heads=" + std::to_string(m.num_heads) +
+              " (or set model.head_dim)");
   require(m.ffn_hidden_size >= 0, "model.ffn_hidden_size",
           "must be 0 (the activation's default: 4 h for gelu, 8h/3 up to a multiple of 256 for swiglu) or positive");
   require(m.vocab_size >= 2, "model.vocab_size", "must be at least 2");

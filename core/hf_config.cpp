@@ -134,16 +134,23 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
     throw hf.refused("sliding_window", "is " + json["sliding_window"].dump() +
                                            ": loom's attention has no sliding window; loom reads Mixtral with null");
   }
-  if (architecture == "Qwen2ForCausalLM" && hf.boolean("use_sliding_window", false)) {
+  const bool qwen3 = architecture == "Qwen3ForCausalLM" || architecture == "Qwen3MoeForCausalLM";
+  if ((architecture == "Qwen2ForCausalLM" || qwen3) && hf.boolean("use_sliding_window", false)) {
     throw hf.refused("use_sliding_window", "is true: loom's attention has no sliding window");
   }
   refuse_sliding_layers(hf, json);
   const std::string act = hf.text("hidden_act", "silu");
   if (act != "silu") throw hf.refused("hidden_act", "is '" + act + "'; loom's SwiGLU MLP is silu");
   const auto heads = std::stoll(hf.integer("num_attention_heads")), hidden = std::stoll(hf.integer("hidden_size"));
-  if (hf.has("head_dim") && json["head_dim"] != nlohmann::json(hidden / heads)) {
-    throw hf.refused("head_dim", "is " + json["head_dim"].dump() + ", not hidden_size / num_attention_heads = " +
-                                     std::to_string(hidden / heads) + ", which loom's attention assumes");
+  // head_dim may differ from hidden_size / num_attention_heads (Qwen3's 128 at hidden 2048 and 32
+  // heads): model.head_dim then says so; 0 keeps loom's hidden_size / num_heads.
+  std::string head_dim = "0";
+  if (hf.has("head_dim")) {
+    const auto d = std::stoll(hf.integer("head_dim"));
+    if (d * heads != hidden) head_dim = std::to_string(d);
+  } else if (hidden % heads != 0) {
+    throw hf.refused("num_attention_heads",
+                     "does not divide hidden_size = " + std::to_string(hidden) + " and there is no head_dim");
   }
   // Qwen2 has biases on q, k and v only; Llama's attention_bias covers q, k, v and o, mlp_bias the MLP.
   bool bias = false, qkv_bias = true;
@@ -169,8 +176,51 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
                {"model.norm_eps", hf.number("rms_norm_eps", 1e-6)},
                {"model.bias", bool_text(bias)},
                {"model.qkv_bias", bool_text(qkv_bias)},
-               {"model.tie_embeddings", bool_text(hf.boolean("tie_word_embeddings", false))}};
+               {"model.tie_embeddings", bool_text(hf.boolean("tie_word_embeddings", false))},
+               {"model.head_dim", head_dim},
+               {"model.qk_norm", bool_text(qwen3)}};
   add_rope(hf, json, keys);
+  if (architecture == "Qwen3MoeForCausalLM" && hf.integer("num_experts_per_tok") == "1" &&
+      hf.boolean("norm_topk_prob", false)) {
+    throw hf.refused("num_experts_per_tok",
+                     "is 1 with norm_topk_prob true: Qwen3-MoE then weights the expert by 1, where loom keeps the "
+                     "router's score (the router's only gradient)");
+  }
+  if (architecture == "Qwen3MoeForCausalLM") {
+    // Experts of moe_intermediate_size in the blocks decoder_sparse_step and mlp_only_layers leave
+    // sparse, the dense ones of intermediate_size; a softmax router whose top num_experts_per_tok
+    // weights are renormalised if norm_topk_prob. Released checkpoints name the count num_experts,
+    // transformers 5 writes num_local_experts.
+    std::string dense_layers;
+    if (hf.has("mlp_only_layers")) {
+      const auto& list = json["mlp_only_layers"];
+      if (!list.is_array()) throw hf.refused("mlp_only_layers", "must be a list of layer indices, not " + list.dump());
+      for (const auto& layer : list) {
+        if (!layer.is_number_integer() || layer.get<int64_t>() < 0)
+          throw hf.refused("mlp_only_layers", "must be a list of layer indices, not " + list.dump());
+        dense_layers += (dense_layers.empty() ? "" : ",") + std::to_string(layer.get<int64_t>());
+      }
+    }
+    keys.insert(keys.end(), {{"model.moe.num_experts",
+                              hf.has("num_experts") ? hf.integer("num_experts") : hf.integer("num_local_experts")},
+                             {"model.moe.top_k", hf.integer("num_experts_per_tok")},
+                             {"model.moe.score", "softmax"},
+                             {"model.moe.norm_topk_prob", bool_text(hf.boolean("norm_topk_prob", false))},
+                             {"model.moe.routed_scaling_factor", "1"},
+                             {"model.moe.n_group", "1"},
+                             {"model.moe.topk_group", "1"},
+                             {"model.moe.every", "1"},
+                             {"model.moe.moe_intermediate_size", hf.integer("moe_intermediate_size")},
+                             {"model.moe.n_shared_experts", "0"},
+                             {"model.moe.first_k_dense_replace", "0"},
+                             {"model.moe.decoder_sparse_step", hf.integer("decoder_sparse_step", 1)},
+                             {"model.moe.mlp_only_layers", dense_layers}});
+  }
+  if (architecture == "MixtralForCausalLM" && hf.integer("num_experts_per_tok") == "1") {
+    throw hf.refused("num_experts_per_tok",
+                     "is 1: Mixtral then weights the expert by 1, where loom keeps the router's score (the "
+                     "router's only gradient)");
+  }
   if (architecture == "MixtralForCausalLM") {
     // Every block's MLP is num_local_experts SwiGLU experts of intermediate_size behind a softmax
     // router whose top num_experts_per_tok weights are renormalised. The auxiliary losses'
@@ -223,6 +273,7 @@ Keys gpt2_keys(const HfJson& hf) {
 std::string effective(const Config& c, const std::string& key, const ConfigField& field) {
   if (key == "model.num_kv_heads") return std::to_string(c.model.kv_heads());
   if (key == "model.ffn_hidden_size") return std::to_string(c.ffn_size());
+  if (key == "model.head_dim" && c.model.num_heads > 0) return std::to_string(c.model.head_dim());
   return field.print(c);
 }
 
@@ -231,65 +282,6 @@ const ConfigField& field_named(const std::string& name) {
     if (f.name() == name) return f;
   }
   throw std::logic_error("no config field " + name);
-}
-
-// MixtralForCausalLM's config.json for CONFIG, a Llama-shaped MoE checked by the caller; REFUSE
-// names what Mixtral cannot hold: its routing is softmax, top-k renormalised, unscaled, in every
-// block, over experts of the MLP's width without biases, none shared.
-template <typename Refuse>
-nlohmann::ordered_json mixtral_config_of(const Config& config, const Refuse& refuse) {
-  const auto& m = config.model;
-  const auto& moe = m.moe;
-  if (m.bias || m.qkv_bias) throw refuse("bias", "true", "Mixtral has no biases");
-  if (moe.score != "softmax") throw refuse("moe.score", moe.score, "Mixtral's router is a softmax");
-  if (!moe.norm_topk_prob || moe.routed_scaling_factor != 1.0)
-    throw refuse("moe.norm_topk_prob", moe.norm_topk_prob ? "true (scaled)" : "false",
-                 "Mixtral renormalises the chosen experts' weights, unscaled");
-  if (moe.n_group > 1) throw refuse("moe.n_group", std::to_string(moe.n_group), "Mixtral has no group-limited routing");
-  if (moe.bias_update_rate > 0)
-    throw refuse("moe.bias_update_rate", nlohmann::json(moe.bias_update_rate).dump(), "Mixtral has no expert bias");
-  if (moe.n_shared_experts > 0)
-    throw refuse("moe.n_shared_experts", std::to_string(moe.n_shared_experts), "Mixtral has no shared experts");
-  for (int64_t layer = 0; layer < m.num_layers; ++layer) {
-    if (!moe_block(moe, layer))
-      throw refuse("moe.every", std::to_string(moe.every),
-                   "block " + std::to_string(layer) + " is dense, and every Mixtral block has experts");
-  }
-  if (config.moe_ffn_size() != config.ffn_size())
-    throw refuse("moe.moe_intermediate_size", std::to_string(moe.moe_intermediate_size),
-                 "Mixtral's experts have intermediate_size, the one MLP width");
-  nlohmann::ordered_json json = {{"architectures", {"MixtralForCausalLM"}},
-                                 {"model_type", "mixtral"},
-                                 {"hidden_size", m.hidden_size},
-                                 {"intermediate_size", config.moe_ffn_size()},
-                                 {"num_hidden_layers", m.num_layers},
-                                 {"num_attention_heads", m.num_heads},
-                                 {"num_key_value_heads", m.kv_heads()},
-                                 {"head_dim", m.head_dim()},
-                                 {"vocab_size", m.vocab_size},
-                                 {"max_position_embeddings", m.seq_len},
-                                 {"rms_norm_eps", m.norm_eps},
-                                 {"rope_theta", m.rope_theta},
-                                 {"rope_scaling", nullptr},
-                                 {"hidden_act", "silu"},
-                                 {"num_local_experts", moe.num_experts},
-                                 {"num_experts_per_tok", moe.top_k},
-                                 {"router_aux_loss_coef", moe.aux_loss_coeff},
-                                 {"output_router_logits", false},
-                                 {"sliding_window", nullptr}};
-  if (m.rope_scaling.type == RopeScalingKind::llama3) {
-    const auto& s = m.rope_scaling;
-    json["rope_scaling"] = {{"rope_type", "llama3"},
-                            {"factor", s.factor},
-                            {"low_freq_factor", s.low_freq_factor},
-                            {"high_freq_factor", s.high_freq_factor},
-                            {"original_max_position_embeddings", s.original_max_position_embeddings}};
-  }
-  json["attention_dropout"] = 0.0;
-  json["tie_word_embeddings"] = m.tie_embeddings;
-  json["use_cache"] = true;
-  json["torch_dtype"] = "float32";
-  return json;
 }
 
 }  // namespace
@@ -301,14 +293,15 @@ Keys model_keys_of_hf_config(const nlohmann::json& json, const std::string& file
     throw hf.refused("architectures", "must list one architecture, not " + list.dump());
   const std::string architecture = list[0].get<std::string>();
   if (architecture == "LlamaForCausalLM" || architecture == "MistralForCausalLM" ||
-      architecture == "Qwen2ForCausalLM" || architecture == "MixtralForCausalLM") {
+      architecture == "Qwen2ForCausalLM" || architecture == "MixtralForCausalLM" ||
+      architecture == "Qwen3ForCausalLM" || architecture == "Qwen3MoeForCausalLM") {
     return llama_keys(hf, json, architecture);
   }
   if (architecture == "GPT2LMHeadModel") return gpt2_keys(hf);
   throw hf.refused("architectures",
                    "is " + architecture +
-                       "; loom reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and MixtralForCausalLM "
-                       "(without sliding windows) and GPT2LMHeadModel");
+                       "; loom reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                       "MixtralForCausalLM and Qwen3MoeForCausalLM (without sliding windows) and GPT2LMHeadModel");
 }
 
 void apply_hf_config(Config& config, const std::set<std::string>& overridden) {
@@ -355,90 +348,6 @@ void apply_hf_config(Config& config, const std::set<std::string>& overridden) {
                        " tokens");
     }
   }
-}
-
-nlohmann::ordered_json hf_config_of(const Config& config, const std::string& format) {
-  const auto& m = config.model;
-  auto refuse = [&](const std::string& key, const std::string& value, const std::string& why) {
-    return InputError("--format " + format + " cannot represent model." + key + " = " + value + ": " + why);
-  };
-  if (m.moe.enabled() && format == "hf-gpt2")
-    throw refuse("moe.num_experts", std::to_string(m.moe.num_experts), "its MLPs are dense (no Mixture of Experts)");
-  const int64_t heads = m.num_heads, layers = m.num_layers, hidden = m.hidden_size, vocab = m.vocab_size;
-  if (format == "hf-gpt2") {
-    if (m.norm != NormKind::layernorm) throw refuse("norm", to_string(m.norm), "GPT-2 has LayerNorm");
-    if (m.activation != Activation::gelu) throw refuse("activation", to_string(m.activation), "GPT-2's MLP is GELU");
-    if (m.position != PositionKind::learned)
-      throw refuse("position", to_string(m.position), "GPT-2 has learned position embeddings");
-    if (!m.bias || !m.qkv_bias) throw refuse("bias", "false", "GPT-2 has biases in every linear layer");
-    if (!m.tie_embeddings) throw refuse("tie_embeddings", "false", "GPT-2's output layer is wte");
-    if (m.kv_heads() != heads)
-      throw refuse("num_kv_heads", std::to_string(m.kv_heads()), "GPT-2 has multi-head attention");
-    return {{"architectures", {"GPT2LMHeadModel"}},
-            {"model_type", "gpt2"},
-            {"n_embd", hidden},
-            {"n_layer", layers},
-            {"n_head", heads},
-            {"n_inner", config.ffn_size()},
-            {"n_positions", m.seq_len},
-            {"n_ctx", m.seq_len},
-            {"vocab_size", vocab},
-            {"layer_norm_epsilon", m.norm_eps},
-            {"activation_function", "gelu_new"},
-            {"resid_pdrop", 0.0},
-            {"embd_pdrop", 0.0},
-            {"attn_pdrop", 0.0},
-            {"scale_attn_weights", true},
-            {"tie_word_embeddings", true},
-            {"use_cache", true},
-            {"torch_dtype", "float32"}};
-  }
-  if (format != "hf-llama") throw InputError("--format '" + format + "' is not known; use hf-llama or hf-gpt2");
-  if (m.norm != NormKind::rmsnorm) throw refuse("norm", to_string(m.norm), "Llama has RMSNorm");
-  if (m.activation != Activation::swiglu) throw refuse("activation", to_string(m.activation), "Llama's MLP is SwiGLU");
-  if (m.position != PositionKind::rope) throw refuse("position", to_string(m.position), "Llama has rotary embeddings");
-  if (m.bias && !m.qkv_bias) {
-    throw refuse("qkv_bias", "false",
-                 "with model.bias true: Llama's attention_bias puts biases on q, k, v and o together");
-  }
-  if (m.moe.enabled()) return mixtral_config_of(config, refuse);
-  // Biases on q, k and v alone are Qwen2's; Llama with attention_bias and mlp_bias has them everywhere.
-  const bool qwen2 = m.qkv_bias && !m.bias;
-  nlohmann::ordered_json json = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-                                 {"model_type", qwen2 ? "qwen2" : "llama"},
-                                 {"hidden_size", hidden},
-                                 {"intermediate_size", config.ffn_size()},
-                                 {"num_hidden_layers", layers},
-                                 {"num_attention_heads", heads},
-                                 {"num_key_value_heads", m.kv_heads()},
-                                 {"head_dim", m.head_dim()},
-                                 {"vocab_size", vocab},
-                                 {"max_position_embeddings", m.seq_len},
-                                 {"rms_norm_eps", m.norm_eps},
-                                 {"rope_theta", m.rope_theta},
-                                 {"rope_scaling", nullptr},
-                                 {"hidden_act", "silu"}};
-  if (m.rope_scaling.type == RopeScalingKind::llama3) {
-    const auto& s = m.rope_scaling;
-    json["rope_scaling"] = {{"rope_type", "llama3"},
-                            {"factor", s.factor},
-                            {"low_freq_factor", s.low_freq_factor},
-                            {"high_freq_factor", s.high_freq_factor},
-                            {"original_max_position_embeddings", s.original_max_position_embeddings}};
-  }
-  if (qwen2) {
-    json["use_sliding_window"] = false;
-    json["sliding_window"] = nullptr;
-    json["max_window_layers"] = layers;
-  } else {
-    json["attention_bias"] = m.bias;
-    json["mlp_bias"] = m.bias;
-  }
-  json["attention_dropout"] = 0.0;
-  json["tie_word_embeddings"] = m.tie_embeddings;
-  json["use_cache"] = true;
-  json["torch_dtype"] = "float32";
-  return json;
 }
 
 }  // namespace loom

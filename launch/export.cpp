@@ -88,12 +88,14 @@ int export_checkpoint(const ExportArgs& args) {
   if (config.model.moe.enabled()) {
     // The router's settings go into config.json (num_experts_per_tok, ...): without them it would
     // describe another model.
-    if (!manifest.contains("moe_router")) {
+    if (!manifest.contains("moe_router") && config.model.activation == Activation::swiglu) {
       throw InputError("loom export: " + args.checkpoint +
                        " is a Mixture-of-Experts checkpoint saved before loom recorded the router's settings "
                        "(manifest.json has no moe_router); resume it with this loom and export a newer checkpoint");
     }
-    apply_moe_router_record(config, manifest.at("moe_router"), args.checkpoint + "/manifest.json");
+    // An older GELU MoE has none either: the format refuses it below, naming why.
+    if (manifest.contains("moe_router"))
+      apply_moe_router_record(config, manifest.at("moe_router"), args.checkpoint + "/manifest.json");
   }
   const nlohmann::json source = manifest.value("hf_source", nlohmann::json());
   const std::string family = args.format == "hf" ? family_of(config, source) : args.format;

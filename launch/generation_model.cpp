@@ -36,10 +36,15 @@ GenerationModel from_checkpoint(const std::string& path, const std::vector<std::
   model.path = path;
   model.config = config_of_model_record(manifest.at("model"), source);
   if (model.config.model.moe.enabled()) {
-    // The record keeps the experts' count, not the router's settings (top_k, capacity), which the
-    // forward needs: generating with defaults would be silently another model.
-    throw InputError("loom generate: " + path +
-                     " is a Mixture-of-Experts checkpoint, which loom generate cannot run yet");
+    // The record keeps the experts' shapes; the router's settings (top_k, scores, groups), which the
+    // forward needs, are the manifest's moe_router. Without them (checkpoints of before it)
+    // generating with defaults would be silently another model.
+    if (!manifest.contains("moe_router")) {
+      throw InputError("loom generate: " + path +
+                       " is a Mixture-of-Experts checkpoint saved before loom recorded the router's settings "
+                       "(manifest.json has no moe_router); resume it with this loom to save a newer one");
+    }
+    apply_moe_router_record(model.config, manifest.at("moe_router"), source);
   }
   for (const auto& o : overrides) apply_override(model.config, o);
   const auto saved = complete_model_record(manifest.at("model"));

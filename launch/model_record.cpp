@@ -33,13 +33,21 @@ nlohmann::json model_record(const Config& c) {
     model["moe_every"] = m.moe.every;
     // The expert shapes and which blocks have experts, where they differ from the defaults (so that
     // the records of earlier MoE checkpoints stay as they were).
-    if (m.moe.moe_intermediate_size > 0) model["moe_intermediate_size"] = m.moe.moe_intermediate_size;
+    // The width the experts get (0 and ffn_hidden_size are one model), the dense blocks as a sorted set.
+    if (c.moe_ffn_size() != c.ffn_size()) model["moe_intermediate_size"] = c.moe_ffn_size();
     if (m.moe.n_shared_experts > 0) model["moe_n_shared_experts"] = m.moe.n_shared_experts;
     if (m.moe.first_k_dense_replace > 0) model["moe_first_k_dense_replace"] = m.moe.first_k_dense_replace;
     if (m.moe.decoder_sparse_step > 1) model["moe_decoder_sparse_step"] = m.moe.decoder_sparse_step;
-    if (!m.moe.mlp_only_layers.empty()) model["moe_mlp_only_layers"] = m.moe.mlp_only_layers;
+    if (!m.moe.mlp_only_layers.empty()) {
+      std::vector<int64_t> dense = m.moe.mlp_only_layers;
+      std::sort(dense.begin(), dense.end());
+      dense.erase(std::unique(dense.begin(), dense.end()), dense.end());
+      model["moe_mlp_only_layers"] = dense;
+    }
   }
   if (m.kv_heads() != m.num_heads) model["num_kv_heads"] = m.kv_heads();
+  if (m.attention_head_dim > 0) model["head_dim"] = m.attention_head_dim;  // Qwen3's; else hidden / heads
+  if (m.qk_norm) model["qk_norm"] = true;
   nlohmann::json arch = {{"arch", to_string(m.arch)},
                          {"norm", to_string(m.norm)},
                          {"norm_eps", m.norm_eps},
@@ -167,6 +175,8 @@ Config config_of_model_record(const nlohmann::json& record, const std::string& s
     m.ffn_hidden_size = r.at("ffn_hidden_size").get<int64_t>();
     m.vocab_size = r.at("vocab_size").get<int64_t>();
     m.seq_len = r.at("seq_len").get<int64_t>();
+    m.attention_head_dim = r.value("head_dim", int64_t{0});
+    m.qk_norm = r.value("qk_norm", false);
     m.moe.num_experts = r.value("moe_num_experts", int64_t{0});
     m.moe.every = r.value("moe_every", int64_t{1});
     m.moe.moe_intermediate_size = r.value("moe_intermediate_size", int64_t{0});
@@ -176,6 +186,11 @@ Config config_of_model_record(const nlohmann::json& record, const std::string& s
     m.moe.mlp_only_layers = r.value("moe_mlp_only_layers", std::vector<int64_t>{});
   } catch (const nlohmann::json::exception& e) {
     throw InputError(source + ": the manifest's model record " + record.dump() + " cannot be read: " + e.what());
+  }
+  // What the model's block rule divides by: a forged or damaged record must not reach it.
+  if (m.moe.every < 1 || m.moe.decoder_sparse_step < 1 || m.num_heads < 1 || m.num_layers < 1) {
+    throw InputError(source + ": the manifest's model record " + record.dump() +
+                     " has a zero or negative num_heads, num_layers, moe_every or moe_decoder_sparse_step");
   }
   return c;
 }

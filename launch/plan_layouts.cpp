@@ -82,10 +82,16 @@ int plan(const PlanArgs& args) {
   }
   const auto all = enumerate_layouts(config, cluster, world);
   if (all.empty()) throw InputError("no valid layout of this model on " + std::to_string(world) + " GPUs");
-  std::printf("%s on %lld GPUs of %s (%lld per node); %s parameters, global batch %lld x %lld tokens\n",
+  // An MoE's tokens each pass through top_k of its experts: the activated parameters beside the total.
+  const std::string activated =
+      config.model.moe.enabled()
+          ? " (" + with_commas(models::activated_parameters_per_token(config)) + " activated per token)"
+          : "";
+  std::printf("%s on %lld GPUs of %s (%lld per node); %s parameters%s, global batch %lld x %lld tokens\n",
               args.config_path.c_str(), static_cast<long long>(world), cluster.name.c_str(),
               static_cast<long long>(cluster.gpus_per_node), with_commas(models::model_num_parameters(config)).c_str(),
-              static_cast<long long>(config.train.global_batch_size), static_cast<long long>(config.model.seq_len));
+              activated.c_str(), static_cast<long long>(config.train.global_batch_size),
+              static_cast<long long>(config.model.seq_len));
   std::printf("  %-4s %-7s %-4s %-5s %-2s %-4s %-3s %-9s %9s %9s %6s %7s  %s\n", "tp", "cp", "pp", "dp", "v", "zero",
               "mb", "recompute", "mem GB", "step s", "MFU", "bubble", "traffic per step (GB, link)");
   int shown = 0;

@@ -63,6 +63,8 @@ GPTOptions GPTOptions::from_config(const Config& config) {
   o.rope_scaling = config.model.rope_scaling;
   o.bias = config.model.bias;
   o.qkv_bias = config.model.qkv_bias;
+  o.attention_head_dim = config.model.attention_head_dim;
+  o.qk_norm = config.model.qk_norm;
   o.tie_embeddings = config.model.tie_embeddings;
   o.dropout = config.model.dropout;
   o.seed = static_cast<uint64_t>(config.train.seed);

@@ -27,8 +27,9 @@ double gpt_flops_per_token(const Config& config) {
     weights += attention_weights;
     weights += moe ? moe_mlp : dense_mlp;
   }
-  // Scores and the weighted sum use every query head (h = heads x d), however few kv heads there are.
-  const double attention = 12.0 * static_cast<double>(m.num_layers) * h * static_cast<double>(m.seq_len);
+  // Scores and the weighted sum use every query head (heads x d, h unless model.head_dim says
+  // otherwise), however few kv heads there are.
+  const double attention = 12.0 * static_cast<double>(m.num_layers) * heads * d * static_cast<double>(m.seq_len);
   return 6.0 * weights + attention;
 }
 

@@ -17,7 +17,9 @@ struct GPTOptions {
   int64_t seq_len = 64;
   int64_t hidden_size = 64;
   int64_t num_heads = 4;
-  int64_t num_kv_heads = 0;  // 0: num_heads
+  int64_t num_kv_heads = 0;        // 0: num_heads
+  int64_t attention_head_dim = 0;  // 0: hidden_size / num_heads
+  bool qk_norm = false;            // Qwen3's per-head RMSNorm of queries and keys
   int64_t ffn_hidden_size = 256;
   int64_t num_layers = 2;
   NormKind norm = NormKind::layernorm;
@@ -37,7 +39,7 @@ struct GPTOptions {
   torch::ScalarType activation_dtype = torch::kFloat;  // bf16 under train.precision bf16
 
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
-  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t head_dim() const { return attention_head_dim > 0 ? attention_head_dim : hidden_size / num_heads; }
 
   static GPTOptions from_config(const Config& config);
 };

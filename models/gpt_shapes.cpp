@@ -53,6 +53,10 @@ std::vector<ParameterShape> attention_and_norms(const Config& c, const std::stri
       add_column(out, p + "attn.kv", 2 * kv * d, h, m.qkv_bias);
     }
   }
+  if (m.qk_norm) {  // one weight of head_dim each, every tp rank's heads feeding its gradient
+    out.push_back({p + "attn.q_norm.weight", {d}, -1, c.parallel.tp > 1});
+    out.push_back({p + "attn.k_norm.weight", {d}, -1, c.parallel.tp > 1});
+  }
   add_row(out, c, p + "attn.proj", h, heads * d);
   add_norm(out, c, p + "ln_2");
   return out;
@@ -121,6 +125,14 @@ int64_t model_num_parameters(const Config& c) {
   int64_t n = sum_numel(gpt_input_parameters(c)) + sum_numel(gpt_output_parameters(c));
   for (int64_t layer = 0; layer < m.num_layers; ++layer) n += attention + (is_moe_layer(m.moe, layer) ? experts : mlp);
   return n;
+}
+
+int64_t activated_parameters_per_token(const Config& c) {
+  const auto& moe = c.model.moe;
+  int64_t idle = 0;
+  for (int64_t layer = 0; layer < c.model.num_layers; ++layer)
+    if (is_moe_layer(moe, layer)) idle += (moe.num_experts - moe.top_k) * moe_expert_numel(c);
+  return model_num_parameters(c) - idle;
 }
 
 int64_t moe_expert_numel(const Config& c) {

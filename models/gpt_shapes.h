@@ -43,6 +43,9 @@ std::vector<ParameterShape> gpt_output_parameters(const Config& config);
 
 // Parameters of the whole model, every one once (MoE routers and experts included).
 int64_t model_num_parameters(const Config& config);
+// The parameters one token passes through: all but the routed experts it is not sent to (an MoE
+// block's num_experts - top_k); model_num_parameters for a dense model.
+int64_t activated_parameters_per_token(const Config& config);
 // One routed expert of an MoE block: GELU fc and proj with biases, or SwiGLU gate, up and proj
 // (biases as model.bias), of the experts' width (Config::moe_ffn_size).
 int64_t moe_expert_numel(const Config& config);

@@ -306,7 +306,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
   if (l.cp > 1) {
     // Attention over the cp group, per layer and micro-batch (parallel/ring_attention.h,
     // parallel/all_to_all_attention.h); recomputation (full or selective) runs the forward's again.
-    const int64_t d = c.model.hidden_size / c.model.num_heads, heads = c.model.num_heads / l.t;
+    const int64_t d = c.model.head_dim(), heads = c.model.num_heads / l.t;
     const int64_t kv = kv_heads_shared(c.model.kv_heads(), l.t) ? 1 : c.model.kv_heads() / l.t;
     const int64_t forwards = c.train.recompute == Recompute::none ? 1 : 2;
     if (c.parallel.cp_comm == ContextComm::p2p) {

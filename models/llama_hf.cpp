@@ -29,17 +29,23 @@ std::vector<LlamaTensor> llama_tensors(const Config& config) {
     }
     same(h + "attn.proj.weight", hf + "self_attn.o_proj.weight", {H, heads * d});
     if (m.bias) same(h + "attn.proj.bias", hf + "self_attn.o_proj.bias", {H});
+    if (m.qk_norm) {  // Qwen3
+      same(h + "attn.q_norm.weight", hf + "self_attn.q_norm.weight", {d});
+      same(h + "attn.k_norm.weight", hf + "self_attn.k_norm.weight", {d});
+    }
     if (moe_block(m.moe, i)) {
-      // Mixtral's names: the router is block_sparse_moe.gate, expert N's gate, proj and up w1, w2, w3.
-      const std::string moe = hf + "block_sparse_moe.";
+      // Mixtral's names: the router is block_sparse_moe.gate, expert N's gate, proj and up w1, w2,
+      // w3; Qwen3-MoE's (the MoE with q/k norms): mlp.gate, mlp.experts.N.gate_proj, up_proj, down_proj.
+      const bool qwen3 = m.qk_norm;
+      const std::string moe = hf + (qwen3 ? "mlp." : "block_sparse_moe.");
       const int64_t expert_f = config.moe_ffn_size();
       same(h + "moe.router.weight", moe + "gate.weight", {m.moe.num_experts, H});
       for (int64_t e = 0; e < m.moe.num_experts; ++e) {
         const std::string loom = h + "moe.experts." + std::to_string(e) + ".",
                           theirs = moe + "experts." + std::to_string(e) + ".";
-        same(loom + "gate.weight", theirs + "w1.weight", {expert_f, H});
-        same(loom + "up.weight", theirs + "w3.weight", {expert_f, H});
-        same(loom + "proj.weight", theirs + "w2.weight", {H, expert_f});
+        same(loom + "gate.weight", theirs + (qwen3 ? "gate_proj.weight" : "w1.weight"), {expert_f, H});
+        same(loom + "up.weight", theirs + (qwen3 ? "up_proj.weight" : "w3.weight"), {expert_f, H});
+        same(loom + "proj.weight", theirs + (qwen3 ? "down_proj.weight" : "w2.weight"), {H, expert_f});
       }
     } else {
       for (const auto& [loom, name, rows, cols] :

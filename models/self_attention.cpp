@@ -60,7 +60,7 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
   };
   // Registered in order of use: the parameters are collected in this order.
   if (kv == options.num_heads) {
-    qkv_ = register_module("qkv", column("qkv", 3 * h));
+    qkv_ = register_module("qkv", column("qkv", 3 * options.num_heads * d_));
   } else {
     q_ = register_module("q", column("q", options.num_heads * d_));
     if (shared) {
@@ -69,7 +69,14 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
       kv_ = register_module("kv", column("kv", 2 * kv * d_));
     }
   }
-  proj_ = register_module("proj", residual_projection(p + "proj", h, options, tp));
+  if (options.qk_norm) {
+    // One weight of head_dim for every head, each tp rank applying it to its own heads: the
+    // partial gradients are summed over tp.
+    const bool tp_summed = t > 1;
+    q_norm_ = register_module("q_norm", Norm(NormKind::rmsnorm, p + "q_norm", d_, tp_summed, options.norm_eps));
+    k_norm_ = register_module("k_norm", Norm(NormKind::rmsnorm, p + "k_norm", d_, tp_summed, options.norm_eps));
+  }
+  proj_ = register_module("proj", residual_projection(p + "proj", options.num_heads * d_, options, tp));
   if (options.position == PositionKind::rope && !rotary_.defined()) rotary_ = rotary_embedding_of(options);
   causal_mask_ = register_buffer("causal_mask", torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
   core_fn_ = [this](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) { return core(q, k, v); };
@@ -94,6 +101,10 @@ SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, int6
                   .view({b, s, kv_heads_, 2, d_})
                   .unbind(3);
     k = kv[0], v = kv[1];
+  }
+  if (q_norm_) {  // over each head's d features, before the rotation (Qwen3)
+    q = q_norm_->forward(q);
+    k = k_norm_->forward(k);
   }
   if (rotary_.defined()) {
     if (tp_.cp_size() > 1) {

@@ -22,6 +22,7 @@
 #include "models/gpt_options.h"
 #include "models/kv_cache.h"
 #include "models/language_model.h"
+#include "models/norm.h"
 #include "models/rotary.h"
 #include "parallel/parallel_module.h"
 #include "parallel/recompute.h"
@@ -84,7 +85,8 @@ class SelfAttentionImpl : public parallel::ParallelModule {
   int64_t heads_, kv_heads_, d_;
   parallel::ColumnParallelLinear qkv_{nullptr};  // multi-head attention
   parallel::ColumnParallelLinear q_{nullptr}, kv_{nullptr};
-  SharedKVProjection shared_kv_{nullptr};  // instead of kv_ when tp exceeds the kv heads
+  SharedKVProjection shared_kv_{nullptr};   // instead of kv_ when tp exceeds the kv heads
+  Norm q_norm_{nullptr}, k_norm_{nullptr};  // Qwen3's qk norm (model.qk_norm)
   parallel::RowParallelLinear proj_{nullptr};
   RotaryEmbedding rotary_;          // undefined with learned positions
   torch::Tensor causal_mask_;       // [S, S], true above the diagonal

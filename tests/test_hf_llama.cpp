@@ -316,7 +316,8 @@ TEST_CASE("config.json: what loom cannot represent is refused naming the key", "
   };
   CHECK(keys_error(with("architectures", {"FalconForCausalLM"})) ==
         "DIR/config.json: \"architectures\" is FalconForCausalLM; loom reads LlamaForCausalLM, MistralForCausalLM, "
-        "Qwen2ForCausalLM and MixtralForCausalLM (without sliding windows) and GPT2LMHeadModel");
+        "Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM and Qwen3MoeForCausalLM (without sliding windows) "
+        "and GPT2LMHeadModel");
   auto mistral = with("architectures", {"MistralForCausalLM"});
   mistral["sliding_window"] = 4096;
   CHECK_THAT(keys_error(mistral), Catch::Contains("\"sliding_window\" is 4096"));
@@ -328,7 +329,8 @@ TEST_CASE("config.json: what loom cannot represent is refused naming the key", "
   CHECK_THAT(keys_error(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}})),
              Catch::Contains("\"rope_scaling.rope_type\" is 'yarn'"));
   CHECK_THAT(keys_error(with("hidden_act", "gelu")), Catch::Contains("\"hidden_act\" is 'gelu'"));
-  CHECK_THAT(keys_error(with("head_dim", 128)), Catch::Contains("\"head_dim\" is 128"));
+  CHECK_THAT(keys_error(with("attention_bias", true)),
+             Catch::Contains("\"mlp_bias\" is false and attention_bias true"));
   CHECK_THAT(keys_error(with("mlp_bias", true)), Catch::Contains("\"mlp_bias\" is true and attention_bias false"));
   CHECK_THAT(keys_error(with("hidden_size", nullptr)), Catch::Contains("\"hidden_size\" is missing"));
   CHECK_THAT(keys_error(with("num_hidden_layers", 2.5)), Catch::Contains("\"num_hidden_layers\" must be a positive"));

@@ -121,6 +121,13 @@ TEST_CASE("parameter counts: GPT-2 124M and the Llama configs' published sizes",
   CHECK(loom::models::model_num_parameters(read_config("smollm2_135m.yaml")) == 134515008);
   CHECK(loom::models::model_num_parameters(read_config("tinyllama_1_1b.yaml")) == 1100048384);
   CHECK(loom::models::model_num_parameters(read_config("llama3_2_1b.yaml")) == 1235814400);
+  // The MoE configs against their releases' published totals and activated counts (Mixtral 8x7B:
+  // 46.7B and 12.9B; Qwen3-30B-A3B: 30.5B and 3.3B), worked out from their config.json shapes.
+  CHECK(loom::models::model_num_parameters(read_config("mixtral_8x7b.yaml")) == 46702792704);
+  CHECK(loom::models::activated_parameters_per_token(read_config("mixtral_8x7b.yaml")) == 12879925248);
+  CHECK(loom::models::model_num_parameters(read_config("qwen3_30b_a3b.yaml")) == 30532122624);
+  CHECK(loom::models::activated_parameters_per_token(read_config("qwen3_30b_a3b.yaml")) == 3353032704);
+  CHECK(loom::models::activated_parameters_per_token(read_config("llama3_2_1b.yaml")) == 1235814400);
 }
 
 TEST_CASE("a small Llama's FLOPs, activation coefficient and parameters per rank, worked by hand", "[plan]") {

@@ -147,7 +147,11 @@ TEST_CASE("the shape list is the model's parameters, name by name, at GPT-2 and 
   gpt2.model.hidden_size = 32;
   gpt2.model.vocab_size = 64;
   gpt2.model.seq_len = 16;
-  for (const Config& c : {gpt2, tiny_llama()}) {
+  // Qwen3's attention: heads of 32 (hidden 64 / 4 heads would be 16) with q/k norms.
+  Config qwen3 = tiny_llama();
+  qwen3.model.attention_head_dim = 32;
+  qwen3.model.qk_norm = true;
+  for (const Config& c : {gpt2, tiny_llama(), qwen3}) {
     std::vector<models::ParameterShape> shapes = models::gpt_input_parameters(c);
     for (int64_t layer = 0; layer < c.model.num_layers; ++layer) {
       for (auto& s : models::gpt_block_parameters(c, layer)) shapes.push_back(s);

@@ -1,7 +1,7 @@
 """Hugging Face's `transformers` as the reference for the models loom reads and writes.
 
     hf_models.py make ARCH DIR [--sliding-window N]
-        a tiny random ARCH (gpt2, llama, mistral, qwen2, mixtral) saved with save_pretrained (fp32,
+        a tiny random ARCH (gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen3_moe) saved with save_pretrained (fp32,
         safetensors). Every parameter is drawn at random (biases and norms included), the Llama's
         rope_theta is not the default, so a dropped bias, norm or theta shows in the loss.
     hf_models.py loss DIR TEXT --seq-len S --sequences G
@@ -50,6 +50,16 @@ def make(args):
             config = transformers.MixtralConfig(**common, num_local_experts=4, num_experts_per_tok=2,
                                                 sliding_window=None, rope_theta=30000.0, tie_word_embeddings=False)
             model = transformers.MixtralForCausalLM(config)
+        elif args.arch == "qwen3":
+            # Heads of 32 (not hidden / heads = 16) with q/k norms.
+            config = transformers.Qwen3Config(**common, head_dim=32, rope_theta=40000.0, tie_word_embeddings=True)
+            model = transformers.Qwen3ForCausalLM(config)
+        elif args.arch == "qwen3_moe":
+            # Block 0 dense (mlp_only_layers), block 1 four experts of 48, the top two not renormalised.
+            config = transformers.Qwen3MoeConfig(**common, head_dim=32, num_experts=4, num_experts_per_tok=2,
+                                                 moe_intermediate_size=48, norm_topk_prob=False, mlp_only_layers=[0],
+                                                 rope_theta=40000.0, tie_word_embeddings=False)
+            model = transformers.Qwen3MoeForCausalLM(config)
         elif args.arch == "qwen2":
             config = transformers.Qwen2Config(**common, rope_theta=20000.0, tie_word_embeddings=True)
             model = transformers.Qwen2ForCausalLM(config)

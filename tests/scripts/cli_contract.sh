@@ -67,6 +67,11 @@ expect_exit 0 "decision order check: tp inside a node: yes" "$LOOM" plan "$LOOM_
   --cluster "$H100" --world 64
 expect_exit 0 "; 1,235,814,400 parameters" "$LOOM" plan "$LOOM_SOURCE/configs/llama3_2_1b.yaml" --cluster "$H100" --world 64
 expect_exit 0 "; 134,515,008 parameters" "$LOOM" plan "$LOOM_SOURCE/configs/smollm2_135m.yaml" --cluster "$H100" --world 8
+# The MoE shape configs: the total and the activated parameters per token, as their releases publish them.
+expect_exit 0 "; 46,702,792,704 parameters (12,879,925,248 activated per token)" "$LOOM" plan \
+  "$LOOM_SOURCE/configs/mixtral_8x7b.yaml" --cluster "$H100" --world 64
+expect_exit 0 "; 30,532,122,624 parameters (3,353,032,704 activated per token)" "$LOOM" plan \
+  "$LOOM_SOURCE/configs/qwen3_30b_a3b.yaml" --cluster "$H100" --world 64
 expect_exit 0 "(of 1,100,048,384, tp=1 pp=1)" "$LOOM" plan "$LOOM_SOURCE/configs/tinyllama_1_1b.yaml" --world 8
 expect_exit 2 "--world" "$LOOM" topology "$TINY"
 # loom schedule shows a layout's bubble before it runs: p=2, m=4 gives 1/5.

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Hugging Face's transformers as the reference (tests/reference/hf_models.py): a tiny GPT-2, Llama
-# (rope_theta 50000, untied, GQA), Mistral, Qwen2 (q, k, v biases, tied) and Mixtral (4 experts, top 2,
-# at tp 2 x ep 2 x pp 2 too) made at random and saved
+# (rope_theta 50000, untied, GQA), Mistral, Qwen2 (q, k, v biases, tied), Qwen3 (q/k norms, head_dim
+# 32 at hidden 64), Mixtral and Qwen3-MoE (4 experts, top 2, at tp 2 x ep 2 x pp 2 too) made at
+# random and saved
 # with save_pretrained (transformers 5's config.json: rope_parameters, dtype) train in loom from
 # their directories (model.init_from) with transformers' loss on the same first batch within 1e-5,
 # in one process and at tp 2 x pp 2; a Mistral whose sliding_window is shorter than the sequence is
 # refused naming sliding_window; loom's exports of each load with from_pretrained with no missing,
 # unexpected or mismatched key and give the original's logits within 1e-5; greedy `loom generate`
-# equals transformers' generate token for token.
+# equals transformers' generate token for token (the MoEs' too).
 source "$(dirname "$0")/common.sh"
 PY=python3  # the project venv's (first on PATH under ctest), with transformers
 HF=("$PY" "$LOOM_SOURCE/tests/reference/hf_models.py")
@@ -17,7 +18,7 @@ BASE=(--set model.num_layers=2 --set model.hidden_size=64 --set model.num_heads=
   --set data.path="$WORK/ds" --set model.dropout=0)
 ONE_STEP=(--set train.steps=1 --set train.warmup_steps=0)
 
-for arch in gpt2 llama mistral qwen2; do
+for arch in gpt2 llama mistral qwen2 qwen3; do
   "${HF[@]}" make "$arch" "$WORK/$arch" > /dev/null || fail "making the $arch model"
   "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_one" "${BASE[@]}" "${ONE_STEP[@]}" --set model.init_from="$WORK/$arch" \
     > "$WORK/${arch}_one.log" 2>&1 || { cat "$WORK/${arch}_one.log"; fail "$arch in one process"; }
@@ -37,25 +38,28 @@ for arch in gpt2 llama mistral qwen2; do
     --sequences 8 --export "$WORK/${arch}_export" --same-architecture ||
     fail "$arch: loom's first loss differs from transformers', or its export does not load to the same logits and fields"
 done
-# Mixtral (a mixture of experts in every block): transformers' first loss in one process and at
-# tp 2 x ep 2 x pp 2, and the export of its initial state loads as MixtralForCausalLM with the same
+# Mixtral (a mixture of experts in every block) and Qwen3-MoE (q/k norms, head_dim 32 at hidden 64,
+# block 0 dense, the top two weights not renormalised): transformers' first loss in one process and
+# at tp 2 x ep 2 x pp 2, and the export of the initial state loads as the same class with the same
 # logits. A Mixtral config.json with a sliding window is refused naming it.
-"${HF[@]}" make mixtral "$WORK/mixtral" > /dev/null || fail "making the mixtral model"
-MOE_RUN=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001)
-"$LOOM" train "$TINY" --run-dir "$WORK/mixtral_one" "${BASE[@]}" "${ONE_STEP[@]}" "${MOE_RUN[@]}" \
-  --set model.init_from="$WORK/mixtral" > "$WORK/mixtral_one.log" 2>&1 ||
-  { cat "$WORK/mixtral_one.log"; fail "mixtral in one process"; }
-mpirun --oversubscribe -np 8 "$LOOM" train "$TINY" --run-dir "$WORK/mixtral_tp2ep2pp2" "${BASE[@]}" "${ONE_STEP[@]}" \
-  "${MOE_RUN[@]}" --set parallel.tp=2 --set parallel.ep=2 --set parallel.pp=2 --set model.init_from="$WORK/mixtral" \
-  > "$WORK/mixtral_tp2ep2pp2.log" 2>&1 || { cat "$WORK/mixtral_tp2ep2pp2.log"; fail "mixtral at tp 2 x ep 2 x pp 2"; }
-"$LOOM" train "$TINY" --run-dir "$WORK/mixtral_save" "${BASE[@]}" --set model.init_from="$WORK/mixtral" \
-  --set checkpoint.dir="$WORK/mixtral_ck" --set train.exit_after=0 > "$WORK/mixtral_save.log" 2>&1 ||
-  { cat "$WORK/mixtral_save.log"; fail "mixtral: saving the initial state"; }
-"$LOOM" export "$WORK/mixtral_ck/step_00000000" --format hf --output "$WORK/mixtral_export" > /dev/null ||
-  fail "mixtral: export"
-"${HF[@]}" compare-loss "$WORK/mixtral" "$WORK/text.txt" "$WORK/mixtral_one" "$WORK/mixtral_tp2ep2pp2" --seq-len 32 \
-  --sequences 8 --export "$WORK/mixtral_export" --same-architecture ||
-  fail "mixtral: loom's first loss differs from transformers', or its export does not load to the same logits"
+for arch in mixtral qwen3_moe; do
+  "${HF[@]}" make "$arch" "$WORK/$arch" > /dev/null || fail "making the $arch model"
+  MOE_RUN=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001)
+  "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_one" "${BASE[@]}" "${ONE_STEP[@]}" "${MOE_RUN[@]}" \
+    --set model.init_from="$WORK/$arch" > "$WORK/${arch}_one.log" 2>&1 ||
+    { cat "$WORK/${arch}_one.log"; fail "$arch in one process"; }
+  mpirun --oversubscribe -np 8 "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_tp2ep2pp2" "${BASE[@]}" "${ONE_STEP[@]}" \
+    "${MOE_RUN[@]}" --set parallel.tp=2 --set parallel.ep=2 --set parallel.pp=2 --set model.init_from="$WORK/$arch" \
+    > "$WORK/${arch}_tp2ep2pp2.log" 2>&1 || { cat "$WORK/${arch}_tp2ep2pp2.log"; fail "$arch at tp 2 x ep 2 x pp 2"; }
+  "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_save" "${BASE[@]}" --set model.init_from="$WORK/$arch" \
+    --set checkpoint.dir="$WORK/${arch}_ck" --set train.exit_after=0 > "$WORK/${arch}_save.log" 2>&1 ||
+    { cat "$WORK/${arch}_save.log"; fail "$arch: saving the initial state"; }
+  "$LOOM" export "$WORK/${arch}_ck/step_00000000" --format hf --output "$WORK/${arch}_export" > /dev/null ||
+    fail "$arch: export"
+  "${HF[@]}" compare-loss "$WORK/$arch" "$WORK/text.txt" "$WORK/${arch}_one" "$WORK/${arch}_tp2ep2pp2" --seq-len 32 \
+    --sequences 8 --export "$WORK/${arch}_export" --same-architecture ||
+    fail "$arch: loom's first loss differs from transformers', or its export does not load to the same logits"
+done
 cp -r "$WORK/mixtral" "$WORK/mixtral_sw"
 python3 -c 'import json, sys; f = sys.argv[1]; j = json.load(open(f)); j["sliding_window"] = 16; json.dump(j, open(f, "w"))' \
   "$WORK/mixtral_sw/config.json"
@@ -98,12 +102,22 @@ if "${HF[@]}" compare-loss "$WORK/llama" "$WORK/text.txt" --seq-len 32 --sequenc
 fi
 
 # Greedy generation (temperature 0; loom samples at 1 by default, transformers is greedy): loom's ids equal transformers' generate.
-for arch in gpt2 llama; do
+for arch in gpt2 llama mixtral qwen3_moe; do
   "$LOOM" generate "$WORK/$arch" --prompt "Tensor parallelism splits" --max-new-tokens 12 --temperature 0 --ids \
     > "$WORK/${arch}_gen.txt" 2> "$WORK/${arch}_gen.log" || { cat "$WORK/${arch}_gen.log"; fail "$arch: loom generate"; }
   loom_ids=$(tail -1 "$WORK/${arch}_gen.txt" | tr -d ' ')
   hf_ids=$("${HF[@]}" greedy "$WORK/$arch" --prompt "Tensor parallelism splits" --max-new-tokens 12 | tr -d ' ')
   [ "$loom_ids" = "$hf_ids" ] || fail "$arch: loom generate gave $loom_ids, transformers $hf_ids"
+  # The MoEs also from loom's checkpoint of them (the router's settings from its manifest): its 32
+  # positions (the trained seq_len) hold the 25-token prompt and the first 7 of transformers' ids.
+  case "$arch" in mixtral | qwen3_moe)
+    "$LOOM" generate "$WORK/${arch}_ck/step_00000000" --prompt "Tensor parallelism splits" --max-new-tokens 7 \
+      --temperature 0 --ids > "$WORK/${arch}_ck_gen.txt" 2> "$WORK/${arch}_ck_gen.log" ||
+      { cat "$WORK/${arch}_ck_gen.log"; fail "$arch: loom generate from the checkpoint"; }
+    ck_ids=$(tail -1 "$WORK/${arch}_ck_gen.txt" | tr -d ' ')
+    hf_first=$(python3 -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])[:7]).replace(" ", ""))' "$hf_ids")
+    [ "$ck_ids" = "$hf_first" ] || fail "$arch: loom generate from the checkpoint gave $ck_ids, transformers $hf_first" ;;
+  esac
 done
 
 # Mistral with a sliding window shorter than the sequence: refused, naming the key.

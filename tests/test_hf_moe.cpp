@@ -1,0 +1,102 @@
+// config.json of the mixtures of experts loom reads (Mixtral, Qwen3-MoE) and of Qwen3's attention:
+// the keys they give and what is refused. transformers' own models are the reference end to end
+// (tests/scripts/transformers_reference.sh).
+#include <catch2/catch.hpp>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/errors.h"
+#include "core/hf_config.h"
+
+using namespace loom;
+
+namespace {
+
+// A Llama 3.2-shaped config.json, shrunk (as tests/test_hf_llama.cpp's).
+nlohmann::json llama_json() {
+  return nlohmann::json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu",
+    "attention_bias": false, "mlp_bias": false, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}})");
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::map<std::string, std::string> keys_of(const nlohmann::json& json) {
+  const auto keys = model_keys_of_hf_config(json, "DIR/config.json");
+  return {keys.begin(), keys.end()};
+}
+
+std::string keys_error(const nlohmann::json& json) {
+  return error_of([&] { model_keys_of_hf_config(json, "DIR/config.json"); });
+}
+
+}  // namespace
+
+TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral's experts", "[hf]") {
+  auto qwen3 = llama_json();
+  qwen3["architectures"] = {"Qwen3ForCausalLM"};
+  qwen3["head_dim"] = 128;  // hidden 64 / 4 heads would be 16
+  auto keys = keys_of(qwen3);
+  CHECK(keys.at("model.head_dim") == "128");
+  CHECK(keys.at("model.qk_norm") == "true");
+  CHECK(keys.at("model.bias") == "false");
+  CHECK(keys.at("model.qkv_bias") == "false");
+  qwen3["head_dim"] = 16;  // as hidden / heads: loom's own rule
+  CHECK(keys_of(qwen3).at("model.head_dim") == "0");
+  qwen3["use_sliding_window"] = true;
+  CHECK_THAT(keys_error(qwen3), Catch::Contains("\"use_sliding_window\" is true"));
+  CHECK(keys_of(llama_json()).at("model.qk_norm") == "false");
+
+  auto moe = llama_json();
+  moe["architectures"] = {"Qwen3MoeForCausalLM"};
+  moe["num_local_experts"] = 8;  // transformers 5's name; released checkpoints write num_experts
+  moe["num_experts_per_tok"] = 2;
+  moe["moe_intermediate_size"] = 24;
+  moe["mlp_only_layers"] = {0, 3};
+  moe["decoder_sparse_step"] = 1;
+  keys = keys_of(moe);
+  CHECK(keys.at("model.moe.num_experts") == "8");
+  CHECK(keys.at("model.moe.top_k") == "2");
+  CHECK(keys.at("model.moe.moe_intermediate_size") == "24");
+  CHECK(keys.at("model.moe.mlp_only_layers") == "0,3");
+  CHECK(keys.at("model.moe.norm_topk_prob") == "false");  // Qwen3-MoE's default
+  CHECK(keys.at("model.ffn_hidden_size") == "96");        // the dense blocks' intermediate_size
+  moe["num_experts"] = 16;
+  moe["norm_topk_prob"] = true;
+  keys = keys_of(moe);
+  CHECK(keys.at("model.moe.num_experts") == "16");
+  CHECK(keys.at("model.moe.norm_topk_prob") == "true");
+  moe["mlp_only_layers"] = {"a"};
+  CHECK_THAT(keys_error(moe), Catch::Contains("\"mlp_only_layers\" must be a list of layer indices"));
+  moe["mlp_only_layers"] = nlohmann::json::array();
+  moe.erase("moe_intermediate_size");
+  CHECK_THAT(keys_error(moe), Catch::Contains("\"moe_intermediate_size\" is missing"));
+
+  auto mixtral = llama_json();
+  mixtral["architectures"] = {"MixtralForCausalLM"};
+  mixtral["num_local_experts"] = 8;
+  mixtral["num_experts_per_tok"] = 2;
+  mixtral["sliding_window"] = nullptr;
+  keys = keys_of(mixtral);
+  CHECK(keys.at("model.moe.num_experts") == "8");
+  CHECK(keys.at("model.moe.norm_topk_prob") == "true");
+  CHECK(keys.at("model.qk_norm") == "false");
+  mixtral["num_experts_per_tok"] = 1;  // Mixtral would weight the one expert by 1, loom by its score
+  CHECK_THAT(keys_error(mixtral), Catch::Contains("\"num_experts_per_tok\" is 1"));
+  mixtral["num_experts_per_tok"] = 2;
+  mixtral["sliding_window"] = 4096;
+  CHECK_THAT(keys_error(mixtral), Catch::Contains("\"sliding_window\" is 4096"));
+}
