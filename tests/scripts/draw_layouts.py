@@ -2,7 +2,7 @@
 "NP NAME MODEL_SETS | LAYOUT_SETS", each SETS a space-separated list of key=value.
 
 The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not; dense or MoE with
-SwiGLU experts, shared experts and dense blocks); tp, cp
+SwiGLU experts, shared experts and dense blocks; Qwen3's head_dim and q/k norms); tp, cp
 (ring or all-to-all), pp and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
 interleaved, zb-h1), ZeRO stage, recomputation, micro-batch size, ep for MoE, a validation
 split evaluated at steps 10 and 20 or none, the optimizer (AdamW, or Muon beside it), and for MoE
@@ -23,6 +23,9 @@ def draw(rng, index):
                   f"model.tie_embeddings={rng.choice(['true', 'false'])}"]
     if moe:
         model += ["model.moe.num_experts=4", "model.moe.top_k=2"]
+    if arch == "llama" and rng.random() < 0.4:
+        # Qwen3's attention: heads of 16 (hidden 32 / 4 heads would be 8) with q/k norms.
+        model += ["model.head_dim=16", "model.qk_norm=true"]
     if moe and arch == "llama":
         # SwiGLU experts of their own width; half the draws with a shared expert and the first
         # blocks dense (DeepSeek-V3), or every other block dense (Qwen3-MoE's decoder_sparse_step).
