@@ -8,6 +8,45 @@
 namespace loom {
 namespace {
 
+// The rotary scaling of CONFIG as config.json's rope_scaling (null: none).
+nlohmann::json rope_scaling_json(const Config& config) {
+  const auto& s = config.model.rope_scaling;
+  if (s.type != RopeScalingKind::llama3) return nullptr;
+  return {{"rope_type", "llama3"},
+          {"factor", s.factor},
+          {"low_freq_factor", s.low_freq_factor},
+          {"high_freq_factor", s.high_freq_factor},
+          {"original_max_position_embeddings", s.original_max_position_embeddings}};
+}
+
+// The fields every Llama-family config.json starts with, in transformers' order.
+nlohmann::ordered_json llama_family_json(const Config& config, const std::string& architecture,
+                                         const std::string& model_type, int64_t intermediate_size) {
+  const auto& m = config.model;
+  return {{"architectures", {architecture}},
+          {"model_type", model_type},
+          {"hidden_size", m.hidden_size},
+          {"intermediate_size", intermediate_size},
+          {"num_hidden_layers", m.num_layers},
+          {"num_attention_heads", m.num_heads},
+          {"num_key_value_heads", m.kv_heads()},
+          {"head_dim", m.head_dim()},
+          {"vocab_size", m.vocab_size},
+          {"max_position_embeddings", m.seq_len},
+          {"rms_norm_eps", m.norm_eps},
+          {"rope_theta", m.rope_theta},
+          {"rope_scaling", rope_scaling_json(config)},
+          {"hidden_act", "silu"}};
+}
+
+// ... and ends with.
+void finish_llama_family_json(nlohmann::ordered_json& json, const Config& config) {
+  json["attention_dropout"] = 0.0;
+  json["tie_word_embeddings"] = config.model.tie_embeddings;
+  json["use_cache"] = true;
+  json["torch_dtype"] = "float32";
+}
+
 // MixtralForCausalLM's config.json for CONFIG, a Llama-shaped MoE checked by the caller; REFUSE
 // names what Mixtral cannot hold: its routing is softmax, top-k renormalised, unscaled, in every
 // block, over experts of the MLP's width without biases, none shared.
@@ -40,49 +79,14 @@ nlohmann::ordered_json mixtral_config_of(const Config& config, const Refuse& ref
   if (config.moe_ffn_size() != config.ffn_size())
     throw refuse("moe.moe_intermediate_size", std::to_string(moe.moe_intermediate_size),
                  "Mixtral's experts have intermediate_size, the one MLP width");
-  nlohmann::ordered_json json = {{"architectures", {"MixtralForCausalLM"}},
-                                 {"model_type", "mixtral"},
-                                 {"hidden_size", m.hidden_size},
-                                 {"intermediate_size", config.moe_ffn_size()},
-                                 {"num_hidden_layers", m.num_layers},
-                                 {"num_attention_heads", m.num_heads},
-                                 {"num_key_value_heads", m.kv_heads()},
-                                 {"head_dim", m.head_dim()},
-                                 {"vocab_size", m.vocab_size},
-                                 {"max_position_embeddings", m.seq_len},
-                                 {"rms_norm_eps", m.norm_eps},
-                                 {"rope_theta", m.rope_theta},
-                                 {"rope_scaling", nullptr},
-                                 {"hidden_act", "silu"},
-                                 {"num_local_experts", moe.num_experts},
-                                 {"num_experts_per_tok", moe.top_k},
-                                 {"router_aux_loss_coef", moe.aux_loss_coeff},
-                                 {"output_router_logits", false},
-                                 {"sliding_window", nullptr}};
-  if (m.rope_scaling.type == RopeScalingKind::llama3) {
-    const auto& s = m.rope_scaling;
-    json["rope_scaling"] = {{"rope_type", "llama3"},
-                            {"factor", s.factor},
-                            {"low_freq_factor", s.low_freq_factor},
-                            {"high_freq_factor", s.high_freq_factor},
-                            {"original_max_position_embeddings", s.original_max_position_embeddings}};
-  }
-  json["attention_dropout"] = 0.0;
-  json["tie_word_embeddings"] = m.tie_embeddings;
-  json["use_cache"] = true;
-  json["torch_dtype"] = "float32";
+  auto json = llama_family_json(config, "MixtralForCausalLM", "mixtral", config.moe_ffn_size());
+  json["num_local_experts"] = moe.num_experts;
+  json["num_experts_per_tok"] = moe.top_k;
+  json["router_aux_loss_coef"] = moe.aux_loss_coeff;
+  json["output_router_logits"] = false;
+  json["sliding_window"] = nullptr;
+  finish_llama_family_json(json, config);
   return json;
-}
-
-// The rotary scaling of CONFIG as config.json's rope_scaling (null: none).
-nlohmann::json rope_scaling_json(const Config& config) {
-  const auto& s = config.model.rope_scaling;
-  if (s.type != RopeScalingKind::llama3) return nullptr;
-  return {{"rope_type", "llama3"},
-          {"factor", s.factor},
-          {"low_freq_factor", s.low_freq_factor},
-          {"high_freq_factor", s.high_freq_factor},
-          {"original_max_position_embeddings", s.original_max_position_embeddings}};
 }
 
 // Qwen3ForCausalLM's config.json, or Qwen3MoeForCausalLM's for an MoE: a Llama with q/k norms
@@ -115,24 +119,12 @@ nlohmann::ordered_json qwen3_config_of(const Config& config, const Refuse& refus
                    std::to_string(moe.every != 1 ? moe.every : moe.first_k_dense_replace),
                    "Qwen3-MoE picks its dense blocks by decoder_sparse_step and mlp_only_layers");
   }
-  nlohmann::ordered_json json = {{"architectures", {sparse ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"}},
-                                 {"model_type", sparse ? "qwen3_moe" : "qwen3"},
-                                 {"hidden_size", m.hidden_size},
-                                 {"intermediate_size", config.ffn_size()},
-                                 {"num_hidden_layers", m.num_layers},
-                                 {"num_attention_heads", m.num_heads},
-                                 {"num_key_value_heads", m.kv_heads()},
-                                 {"head_dim", m.head_dim()},
-                                 {"vocab_size", m.vocab_size},
-                                 {"max_position_embeddings", m.seq_len},
-                                 {"rms_norm_eps", m.norm_eps},
-                                 {"rope_theta", m.rope_theta},
-                                 {"rope_scaling", rope_scaling_json(config)},
-                                 {"hidden_act", "silu"},
-                                 {"attention_bias", false},
-                                 {"use_sliding_window", false},
-                                 {"sliding_window", nullptr},
-                                 {"max_window_layers", m.num_layers}};
+  auto json = llama_family_json(config, sparse ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM",
+                                sparse ? "qwen3_moe" : "qwen3", config.ffn_size());
+  json["attention_bias"] = false;
+  json["use_sliding_window"] = false;
+  json["sliding_window"] = nullptr;
+  json["max_window_layers"] = m.num_layers;
   if (sparse) {
     json["num_experts"] = moe.num_experts;
     json["num_experts_per_tok"] = moe.top_k;
@@ -143,10 +135,7 @@ nlohmann::ordered_json qwen3_config_of(const Config& config, const Refuse& refus
     json["router_aux_loss_coef"] = moe.aux_loss_coeff;
     json["output_router_logits"] = false;
   }
-  json["attention_dropout"] = 0.0;
-  json["tie_word_embeddings"] = m.tie_embeddings;
-  json["use_cache"] = true;
-  json["torch_dtype"] = "float32";
+  finish_llama_family_json(json, config);
   return json;
 }
 
@@ -200,28 +189,8 @@ nlohmann::ordered_json hf_config_of(const Config& config, const std::string& for
   if (m.moe.enabled()) return mixtral_config_of(config, refuse);
   // Biases on q, k and v alone are Qwen2's; Llama with attention_bias and mlp_bias has them everywhere.
   const bool qwen2 = m.qkv_bias && !m.bias;
-  nlohmann::ordered_json json = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}},
-                                 {"model_type", qwen2 ? "qwen2" : "llama"},
-                                 {"hidden_size", hidden},
-                                 {"intermediate_size", config.ffn_size()},
-                                 {"num_hidden_layers", layers},
-                                 {"num_attention_heads", heads},
-                                 {"num_key_value_heads", m.kv_heads()},
-                                 {"head_dim", m.head_dim()},
-                                 {"vocab_size", vocab},
-                                 {"max_position_embeddings", m.seq_len},
-                                 {"rms_norm_eps", m.norm_eps},
-                                 {"rope_theta", m.rope_theta},
-                                 {"rope_scaling", nullptr},
-                                 {"hidden_act", "silu"}};
-  if (m.rope_scaling.type == RopeScalingKind::llama3) {
-    const auto& s = m.rope_scaling;
-    json["rope_scaling"] = {{"rope_type", "llama3"},
-                            {"factor", s.factor},
-                            {"low_freq_factor", s.low_freq_factor},
-                            {"high_freq_factor", s.high_freq_factor},
-                            {"original_max_position_embeddings", s.original_max_position_embeddings}};
-  }
+  auto json = llama_family_json(config, qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen2 ? "qwen2" : "llama",
+                                config.ffn_size());
   if (qwen2) {
     json["use_sliding_window"] = false;
     json["sliding_window"] = nullptr;
@@ -230,10 +199,7 @@ nlohmann::ordered_json hf_config_of(const Config& config, const std::string& for
     json["attention_bias"] = m.bias;
     json["mlp_bias"] = m.bias;
   }
-  json["attention_dropout"] = 0.0;
-  json["tie_word_embeddings"] = m.tie_embeddings;
-  json["use_cache"] = true;
-  json["torch_dtype"] = "float32";
+  finish_llama_family_json(json, config);
   return json;
 }
 
