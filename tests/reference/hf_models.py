@@ -12,8 +12,9 @@
         with --export, EXPORT (a loom export of DIR) loads with from_pretrained with no missing,
         unexpected or mismatched key and gives DIR's logits within 1e-5 on a fixed batch (one
         process for all: transformers imports slowly).
-    hf_models.py greedy DIR --prompt TEXT --max-new-tokens N
-        transformers' greedy generate from the prompt's UTF-8 bytes: the new ids as a JSON list.
+    hf_models.py greedy DIR... --prompt TEXT --max-new-tokens N
+        transformers' greedy generate from the prompt's UTF-8 bytes: the new ids as a JSON list, a
+        line for each DIR.
 """
 import argparse
 import json
@@ -146,11 +147,12 @@ def check_export(directory, reference, same_architecture):
 
 
 def greedy(args):
-    model = load(args.dir)
-    ids = torch.tensor([list(args.prompt.encode("utf-8"))])
-    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
-                         do_sample=False, eos_token_id=None, pad_token_id=0)
-    print(json.dumps(out[0, ids.shape[1]:].tolist()))
+    for directory in args.dir:  # one line each, in one process: transformers imports slowly
+        model = load(directory)
+        ids = torch.tensor([list(args.prompt.encode("utf-8"))])
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
+                             do_sample=False, eos_token_id=None, pad_token_id=0)
+        print(json.dumps(out[0, ids.shape[1]:].tolist()))
 
 
 def main():
@@ -176,7 +178,7 @@ def main():
         p.add_argument("--sequences", type=int, required=True)
         p.set_defaults(func=fn)
     p = sub.add_parser("greedy")
-    p.add_argument("dir")
+    p.add_argument("dir", nargs="+")
     p.add_argument("--prompt", required=True)
     p.add_argument("--max-new-tokens", type=int, required=True)
     p.set_defaults(func=greedy)
