@@ -10,6 +10,7 @@
 #include "core/errors.h"
 #include "core/hf_config.h"
 #include "core/hf_weights.h"
+#include "hf_config_json.h"
 #include "launch/model_record.h"
 #include "models/llama_hf.h"
 #include "test_helpers.h"
@@ -207,29 +208,9 @@ TEST_CASE("the size of --max-shard-size is read as transformers writes it", "[hf
                Catch::Contains("--max-shard-size '" + bad + "' is not a size"));
 }
 
-namespace {
-
-// A Llama 3.2-shaped config.json, shrunk.
-nlohmann::json llama_json() {
-  return nlohmann::json::parse(R"({
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128,
-    "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu",
-    "attention_bias": false, "mlp_bias": false, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
-    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}})");
-}
-
-std::map<std::string, std::string> keys_of(const nlohmann::json& json) {
-  const auto keys = model_keys_of_hf_config(json, "DIR/config.json");
-  return {keys.begin(), keys.end()};
-}
-
-std::string keys_error(const nlohmann::json& json) {
-  return error_of([&] { model_keys_of_hf_config(json, "DIR/config.json"); });
-}
-
-}  // namespace
+using test::keys_error;
+using test::keys_of;
+using test::llama_json;
 
 TEST_CASE("config.json: Llama, Mistral and Qwen2 give the llama keys, GPT-2 the gpt2 ones", "[hf]") {
   auto keys = keys_of(llama_json());

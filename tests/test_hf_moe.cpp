@@ -2,48 +2,15 @@
 // the keys they give and what is refused. transformers' own models are the reference end to end
 // (tests/scripts/transformers_reference.sh).
 #include <catch2/catch.hpp>
-#include <functional>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 
-#include "core/errors.h"
-#include "core/hf_config.h"
+#include "hf_config_json.h"
 
 using namespace loom;
 
-namespace {
-
-// A Llama 3.2-shaped config.json, shrunk (as tests/test_hf_llama.cpp's).
-nlohmann::json llama_json() {
-  return nlohmann::json::parse(R"({
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128,
-    "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "hidden_act": "silu",
-    "attention_bias": false, "mlp_bias": false, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
-    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}})");
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-std::map<std::string, std::string> keys_of(const nlohmann::json& json) {
-  const auto keys = model_keys_of_hf_config(json, "DIR/config.json");
-  return {keys.begin(), keys.end()};
-}
-
-std::string keys_error(const nlohmann::json& json) {
-  return error_of([&] { model_keys_of_hf_config(json, "DIR/config.json"); });
-}
-
-}  // namespace
+using test::keys_error;
+using test::keys_of;
+using test::llama_json;
 
 TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral's experts", "[hf]") {
   auto qwen3 = llama_json();
