@@ -46,7 +46,9 @@ nlohmann::json model_record(const Config& c) {
     }
   }
   if (m.kv_heads() != m.num_heads) model["num_kv_heads"] = m.kv_heads();
-  if (m.attention_head_dim > 0) model["head_dim"] = m.attention_head_dim;  // Qwen3's; else hidden / heads
+  // Qwen3's head width, when it is not hidden / heads (a head_dim equal to it is the same model).
+  if (m.attention_head_dim > 0 && m.attention_head_dim * m.num_heads != m.hidden_size)
+    model["head_dim"] = m.attention_head_dim;
   if (m.qk_norm) model["qk_norm"] = true;
   nlohmann::json arch = {{"arch", to_string(m.arch)},
                          {"norm", to_string(m.norm)},
@@ -79,6 +81,13 @@ nlohmann::json complete_model_record(const nlohmann::json& record) {
   complete["num_kv_heads"] = record.value("num_heads", nlohmann::json());
   complete["moe_num_experts"] = 0;  // a dense model: no experts
   complete["moe_every"] = 1;
+  // The keys recorded only away from their defaults: a difference names the default, not "none".
+  complete["head_dim"] = 0;
+  complete["qk_norm"] = false;
+  complete["moe_n_shared_experts"] = 0;
+  complete["moe_first_k_dense_replace"] = 0;
+  complete["moe_decoder_sparse_step"] = 1;
+  complete["moe_mlp_only_layers"] = nlohmann::json::array();
   complete.update(record);
   return complete;
 }

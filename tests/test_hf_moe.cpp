@@ -3,8 +3,11 @@
 // (tests/scripts/transformers_reference.sh).
 #include <catch2/catch.hpp>
 #include <string>
+#include <vector>
 
+#include "core/config.h"
 #include "hf_config_json.h"
+#include "launch/model_record.h"
 
 using namespace loom;
 
@@ -66,4 +69,44 @@ TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral'
   mixtral["num_experts_per_tok"] = 2;
   mixtral["sliding_window"] = 4096;
   CHECK_THAT(keys_error(mixtral), Catch::Contains("\"sliding_window\" is 4096"));
+}
+
+TEST_CASE("the checkpoint record of an MoE and Qwen3's attention: one model, one record", "[hf]") {
+  Config c;
+  c.model.arch = ModelArch::llama;
+  c.model.hidden_size = 64;
+  c.model.num_heads = 4;
+  c.model.ffn_hidden_size = 96;
+  resolve_model_defaults(c);
+  const auto plain = launch::complete_model_record(launch::model_record(c));
+  // A head_dim equal to hidden / heads and an expert width equal to ffn_hidden_size are the same model.
+  Config same = c;
+  same.model.attention_head_dim = 16;
+  CHECK(launch::complete_model_record(launch::model_record(same)) == plain);
+  c.model.moe.num_experts = 4;
+  c.model.moe.mlp_only_layers = {3, 1, 3};
+  same = c;
+  same.model.moe.moe_intermediate_size = 96;
+  same.model.moe.mlp_only_layers = {1, 3};
+  const auto moe = launch::complete_model_record(launch::model_record(c));
+  CHECK(launch::complete_model_record(launch::model_record(same)) == moe);
+  CHECK(moe.at("moe_mlp_only_layers") == nlohmann::json({1, 3}));
+  // Another head width, q/k norms or shared experts differ, named with the default on the other side.
+  Config other = c;
+  other.model.qk_norm = true;
+  other.model.attention_head_dim = 32;
+  other.model.moe.n_shared_experts = 1;
+  const auto differences =
+      launch::model_record_differences(moe, launch::complete_model_record(launch::model_record(other)));
+  CHECK(differences.size() == 3);
+  CHECK_THAT(differences[0] + differences[1] + differences[2],
+             Catch::Contains("model.head_dim = 0, the config 32") &&
+                 Catch::Contains("model.qk_norm = false, the config true") &&
+                 Catch::Contains("model.moe.n_shared_experts = 0, the config 1"));
+  // The record gives the model back.
+  const auto back = launch::config_of_model_record(launch::model_record(other), "manifest");
+  CHECK(back.model.qk_norm);
+  CHECK(back.model.head_dim() == 32);
+  CHECK(back.model.moe.n_shared_experts == 1);
+  CHECK(back.model.moe.mlp_only_layers == std::vector<int64_t>{1, 3});
 }
