@@ -120,6 +120,34 @@ void refuse_sliding_layers(const HfJson& hf, const nlohmann::json& json) {
   }
 }
 
+// The MoE keys of a softmax router whose top num_experts_per_tok weights are renormalised if
+// NORM (Mixtral, Qwen3-MoE), over EXPERTS experts of WIDTH (0: the MLP's) in the blocks
+// SPARSE_STEP and DENSE_LAYERS leave sparse. The auxiliary losses' coefficients are training
+// settings, loom's own (model.moe.aux_loss_coeff, z_loss_coeff). A renormalised single choice
+// weights its expert by 1, where loom keeps the router's score (its only gradient): refused.
+void add_softmax_moe(const HfJson& hf, Keys& keys, const std::string& model, const std::string& experts, bool norm,
+                     const std::string& width, const std::string& sparse_step, const std::string& dense_layers) {
+  const std::string top_k = hf.integer("num_experts_per_tok");
+  if (top_k == "1" && norm) {
+    throw hf.refused("num_experts_per_tok", "is 1 with the weights renormalised: " + model +
+                                                " then weights the expert by 1, where loom keeps the router's score "
+                                                "(the router's only gradient)");
+  }
+  keys.insert(keys.end(), {{"model.moe.num_experts", experts},
+                           {"model.moe.top_k", top_k},
+                           {"model.moe.score", "softmax"},
+                           {"model.moe.norm_topk_prob", bool_text(norm)},
+                           {"model.moe.routed_scaling_factor", "1"},
+                           {"model.moe.n_group", "1"},
+                           {"model.moe.topk_group", "1"},
+                           {"model.moe.every", "1"},
+                           {"model.moe.moe_intermediate_size", width},
+                           {"model.moe.n_shared_experts", "0"},
+                           {"model.moe.first_k_dense_replace", "0"},
+                           {"model.moe.decoder_sparse_step", sparse_step},
+                           {"model.moe.mlp_only_layers", dense_layers}});
+}
+
 Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string& architecture) {
   if (architecture == "MistralForCausalLM" && !json.contains("sliding_window")) {
     throw hf.refused("sliding_window",
@@ -180,16 +208,9 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
                {"model.head_dim", head_dim},
                {"model.qk_norm", bool_text(qwen3)}};
   add_rope(hf, json, keys);
-  if (architecture == "Qwen3MoeForCausalLM" && hf.integer("num_experts_per_tok") == "1" &&
-      hf.boolean("norm_topk_prob", false)) {
-    throw hf.refused("num_experts_per_tok",
-                     "is 1 with norm_topk_prob true: Qwen3-MoE then weights the expert by 1, where loom keeps the "
-                     "router's score (the router's only gradient)");
-  }
   if (architecture == "Qwen3MoeForCausalLM") {
     // Experts of moe_intermediate_size in the blocks decoder_sparse_step and mlp_only_layers leave
-    // sparse, the dense ones of intermediate_size; a softmax router whose top num_experts_per_tok
-    // weights are renormalised if norm_topk_prob. Released checkpoints name the count num_experts,
+    // sparse, the dense ones of intermediate_size. Released checkpoints name the count num_experts,
     // transformers 5 writes num_local_experts.
     std::string dense_layers;
     if (hf.has("mlp_only_layers")) {
@@ -201,43 +222,14 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
         dense_layers += (dense_layers.empty() ? "" : ",") + std::to_string(layer.get<int64_t>());
       }
     }
-    keys.insert(keys.end(), {{"model.moe.num_experts",
-                              hf.has("num_experts") ? hf.integer("num_experts") : hf.integer("num_local_experts")},
-                             {"model.moe.top_k", hf.integer("num_experts_per_tok")},
-                             {"model.moe.score", "softmax"},
-                             {"model.moe.norm_topk_prob", bool_text(hf.boolean("norm_topk_prob", false))},
-                             {"model.moe.routed_scaling_factor", "1"},
-                             {"model.moe.n_group", "1"},
-                             {"model.moe.topk_group", "1"},
-                             {"model.moe.every", "1"},
-                             {"model.moe.moe_intermediate_size", hf.integer("moe_intermediate_size")},
-                             {"model.moe.n_shared_experts", "0"},
-                             {"model.moe.first_k_dense_replace", "0"},
-                             {"model.moe.decoder_sparse_step", hf.integer("decoder_sparse_step", 1)},
-                             {"model.moe.mlp_only_layers", dense_layers}});
-  }
-  if (architecture == "MixtralForCausalLM" && hf.integer("num_experts_per_tok") == "1") {
-    throw hf.refused("num_experts_per_tok",
-                     "is 1: Mixtral then weights the expert by 1, where loom keeps the router's score (the "
-                     "router's only gradient)");
+    add_softmax_moe(hf, keys, "Qwen3-MoE",
+                    hf.has("num_experts") ? hf.integer("num_experts") : hf.integer("num_local_experts"),
+                    hf.boolean("norm_topk_prob", false), hf.integer("moe_intermediate_size"),
+                    hf.integer("decoder_sparse_step", 1), dense_layers);
   }
   if (architecture == "MixtralForCausalLM") {
-    // Every block's MLP is num_local_experts SwiGLU experts of intermediate_size behind a softmax
-    // router whose top num_experts_per_tok weights are renormalised. The auxiliary losses'
-    // coefficients are training settings, loom's own (model.moe.aux_loss_coeff, z_loss_coeff).
-    keys.insert(keys.end(), {{"model.moe.num_experts", hf.integer("num_local_experts")},
-                             {"model.moe.top_k", hf.integer("num_experts_per_tok")},
-                             {"model.moe.score", "softmax"},
-                             {"model.moe.norm_topk_prob", "true"},
-                             {"model.moe.routed_scaling_factor", "1"},
-                             {"model.moe.n_group", "1"},
-                             {"model.moe.topk_group", "1"},
-                             {"model.moe.every", "1"},
-                             {"model.moe.moe_intermediate_size", "0"},
-                             {"model.moe.n_shared_experts", "0"},
-                             {"model.moe.first_k_dense_replace", "0"},
-                             {"model.moe.decoder_sparse_step", "1"},
-                             {"model.moe.mlp_only_layers", ""}});
+    // Every block's MLP is num_local_experts SwiGLU experts of intermediate_size (the one width).
+    add_softmax_moe(hf, keys, "Mixtral", hf.integer("num_local_experts"), true, "0", "1", "");
   }
   return keys;
 }

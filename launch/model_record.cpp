@@ -104,10 +104,8 @@ std::vector<std::string> model_record_differences(const nlohmann::json& saved, c
     }
   }
   const auto config_key = [](const std::string& key) {
-    if (key == "moe_num_experts") return std::string("moe.num_experts");
-    if (key == "moe_every") return std::string("moe.every");
     if (key == "moe_intermediate_size") return std::string("moe.moe_intermediate_size");
-    if (key.rfind("moe_", 0) == 0) return "moe." + key.substr(4);  // moe_n_shared_experts: moe.n_shared_experts
+    if (key.rfind("moe_", 0) == 0) return "moe." + key.substr(4);  // moe_num_experts: moe.num_experts
     return key;
   };
   std::vector<std::string> differences;

@@ -219,10 +219,9 @@ torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vect
   for (size_t i = 0; i < experts_.size(); ++i) {
     const auto& x = experts_[i];
     const auto& in = groups[i];
-    // An undefined bias stays undefined through the cast.
+    // An undefined bias (SwiGLU experts without biases) stays undefined through the cast.
     auto linear = [&](const torch::Tensor& input, const torch::Tensor& w, const torch::Tensor& b) {
-      return parallel::linear_deferring_weight_grad(input, cast_to_activation(w, in),
-                                                    b.defined() ? cast_to_activation(b, in) : torch::Tensor());
+      return parallel::linear_deferring_weight_grad(input, cast_to_activation(w, in), cast_to_activation(b, in));
     };
     auto hidden = x.fc_w.defined() ? torch::gelu(linear(in, x.fc_w, x.fc_b), "tanh")
                                    : swiglu(linear(in, x.gate_w, x.gate_b), linear(in, x.up_w, x.up_b));
