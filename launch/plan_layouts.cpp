@@ -10,6 +10,7 @@
 #include "core/config.h"
 #include "core/errors.h"
 #include "launch/commands.h"
+#include "launch/expert_plan.h"
 #include "launch/layout_cost.h"
 #include "models/gpt_shapes.h"
 
@@ -64,6 +65,34 @@ void print_state_bytes(const Config& config, int64_t world) {
   }
 }
 
+// An MoE's experts at every ep the layout allows: what a rank holds and sends (launch/expert_plan.h).
+void print_expert_plan(const Config& config, int64_t world) {
+  const auto& moe = config.model.moe;
+  const auto degrees = expert_parallel_degrees(config, world);
+  const auto first = expert_plan(config, world, 1);
+  std::printf(
+      "experts: %lld MoE blocks of %lld experts (top %lld), %s parameters each; %.0f tokens routed per rank a step "
+      "(tp=%lld cp=%lld pp=%lld, dp=%lld), routing assumed even:\n",
+      static_cast<long long>(first.moe_layers), static_cast<long long>(moe.num_experts),
+      static_cast<long long>(moe.top_k), with_commas(models::moe_expert_numel(config)).c_str(), first.routed_tokens,
+      static_cast<long long>(config.parallel.tp), static_cast<long long>(config.parallel.cp),
+      static_cast<long long>(config.parallel.pp),
+      static_cast<long long>(
+          std::max<int64_t>(1, world / (config.parallel.tp * config.parallel.cp * config.parallel.pp))));
+  std::printf("  %-5s %14s %22s %16s %24s\n", "ep", "experts/block", "expert params/rank", "their state GB",
+              "all-to-all GB/step/rank");
+  for (int64_t ep : degrees) {
+    const auto e = expert_plan(config, world, ep);
+    std::printf("  %-5lld %14lld %22s %16.2f %24.3f\n", static_cast<long long>(ep),
+                static_cast<long long>(e.experts_per_rank),
+                with_commas(static_cast<int64_t>(e.expert_parameters)).c_str(), e.expert_state_bytes / 1e9,
+                e.all_to_all_bytes / 1e9);
+  }
+  std::printf(
+      "  (state: parameters, gradients and AdamW moments of the rank's experts before ZeRO; all-to-all: dispatch and\n"
+      "  combine, forward and backward, (ep - 1) / ep of the top_k copies of each routed token leaving the rank)\n");
+}
+
 }  // namespace
 
 int plan(const PlanArgs& args) {
@@ -72,6 +101,7 @@ int plan(const PlanArgs& args) {
   if (args.cluster_path.empty()) {
     if (args.world <= 0) throw InputError("loom plan needs --cluster FILE, or --world N for the model-state table");
     print_state_bytes(config, args.world);
+    if (config.model.moe.enabled()) print_expert_plan(config, args.world);
     return 0;
   }
   const auto cluster = parallel::load_cluster(args.cluster_path);
@@ -147,6 +177,7 @@ int plan(const PlanArgs& args) {
                 tp_in_node ? "yes" : "NO", pp_across ? "yes" : "no (pp groups stay inside nodes)",
                 static_cast<long long>(b.dp));
   }
+  if (config.model.moe.enabled()) print_expert_plan(config, world);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
       "assumptions: %s model state (bytes per parameter above), Korthikanti et al. activations, sequence\n"

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "core/precision.h"
+#include "models/grouped_linear.h"
 #include "models/swiglu.h"
 #include "parallel/init.h"
 #include "parallel/tp_regions.h"
@@ -212,8 +213,12 @@ MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicato
 }
 
 torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) {
-  // Every local expert runs, on no rows if it got none, so that its
-  // parameters get a (zero) gradient every micro-batch like any other.
+  // Every local expert takes part, on no rows if it got none, so that its parameters get a (zero)
+  // gradient every micro-batch like any other. One grouped product per weight over all local
+  // experts; under a zero-bubble schedule's deferred weight gradients (which the W pass computes
+  // one weight at a time) a product per expert, each deferring its own.
+  if (!parallel::current_weight_grad_deferral().store || !torch::GradMode::is_enabled())
+    return grouped_experts(tokens, tokens_per_expert);
   auto groups = tokens.split_with_sizes(tokens_per_expert, 0);
   std::vector<torch::Tensor> outputs;
   for (size_t i = 0; i < experts_.size(); ++i) {
@@ -228,6 +233,24 @@ torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vect
     outputs.push_back(linear(hidden, x.proj_w, x.proj_b));
   }
   return torch::cat(outputs, 0);
+}
+
+torch::Tensor MoELayerImpl::grouped_experts(const torch::Tensor& tokens, const std::vector<int64_t>& rows) {
+  // The experts' weights stacked [G, out, in] (a copy per step, small beside the products; the
+  // stack's backward hands each expert its slice of the gradient), biases [G, out] where there are.
+  auto stacked = [&](torch::Tensor Expert::*member) {
+    if (!(experts_.front().*member).defined()) return torch::Tensor();
+    std::vector<torch::Tensor> parts;
+    for (const auto& x : experts_) parts.push_back(cast_to_activation(x.*member, tokens));
+    return torch::stack(parts);
+  };
+  auto linear = [&](const torch::Tensor& input, torch::Tensor Expert::*w, torch::Tensor Expert::*b) {
+    return grouped_linear(input, stacked(w), stacked(b), rows);
+  };
+  auto hidden = experts_.front().fc_w.defined() ? torch::gelu(linear(tokens, &Expert::fc_w, &Expert::fc_b), "tanh")
+                                                : swiglu(linear(tokens, &Expert::gate_w, &Expert::gate_b),
+                                                         linear(tokens, &Expert::up_w, &Expert::up_b));
+  return linear(hidden, &Expert::proj_w, &Expert::proj_b);
 }
 
 torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {

@@ -131,6 +131,7 @@ class MoELayerImpl : public parallel::ParallelModule {
 
  private:
   torch::Tensor experts(const torch::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert);
+  torch::Tensor grouped_experts(const torch::Tensor& tokens, const std::vector<int64_t>& rows);
   MoELayerOptions options_;
   parallel::Communicator& ep_;
   parallel::Communicator& tp_;

@@ -4,6 +4,7 @@
 
 #include "core/config.h"
 #include "core/errors.h"
+#include "launch/expert_plan.h"
 #include "launch/layout_cost.h"
 #include "launch/memory_check.h"
 #include "models/gpt_flops.h"
@@ -304,4 +305,30 @@ TEST_CASE("the memory check refuses a model the machine cannot hold, naming its 
   loom::resolve_and_validate(absurd, 1);
   const auto beyond = estimate_rank_memory(absurd);
   CHECK_THAT(memory_refusal(absurd, beyond, 1, 1e30, "x"), Catch::Contains("more than loom can train (1e15)"));
+}
+
+TEST_CASE("expert plan: experts, their state and all-to-all bytes per rank, worked by hand", "[plan][moe]") {
+  // Qwen3-30B-A3B on 64 ranks (tp 1, cp 1, pp 1: dp 64), bf16: 48 MoE blocks of 128 SwiGLU experts
+  // of 3 x 2048 x 768 = 4,718,592 parameters; 1024 x 4096 / 64 = 65,536 tokens routed per rank.
+  loom::Config c = loom::load_config(std::string(LOOM_SOURCE_DIR) + "/configs/qwen3_30b_a3b.yaml", {});
+  const auto degrees = loom::launch::expert_parallel_degrees(c, 64);
+  CHECK(degrees == std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64});
+  const auto e = loom::launch::expert_plan(c, 64, 8);
+  CHECK(e.moe_layers == 48);
+  CHECK(e.experts_per_rank == 16);
+  CHECK(e.expert_parameters == 48.0 * 16 * 4718592);        // 3,623,878,656
+  CHECK(e.expert_state_bytes == 48.0 * 16 * 4718592 * 18);  // bf16 + fp32 grad, master, m, v
+  CHECK(e.routed_tokens == 65536.0);
+  // 48 blocks x 4 (dispatch, combine; forward, backward) x 65,536 tokens x 8 copies x 7/8 leaving
+  // x 2048 x 2 bytes.
+  CHECK(e.all_to_all_bytes == Approx(360777252864.0).epsilon(1e-12));
+  CHECK(loom::launch::expert_plan(c, 64, 1).all_to_all_bytes == 0.0);
+  // pp 2 halves the blocks a rank holds and sends for; sequence parallelism at tp 2 halves the
+  // tokens each tp rank routes, and dp with them.
+  c.parallel.pp = 2;
+  CHECK(loom::launch::expert_plan(c, 64, 8).expert_parameters == 24.0 * 16 * 4718592);
+  c.parallel.pp = 1;
+  c.parallel.tp = 2;
+  c.parallel.sequence_parallel = true;
+  CHECK(loom::launch::expert_plan(c, 64, 8).routed_tokens == 1024.0 * 4096 / 32 / 2);
 }

@@ -1,0 +1,90 @@
+#include "models/grouped_linear.h"
+
+#include <ATen/ATen.h>
+
+#include <numeric>
+
+namespace loom::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// A [T, k] x B [G, k, n] -> [T, n] with the rows of A split at OFFS (int32 ends of each group),
+// or, with A [m, T] and B [T, n] -> [G, m, n], the sum over the rows split at OFFS. ATen's
+// _grouped_mm does both in one call on the CPU; on other devices it asks for alignments and dtypes
+// loom has not measured yet (issue 40), so there each group is one mm into its slice of the output.
+torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& offs,
+                         const std::vector<int64_t>& rows) {
+  if (a.device().is_cpu()) return at::_grouped_mm(a, b, offs);
+  const bool rows_of_a = b.dim() == 3;
+  auto out = rows_of_a ? torch::empty({a.size(0), b.size(2)}, a.options())
+                       : torch::empty({static_cast<int64_t>(rows.size()), a.size(0), b.size(1)}, a.options());
+  int64_t start = 0;
+  for (size_t g = 0; g < rows.size(); ++g) {
+    auto slice = rows_of_a ? out.narrow(0, start, rows[g]) : out[g];
+    if (rows_of_a) {
+      if (rows[g] > 0) at::mm_out(slice, a.narrow(0, start, rows[g]), b[g]);
+    } else {
+      at::mm_out(slice, a.narrow(1, start, rows[g]), b.narrow(0, start, rows[g]));
+    }
+    start += rows[g];
+  }
+  return out;
+}
+
+struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weights,
+                               const std::vector<int64_t>& rows) {
+    auto offs = torch::tensor(std::vector<int32_t>(rows.size()), torch::kInt32);
+    std::partial_sum(rows.begin(), rows.end(), offs.data_ptr<int32_t>());
+    offs = offs.to(x.device());
+    ctx->save_for_backward({x, weights, offs});
+    ctx->saved_data["rows"] = torch::IntArrayRef(rows);
+    return grouped_mm(x, weights.transpose(1, 2), offs, rows);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weights = saved[1], &offs = saved[2];
+    const auto rows = ctx->saved_data["rows"].toIntVector();
+    const auto grad = grads[0].contiguous();
+    torch::Tensor grad_x, grad_w;
+    if (ctx->needs_input_grad(0)) grad_x = grouped_mm(grad, weights, offs, rows);
+    // Each expert's gradient is its rows' grad^T x: an expert with no rows gets zeros.
+    if (ctx->needs_input_grad(1)) grad_w = grouped_mm(grad.t(), x, offs, rows);
+    return {grad_x, grad_w, torch::Tensor()};
+  }
+};
+
+torch::Tensor add_biases(torch::Tensor y, const torch::Tensor& biases, const std::vector<int64_t>& rows) {
+  if (!biases.defined()) return y;
+  auto group = torch::repeat_interleave(torch::arange(static_cast<int64_t>(rows.size()), torch::kInt64),
+                                        torch::tensor(rows, torch::kInt64));
+  return y + biases.index_select(0, group.to(y.device()));
+}
+
+}  // namespace
+
+torch::Tensor grouped_linear(const torch::Tensor& x, const torch::Tensor& weights, const torch::Tensor& biases,
+                             const std::vector<int64_t>& rows) {
+  TORCH_CHECK(x.dim() == 2 && weights.dim() == 3 && weights.size(0) == static_cast<int64_t>(rows.size()) &&
+                  weights.size(2) == x.size(1),
+              "grouped_linear: x ", x.sizes(), ", weights ", weights.sizes(), ", ", rows.size(), " groups");
+  TORCH_CHECK(std::accumulate(rows.begin(), rows.end(), int64_t{0}) == x.size(0), "grouped_linear: the ", rows.size(),
+              " groups' rows do not add up to x's ", x.size(0));
+  // _grouped_mm wants contiguous rows. No rows at all need no product: an empty one still gives
+  // x and every weight a (zero) gradient.
+  auto y = x.size(0) == 0 ? torch::matmul(x, weights.sum(0).t()) : GroupedLinear::apply(x.contiguous(), weights, rows);
+  return add_biases(y, biases, rows);
+}
+
+torch::Tensor grouped_linear_loop(const torch::Tensor& x, const torch::Tensor& weights, const torch::Tensor& biases,
+                                  const std::vector<int64_t>& rows) {
+  auto blocks = x.split_with_sizes(rows, 0);
+  std::vector<torch::Tensor> out;
+  for (size_t g = 0; g < rows.size(); ++g)
+    out.push_back(torch::linear(blocks[g], weights[g], biases.defined() ? biases[g] : torch::Tensor()));
+  return torch::cat(out, 0);
+}
+
+}  // namespace loom::models

@@ -1,0 +1,27 @@
+// The experts' matrix products as one grouped product per weight (Megatron-LM's GroupedMLP,
+// torchtitan's grouped experts): the rows of X are sorted by expert, ROWS[g] of them for expert g,
+// and each block of rows is multiplied by its own expert's weight in one call and one autograd
+// node, where a loop over the experts makes G small products, G autograd nodes and G more in
+// backward. The backward is two grouped products as well: the input's gradient by the same
+// offsets, and every weight's gradient (its rows' output gradient^T times their input) by
+// offsets along the rows.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace loom::models {
+
+// X [T, in], WEIGHTS [G, out, in] (torch::stack of the experts' weights: autograd hands each
+// expert its slice of the gradient), BIASES [G, out] or undefined, ROWS: G row counts summing to
+// T (zeros allowed) -> [T, out], row t multiplied by the weight of the group it falls in.
+torch::Tensor grouped_linear(const torch::Tensor& x, const torch::Tensor& weights, const torch::Tensor& biases,
+                             const std::vector<int64_t>& rows);
+
+// The same product as a loop of torch::linear over the groups: the reference for tests and bench.
+torch::Tensor grouped_linear_loop(const torch::Tensor& x, const torch::Tensor& weights, const torch::Tensor& biases,
+                                  const std::vector<int64_t>& rows);
+
+}  // namespace loom::models
