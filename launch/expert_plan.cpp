@@ -1,5 +1,8 @@
 #include "launch/expert_plan.h"
 
+#include <algorithm>
+
+#include "core/precision.h"
 #include "models/gpt_shapes.h"
 #include "models/moe.h"
 
@@ -12,7 +15,17 @@ ExpertPlan expert_plan(const Config& config, int64_t world, int64_t ep) {
   plan.ep = ep;
   for (int64_t layer = 0; layer < m.num_layers; ++layer) plan.moe_layers += models::is_moe_layer(m.moe, layer);
   plan.experts_per_rank = m.moe.num_experts / ep;
-  const double layers_here = static_cast<double>(plan.moe_layers) / static_cast<double>(p.pp);
+  // The busiest pipeline stage's MoE blocks (contiguous blocks per stage; dense first blocks and
+  // mlp_only_layers leave the stages uneven).
+  const int64_t per_stage = (m.num_layers + p.pp - 1) / p.pp;
+  int64_t busiest = 0;
+  for (int64_t first = 0; first < m.num_layers; first += per_stage) {
+    int64_t here = 0;
+    for (int64_t layer = first; layer < std::min(m.num_layers, first + per_stage); ++layer)
+      here += models::is_moe_layer(m.moe, layer);
+    busiest = std::max(busiest, here);
+  }
+  const double layers_here = static_cast<double>(busiest);
   plan.expert_parameters =
       layers_here * static_cast<double>(plan.experts_per_rank) * static_cast<double>(models::moe_expert_numel(config));
   const bool mixed = config.train.precision != TrainPrecision::fp32;
@@ -20,9 +33,11 @@ ExpertPlan expert_plan(const Config& config, int64_t world, int64_t ep) {
   const int64_t dp = std::max<int64_t>(1, world / (p.tp * p.cp * p.pp));
   plan.routed_tokens = static_cast<double>(config.train.global_batch_size * m.seq_len) /
                        static_cast<double>(dp * p.cp * (p.sequence_parallel ? p.tp : 1));
-  const double activation = mixed ? 2.0 : 4.0;
+  const double activation = static_cast<double>(c10::elementSize(Precision::of(config.train.precision).activations));
   const double leaving = static_cast<double>(ep - 1) / static_cast<double>(ep);
-  plan.all_to_all_bytes = layers_here * 4.0 * plan.routed_tokens * static_cast<double>(m.moe.top_k) * leaving *
+  // Dispatch and combine in forward and in backward; full recomputation runs the forward's again.
+  const double exchanges = config.train.recompute == Recompute::full ? 6.0 : 4.0;
+  plan.all_to_all_bytes = layers_here * exchanges * plan.routed_tokens * static_cast<double>(m.moe.top_k) * leaving *
                           static_cast<double>(m.hidden_size) * activation;
   return plan;
 }

@@ -24,9 +24,9 @@ struct ExpertPlan {
 // pp); one rank routes global_batch x seq_len / (dp cp) tokens a step (and 1 / tp of them under
 // sequence parallelism, else every tp rank routes the same ones). Even routing sends the share
 // (ep - 1) / ep of each rank's top_k choices of a token's hidden vector to other ranks, once to
-// dispatch and once to combine, and as much again in backward, in the activations' dtype, in each
-// of the rank's MoE blocks (num_moe_layers / pp). State bytes: 4 + 4 + 8 per parameter in fp32,
-// 2 + 4 + 4 + 8 under bf16 (loom's master weights), before ZeRO shards them over expert-dp.
+// dispatch and once to combine, and as much again in backward (and in the recomputed forward under
+// full recomputation), in the activations' dtype, in each MoE block of the busiest pp stage. State bytes: 4 + 4 + 8 per
+// parameter in fp32, 2 + 4 + 4 + 8 under bf16 (loom's master weights), before ZeRO shards them over expert-dp.
 ExpertPlan expert_plan(const Config& config, int64_t world, int64_t ep);
 
 // Every ep that divides both num_experts and the ranks left after tp, cp and pp (1 included).

@@ -12,11 +12,12 @@ using torch::autograd::variable_list;
 
 // A [T, k] x B [G, k, n] -> [T, n] with the rows of A split at OFFS (int32 ends of each group),
 // or, with A [m, T] and B [T, n] -> [G, m, n], the sum over the rows split at OFFS. ATen's
-// _grouped_mm does both in one call on the CPU; on other devices it asks for alignments and dtypes
-// loom has not measured yet (issue 40), so there each group is one mm into its slice of the output.
+// _grouped_mm does both in one call on the CPU (fp32, bf16, fp16); on other devices it asks for
+// alignments and dtypes loom has not measured yet (issue 40), so there, and for fp64, each group is
+// one mm into its slice of the output.
 torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& offs,
                          const std::vector<int64_t>& rows) {
-  if (a.device().is_cpu()) return at::_grouped_mm(a, b, offs);
+  if (a.device().is_cpu() && a.scalar_type() != torch::kFloat64) return at::_grouped_mm(a, b, offs);
   const bool rows_of_a = b.dim() == 3;
   auto out = rows_of_a ? torch::empty({a.size(0), b.size(2)}, a.options())
                        : torch::empty({static_cast<int64_t>(rows.size()), a.size(0), b.size(1)}, a.options());
@@ -33,26 +34,41 @@ torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const t
   return out;
 }
 
+// The experts' weights come in one by one and are stacked inside (no autograd node of their own):
+// what backward keeps is the parameters themselves, not a stacked copy per micro-batch in flight.
 struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weights,
+  // WEIGHTS as a TensorList: autograd's argument extraction takes each tensor of an ArrayRef as an
+  // input of its own (a std::vector would count as one non-tensor argument).
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, at::TensorList weights,
                                const std::vector<int64_t>& rows) {
     auto offs = torch::tensor(std::vector<int32_t>(rows.size()), torch::kInt32);
     std::partial_sum(rows.begin(), rows.end(), offs.data_ptr<int32_t>());
     offs = offs.to(x.device());
-    ctx->save_for_backward({x, weights, offs});
+    variable_list saved{x, offs};
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(saved);
     ctx->saved_data["rows"] = torch::IntArrayRef(rows);
-    return grouped_mm(x, weights.transpose(1, 2), offs, rows);
+    return grouped_mm(x, torch::stack(weights).transpose(1, 2), offs, rows);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &x = saved[0], &weights = saved[1], &offs = saved[2];
+    const auto &x = saved[0], &offs = saved[1];
+    const variable_list weights(saved.begin() + 2, saved.end());
     const auto rows = ctx->saved_data["rows"].toIntVector();
     const auto grad = grads[0].contiguous();
-    torch::Tensor grad_x, grad_w;
-    if (ctx->needs_input_grad(0)) grad_x = grouped_mm(grad, weights, offs, rows);
+    variable_list out{torch::Tensor()};
+    if (ctx->needs_input_grad(0)) out[0] = grouped_mm(grad, torch::stack(weights), offs, rows);
     // Each expert's gradient is its rows' grad^T x: an expert with no rows gets zeros.
-    if (ctx->needs_input_grad(1)) grad_w = grouped_mm(grad.t(), x, offs, rows);
-    return {grad_x, grad_w, torch::Tensor()};
+    bool any_weight = false;
+    for (size_t g = 0; g < weights.size(); ++g) any_weight = any_weight || ctx->needs_input_grad(1 + g);
+    if (any_weight) {
+      auto grad_w = grouped_mm(grad.t(), x, offs, rows).unbind(0);
+      out.insert(out.end(), grad_w.begin(), grad_w.end());
+    } else {
+      out.resize(1 + weights.size());
+    }
+    out.emplace_back();  // rows
+    return out;
   }
 };
 
@@ -65,21 +81,23 @@ torch::Tensor add_biases(torch::Tensor y, const torch::Tensor& biases, const std
 
 }  // namespace
 
-torch::Tensor grouped_linear(const torch::Tensor& x, const torch::Tensor& weights, const torch::Tensor& biases,
-                             const std::vector<int64_t>& rows) {
-  TORCH_CHECK(x.dim() == 2 && weights.dim() == 3 && weights.size(0) == static_cast<int64_t>(rows.size()) &&
-                  weights.size(2) == x.size(1),
-              "grouped_linear: x ", x.sizes(), ", weights ", weights.sizes(), ", ", rows.size(), " groups");
+torch::Tensor grouped_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                             const torch::Tensor& biases, const std::vector<int64_t>& rows) {
+  TORCH_CHECK(x.dim() == 2 && weights.size() == rows.size() && !weights.empty() && weights[0].dim() == 2 &&
+                  weights[0].size(1) == x.size(1),
+              "grouped_linear: x ", x.sizes(), ", ", weights.size(), " weights of ",
+              weights.empty() ? torch::IntArrayRef{} : weights[0].sizes(), ", ", rows.size(), " groups");
   TORCH_CHECK(std::accumulate(rows.begin(), rows.end(), int64_t{0}) == x.size(0), "grouped_linear: the ", rows.size(),
               " groups' rows do not add up to x's ", x.size(0));
   // _grouped_mm wants contiguous rows. No rows at all need no product: an empty one still gives
   // x and every weight a (zero) gradient.
-  auto y = x.size(0) == 0 ? torch::matmul(x, weights.sum(0).t()) : GroupedLinear::apply(x.contiguous(), weights, rows);
+  auto y = x.size(0) == 0 ? torch::matmul(x, torch::stack(weights).sum(0).t())
+                          : GroupedLinear::apply(x.contiguous(), at::TensorList(weights), rows);
   return add_biases(y, biases, rows);
 }
 
-torch::Tensor grouped_linear_loop(const torch::Tensor& x, const torch::Tensor& weights, const torch::Tensor& biases,
-                                  const std::vector<int64_t>& rows) {
+torch::Tensor grouped_linear_loop(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                  const torch::Tensor& biases, const std::vector<int64_t>& rows) {
   auto blocks = x.split_with_sizes(rows, 0);
   std::vector<torch::Tensor> out;
   for (size_t g = 0; g < rows.size(); ++g)

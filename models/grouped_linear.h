@@ -14,14 +14,15 @@
 
 namespace loom::models {
 
-// X [T, in], WEIGHTS [G, out, in] (torch::stack of the experts' weights: autograd hands each
-// expert its slice of the gradient), BIASES [G, out] or undefined, ROWS: G row counts summing to
-// T (zeros allowed) -> [T, out], row t multiplied by the weight of the group it falls in.
-torch::Tensor grouped_linear(const torch::Tensor& x, const torch::Tensor& weights, const torch::Tensor& biases,
-                             const std::vector<int64_t>& rows);
+// X [T, in], WEIGHTS: G tensors [out, in] (the experts' own, each gets its gradient), BIASES
+// [G, out] or undefined, ROWS: G row counts summing to T (zeros allowed) -> [T, out], row t
+// multiplied by the weight of the group it falls in. The weights are stacked inside, for the call
+// only: backward keeps the weights themselves.
+torch::Tensor grouped_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                             const torch::Tensor& biases, const std::vector<int64_t>& rows);
 
 // The same product as a loop of torch::linear over the groups: the reference for tests and bench.
-torch::Tensor grouped_linear_loop(const torch::Tensor& x, const torch::Tensor& weights, const torch::Tensor& biases,
-                                  const std::vector<int64_t>& rows);
+torch::Tensor grouped_linear_loop(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                  const torch::Tensor& biases, const std::vector<int64_t>& rows);
 
 }  // namespace loom::models

@@ -217,8 +217,8 @@ torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vect
   // gradient every micro-batch like any other. One grouped product per weight over all local
   // experts; under a zero-bubble schedule's deferred weight gradients (which the W pass computes
   // one weight at a time) a product per expert, each deferring its own.
-  if (!parallel::current_weight_grad_deferral().store || !torch::GradMode::is_enabled())
-    return grouped_experts(tokens, tokens_per_expert);
+  // Chosen by the scope alone, not by grad mode: a recomputed forward takes the path of the first.
+  if (!parallel::current_weight_grad_deferral().store) return grouped_experts(tokens, tokens_per_expert);
   auto groups = tokens.split_with_sizes(tokens_per_expert, 0);
   std::vector<torch::Tensor> outputs;
   for (size_t i = 0; i < experts_.size(); ++i) {
@@ -236,16 +236,16 @@ torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vect
 }
 
 torch::Tensor MoELayerImpl::grouped_experts(const torch::Tensor& tokens, const std::vector<int64_t>& rows) {
-  // The experts' weights stacked [G, out, in] (a copy per step, small beside the products; the
-  // stack's backward hands each expert its slice of the gradient), biases [G, out] where there are.
-  auto stacked = [&](torch::Tensor Expert::*member) {
-    if (!(experts_.front().*member).defined()) return torch::Tensor();
+  // Each kind of weight of the local experts in one list (stacked inside grouped_linear for the call
+  // only), biases stacked [G, out] where there are.
+  auto each = [&](torch::Tensor Expert::*member) {
     std::vector<torch::Tensor> parts;
     for (const auto& x : experts_) parts.push_back(cast_to_activation(x.*member, tokens));
-    return torch::stack(parts);
+    return parts;
   };
   auto linear = [&](const torch::Tensor& input, torch::Tensor Expert::*w, torch::Tensor Expert::*b) {
-    return grouped_linear(input, stacked(w), stacked(b), rows);
+    return grouped_linear(input, each(w), (experts_.front().*b).defined() ? torch::stack(each(b)) : torch::Tensor(),
+                          rows);
   };
   auto hidden = experts_.front().fc_w.defined() ? torch::gelu(linear(tokens, &Expert::fc_w, &Expert::fc_b), "tanh")
                                                 : swiglu(linear(tokens, &Expert::gate_w, &Expert::gate_b),

@@ -327,7 +327,15 @@ TEST_CASE("expert plan: experts, their state and all-to-all bytes per rank, work
   // tokens each tp rank routes, and dp with them.
   c.parallel.pp = 2;
   CHECK(loom::launch::expert_plan(c, 64, 8).expert_parameters == 24.0 * 16 * 4718592);
+  // Blocks 0-3 dense: the second stage (24-47) is the busiest, with all 24 of its blocks.
+  c.model.moe.first_k_dense_replace = 4;
+  CHECK(loom::launch::expert_plan(c, 64, 8).expert_parameters == 24.0 * 16 * 4718592);
+  c.model.moe.first_k_dense_replace = 0;
   c.parallel.pp = 1;
+  // Full recomputation sends the forward's two exchanges again: 6 where there were 4.
+  c.train.recompute = loom::Recompute::full;
+  CHECK(loom::launch::expert_plan(c, 64, 8).all_to_all_bytes == Approx(360777252864.0 * 6 / 4).epsilon(1e-12));
+  c.train.recompute = loom::Recompute::none;
   c.parallel.tp = 2;
   c.parallel.sequence_parallel = true;
   CHECK(loom::launch::expert_plan(c, 64, 8).routed_tokens == 1024.0 * 4096 / 32 / 2);
