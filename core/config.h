@@ -18,8 +18,12 @@ struct MoEConfig {
   int64_t every = 1;
   double capacity_factor = 0.0;  // 0: no token is dropped
   double aux_loss_coeff = 0.01;  // Switch/GShard load-balancing loss
-  double z_loss_coeff = 0.001;   // router z-loss (ST-MoE)
-  double router_jitter = 0.0;    // multiplicative noise on the router input, uniform in [1 - j, 1 + j]
+  // Over what the load-balancing loss counts loads: each micro-batch's tokens together (batch,
+  // Switch/GShard), each sequence's own, averaged over the sequences (sequence, DeepSeek-V3's
+  // complementary sequence-wise loss), or no loss at all (none).
+  std::string aux_loss_type = "batch";
+  double z_loss_coeff = 0.001;  // router z-loss (ST-MoE)
+  double router_jitter = 0.0;   // multiplicative noise on the router input, uniform in [1 - j, 1 + j]
   // The router of models/moe.h: scores by softmax over the experts or each expert's sigmoid
   // (DeepSeek-V3); the chosen experts' weights renormalised to sum to one (top-k > 1); the routed
   // output scaled; group-limited routing (experts in N_GROUP groups, each scored by its best two

@@ -204,6 +204,9 @@ std::vector<ConfigField> make_fields() {
                   "tokens an expert takes, as a multiple of its even share; 0: none dropped"),
       float_field("model", "moe.aux_loss_coeff", LOOM_MEMBER(model.moe.aux_loss_coeff),
                   "weight of the load-balancing loss (Switch/GShard)"),
+      string_field("model", "moe.aux_loss_type", LOOM_MEMBER(model.moe.aux_loss_type),
+                   "the load-balancing loss over each micro-batch's tokens (batch), each sequence's "
+                   "(sequence, DeepSeek-V3), or none"),
       float_field("model", "moe.z_loss_coeff", LOOM_MEMBER(model.moe.z_loss_coeff),
                   "weight of the router z-loss (ST-MoE)"),
       float_field("model", "moe.router_jitter", LOOM_MEMBER(model.moe.router_jitter),

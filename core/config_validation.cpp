@@ -189,6 +189,8 @@ void resolve_and_validate(Config& c, int64_t world) {
     require(moe.capacity_factor >= 0, "model.moe.capacity_factor", "must be 0 (no dropping) or positive");
     require(moe.aux_loss_coeff >= 0, "model.moe.aux_loss_coeff", "must be non-negative");
     require(moe.z_loss_coeff >= 0, "model.moe.z_loss_coeff", "must be non-negative");
+    require(moe.aux_loss_type == "batch" || moe.aux_loss_type == "sequence" || moe.aux_loss_type == "none",
+            "model.moe.aux_loss_type", "must be batch, sequence or none, got '" + moe.aux_loss_type + "'");
     require(moe.router_jitter >= 0 && moe.router_jitter < 1, "model.moe.router_jitter", "must be in [0, 1)");
     require(moe.score == "softmax" || moe.score == "sigmoid", "model.moe.score", "must be softmax or sigmoid");
     require(moe.bias_update_rate >= 0, "model.moe.bias_update_rate", "must be 0 (no expert bias) or positive");

@@ -132,6 +132,14 @@ torch::Tensor load_balancing_loss(const torch::Tensor& probs_sum, const torch::T
   return (probs_sum * counts.to(probs_sum.scalar_type())).sum() * (num_experts / (t * t * static_cast<double>(top_k)));
 }
 
+torch::Tensor sequence_load_balancing_loss(const torch::Tensor& probs_sum, const torch::Tensor& counts,
+                                           int64_t seq_tokens, int64_t top_k) {
+  const double num_experts = static_cast<double>(probs_sum.size(1)), s = static_cast<double>(seq_tokens);
+  const double sequences = static_cast<double>(probs_sum.size(0));
+  return (probs_sum * counts.to(probs_sum.scalar_type())).sum() *
+         (num_experts / (s * s * static_cast<double>(top_k) * sequences));
+}
+
 torch::Tensor router_z_loss(const torch::Tensor& logits, int64_t tokens) {
   return torch::logsumexp(logits.to(torch::kFloat32), -1).pow(2).sum() / static_cast<double>(tokens);
 }
@@ -293,14 +301,38 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
     cp_->all_reduce(counts).wait();
   }
   auto aux = load_balancing_loss(probs_sum, counts, all_tokens, moe.top_k);
+  // Per sequence: each sequence's statistics [B, E] (its parts on the tp and cp ranks summed).
+  torch::Tensor seq_aux;
+  if (moe.aux_loss_type == "sequence") {
+    const int64_t sequences = x.size(0), experts = moe.num_experts;
+    auto seq_probs = (moe.score == "sigmoid" ? routing.probs / (routing.probs.sum(-1, true) + 1e-20) : routing.probs)
+                         .view({sequences, -1, experts})
+                         .sum(1);
+    auto chosen = routing.assignment.experts.reshape({sequences, -1});
+    auto seq_counts =
+        torch::zeros({sequences, experts}, seq_probs.options().dtype(torch::kFloat32))
+            .scatter_add_(1, chosen, torch::ones(chosen.sizes(), seq_probs.options().dtype(torch::kFloat32)));
+    if (split) {
+      seq_probs = parallel::reduce_from_tp_region(seq_probs, tp_);
+      tp_.all_reduce(seq_counts).wait();
+    }
+    if (cp > 1) {
+      seq_probs = parallel::reduce_from_tp_region(seq_probs, *cp_);
+      cp_->all_reduce(seq_counts).wait();
+    }
+    seq_aux = sequence_load_balancing_loss(seq_probs, seq_counts, all_tokens / sequences, moe.top_k);
+  }
+  // What the training loss gets, and what the metrics report (the batch figure without a loss).
+  const auto& balance = seq_aux.defined() ? seq_aux : aux;
+  const double aux_coeff = moe.aux_loss_type == "none" ? 0.0 : moe.aux_loss_coeff;
   auto z = router_z_loss(logits, all_tokens);  // this rank's share: the tp and cp sum is the whole
 
   auto dispatched = dispatcher_.dispatch(tokens, routing.assignment);
   auto out = dispatcher_.combine(experts(dispatched.tokens, dispatched.tokens_per_expert), dispatched.plan);
-  if (is_training() && torch::GradMode::is_enabled() && (moe.aux_loss_coeff > 0 || moe.z_loss_coeff > 0)) {
+  if (is_training() && torch::GradMode::is_enabled() && (aux_coeff > 0 || moe.z_loss_coeff > 0)) {
     // Each cp rank's backward reaches the router through its own tokens only, and gradients are
     // averaged over dp x cp: times cp, the cp ranks' parts add up to the whole sequence's gradient.
-    out = AttachLoss::apply(out, (aux * moe.aux_loss_coeff + z * moe.z_loss_coeff) * static_cast<double>(cp),
+    out = AttachLoss::apply(out, (balance * aux_coeff + z * moe.z_loss_coeff) * static_cast<double>(cp),
                             options_.loss_scale);
   }
   if (record) {
@@ -314,7 +346,7 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
       stats_.z_loss += z.detach().to(torch::kFloat64);
     }
     if (tp_.rank() == 0 && (!cp_ || cp_->rank() == 0)) {  // the same whole-sequence value on every cp rank
-      stats_.aux_loss += aux.detach().to(torch::kFloat64);
+      stats_.aux_loss += balance.detach().to(torch::kFloat64);
       stats_.micro_batches += 1;
     }
   }

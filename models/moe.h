@@ -10,7 +10,9 @@
 // (Switch/GShard) E * sum_e f_e P_e, with f_e the share of the T k choices
 // that picked expert e (counted before any dropping) and P_e the mean router
 // probability of e, and the router z-loss mean_t logsumexp(logits_t)^2 are
-// added to the training loss with their coefficients.
+// added to the training loss with their coefficients. model.moe.aux_loss_type: sequence takes the
+// balancing loss per sequence (f and P over its own tokens) and averages it over the sequences;
+// none leaves it out (the batch figure is still reported).
 //
 // Capacity: with capacity_factor c > 0, expert e takes at most
 // max(1, ceil(T k / E c)) choices of the T tokens this rank routes (under
@@ -75,6 +77,10 @@ int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t num_experts, doub
 // probabilities summed over the TOKENS tokens, COUNTS the choices per expert.
 torch::Tensor load_balancing_loss(const torch::Tensor& probs_sum, const torch::Tensor& counts, int64_t tokens,
                                   int64_t top_k);
+// The same per sequence, averaged over the B sequences (DeepSeek-V3's sequence-wise balance loss):
+// PROBS_SUM [B, E] and COUNTS [B, E] each sequence's, SEQ_TOKENS the tokens of one sequence.
+torch::Tensor sequence_load_balancing_loss(const torch::Tensor& probs_sum, const torch::Tensor& counts,
+                                           int64_t seq_tokens, int64_t top_k);
 // sum_t logsumexp(LOGITS_t)^2 / TOKENS (TOKENS: all tokens the loss is the mean over).
 torch::Tensor router_z_loss(const torch::Tensor& logits, int64_t tokens);
 

@@ -5,7 +5,7 @@
 # 1e-5 relative for 20 steps at cp 2 and 4 in both modes (a2a where the heads divide: cp 4 and tp 2
 # for the GPT only), alone, with tp 2 (+SP), with pp 2, with dp 2 and ZeRO 3 or 1, with full and
 # selective recomputation, and their validation losses too; MoE at cp 2 (ring, all-to-all with ep 2,
-# tp 2 + SP); a checkpoint
+# tp 2 + SP), with the batch and the sequence-wise balance loss; a checkpoint
 # saved at cp 2 resumes at cp 1 and at tp 2 with the uninterrupted losses; the ring's traffic per
 # cp group is exactly (cp - 1) key/value shards forward and twice that backward per layer and
 # micro-batch; with dropout (masks keyed by global position, parallel/keyed_dropout.h) cp 2 and 4,
@@ -71,14 +71,27 @@ grep -q "| tp=1 pp=1 dp=1 cp=2 ep=1 |" "$WORK/gpt_cp2.log" || { head -3 "$WORK/g
 # Mixture of Experts: the auxiliary losses' statistics summed over cp (whole sequences), large
 # coefficients so a wrong share of their gradient would show; runs agree up to a routing near-tie flip.
 MOE=(--set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.aux_loss_coeff=1.0 --set model.moe.z_loss_coeff=0.1)
+# The sequence-wise balance loss (model.moe.aux_loss_type=sequence) sums each sequence's statistics
+# over the ranks that hold its parts: cp, and tp under SP.
 run 1 "$GPT" moe_ref "${MOE[@]}"
+run 1 "$GPT" moe_seq_ref "${MOE[@]}" --set model.moe.aux_loss_type=sequence
 for layout in "2 moe_cp2 parallel.cp=2" "4 moe_cp2_a2a_ep2 parallel.cp=2 parallel.cp_comm=a2a parallel.ep=2" \
-  "4 moe_cp2_tp2_sp parallel.cp=2 parallel.tp=2 parallel.sequence_parallel=true"; do
+  "4 moe_cp2_tp2_sp parallel.cp=2 parallel.tp=2 parallel.sequence_parallel=true" \
+  "4 moe_seq_cp2_tp2_sp parallel.cp=2 parallel.tp=2 parallel.sequence_parallel=true model.moe.aux_loss_type=sequence" \
+  "4 moe_seq_cp2_a2a_ep2 parallel.cp=2 parallel.cp_comm=a2a parallel.ep=2 model.moe.aux_loss_type=sequence"; do
   run_layout "$GPT" "$layout" "${MOE[@]}"
+  ref=moe_ref
+  [[ "$name" == moe_seq_* ]] && ref=moe_seq_ref
   echo -n "$name vs one process: "
-  python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/$name/metrics.jsonl" "$WORK/moe_ref/metrics.jsonl" --rtol 1e-5 \
+  python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/$name/metrics.jsonl" "$WORK/$ref/metrics.jsonl" --rtol 1e-5 \
     --routing-flips || fail "$name differs from one process"
 done
+python3 - "$WORK/moe_ref" "$WORK/moe_seq_ref" << 'PY'
+import json, sys
+batch, seq = ([json.loads(line)["moe"]["aux_loss"] for line in open(f"{run}/metrics.jsonl")] for run in sys.argv[1:])
+print(f"balance loss at step 1: batch {batch[0]:.6f}, sequence {seq[0]:.6f}")
+assert abs(batch[0] - seq[0]) > 1e-4, "the sequence-wise loss should differ from the batch one"
+PY
 
 # The traffic of every group, the cp group's ring and all-to-all included, is what `loom plan --run`
 # predicts, call for call and byte for byte (no validation: its forwards are not in the model's step).

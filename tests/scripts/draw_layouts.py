@@ -79,6 +79,9 @@ def draw(rng, index):
         model += ["model.moe.score=sigmoid", "model.moe.n_group=2", "model.moe.topk_group=1",
                   "model.moe.routed_scaling_factor=2.5", "model.moe.bias_update_rate=0.01",
                   f"model.moe.norm_topk_prob={rng.choice(['true', 'false'])}"]
+    # The balance loss over each micro-batch, each sequence (its parts gathered from cp and SP), or none.
+    if moe:
+        model.append(f"model.moe.aux_loss_type={rng.choice(['batch', 'sequence', 'none'])}")
     name = (f"draw{index}_{arch}{'_moe' if moe else ''}{'_val' if validate else ''}{'_muon' if muon else ''}"
             f"_tp{tp}_cp{cp}_pp{pp}_dp{dp}")
     return f"{tp * cp * pp * dp} {name} {' '.join(model)} | {' '.join(layout)}"
