@@ -39,7 +39,7 @@ void init_from_pretrained(const Config& config, const std::vector<parallel::Para
     const models::HfTensorReader read = [&](const std::string& name, const std::vector<int64_t>& shape) {
       return weights->read(name, shape);
     };
-    whole = [read, &config](const std::string& name) { return models::llama_from_hf(name, read, config); };
+    whole = models::LlamaHfLoader(read, config);
   } else {
     // GPT-2s are small: read whole.
     std::map<std::string, torch::Tensor> tensors;

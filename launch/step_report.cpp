@@ -74,10 +74,12 @@ void log_job_start(const Config& config, const parallel::LaunchEnv& env, int thr
   if (config.model.moe.enabled()) {
     const auto& moe = config.model.moe;
     const auto layers = moe_layers(config).size();
-    info0(
-        "moe: {} experts ({} per ep rank), top-{}, {} MoE blocks of {}, capacity factor {}{}, aux loss x{}, z-loss x{}",
-        moe.num_experts, moe.num_experts / p.ep, moe.top_k, layers, config.model.num_layers, moe.capacity_factor,
-        moe.capacity_factor > 0 ? "" : " (no dropping)", moe.aux_loss_coeff, moe.z_loss_coeff);
+    info0("moe: {} experts ({} per ep rank), top-{}, {} MoE blocks of {}, capacity factor {}{}, {}, z-loss x{}",
+          moe.num_experts, moe.num_experts / p.ep, moe.top_k, layers, config.model.num_layers, moe.capacity_factor,
+          moe.capacity_factor > 0 ? "" : " (no dropping)",
+          moe.aux_loss_type == "none" ? std::string("no balance loss")
+                                      : moe.aux_loss_type + " balance loss x" + fmt::format("{}", moe.aux_loss_coeff),
+          moe.z_loss_coeff);
   }
 }
 

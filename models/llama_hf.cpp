@@ -87,25 +87,43 @@ std::vector<std::pair<std::string, torch::Tensor>> llama_to_hf(const std::map<st
   return out;
 }
 
-std::optional<torch::Tensor> llama_from_hf(const std::string& name, const HfTensorReader& read, const Config& config) {
-  for (const auto& t : llama_tensors(config)) {
-    if (t.loom != name) continue;
-    if (t.groups == 0) return read(t.hf[0].name, t.hf[0].shape);
-    std::vector<torch::Tensor> parts;
-    for (const auto& part : t.hf) {
-      auto rows = read(part.name, part.shape);
-      auto shape = rows.sizes().vec();
-      shape[0] /= t.groups;
-      shape.insert(shape.begin(), t.groups);
-      parts.push_back(rows.reshape(shape));
-    }
-    auto joined = torch::stack(parts, 1);  // [groups, parts, d, ...]
-    auto shape = joined.sizes().vec();
-    shape.erase(shape.begin(), shape.begin() + 2);
-    shape[0] *= t.groups * static_cast<int64_t>(t.hf.size());
-    return joined.reshape(shape).contiguous();
+namespace {
+
+// T joined from its Hugging Face parts.
+torch::Tensor join_from_hf(const LlamaTensor& t, const HfTensorReader& read) {
+  if (t.groups == 0) return read(t.hf[0].name, t.hf[0].shape);
+  std::vector<torch::Tensor> parts;
+  for (const auto& part : t.hf) {
+    auto rows = read(part.name, part.shape);
+    auto shape = rows.sizes().vec();
+    shape[0] /= t.groups;
+    shape.insert(shape.begin(), t.groups);
+    parts.push_back(rows.reshape(shape));
   }
-  return std::nullopt;
+  auto joined = torch::stack(parts, 1);  // [groups, parts, d, ...]
+  auto shape = joined.sizes().vec();
+  shape.erase(shape.begin(), shape.begin() + 2);
+  shape[0] *= t.groups * static_cast<int64_t>(t.hf.size());
+  return joined.reshape(shape).contiguous();
+}
+
+}  // namespace
+
+std::optional<torch::Tensor> llama_from_hf(const std::string& name, const HfTensorReader& read, const Config& config) {
+  return LlamaHfLoader(read, config)(name);
+}
+
+LlamaHfLoader::LlamaHfLoader(HfTensorReader read, const Config& config) : read_(std::move(read)) {
+  for (auto& t : llama_tensors(config)) {
+    auto name = t.loom;
+    index_.emplace(std::move(name), std::move(t));
+  }
+}
+
+std::optional<torch::Tensor> LlamaHfLoader::operator()(const std::string& name) const {
+  const auto it = index_.find(name);
+  if (it == index_.end()) return std::nullopt;
+  return join_from_hf(it->second, read_);
 }
 
 }  // namespace loom::models

@@ -51,4 +51,17 @@ using HfTensorReader = std::function<torch::Tensor(const std::string& name, cons
 // NAME is not one of CONFIG's Llama tensors.
 std::optional<torch::Tensor> llama_from_hf(const std::string& name, const HfTensorReader& read, const Config& config);
 
+// Reads loom tensors by name from a Hugging Face model, each by one lookup: an MoE has tens of
+// thousands of tensors (Qwen3-30B-A3B 18,867), and a search of the whole list for each of them
+// (llama_from_hf above) makes loading quadratic in their number.
+class LlamaHfLoader {
+ public:
+  LlamaHfLoader(HfTensorReader read, const Config& config);
+  std::optional<torch::Tensor> operator()(const std::string& name) const;
+
+ private:
+  HfTensorReader read_;
+  std::map<std::string, LlamaTensor> index_;
+};
+
 }  // namespace loom::models

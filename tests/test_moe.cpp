@@ -177,34 +177,6 @@ TEST_CASE("load-balancing and z losses equal hand-computed values", "[moe]") {
   CHECK(router_z_loss(logits, 3).item<double>() == Approx(std::pow(std::log(4.0), 2)).epsilon(1e-6));
 }
 
-TEST_CASE("sequence-wise balance loss: each sequence's own loads, averaged over the sequences", "[moe]") {
-  // Two sequences of two tokens, two experts, top 1: sequence 0 sends both tokens to expert 0 with
-  // probabilities summing to (1.5, 0.5), sequence 1 both to expert 1, (0.2, 1.8).
-  // 2 / (2^2 x 1) x (1.5 x 2) = 1.5 and 2 / 4 x (1.8 x 2) = 1.8: mean 1.65.
-  auto loss =
-      sequence_load_balancing_loss(torch::tensor({{1.5, 0.5}, {0.2, 1.8}}), torch::tensor({{2, 0}, {0, 2}}), 2, 1);
-  CHECK(loss.item<double>() == Approx(1.65).epsilon(1e-6));
-  // The layer's figure is the mean of the batch loss of each sequence routed alone; the batch loss
-  // of all the tokens together differs.
-  parallel::SelfCommunicator ep("ep", 0, no_stats()), tp("tp", 0, no_stats());
-  auto options = small_options(4, 2);
-  options.moe.aux_loss_type = "sequence";
-  MoELayer layer(options, ep, tp);
-  torch::manual_seed(5);
-  auto x = torch::randn({3, 5, 8});
-  torch::NoGradGuard no_grad;
-  layer->forward(x);
-  auto router = layer->named_parameters()["router_weight"];
-  double expected = 0;
-  for (int64_t b = 0; b < 3; ++b) {
-    auto r = route_tokens(torch::linear(x[b], router), 2, 0.0);
-    expected += load_balancing_loss(r.probs.sum(0), r.counts, 5, 2).item<double>() / 3;
-  }
-  CHECK(layer->stats().aux_loss.item<double>() == Approx(expected).epsilon(1e-6));
-  auto all = route_tokens(torch::linear(x.reshape({-1, 8}), router), 2, 0.0);
-  CHECK(std::abs(load_balancing_loss(all.probs.sum(0), all.counts, 15, 2).item<double>() - expected) > 1e-3);
-}
-
 TEST_CASE("MoE layer equals a token-by-token loop over the chosen experts", "[moe]") {
   parallel::SelfCommunicator ep("ep", 0, no_stats()), tp("tp", 0, no_stats());
   auto options = small_options(4, 2);

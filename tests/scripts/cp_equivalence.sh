@@ -86,11 +86,22 @@ for layout in "2 moe_cp2 parallel.cp=2" "4 moe_cp2_a2a_ep2 parallel.cp=2 paralle
   python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/$name/metrics.jsonl" "$WORK/$ref/metrics.jsonl" --rtol 1e-5 \
     --routing-flips || fail "$name differs from one process"
 done
-python3 - "$WORK/moe_ref" "$WORK/moe_seq_ref" << 'PY'
+python3 - "$WORK/moe_ref" "$WORK/moe_seq_ref" "$WORK/moe_seq_cp2_tp2_sp" "$WORK/moe_seq_cp2_a2a_ep2" << 'PY'
 import json, sys
-batch, seq = ([json.loads(line)["moe"]["aux_loss"] for line in open(f"{run}/metrics.jsonl")] for run in sys.argv[1:])
+runs = [[json.loads(line) for line in open(f"{run}/metrics.jsonl")] for run in sys.argv[1:]]
+batch, seq = ([r["moe"]["aux_loss"] for r in run] for run in runs[:2])
 print(f"balance loss at step 1: batch {batch[0]:.6f}, sequence {seq[0]:.6f}")
 assert abs(batch[0] - seq[0]) > 1e-4, "the sequence-wise loss should differ from the batch one"
+# Training feels the type: the language-model losses part once the two balance losses have moved the routers.
+gap = max(abs(a["loss"] - b["loss"]) for a, b in zip(*runs[:2]))
+print(f"batch against sequence balance loss: largest training-loss difference {gap:.2e}")
+assert gap > 1e-4, "the balance loss's type changed nothing in training"
+# The sequence-wise figure itself, step 1 (before any routing flip), equals one process's at cp 2 x tp 2 + SP
+# and at cp 2 x ep 2: each sequence's parts are summed over the ranks that hold them.
+for name, run in zip(sys.argv[3:], runs[2:]):
+    got = run[0]["moe"]["aux_loss"]
+    assert abs(got - seq[0]) <= 1e-5 * abs(seq[0]), f"{name}: step 1 balance loss {got} against one process's {seq[0]}"
+    print(f"{name.rsplit('/', 1)[-1]}: step 1 sequence-wise balance loss {got:.8f} (one process {seq[0]:.8f})")
 PY
 
 # The traffic of every group, the cp group's ring and all-to-all included, is what `loom plan --run`
