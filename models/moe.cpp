@@ -289,37 +289,33 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
   const int64_t cp = cp_ ? cp_->size() : 1;
   const int64_t all_tokens = (split ? local_tokens * tp_.size() : local_tokens) * cp;
   // Sigmoid scores enter the balance loss normalised per token (DeepSeek-V3's s'_{i,t}).
-  auto probs_sum =
-      (moe.score == "sigmoid" ? routing.probs / (routing.probs.sum(-1, true) + 1e-20) : routing.probs).sum(0);
+  const auto scores = moe.score == "sigmoid" ? routing.probs / (routing.probs.sum(-1, true) + 1e-20) : routing.probs;
+  // Sums the statistics of the tokens this rank holds with those of the tp (under SP) and cp ranks
+  // holding the other parts of the same sequences; the scores' gradient passes through unchanged.
+  auto whole_sequences = [&](torch::Tensor& probs, torch::Tensor& counts) {
+    if (split) {
+      probs = parallel::reduce_from_tp_region(probs, tp_);
+      tp_.all_reduce(counts).wait();
+    }
+    if (cp > 1) {
+      probs = parallel::reduce_from_tp_region(probs, *cp_);
+      cp_->all_reduce(counts).wait();
+    }
+  };
+  auto probs_sum = scores.sum(0);
   auto counts = routing.counts.to(torch::kFloat32);
-  if (split) {
-    probs_sum = parallel::reduce_from_tp_region(probs_sum, tp_);
-    tp_.all_reduce(counts).wait();
-  }
-  if (cp > 1) {
-    probs_sum = parallel::reduce_from_tp_region(probs_sum, *cp_);
-    cp_->all_reduce(counts).wait();
-  }
+  whole_sequences(probs_sum, counts);
   auto aux = load_balancing_loss(probs_sum, counts, all_tokens, moe.top_k);
-  // Per sequence: each sequence's statistics [B, E] (its parts on the tp and cp ranks summed).
+  // Per sequence: each sequence's statistics [B, E].
   torch::Tensor seq_aux;
   if (moe.aux_loss_type == "sequence") {
     const int64_t sequences = x.size(0), experts = moe.num_experts;
-    auto seq_probs = (moe.score == "sigmoid" ? routing.probs / (routing.probs.sum(-1, true) + 1e-20) : routing.probs)
-                         .view({sequences, -1, experts})
-                         .sum(1);
+    auto seq_probs = scores.view({sequences, -1, experts}).sum(1);
     auto chosen = routing.assignment.experts.reshape({sequences, -1});
+    const auto fp32 = seq_probs.options().dtype(torch::kFloat32);
     auto seq_counts =
-        torch::zeros({sequences, experts}, seq_probs.options().dtype(torch::kFloat32))
-            .scatter_add_(1, chosen, torch::ones(chosen.sizes(), seq_probs.options().dtype(torch::kFloat32)));
-    if (split) {
-      seq_probs = parallel::reduce_from_tp_region(seq_probs, tp_);
-      tp_.all_reduce(seq_counts).wait();
-    }
-    if (cp > 1) {
-      seq_probs = parallel::reduce_from_tp_region(seq_probs, *cp_);
-      cp_->all_reduce(seq_counts).wait();
-    }
+        torch::zeros({sequences, experts}, fp32).scatter_add_(1, chosen, torch::ones(chosen.sizes(), fp32));
+    whole_sequences(seq_probs, seq_counts);
     seq_aux = sequence_load_balancing_loss(seq_probs, seq_counts, all_tokens / sequences, moe.top_k);
   }
   // What the training loss gets, and what the metrics report (the batch figure without a loss).
