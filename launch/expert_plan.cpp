@@ -8,31 +8,50 @@
 
 namespace loom::launch {
 
+namespace {
+
+// The ranks a tp x cp x pp layout leaves on WORLD: dp.
+int64_t data_parallel(const Config& config, int64_t world) {
+  const auto& p = config.parallel;
+  return std::max<int64_t>(1, world / (p.tp * p.cp * p.pp));
+}
+
+// The most MoE blocks one pp rank holds: pipeline rank s holds the pieces chunk x pp + s of
+// num_layers / (pp x virtual_stages) blocks each, as models/gpt.cpp splits them (dense first
+// blocks and mlp_only_layers leave the ranks uneven).
+int64_t busiest_stage_moe_blocks(const Config& config) {
+  const auto& m = config.model;
+  const auto& p = config.parallel;
+  const int64_t per_piece = m.num_layers / (p.pp * p.virtual_stages);
+  int64_t busiest = 0;
+  for (int64_t stage = 0; stage < p.pp; ++stage) {
+    int64_t here = 0;
+    for (int64_t chunk = 0; chunk < p.virtual_stages; ++chunk) {
+      const int64_t first = (chunk * p.pp + stage) * per_piece;
+      for (int64_t layer = first; layer < first + per_piece; ++layer) here += models::is_moe_layer(m.moe, layer);
+    }
+    busiest = std::max(busiest, here);
+  }
+  return busiest;
+}
+
+}  // namespace
+
 ExpertPlan expert_plan(const Config& config, int64_t world, int64_t ep) {
   const auto& m = config.model;
   const auto& p = config.parallel;
   ExpertPlan plan;
   plan.ep = ep;
+  plan.dp = data_parallel(config, world);
   for (int64_t layer = 0; layer < m.num_layers; ++layer) plan.moe_layers += models::is_moe_layer(m.moe, layer);
   plan.experts_per_rank = m.moe.num_experts / ep;
-  // The busiest pipeline stage's MoE blocks (contiguous blocks per stage; dense first blocks and
-  // mlp_only_layers leave the stages uneven).
-  const int64_t per_stage = (m.num_layers + p.pp - 1) / p.pp;
-  int64_t busiest = 0;
-  for (int64_t first = 0; first < m.num_layers; first += per_stage) {
-    int64_t here = 0;
-    for (int64_t layer = first; layer < std::min(m.num_layers, first + per_stage); ++layer)
-      here += models::is_moe_layer(m.moe, layer);
-    busiest = std::max(busiest, here);
-  }
-  const double layers_here = static_cast<double>(busiest);
+  const double layers_here = static_cast<double>(busiest_stage_moe_blocks(config));
   plan.expert_parameters =
       layers_here * static_cast<double>(plan.experts_per_rank) * static_cast<double>(models::moe_expert_numel(config));
   const bool mixed = config.train.precision != TrainPrecision::fp32;
   plan.expert_state_bytes = plan.expert_parameters * (mixed ? 18.0 : 16.0);
-  const int64_t dp = std::max<int64_t>(1, world / (p.tp * p.cp * p.pp));
   plan.routed_tokens = static_cast<double>(config.train.global_batch_size * m.seq_len) /
-                       static_cast<double>(dp * p.cp * (p.sequence_parallel ? p.tp : 1));
+                       static_cast<double>(plan.dp * p.cp * (p.sequence_parallel ? p.tp : 1));
   const double activation = static_cast<double>(c10::elementSize(Precision::of(config.train.precision).activations));
   const double leaving = static_cast<double>(ep - 1) / static_cast<double>(ep);
   // Dispatch and combine in forward and in backward; full recomputation runs the forward's again.
@@ -43,11 +62,10 @@ ExpertPlan expert_plan(const Config& config, int64_t world, int64_t ep) {
 }
 
 std::vector<int64_t> expert_parallel_degrees(const Config& config, int64_t world) {
-  const auto& p = config.parallel;
-  const int64_t rest = std::max<int64_t>(1, world / (p.tp * p.cp * p.pp));
+  const int64_t dp = data_parallel(config, world);
   std::vector<int64_t> degrees;
-  for (int64_t ep = 1; ep <= rest; ++ep)
-    if (rest % ep == 0 && config.model.moe.num_experts % ep == 0) degrees.push_back(ep);
+  for (int64_t ep = 1; ep <= dp; ++ep)
+    if (dp % ep == 0 && config.model.moe.num_experts % ep == 0) degrees.push_back(ep);
   return degrees;
 }
 

@@ -12,9 +12,10 @@ namespace loom::launch {
 
 struct ExpertPlan {
   int64_t ep = 1;
+  int64_t dp = 1;                 // world / (tp cp pp); ep divides it
   int64_t moe_layers = 0;         // of the whole model
   int64_t experts_per_rank = 0;   // of each MoE block: num_experts / ep
-  double expert_parameters = 0;   // routed experts' parameters on one rank (its pp stage's share)
+  double expert_parameters = 0;   // routed experts' parameters on one rank (of the busiest pp rank)
   double expert_state_bytes = 0;  // their parameters, gradients and AdamW state, unsharded
   double routed_tokens = 0;       // tokens one rank routes per step (its share of the global batch)
   double all_to_all_bytes = 0;    // one rank's sends per step: dispatch + combine, forward + backward

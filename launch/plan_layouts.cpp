@@ -76,9 +76,7 @@ void print_expert_plan(const Config& config, int64_t world) {
       static_cast<long long>(first.moe_layers), static_cast<long long>(moe.num_experts),
       static_cast<long long>(moe.top_k), with_commas(models::moe_expert_numel(config)).c_str(), first.routed_tokens,
       static_cast<long long>(config.parallel.tp), static_cast<long long>(config.parallel.cp),
-      static_cast<long long>(config.parallel.pp),
-      static_cast<long long>(
-          std::max<int64_t>(1, world / (config.parallel.tp * config.parallel.cp * config.parallel.pp))));
+      static_cast<long long>(config.parallel.pp), static_cast<long long>(first.dp));
   std::printf("  %-5s %14s %22s %16s %24s\n", "ep", "experts/block", "expert params/rank", "their state GB",
               "all-to-all GB/step/rank");
   for (int64_t ep : degrees) {

@@ -22,14 +22,12 @@ torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const t
   auto out = rows_of_a ? torch::empty({a.size(0), b.size(2)}, a.options())
                        : torch::empty({static_cast<int64_t>(rows.size()), a.size(0), b.size(1)}, a.options());
   int64_t start = 0;
-  for (size_t g = 0; g < rows.size(); ++g) {
+  for (size_t g = 0; g < rows.size(); start += rows[g], ++g) {
     auto slice = rows_of_a ? out.narrow(0, start, rows[g]) : out[g];
-    if (rows_of_a) {
-      if (rows[g] > 0) at::mm_out(slice, a.narrow(0, start, rows[g]), b[g]);
-    } else {
+    if (rows_of_a)
+      at::mm_out(slice, a.narrow(0, start, rows[g]), b[g]);
+    else
       at::mm_out(slice, a.narrow(1, start, rows[g]), b.narrow(0, start, rows[g]));
-    }
-    start += rows[g];
   }
   return out;
 }

@@ -128,16 +128,10 @@ Routing route_tokens(const torch::Tensor& logits, const RouterOptions& options) 
 
 torch::Tensor load_balancing_loss(const torch::Tensor& probs_sum, const torch::Tensor& counts, int64_t tokens,
                                   int64_t top_k) {
-  const double num_experts = static_cast<double>(probs_sum.size(0)), t = static_cast<double>(tokens);
-  return (probs_sum * counts.to(probs_sum.scalar_type())).sum() * (num_experts / (t * t * static_cast<double>(top_k)));
-}
-
-torch::Tensor sequence_load_balancing_loss(const torch::Tensor& probs_sum, const torch::Tensor& counts,
-                                           int64_t seq_tokens, int64_t top_k) {
-  const double num_experts = static_cast<double>(probs_sum.size(1)), s = static_cast<double>(seq_tokens);
-  const double sequences = static_cast<double>(probs_sum.size(0));
+  const double num_experts = static_cast<double>(probs_sum.size(-1)), t = static_cast<double>(tokens);
+  const double groups = static_cast<double>(probs_sum.numel()) / num_experts;
   return (probs_sum * counts.to(probs_sum.scalar_type())).sum() *
-         (num_experts / (s * s * static_cast<double>(top_k) * sequences));
+         (num_experts / (t * t * static_cast<double>(top_k) * groups));
 }
 
 torch::Tensor router_z_loss(const torch::Tensor& logits, int64_t tokens) {
@@ -290,36 +284,25 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
   const int64_t all_tokens = (split ? local_tokens * tp_.size() : local_tokens) * cp;
   // Sigmoid scores enter the balance loss normalised per token (DeepSeek-V3's s'_{i,t}).
   const auto scores = moe.score == "sigmoid" ? routing.probs / (routing.probs.sum(-1, true) + 1e-20) : routing.probs;
-  // Sums the statistics of the tokens this rank holds with those of the tp (under SP) and cp ranks
-  // holding the other parts of the same sequences; the scores' gradient passes through unchanged.
-  auto whole_sequences = [&](torch::Tensor& probs, torch::Tensor& counts) {
-    if (split) {
-      probs = parallel::reduce_from_tp_region(probs, tp_);
-      tp_.all_reduce(counts).wait();
-    }
-    if (cp > 1) {
-      probs = parallel::reduce_from_tp_region(probs, *cp_);
-      cp_->all_reduce(counts).wait();
-    }
-  };
-  auto probs_sum = scores.sum(0);
-  auto counts = routing.counts.to(torch::kFloat32);
-  whole_sequences(probs_sum, counts);
-  auto aux = load_balancing_loss(probs_sum, counts, all_tokens, moe.top_k);
-  // Per sequence: each sequence's statistics [B, E].
-  torch::Tensor seq_aux;
-  if (moe.aux_loss_type == "sequence") {
-    const int64_t sequences = x.size(0), experts = moe.num_experts;
-    auto seq_probs = scores.view({sequences, -1, experts}).sum(1);
-    auto chosen = routing.assignment.experts.reshape({sequences, -1});
-    const auto fp32 = seq_probs.options().dtype(torch::kFloat32);
-    auto seq_counts =
-        torch::zeros({sequences, experts}, fp32).scatter_add_(1, chosen, torch::ones(chosen.sizes(), fp32));
-    whole_sequences(seq_probs, seq_counts);
-    seq_aux = sequence_load_balancing_loss(seq_probs, seq_counts, all_tokens / sequences, moe.top_k);
+  // The balance loss's statistics [G, E]: of each sequence (aux_loss_type sequence, G = B) or of
+  // the whole micro-batch (G = 1), summed with those of the tp (under SP) and cp ranks holding the
+  // other parts of the same sequences; the scores' gradient passes through the sums unchanged.
+  const int64_t groups = moe.aux_loss_type == "sequence" ? x.size(0) : 1;
+  auto probs_sum = scores.view({groups, -1, moe.num_experts}).sum(1);
+  const auto chosen = routing.assignment.experts.reshape({groups, -1});
+  const auto fp32 = probs_sum.options().dtype(torch::kFloat32);
+  auto counts =
+      torch::zeros({groups, moe.num_experts}, fp32).scatter_add_(1, chosen, torch::ones(chosen.sizes(), fp32));
+  if (split) {
+    probs_sum = parallel::reduce_from_tp_region(probs_sum, tp_);
+    tp_.all_reduce(counts).wait();
+  }
+  if (cp > 1) {
+    probs_sum = parallel::reduce_from_tp_region(probs_sum, *cp_);
+    cp_->all_reduce(counts).wait();
   }
   // What the training loss gets, and what the metrics report (the batch figure without a loss).
-  const auto& balance = seq_aux.defined() ? seq_aux : aux;
+  const auto balance = load_balancing_loss(probs_sum, counts, all_tokens / groups, moe.top_k);
   const double aux_coeff = moe.aux_loss_type == "none" ? 0.0 : moe.aux_loss_coeff;
   auto z = router_z_loss(logits, all_tokens);  // this rank's share: the tp and cp sum is the whole
 
@@ -335,7 +318,7 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
     torch::NoGradGuard no_grad;
     // Shares whose sum over all ranks is the global figure: tp replicas count once.
     const bool tokens_mine = split || tp_.rank() == 0;
-    stats_.keep_on(aux.device());
+    stats_.keep_on(balance.device());
     if (tokens_mine) {
       stats_.tokens_per_expert += routing.counts;
       stats_.dropped += routing.dropped;

@@ -74,13 +74,11 @@ Routing route_tokens(const torch::Tensor& logits, int64_t top_k, double capacity
 // max(1, ceil(TOKENS * TOP_K / NUM_EXPERTS * CAPACITY_FACTOR)).
 int64_t expert_capacity(int64_t tokens, int64_t top_k, int64_t num_experts, double capacity_factor);
 // E * sum_e (COUNTS_e / (TOKENS k)) (PROBS_SUM_e / TOKENS): PROBS_SUM is the router
-// probabilities summed over the TOKENS tokens, COUNTS the choices per expert.
+// probabilities summed over the TOKENS tokens, COUNTS the choices per expert. Given [G, E] (each
+// of G sequences' own, TOKENS a sequence's), the mean over the G of that loss: DeepSeek-V3's
+// sequence-wise balance loss.
 torch::Tensor load_balancing_loss(const torch::Tensor& probs_sum, const torch::Tensor& counts, int64_t tokens,
                                   int64_t top_k);
-// The same per sequence, averaged over the B sequences (DeepSeek-V3's sequence-wise balance loss):
-// PROBS_SUM [B, E] and COUNTS [B, E] each sequence's, SEQ_TOKENS the tokens of one sequence.
-torch::Tensor sequence_load_balancing_loss(const torch::Tensor& probs_sum, const torch::Tensor& counts,
-                                           int64_t seq_tokens, int64_t top_k);
 // sum_t logsumexp(LOGITS_t)^2 / TOKENS (TOKENS: all tokens the loss is the mean over).
 torch::Tensor router_z_loss(const torch::Tensor& logits, int64_t tokens);
 

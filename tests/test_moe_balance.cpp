@@ -11,8 +11,7 @@ TEST_CASE("sequence-wise balance loss: each sequence's own loads, averaged over 
   // Two sequences of two tokens, two experts, top 1: sequence 0 sends both tokens to expert 0 with
   // probabilities summing to (1.5, 0.5), sequence 1 both to expert 1, (0.2, 1.8).
   // 2 / (2^2 x 1) x (1.5 x 2) = 1.5 and 2 / 4 x (1.8 x 2) = 1.8: mean 1.65.
-  auto loss =
-      sequence_load_balancing_loss(torch::tensor({{1.5, 0.5}, {0.2, 1.8}}), torch::tensor({{2, 0}, {0, 2}}), 2, 1);
+  auto loss = load_balancing_loss(torch::tensor({{1.5, 0.5}, {0.2, 1.8}}), torch::tensor({{2, 0}, {0, 2}}), 2, 1);
   CHECK(loss.item<double>() == Approx(1.65).epsilon(1e-6));
   // The layer's figure is the mean of the batch loss of each sequence routed alone; the batch loss
   // of all the tokens together differs.
