@@ -36,6 +36,10 @@ struct MoEConfig {
   // DeepSeek-V3's auxiliary-loss-free balancing: each expert has a bias added to its score for
   // choosing only, moved after every step by this rate times sign(mean load - its load) (0: none).
   double bias_update_rate = 0.0;
+  // Each expert has that bias even without updates (a DeepSeek-V3 checkpoint's e_score_correction_bias,
+  // fixed when fine-tuning at rate 0); implied by bias_update_rate > 0.
+  bool expert_bias = false;
+  bool has_expert_bias() const { return expert_bias || bias_update_rate > 0; }
   // The experts' width (SwiGLU or GELU, as model.activation); 0: model.ffn_hidden_size.
   int64_t moe_intermediate_size = 0;
   // Shared experts (DeepSeek-V3): one dense MLP of n_shared_experts x the experts' width that every
@@ -64,12 +68,49 @@ inline bool moe_block(const MoEConfig& moe, int64_t layer) {
 // Llama 3's rescaling of the rotary frequencies for long contexts (Hugging Face's rope_type "llama3"):
 // wavelengths below original_max_position_embeddings / high_freq_factor are kept, those above
 // original_max_position_embeddings / low_freq_factor divided by factor, those between blended.
+//
+// YaRN (rope_type "yarn", Peng et al.; DeepSeek-V3, Qwen3's long contexts): the frequencies that
+// turn fewer than beta_slow times over original_max_position_embeddings divided by factor, those
+// turning more than beta_fast times kept, a linear ramp between (over the rounded correction
+// range); cos and sin times the attention factor (attention_factor, or 0: from mscale and
+// mscale_all_dim as transformers derives it). Multi-head latent attention also multiplies its
+// softmax scale by (0.1 mscale_all_dim ln(factor) + 1)^2, as DeepSeek's release does.
 struct RopeScalingConfig {
   RopeScalingKind type = RopeScalingKind::none;
   double factor = 8.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 0.0;
+  double mscale_all_dim = 0.0;
+  double attention_factor = 0.0;
+};
+
+// DeepSeek's multi-head latent attention (MLA; kv_lora_rank > 0): each token's keys and values for
+// every head made from one latent of kv_lora_rank features, its queries from one of q_lora_rank (0:
+// from the hidden state directly); each head's query and key a part without position
+// (qk_nope_head_dim) and a rotated part (qk_rope_head_dim, the key's one for all heads), its value
+// v_head_dim wide.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;  // 0: no latent attention
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool enabled() const { return kv_lora_rank > 0; }
+  int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
+// DeepSeek-V3's multi-token prediction: DEPTH modules on the last pipeline stage, module k predicting
+// token i + k + 1 from module k - 1's hidden state at i (the main model's final normed one for k = 1)
+// and the embedding of token i + k, through one transformer block and the main output layer; the
+// mean of their losses times LOSS_WEIGHT joins the training loss (metrics.jsonl's loss stays the
+// main one; mtp_loss is that mean before the weight).
+struct MtpConfig {
+  int64_t depth = 0;  // 0: none
+  double loss_weight = 0.1;
 };
 
 // model.arch sets the defaults of the keys below it that a config leaves unset
@@ -83,6 +124,10 @@ struct ModelConfig {
   PositionKind position = PositionKind::learned;
   double rope_theta = 10000.0;
   RopeScalingConfig rope_scaling;
+  // The rotated features taken in pairs (x0, x1), (x2, x3), ... (DeepSeek's layout), not rotate-half's (x_i, x_i+d/2).
+  bool rope_interleave = false;
+  MlaConfig mla;
+  MtpConfig mtp;
   int64_t num_kv_heads = 0;  // grouped-query attention; 0: num_heads (multi-head attention)
   // Each head's width (Qwen3's head_dim, which need not be hidden_size / num_heads); 0: hidden_size / num_heads.
   int64_t attention_head_dim = 0;
@@ -103,7 +148,11 @@ struct ModelConfig {
   MoEConfig moe;
 
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
-  int64_t head_dim() const { return attention_head_dim > 0 ? attention_head_dim : hidden_size / num_heads; }
+  // Each head's query and key width (under latent attention its part without position and its rotated one).
+  int64_t head_dim() const {
+    if (mla.enabled()) return mla.qk_head_dim();
+    return attention_head_dim > 0 ? attention_head_dim : hidden_size / num_heads;
+  }
 };
 
 struct ParallelConfig {

@@ -23,7 +23,7 @@ enum class ModelArch { gpt2, llama };                                    // mode
 enum class NormKind { layernorm, rmsnorm };                              // model.norm
 enum class Activation { gelu, swiglu };                                  // model.activation
 enum class PositionKind { learned, rope };                               // model.position
-enum class RopeScalingKind { none, llama3 };                             // model.rope_scaling.type
+enum class RopeScalingKind { none, llama3, yarn };                       // model.rope_scaling.type
 enum class LrDecayStyle { cosine, linear, constant, wsd };               // train.lr_decay_style
 enum class OptimizerKind { adamw, muon };                                // train.optimizer
 
@@ -50,7 +50,7 @@ LOOM_CONFIG_ENUM(ModelArch, "model.arch", "gpt2", "llama")
 LOOM_CONFIG_ENUM(NormKind, "model.norm", "layernorm", "rmsnorm")
 LOOM_CONFIG_ENUM(Activation, "model.activation", "gelu", "swiglu")
 LOOM_CONFIG_ENUM(PositionKind, "model.position", "learned", "rope")
-LOOM_CONFIG_ENUM(RopeScalingKind, "model.rope_scaling.type", "none", "llama3")
+LOOM_CONFIG_ENUM(RopeScalingKind, "model.rope_scaling.type", "none", "llama3", "yarn")
 LOOM_CONFIG_ENUM(LrDecayStyle, "train.lr_decay_style", "cosine", "linear", "constant", "wsd")
 LOOM_CONFIG_ENUM(OptimizerKind, "train.optimizer", "adamw", "muon")
 

@@ -69,15 +69,53 @@ void check_attention_heads(const Config& c) {
               "others (tp divisible by kv heads)");
 }
 
+void check_latent_attention(const Config& c) {
+  const auto& m = c.model;
+  const auto& a = m.mla;
+  for (const auto& [value, key] :
+       {std::pair{a.kv_lora_rank, "model.mla.kv_lora_rank"}, std::pair{a.q_lora_rank, "model.mla.q_lora_rank"},
+        std::pair{a.qk_nope_head_dim, "model.mla.qk_nope_head_dim"},
+        std::pair{a.qk_rope_head_dim, "model.mla.qk_rope_head_dim"}, std::pair{a.v_head_dim, "model.mla.v_head_dim"}}) {
+    require(value >= 0, key, "must be 0 or positive");
+  }
+  if (!a.enabled()) {
+    require(a.q_lora_rank == 0, "model.mla.q_lora_rank", "needs latent attention (model.mla.kv_lora_rank > 0)");
+    return;
+  }
+  require(m.position == PositionKind::rope, "model.mla.kv_lora_rank",
+          "latent attention rotates part of each head: needs model.position: rope");
+  require(a.qk_rope_head_dim >= 2 && a.qk_rope_head_dim % 2 == 0, "model.mla.qk_rope_head_dim",
+          "must be even and positive (rope rotates pairs of features)");
+  require(a.qk_nope_head_dim >= 1, "model.mla.qk_nope_head_dim", "must be positive under latent attention");
+  require(a.v_head_dim >= 1 && a.v_head_dim <= a.qk_head_dim(), "model.mla.v_head_dim",
+          "must be positive and at most qk_nope_head_dim + qk_rope_head_dim = " + std::to_string(a.qk_head_dim()) +
+              " (each head's values are padded to its keys' width)");
+  require(m.kv_heads() == m.num_heads, "model.num_kv_heads",
+          "latent attention makes keys and values for every head: leave it 0 or give model.num_heads");
+  require(m.attention_head_dim == 0, "model.head_dim",
+          "latent attention's heads are sized by model.mla.qk_nope_head_dim, qk_rope_head_dim and v_head_dim");
+  require(!m.qkv_bias, "model.qkv_bias", "latent attention's projections have no biases in loom (nor in DeepSeek-V3)");
+  require(!m.qk_norm, "model.qk_norm", "latent attention normalises its latents, not each head");
+}
+
 void check_model_shape(const Config& c) {
   const auto& m = c.model;
   require(m.norm_eps > 0, "model.norm_eps", "must be positive");
-  if (m.position == PositionKind::rope) {
+  if (m.position == PositionKind::rope && !m.mla.enabled()) {
     require(m.head_dim() % 2 == 0, "model.position",
             "rope rotates pairs of features: the head dimension (model.head_dim, or hidden_size / num_heads) = " +
                 std::to_string(m.head_dim()) + " must be even");
-    require(m.rope_theta > 0, "model.rope_theta", "must be positive");
   }
+  if (m.position == PositionKind::rope) require(m.rope_theta > 0, "model.rope_theta", "must be positive");
+  require(!m.rope_interleave || m.position == PositionKind::rope, "model.rope_interleave",
+          "lays out rotary features: needs model.position: rope");
+  check_latent_attention(c);
+  require(m.mtp.depth >= 0 && m.mtp.depth < m.seq_len, "model.mtp.depth",
+          "must be 0 (none) or positive and below model.seq_len");
+  require(m.mtp.loss_weight >= 0, "model.mtp.loss_weight", "must be 0 or positive");
+  require(m.mtp.depth == 0 || c.parallel.cp == 1, "model.mtp.depth",
+          "multi-token prediction under context parallelism is not built yet (module k's labels at the end of "
+          "each chunk live on another cp rank); use parallel.cp 1");
   const auto& scaling = m.rope_scaling;
   if (scaling.type == RopeScalingKind::llama3) {
     require(m.position == PositionKind::rope, "model.rope_scaling.type",
@@ -88,6 +126,18 @@ void check_model_shape(const Config& c) {
             "must be above model.rope_scaling.low_freq_factor, which is positive");
     require(scaling.original_max_position_embeddings >= 1, "model.rope_scaling.original_max_position_embeddings",
             "must be positive");
+  }
+  if (scaling.type == RopeScalingKind::yarn) {
+    require(m.position == PositionKind::rope, "model.rope_scaling.type",
+            "scales rotary embeddings: needs model.position: rope");
+    require(scaling.factor >= 1, "model.rope_scaling.factor", "must be at least 1");
+    require(scaling.beta_slow > 0 && scaling.beta_fast > scaling.beta_slow, "model.rope_scaling.beta_fast",
+            "must be above model.rope_scaling.beta_slow, which is positive");
+    require(scaling.original_max_position_embeddings >= 1, "model.rope_scaling.original_max_position_embeddings",
+            "must be positive");
+    require(scaling.mscale >= 0, "model.rope_scaling.mscale", "must be 0 or positive");
+    require(scaling.mscale_all_dim >= 0, "model.rope_scaling.mscale_all_dim", "must be 0 or positive");
+    require(scaling.attention_factor >= 0, "model.rope_scaling.attention_factor", "must be 0 (derived) or positive");
   }
 }
 
@@ -109,6 +159,12 @@ void check_count_bounds(const Config& c, int64_t world) {
                               {m.num_heads, k18, "model.num_heads"},
                               {m.num_kv_heads, k18, "model.num_kv_heads"},
                               {m.attention_head_dim, k18, "model.head_dim"},
+                              {m.mla.kv_lora_rank, k18, "model.mla.kv_lora_rank"},
+                              {m.mla.q_lora_rank, k18, "model.mla.q_lora_rank"},
+                              {m.mla.qk_nope_head_dim, k18, "model.mla.qk_nope_head_dim"},
+                              {m.mla.qk_rope_head_dim, k18, "model.mla.qk_rope_head_dim"},
+                              {m.mla.v_head_dim, k18, "model.mla.v_head_dim"},
+                              {m.mtp.depth, k14, "model.mtp.depth"},
                               {m.ffn_hidden_size, k20, "model.ffn_hidden_size"},
                               {m.vocab_size, k28, "model.vocab_size"},
                               {m.seq_len, k24, "model.seq_len"},

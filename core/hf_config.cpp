@@ -62,6 +62,37 @@ const char* bool_text(bool value) {
   return value ? "true" : "false";
 }
 
+// YaRN's fields (rope_type yarn) as transformers reads them: factor (absent: max_position_embeddings
+// over the original length), beta_fast 32 and beta_slow 1 by default, mscale, mscale_all_dim and
+// attention_factor absent as 0 (derived); truncate false (an unrounded ramp) is refused.
+void add_yarn(const HfJson& hf, const nlohmann::json& json, const nlohmann::json& scaling, const std::string& where,
+              Keys& keys) {
+  const auto& original = scaling.value("original_max_position_embeddings", nlohmann::json());
+  if (!original.is_number_integer() || original.get<int64_t>() < 1)
+    throw hf.refused(where + ".original_max_position_embeddings", "must be a positive integer");
+  keys.emplace_back("model.rope_scaling.type", "yarn");
+  keys.emplace_back("model.rope_scaling.original_max_position_embeddings", std::to_string(original.get<int64_t>()));
+  if (scaling.contains("factor") && !scaling["factor"].is_null()) {
+    keys.emplace_back("model.rope_scaling.factor", hf.number(scaling, "factor", where + "."));
+  } else {
+    const auto& positions = json.value("max_position_embeddings", nlohmann::json());
+    if (!positions.is_number_integer())
+      throw hf.refused(where + ".factor", "is missing, and there is no max_position_embeddings to derive it from");
+    keys.emplace_back("model.rope_scaling.factor", nlohmann::json(static_cast<double>(positions.get<int64_t>()) /
+                                                                  static_cast<double>(original.get<int64_t>()))
+                                                       .dump());
+  }
+  for (const auto& [key, fallback] :
+       {std::pair{"beta_fast", 32.0}, std::pair{"beta_slow", 1.0}, std::pair{"mscale", 0.0},
+        std::pair{"mscale_all_dim", 0.0}, std::pair{"attention_factor", 0.0}}) {
+    const bool given = scaling.contains(key) && !scaling[key].is_null();
+    keys.emplace_back(std::string("model.rope_scaling.") + key,
+                      given ? hf.number(scaling, key, where + ".") : nlohmann::json(fallback).dump());
+  }
+  if (scaling.value("truncate", true) != true)
+    throw hf.refused(where + ".truncate", "is false; loom's YaRN rounds its ramp's ends (truncate true)");
+}
+
 // The rotary settings, in either of transformers' forms: 4.x's top-level rope_theta and
 // rope_scaling, or 5.x's rope_parameters (rope_theta and the scaling's fields in one object,
 // which 5.x writes instead). rope_type default or Llama 3's (llama3); anything else would
@@ -95,9 +126,14 @@ void add_rope(const HfJson& hf, const nlohmann::json& json, Keys& keys) {
     keys.emplace_back("model.rope_scaling.type", "none");
     return;
   }
+  if (type == "yarn") {
+    add_yarn(hf, json, *scaling, where, keys);
+    return;
+  }
   if (type != "llama3") {
-    throw hf.refused(where + ".rope_type",
-                     "is '" + type + "'; loom's rotary embeddings know only Llama 3's scaling (llama3) or none");
+    throw hf.refused(
+        where + ".rope_type",
+        "is '" + type + "'; loom's rotary embeddings know Llama 3's scaling (llama3), YaRN (yarn) or none");
   }
   keys.emplace_back("model.rope_scaling.type", "llama3");
   for (const char* key : {"factor", "low_freq_factor", "high_freq_factor"})
@@ -234,6 +270,79 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
   return keys;
 }
 
+// DeepSeek-V3: latent attention, a sigmoid router with group-limited choice, a fixed expert bias
+// (e_score_correction_bias) and scaled weights, shared experts, the first blocks dense. Absent
+// fields take DeepseekV3Config's defaults, as transformers would. The released checkpoint is FP8
+// (quantization_config): refused, to be converted to BF16 first.
+Keys deepseek_v3_keys(const HfJson& hf, const nlohmann::json& json) {
+  if (hf.has("quantization_config")) {
+    throw hf.refused("quantization_config",
+                     "is " + json["quantization_config"].dump() +
+                         ": loom reads BF16 or F32 weights; convert an FP8 checkpoint (weights in blocks scaled by "
+                         "weight_scale_inv) to BF16 first");
+  }
+  const std::string act = hf.text("hidden_act", "silu");
+  if (act != "silu") throw hf.refused("hidden_act", "is '" + act + "'; loom's SwiGLU MLP is silu");
+  if (hf.boolean("attention_bias", false))
+    throw hf.refused("attention_bias", "is true; loom's latent attention has no biases (nor has DeepSeek-V3's)");
+  if (hf.text("topk_method", "noaux_tc") != "noaux_tc")
+    throw hf.refused("topk_method", "is '" + hf.text("topk_method", "") + "'; loom routes DeepSeek-V3 as noaux_tc");
+  if (hf.text("scoring_func", "sigmoid") != "sigmoid")
+    throw hf.refused("scoring_func", "is '" + hf.text("scoring_func", "") + "'; DeepSeek-V3's router is a sigmoid");
+  if (hf.integer("moe_layer_freq", 1) != "1")
+    throw hf.refused("moe_layer_freq", "is " + hf.integer("moe_layer_freq") + "; loom reads DeepSeek-V3 with 1");
+  const std::string heads = hf.integer("num_attention_heads");
+  if (hf.integer("num_key_value_heads", std::stoll(heads)) != heads)
+    throw hf.refused("num_key_value_heads", "differs from num_attention_heads; latent attention has a key per head");
+  const std::string top_k = hf.integer("num_experts_per_tok", 8);
+  const bool norm = hf.boolean("norm_topk_prob", true);
+  if (top_k == "1" && norm) {
+    throw hf.refused("num_experts_per_tok",
+                     "is 1 with the weights renormalised: DeepSeek-V3 then weights the "
+                     "expert by 1, where loom keeps the router's score");
+  }
+  Keys keys = {
+      {"model.arch", "llama"},
+      {"model.norm", "rmsnorm"},
+      {"model.activation", "swiglu"},
+      {"model.position", "rope"},
+      {"model.num_layers", hf.integer("num_hidden_layers")},
+      {"model.hidden_size", hf.integer("hidden_size")},
+      {"model.num_heads", heads},
+      {"model.num_kv_heads", heads},
+      {"model.ffn_hidden_size", hf.integer("intermediate_size")},
+      {"model.vocab_size", hf.integer("vocab_size")},
+      {"model.norm_eps", hf.number("rms_norm_eps", 1e-6)},
+      {"model.bias", "false"},
+      {"model.qkv_bias", "false"},
+      {"model.tie_embeddings", bool_text(hf.boolean("tie_word_embeddings", false))},
+      {"model.head_dim", "0"},
+      {"model.qk_norm", "false"},
+      {"model.rope_interleave", bool_text(hf.boolean("rope_interleave", true))},
+      {"model.mla.q_lora_rank", hf.has("q_lora_rank") ? hf.integer("q_lora_rank") : "0"},
+      {"model.mla.kv_lora_rank", hf.integer("kv_lora_rank", 512)},
+      {"model.mla.qk_nope_head_dim", hf.integer("qk_nope_head_dim", 128)},
+      {"model.mla.qk_rope_head_dim", hf.integer("qk_rope_head_dim", 64)},
+      {"model.mla.v_head_dim", hf.integer("v_head_dim", 128)},
+      {"model.moe.num_experts",
+       hf.has("n_routed_experts") ? hf.integer("n_routed_experts") : hf.integer("num_local_experts", 256)},
+      {"model.moe.top_k", top_k},
+      {"model.moe.score", "sigmoid"},
+      {"model.moe.norm_topk_prob", bool_text(norm)},
+      {"model.moe.routed_scaling_factor", hf.number("routed_scaling_factor", 2.5)},
+      {"model.moe.n_group", hf.integer("n_group", 8)},
+      {"model.moe.topk_group", hf.integer("topk_group", 4)},
+      {"model.moe.expert_bias", "true"},
+      {"model.moe.every", "1"},
+      {"model.moe.moe_intermediate_size", hf.integer("moe_intermediate_size", 2048)},
+      {"model.moe.n_shared_experts", hf.has("n_shared_experts") ? json["n_shared_experts"].dump() : "1"},
+      {"model.moe.first_k_dense_replace", hf.has("first_k_dense_replace") ? json["first_k_dense_replace"].dump() : "3"},
+      {"model.moe.decoder_sparse_step", "1"},
+      {"model.moe.mlp_only_layers", ""}};
+  add_rope(hf, json, keys);
+  return keys;
+}
+
 Keys gpt2_keys(const HfJson& hf) {
   const std::string act = hf.text("activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")
@@ -290,10 +399,12 @@ Keys model_keys_of_hf_config(const nlohmann::json& json, const std::string& file
     return llama_keys(hf, json, architecture);
   }
   if (architecture == "GPT2LMHeadModel") return gpt2_keys(hf);
+  if (architecture == "DeepseekV3ForCausalLM") return deepseek_v3_keys(hf, json);
   throw hf.refused("architectures",
                    "is " + architecture +
                        "; loom reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                       "MixtralForCausalLM and Qwen3MoeForCausalLM (without sliding windows) and GPT2LMHeadModel");
+                       "MixtralForCausalLM, Qwen3MoeForCausalLM (without sliding windows), DeepseekV3ForCausalLM and "
+                       "GPT2LMHeadModel");
 }
 
 void apply_hf_config(Config& config, const std::set<std::string>& overridden) {

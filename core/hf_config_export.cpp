@@ -11,6 +11,19 @@ namespace {
 // The rotary scaling of CONFIG as config.json's rope_scaling (null: none).
 nlohmann::json rope_scaling_json(const Config& config) {
   const auto& s = config.model.rope_scaling;
+  if (s.type == RopeScalingKind::yarn) {
+    nlohmann::json yarn = {{"rope_type", "yarn"},
+                           {"factor", s.factor},
+                           {"original_max_position_embeddings", s.original_max_position_embeddings},
+                           {"beta_fast", s.beta_fast},
+                           {"beta_slow", s.beta_slow}};
+    // 0 is loom's "absent" (derived), as a missing field is transformers'.
+    for (const auto& [key, value] : {std::pair{"mscale", s.mscale},
+                                     {"mscale_all_dim", s.mscale_all_dim},
+                                     {"attention_factor", s.attention_factor}})
+      if (value > 0) yarn[key] = value;
+    return yarn;
+  }
   if (s.type != RopeScalingKind::llama3) return nullptr;
   return {{"rope_type", "llama3"},
           {"factor", s.factor},
@@ -139,6 +152,53 @@ nlohmann::ordered_json qwen3_config_of(const Config& config, const Refuse& refus
   return json;
 }
 
+// DeepseekV3ForCausalLM's config.json: latent attention, a sigmoid router choosing by groups with
+// a fixed or moving expert bias, shared experts, the first blocks dense and the rest sparse.
+template <typename Refuse>
+nlohmann::ordered_json deepseek_v3_config_of(const Config& config, const Refuse& refuse) {
+  const auto& m = config.model;
+  const auto& moe = m.moe;
+  const auto& a = m.mla;
+  if (m.bias || m.qkv_bias) throw refuse("bias", "true", "DeepSeek-V3's linear layers have no biases");
+  if (!moe.enabled())
+    throw refuse("moe.num_experts", "0", "DeepSeek-V3's blocks after first_k_dense_replace have experts");
+  if (moe.score != "sigmoid") throw refuse("moe.score", moe.score, "DeepSeek-V3's router is a sigmoid");
+  if (moe.top_k == 1 && moe.norm_topk_prob)
+    throw refuse(
+        "moe.top_k", "1",
+        "with norm_topk_prob DeepSeek-V3 would weight the one expert by 1, where loom weights it by its score");
+  for (int64_t layer = moe.first_k_dense_replace; layer < m.num_layers; ++layer) {
+    if (moe_block(moe, layer)) continue;
+    const std::string why = "block " + std::to_string(layer) + " is dense, and DeepSeek-V3's blocks after " +
+                            "first_k_dense_replace all have experts";
+    if (moe.every != 1) throw refuse("moe.every", std::to_string(moe.every), why);
+    if (moe.decoder_sparse_step != 1)
+      throw refuse("moe.decoder_sparse_step", std::to_string(moe.decoder_sparse_step), why);
+    throw refuse("moe.mlp_only_layers", std::to_string(layer), why);
+  }
+  auto json = llama_family_json(config, "DeepseekV3ForCausalLM", "deepseek_v3", config.ffn_size());
+  json["head_dim"] = a.qk_rope_head_dim;  // transformers' name for the rotated width
+  json["moe_intermediate_size"] = config.moe_ffn_size();
+  json["n_routed_experts"] = moe.num_experts;
+  json["n_shared_experts"] = moe.n_shared_experts;
+  json["num_experts_per_tok"] = moe.top_k;
+  json["routed_scaling_factor"] = moe.routed_scaling_factor;
+  json["n_group"] = moe.n_group;
+  json["topk_group"] = moe.topk_group;
+  json["norm_topk_prob"] = moe.norm_topk_prob;
+  json["first_k_dense_replace"] = moe.first_k_dense_replace;
+  json["q_lora_rank"] = a.q_lora_rank > 0 ? nlohmann::ordered_json(a.q_lora_rank) : nlohmann::ordered_json();
+  json["kv_lora_rank"] = a.kv_lora_rank;
+  json["qk_nope_head_dim"] = a.qk_nope_head_dim;
+  json["qk_rope_head_dim"] = a.qk_rope_head_dim;
+  json["v_head_dim"] = a.v_head_dim;
+  json["rope_interleave"] = m.rope_interleave;
+  json["attention_bias"] = false;
+  json["num_nextn_predict_layers"] = m.mtp.depth;  // the layers after the main ones (models/llama_hf.h)
+  finish_llama_family_json(json, config);
+  return json;
+}
+
 }  // namespace
 
 nlohmann::ordered_json hf_config_of(const Config& config, const std::string& format) {
@@ -146,6 +206,8 @@ nlohmann::ordered_json hf_config_of(const Config& config, const std::string& for
   auto refuse = [&](const std::string& key, const std::string& value, const std::string& why) {
     return InputError("--format " + format + " cannot represent model." + key + " = " + value + ": " + why);
   };
+  if (m.mtp.depth > 0 && format == "hf-gpt2")
+    throw refuse("mtp.depth", std::to_string(m.mtp.depth), "GPT-2 has no multi-token prediction modules");
   if (m.moe.enabled() && format == "hf-gpt2")
     throw refuse("moe.num_experts", std::to_string(m.moe.num_experts), "its MLPs are dense (no Mixture of Experts)");
   const int64_t heads = m.num_heads, layers = m.num_layers, hidden = m.hidden_size, vocab = m.vocab_size;
@@ -184,6 +246,11 @@ nlohmann::ordered_json hf_config_of(const Config& config, const std::string& for
   if (m.bias && !m.qkv_bias) {
     throw refuse("qkv_bias", "false",
                  "with model.bias true: Llama's attention_bias puts biases on q, k, v and o together");
+  }
+  if (m.mla.enabled()) return deepseek_v3_config_of(config, refuse);
+  if (m.mtp.depth > 0) {
+    throw refuse("mtp.depth", std::to_string(m.mtp.depth),
+                 "of the classes loom writes, only DeepseekV3ForCausalLM holds multi-token prediction modules");
   }
   if (m.qk_norm) return qwen3_config_of(config, refuse);
   if (m.moe.enabled()) return mixtral_config_of(config, refuse);

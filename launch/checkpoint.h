@@ -110,4 +110,9 @@ void load_parameter_slices(const std::vector<parallel::ParallelParameter>& param
 void init_from_pretrained(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
                           int64_t tp_size);
 
+// The expert biases (launch/moe_metrics.h) of CONFIG's MoE blocks in the Hugging Face directory
+// model.init_from (DeepSeek-V3's mlp.gate.e_score_correction_bias), one list per MoE block in
+// order; empty when the model has none (model.moe.expert_bias false).
+std::vector<std::vector<double>> expert_bias_from_pretrained(const Config& config);
+
 }  // namespace loom::launch

@@ -16,6 +16,7 @@
 #include "launch/commands.h"
 #include "launch/hf_source.h"
 #include "launch/model_record.h"
+#include "launch/moe_metrics.h"
 #include "models/gpt_hf.h"
 #include "models/llama_hf.h"
 
@@ -108,6 +109,17 @@ int export_checkpoint(const ExportArgs& args) {
   for (const auto& [name, info] : manifest.at("tensors").items()) {
     if (name.rfind(prefix, 0) != 0) continue;
     tensors[name.substr(prefix.size())] = *read_tensor_slice(args.checkpoint, manifest, name, -1, 0, 0);
+  }
+  // The routers' expert biases (DeepSeek-V3's e_score_correction_bias) are the trainer's state, kept in
+  // the manifest, not parameters: zero where the checkpoint has none.
+  if (config.model.moe.enabled() && config.model.arch == ModelArch::llama) {
+    const auto biases = manifest.value("expert_bias", std::vector<std::vector<double>>{});
+    const auto layers = moe_layers(config);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      auto& bias = tensors["h." + std::to_string(layers[i]) + ".moe.expert_bias"];
+      bias = i < biases.size() ? torch::tensor(biases[i], torch::kFloat64).to(torch::kFloat32)
+                               : torch::zeros({config.model.moe.num_experts});
+    }
   }
   const auto& m = config.model;
   const auto hf = family == "hf-llama" ? models::llama_to_hf(tensors, config)

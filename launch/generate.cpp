@@ -15,6 +15,7 @@
 #include "launch/communicator_factory.h"
 #include "launch/generation_model.h"
 #include "launch/generation_sampler.h"
+#include "launch/moe_metrics.h"
 #include "launch/text_stream.h"
 #include "launch/thread_policy.h"
 #include "launch/tokenizer_record.h"
@@ -131,6 +132,9 @@ int generate(const GenerateArgs& args) {
   const models::TensorParallelContext tp{&groups.tp(), /*sequence_parallel=*/false, /*rng=*/nullptr, &groups.ep()};
   models::GPT gpt(models::GPTOptions::from_config(config), tp);
   load_generation_weights(model, gpt->parallel_parameters(), groups.coords().tp, groups.tp().size());
+  if (config.model.moe.has_expert_bias()) {  // the biases the router chooses with, from the model's files
+    MoEMonitor(config, gpt->moe_stats()).restore_expert_bias(generation_expert_bias(model), model.path);
+  }
   gpt->to(device);
   gpt->eval();
   info0("loom generate: {} ({} layers, hidden {}, vocabulary {}) at tp {}, tokenizer {}, {} prompt tokens", model.path,

@@ -116,6 +116,13 @@ GenerationModel describe_generation_model(const std::string& model, const std::v
                    "nor a Hugging Face model directory (no config.json)");
 }
 
+std::vector<std::vector<double>> generation_expert_bias(const GenerationModel& model) {
+  if (model.hugging_face) return expert_bias_from_pretrained(model.config);
+  const auto manifest = read_manifest(model.path);
+  if (!manifest.contains("expert_bias")) return {};
+  return manifest.at("expert_bias").get<std::vector<std::vector<double>>>();
+}
+
 void load_generation_weights(const GenerationModel& model, const std::vector<parallel::ParallelParameter>& params,
                              int64_t tp_rank, int64_t tp_size) {
   if (model.hugging_face) {

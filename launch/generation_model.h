@@ -31,6 +31,10 @@ struct GenerationModel {
 // would change the model a checkpoint holds.
 GenerationModel describe_generation_model(const std::string& model, const std::vector<std::string>& overrides);
 
+// MODEL's expert biases (launch/moe_metrics.h): a checkpoint's, or a Hugging Face directory's
+// e_score_correction_bias; empty when it has none.
+std::vector<std::vector<double>> generation_expert_bias(const GenerationModel& model);
+
 // Reads into PARAMS this tp rank's slices of MODEL's weights.
 void load_generation_weights(const GenerationModel& model, const std::vector<parallel::ParallelParameter>& params,
                              int64_t tp_rank, int64_t tp_size);

@@ -1,5 +1,6 @@
 // model.init_from: a fresh run's weights from a Hugging Face model directory or a GPT-2
 // .safetensors file, each rank reading its own slices (launch/checkpoint.h).
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -16,6 +17,32 @@
 namespace loom::launch {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// The multi-token prediction module (0-based) a loom parameter belongs to: mtp.K.* or the block
+// h.L.* with L >= NUM_LAYERS; -1 for the main model's.
+int64_t mtp_module_of(const std::string& name, int64_t num_layers) {
+  const bool module = name.rfind("mtp.", 0) == 0, block = name.rfind("h.", 0) == 0;
+  if (!module && !block) return -1;
+  const auto start = module ? 4 : 2;
+  const int64_t index = std::stoll(name.substr(start, name.find('.', start) - start));
+  if (module) return index;
+  return index >= num_layers ? index - num_layers : -1;
+}
+
+// How many of CONFIG's multi-token prediction layers (model.layers.{num_layers + k}) WEIGHTS holds.
+int64_t mtp_layers_held(const HfWeights& weights, const Config& config) {
+  const auto names = weights.names();
+  int64_t held = 0;
+  while (held < config.model.mtp.depth &&
+         std::find(names.begin(), names.end(),
+                   "model.layers." + std::to_string(config.model.num_layers + held) + ".eh_proj.weight") != names.end())
+    ++held;
+  return held;
+}
+
+}  // namespace
 
 void init_from_pretrained(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
                           int64_t tp_size) {
@@ -69,10 +96,21 @@ void init_from_pretrained(const Config& config, const std::vector<parallel::Para
     };
   }
   std::vector<torch::Tensor> into;
-  for (const auto& p : params) into.push_back(p.tensor);
+  std::map<std::string, torch::Tensor> own;  // this rank's parameters, by global name
+  for (const auto& p : params) into.push_back(p.tensor), own[p.name] = p.tensor;
+  // Multi-token prediction modules the directory does not hold (a model released without them, or
+  // fewer than model.mtp.depth) keep loom's initialisation.
+  const int64_t held = weights ? mtp_layers_held(*weights, config) : 0;
+  if (weights && held < m.mtp.depth) {
+    info0(
+        "model.init_from: '{}' holds {} multi-token prediction layer(s); modules {}..{} start from loom's "
+        "initialisation",
+        source, held, held, m.mtp.depth - 1);
+  }
   load_parameter_slices(
       params, into, tp_rank, tp_size,
       [&](const std::string& name, int64_t dim, int64_t offset, int64_t length) -> std::optional<torch::Tensor> {
+        if (mtp_module_of(name, m.num_layers) >= held) return own.at(name);  // this rank's slice, as it is
         auto tensor = whole(name);
         // A tensor too small for the slice is returned whole, so the shape check names it.
         if (!tensor || dim < 0 || offset + length > tensor->size(dim)) return tensor;
@@ -80,6 +118,28 @@ void init_from_pretrained(const Config& config, const std::vector<parallel::Para
       },
       "model.init_from '" + source + "'");
   info0("initialised the model from {} ({})", source, what);
+}
+
+std::vector<std::vector<double>> expert_bias_from_pretrained(const Config& config) {
+  const std::string& source = config.model.init_from;
+  if (!config.model.moe.expert_bias || config.model.arch != ModelArch::llama || !fs::is_directory(source)) return {};
+  HfWeights weights(source);
+  const models::LlamaHfLoader whole(
+      [&](const std::string& name, const std::vector<int64_t>& shape) { return weights.read(name, shape); }, config);
+  std::vector<std::vector<double>> biases;
+  const int64_t held = mtp_layers_held(weights, config);
+  for (int64_t layer = 0; layer < config.model.num_layers + config.model.mtp.depth; ++layer) {
+    if (!moe_block(config.model.moe, layer)) continue;
+    if (layer >= config.model.num_layers + held) {  // a multi-token prediction module not in the directory
+      biases.emplace_back(static_cast<size_t>(config.model.moe.num_experts), 0.0);
+      continue;
+    }
+    auto bias = whole("h." + std::to_string(layer) + ".moe.expert_bias");
+    if (!bias) return {};  // a model family whose router has no bias
+    auto values = bias->to(torch::kFloat64).contiguous();
+    biases.emplace_back(values.data_ptr<double>(), values.data_ptr<double>() + values.numel());
+  }
+  return biases;
 }
 
 }  // namespace loom::launch

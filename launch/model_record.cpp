@@ -38,6 +38,9 @@ nlohmann::json model_record(const Config& c) {
     if (m.moe.n_shared_experts > 0) model["moe_n_shared_experts"] = m.moe.n_shared_experts;
     if (m.moe.first_k_dense_replace > 0) model["moe_first_k_dense_replace"] = m.moe.first_k_dense_replace;
     if (m.moe.decoder_sparse_step > 1) model["moe_decoder_sparse_step"] = m.moe.decoder_sparse_step;
+    // An expert bias asked for by itself (model.moe.expert_bias: DeepSeek-V3's); one implied by
+    // bias_update_rate is the router record's (launch/model_record.h).
+    if (m.moe.expert_bias) model["moe_expert_bias"] = true;
     if (!m.moe.mlp_only_layers.empty()) {
       std::vector<int64_t> dense = m.moe.mlp_only_layers;
       std::sort(dense.begin(), dense.end());
@@ -50,6 +53,16 @@ nlohmann::json model_record(const Config& c) {
   if (m.attention_head_dim > 0 && m.attention_head_dim * m.num_heads != m.hidden_size)
     model["head_dim"] = m.attention_head_dim;
   if (m.qk_norm) model["qk_norm"] = true;
+  if (m.mla.enabled()) {
+    const auto& a = m.mla;
+    model["mla"] = {{"q_lora_rank", a.q_lora_rank},
+                    {"kv_lora_rank", a.kv_lora_rank},
+                    {"qk_nope_head_dim", a.qk_nope_head_dim},
+                    {"qk_rope_head_dim", a.qk_rope_head_dim},
+                    {"v_head_dim", a.v_head_dim}};
+  }
+  if (m.rope_interleave) model["rope_interleave"] = true;
+  if (m.mtp.depth > 0) model["mtp_depth"] = m.mtp.depth;  // its modules are parameters the checkpoint holds
   nlohmann::json arch = {{"arch", to_string(m.arch)},
                          {"norm", to_string(m.norm)},
                          {"norm_eps", m.norm_eps},
@@ -68,6 +81,16 @@ nlohmann::json model_record(const Config& c) {
                                    {"high_freq_factor", s.high_freq_factor},
                                    {"original_max_position_embeddings", s.original_max_position_embeddings}});
     }
+    if (m.rope_scaling.type == RopeScalingKind::yarn) {
+      const auto& s = m.rope_scaling;
+      arch["rope_scaling"].update({{"factor", s.factor},
+                                   {"original_max_position_embeddings", s.original_max_position_embeddings},
+                                   {"beta_fast", s.beta_fast},
+                                   {"beta_slow", s.beta_slow},
+                                   {"mscale", s.mscale},
+                                   {"mscale_all_dim", s.mscale_all_dim},
+                                   {"attention_factor", s.attention_factor}});
+    }
   }
   const auto defaults = gpt2_defaults();
   for (const auto& [key, value] : arch.items()) {
@@ -84,6 +107,10 @@ nlohmann::json complete_model_record(const nlohmann::json& record) {
   // The keys recorded only away from their defaults: a difference names the default, not "none".
   complete["head_dim"] = 0;
   complete["qk_norm"] = false;
+  complete["mla"] = nullptr;
+  complete["rope_interleave"] = false;
+  complete["mtp_depth"] = 0;
+  complete["moe_expert_bias"] = false;
   complete["moe_n_shared_experts"] = 0;
   complete["moe_first_k_dense_replace"] = 0;
   complete["moe_decoder_sparse_step"] = 1;
@@ -105,6 +132,7 @@ std::vector<std::string> model_record_differences(const nlohmann::json& saved, c
   }
   const auto config_key = [](const std::string& key) {
     if (key == "moe_intermediate_size") return std::string("moe.moe_intermediate_size");
+    if (key == "mtp_depth") return std::string("mtp.depth");
     if (key.rfind("moe_", 0) == 0) return "moe." + key.substr(4);  // moe_num_experts: moe.num_experts
     return key;
   };
@@ -172,6 +200,25 @@ Config config_of_model_record(const nlohmann::json& record, const std::string& s
       m.rope_scaling.high_freq_factor = scaling.at("high_freq_factor").get<double>();
       m.rope_scaling.original_max_position_embeddings = scaling.at("original_max_position_embeddings").get<int64_t>();
     }
+    if (m.rope_scaling.type == RopeScalingKind::yarn) {
+      auto& s = m.rope_scaling;
+      s.factor = scaling.at("factor").get<double>();
+      s.original_max_position_embeddings = scaling.at("original_max_position_embeddings").get<int64_t>();
+      s.beta_fast = scaling.at("beta_fast").get<double>();
+      s.beta_slow = scaling.at("beta_slow").get<double>();
+      s.mscale = scaling.at("mscale").get<double>();
+      s.mscale_all_dim = scaling.at("mscale_all_dim").get<double>();
+      s.attention_factor = scaling.at("attention_factor").get<double>();
+    }
+    if (!r.at("mla").is_null()) {
+      const auto& a = r.at("mla");
+      m.mla = {a.at("q_lora_rank").get<int64_t>(), a.at("kv_lora_rank").get<int64_t>(),
+               a.at("qk_nope_head_dim").get<int64_t>(), a.at("qk_rope_head_dim").get<int64_t>(),
+               a.at("v_head_dim").get<int64_t>()};
+    }
+    m.rope_interleave = r.at("rope_interleave").get<bool>();
+    m.mtp.depth = r.at("mtp_depth").get<int64_t>();
+    m.moe.expert_bias = r.at("moe_expert_bias").get<bool>();
     m.bias = r.at("bias").get<bool>();
     m.qkv_bias = r.at("qkv_bias").get<bool>();
     m.tie_embeddings = r.at("tie_embeddings").get<bool>();

@@ -10,7 +10,8 @@ namespace loom::launch {
 
 std::vector<int64_t> moe_layers(const Config& config) {
   std::vector<int64_t> layers;
-  for (int64_t layer = 0; layer < config.model.num_layers; ++layer) {
+  // Multi-token prediction's blocks follow the main ones (layers num_layers, ...).
+  for (int64_t layer = 0; layer < config.model.num_layers + config.model.mtp.depth; ++layer) {
     if (models::is_moe_layer(config.model.moe, layer)) layers.push_back(layer);
   }
   return layers;
@@ -21,7 +22,7 @@ MoEMonitor::MoEMonitor(const Config& config, std::vector<models::MoEStats*> stat
       layers_(moe_layers(config)),
       stats_(std::move(stats)),
       bias_update_rate_(config.model.moe.bias_update_rate) {
-  if (bias_update_rate_ > 0)
+  if (config.model.moe.has_expert_bias())
     expert_bias_.assign(layers_.size(), std::vector<double>(static_cast<size_t>(num_experts_), 0.0));
 }
 
@@ -37,9 +38,9 @@ void MoEMonitor::hand_out_expert_bias() {
 
 void MoEMonitor::restore_expert_bias(const std::vector<std::vector<double>>& saved, const std::string& source) {
   if (saved.empty()) return;  // saved without biases: a run that starts using them starts at zero
-  if (bias_update_rate_ <= 0) {
-    throw InputError(source + ": the checkpoint holds expert biases (trained with model.moe.bias_update_rate > 0); " +
-                     "the config has model.moe.bias_update_rate = 0, which would route without them");
+  if (expert_bias_.empty()) {
+    throw InputError(source + " holds expert biases; the config has neither model.moe.bias_update_rate > 0 nor " +
+                     "model.moe.expert_bias, and would route without them");
   }
   const bool fits = saved.size() == expert_bias_.size() &&
                     std::all_of(saved.begin(), saved.end(),
@@ -105,7 +106,7 @@ nlohmann::json MoEMonitor::collect(parallel::ProcessGroups& groups) {
   record["max_imbalance"] = max_imbalance;
   record["dropped_tokens"] = dropped;
   record["all_to_all"] = {{"sent_bytes", sent}, {"received_bytes", received}};
-  if (!expert_bias_.empty()) {
+  if (bias_update_rate_ > 0) {
     for (size_t i = 0; i < tokens.size(); ++i)
       models::update_expert_bias(expert_bias_[i], tokens[i], bias_update_rate_);
     hand_out_expert_bias();

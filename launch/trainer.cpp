@@ -80,6 +80,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   TORCH_CHECK(tied.empty() || groups_.has(parallel::GroupKind::embedding), "rank ", groups_.rank(),
               " holds tied parameters but is in no embedding group");
   if (!m.init_from.empty()) init_from_pretrained(config_, params, coords.tp, groups_.tp().size());
+  if (moe_monitor_) moe_monitor_->restore_expert_bias(expert_bias_from_pretrained(config_), "model.init_from");
   const auto block_of = block_of_parameters(chunks_, params);
   sync_->attach(std::move(params), std::move(tied), block_of);
   if (precision_.loss_scaling()) {
@@ -116,20 +117,12 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
     return loss_scale == 1.0 ? out / static_cast<double>(micro_batches)
                              : out * (loss_scale / static_cast<double>(micro_batches));
   });
-  // Every stage's timing and the last stage's loss reach every rank of the pipeline in one call.
-  auto mine = torch::tensor(
-      {loss_sum.item<double>() / static_cast<double>(micro_batches), timing.busy_s, timing.wall_s}, torch::kFloat64);
-  auto all = torch::empty({groups_.pp().size(), 3}, torch::kFloat64);
-  groups_.pp().all_gather(all, mine).wait();
-  StepResult result;
-  for (int64_t stage = 0; stage < all.size(0); ++stage) {
-    result.stages.push_back({all[stage][1].item<double>(), all[stage][2].item<double>()});
+  std::vector<double> losses{loss_sum.item<double>() / static_cast<double>(micro_batches)};
+  if (config_.model.mtp.depth > 0) {  // multi-token prediction's loss beside the model's
+    const auto mtp = holds_loss ? chunks_.back()->take_mtp_loss() : torch::Tensor();
+    losses.push_back(mtp.defined() ? mtp.item<double>() / static_cast<double>(micro_batches) : 0.0);
   }
-  // Each rank's loss is the mean over its tokens: over dp and cp (equal token counts) the global batch's mean.
-  auto loss = all[all.size(0) - 1].narrow(0, 0, 1).clone();
-  groups_.dp_cp().all_reduce(loss).wait();
-  result.loss = loss.item<double>() / static_cast<double>(groups_.dp_cp().size());
-  return result;
+  return share_step_losses(groups_, losses, timing);
 }
 
 void Trainer::save_checkpoint(const TrainingState& state, const std::function<void()>& midway) {
@@ -260,8 +253,8 @@ TrainSummary Trainer::run(const std::string& resume) {
   if (checkpointing) install_stop_handlers();
   summary.last_step = state.step;
   std::optional<std::pair<int64_t, double>> last_save_ms;  // step, ms: goes into the next step's row
-  if (t.exit_after == state.step) {                        // e.g. exit_after 0: save the initial state
-    save_checkpoint(state, {});
+  if (t.exit_after == state.step) {  // e.g. exit_after 0: save the initial state (a pretrained router's biases too)
+    save_checkpoint(state_after(state.step, state.consumed_samples), {});
     summary.stopped_early = true;
   }
   const auto& log_config = config_.log;
@@ -342,6 +335,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     // MoE statistics are collective (every rank takes part, rank 0 writes them); the expert biases
     // move with them, before an evaluation routes with them.
     if (moe_monitor_) extra["moe"] = moe_monitor_->collect(groups_);
+    if (result.mtp_loss >= 0) extra["mtp_loss"] = result.mtp_loss;
     if (evaluates_at(step) && !guard_.diverged()) {
       const double val_loss = evaluate();
       extra["val_loss"] = val_loss;

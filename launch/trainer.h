@@ -18,6 +18,7 @@
 #include "launch/commands.h"
 #include "launch/divergence_guard.h"
 #include "launch/moe_metrics.h"
+#include "launch/step_losses.h"
 #include "launch/step_report.h"
 #include "launch/straggler_report.h"
 #include "models/language_model.h"
@@ -41,10 +42,7 @@ class Trainer {
   TrainSummary run(const std::string& resume = "");
 
  private:
-  struct StepResult {
-    double loss = 0.0;                                 // mean over the global batch
-    std::vector<parallel::PipelineStepTiming> stages;  // per pipeline stage
-  };
+  using StepResult = launch::StepResult;
   // Once start-up has passed (a resumed checkpoint loaded): config.yaml, and metrics.jsonl started
   // anew for a fresh run or continued after RESUMED_STEP (rank 0). Collective: when rank 0 cannot,
   // every rank throws.

@@ -1,6 +1,7 @@
 #include "models/gpt.h"
 
 #include "core/precision.h"
+#include "models/mtp.h"
 #include "parallel/init.h"
 #include "parallel/keyed_dropout.h"
 #include "parallel/tp_regions.h"
@@ -61,6 +62,9 @@ GPTOptions GPTOptions::from_config(const Config& config) {
   o.position = config.model.position;
   o.rope_theta = config.model.rope_theta;
   o.rope_scaling = config.model.rope_scaling;
+  o.rope_interleave = config.model.rope_interleave;
+  o.mla = config.model.mla;
+  o.mtp = config.model.mtp;
   o.bias = config.model.bias;
   o.qkv_bias = config.model.qkv_bias;
   o.attention_head_dim = config.model.attention_head_dim;
@@ -193,18 +197,31 @@ GPTOutputStageImpl::GPTOutputStageImpl(const GPTOptions& options, TensorParallel
 }
 
 torch::Tensor GPTOutputStageImpl::logits(const torch::Tensor& hidden) {
-  auto x = ln_f_->forward(hidden);
-  x = tp_.sequence_parallel ? parallel::gather_from_sequence_region(x, *tp_.tp)
-                            : parallel::copy_to_tp_region(x, *tp_.tp);
+  return head(final_norm(hidden));
+}
+
+torch::Tensor GPTOutputStageImpl::final_norm(const torch::Tensor& hidden) {
+  return ln_f_->forward(hidden);
+}
+
+torch::Tensor GPTOutputStageImpl::head(const torch::Tensor& normed) {
+  auto x = tp_.sequence_parallel ? parallel::gather_from_sequence_region(normed, *tp_.tp)
+                                 : parallel::copy_to_tp_region(normed, *tp_.tp);
+  // A tied weight that multi-token prediction also embeds with gets its gradient in one backward
+  // pass, not split in two (zb-h1's deferred weight gradients count one per micro-batch).
+  if (options_.tie_embeddings && options_.mtp.depth > 0) return torch::linear(x, cast_to_activation(wte_, x));
   return parallel::linear_deferring_weight_grad(x, cast_to_activation(wte_, x));
 }
 
-torch::Tensor GPTOutputStageImpl::forward(const torch::Tensor& hidden, const torch::Tensor& targets) {
+torch::Tensor GPTOutputStageImpl::token_losses(const torch::Tensor& normed, const torch::Tensor& targets) {
   // The loss is computed in fp32 whatever the activations' dtype.
-  auto l = logits(hidden).to(torch::kFloat);
+  auto l = head(normed).to(torch::kFloat);
   return parallel::vocab_parallel_cross_entropy(l.view({-1, l.size(-1)}), targets.reshape({-1}), vocab_start_,
-                                                options_.vocab_size, *tp_.tp)
-      .mean();
+                                                options_.vocab_size, *tp_.tp);
+}
+
+torch::Tensor GPTOutputStageImpl::forward(const torch::Tensor& hidden, const torch::Tensor& targets) {
+  return token_losses(final_norm(hidden), targets).mean();
 }
 
 std::vector<ParallelParameter> GPTOutputStageImpl::parallel_parameters() const {
@@ -235,23 +252,51 @@ GPTImpl::GPTImpl(const GPTOptions& options, TensorParallelContext tp, PipelinePo
     blocks->push_back(GPTBlock(options, i, tp, rotary).ptr());
   }
   if (position.last()) {
+    // The last piece reads the word embedding as its output layer (tied) or for multi-token
+    // prediction's inputs: a copy of its own when it is not also the first piece.
+    if (shares_word_embedding(options) && !position.first()) {
+      tied_wte_ = register_module("tied_wte", make_vocab_matrix("wte", options, tp));
+      tied_wte_->mark_tied_copies();  // the first stage's embedding owns it
+    }
     if (!options.tie_embeddings) {
       output = register_module("output", GPTOutputStage(options, tp, torch::Tensor(), 0));
     } else {
-      if (!position.first()) {
-        tied_wte_ = register_module("tied_wte", make_vocab_matrix("wte", options, tp));
-        tied_wte_->mark_tied_copies();  // the first stage's embedding owns it
-      }
-      const auto& wte = position.first() ? input->word_embedding() : tied_wte_;
+      const auto wte = word_embedding();
       output = register_module("output", GPTOutputStage(options, tp, wte->weight, wte->vocab_start()));
     }
+    if (options.mtp.depth > 0) {
+      mtp_ = register_module("mtp", MultiTokenPrediction(options, tp, rotary).ptr());
+      mtp_loss_sum_ = torch::zeros({}, torch::kFloat64);
+    }
   }
+}
+
+parallel::VocabParallelEmbedding GPTImpl::word_embedding() const {
+  return position_.first() ? input->word_embedding() : tied_wte_;
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& input_, const torch::Tensor& targets) {
   auto hidden = position_.first() ? input->forward(input_) : input_;
   hidden = blocks->forward(hidden);  // each block through whatever the trainer wrapped around it
-  return position_.last() ? output->forward(hidden, targets) : hidden;
+  if (!position_.last()) return hidden;
+  if (!mtp_ || !is_training() || !torch::GradMode::is_enabled()) return output->forward(hidden, targets);
+  auto normed = output->final_norm(hidden);
+  auto loss = output->token_losses(normed, targets).mean();
+  auto mtp = mtp_->forward(
+      normed, targets,
+      [&](const torch::Tensor& tokens) { return word_embedding()->forward(tokens).to(options_.activation_dtype); },
+      [&](const torch::Tensor& x, const torch::Tensor& t) { return output->token_losses(x, t); });
+  if (mtp_loss_sum_.device() != mtp.device()) mtp_loss_sum_ = mtp_loss_sum_.to(mtp.device());
+  mtp_loss_sum_ += mtp.detach().to(torch::kFloat64);
+  // The reported loss stays the main one; the backward also carries the weighted MTP loss.
+  return add_in_backward(loss, mtp * options_.mtp.loss_weight);
+}
+
+torch::Tensor GPTImpl::take_mtp_loss() {
+  if (!mtp_) return {};
+  auto sum = mtp_loss_sum_.clone();
+  mtp_loss_sum_.zero_();
+  return sum;
 }
 
 namespace {
@@ -293,7 +338,7 @@ std::vector<int64_t> GPTImpl::activation_shape(int64_t micro_batch_size) const {
 }
 
 std::vector<torch::Tensor> GPTImpl::tied_parameters() const {
-  if (position_.whole() || !options_.tie_embeddings) return {};
+  if (position_.whole() || !shares_word_embedding(options_)) return {};
   if (position_.first()) return {input->word_embedding()->weight};
   if (position_.last()) return {tied_wte_->weight};
   return {};
@@ -303,6 +348,9 @@ std::vector<MoEStats*> GPTImpl::moe_stats() {
   std::vector<MoEStats*> all;
   for (size_t i = 0; i < blocks->size(); ++i) {
     if (auto moe = std::static_pointer_cast<GPTBlockImpl>((*blocks)[i])->moe()) all.push_back(&moe->stats());
+  }
+  if (mtp_) {
+    for (auto* stats : mtp_->moe_stats()) all.push_back(stats);
   }
   return all;
 }

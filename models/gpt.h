@@ -37,6 +37,8 @@
 
 namespace loom::models {
 
+class MultiTokenPredictionImpl;
+
 // GPT-2's learned positions [S, H], replicated over tp (split along the sequence
 // under sequence parallelism). A module of its own so that it is collected after
 // the word embedding, in order of use.
@@ -102,6 +104,11 @@ class GPTOutputStageImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& targets);
   // This rank's slice of the (padded) vocabulary's logits, [B, S, V_local].
   torch::Tensor logits(const torch::Tensor& hidden);
+  // The pieces of forward and logits, for multi-token prediction (models/mtp.h): the final norm;
+  // a normed hidden state's logits (this rank's slice); each position's cross-entropy [B S], fp32.
+  torch::Tensor final_norm(const torch::Tensor& hidden);
+  torch::Tensor head(const torch::Tensor& normed);
+  torch::Tensor token_losses(const torch::Tensor& normed, const torch::Tensor& targets);
   std::vector<parallel::ParallelParameter> parallel_parameters() const;
 
  private:
@@ -137,6 +144,7 @@ class GPTImpl : public LanguageModel {
   std::vector<int64_t> activation_shape(int64_t micro_batch_size) const override;
   std::vector<torch::Tensor> tied_parameters() const override;
   std::vector<MoEStats*> moe_stats() override;
+  torch::Tensor take_mtp_loss() override;
   BlockStackImpl* block_stack() override { return blocks.get(); }
   // Parameters of this piece, each whole (unsplit by tp): the whole model's when it is one piece.
   int64_t num_parameters() const;
@@ -149,7 +157,11 @@ class GPTImpl : public LanguageModel {
   GPTOptions options_;
   TensorParallelContext tp_;
   PipelinePosition position_;
-  parallel::VocabParallelEmbedding tied_wte_{nullptr};       // the last piece's copy, when it is not the first
+  parallel::VocabParallelEmbedding tied_wte_{nullptr};  // the last piece's copy, when it is not the first
+  std::shared_ptr<MultiTokenPredictionImpl> mtp_;       // last piece, model.mtp.depth > 0
+  torch::Tensor mtp_loss_sum_;                          // fp64: the MTP losses since take_mtp_loss
+  // The word embedding this piece holds: the input stage's, or the last piece's copy.
+  parallel::VocabParallelEmbedding word_embedding() const;
   std::shared_ptr<parallel::Communicator> own_tp_, own_ep_;  // groups of one when none was given
 };
 TORCH_MODULE(GPT);

@@ -11,7 +11,18 @@ double gpt_flops_per_token(const Config& config) {
   const double kv = static_cast<double>(m.kv_heads());
   // The queries and the output projection (heads x d each way), the keys and values (kv_heads x d each):
   // 4 h^2 with as many kv heads as heads.
-  const double attention_weights = 2.0 * heads * d * h + 2.0 * kv * d * h;
+  double attention_weights = 2.0 * heads * d * h + 2.0 * kv * d * h;
+  // Scores use each head's query and key width, the weighted sum its value width.
+  double score_and_sum_width = 2.0 * d;
+  if (m.mla.enabled()) {
+    const auto& a = m.mla;
+    const double q_rank = static_cast<double>(a.q_lora_rank), kv_rank = static_cast<double>(a.kv_lora_rank);
+    const double qk = static_cast<double>(a.qk_head_dim()), v = static_cast<double>(a.v_head_dim);
+    const double queries = a.q_lora_rank > 0 ? h * q_rank + q_rank * heads * qk : h * heads * qk;
+    attention_weights = queries + h * (kv_rank + static_cast<double>(a.qk_rope_head_dim)) +
+                        kv_rank * heads * (static_cast<double>(a.qk_nope_head_dim) + v) + heads * v * h;
+    score_and_sum_width = qk + v;
+  }
   // GELU: fc and proj; SwiGLU: gate, up and proj.
   const double dense_mlp = (m.activation == Activation::swiglu ? 3.0 : 2.0) * h * f;
   // An MoE block: the top_k routed experts each token passes through, the shared experts and the
@@ -29,7 +40,8 @@ double gpt_flops_per_token(const Config& config) {
   }
   // Scores and the weighted sum use every query head (heads x d, h unless model.head_dim says
   // otherwise), however few kv heads there are.
-  const double attention = 12.0 * static_cast<double>(m.num_layers) * heads * d * static_cast<double>(m.seq_len);
+  const double attention =
+      6.0 * static_cast<double>(m.num_layers) * heads * score_and_sum_width * static_cast<double>(m.seq_len);
   return 6.0 * weights + attention;
 }
 

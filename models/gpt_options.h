@@ -28,8 +28,11 @@ struct GPTOptions {
   PositionKind position = PositionKind::learned;
   double rope_theta = 10000.0;
   RopeScalingConfig rope_scaling;
-  bool bias = true;      // the linear layers'
-  bool qkv_bias = true;  // the query, key and value projections'
+  bool rope_interleave = false;  // DeepSeek's pairs of adjacent features
+  MlaConfig mla;                 // kv_lora_rank 0: no latent attention
+  MtpConfig mtp;                 // depth 0: no multi-token prediction
+  bool bias = true;              // the linear layers'
+  bool qkv_bias = true;          // the query, key and value projections'
   bool tie_embeddings = true;
   double dropout = 0.0;
   uint64_t seed = 1234;
@@ -39,10 +42,22 @@ struct GPTOptions {
   torch::ScalarType activation_dtype = torch::kFloat;  // bf16 under train.precision bf16
 
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
-  int64_t head_dim() const { return attention_head_dim > 0 ? attention_head_dim : hidden_size / num_heads; }
+  // Each head's query and key width (under latent attention the part without position and the rotated one).
+  int64_t head_dim() const {
+    if (mla.enabled()) return mla.qk_head_dim();
+    return attention_head_dim > 0 ? attention_head_dim : hidden_size / num_heads;
+  }
+  // The features a head rotates: all of them, or latent attention's rotated part.
+  int64_t rotary_dim() const { return mla.enabled() ? mla.qk_rope_head_dim : head_dim(); }
 
   static GPTOptions from_config(const Config& config);
 };
+
+// Whether the last pipeline piece reads the word embedding too: as its output layer (tied), or for
+// multi-token prediction's inputs (models/mtp.h); a last piece that is not the first then holds a copy.
+inline bool shares_word_embedding(const GPTOptions& o) {
+  return o.tie_embeddings || o.mtp.depth > 0;
+}
 
 // Megatron-LM's rule for grouped-query attention under tp: with tp above the kv heads
 // (tp a multiple of them) each kv head is shared by tp / kv_heads ranks, every rank

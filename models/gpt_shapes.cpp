@@ -41,6 +41,25 @@ std::vector<ParameterShape> attention_and_norms(const Config& c, const std::stri
   const int64_t h = m.hidden_size, d = m.head_dim(), heads = m.num_heads, kv = m.kv_heads();
   std::vector<ParameterShape> out;
   add_norm(out, c, p + "ln_1");
+  if (m.mla.enabled()) {
+    // Latent attention (models/latent_attention.h): the down projections and the latents' norms
+    // replicated over tp, each rank's heads feeding their gradients.
+    const auto& a = m.mla;
+    const bool summed = c.parallel.tp > 1;
+    if (a.q_lora_rank > 0) {
+      out.push_back({p + "attn.q_a.weight", {a.q_lora_rank, h}, -1, summed});
+      out.push_back({p + "attn.q_a_norm.weight", {a.q_lora_rank}, -1, summed});
+      add_column(out, p + "attn.q_b", heads * a.qk_head_dim(), a.q_lora_rank, false);
+    } else {
+      add_column(out, p + "attn.q", heads * a.qk_head_dim(), h, false);
+    }
+    out.push_back({p + "attn.kv_a.weight", {a.kv_lora_rank + a.qk_rope_head_dim, h}, -1, summed});
+    out.push_back({p + "attn.kv_a_norm.weight", {a.kv_lora_rank}, -1, summed});
+    add_column(out, p + "attn.kv_b", heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, false);
+    add_row(out, c, p + "attn.proj", h, heads * a.v_head_dim);
+    add_norm(out, c, p + "ln_2");
+    return out;
+  }
   if (kv == heads) {
     add_column(out, p + "attn.qkv", 3 * heads * d, h, m.qkv_bias);
   } else {
@@ -72,6 +91,26 @@ std::vector<ParameterShape> mlp_part(const Config& c, const std::string& p) {
     add_column(out, p + "mlp.fc", f, h, c.model.bias);
   }
   add_row(out, c, p + "mlp.proj", h, f);
+  return out;
+}
+
+// Multi-token prediction's modules (models/mtp.h), in order of use: each one's norms, its projection
+// (replicated over tp) and, WITH_BLOCKS, its block as a dense block (layer num_layers + k).
+std::vector<ParameterShape> mtp_parameters(const Config& c, bool with_blocks) {
+  std::vector<ParameterShape> out;
+  const int64_t h = c.model.hidden_size;
+  for (int64_t k = 0; k < c.model.mtp.depth; ++k) {
+    const std::string p = "mtp." + std::to_string(k) + ".";
+    add_norm(out, c, p + "enorm");
+    add_norm(out, c, p + "hnorm");
+    out.push_back({p + "eh_proj.weight", {h, 2 * h}, -1, c.parallel.sequence_parallel});
+    if (with_blocks) {
+      const std::string b = "h." + std::to_string(c.model.num_layers + k) + ".";
+      for (auto& s : attention_and_norms(c, b)) out.push_back(std::move(s));
+      for (auto& s : mlp_part(c, b)) out.push_back(std::move(s));
+    }
+    add_norm(out, c, p + "norm");
+  }
   return out;
 }
 
@@ -112,6 +151,7 @@ std::vector<ParameterShape> gpt_output_parameters(const Config& c) {
   std::vector<ParameterShape> out;
   add_norm(out, c, "ln_f");
   if (!c.model.tie_embeddings) out.push_back({"lm_head", {c.model.vocab_size, c.model.hidden_size}, 0, false});
+  for (auto& s : mtp_parameters(c, true)) out.push_back(std::move(s));
   return out;
 }
 
@@ -122,8 +162,11 @@ int64_t model_num_parameters(const Config& c) {
   // the shared experts (models/moe.h) instead of the dense MLP.
   const int64_t attention = sum_numel(attention_and_norms(c, "h.0.")), mlp = sum_numel(mlp_part(c, "h.0."));
   const int64_t experts = m.moe.num_experts * (h + moe_expert_numel(c)) + moe_shared_numel(c);
-  int64_t n = sum_numel(gpt_input_parameters(c)) + sum_numel(gpt_output_parameters(c));
-  for (int64_t layer = 0; layer < m.num_layers; ++layer) n += attention + (is_moe_layer(m.moe, layer) ? experts : mlp);
+  int64_t n = sum_numel(gpt_input_parameters(c)) + sum_numel(gpt_output_parameters(c)) -
+              sum_numel(mtp_parameters(c, true)) + sum_numel(mtp_parameters(c, false));
+  // The multi-token prediction modules' blocks follow the main ones (layers num_layers, ...).
+  for (int64_t layer = 0; layer < m.num_layers + m.mtp.depth; ++layer)
+    n += attention + (is_moe_layer(m.moe, layer) ? experts : mlp);
   return n;
 }
 

@@ -38,7 +38,8 @@ bool kv_replicated(const Config& config);
 std::vector<ParameterShape> gpt_input_parameters(const Config& config);
 // Block LAYER's parameters (a dense block; an MoE block's experts are counted by model_num_parameters).
 std::vector<ParameterShape> gpt_block_parameters(const Config& config, int64_t layer);
-// ln_f and, untied, lm_head (last pipeline piece; a tied copy of wte is the pipeline's business).
+// ln_f, untied lm_head, and multi-token prediction's modules, their blocks as dense ones (last
+// pipeline piece; a copy of wte there is the pipeline's business).
 std::vector<ParameterShape> gpt_output_parameters(const Config& config);
 
 // Parameters of the whole model, every one once (MoE routers and experts included).

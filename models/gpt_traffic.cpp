@@ -53,7 +53,7 @@ void for_each_local_shape(const Config& c, const parallel::RankCoords& coords, A
       add(gpt_block_parameters(c, layer), layer);
     if (k == l.pieces() - 1) {
       // A last piece that is not the first holds its own copy of a tied word embedding, ahead of the output stage.
-      if (k != 0 && c.model.tie_embeddings) add({gpt_input_parameters(c).front()}, -1);
+      if (k != 0 && (c.model.tie_embeddings || c.model.mtp.depth > 0)) add({gpt_input_parameters(c).front()}, -1);
       add(gpt_output_parameters(c), -1);
     }
   }
@@ -223,16 +223,19 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     // backward; the embedding and the output layer add one crossing each.
     // Full recomputation runs each block's forward, and its two forward crossings, again.
     const int64_t recomputed = c.train.recompute == Recompute::full ? 2 * layers : 0;
-    const int64_t crossings = 4 * layers + recomputed + (first ? 1 : 0) + (last ? 1 : 0);
+    // Each multi-token prediction module (models/mtp.h) on the last piece: its block (never
+    // recomputed whole), its embedding of the shifted tokens and its logits.
+    const int64_t mtp = last ? c.model.mtp.depth : 0;
+    const int64_t crossings = 4 * layers + recomputed + (first ? 1 : 0) + (last ? 1 : 0) + 6 * mtp;
     if (l.sp) {
       add("tp", "all_gather", m * crossings, activation);
       add("tp", "reduce_scatter", m * crossings, activation);
     } else {
       add("tp", "all_reduce", m * crossings, activation);
     }
-    if (last) {  // the vocab-parallel loss: the max, then the exp-sum and target logit together
-      add("tp", "all_reduce", m, b * s * kFloat);
-      add("tp", "all_reduce", m, 2 * b * s * kFloat);
+    if (last) {  // the vocab-parallel loss (and each MTP module's): the max, then the exp-sum and target logit together
+      add("tp", "all_reduce", m * (1 + mtp), b * s * kFloat);
+      add("tp", "all_reduce", m * (1 + mtp), 2 * b * s * kFloat);
     }
     // One all-reduce of the partial gradients of tp-replicated parameters: under sequence
     // parallelism what the split sequence feeds (norms, row biases, wpe); a key/value
@@ -249,9 +252,11 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
   if (l.p > 1) {
     // Every send and every receive is its own call, of one activation (sequence-split with SP).
     add("pp", "send_recv", m * 2 * boundaries, activation / (l.sp ? l.t : 1));
-    add("pp", "all_gather", 1, l.p * 3 * kDouble);  // the loss and every stage's timing
+    // The loss (and multi-token prediction's) and every stage's timing.
+    add("pp", "all_gather", 1, l.p * (c.model.mtp.depth > 0 ? 4 : 3) * kDouble);
     // The tied word embedding's two copies sum their gradients; an untied lm_head has no twin.
-    if ((first || last) && c.model.tie_embeddings) add("embedding", "all_reduce", 1, l.vocab_shard * h * kFloat);
+    if ((first || last) && (c.model.tie_embeddings || c.model.mtp.depth > 0))
+      add("embedding", "all_reduce", 1, l.vocab_shard * h * kFloat);
   }
   if (l.d > 1 && works_by_units(c)) {
     // ZeRO-3: the root unit is gathered and reduce-scattered once per step; each
@@ -272,8 +277,8 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       add(l.grad_group, "all_gather", gathers, padded(unit.numel()) * param_bytes);
       add(l.grad_group, "reduce_scatter", unit.root || split ? 1 : m, padded(unit.numel()) * kFloat);
     }
-    add(l.grad_group, "all_reduce", 1, kDouble);  // the gradient norm's shard sums
-    add(l.grad_group, "all_reduce", 1, kDouble);  // the loss
+    add(l.grad_group, "all_reduce", 1, kDouble);                                    // the gradient norm's shard sums
+    add(l.grad_group, "all_reduce", 1, (c.model.mtp.depth > 0 ? 2 : 1) * kDouble);  // the loss (and MTP's)
     if (c.train.optimizer == OptimizerKind::muon) {
       // Muon over the units (optim/unit_sharded_muon.h): each block's gradient shards gathered
       // whole, its owners' updates reduce-scattered back into shards (fp32 both).
@@ -301,7 +306,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       add(l.grad_group, "all_reduce", 1, c.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? sum / 2 : sum);
       if (zero > 0) add(l.grad_group, "all_gather", 1, sum);  // the updated (fp32) parameter shards
     }
-    add(l.grad_group, "all_reduce", 1, kDouble);  // the loss
+    add(l.grad_group, "all_reduce", 1, (c.model.mtp.depth > 0 ? 2 : 1) * kDouble);  // the loss (and MTP's)
   }
   if (l.cp > 1) {
     // Attention over the cp group, per layer and micro-batch (parallel/ring_attention.h,

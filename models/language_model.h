@@ -76,6 +76,9 @@ class LanguageModel : public torch::nn::Module {
   // The statistics of this piece's MoE layers (parallel/moe.h), which the
   // trainer gathers and resets every step; none for a dense model.
   virtual std::vector<MoEStats*> moe_stats() { return {}; }
+  // DeepSeek-V3's multi-token prediction loss (before its weight) summed over the training
+  // micro-batches since the last call, fp64 on the model's device; undefined for a model without it.
+  virtual torch::Tensor take_mtp_loss() { return {}; }
   // The model's repeated blocks, if it declares them (models/block_stack.h): the
   // trainer wraps each from outside (ZeRO-3 units, full recomputation). A model
   // without them trains with its parameters in one ZeRO-3 unit and no full recomputation.

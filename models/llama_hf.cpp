@@ -4,6 +4,32 @@
 
 namespace loom::models {
 
+namespace {
+
+// DeepSeek's latent attention (models/latent_attention.h) in its release's names: the same
+// tensors, no permutation (q_b, q and kv_b rows are head by head in both).
+void add_latent_attention(std::vector<LlamaTensor>& out, const Config& config, const std::string& h,
+                          const std::string& hf) {
+  const auto& m = config.model;
+  const auto& a = m.mla;
+  const int64_t H = m.hidden_size, heads = m.num_heads;
+  auto same = [&](const std::string& loom, const std::string& theirs, std::vector<int64_t> shape) {
+    out.push_back({h + "attn." + loom, {{hf + "self_attn." + theirs, std::move(shape)}}});
+  };
+  if (a.q_lora_rank > 0) {
+    same("q_a.weight", "q_a_proj.weight", {a.q_lora_rank, H});
+    same("q_a_norm.weight", "q_a_layernorm.weight", {a.q_lora_rank});
+    same("q_b.weight", "q_b_proj.weight", {heads * a.qk_head_dim(), a.q_lora_rank});
+  } else {
+    same("q.weight", "q_proj.weight", {heads * a.qk_head_dim(), H});
+  }
+  same("kv_a.weight", "kv_a_proj_with_mqa.weight", {a.kv_lora_rank + a.qk_rope_head_dim, H});
+  same("kv_a_norm.weight", "kv_a_layernorm.weight", {a.kv_lora_rank});
+  same("kv_b.weight", "kv_b_proj.weight", {heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank});
+}
+
+}  // namespace
+
 std::vector<LlamaTensor> llama_tensors(const Config& config) {
   const auto& m = config.model;
   const int64_t H = m.hidden_size, heads = m.num_heads, kv = m.kv_heads(), d = m.head_dim(), F = config.ffn_size(),
@@ -12,10 +38,14 @@ std::vector<LlamaTensor> llama_tensors(const Config& config) {
   auto same = [&](const std::string& loom, const std::string& hf, std::vector<int64_t> shape) {
     out.push_back({loom, {{hf, std::move(shape)}}});
   };
-  for (int64_t i = 0; i < m.num_layers; ++i) {
+  // DeepSeek-V3's multi-token prediction modules are the layers after the main ones.
+  const int64_t layers = m.num_layers + (m.mla.enabled() ? m.mtp.depth : 0);
+  for (int64_t i = 0; i < layers; ++i) {
     const std::string h = "h." + std::to_string(i) + ".", hf = "model.layers." + std::to_string(i) + ".";
     const std::string q = hf + "self_attn.q_proj.", k = hf + "self_attn.k_proj.", v = hf + "self_attn.v_proj.";
+    if (m.mla.enabled()) add_latent_attention(out, config, h, hf);
     for (const std::string kind : {"weight", "bias"}) {
+      if (m.mla.enabled()) break;
       if (kind == "bias" && !m.qkv_bias) continue;
       auto shape = [&](int64_t rows) { return kind == "weight" ? std::vector<int64_t>{rows, H} : std::vector{rows}; };
       if (kv == heads) {
@@ -27,7 +57,7 @@ std::vector<LlamaTensor> llama_tensors(const Config& config) {
         out.push_back({h + "attn.kv." + kind, {{k + kind, shape(kv * d)}, {v + kind, shape(kv * d)}}, kv});
       }
     }
-    same(h + "attn.proj.weight", hf + "self_attn.o_proj.weight", {H, heads * d});
+    same(h + "attn.proj.weight", hf + "self_attn.o_proj.weight", {H, heads * (m.mla.enabled() ? m.mla.v_head_dim : d)});
     if (m.bias) same(h + "attn.proj.bias", hf + "self_attn.o_proj.bias", {H});
     if (m.qk_norm) {  // Qwen3
       same(h + "attn.q_norm.weight", hf + "self_attn.q_norm.weight", {d});
@@ -36,10 +66,22 @@ std::vector<LlamaTensor> llama_tensors(const Config& config) {
     if (moe_block(m.moe, i)) {
       // Mixtral's names: the router is block_sparse_moe.gate, expert N's gate, proj and up w1, w2,
       // w3; Qwen3-MoE's (the MoE with q/k norms): mlp.gate, mlp.experts.N.gate_proj, up_proj, down_proj.
-      const bool qwen3 = m.qk_norm;
+      // DeepSeek-V3's (the MoE with latent attention): Qwen3-MoE's, with mlp.gate.e_score_correction_bias
+      // (the expert bias, held by the trainer, not a parameter) and mlp.shared_experts.
+      const bool qwen3 = m.qk_norm || m.mla.enabled();
       const std::string moe = hf + (qwen3 ? "mlp." : "block_sparse_moe.");
       const int64_t expert_f = config.moe_ffn_size();
       same(h + "moe.router.weight", moe + "gate.weight", {m.moe.num_experts, H});
+      if (m.mla.enabled()) {
+        same(h + "moe.expert_bias", moe + "gate.e_score_correction_bias", {m.moe.num_experts});
+        const int64_t shared_f = m.moe.n_shared_experts * expert_f;
+        for (const auto& [loom, name, rows, cols] :
+             {std::tuple{"gate", "gate_proj", shared_f, H}, std::tuple{"up", "up_proj", shared_f, H},
+              std::tuple{"proj", "down_proj", H, shared_f}}) {
+          if (shared_f == 0) break;
+          same(h + "moe.shared_experts." + loom + ".weight", moe + "shared_experts." + name + ".weight", {rows, cols});
+        }
+      }
       for (int64_t e = 0; e < m.moe.num_experts; ++e) {
         const std::string loom = h + "moe.experts." + std::to_string(e) + ".",
                           theirs = moe + "experts." + std::to_string(e) + ".";
@@ -57,6 +99,17 @@ std::vector<LlamaTensor> llama_tensors(const Config& config) {
     }
     same(h + "ln_1.weight", hf + "input_layernorm.weight", {H});
     same(h + "ln_2.weight", hf + "post_attention_layernorm.weight", {H});
+    if (i >= m.num_layers) {
+      // Module k's own norms and projection, and the copies of the word embedding and output layer
+      // the release stores beside them (loom's modules share the main ones: read from model.*).
+      const std::string mtp = "mtp." + std::to_string(i - m.num_layers) + ".";
+      same(mtp + "enorm.weight", hf + "enorm.weight", {H});
+      same(mtp + "hnorm.weight", hf + "hnorm.weight", {H});
+      same(mtp + "eh_proj.weight", hf + "eh_proj.weight", {H, 2 * H});
+      same(mtp + "norm.weight", hf + "shared_head.norm.weight", {H});
+      out.push_back({"wte", {{hf + "embed_tokens.weight", {V, H}}}, 0, /*copy=*/true});
+      out.push_back({m.tie_embeddings ? "wte" : "lm_head", {{hf + "shared_head.head.weight", {V, H}}}, 0, true});
+    }
   }
   same("ln_f.weight", "model.norm.weight", {H});
   if (!m.tie_embeddings) same("lm_head", "lm_head.weight", {V, H});
@@ -115,6 +168,7 @@ std::optional<torch::Tensor> llama_from_hf(const std::string& name, const HfTens
 
 LlamaHfLoader::LlamaHfLoader(HfTensorReader read, const Config& config) : read_(std::move(read)) {
   for (auto& t : llama_tensors(config)) {
+    if (t.copy) continue;
     auto name = t.loom;
     index_.emplace(std::move(name), std::move(t));
   }

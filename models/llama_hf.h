@@ -32,11 +32,18 @@ struct LlamaTensor {
   std::string loom;
   std::vector<HfPart> hf;
   int64_t groups = 0;
+  bool copy =
+      false;  // a second copy the format stores (DeepSeek-V3's MTP layers' embedding and head): written, not read
 };
 
 // Every tensor of CONFIG's Llama, in Hugging Face's order (model.embed_tokens, each
 // layer's self_attn, mlp and norms, model.norm, lm_head). An MoE block (a Mixtral) has
-// block_sparse_moe.gate and block_sparse_moe.experts.N.w1 (gate), w3 (up) and w2 (proj).
+// block_sparse_moe.gate and block_sparse_moe.experts.N.w1 (gate), w3 (up) and w2 (proj); a
+// Qwen3-MoE mlp.gate and mlp.experts.N.gate_proj, up_proj and down_proj; a DeepSeek-V3 (latent
+// attention) also mlp.shared_experts and mlp.gate.e_score_correction_bias, as h.N.moe.expert_bias
+// (the trainer's expert bias, not a parameter), and its multi-token prediction modules as the layers
+// after the main ones (model.layers.{num_layers + k}: the block, enorm, hnorm, eh_proj,
+// shared_head.norm, and copies of the word embedding and output layer).
 std::vector<LlamaTensor> llama_tensors(const Config& config);
 
 // Whole tensors by loom name -> Hugging Face names and layouts, in Hugging Face's order.

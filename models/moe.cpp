@@ -210,7 +210,7 @@ MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicato
   }
   stats_.layer = options.layer;
   stats_.tokens_per_expert = torch::zeros({e}, torch::kInt64);
-  if (options.moe.bias_update_rate > 0) stats_.expert_bias = torch::zeros({e}, torch::kFloat32);
+  if (options.moe.has_expert_bias()) stats_.expert_bias = torch::zeros({e}, torch::kFloat32);
   stats_.reset();
 }
 

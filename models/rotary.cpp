@@ -1,5 +1,6 @@
 #include "models/rotary.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace loom::models {
@@ -17,7 +18,44 @@ torch::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const Rop
     inv_freq = torch::where(wavelen > low_wavelen, inv_freq / scaling.factor,
                             torch::where(wavelen < high_wavelen, inv_freq, blended));
   }
+  if (scaling.type == RopeScalingKind::yarn) {
+    // Frequencies turning more than beta_fast times over the original context keep their value,
+    // those turning fewer than beta_slow times are divided by factor, a linear ramp between; the
+    // ramp's ends are the dimensions of those turn counts, rounded outwards.
+    const double d = static_cast<double>(head_dim),
+                 original = static_cast<double>(scaling.original_max_position_embeddings);
+    auto dimension_of = [&](double turns) {
+      return d * std::log(original / (turns * 2.0 * M_PI)) / (2.0 * std::log(theta));
+    };
+    const double low = std::max(std::floor(dimension_of(scaling.beta_fast)), 0.0);
+    double high = std::min(std::ceil(dimension_of(scaling.beta_slow)), d - 1.0);
+    if (high == low) high += 0.001;
+    auto ramp = ((torch::arange(head_dim / 2, torch::kDouble) - low) / (high - low)).clamp(0.0, 1.0);
+    auto kept = 1.0 - ramp;  // the share of each frequency left unscaled
+    inv_freq = inv_freq / scaling.factor * (1.0 - kept) + inv_freq * kept;
+  }
   return inv_freq;
+}
+
+namespace {
+double yarn_mscale(double factor, double mscale) {
+  return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+}  // namespace
+
+double rope_attention_factor(const RopeScalingConfig& scaling) {
+  if (scaling.type != RopeScalingKind::yarn) return 1.0;
+  if (scaling.attention_factor > 0) return scaling.attention_factor;
+  if (scaling.mscale > 0 && scaling.mscale_all_dim > 0) {
+    return yarn_mscale(scaling.factor, scaling.mscale) / yarn_mscale(scaling.factor, scaling.mscale_all_dim);
+  }
+  return yarn_mscale(scaling.factor, 1.0);
+}
+
+double latent_softmax_scale_factor(const RopeScalingConfig& scaling) {
+  if (scaling.type == RopeScalingKind::none || scaling.mscale_all_dim <= 0) return 1.0;
+  const double m = yarn_mscale(scaling.factor, scaling.mscale_all_dim);
+  return m * m;
 }
 
 torch::Tensor rotate_half(const torch::Tensor& x) {
@@ -26,14 +64,23 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
 }
 
 RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta,
-                                 const RopeScalingConfig& scaling)
-    : tables_(std::make_shared<Tables>()) {
+                                 const RopeScalingConfig& scaling, bool interleave)
+    : tables_(std::make_shared<Tables>()), interleave_(interleave) {
   // Angles in fp64, then fp32: position * frequency stays exact to fp32's precision at long contexts.
   auto angles =
       torch::outer(torch::arange(max_positions, torch::kDouble), rope_inverse_frequencies(head_dim, theta, scaling));
   auto both = torch::cat({angles, angles}, -1);
-  tables_->cos32 = both.cos().to(torch::kFloat);
-  tables_->sin32 = both.sin().to(torch::kFloat);
+  const double factor = rope_attention_factor(scaling);
+  tables_->cos32 = (both.cos() * factor).to(torch::kFloat);
+  tables_->sin32 = (both.sin() * factor).to(torch::kFloat);
+}
+
+torch::Tensor RotaryEmbedding::rotate(const torch::Tensor& x, const torch::Tensor& cos,
+                                      const torch::Tensor& sin) const {
+  if (!interleave_) return x * cos + rotate_half(x) * sin;
+  // Pairs (x0, x1), (x2, x3), ...: the even features, then the odd ones, rotated as rotate-half's halves.
+  auto halves = x.unflatten(-1, {x.size(-1) / 2, 2}).transpose(-1, -2).flatten(-2);
+  return halves * cos + rotate_half(halves) * sin;
 }
 
 RotaryEmbedding::Tables& RotaryEmbedding::tables_like(const torch::Tensor& x) const {
@@ -52,14 +99,14 @@ torch::Tensor RotaryEmbedding::apply(const torch::Tensor& x, int64_t first_posit
   auto& t = tables_like(x);
   auto cos = t.cos.narrow(0, first_position, s).unsqueeze(1);  // [S, 1, d]
   auto sin = t.sin.narrow(0, first_position, s).unsqueeze(1);
-  return x * cos + rotate_half(x) * sin;
+  return rotate(x, cos, sin);
 }
 
 torch::Tensor RotaryEmbedding::apply_at(const torch::Tensor& x, const torch::Tensor& positions) const {
   auto& t = tables_like(x);
   auto cos = t.cos.index_select(0, positions).unsqueeze(1);  // [S, 1, d]
   auto sin = t.sin.index_select(0, positions).unsqueeze(1);
-  return x * cos + rotate_half(x) * sin;
+  return rotate(x, cos, sin);
 }
 
 }  // namespace loom::models

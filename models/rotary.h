@@ -14,8 +14,15 @@
 
 namespace loom::models {
 
-// The d/2 inverse frequencies theta^(-2i/d), with Llama 3's rescaling when SCALING asks for it.
+// The d/2 inverse frequencies theta^(-2i/d), with Llama 3's or YaRN's rescaling when SCALING asks for it.
 torch::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeScalingConfig& scaling);
+
+// YaRN's factor on cos and sin (1 for the other kinds): rope_scaling.attention_factor, or
+// (0.1 mscale ln(factor) + 1) / (0.1 mscale_all_dim ln(factor) + 1) with both given, else 0.1 ln(factor) + 1.
+double rope_attention_factor(const RopeScalingConfig& scaling);
+
+// Latent attention's factor on its softmax scale under YaRN: (0.1 mscale_all_dim ln(factor) + 1)^2, else 1.
+double latent_softmax_scale_factor(const RopeScalingConfig& scaling);
 
 // [x1, x2] -> [-x2, x1] along the last dimension.
 torch::Tensor rotate_half(const torch::Tensor& x);
@@ -24,7 +31,11 @@ torch::Tensor rotate_half(const torch::Tensor& x);
 class RotaryEmbedding {
  public:
   RotaryEmbedding() = default;
-  RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta, const RopeScalingConfig& scaling);
+  // INTERLEAVE: x's features rotate in adjacent pairs (x0, x1), (x2, x3), ... (DeepSeek's
+  // layout); the result then holds each pair's first features, then their second ones (as
+  // transformers lays it out: a query-key product is the same under any common order).
+  RotaryEmbedding(int64_t head_dim, int64_t max_positions, double theta, const RopeScalingConfig& scaling,
+                  bool interleave = false);
   // x [B, S, heads, d] whose token s sits at global position FIRST_POSITION + s -> rotated x, in x's dtype.
   torch::Tensor apply(const torch::Tensor& x, int64_t first_position = 0) const;
   // x [B, S, heads, d] whose token s sits at global position POSITIONS[s] (int64 [S]), as context
@@ -39,7 +50,9 @@ class RotaryEmbedding {
     torch::Tensor cos32, sin32, cos, sin;
   };
   Tables& tables_like(const torch::Tensor& x) const;
+  torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) const;
   std::shared_ptr<Tables> tables_;
+  bool interleave_ = false;
 };
 
 }  // namespace loom::models

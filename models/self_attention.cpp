@@ -37,7 +37,8 @@ torch::Tensor SharedKVProjectionImpl::forward_entered(const torch::Tensor& x) {
 }
 
 RotaryEmbedding rotary_embedding_of(const GPTOptions& options) {
-  return RotaryEmbedding(options.head_dim(), options.seq_len, options.rope_theta, options.rope_scaling);
+  return RotaryEmbedding(options.rotary_dim(), options.seq_len, options.rope_theta, options.rope_scaling,
+                         options.rope_interleave);
 }
 
 SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, TensorParallelContext tp,
@@ -45,6 +46,9 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
     : options_(options), tp_(tp), rotary_(std::move(rotary)) {
   const int64_t h = options.hidden_size, t = tp.tp->size(), kv = options.kv_heads();
   d_ = options.head_dim();
+  value_dim_ = options.mla.enabled() ? options.mla.v_head_dim : d_;
+  scale_ = 1.0 / std::sqrt(static_cast<double>(d_));
+  if (options.mla.enabled()) scale_ *= latent_softmax_scale_factor(options.rope_scaling);
   heads_ = options.num_heads / t;
   const bool shared = kv_heads_shared(kv, t);
   kv_heads_ = shared ? 1 : kv / t;
@@ -59,7 +63,9 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
                                           *tp.tp);
   };
   // Registered in order of use: the parameters are collected in this order.
-  if (kv == options.num_heads) {
+  if (options.mla.enabled()) {
+    latent_ = register_module("mla", LatentAttentionProjection(options, p, tp));
+  } else if (kv == options.num_heads) {
     qkv_ = register_module("qkv", column("qkv", 3 * options.num_heads * d_));
   } else {
     q_ = register_module("q", column("q", options.num_heads * d_));
@@ -76,7 +82,7 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
     q_norm_ = register_module("q_norm", Norm(NormKind::rmsnorm, p + "q_norm", d_, tp_summed, options.norm_eps));
     k_norm_ = register_module("k_norm", Norm(NormKind::rmsnorm, p + "k_norm", d_, tp_summed, options.norm_eps));
   }
-  proj_ = register_module("proj", residual_projection(p + "proj", options.num_heads * d_, options, tp));
+  proj_ = register_module("proj", residual_projection(p + "proj", options.num_heads * value_dim_, options, tp));
   if (options.position == PositionKind::rope && !rotary_.defined()) rotary_ = rotary_embedding_of(options);
   causal_mask_ = register_buffer("causal_mask", torch::ones({options.seq_len, options.seq_len}, torch::kBool).triu(1));
   core_fn_ = [this](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) { return core(q, k, v); };
@@ -86,6 +92,16 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
 }
 
 SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, int64_t first_position) {
+  auto rotate = [&](const torch::Tensor& t) {
+    // Under context parallelism: this rank's two chunks of the sequence (gathered over tp under
+    // sequence parallelism).
+    return tp_.cp_size() > 1 ? rotary_.apply_at(t, tp_.cp_positions(options_.seq_len, t.device()))
+                             : rotary_.apply(t, first_position);
+  };
+  if (latent_) {
+    auto heads = latent_->forward(parallel::enter_column_parallel_region(x, *tp_.tp, tp_.sequence_parallel), rotate);
+    return {heads.q, heads.k, heads.v};
+  }
   torch::Tensor q, k, v;  // [B, S, heads or kv heads, d]
   if (qkv_) {
     auto qkv = qkv_->forward(x);
@@ -107,15 +123,8 @@ SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, int6
     k = k_norm_->forward(k);
   }
   if (rotary_.defined()) {
-    if (tp_.cp_size() > 1) {
-      // This rank's two chunks of the sequence (gathered over tp under sequence parallelism).
-      const auto positions = tp_.cp_positions(options_.seq_len, q.device());
-      q = rotary_.apply_at(q, positions);
-      k = rotary_.apply_at(k, positions);
-    } else {
-      q = rotary_.apply(q, first_position);
-      k = rotary_.apply(k, first_position);
-    }
+    q = rotate(q);
+    k = rotate(k);
   }
   return {q, k, v};
 }
@@ -126,7 +135,7 @@ torch::Tensor SelfAttentionImpl::context_parallel_core(const torch::Tensor& pack
     return packed.narrow(2, start, width).reshape({b, s, heads, d_}).transpose(1, 2);  // [B, heads, S, d]
   };
   auto q = to_heads(0, qd, heads_), k = to_heads(qd, kvd, kv_heads_), v = to_heads(qd + kvd, kvd, kv_heads_);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d_));
+  const double scale = scale_;
   // Dropout of the probabilities by their global (sample, head, query, key), whichever rank computes them.
   parallel::AttentionDropout dropout;
   if (options_.dropout > 0 && is_training()) {
@@ -154,11 +163,11 @@ torch::Tensor SelfAttentionImpl::core(torch::Tensor q, torch::Tensor k, torch::T
     // queries spread over the rank's threads, each output row computed by one thread, so
     // the bits do not depend on the thread count), on GPUs the flash or memory-efficient
     // kernels. Dropout is refused on GPUs (launch/trainer.cpp).
-    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa_in_kernel)
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale_, gqa_in_kernel)
         .transpose(1, 2)
         .reshape({b, s, heads_ * d_});
   }
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d_)));
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale_;
   scores = scores.masked_fill(causal_mask_.narrow(0, 0, s).narrow(1, 0, s), -std::numeric_limits<float>::infinity());
   // Heads are split across tp, so each rank draws its own attention-dropout mask.
   auto probs = parallel::dropout(torch::softmax(scores, -1), options_.dropout, is_training(), split_generator());
@@ -175,13 +184,13 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
     // Under selective recomputation the backward re-runs the ring (or the all-to-all).
     auto context = selective ? parallel::recompute_in_backward(context_parallel_core_fn_, split_generator(), packed)
                              : context_parallel_core(packed);
-    return proj_->forward(context);
+    return proj_->forward(cut_values(context));
   }
   // The core sees the whole sequence (gathered under sequence parallelism): positions from 0.
   auto [q, k, v] = project(x, 0);
   q = q.transpose(1, 2), k = k.transpose(1, 2), v = v.transpose(1, 2);  // [B, heads or kv heads, S, d]: views
   auto context = selective ? parallel::recompute_in_backward(core_fn_, split_generator(), q, k, v) : core(q, k, v);
-  return proj_->forward(context);
+  return proj_->forward(cut_values(context));
 }
 
 torch::Tensor SelfAttentionImpl::forward_cached(const torch::Tensor& x, KVCache& cache, int64_t layer) {
@@ -194,7 +203,7 @@ torch::Tensor SelfAttentionImpl::forward_cached(const torch::Tensor& x, KVCache&
     keys = keys.repeat_interleave(heads_ / kv_heads_, 1);
     values = values.repeat_interleave(heads_ / kv_heads_, 1);
   }
-  auto scores = torch::matmul(q.transpose(1, 2), keys.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d_)));
+  auto scores = torch::matmul(q.transpose(1, 2), keys.transpose(-2, -1)) * scale_;
   if (s > 1) {
     // Query i sits at position first + i and sees the keys up to it.
     auto key_positions = torch::arange(first + s, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
@@ -202,7 +211,13 @@ torch::Tensor SelfAttentionImpl::forward_cached(const torch::Tensor& x, KVCache&
     scores = scores.masked_fill(key_positions.unsqueeze(0) > query_positions, -std::numeric_limits<float>::infinity());
   }
   auto context = torch::matmul(torch::softmax(scores, -1), values);  // [B, heads, S, d]
-  return proj_->forward(context.transpose(1, 2).reshape({b, s, heads_ * d_}));
+  return proj_->forward(cut_values(context.transpose(1, 2).reshape({b, s, heads_ * d_})));
+}
+
+torch::Tensor SelfAttentionImpl::cut_values(const torch::Tensor& context) const {
+  if (value_dim_ == d_) return context;
+  const int64_t b = context.size(0), s = context.size(1);
+  return context.view({b, s, heads_, d_}).narrow(-1, 0, value_dim_).reshape({b, s, heads_ * value_dim_});
 }
 
 at::Generator* SelfAttentionImpl::split_generator() const {

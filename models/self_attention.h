@@ -11,6 +11,7 @@
 // weight and uses the rows of its kv head, and the gradient is summed over tp.
 // Rotary embeddings (models/rotary.h) turn the queries and keys by each token's
 // global position. Each query head then attends with its group's key and value.
+// DeepSeek's multi-head latent attention makes its heads with models/latent_attention.h.
 #pragma once
 
 #include <torch/torch.h>
@@ -22,6 +23,7 @@
 #include "models/gpt_options.h"
 #include "models/kv_cache.h"
 #include "models/language_model.h"
+#include "models/latent_attention.h"
 #include "models/norm.h"
 #include "models/rotary.h"
 #include "parallel/parallel_module.h"
@@ -79,10 +81,15 @@ class SelfAttentionImpl : public parallel::ParallelModule {
   // ([B, S, (heads + 2 kv heads) d], only the kv heads travel) -> the context [B, S, heads d].
   torch::Tensor context_parallel_core(const torch::Tensor& packed);
   at::Generator* split_generator() const;
+  // The context [B, S, heads d] -> [B, S, heads value_dim]: latent attention's padded values cut off.
+  torch::Tensor cut_values(const torch::Tensor& context) const;
 
   GPTOptions options_;
   TensorParallelContext tp_;
   int64_t heads_, kv_heads_, d_;
+  int64_t value_dim_;                          // d, or latent attention's v_head_dim
+  double scale_;                               // the softmax's: 1 / sqrt(d), times YaRN's factor under latent attention
+  LatentAttentionProjection latent_{nullptr};  // DeepSeek's multi-head latent attention (model.mla)
   parallel::ColumnParallelLinear qkv_{nullptr};  // multi-head attention
   parallel::ColumnParallelLinear q_{nullptr}, kv_{nullptr};
   SharedKVProjection shared_kv_{nullptr};   // instead of kv_ when tp exceeds the kv heads

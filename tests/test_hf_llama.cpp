@@ -275,8 +275,31 @@ TEST_CASE("config.json: transformers 5's rope_parameters give the theta and scal
   CHECK(keys.at("model.rope_scaling.factor") == "8.0");
   CHECK(keys.at("model.rope_scaling.original_max_position_embeddings") == "64");
 
+  // YaRN: beta_fast and beta_slow default to 32 and 1, the mscales and attention factor to 0 (derived).
+  v5["rope_parameters"] = {{"rope_type", "yarn"},
+                           {"factor", 4.0},
+                           {"rope_theta", 10000.0},
+                           {"original_max_position_embeddings", 16},
+                           {"mscale_all_dim", 1.0}};
+  keys = keys_of(v5);
+  CHECK(keys.at("model.rope_scaling.type") == "yarn");
+  CHECK(keys.at("model.rope_scaling.factor") == "4.0");
+  CHECK(keys.at("model.rope_scaling.original_max_position_embeddings") == "16");
+  CHECK(keys.at("model.rope_scaling.beta_fast") == "32.0");
+  CHECK(keys.at("model.rope_scaling.beta_slow") == "1.0");
+  CHECK(keys.at("model.rope_scaling.mscale") == "0.0");
+  CHECK(keys.at("model.rope_scaling.mscale_all_dim") == "1.0");
+  // Without factor, transformers takes max_position_embeddings over the original length.
+  v5["rope_parameters"].erase("factor");
+  v5["max_position_embeddings"] = 64;
+  CHECK(keys_of(v5).at("model.rope_scaling.factor") == "4.0");
+  v5["rope_parameters"]["truncate"] = false;
+  CHECK_THAT(keys_error(v5), Catch::Contains("\"rope_parameters.truncate\" is false"));
   v5["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 10000.0}};
-  CHECK_THAT(keys_error(v5), Catch::Contains("\"rope_parameters.rope_type\" is 'yarn'"));
+  CHECK_THAT(keys_error(v5),
+             Catch::Contains("\"rope_parameters.original_max_position_embeddings\" must be a positive integer"));
+  v5["rope_parameters"] = {{"rope_type", "longrope"}, {"factor", 4.0}, {"rope_theta", 10000.0}};
+  CHECK_THAT(keys_error(v5), Catch::Contains("\"rope_parameters.rope_type\" is 'longrope'"));
   v5["rope_parameters"] = {{"rope_type", "default"}};
   CHECK_THAT(keys_error(v5), Catch::Contains("\"rope_parameters.rope_theta\" must be a number"));
   v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 50000.0}};
@@ -297,8 +320,8 @@ TEST_CASE("config.json: what loom cannot represent is refused naming the key", "
   };
   CHECK(keys_error(with("architectures", {"FalconForCausalLM"})) ==
         "DIR/config.json: \"architectures\" is FalconForCausalLM; loom reads LlamaForCausalLM, MistralForCausalLM, "
-        "Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM and Qwen3MoeForCausalLM (without sliding windows) "
-        "and GPT2LMHeadModel");
+        "Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM (without sliding windows), "
+        "DeepseekV3ForCausalLM and GPT2LMHeadModel");
   auto mistral = with("architectures", {"MistralForCausalLM"});
   mistral["sliding_window"] = 4096;
   CHECK_THAT(keys_error(mistral), Catch::Contains("\"sliding_window\" is 4096"));
@@ -307,8 +330,8 @@ TEST_CASE("config.json: what loom cannot represent is refused naming the key", "
   auto qwen2 = with("architectures", {"Qwen2ForCausalLM"});
   qwen2["use_sliding_window"] = true;
   CHECK_THAT(keys_error(qwen2), Catch::Contains("\"use_sliding_window\" is true"));
-  CHECK_THAT(keys_error(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}})),
-             Catch::Contains("\"rope_scaling.rope_type\" is 'yarn'"));
+  CHECK_THAT(keys_error(with("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}})),
+             Catch::Contains("\"rope_scaling.rope_type\" is 'dynamic'"));
   CHECK_THAT(keys_error(with("hidden_act", "gelu")), Catch::Contains("\"hidden_act\" is 'gelu'"));
   CHECK_THAT(keys_error(with("attention_bias", true)),
              Catch::Contains("\"mlp_bias\" is false and attention_bias true"));

@@ -110,3 +110,103 @@ TEST_CASE("the checkpoint record of an MoE and Qwen3's attention: one model, one
   CHECK(back.model.moe.n_shared_experts == 1);
   CHECK(back.model.moe.mlp_only_layers == std::vector<int64_t>{1, 3});
 }
+
+// DeepSeek-V3's config.json as the release writes it (transformers 4's form: rope_scaling of type
+// yarn, n_routed_experts, the FP8 quantization_config), and the record of what it gives.
+TEST_CASE("config.json: DeepSeek-V3's latent attention, router and YaRN; FP8 refused", "[hf]") {
+  nlohmann::json ds = {{"architectures", {"DeepseekV3ForCausalLM"}},
+                       {"model_type", "deepseek_v3"},
+                       {"vocab_size", 129280},
+                       {"hidden_size", 7168},
+                       {"intermediate_size", 18432},
+                       {"moe_intermediate_size", 2048},
+                       {"num_hidden_layers", 61},
+                       {"num_attention_heads", 128},
+                       {"num_key_value_heads", 128},
+                       {"n_shared_experts", 1},
+                       {"n_routed_experts", 256},
+                       {"routed_scaling_factor", 2.5},
+                       {"kv_lora_rank", 512},
+                       {"q_lora_rank", 1536},
+                       {"qk_rope_head_dim", 64},
+                       {"v_head_dim", 128},
+                       {"qk_nope_head_dim", 128},
+                       {"topk_method", "noaux_tc"},
+                       {"n_group", 8},
+                       {"topk_group", 4},
+                       {"num_experts_per_tok", 8},
+                       {"moe_layer_freq", 1},
+                       {"first_k_dense_replace", 3},
+                       {"norm_topk_prob", true},
+                       {"scoring_func", "sigmoid"},
+                       {"hidden_act", "silu"},
+                       {"max_position_embeddings", 163840},
+                       {"rms_norm_eps", 1e-6},
+                       {"rope_theta", 10000},
+                       {"rope_scaling",
+                        {{"beta_fast", 32},
+                         {"beta_slow", 1},
+                         {"factor", 40},
+                         {"mscale", 1.0},
+                         {"mscale_all_dim", 1.0},
+                         {"original_max_position_embeddings", 4096},
+                         {"type", "yarn"}}},
+                       {"tie_word_embeddings", false},
+                       {"attention_bias", false},
+                       {"num_nextn_predict_layers", 1}};
+  auto keys = keys_of(ds);
+  CHECK(keys.at("model.mla.q_lora_rank") == "1536");
+  CHECK(keys.at("model.mla.kv_lora_rank") == "512");
+  CHECK(keys.at("model.mla.qk_nope_head_dim") == "128");
+  CHECK(keys.at("model.mla.qk_rope_head_dim") == "64");
+  CHECK(keys.at("model.mla.v_head_dim") == "128");
+  CHECK(keys.at("model.rope_interleave") == "true");  // the release's code always interleaves
+  CHECK(keys.at("model.rope_scaling.type") == "yarn");
+  CHECK(keys.at("model.rope_scaling.factor") == "40");
+  CHECK(keys.at("model.rope_scaling.original_max_position_embeddings") == "4096");
+  CHECK(keys.at("model.rope_scaling.mscale_all_dim") == "1.0");
+  CHECK(keys.at("model.moe.num_experts") == "256");
+  CHECK(keys.at("model.moe.score") == "sigmoid");
+  CHECK(keys.at("model.moe.n_group") == "8");
+  CHECK(keys.at("model.moe.topk_group") == "4");
+  CHECK(keys.at("model.moe.routed_scaling_factor") == "2.5");
+  CHECK(keys.at("model.moe.expert_bias") == "true");
+  CHECK(keys.at("model.moe.first_k_dense_replace") == "3");
+  CHECK(keys.at("model.moe.n_shared_experts") == "1");
+  CHECK(keys.at("model.num_kv_heads") == "128");
+  ds["q_lora_rank"] = nullptr;  // DeepSeek-V2-Lite's: queries straight from the hidden state
+  CHECK(keys_of(ds).at("model.mla.q_lora_rank") == "0");
+  auto fp8 = ds;
+  fp8["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}};
+  CHECK_THAT(keys_error(fp8), Catch::Contains("\"quantization_config\" is") && Catch::Contains("BF16"));
+  ds["scoring_func"] = "softmax";
+  CHECK_THAT(keys_error(ds), Catch::Contains("\"scoring_func\" is 'softmax'"));
+  ds["scoring_func"] = "sigmoid";
+  ds["attention_bias"] = true;
+  CHECK_THAT(keys_error(ds), Catch::Contains("\"attention_bias\" is true"));
+
+  // The checkpoint record keeps the latent attention, the interleaving, YaRN and the fixed bias.
+  Config c;
+  c.model.arch = ModelArch::llama;
+  resolve_model_defaults(c);
+  c.model.num_heads = 4;
+  c.model.mla = {24, 16, 8, 4, 6};
+  c.model.rope_interleave = true;
+  c.model.rope_scaling.type = RopeScalingKind::yarn;
+  c.model.rope_scaling.factor = 4;
+  c.model.rope_scaling.mscale = 0.8;
+  c.model.moe.num_experts = 4;
+  c.model.moe.expert_bias = true;
+  c.model.mtp.depth = 2;
+  const auto back = launch::config_of_model_record(launch::model_record(c), "manifest");
+  CHECK(back.model.mla.q_lora_rank == 24);
+  CHECK(back.model.mla.v_head_dim == 6);
+  CHECK(back.model.head_dim() == 12);
+  CHECK(back.model.rope_interleave);
+  CHECK(back.model.rope_scaling.type == RopeScalingKind::yarn);
+  CHECK(back.model.rope_scaling.mscale == 0.8);
+  CHECK(back.model.moe.expert_bias);
+  CHECK(back.model.mtp.depth == 2);
+  const auto plain = launch::complete_model_record(launch::model_record(Config{}));
+  CHECK(launch::complete_model_record(launch::model_record(back)) != plain);
+}

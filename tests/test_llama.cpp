@@ -54,6 +54,43 @@ TEST_CASE("Llama 3 scaling keeps short wavelengths, divides long ones, blends be
   CHECK(plain[3].item<double>() == Approx(0.001));
 }
 
+TEST_CASE("YaRN keeps fast frequencies, divides slow ones, ramps between, and scales cos and sin", "[llama]") {
+  // d = 8, theta = 10000: frequencies 1, 0.1, 0.01, 0.001. Over 64 original positions the ramp runs
+  // from dimension floor(8 ln(64 / (32 2 pi)) / (2 ln 10000)) = floor(-0.50) -> 0 to
+  // ceil(8 ln(64 / (1 2 pi)) / (2 ln 10000)) = ceil(1.01) = 2: pair i keeps 1 - i / 2 of its frequency.
+  RopeScalingConfig scaling;
+  scaling.type = RopeScalingKind::yarn;
+  scaling.factor = 4;
+  scaling.original_max_position_embeddings = 64;
+  scaling.mscale = 0.8;
+  scaling.mscale_all_dim = 1.0;
+  auto f = rope_inverse_frequencies(8, 10000.0, scaling);
+  CHECK(f[0].item<double>() == Approx(1.0));
+  CHECK(f[1].item<double>() == Approx(0.1 * (0.5 / 4 + 0.5)));
+  CHECK(f[2].item<double>() == Approx(0.01 / 4));
+  CHECK(f[3].item<double>() == Approx(0.001 / 4));
+  // cos and sin times (0.1 x 0.8 ln 4 + 1) / (0.1 ln 4 + 1); latent attention's softmax scale times (0.1 ln 4 + 1)^2.
+  const double all_dim = 0.1 * std::log(4.0) + 1;
+  CHECK(rope_attention_factor(scaling) == Approx((0.08 * std::log(4.0) + 1) / all_dim));
+  CHECK(latent_softmax_scale_factor(scaling) == Approx(all_dim * all_dim));
+  RotaryEmbedding rope(8, 16, 10000.0, scaling);
+  auto x = torch::ones({1, 1, 1, 8});
+  CHECK(rope.apply(x, 0).view({8})[0].item<double>() == Approx(rope_attention_factor(scaling)));
+  scaling.mscale = 0;  // without both: 0.1 ln(factor) + 1
+  CHECK(rope_attention_factor(scaling) == Approx(all_dim));
+}
+
+TEST_CASE("interleaved RoPE rotates adjacent pairs (x0, x1), (x2, x3) and lays out firsts, then seconds", "[llama]") {
+  // DeepSeek's layout, as transformers' apply_rotary_pos_emb_interleave computes it.
+  RotaryEmbedding rope(4, 128, 10000.0, RopeScalingConfig{}, /*interleave=*/true);
+  auto x = torch::tensor({1.0f, 2.0f, 3.0f, 4.0f}).view({1, 1, 1, 4});
+  const double a = 7.0, b = 0.07;  // position 7, frequencies 1 and 0.01
+  const std::vector<double> expected{1 * std::cos(a) - 2 * std::sin(a), 3 * std::cos(b) - 4 * std::sin(b),
+                                     2 * std::cos(a) + 1 * std::sin(a), 4 * std::cos(b) + 3 * std::sin(b)};
+  auto out = rope.apply(x, 7).view({4});
+  for (int64_t i = 0; i < 4; ++i) CHECK(out[i].item<double>() == Approx(expected[static_cast<size_t>(i)]).margin(1e-6));
+}
+
 TEST_CASE("RMSNorm is weight * x / sqrt(mean(x^2) + eps), without a bias", "[llama]") {
   Norm norm(NormKind::rmsnorm, "ln", 4, false, 1e-5);
   CHECK_FALSE(norm->bias.defined());

@@ -461,6 +461,11 @@ TEST_CASE("expert bias: chooses without weighting, moves by rate x sign(mean - l
   plain.model.moe = small_options(4, 1).moe;
   launch::MoEMonitor without(plain, {});
   CHECK_THROWS_WITH(without.restore_expert_bias(monitor.expert_bias(), "--resume x"),
-                    Catch::Contains("model.moe.bias_update_rate = 0"));
+                    Catch::Contains("neither model.moe.bias_update_rate > 0 nor model.moe.expert_bias"));
+  // A config with a fixed bias (a DeepSeek-V3 fine-tuned at rate 0) takes the saved biases.
+  plain.model.moe.expert_bias = true;
+  launch::MoEMonitor fixed(plain, {});
+  fixed.restore_expert_bias(monitor.expert_bias(), "model.init_from x");
+  CHECK(fixed.expert_bias() == monitor.expert_bias());
   CHECK_THROWS_WITH(monitor.restore_expert_bias({{0.0, 0.0}}, "--resume x"), Catch::Contains("1 MoE layers of 4"));
 }

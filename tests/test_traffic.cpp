@@ -151,7 +151,16 @@ TEST_CASE("the shape list is the model's parameters, name by name, at GPT-2 and 
   Config qwen3 = tiny_llama();
   qwen3.model.attention_head_dim = 32;
   qwen3.model.qk_norm = true;
-  for (const Config& c : {gpt2, tiny_llama(), qwen3}) {
+  // DeepSeek's latent attention, with a query latent and without one.
+  Config mla = tiny_llama();
+  mla.model.num_kv_heads = 0;
+  mla.model.mla = {24, 16, 8, 4, 6};
+  Config mla_direct = mla;
+  mla_direct.model.mla.q_lora_rank = 0;
+  // Two multi-token prediction modules after the main blocks.
+  Config mtp = mla;
+  mtp.model.mtp.depth = 2;
+  for (const Config& c : {gpt2, tiny_llama(), qwen3, mla, mla_direct, mtp}) {
     std::vector<models::ParameterShape> shapes = models::gpt_input_parameters(c);
     for (int64_t layer = 0; layer < c.model.num_layers; ++layer) {
       for (auto& s : models::gpt_block_parameters(c, layer)) shapes.push_back(s);

@@ -1,9 +1,10 @@
 """Hugging Face's `transformers` as the reference for the models loom reads and writes.
 
     hf_models.py make ARCH DIR [--sliding-window N]
-        a tiny random ARCH (gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen3_moe) saved with save_pretrained (fp32,
-        safetensors). Every parameter is drawn at random (biases and norms included), the Llama's
-        rope_theta is not the default, so a dropped bias, norm or theta shows in the loss.
+        a tiny random ARCH (gpt2, llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, deepseek_v3) saved with
+        save_pretrained (fp32, safetensors). Every parameter is drawn at random (biases and norms included, and
+        DeepSeek-V3's routers' e_score_correction_bias buffers), the Llama's rope_theta is not the default, so a
+        dropped bias, norm or theta shows in the loss.
     hf_models.py loss DIR TEXT --seq-len S --sequences G
         transformers' mean next-token loss on the first G sequences of S + 1 of TEXT's bytes
         (loom's batch 1 on `loom prepare`'s byte dataset in sequential order), printed.
@@ -61,6 +62,21 @@ def make(args):
                                                  moe_intermediate_size=48, norm_topk_prob=False, mlp_only_layers=[0],
                                                  rope_theta=40000.0, tie_word_embeddings=False)
             model = transformers.Qwen3MoeForCausalLM(config)
+        elif args.arch == "deepseek_v3":
+            # Four blocks, block 0 dense (first_k_dense_replace), blocks 1-3 eight experts of 32 in four groups (the
+            # top two groups, then the top two experts, renormalised, x2.5) plus one shared expert; MLA attention
+            # (q and kv LoRA, rope on 8 of each head's 24 query/key dims, interleaved; values of 20) under YaRN
+            # rope scaling; no MTP module.
+            config = transformers.DeepseekV3Config(
+                **{**common, "num_hidden_layers": 4, "num_key_value_heads": 4}, first_k_dense_replace=1,
+                n_routed_experts=8, moe_intermediate_size=32, num_experts_per_tok=2, n_group=4, topk_group=2,
+                n_shared_experts=1, norm_topk_prob=True, routed_scaling_factor=2.5, q_lora_rank=48, kv_lora_rank=32,
+                qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=20, rope_interleave=True, attention_bias=False,
+                rope_parameters=dict(rope_type="yarn", rope_theta=30000.0, factor=4.0,
+                                     original_max_position_embeddings=16, beta_fast=32, beta_slow=1, mscale=0.8,
+                                     mscale_all_dim=1.0),
+                num_mtp_layers=0, tie_word_embeddings=False)
+            model = transformers.DeepseekV3ForCausalLM(config)
         elif args.arch == "qwen2":
             config = transformers.Qwen2Config(**common, rope_theta=20000.0, tie_word_embeddings=True)
             model = transformers.Qwen2ForCausalLM(config)
@@ -72,6 +88,9 @@ def make(args):
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
             else:
                 p.copy_(0.08 * torch.randn_like(p))
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # a buffer, saved: drawn so that a dropped bias shows
+                b.copy_(0.05 * torch.randn_like(b))
     model.save_pretrained(args.dir)
     print(f"{args.arch}: {sum(p.numel() for p in model.parameters())} parameters in {args.dir}")
 

@@ -2,7 +2,8 @@
 "NP NAME MODEL_SETS | LAYOUT_SETS", each SETS a space-separated list of key=value.
 
 The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not; dense or MoE with
-SwiGLU experts, shared experts and dense blocks; Qwen3's head_dim and q/k norms); tp, cp
+SwiGLU experts, shared experts and dense blocks; Qwen3's head_dim and q/k norms, or DeepSeek-V3's
+latent attention with interleaved rotary features and YaRN; multi-token prediction); tp, cp
 (ring or all-to-all), pp and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
 interleaved, zb-h1), ZeRO stage, recomputation, micro-batch size, ep for MoE, a validation
 split evaluated at steps 10 and 20 or none, the optimizer (AdamW, or Muon beside it), and for MoE
@@ -23,9 +24,17 @@ def draw(rng, index):
                   f"model.tie_embeddings={rng.choice(['true', 'false'])}"]
     if moe:
         model += ["model.moe.num_experts=4", "model.moe.top_k=2"]
-    if arch == "llama" and rng.random() < 0.4:
+    attention = rng.choice(["gqa", "gqa", "qwen3", "mla"]) if arch == "llama" else "mha"
+    if attention == "qwen3":
         # Qwen3's attention: heads of 16 (hidden 32 / 4 heads would be 8) with q/k norms.
         model += ["model.head_dim=16", "model.qk_norm=true"]
+    if attention == "mla":
+        # DeepSeek-V3's latent attention (a query latent or none), interleaved rotary features, YaRN.
+        model = [m for m in model if not m.startswith("model.num_kv_heads=")] + [
+            "model.num_kv_heads=4", "model.mla.kv_lora_rank=16", f"model.mla.q_lora_rank={rng.choice([0, 24])}",
+            "model.mla.qk_nope_head_dim=8", "model.mla.qk_rope_head_dim=4", "model.mla.v_head_dim=6",
+            "model.rope_interleave=true", "model.rope_scaling.type=yarn", "model.rope_scaling.factor=4",
+            "model.rope_scaling.original_max_position_embeddings=8", "model.rope_scaling.mscale_all_dim=1"]
     if moe and arch == "llama":
         # SwiGLU experts of their own width; half the draws with a shared expert and the first
         # blocks dense (DeepSeek-V3), or every other block dense (Qwen3-MoE's decoder_sparse_step).
@@ -79,10 +88,15 @@ def draw(rng, index):
         model += ["model.moe.score=sigmoid", "model.moe.n_group=2", "model.moe.topk_group=1",
                   "model.moe.routed_scaling_factor=2.5", "model.moe.bias_update_rate=0.01",
                   f"model.moe.norm_topk_prob={rng.choice(['true', 'false'])}"]
+    # A quarter of the draws without context parallelism predict more tokens (DeepSeek-V3's MTP).
+    if cp == 1 and rng.random() < 0.25:
+        model += [f"model.mtp.depth={rng.choice([1, 2])}", "model.mtp.loss_weight=0.3"]
     # The balance loss over each micro-batch, each sequence (its parts gathered from cp and SP), or none.
     if moe:
         model.append(f"model.moe.aux_loss_type={rng.choice(['batch', 'sequence', 'none'])}")
-    name = (f"draw{index}_{arch}{'_moe' if moe else ''}{'_val' if validate else ''}{'_muon' if muon else ''}"
+    mtp = any(m.startswith("model.mtp.depth=") for m in model)
+    name = (f"draw{index}_{arch}{'_mla' if attention == 'mla' else ''}{'_moe' if moe else ''}{'_mtp' if mtp else ''}"
+            f"{'_val' if validate else ''}{'_muon' if muon else ''}"
             f"_tp{tp}_cp{cp}_pp{pp}_dp{dp}")
     return f"{tp * cp * pp * dp} {name} {' '.join(model)} | {' '.join(layout)}"
 

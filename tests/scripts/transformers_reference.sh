@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Hugging Face's transformers as the reference (tests/reference/hf_models.py): a tiny GPT-2, Llama
 # (rope_theta 50000, untied, GQA), Mistral, Qwen2 (q, k, v biases, tied), Qwen3 (q/k norms, head_dim
-# 32 at hidden 64), Mixtral and Qwen3-MoE (4 experts, top 2, at tp 2 x ep 2 x pp 2 too) made at
-# random and saved
-# with save_pretrained (transformers 5's config.json: rope_parameters, dtype) train in loom from
+# 32 at hidden 64), Mixtral, Qwen3-MoE (4 experts, top 2) and DeepSeek-V3 (latent attention, YaRN,
+# grouped sigmoid routing with its expert bias, a shared expert; at tp 2 x ep 2 x pp 2 too) made at
+# random and saved with save_pretrained (transformers 5's config.json: rope_parameters, dtype) train in loom from
 # their directories (model.init_from) with transformers' loss on the same first batch within 1e-5,
 # in one process and at tp 2 x pp 2; a Mistral whose sliding_window is shorter than the sequence is
 # refused naming sliding_window; loom's exports of each load with from_pretrained with no missing,
@@ -38,20 +38,25 @@ for arch in gpt2 llama mistral qwen2 qwen3; do
     --sequences 8 --export "$WORK/${arch}_export" --same-architecture ||
     fail "$arch: loom's first loss differs from transformers', or its export does not load to the same logits and fields"
 done
-# Mixtral (a mixture of experts in every block) and Qwen3-MoE (q/k norms, head_dim 32 at hidden 64,
-# block 0 dense, the top two weights not renormalised): transformers' first loss in one process and
+# Mixtral (a mixture of experts in every block), Qwen3-MoE (q/k norms, head_dim 32 at hidden 64,
+# block 0 dense, the top two weights not renormalised) and DeepSeek-V3 (latent attention with a query
+# latent, values narrower than the keys, interleaved rotary features under YaRN; a sigmoid router
+# choosing the best 2 of 4 groups, then 2 of 8 experts, with e_score_correction_bias, x2.5; a shared
+# expert; block 0 dense): transformers' first loss in one process and
 # at tp 2 x ep 2 x pp 2, and the export of the initial state loads as the same class with the same
 # logits. A Mixtral config.json with a sliding window is refused naming it.
-for arch in mixtral qwen3_moe; do
+for arch in mixtral qwen3_moe deepseek_v3; do
   "${HF[@]}" make "$arch" "$WORK/$arch" > /dev/null || fail "making the $arch model"
   MOE_RUN=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001)
+  # DeepSeek-V3's four blocks (block 0 dense): pp 2 takes two each.
+  [ "$arch" = deepseek_v3 ] && MOE_RUN+=(--set model.num_layers=4)
   "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_one" "${BASE[@]}" "${ONE_STEP[@]}" "${MOE_RUN[@]}" \
     --set model.init_from="$WORK/$arch" > "$WORK/${arch}_one.log" 2>&1 ||
     { cat "$WORK/${arch}_one.log"; fail "$arch in one process"; }
   mpirun --oversubscribe -np 8 "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_tp2ep2pp2" "${BASE[@]}" "${ONE_STEP[@]}" \
     "${MOE_RUN[@]}" --set parallel.tp=2 --set parallel.ep=2 --set parallel.pp=2 --set model.init_from="$WORK/$arch" \
     > "$WORK/${arch}_tp2ep2pp2.log" 2>&1 || { cat "$WORK/${arch}_tp2ep2pp2.log"; fail "$arch at tp 2 x ep 2 x pp 2"; }
-  "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_save" "${BASE[@]}" --set model.init_from="$WORK/$arch" \
+  "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_save" "${BASE[@]}" "${MOE_RUN[@]}" --set model.init_from="$WORK/$arch" \
     --set checkpoint.dir="$WORK/${arch}_ck" --set train.exit_after=0 > "$WORK/${arch}_save.log" 2>&1 ||
     { cat "$WORK/${arch}_save.log"; fail "$arch: saving the initial state"; }
   "$LOOM" export "$WORK/${arch}_ck/step_00000000" --format hf --output "$WORK/${arch}_export" > /dev/null ||
@@ -60,6 +65,25 @@ for arch in mixtral qwen3_moe; do
     --sequences 8 --export "$WORK/${arch}_export" --same-architecture ||
     fail "$arch: loom's first loss differs from transformers', or its export does not load to the same logits"
 done
+# DeepSeek-V3's multi-token prediction (model.mtp.depth 2, its modules drawn by loom on top of the
+# directory, which has none): step 1's mtp_loss equals the one transformers' own DeepSeek-V3 layers
+# compute from loom's export (tests/reference/deepseek_mtp.py: the modules as layers 4 and 5 in the
+# release's names, their only unexpected keys), in one process and at tp 2 x ep 2 x pp 2 + SP; the
+# export read back (model.init_from) starts from the same modules: the same first losses.
+MTP_RUN=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001 --set model.num_layers=4
+  --set model.mtp.depth=2)
+"$LOOM" train "$TINY" --run-dir "$WORK/mtp_one" "${BASE[@]}" "${ONE_STEP[@]}" "${MTP_RUN[@]}" \
+  --set model.init_from="$WORK/deepseek_v3" > "$WORK/mtp_one.log" 2>&1 || { cat "$WORK/mtp_one.log"; fail "MTP in one process"; }
+"$LOOM" train "$TINY" --run-dir "$WORK/mtp_save" "${BASE[@]}" "${MTP_RUN[@]}" --set model.init_from="$WORK/deepseek_v3" \
+  --set checkpoint.dir="$WORK/mtp_ck" --set train.exit_after=0 > "$WORK/mtp_save.log" 2>&1 ||
+  { cat "$WORK/mtp_save.log"; fail "MTP: saving the initial state"; }
+"$LOOM" export "$WORK/mtp_ck/step_00000000" --format hf --output "$WORK/mtp_export" > /dev/null || fail "MTP: export"
+mpirun --oversubscribe -np 8 "$LOOM" train "$TINY" --run-dir "$WORK/mtp_read_tp2ep2pp2" "${BASE[@]}" "${ONE_STEP[@]}" \
+  "${MTP_RUN[@]}" --set parallel.tp=2 --set parallel.ep=2 --set parallel.pp=2 --set parallel.sequence_parallel=true \
+  --set model.init_from="$WORK/mtp_export" > "$WORK/mtp_read.log" 2>&1 || { cat "$WORK/mtp_read.log"; fail "MTP read back"; }
+"$PY" "$LOOM_SOURCE/tests/reference/deepseek_mtp.py" "$WORK/mtp_export" "$WORK/text.txt" "$WORK/mtp_one" \
+  "$WORK/mtp_read_tp2ep2pp2" --seq-len 32 --sequences 8 || fail "MTP: loom's mtp_loss differs from transformers' layers'"
+
 cp -r "$WORK/mixtral" "$WORK/mixtral_sw"
 python3 -c 'import json, sys; f = sys.argv[1]; j = json.load(open(f)); j["sliding_window"] = 16; json.dump(j, open(f, "w"))' \
   "$WORK/mixtral_sw/config.json"
@@ -102,7 +126,7 @@ if "${HF[@]}" compare-loss "$WORK/llama" "$WORK/text.txt" --seq-len 32 --sequenc
 fi
 
 # Greedy generation (temperature 0; loom samples at 1 by default, transformers is greedy): loom's ids equal transformers' generate.
-GREEDY=(gpt2 llama mixtral qwen3_moe)
+GREEDY=(gpt2 llama mixtral qwen3_moe deepseek_v3)
 dirs=()
 for arch in "${GREEDY[@]}"; do dirs+=("$WORK/$arch"); done
 "${HF[@]}" greedy "${dirs[@]}" --prompt "Tensor parallelism splits" --max-new-tokens 12 > "$WORK/hf_greedy.txt" ||
@@ -117,7 +141,7 @@ for arch in "${GREEDY[@]}"; do
   [ -n "$hf_ids" ] && [ "$loom_ids" = "$hf_ids" ] || fail "$arch: loom generate gave $loom_ids, transformers $hf_ids"
   # The MoEs also from loom's checkpoint of them (the router's settings from its manifest): its 32
   # positions (the trained seq_len) hold the 25-token prompt and the first 7 of transformers' ids.
-  case "$arch" in mixtral | qwen3_moe)
+  case "$arch" in mixtral | qwen3_moe | deepseek_v3)
     "$LOOM" generate "$WORK/${arch}_ck/step_00000000" --prompt "Tensor parallelism splits" --max-new-tokens 7 \
       --temperature 0 --ids > "$WORK/${arch}_ck_gen.txt" 2> "$WORK/${arch}_ck_gen.log" ||
       { cat "$WORK/${arch}_ck_gen.log"; fail "$arch: loom generate from the checkpoint"; }
