@@ -113,6 +113,10 @@ void check_model_shape(const Config& c) {
   require(m.mtp.depth >= 0 && m.mtp.depth < m.seq_len, "model.mtp.depth",
           "must be 0 (none) or positive and below model.seq_len");
   require(m.mtp.loss_weight >= 0, "model.mtp.loss_weight", "must be 0 or positive");
+  require(m.mtp.depth == 0 || !m.moe.enabled() || m.moe.first_k_dense_replace < m.num_layers,
+          "model.moe.first_k_dense_replace",
+          "covers every block, so the multi-token prediction blocks after them would be dense, where DeepSeek-V3's "
+          "are MoE blocks; lower it below model.num_layers");
   require(m.mtp.depth == 0 || c.parallel.cp == 1, "model.mtp.depth",
           "multi-token prediction under context parallelism is not built yet (module k's labels at the end of "
           "each chunk live on another cp rank); use parallel.cp 1");
@@ -209,7 +213,7 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(m.hidden_size >= 1, "model.hidden_size", "must be at least 1");
   require(m.num_heads >= 1, "model.num_heads", "must be at least 1");
   require(m.attention_head_dim >= 0, "model.head_dim", "must be 0 (hidden_size / num_heads) or positive");
-  require(m.attention_head_dim > 0 || m.hidden_size % m.num_heads == 0, "model.hidden_size",
+  require(m.attention_head_dim > 0 || m.mla.enabled() || m.hidden_size % m.num_heads == 0, "model.hidden_size",
           std::to_string(m.hidden_size) + " is not divisible by model.num_heads=" + std::to_string(m.num_heads) +
               " (or set model.head_dim)");
   require(m.ffn_hidden_size >= 0, "model.ffn_hidden_size",

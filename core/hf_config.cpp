@@ -67,7 +67,9 @@ const char* bool_text(bool value) {
 // attention_factor absent as 0 (derived); truncate false (an unrounded ramp) is refused.
 void add_yarn(const HfJson& hf, const nlohmann::json& json, const nlohmann::json& scaling, const std::string& where,
               Keys& keys) {
-  const auto& original = scaling.value("original_max_position_embeddings", nlohmann::json());
+  // Absent, transformers takes max_position_embeddings.
+  const auto& original =
+      scaling.value("original_max_position_embeddings", json.value("max_position_embeddings", nlohmann::json()));
   if (!original.is_number_integer() || original.get<int64_t>() < 1)
     throw hf.refused(where + ".original_max_position_embeddings", "must be a positive integer");
   keys.emplace_back("model.rope_scaling.type", "yarn");
@@ -242,7 +244,9 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
                {"model.qkv_bias", bool_text(qkv_bias)},
                {"model.tie_embeddings", bool_text(hf.boolean("tie_word_embeddings", false))},
                {"model.head_dim", head_dim},
-               {"model.qk_norm", bool_text(qwen3)}};
+               {"model.qk_norm", bool_text(qwen3)},
+               {"model.rope_interleave", "false"},  // rotate-half, as transformers' Llama family rotates
+               {"model.mla.kv_lora_rank", "0"}};
   add_rope(hf, json, keys);
   if (architecture == "Qwen3MoeForCausalLM") {
     // Experts of moe_intermediate_size in the blocks decoder_sparse_step and mlp_only_layers leave
@@ -319,7 +323,9 @@ Keys deepseek_v3_keys(const HfJson& hf, const nlohmann::json& json) {
       {"model.head_dim", "0"},
       {"model.qk_norm", "false"},
       {"model.rope_interleave", bool_text(hf.boolean("rope_interleave", true))},
-      {"model.mla.q_lora_rank", hf.has("q_lora_rank") ? hf.integer("q_lora_rank") : "0"},
+      // null: queries straight from the hidden state (DeepSeek-V2-Lite); absent: DeepseekV3Config's 1536.
+      {"model.mla.q_lora_rank",
+       hf.has("q_lora_rank") ? hf.integer("q_lora_rank") : (json.contains("q_lora_rank") ? "0" : "1536")},
       {"model.mla.kv_lora_rank", hf.integer("kv_lora_rank", 512)},
       {"model.mla.qk_nope_head_dim", hf.integer("qk_nope_head_dim", 128)},
       {"model.mla.qk_rope_head_dim", hf.integer("qk_rope_head_dim", 64)},

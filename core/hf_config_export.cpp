@@ -248,6 +248,11 @@ nlohmann::ordered_json hf_config_of(const Config& config, const std::string& for
                  "with model.bias true: Llama's attention_bias puts biases on q, k, v and o together");
   }
   if (m.mla.enabled()) return deepseek_v3_config_of(config, refuse);
+  if (m.rope_interleave) {
+    throw refuse("rope_interleave", "true",
+                 "transformers' Llama family rotates rotate-half pairs (i, i + d/2); of the classes loom writes, only "
+                 "DeepseekV3ForCausalLM interleaves");
+  }
   if (m.mtp.depth > 0) {
     throw refuse("mtp.depth", std::to_string(m.mtp.depth),
                  "of the classes loom writes, only DeepseekV3ForCausalLM holds multi-token prediction modules");

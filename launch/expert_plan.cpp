@@ -30,6 +30,10 @@ int64_t busiest_stage_moe_blocks(const Config& config) {
       const int64_t first = (chunk * p.pp + stage) * per_piece;
       for (int64_t layer = first; layer < first + per_piece; ++layer) here += models::is_moe_layer(m.moe, layer);
     }
+    if (stage == p.pp - 1) {  // the last stage also runs the multi-token prediction modules' blocks
+      for (int64_t layer = m.num_layers; layer < m.num_layers + m.mtp.depth; ++layer)
+        here += models::is_moe_layer(m.moe, layer);
+    }
     busiest = std::max(busiest, here);
   }
   return busiest;
@@ -43,7 +47,8 @@ ExpertPlan expert_plan(const Config& config, int64_t world, int64_t ep) {
   ExpertPlan plan;
   plan.ep = ep;
   plan.dp = data_parallel(config, world);
-  for (int64_t layer = 0; layer < m.num_layers; ++layer) plan.moe_layers += models::is_moe_layer(m.moe, layer);
+  for (int64_t layer = 0; layer < m.num_layers + m.mtp.depth; ++layer)
+    plan.moe_layers += models::is_moe_layer(m.moe, layer);
   plan.experts_per_rank = m.moe.num_experts / ep;
   const double layers_here = static_cast<double>(busiest_stage_moe_blocks(config));
   plan.expert_parameters =

@@ -123,7 +123,7 @@ struct CpTransfers {
 
 CpTransfers cp_transfers(const Config& config, const Layout& l) {
   const auto& m = config.model;
-  const double d = static_cast<double>(m.hidden_size / m.num_heads);
+  const double d = static_cast<double>(m.head_dim());  // latent attention's keys' width, values padded to it
   const double heads = static_cast<double>(m.num_heads) / static_cast<double>(l.tp);
   const double kv = m.kv_heads() < l.tp ? 1.0 : static_cast<double>(m.kv_heads()) / static_cast<double>(l.tp);
   const double per_head = static_cast<double>(l.micro_batch * m.seq_len / l.cp) * d;
@@ -301,7 +301,8 @@ std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const Cluste
   // Context parallelism for long sequences: cp splits the sequence into 2 cp chunks; all-to-all
   // also needs each tp rank's heads and kv heads to divide by cp.
   std::vector<std::pair<int64_t, ContextComm>> contexts{{1, ContextComm::p2p}};
-  if (m.seq_len >= kLongSequence) {
+  // Multi-token prediction is not built under context parallelism (core/config_validation.cpp).
+  if (m.seq_len >= kLongSequence && m.mtp.depth == 0) {
     for (int64_t cp : {2, 4, 8, 16})
       contexts.push_back({cp, ContextComm::p2p}), contexts.push_back({cp, ContextComm::a2a});
   }

@@ -39,7 +39,9 @@ double expert_parameters(const Config& c) {
   const auto& m = c.model;
   if (!m.moe.enabled()) return 0;
   double layers = 0;
-  for (int64_t layer = 0; layer < m.num_layers; ++layer) layers += models::is_moe_layer(m.moe, layer) ? 1.0 : 0.0;
+  // Multi-token prediction's blocks (layers num_layers, ...) included.
+  for (int64_t layer = 0; layer < m.num_layers + m.mtp.depth; ++layer)
+    layers += models::is_moe_layer(m.moe, layer) ? 1.0 : 0.0;
   return layers * static_cast<double>(m.moe.num_experts) * static_cast<double>(models::moe_expert_numel(c));
 }
 
@@ -83,9 +85,11 @@ MemoryEstimate estimate_rank_memory(const Config& config, bool scores_kept) {
     e.rank_parameters += experts / static_cast<double>(p.pp * p.ep) - experts / model_ranks;
   }
   e.state_bytes = plan.state_bytes * (e.rank_parameters / plan.parameters_per_rank);
-  // Korthikanti et al. leave out the logits: the last stage holds them and their gradient in fp32.
+  // Korthikanti et al. leave out the logits: the last stage holds them and their gradient in fp32,
+  // once for the model and once for each multi-token prediction module.
   const double logits = 2.0 * 4.0 * static_cast<double>(t.micro_batch_size) * static_cast<double>(m.seq_len / p.cp) *
-                        static_cast<double>(m.vocab_size) / static_cast<double>(p.tp);
+                        static_cast<double>(m.vocab_size) / static_cast<double>(p.tp) *
+                        static_cast<double>(1 + m.mtp.depth);
   e.activation_bytes = plan.activation_bytes + logits;
   return e;
 }

@@ -111,10 +111,15 @@ int plan(const PlanArgs& args) {
   const auto all = enumerate_layouts(config, cluster, world);
   if (all.empty()) throw InputError("no valid layout of this model on " + std::to_string(world) + " GPUs");
   // An MoE's tokens each pass through top_k of its experts: the activated parameters beside the total.
-  const std::string activated =
+  std::string activated =
       config.model.moe.enabled()
           ? " (" + with_commas(models::activated_parameters_per_token(config)) + " activated per token)"
           : "";
+  if (config.model.mtp.depth > 0) {  // DeepSeek-V3 counts its main model apart from the MTP modules
+    activated += " of which " + with_commas(models::mtp_num_parameters(config)) + " in " +
+                 std::to_string(config.model.mtp.depth) + " multi-token prediction module(s)";
+    if (config.model.moe.enabled()) activated += " (the activated count is the main model's)";
+  }
   std::printf("%s on %lld GPUs of %s (%lld per node); %s parameters%s, global batch %lld x %lld tokens\n",
               args.config_path.c_str(), static_cast<long long>(world), cluster.name.c_str(),
               static_cast<long long>(cluster.gpus_per_node), with_commas(models::model_num_parameters(config)).c_str(),

@@ -170,12 +170,18 @@ int64_t model_num_parameters(const Config& c) {
   return n;
 }
 
+int64_t mtp_num_parameters(const Config& c) {
+  Config main = c;
+  main.model.mtp.depth = 0;
+  return model_num_parameters(c) - model_num_parameters(main);
+}
+
 int64_t activated_parameters_per_token(const Config& c) {
   const auto& moe = c.model.moe;
   int64_t idle = 0;
   for (int64_t layer = 0; layer < c.model.num_layers; ++layer)
     if (is_moe_layer(moe, layer)) idle += (moe.num_experts - moe.top_k) * moe_expert_numel(c);
-  return model_num_parameters(c) - idle;
+  return model_num_parameters(c) - mtp_num_parameters(c) - idle;
 }
 
 int64_t moe_expert_numel(const Config& c) {

@@ -44,8 +44,10 @@ std::vector<ParameterShape> gpt_output_parameters(const Config& config);
 
 // Parameters of the whole model, every one once (MoE routers and experts included).
 int64_t model_num_parameters(const Config& config);
-// The parameters one token passes through: all but the routed experts it is not sent to (an MoE
-// block's num_experts - top_k); model_num_parameters for a dense model.
+// The parameters of the multi-token prediction modules (model.mtp; counted in model_num_parameters).
+int64_t mtp_num_parameters(const Config& config);
+// The main model's parameters one token passes through: all but the routed experts it is not sent to
+// (an MoE block's num_experts - top_k), multi-token prediction apart; model_num_parameters for a dense model.
 int64_t activated_parameters_per_token(const Config& config);
 // One routed expert of an MoE block: GELU fc and proj with biases, or SwiGLU gate, up and proj
 // (biases as model.bias), of the experts' width (Config::moe_ffn_size).

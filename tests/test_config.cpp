@@ -459,3 +459,28 @@ TEST_CASE("the MFU line knows the dense bf16 peak of the common training GPUs", 
   CHECK(known_bf16_peak_tflops("NVIDIA GeForce RTX 4090") == 0.0);
   CHECK(known_bf16_peak_tflops("") == 0.0);
 }
+
+TEST_CASE("latent attention and multi-token prediction refuse what they cannot run, naming the key", "[config]") {
+  const std::vector<std::string> mla = {"model.arch=llama", "model.mla.kv_lora_rank=16", "model.mla.qk_nope_head_dim=8",
+                                        "model.mla.qk_rope_head_dim=4", "model.mla.v_head_dim=6"};
+  CHECK(resolved(mla, 1).model.head_dim() == 12);
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), mla.begin(), mla.end());
+    return more;
+  };
+  CHECK_THAT(error_of(with({"model.mla.v_head_dim=16"}), 1),
+             Catch::Contains("model.mla.v_head_dim") && Catch::Contains("at most"));
+  CHECK_THAT(error_of(with({"model.mla.qk_rope_head_dim=3"}), 1), Catch::Contains("model.mla.qk_rope_head_dim"));
+  CHECK_THAT(error_of(with({"model.num_kv_heads=2"}), 1), Catch::Contains("model.num_kv_heads"));
+  CHECK_THAT(error_of(with({"model.qkv_bias=true"}), 1), Catch::Contains("model.qkv_bias"));
+  CHECK_THAT(error_of({"model.mla.q_lora_rank=8"}, 1), Catch::Contains("model.mla.q_lora_rank"));
+  CHECK_THAT(error_of({"model.rope_scaling.type=yarn", "model.position=rope", "model.rope_scaling.beta_fast=0.5"}, 1),
+             Catch::Contains("model.rope_scaling.beta_fast"));
+  // Multi-token prediction: not yet under context parallelism; its blocks are MoE blocks in an MoE.
+  CHECK(resolved({"model.mtp.depth=2"}, 2).model.mtp.depth == 2);
+  CHECK_THAT(error_of({"model.mtp.depth=1", "parallel.cp=2"}, 2),
+             Catch::Contains("model.mtp.depth") && Catch::Contains("context parallelism"));
+  CHECK_THAT(error_of({"model.mtp.depth=1", "model.moe.num_experts=4", "model.moe.first_k_dense_replace=4"}, 1),
+             Catch::Contains("model.moe.first_k_dense_replace"));
+  CHECK_THAT(error_of({"model.mtp.depth=-1"}, 1), Catch::Contains("model.mtp.depth"));
+}

@@ -295,7 +295,10 @@ TEST_CASE("config.json: transformers 5's rope_parameters give the theta and scal
   CHECK(keys_of(v5).at("model.rope_scaling.factor") == "4.0");
   v5["rope_parameters"]["truncate"] = false;
   CHECK_THAT(keys_error(v5), Catch::Contains("\"rope_parameters.truncate\" is false"));
+  // Without original_max_position_embeddings, transformers takes max_position_embeddings.
   v5["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 10000.0}};
+  CHECK(keys_of(v5).at("model.rope_scaling.original_max_position_embeddings") == "64");
+  v5["rope_parameters"]["original_max_position_embeddings"] = "x";
   CHECK_THAT(keys_error(v5),
              Catch::Contains("\"rope_parameters.original_max_position_embeddings\" must be a positive integer"));
   v5["rope_parameters"] = {{"rope_type", "longrope"}, {"factor", 4.0}, {"rope_theta", 10000.0}};

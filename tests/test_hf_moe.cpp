@@ -176,6 +176,12 @@ TEST_CASE("config.json: DeepSeek-V3's latent attention, router and YaRN; FP8 ref
   CHECK(keys.at("model.num_kv_heads") == "128");
   ds["q_lora_rank"] = nullptr;  // DeepSeek-V2-Lite's: queries straight from the hidden state
   CHECK(keys_of(ds).at("model.mla.q_lora_rank") == "0");
+  auto absent = ds;
+  absent.erase("q_lora_rank");  // DeepseekV3Config's default
+  CHECK(keys_of(absent).at("model.mla.q_lora_rank") == "1536");
+  // A Llama-family directory has rotate-half rotary features and no latent attention.
+  CHECK(keys_of(llama_json()).at("model.rope_interleave") == "false");
+  CHECK(keys_of(llama_json()).at("model.mla.kv_lora_rank") == "0");
   auto fp8 = ds;
   fp8["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}};
   CHECK_THAT(keys_error(fp8), Catch::Contains("\"quantization_config\" is") && Catch::Contains("BF16"));

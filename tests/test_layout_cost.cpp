@@ -129,6 +129,13 @@ TEST_CASE("parameter counts: GPT-2 124M and the Llama configs' published sizes",
   CHECK(loom::models::model_num_parameters(read_config("qwen3_30b_a3b.yaml")) == 30532122624);
   CHECK(loom::models::activated_parameters_per_token(read_config("qwen3_30b_a3b.yaml")) == 3353032704);
   CHECK(loom::models::activated_parameters_per_token(read_config("llama3_2_1b.yaml")) == 1235814400);
+  // DeepSeek-V3: 671B, 37B activated (its report), and one MTP module of 11.6B (the release's 685B
+  // adds its copies of the embedding and output layer, 1.85B): worked from its shapes (latent
+  // attention 187,121,664 a block; an MoE block 256 x 44,040,192 experts, a shared one, the router).
+  const auto deepseek = read_config("deepseek_v3_671b.yaml");
+  CHECK(loom::models::model_num_parameters(deepseek) - loom::models::mtp_num_parameters(deepseek) == 671026404352);
+  CHECK(loom::models::activated_parameters_per_token(deepseek) == 37552282624);
+  CHECK(loom::models::mtp_num_parameters(deepseek) == 11610067968);
 }
 
 TEST_CASE("a small Llama's FLOPs, activation coefficient and parameters per rank, worked by hand", "[plan]") {
