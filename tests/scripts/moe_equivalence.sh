@@ -18,7 +18,9 @@
 # 5. DeepSeek-V3's router (sigmoid, groups, scaling, expert biases) at ep 2 x tp 2 equals one
 #    process, and its biases are saved and resumed (at another ep);
 # 6. a Llama with SwiGLU experts of their own width, a shared expert and dense blocks
-#    (first_k_dense_replace, mlp_only_layers) at ep 2 x tp 2 x pp 2 and under ZeRO-3 equals one process.
+#    (first_k_dense_replace, mlp_only_layers) at ep 2 x tp 2 x pp 2 and under ZeRO-3 equals one process;
+# 7. DeepSeek-V3 in small (its router, latent attention, YaRN, multi-token prediction) likewise, with
+#    the same expert biases after 20 steps.
 source "$(dirname "$0")/common.sh"
 MOE=(--set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.aux_loss_coeff=0.01
      --set model.moe.z_loss_coeff=0.001 --set train.global_batch_size=16 --set train.micro_batch_size=2)
@@ -125,6 +127,42 @@ for layout in ep2_tp2_pp2 ep2_zero3; do
   echo -n "SwiGLU and shared experts, dense blocks 0 and 2, $layout vs one process: "
   compare_moe_losses "$WORK/swiglu_$layout" "$WORK/swiglu_ref" || fail "SwiGLU experts at $layout differ from one process"
 done
+# 7. A DeepSeek-V3 in small: the experts above with DeepSeek-V3's router (its biases moving every step),
+# latent attention (query latent, values narrower than keys), interleaved rotary features under
+# YaRN, and one multi-token prediction module (an MoE block of its own): ep 2 x tp 2 x pp 2 + SP
+# under zb-h1 and ep 2 under ZeRO-3 give one process's losses and mtp_loss over 20 steps, and the
+# same expert biases after them (every MoE block's, the MTP block's included).
+DSV3=("${SWIGLU[@]}" --set model.num_kv_heads=0 --set model.moe.num_experts=8 --set model.moe.score=sigmoid
+      --set model.moe.n_group=4 --set model.moe.topk_group=2 --set model.moe.routed_scaling_factor=2.5
+      --set model.moe.bias_update_rate=0.01 --set model.mla.kv_lora_rank=16 --set model.mla.q_lora_rank=24
+      --set model.mla.qk_nope_head_dim=8 --set model.mla.qk_rope_head_dim=4 --set model.mla.v_head_dim=6
+      --set model.rope_interleave=true --set model.rope_scaling.type=yarn --set model.rope_scaling.factor=4
+      --set model.rope_scaling.original_max_position_embeddings=8 --set model.rope_scaling.mscale_all_dim=1
+      --set model.mtp.depth=1 --set model.mtp.loss_weight=0.3 --set checkpoint.interval=20)
+train 1 dsv3_ref "${DSV3[@]}" --set checkpoint.dir="$WORK/ck_dsv3_ref"
+train 8 dsv3_ep2_tp2_pp2 "${DSV3[@]}" --set parallel.ep=2 --set parallel.tp=2 --set parallel.pp=2 \
+  --set parallel.sequence_parallel=true --set parallel.schedule=zb-h1 --set checkpoint.dir="$WORK/ck_dsv3_tp"
+train 4 dsv3_ep2_zero3 "${DSV3[@]}" --set parallel.ep=2 --set parallel.zero_stage=3 --set checkpoint.dir="$WORK/ck_dsv3_z3"
+for layout in ep2_tp2_pp2 ep2_zero3; do
+  echo -n "DeepSeek-V3 in small, $layout vs one process: "
+  compare_moe_losses "$WORK/dsv3_$layout" "$WORK/dsv3_ref" || fail "DeepSeek-V3 in small at $layout differs from one process"
+done
+python3 - "$WORK" << 'PY' || fail "DeepSeek-V3 in small: mtp_loss or expert biases differ between layouts"
+import json, sys
+work = sys.argv[1]
+def mtp(run):
+    return [r["mtp_loss"] for r in map(json.loads, open(f"{work}/{run}/metrics.jsonl")) if "mtp_loss" in r]
+def bias(ck):
+    return json.load(open(f"{work}/{ck}/step_00000020/manifest.json"))["expert_bias"]
+ref = mtp("dsv3_ref")
+assert len(ref) == 20, ref
+for run, ck in (("dsv3_ep2_tp2_pp2", "ck_dsv3_tp"), ("dsv3_ep2_zero3", "ck_dsv3_z3")):
+    worst = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(mtp(run), ref))
+    assert len(mtp(run)) == 20 and worst <= 1e-5, (run, worst)
+    assert bias(ck) == bias("ck_dsv3_ref"), (run, bias(ck), bias("ck_dsv3_ref"))
+    print(f"{run}: mtp_loss within {worst:.1e} of one process over 20 steps; the expert biases of its",
+          f"{len(bias(ck))} MoE blocks equal one process's")
+PY
 code=0
 "$LOOM" export "$WORK/ck/step_00000020" --format hf-gpt2 --output "$WORK/moe.safetensors" > "$WORK/export.log" 2>&1 || code=$?
 [ "$code" = 2 ] && grep -q "cannot represent model.moe.num_experts = 4" "$WORK/export.log" || { cat "$WORK/export.log"; fail "export of an MoE checkpoint was not refused with exit 2"; }
