@@ -117,9 +117,6 @@ void check_model_shape(const Config& c) {
           "model.moe.first_k_dense_replace",
           "covers every block, so the multi-token prediction blocks after them would be dense, where DeepSeek-V3's "
           "are MoE blocks; lower it below model.num_layers");
-  require(m.mtp.depth == 0 || c.parallel.cp == 1, "model.mtp.depth",
-          "multi-token prediction under context parallelism is not built yet (module k's labels at the end of "
-          "each chunk live on another cp rank); use parallel.cp 1");
   const auto& scaling = m.rope_scaling;
   if (scaling.type == RopeScalingKind::llama3) {
     require(m.position == PositionKind::rope, "model.rope_scaling.type",

@@ -301,8 +301,7 @@ std::vector<LayoutEstimate> enumerate_layouts(const Config& config, const Cluste
   // Context parallelism for long sequences: cp splits the sequence into 2 cp chunks; all-to-all
   // also needs each tp rank's heads and kv heads to divide by cp.
   std::vector<std::pair<int64_t, ContextComm>> contexts{{1, ContextComm::p2p}};
-  // Multi-token prediction is not built under context parallelism (core/config_validation.cpp).
-  if (m.seq_len >= kLongSequence && m.mtp.depth == 0) {
+  if (m.seq_len >= kLongSequence) {
     for (int64_t cp : {2, 4, 8, 16})
       contexts.push_back({cp, ContextComm::p2p}), contexts.push_back({cp, ContextComm::a2a});
   }

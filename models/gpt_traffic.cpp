@@ -308,24 +308,31 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     }
     add(l.grad_group, "all_reduce", 1, (c.model.mtp.depth > 0 ? 2 : 1) * kDouble);  // the loss (and MTP's)
   }
+  if (l.cp > 1 && last && c.model.mtp.depth > 0) {
+    // Multi-token prediction gathers each micro-batch's targets (int64) whole over cp (models/mtp.h).
+    add("cp", "all_gather", m, b * s * l.cp * static_cast<int64_t>(sizeof(int64_t)));
+  }
   if (l.cp > 1) {
     // Attention over the cp group, per layer and micro-batch (parallel/ring_attention.h,
     // parallel/all_to_all_attention.h); recomputation (full or selective) runs the forward's again.
     const int64_t d = c.model.head_dim(), heads = c.model.num_heads / l.t;
     const int64_t kv = kv_heads_shared(c.model.kv_heads(), l.t) ? 1 : c.model.kv_heads() / l.t;
     const int64_t forwards = c.train.recompute == Recompute::none ? 1 : 2;
+    // The passes of a layer's attention (forwards and backward) per micro-batch, summed over this
+    // rank's layers and multi-token prediction's blocks (whose forward only selective recomputation repeats).
+    const int64_t mtp = last ? c.model.mtp.depth : 0;
+    const int64_t passes = layers * (forwards + 1) + mtp * (c.train.recompute == Recompute::selective ? 3 : 2);
     if (c.parallel.cp_comm == ContextComm::p2p) {
       // Each ring step is one call sending this rank's keys and values on and receiving the
       // previous rank's (both counted); backward also passes the fp32 key/value gradients along.
       const int64_t kv_shard = 2 * b * kv * s * d * act_bytes, dkv_shard = 2 * b * kv * s * d * kFloat;
-      add("cp", "send_recv", m * layers * (l.cp - 1) * (forwards + 1), 2 * kv_shard);
-      add("cp", "send_recv", m * layers * (l.cp - 1), 2 * dkv_shard);
+      add("cp", "send_recv", m * passes * (l.cp - 1), 2 * kv_shard);
+      add("cp", "send_recv", m * (layers + mtp) * (l.cp - 1), 2 * dkv_shard);
     } else {
       // q, k, v to heads and the context back, forward and (their gradients) backward: each all-to-all
       // sends all but this rank's 1/cp of its tensor.
       auto sent = [&](int64_t tensor_heads) { return b * tensor_heads * s * d * act_bytes / l.cp * (l.cp - 1); };
-      for (int64_t tensor_heads : {heads, kv, kv, heads})
-        add("cp", "all_to_all", m * layers * (forwards + 1), sent(tensor_heads));
+      for (int64_t tensor_heads : {heads, kv, kv, heads}) add("cp", "all_to_all", m * passes, sent(tensor_heads));
     }
   }
   if (l.t * l.p > 1) add("model-parallel", "all_reduce", 1, kDouble);  // the gradient norm

@@ -1,6 +1,10 @@
 #include "models/mtp.h"
 
 #include <string>
+#include <utility>
+
+#include "parallel/ring_attention.h"
+#include "parallel/tp_regions.h"
 
 namespace loom::models {
 namespace {
@@ -29,7 +33,8 @@ torch::Tensor add_in_backward(const torch::Tensor& loss, const torch::Tensor& ex
 }
 
 MultiTokenPredictionImpl::MultiTokenPredictionImpl(const GPTOptions& options, TensorParallelContext tp,
-                                                   const RotaryEmbedding& rotary) {
+                                                   const RotaryEmbedding& rotary)
+    : tp_(tp), seq_len_(options.seq_len) {
   const int64_t h = options.hidden_size;
   const bool sp = tp.sequence_parallel;
   // The modules' blocks are not among the trainer's blocks: full recomputation does not wrap them,
@@ -50,21 +55,40 @@ MultiTokenPredictionImpl::MultiTokenPredictionImpl(const GPTOptions& options, Te
   }
 }
 
+std::pair<torch::Tensor, torch::Tensor> MultiTokenPredictionImpl::whole_sequence(const torch::Tensor& targets) const {
+  const auto device = targets.device();
+  if (tp_.cp_size() == 1) return {targets, torch::arange(targets.size(1), targets.options())};
+  // Each cp rank holds two chunks of every sequence; gathered in rank order, then put in place.
+  auto gathered = parallel::all_gather_along(targets, 1, *tp_.cp);
+  std::vector<int64_t> order;
+  for (int64_t r = 0; r < tp_.cp_size(); ++r) {
+    for (int64_t p : parallel::context_parallel_positions(seq_len_, tp_.cp_size(), r)) order.push_back(p);
+  }
+  auto whole = torch::empty_like(gathered);
+  whole.index_copy_(1, torch::tensor(order, torch::kInt64).to(device), gathered);
+  return {whole, tp_.cp_positions(seq_len_, device)};
+}
+
 torch::Tensor MultiTokenPredictionImpl::forward(const torch::Tensor& normed, const torch::Tensor& targets,
                                                 const Embed& embed, const TokenLosses& token_losses) {
-  const int64_t s = targets.size(1);
+  const auto [whole, positions] = whole_sequence(targets);
+  const int64_t s = whole.size(1), here = targets.size(1), b = targets.size(0);
+  // Token i + N of the sequence at each of this rank's positions i (0 past its end: masked).
+  auto ahead = [&](int64_t n) { return shifted_left(whole, n).index_select(1, positions); };
   auto hidden = normed;
   torch::Tensor total;
   for (size_t k = 0; k < modules_.size(); ++k) {
     auto& module = modules_[k];
     const auto shift = static_cast<int64_t>(k) + 1;  // module `shift` predicts token i + shift + 1
     // The embedding of token i + shift, which the targets hold at i + shift - 1; DeepSeek puts it first.
-    auto joined =
-        torch::cat({module.enorm->forward(embed(shifted_left(targets, shift - 1))), module.hnorm->forward(hidden)}, -1);
+    auto joined = torch::cat({module.enorm->forward(embed(ahead(shift - 1))), module.hnorm->forward(hidden)}, -1);
     hidden = module.block->forward(module.eh_proj->forward(joined));
-    auto losses = token_losses(module.norm->forward(hidden), shifted_left(targets, shift)).view({-1, s});
-    // The last SHIFT positions have no token i + shift + 1 in the sample.
-    auto loss = losses.narrow(1, 0, s - shift).mean();
+    auto losses = token_losses(module.norm->forward(hidden), ahead(shift)).view({b, here});
+    // The last SHIFT positions of the sequence have no token i + shift + 1. The mean over the
+    // positions that have one: each cp rank's sum over that count / cp, which the trainer's mean
+    // over cp makes the whole sequence's mean.
+    auto valid = (positions < s - shift).to(losses.scalar_type());
+    auto loss = (losses * valid).sum() / (static_cast<double>(b * (s - shift)) / static_cast<double>(tp_.cp_size()));
     total = total.defined() ? total + loss : loss;
   }
   return total / static_cast<double>(modules_.size());

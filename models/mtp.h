@@ -44,6 +44,12 @@ class MultiTokenPredictionImpl : public torch::nn::Module {
     ReplicatedLinear eh_proj{nullptr};
     GPTBlock block{nullptr};
   };
+  // The targets of the whole sequence [B, S] and this rank's global positions [S / cp] (context
+  // parallelism: the tokens after a chunk's last ones live on other cp ranks).
+  std::pair<torch::Tensor, torch::Tensor> whole_sequence(const torch::Tensor& targets) const;
+
+  TensorParallelContext tp_;
+  int64_t seq_len_;
   std::vector<Module> modules_;
 };
 TORCH_MODULE(MultiTokenPrediction);

@@ -476,10 +476,9 @@ TEST_CASE("latent attention and multi-token prediction refuse what they cannot r
   CHECK_THAT(error_of({"model.mla.q_lora_rank=8"}, 1), Catch::Contains("model.mla.q_lora_rank"));
   CHECK_THAT(error_of({"model.rope_scaling.type=yarn", "model.position=rope", "model.rope_scaling.beta_fast=0.5"}, 1),
              Catch::Contains("model.rope_scaling.beta_fast"));
-  // Multi-token prediction: not yet under context parallelism; its blocks are MoE blocks in an MoE.
+  // Multi-token prediction: its blocks are MoE blocks in an MoE.
   CHECK(resolved({"model.mtp.depth=2"}, 2).model.mtp.depth == 2);
-  CHECK_THAT(error_of({"model.mtp.depth=1", "parallel.cp=2"}, 2),
-             Catch::Contains("model.mtp.depth") && Catch::Contains("context parallelism"));
+  CHECK(resolved({"model.mtp.depth=1", "parallel.cp=2"}, 2).model.mtp.depth == 1);
   CHECK_THAT(error_of({"model.mtp.depth=1", "model.moe.num_experts=4", "model.moe.first_k_dense_replace=4"}, 1),
              Catch::Contains("model.moe.first_k_dense_replace"));
   CHECK_THAT(error_of({"model.mtp.depth=-1"}, 1), Catch::Contains("model.mtp.depth"));

@@ -88,8 +88,8 @@ def draw(rng, index):
         model += ["model.moe.score=sigmoid", "model.moe.n_group=2", "model.moe.topk_group=1",
                   "model.moe.routed_scaling_factor=2.5", "model.moe.bias_update_rate=0.01",
                   f"model.moe.norm_topk_prob={rng.choice(['true', 'false'])}"]
-    # A quarter of the draws without context parallelism predict more tokens (DeepSeek-V3's MTP).
-    if cp == 1 and rng.random() < 0.25:
+    # A quarter of the draws predict more tokens (DeepSeek-V3's MTP).
+    if rng.random() < 0.25:
         model += [f"model.mtp.depth={rng.choice([1, 2])}", "model.mtp.loss_weight=0.3"]
     # The balance loss over each micro-batch, each sequence (its parts gathered from cp and SP), or none.
     if moe:

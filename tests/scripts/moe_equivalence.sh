@@ -130,7 +130,8 @@ done
 # 7. A DeepSeek-V3 in small: the experts above with DeepSeek-V3's router (its biases moving every step),
 # latent attention (query latent, values narrower than keys), interleaved rotary features under
 # YaRN, and one multi-token prediction module (an MoE block of its own): ep 2 x tp 2 x pp 2 + SP
-# under zb-h1 and ep 2 under ZeRO-3 give one process's losses and mtp_loss over 20 steps, and the
+# under zb-h1, ep 2 under ZeRO-3 and cp 2 x ep 2 (the MTP labels gathered over cp) give one
+# process's losses and mtp_loss over 20 steps, and the
 # same expert biases after them (every MoE block's, the MTP block's included).
 DSV3=("${SWIGLU[@]}" --set model.num_kv_heads=0 --set model.moe.num_experts=8 --set model.moe.score=sigmoid
       --set model.moe.n_group=4 --set model.moe.topk_group=2 --set model.moe.routed_scaling_factor=2.5
@@ -143,7 +144,8 @@ train 1 dsv3_ref "${DSV3[@]}" --set checkpoint.dir="$WORK/ck_dsv3_ref"
 train 8 dsv3_ep2_tp2_pp2 "${DSV3[@]}" --set parallel.ep=2 --set parallel.tp=2 --set parallel.pp=2 \
   --set parallel.sequence_parallel=true --set parallel.schedule=zb-h1 --set checkpoint.dir="$WORK/ck_dsv3_tp"
 train 4 dsv3_ep2_zero3 "${DSV3[@]}" --set parallel.ep=2 --set parallel.zero_stage=3 --set checkpoint.dir="$WORK/ck_dsv3_z3"
-for layout in ep2_tp2_pp2 ep2_zero3; do
+train 8 dsv3_cp2_ep2 "${DSV3[@]}" --set parallel.cp=2 --set parallel.ep=2 --set checkpoint.dir="$WORK/ck_dsv3_cp"
+for layout in ep2_tp2_pp2 ep2_zero3 cp2_ep2; do
   echo -n "DeepSeek-V3 in small, $layout vs one process: "
   compare_moe_losses "$WORK/dsv3_$layout" "$WORK/dsv3_ref" || fail "DeepSeek-V3 in small at $layout differs from one process"
 done
@@ -156,7 +158,7 @@ def bias(ck):
     return json.load(open(f"{work}/{ck}/step_00000020/manifest.json"))["expert_bias"]
 ref = mtp("dsv3_ref")
 assert len(ref) == 20, ref
-for run, ck in (("dsv3_ep2_tp2_pp2", "ck_dsv3_tp"), ("dsv3_ep2_zero3", "ck_dsv3_z3")):
+for run, ck in (("dsv3_ep2_tp2_pp2", "ck_dsv3_tp"), ("dsv3_ep2_zero3", "ck_dsv3_z3"), ("dsv3_cp2_ep2", "ck_dsv3_cp")):
     worst = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(mtp(run), ref))
     assert len(mtp(run)) == 20 and worst <= 1e-5, (run, worst)
     assert bias(ck) == bias("ck_dsv3_ref"), (run, bias(ck), bias("ck_dsv3_ref"))
