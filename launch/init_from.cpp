@@ -11,6 +11,7 @@
 #include "core/logging.h"
 #include "core/safetensors.h"
 #include "launch/checkpoint.h"
+#include "launch/moe_metrics.h"
 #include "models/gpt_hf.h"
 #include "models/llama_hf.h"
 
@@ -128,8 +129,7 @@ std::vector<std::vector<double>> expert_bias_from_pretrained(const Config& confi
       [&](const std::string& name, const std::vector<int64_t>& shape) { return weights.read(name, shape); }, config);
   std::vector<std::vector<double>> biases;
   const int64_t held = mtp_layers_held(weights, config);
-  for (int64_t layer = 0; layer < config.model.num_layers + config.model.mtp.depth; ++layer) {
-    if (!moe_block(config.model.moe, layer)) continue;
+  for (int64_t layer : moe_layers(config)) {
     if (layer >= config.model.num_layers + held) {  // a multi-token prediction module not in the directory
       biases.emplace_back(static_cast<size_t>(config.model.moe.num_experts), 0.0);
       continue;

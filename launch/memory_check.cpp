@@ -9,6 +9,7 @@
 #include "core/cuda_backend.h"
 #include "core/errors.h"
 #include "launch/layout_cost.h"
+#include "launch/moe_metrics.h"
 #include "models/gpt_shapes.h"
 #include "models/moe.h"
 
@@ -38,10 +39,8 @@ double approximate_parameters(const Config& c) {
 double expert_parameters(const Config& c) {
   const auto& m = c.model;
   if (!m.moe.enabled()) return 0;
-  double layers = 0;
-  // Multi-token prediction's blocks (layers num_layers, ...) included.
-  for (int64_t layer = 0; layer < m.num_layers + m.mtp.depth; ++layer)
-    layers += models::is_moe_layer(m.moe, layer) ? 1.0 : 0.0;
+  // Every MoE block, multi-token prediction's included (launch/moe_metrics.h).
+  const auto layers = static_cast<double>(moe_layers(c).size());
   return layers * static_cast<double>(m.moe.num_experts) * static_cast<double>(models::moe_expert_numel(c));
 }
 

@@ -55,18 +55,23 @@ MultiTokenPredictionImpl::MultiTokenPredictionImpl(const GPTOptions& options, Te
   }
 }
 
-std::pair<torch::Tensor, torch::Tensor> MultiTokenPredictionImpl::whole_sequence(const torch::Tensor& targets) const {
+std::pair<torch::Tensor, torch::Tensor> MultiTokenPredictionImpl::whole_sequence(const torch::Tensor& targets) {
   const auto device = targets.device();
-  if (tp_.cp_size() == 1) return {targets, torch::arange(targets.size(1), targets.options())};
+  if (!positions_.defined() || positions_.device() != device) {
+    // Worked out once: this rank's global positions, and where each cp rank's gathered tokens go.
+    positions_ = tp_.cp_positions(seq_len_, device);
+    std::vector<int64_t> order;
+    for (int64_t r = 0; r < tp_.cp_size(); ++r) {
+      for (int64_t p : parallel::context_parallel_positions(seq_len_, tp_.cp_size(), r)) order.push_back(p);
+    }
+    gather_order_ = torch::tensor(order, torch::kInt64).to(device);
+  }
+  if (tp_.cp_size() == 1) return {targets, positions_};
   // Each cp rank holds two chunks of every sequence; gathered in rank order, then put in place.
   auto gathered = parallel::all_gather_along(targets, 1, *tp_.cp);
-  std::vector<int64_t> order;
-  for (int64_t r = 0; r < tp_.cp_size(); ++r) {
-    for (int64_t p : parallel::context_parallel_positions(seq_len_, tp_.cp_size(), r)) order.push_back(p);
-  }
   auto whole = torch::empty_like(gathered);
-  whole.index_copy_(1, torch::tensor(order, torch::kInt64).to(device), gathered);
-  return {whole, tp_.cp_positions(seq_len_, device)};
+  whole.index_copy_(1, gather_order_, gathered);
+  return {whole, positions_};
 }
 
 torch::Tensor MultiTokenPredictionImpl::forward(const torch::Tensor& normed, const torch::Tensor& targets,

@@ -46,10 +46,11 @@ class MultiTokenPredictionImpl : public torch::nn::Module {
   };
   // The targets of the whole sequence [B, S] and this rank's global positions [S / cp] (context
   // parallelism: the tokens after a chunk's last ones live on other cp ranks).
-  std::pair<torch::Tensor, torch::Tensor> whole_sequence(const torch::Tensor& targets) const;
+  std::pair<torch::Tensor, torch::Tensor> whole_sequence(const torch::Tensor& targets);
 
   TensorParallelContext tp_;
   int64_t seq_len_;
+  torch::Tensor positions_, gather_order_;  // on the targets' device, made on first use
   std::vector<Module> modules_;
 };
 TORCH_MODULE(MultiTokenPrediction);

@@ -92,11 +92,11 @@ SelfAttentionImpl::SelfAttentionImpl(const GPTOptions& options, int64_t layer, T
 }
 
 SelfAttentionImpl::Heads SelfAttentionImpl::project(const torch::Tensor& x, int64_t first_position) {
+  // Under context parallelism: this rank's two chunks of the sequence (gathered over tp under
+  // sequence parallelism), their positions made once for the queries and the keys.
+  const auto positions = tp_.cp_size() > 1 ? tp_.cp_positions(options_.seq_len, x.device()) : torch::Tensor();
   auto rotate = [&](const torch::Tensor& t) {
-    // Under context parallelism: this rank's two chunks of the sequence (gathered over tp under
-    // sequence parallelism).
-    return tp_.cp_size() > 1 ? rotary_.apply_at(t, tp_.cp_positions(options_.seq_len, t.device()))
-                             : rotary_.apply(t, first_position);
+    return positions.defined() ? rotary_.apply_at(t, positions) : rotary_.apply(t, first_position);
   };
   if (latent_) {
     auto heads = latent_->forward(parallel::enter_column_parallel_region(x, *tp_.tp, tp_.sequence_parallel), rotate);
