@@ -160,6 +160,9 @@ struct ParallelConfig {
   int64_t pp = 1;
   int64_t dp = 0;  // 0: world / (tp * cp * pp)
   int64_t ep = 1;
+  // Experts split over tp (Megatron-LM's expert tensor parallelism): 1, experts replicated over tp; tp,
+  // each expert's width split over the tp group like the dense MLP's.
+  int64_t expert_tp = 1;
   // Context parallelism: each sequence split over cp ranks, attention by ring (p2p) or all-to-all (a2a).
   int64_t cp = 1;
   ContextComm cp_comm = ContextComm::p2p;

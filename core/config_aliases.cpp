@@ -33,9 +33,10 @@ const std::vector<MegatronAlias>& megatron_aliases() {
        "loom counts model chunks per stage, not layers per chunk; with parallel.schedule=interleaved"},
       {"sequence_parallel", "parallel.sequence_parallel", ""},
       {"expert_model_parallel_size", "parallel.ep", ""},
+      {"expert_tensor_parallel_size", "parallel.expert_tp", "1, or the same as tensor_model_parallel_size"},
       {"use_distributed_optimizer", "parallel.zero_stage", "the distributed optimizer is ZeRO stage 1: set it to 1"},
       {"distributed_backend", "parallel.backend", ""},
-      {"context_parallel_size", "", "context parallelism is not supported by loom yet"},
+      {"context_parallel_size", "parallel.cp", ""},
 
       {"train_iters", "train.steps", ""},
       {"micro_batch_size", "train.micro_batch_size", ""},

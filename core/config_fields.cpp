@@ -276,6 +276,9 @@ std::vector<ConfigField> make_fields() {
       int_field("parallel", "dp", LOOM_MEMBER(parallel.dp), "data-parallel size; 0: world / (tp x cp x pp)"),
       int_field("parallel", "ep", LOOM_MEMBER(parallel.ep),
                 "expert-parallel size (divides dp and model.moe.num_experts)"),
+      int_field("parallel", "expert_tp", LOOM_MEMBER(parallel.expert_tp),
+                "experts' tensor-parallel size: 1 (each expert whole on every tp rank) or parallel.tp (each "
+                "expert's width split over tp)"),
       bool_field("parallel", "sequence_parallel", LOOM_MEMBER(parallel.sequence_parallel),
                  "shard activations along the sequence outside tp regions (needs tp > 1)"),
       int_field("parallel", "virtual_stages", LOOM_MEMBER(parallel.virtual_stages),

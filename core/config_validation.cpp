@@ -224,6 +224,7 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(p.tp >= 1, "parallel.tp", "must be at least 1");
   require(p.pp >= 1, "parallel.pp", "must be at least 1");
   require(p.ep >= 1, "parallel.ep", "must be at least 1");
+  require(p.expert_tp >= 1, "parallel.expert_tp", "must be at least 1");
   require(p.cp >= 1, "parallel.cp", "must be at least 1");
   const int64_t model_ranks = p.tp * p.cp * p.pp;
   require(world % model_ranks == 0, "parallel.tp",
@@ -292,7 +293,14 @@ void resolve_and_validate(Config& c, int64_t world) {
                 std::to_string(p.ep) + " ranks; use a multiple of " + std::to_string(p.ep));
     require(m.init_from.empty() || m.arch == ModelArch::llama, "model.init_from",
             "loads a dense GPT-2, which has no experts; unset model.moe.num_experts");
+    require(p.expert_tp == 1 || p.expert_tp == p.tp, "parallel.expert_tp",
+            "must be 1 (experts whole on every tp rank) or parallel.tp = " + std::to_string(p.tp) + ", got " +
+                std::to_string(p.expert_tp));
+    require(c.moe_ffn_size() % p.expert_tp == 0, "parallel.expert_tp",
+            std::to_string(p.expert_tp) + " does not divide the experts' width " + std::to_string(c.moe_ffn_size()) +
+                " (model.moe.moe_intermediate_size, else model.ffn_hidden_size)");
   } else {
+    require(p.expert_tp == 1, "parallel.expert_tp", "splits experts over tp: set model.moe.num_experts");
     require(p.ep == 1, "parallel.ep",
             std::to_string(p.ep) + " needs experts to spread: set model.moe.num_experts (a multiple of " +
                 std::to_string(p.ep) + ")");

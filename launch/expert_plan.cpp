@@ -51,18 +51,29 @@ ExpertPlan expert_plan(const Config& config, int64_t world, int64_t ep) {
     plan.moe_layers += models::is_moe_layer(m.moe, layer);
   plan.experts_per_rank = m.moe.num_experts / ep;
   const double layers_here = static_cast<double>(busiest_stage_moe_blocks(config));
-  plan.expert_parameters =
-      layers_here * static_cast<double>(plan.experts_per_rank) * static_cast<double>(models::moe_expert_numel(config));
+  const auto split = static_cast<double>(p.expert_tp);
+  plan.expert_parameters = layers_here * static_cast<double>(plan.experts_per_rank) *
+                           static_cast<double>(models::moe_expert_numel(config)) / split;
   const bool mixed = config.train.precision != TrainPrecision::fp32;
   plan.expert_state_bytes = plan.expert_parameters * (mixed ? 18.0 : 16.0);
   plan.routed_tokens = static_cast<double>(config.train.global_batch_size * m.seq_len) /
-                       static_cast<double>(plan.dp * p.cp * (p.sequence_parallel ? p.tp : 1));
+                       static_cast<double>(plan.dp * p.cp * (p.sequence_parallel && p.expert_tp == 1 ? p.tp : 1));
   const double activation = static_cast<double>(c10::elementSize(Precision::of(config.train.precision).activations));
   const double leaving = static_cast<double>(ep - 1) / static_cast<double>(ep);
   // Dispatch and combine in forward and in backward; full recomputation runs the forward's again.
   const double exchanges = config.train.recompute == Recompute::full ? 6.0 : 4.0;
-  plan.all_to_all_bytes = layers_here * exchanges * plan.routed_tokens * static_cast<double>(m.moe.top_k) * leaving *
-                          static_cast<double>(m.hidden_size) * activation;
+  const double row = static_cast<double>(m.hidden_size) * activation;
+  plan.all_to_all_bytes =
+      layers_here * exchanges * plan.routed_tokens * static_cast<double>(m.moe.top_k) * leaving * row;
+  if (p.expert_tp > 1) {
+    // A ring all-reduce sends 2 (t - 1) / t of the tensor, an all-gather (t - 1) / t of the whole:
+    // one of each kind in forward and one in backward, and the forward's again under full recomputation.
+    const double passes = config.train.recompute == Recompute::full ? 3.0 : 2.0;
+    const double share = (split - 1.0) / split;
+    const double sums = 2.0 * share * plan.routed_tokens * static_cast<double>(m.moe.top_k) * row;
+    const double gathers = p.sequence_parallel ? share * plan.routed_tokens * row : 0.0;
+    plan.expert_tp_bytes = layers_here * passes * (sums + gathers);
+  }
   return plan;
 }
 

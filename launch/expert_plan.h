@@ -19,11 +19,16 @@ struct ExpertPlan {
   double expert_state_bytes = 0;  // their parameters, gradients and AdamW state, unsharded
   double routed_tokens = 0;       // tokens one rank routes per step (its share of the global batch)
   double all_to_all_bytes = 0;    // one rank's sends per step: dispatch + combine, forward + backward
+  // Expert tensor parallelism (parallel.expert_tp = tp > 1): one rank's sends per step for the sums
+  // over tp of the expert outputs (forward) and inputs' gradients (backward), ring all-reduces, and
+  // under sequence parallelism the gathers of the sequence and of its output's gradient.
+  double expert_tp_bytes = 0;
 };
 
 // The plan at EP for the layout of CONFIG's parallel section on WORLD ranks: dp = WORLD / (tp cp
 // pp); one rank routes global_batch x seq_len / (dp cp) tokens a step (and 1 / tp of them under
-// sequence parallelism, else every tp rank routes the same ones). Even routing sends the share
+// sequence parallelism without expert_tp, else every tp rank routes the same ones). Experts split
+// over tp (expert_tp) hold 1 / tp of their parameters on each rank. Even routing sends the share
 // (ep - 1) / ep of each rank's top_k choices of a token's hidden vector to other ranks, once to
 // dispatch and once to combine, and as much again in backward (and in the recomputed forward under
 // full recomputation), in the activations' dtype, in each MoE block of the busiest pp stage. State bytes: 4 + 4 + 8 per

@@ -76,12 +76,13 @@ MemoryEstimate estimate_rank_memory(const Config& config, bool scores_kept) {
   unbounded.peak_flops = unbounded.intra_bandwidth = unbounded.inter_bandwidth = 1e12;
   const auto plan = estimate_layout(config, unbounded, layout);
   e.parameters = static_cast<double>(models::model_num_parameters(config));
-  // loom plan divides experts by tp like other matrices; expert parallelism divides them by ep instead.
+  // loom plan divides experts by tp like other matrices; expert parallelism divides them by ep instead
+  // (and by tp again only where parallel.expert_tp splits them).
   const double experts = expert_parameters(config);
   e.rank_parameters = plan.parameters_per_rank;
   if (experts > 0) {
     const double model_ranks = static_cast<double>(p.tp * p.pp);
-    e.rank_parameters += experts / static_cast<double>(p.pp * p.ep) - experts / model_ranks;
+    e.rank_parameters += experts / static_cast<double>(p.pp * p.ep * p.expert_tp) - experts / model_ranks;
   }
   e.state_bytes = plan.state_bytes * (e.rank_parameters / plan.parameters_per_rank);
   // Korthikanti et al. leave out the logits: the last stage holds them and their gradient in fp32,

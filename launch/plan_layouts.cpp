@@ -77,18 +77,28 @@ void print_expert_plan(const Config& config, int64_t world) {
       static_cast<long long>(moe.top_k), with_commas(models::moe_expert_numel(config)).c_str(), first.routed_tokens,
       static_cast<long long>(config.parallel.tp), static_cast<long long>(config.parallel.cp),
       static_cast<long long>(config.parallel.pp), static_cast<long long>(first.dp));
-  std::printf("  %-5s %14s %22s %16s %24s\n", "ep", "experts/block", "expert params/rank", "their state GB",
-              "all-to-all GB/step/rank");
+  const bool split = config.parallel.expert_tp > 1;
+  std::printf("  %-5s %14s %22s %16s %24s%s\n", "ep", "experts/block", "expert params/rank", "their state GB",
+              "all-to-all GB/step/rank", split ? "   expert-tp GB/step/rank" : "");
   for (int64_t ep : degrees) {
     const auto e = expert_plan(config, world, ep);
-    std::printf("  %-5lld %14lld %22s %16.2f %24.3f\n", static_cast<long long>(ep),
+    std::printf("  %-5lld %14lld %22s %16.2f %24.3f", static_cast<long long>(ep),
                 static_cast<long long>(e.experts_per_rank),
                 with_commas(static_cast<int64_t>(e.expert_parameters)).c_str(), e.expert_state_bytes / 1e9,
                 e.all_to_all_bytes / 1e9);
+    if (split) std::printf("   %23.3f", e.expert_tp_bytes / 1e9);
+    std::printf("\n");
   }
   std::printf(
       "  (state: parameters, gradients and AdamW moments of the rank's experts before ZeRO; all-to-all: dispatch and\n"
       "  combine, forward and backward, (ep - 1) / ep of the top_k copies of each routed token leaving the rank)\n");
+  if (split) {
+    std::printf(
+        "  (expert-tp: each expert split over parallel.expert_tp = %lld ranks, its outputs and inputs' gradients "
+        "summed over tp%s)\n",
+        static_cast<long long>(config.parallel.expert_tp),
+        config.parallel.sequence_parallel ? ", the sequence and its gradient gathered" : "");
+  }
 }
 
 }  // namespace

@@ -74,6 +74,7 @@ GPTOptions GPTOptions::from_config(const Config& config) {
   o.seed = static_cast<uint64_t>(config.train.seed);
   o.recompute = config.train.recompute;
   o.moe = config.model.moe;
+  o.expert_tp = config.parallel.expert_tp > 1;
   o.activation_dtype = Precision::of(config.train.precision).activations;
   if (config.parallel.dp > 0) o.loss_scale = 1.0 / static_cast<double>(config.micro_batches_per_step());
   return o;
@@ -145,6 +146,7 @@ GPTBlockImpl::GPTBlockImpl(const GPTOptions& options, int64_t layer, TensorParal
     moe.init_std = kInitStd;
     moe.output_init_std = residual_init_std(options);
     moe.sequence_parallel = sp;
+    moe.expert_tp = options.expert_tp;
     moe.loss_scale = options.loss_scale;
     moe.split_generator = tp.rng ? &tp.rng->split() : nullptr;
     moe_ = register_module("moe", MoELayer(moe, *tp.ep, *tp.tp, tp.cp_size() > 1 ? tp.cp : nullptr));

@@ -38,6 +38,7 @@ struct GPTOptions {
   uint64_t seed = 1234;
   Recompute recompute = Recompute::none;  // full: whole blocks; selective: the attention core
   MoEConfig moe;                          // num_experts 0: dense MLPs
+  bool expert_tp = false;                 // each expert's width split over tp (parallel.expert_tp)
   double loss_scale = 1.0;                // the trainer's factor on each micro-batch's loss (MoE auxiliary losses)
   torch::ScalarType activation_dtype = torch::kFloat;  // bf16 under train.precision bf16
 

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <numeric>
 
 namespace loom::models {
@@ -13,11 +14,21 @@ using torch::autograd::variable_list;
 // A [T, k] x B [G, k, n] -> [T, n] with the rows of A split at OFFS (int32 ends of each group),
 // or, with A [m, T] and B [T, n] -> [G, m, n], the sum over the rows split at OFFS. ATen's
 // _grouped_mm does both in one call on the CPU (fp32, bf16, fp16); on other devices it asks for
-// alignments and dtypes loom has not measured yet (issue 40), so there, and for fp64, each group is
-// one mm into its slice of the output.
+// alignments and dtypes loom has not measured yet (issue 40), so there, for fp64 and for operands
+// whose strides are not multiples of 16 bytes (which _grouped_mm refuses even on the CPU: an
+// expert 6 wide, as 24 split over expert_tp 4 is), each group is one mm into its slice of the output.
+bool strides_aligned(const torch::Tensor& t) {
+  const auto bytes = static_cast<int64_t>(t.element_size());
+  if (reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.stride(d) != 1 && t.size(d) > 1 && t.stride(d) * bytes % 16 != 0) return false;
+  return true;
+}
+
 torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& offs,
                          const std::vector<int64_t>& rows) {
-  if (a.device().is_cpu() && a.scalar_type() != torch::kFloat64) return at::_grouped_mm(a, b, offs);
+  if (a.device().is_cpu() && a.scalar_type() != torch::kFloat64 && strides_aligned(a) && strides_aligned(b))
+    return at::_grouped_mm(a, b, offs);
   const bool rows_of_a = b.dim() == 3;
   auto out = rows_of_a ? torch::empty({a.size(0), b.size(2)}, a.options())
                        : torch::empty({static_cast<int64_t>(rows.size()), a.size(0), b.size(1)}, a.options());

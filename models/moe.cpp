@@ -173,7 +173,8 @@ MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicato
     : options_(options), ep_(ep), tp_(tp), cp_(cp), dispatcher_(options.moe.num_experts, ep, &stats_.volume) {
   const int64_t h = options.hidden_size, f = options.ffn_hidden_size, e = options.moe.num_experts;
   const std::string p = "h." + std::to_string(options.layer) + ".moe.";
-  const bool sp = options.sequence_parallel;
+  // Gradients summed over tp where each tp rank routes its own tokens.
+  const bool sp = routes_own_part();
   router_ = register_parallel_parameter(
       "router_weight", parallel::init_normal(options.seed, p + "router.weight", {e, h}, options.init_std),
       {p + "router.weight", {}, -1, sp});
@@ -185,27 +186,30 @@ MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicato
     x.index = g;
     // Drawn by global name: expert g starts the same whichever rank holds it.
     // Each expert lives on one ep rank, replicated over expert-dp.
-    auto expert = [&](const std::string& suffix, torch::Tensor init) {
-      parallel::ParallelParameter spec{name + suffix, {}, -1, sp};
+    // SPLIT: the dimension expert tensor parallelism splits (-1: whole on every tp rank).
+    auto expert = [&](const std::string& suffix, torch::Tensor init, int64_t split) {
+      if (!options.expert_tp) split = -1;
+      parallel::ParallelParameter spec{name + suffix, {}, split, sp};
       spec.expert = true;
       std::string local = reg + suffix;
       std::replace(local.begin(), local.end(), '.', '_');
-      return register_parallel_parameter(local, std::move(init), spec);
+      return register_parallel_parameter(local, split >= 0 ? parallel::slice_along(init, split, tp) : init, spec);
     };
     // Registered in order of use: the parameters are collected in this order.
     if (options.swiglu) {
       for (auto [w, b, part] : {std::tuple{&x.gate_w, &x.gate_b, "gate"}, std::tuple{&x.up_w, &x.up_b, "up"}}) {
         const std::string weight = std::string(part) + ".weight";
-        *w = expert(weight, parallel::init_normal(options.seed, name + weight, {f, h}, options.init_std));
-        if (options.swiglu_bias) *b = expert(std::string(part) + ".bias", torch::zeros({f}));
+        *w = expert(weight, parallel::init_normal(options.seed, name + weight, {f, h}, options.init_std), 0);
+        if (options.swiglu_bias) *b = expert(std::string(part) + ".bias", torch::zeros({f}), 0);
       }
     } else {
-      x.fc_w = expert("fc.weight", parallel::init_normal(options.seed, name + "fc.weight", {f, h}, options.init_std));
-      x.fc_b = expert("fc.bias", torch::zeros({f}));
+      x.fc_w =
+          expert("fc.weight", parallel::init_normal(options.seed, name + "fc.weight", {f, h}, options.init_std), 0);
+      x.fc_b = expert("fc.bias", torch::zeros({f}), 0);
     }
     x.proj_w = expert("proj.weight",
-                      parallel::init_normal(options.seed, name + "proj.weight", {h, f}, options.output_init_std));
-    if (!options.swiglu || options.swiglu_bias) x.proj_b = expert("proj.bias", torch::zeros({h}));
+                      parallel::init_normal(options.seed, name + "proj.weight", {h, f}, options.output_init_std), 1);
+    if (!options.swiglu || options.swiglu_bias) x.proj_b = expert("proj.bias", torch::zeros({h}), -1);
     experts_.push_back(x);
   }
   stats_.layer = options.layer;
@@ -214,7 +218,27 @@ MoELayerImpl::MoELayerImpl(const MoELayerOptions& options, parallel::Communicato
   stats_.reset();
 }
 
+bool MoELayerImpl::routes_own_part() const {
+  return options_.sequence_parallel && !options_.expert_tp;
+}
+
 torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) {
+  if (!options_.expert_tp) return expert_products(tokens, tokens_per_expert);
+  // Split over tp: each rank's part of the width gives a part of every output row, summed over tp
+  // before the routing weights apply (their gradient needs the whole output); the input's gradient
+  // is each rank's part too, summed on the way back.
+  auto out = parallel::reduce_from_tp_region(
+      expert_products(parallel::copy_to_tp_region(tokens, tp_), tokens_per_expert), tp_);
+  if (!experts_.front().proj_b.defined()) return out;
+  // proj's bias once, after the sum: each row gets its own expert's.
+  std::vector<torch::Tensor> biases;
+  for (const auto& x : experts_) biases.push_back(cast_to_activation(x.proj_b, out));
+  auto rows = torch::tensor(tokens_per_expert, torch::TensorOptions().dtype(torch::kInt64).device(out.device()));
+  return out + torch::stack(biases).repeat_interleave(rows, 0, out.size(0));
+}
+
+torch::Tensor MoELayerImpl::expert_products(const torch::Tensor& tokens,
+                                            const std::vector<int64_t>& tokens_per_expert) {
   // Every local expert takes part, on no rows if it got none, so that its parameters get a (zero)
   // gradient every micro-batch like any other. One grouped product per weight over all local
   // experts; under a zero-bubble schedule's deferred weight gradients (which the W pass computes
@@ -232,7 +256,7 @@ torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vect
     };
     auto hidden = x.fc_w.defined() ? torch::gelu(linear(in, x.fc_w, x.fc_b), "tanh")
                                    : swiglu(linear(in, x.gate_w, x.gate_b), linear(in, x.up_w, x.up_b));
-    outputs.push_back(linear(hidden, x.proj_w, x.proj_b));
+    outputs.push_back(linear(hidden, x.proj_w, options_.expert_tp ? torch::Tensor() : x.proj_b));
   }
   return torch::cat(outputs, 0);
 }
@@ -246,8 +270,9 @@ torch::Tensor MoELayerImpl::grouped_experts(const torch::Tensor& tokens, const s
     return parts;
   };
   auto linear = [&](const torch::Tensor& input, torch::Tensor Expert::*w, torch::Tensor Expert::*b) {
-    return grouped_linear(input, each(w), (experts_.front().*b).defined() ? torch::stack(each(b)) : torch::Tensor(),
-                          rows);
+    // Under expert_tp proj's bias is added after the sum over tp (experts()).
+    const bool bias = (experts_.front().*b).defined() && !(options_.expert_tp && b == &Expert::proj_b);
+    return grouped_linear(input, each(w), bias ? torch::stack(each(b)) : torch::Tensor(), rows);
   };
   auto hidden = experts_.front().fc_w.defined() ? torch::gelu(linear(tokens, &Expert::fc_w, &Expert::fc_b), "tanh")
                                                 : swiglu(linear(tokens, &Expert::gate_w, &Expert::gate_b),
@@ -255,7 +280,18 @@ torch::Tensor MoELayerImpl::grouped_experts(const torch::Tensor& tokens, const s
   return linear(hidden, &Expert::proj_w, &Expert::proj_b);
 }
 
-torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
+torch::Tensor MoELayerImpl::forward(const torch::Tensor& input, bool record) {
+  // Under expert tensor parallelism with sequence parallelism every tp rank routes the whole
+  // sequence: gathered here (its gradient is the same on every tp rank: each keeps its part), and
+  // each keeps its part of the output (whose gradient is gathered back).
+  const bool gather = options_.sequence_parallel && options_.expert_tp;
+  if (gather)
+    return parallel::scatter_to_sequence_region(
+        routed(parallel::gather_sequence_to_replicated_region(input, tp_), record), tp_);
+  return routed(input, record);
+}
+
+torch::Tensor MoELayerImpl::routed(const torch::Tensor& x, bool record) {
   const auto& moe = options_.moe;
   const int64_t h = x.size(-1);
   auto tokens = x.reshape({-1, h});
@@ -264,7 +300,7 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
   if (is_training() && moe.router_jitter > 0) {
     // Under sequence parallelism each tp rank holds other tokens: they draw their own noise.
     c10::optional<at::Generator> generator;
-    if (options_.sequence_parallel && options_.split_generator) generator = *options_.split_generator;
+    if (routes_own_part() && options_.split_generator) generator = *options_.split_generator;
     router_input =
         tokens * torch::empty_like(tokens).uniform_(1.0 - moe.router_jitter, 1.0 + moe.router_jitter, generator);
   }
@@ -279,7 +315,7 @@ torch::Tensor MoELayerImpl::forward(const torch::Tensor& x, bool record) {
   // The auxiliary losses are over the whole sequence: under sequence
   // parallelism each tp rank holds part of it, and under context parallelism
   // each cp rank, so the statistics are summed over both.
-  const bool split = options_.sequence_parallel && tp_.size() > 1;
+  const bool split = routes_own_part() && tp_.size() > 1;
   const int64_t cp = cp_ ? cp_->size() : 1;
   const int64_t all_tokens = (split ? local_tokens * tp_.size() : local_tokens) * cp;
   // Sigmoid scores enter the balance loss normalised per token (DeepSeek-V3's s'_{i,t}).

@@ -25,7 +25,9 @@
 // replicated over tp: without sequence parallelism every tp rank routes the
 // same tokens (the attention around them stays tensor parallel); with it each
 // routes its own part of the sequence, and the router statistics of the loss
-// are summed over tp so that the loss is that of the whole sequence.
+// are summed over tp so that the loss is that of the whole sequence. Under
+// expert tensor parallelism (MoELayerOptions::expert_tp) each expert is split
+// over tp instead, and every tp rank routes the whole sequence.
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -113,6 +115,13 @@ struct MoELayerOptions {
   double init_std = 0.02;
   double output_init_std = 0.02;  // the experts' projection into the residual stream
   bool sequence_parallel = false;
+  // Expert tensor parallelism (parallel.expert_tp): each expert's width split over tp (gate, up and
+  // fc by rows, proj by columns, as the dense MLP), where the experts are otherwise whole on every tp
+  // rank. Every tp rank then routes the same tokens (under sequence parallelism the layer gathers
+  // the sequence first and keeps its own part of the output), the expert inputs' gradients and the
+  // expert outputs are summed over tp before the routing weights apply, and proj's bias (GPT's
+  // experts) is added once after that sum.
+  bool expert_tp = false;
   // Draws the router jitter under sequence parallelism (tp ranks hold different
   // tokens); null, or without SP: the default generator.
   at::Generator* split_generator = nullptr;
@@ -134,8 +143,14 @@ class MoELayerImpl : public parallel::ParallelModule {
   const MoELayerOptions& options() const { return options_; }
 
  private:
+  // Routes X, the tokens this rank routes (under sequence parallelism with expert_tp: the gathered sequence).
+  torch::Tensor routed(const torch::Tensor& x, bool record);
+  // The local experts on their sorted rows: whole, or under expert_tp split over tp and summed there.
   torch::Tensor experts(const torch::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert);
+  torch::Tensor expert_products(const torch::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert);
   torch::Tensor grouped_experts(const torch::Tensor& tokens, const std::vector<int64_t>& rows);
+  // Whether each tp rank routes its own part of the sequence (sequence parallelism without expert_tp).
+  bool routes_own_part() const;
   MoELayerOptions options_;
   parallel::Communicator& ep_;
   parallel::Communicator& tp_;

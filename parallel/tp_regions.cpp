@@ -101,5 +101,8 @@ torch::Tensor gather_from_sequence_region(const torch::Tensor& x, Communicator& 
 torch::Tensor reduce_scatter_to_sequence_region(const torch::Tensor& x, Communicator& tp) {
   return cross<Op::reduce_scatter_seq, Op::gather_seq>(x, tp);
 }
+torch::Tensor gather_sequence_to_replicated_region(const torch::Tensor& x, Communicator& tp) {
+  return cross<Op::gather_seq, Op::keep_seq>(x, tp);
+}
 
 }  // namespace loom::parallel

@@ -12,6 +12,10 @@
 //   scatter_to_sequence_region          forward keep own slice  backward all-gather
 //   gather_from_sequence_region         forward all-gather      backward reduce-scatter
 //   reduce_scatter_to_sequence_region   forward reduce-scatter  backward all-gather
+//   gather_sequence_to_replicated_region forward all-gather     backward keep own slice
+//
+// The last enters a region that computes the same on every tp rank from the whole sequence (an
+// MoE layer whose experts are split over tp), so each rank's gradient is already the whole one.
 //
 // In a group of one rank every function is the identity.
 #pragma once
@@ -30,6 +34,7 @@ torch::Tensor gather_from_tp_region(const torch::Tensor& x, Communicator& tp);
 torch::Tensor scatter_to_sequence_region(const torch::Tensor& x, Communicator& tp);
 torch::Tensor gather_from_sequence_region(const torch::Tensor& x, Communicator& tp);
 torch::Tensor reduce_scatter_to_sequence_region(const torch::Tensor& x, Communicator& tp);
+torch::Tensor gather_sequence_to_replicated_region(const torch::Tensor& x, Communicator& tp);
 
 // The collectives the region functions are built from, along any dimension.
 torch::Tensor all_gather_along(const torch::Tensor& x, int64_t dim, Communicator& comm);

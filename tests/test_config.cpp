@@ -150,9 +150,9 @@ TEST_CASE("Megatron-LM's names, as --set keys or YAML keys, suggest loom's", "[c
   }
   CHECK_THAT(load_error("train: {}\n", {"--train-iters=5"}), Catch::Contains("did you mean 'train.steps'"));
   CHECK_THAT(load_error("train: {}\n", {"bf16=true"}), Catch::Contains("set it to bf16"));
-  CHECK_THAT(load_error("train: {}\n", {"context_parallel_size=2"}),
-             Catch::Contains("context parallelism is not supported"));
-  CHECK_THAT(load_error("parallel:\n  context_parallel_size: 2\n"), Catch::Contains("not supported"));
+  CHECK_THAT(load_error("train: {}\n", {"context_parallel_size=2"}), Catch::Contains("did you mean 'parallel.cp'"));
+  CHECK_THAT(load_error("parallel:\n  expert_tensor_parallel_size: 2\n"),
+             Catch::Contains("did you mean 'parallel.expert_tp'"));
   // Every alias points at a key that exists.
   std::vector<std::string> names;
   for (const auto& field : loom::config_fields()) names.push_back(field.name());
@@ -188,6 +188,11 @@ TEST_CASE("every validation rule names its key", "[config]") {
       {{"parallel.pp=3"}, 3, "model.num_layers"},
       {{"parallel.pp=2", "parallel.virtual_stages=4"}, 2, "model.num_layers"},
       {{"parallel.ep=3"}, 4, "parallel.ep"},
+      {{"parallel.tp=2", "parallel.expert_tp=2"}, 2, "parallel.expert_tp"},
+      {{"parallel.tp=2", "parallel.expert_tp=4", "model.moe.num_experts=4"}, 4, "parallel.expert_tp"},
+      {{"parallel.tp=2", "parallel.expert_tp=2", "model.moe.num_experts=4", "model.moe.moe_intermediate_size=9"},
+       2,
+       "parallel.expert_tp"},
       {{"parallel.zero_stage=4"}, 1, "parallel.zero_stage"},
       {{"parallel.backend=mpi"}, 1, "parallel.backend"},
       {{"parallel.timeout_s=0"}, 1, "parallel.timeout_s"},

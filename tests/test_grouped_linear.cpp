@@ -36,35 +36,38 @@ void check_close(const torch::Tensor& got, const torch::Tensor& want, double tol
 
 TEST_CASE("grouped expert product equals a per-expert loop, forward and backward", "[moe][grouped]") {
   torch::manual_seed(11);
-  const int64_t in = 24, out = 40;
   const std::vector<std::vector<int64_t>> cases = {
       {3, 0, 5, 2}, {0, 0, 9, 0}, {1, 1, 1, 1}, {7, 4, 0, 6}, {0, 0, 0, 0}};
-  for (const auto& rows : cases) {
-    for (bool bias : {false, true}) {
-      for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat64}) {
-        int64_t total = 0;
-        for (auto r : rows) total += r;
-        auto options = torch::TensorOptions().dtype(dtype);
-        auto x = torch::randn({total, in}).to(dtype);
-        auto w = (torch::randn({4, out, in}) * 0.2).to(dtype);
-        auto b = bias ? torch::randn({4, out}).to(dtype) : torch::Tensor();
-        auto upstream = torch::randn({total, out}).to(dtype);
-        INFO("rows " << torch::IntArrayRef(rows) << (bias ? " with" : " without") << " biases, " << options.dtype());
-        auto grouped = run(true, x, w, b, rows, upstream), loop = run(false, x, w, b, rows, upstream);
-        // fp32: the same products summed in the same order up to the kernel's blocking; bf16: a
-        // rounding of the output (1/256 relative) on values of a few units.
-        // fp64 (products one by one, not _grouped_mm) to rounding.
-        const double tol = dtype == torch::kFloat32 ? 1e-5 : dtype == torch::kFloat64 ? 1e-12 : 0.07;
-        check_close(grouped.y, loop.y, tol);
-        check_close(grouped.x, loop.x, tol);
-        check_close(grouped.w, loop.w, tol);
-        if (bias) check_close(grouped.b, loop.b, tol);
-        // An expert with no rows gets a zero gradient, not none.
-        for (size_t g = 0; g < rows.size(); ++g)
-          if (rows[g] == 0) CHECK(grouped.w[g].abs().sum().item<double>() == 0.0);
+  // Widths whose rows are multiples of 16 bytes (ATen's _grouped_mm), and 6 and 10, whose rows are
+  // not (an expert of 24 split over expert_tp 4): those take the product per group.
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{24, 40}, {6, 10}, {10, 6}})
+    for (const auto& rows : cases) {
+      for (bool bias : {false, true}) {
+        for (auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat64}) {
+          int64_t total = 0;
+          for (auto r : rows) total += r;
+          auto options = torch::TensorOptions().dtype(dtype);
+          auto x = torch::randn({total, in}).to(dtype);
+          auto w = (torch::randn({4, out, in}) * 0.2).to(dtype);
+          auto b = bias ? torch::randn({4, out}).to(dtype) : torch::Tensor();
+          auto upstream = torch::randn({total, out}).to(dtype);
+          INFO("rows " << torch::IntArrayRef(rows) << (bias ? " with" : " without") << " biases, " << options.dtype()
+                       << ", " << in << " -> " << out);
+          auto grouped = run(true, x, w, b, rows, upstream), loop = run(false, x, w, b, rows, upstream);
+          // fp32: the same products summed in the same order up to the kernel's blocking; bf16: a
+          // rounding of the output (1/256 relative) on values of a few units.
+          // fp64 (products one by one, not _grouped_mm) to rounding.
+          const double tol = dtype == torch::kFloat32 ? 1e-5 : dtype == torch::kFloat64 ? 1e-12 : 0.07;
+          check_close(grouped.y, loop.y, tol);
+          check_close(grouped.x, loop.x, tol);
+          check_close(grouped.w, loop.w, tol);
+          if (bias) check_close(grouped.b, loop.b, tol);
+          // An expert with no rows gets a zero gradient, not none.
+          for (size_t g = 0; g < rows.size(); ++g)
+            if (rows[g] == 0) CHECK(grouped.w[g].abs().sum().item<double>() == 0.0);
+        }
       }
     }
-  }
 }
 
 TEST_CASE("grouped expert product refuses rows that do not add up", "[moe][grouped]") {

@@ -346,4 +346,16 @@ TEST_CASE("expert plan: experts, their state and all-to-all bytes per rank, work
   c.parallel.tp = 2;
   c.parallel.sequence_parallel = true;
   CHECK(loom::launch::expert_plan(c, 64, 8).routed_tokens == 1024.0 * 4096 / 32 / 2);
+  CHECK(loom::launch::expert_plan(c, 64, 8).expert_tp_bytes == 0.0);
+  // Experts split over tp 2: half their parameters on a rank; every tp rank routes the whole
+  // sequence (1024 x 4096 / dp 32 = 131,072 tokens); per block, forward and backward, an all-reduce
+  // of the 131,072 x 8 rows (2 x 1/2 of them sent) and a gather of the 131,072 tokens (1/2 of them
+  // sent), of 2048 x 2 bytes each: 48 x 2 x (131,072 x 8 + 65,536) x 4096 = 438,086,664,192 bytes.
+  c.parallel.expert_tp = 2;
+  const auto split = loom::launch::expert_plan(c, 64, 8);
+  CHECK(split.expert_parameters == 48.0 * 16 * 4718592 / 2);
+  CHECK(split.routed_tokens == 1024.0 * 4096 / 32);
+  CHECK(split.expert_tp_bytes == Approx(438086664192.0).epsilon(1e-12));
+  c.parallel.sequence_parallel = false;
+  CHECK(loom::launch::expert_plan(c, 64, 8).expert_tp_bytes == Approx(48.0 * 2 * 131072 * 8 * 4096).epsilon(1e-12));
 }

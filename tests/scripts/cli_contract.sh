@@ -37,7 +37,7 @@ expect_exit 2 "--set train_iters=5: unknown key 'train_iters'; did you mean 'tra
 expect_exit 2 "did you mean 'parallel.tp'?" "$LOOM" topology "$TINY" --world 2 --set tensor_model_parallel_size=2
 printf 'seq_length: 128\n' > "$WORK/megatron.yaml"
 expect_exit 2 "unknown key 'seq_length'; did you mean 'model.seq_len'?" "$LOOM" train "$WORK/megatron.yaml"
-expect_exit 2 "context parallelism is not supported" "$LOOM" train "$TINY" --set context_parallel_size=2
+expect_exit 2 "did you mean 'parallel.cp'?" "$LOOM" train "$TINY" --set context_parallel_size=2
 expect_exit 2 "did you mean 'train.micro_batch_size'" "$LOOM" train "$TINY" --set train.micro_batch=2
 expect_exit 2 "'train.global_batch_size'" "$LOOM" train "$TINY" --set train.global_batch_size=7
 expect_exit 2 "'parallel.dp'" "$LOOM" train "$TINY" --set parallel.dp=2

@@ -5,7 +5,7 @@ The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not; 
 SwiGLU experts, shared experts and dense blocks; Qwen3's head_dim and q/k norms, or DeepSeek-V3's
 latent attention with interleaved rotary features and YaRN; multi-token prediction); tp, cp
 (ring or all-to-all), pp and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
-interleaved, zb-h1), ZeRO stage, recomputation, micro-batch size, ep for MoE, a validation
+interleaved, zb-h1), ZeRO stage, recomputation, micro-batch size, ep for MoE (and experts split over tp), a validation
 split evaluated at steps 10 and 20 or none, the optimizer (AdamW, or Muon beside it), and for MoE
 the router (softmax top-k, or DeepSeek-V3's sigmoid, grouped, scaled and biased). Every draw is a
 valid config on tests/configs/tiny.yaml (global batch 8, seq 32, 4 heads) with 8 layers.
@@ -74,6 +74,9 @@ def draw(rng, index):
             layout.append("parallel.virtual_stages=2")
     if moe:
         layout.append(f"parallel.ep={rng.choice([e for e in (1, 2) if dp % e == 0])}")
+        # Half the MoE draws with tp split each expert's width over it (expert tensor parallelism).
+        if tp > 1 and rng.random() < 0.5:
+            layout.append(f"parallel.expert_tp={tp}")
     # Half the draws also evaluate a validation split (its traffic is not in the cost model's step).
     validate = rng.random() < 0.5
     if validate:

@@ -20,7 +20,11 @@
 # 6. a Llama with SwiGLU experts of their own width, a shared expert and dense blocks
 #    (first_k_dense_replace, mlp_only_layers) at ep 2 x tp 2 x pp 2 and under ZeRO-3 equals one process;
 # 7. DeepSeek-V3 in small (its router, latent attention, YaRN, multi-token prediction) likewise, with
-#    the same expert biases after 20 steps.
+#    the same expert biases after 20 steps;
+# 8. expert tensor parallelism (parallel.expert_tp = tp: each expert's width split over tp): GPT's
+#    experts at ep 2 x tp 2 with and without sequence parallelism and DeepSeek-V3 in small at
+#    ep 2 x tp 2 x pp 2 + SP under zb-h1 equal one process; checkpoints move between split and whole
+#    experts (saved at expert_tp 2, resumed at ep 4 without it, and the other way).
 source "$(dirname "$0")/common.sh"
 MOE=(--set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.aux_loss_coeff=0.01
      --set model.moe.z_loss_coeff=0.001 --set train.global_batch_size=16 --set train.micro_batch_size=2)
@@ -145,7 +149,11 @@ train 8 dsv3_ep2_tp2_pp2 "${DSV3[@]}" --set parallel.ep=2 --set parallel.tp=2 --
   --set parallel.sequence_parallel=true --set parallel.schedule=zb-h1 --set checkpoint.dir="$WORK/ck_dsv3_tp"
 train 4 dsv3_ep2_zero3 "${DSV3[@]}" --set parallel.ep=2 --set parallel.zero_stage=3 --set checkpoint.dir="$WORK/ck_dsv3_z3"
 train 8 dsv3_cp2_ep2 "${DSV3[@]}" --set parallel.cp=2 --set parallel.ep=2 --set checkpoint.dir="$WORK/ck_dsv3_cp"
-for layout in ep2_tp2_pp2 ep2_zero3 cp2_ep2; do
+# 8. The same at expert_tp 2: each expert's width split over tp, every tp rank routing the whole sequence.
+train 8 dsv3_etp_ep2_tp2_pp2 "${DSV3[@]}" --set parallel.ep=2 --set parallel.tp=2 --set parallel.pp=2 \
+  --set parallel.sequence_parallel=true --set parallel.schedule=zb-h1 --set parallel.expert_tp=2 \
+  --set checkpoint.dir="$WORK/ck_dsv3_etp"
+for layout in ep2_tp2_pp2 ep2_zero3 cp2_ep2 etp_ep2_tp2_pp2; do
   echo -n "DeepSeek-V3 in small, $layout vs one process: "
   compare_moe_losses "$WORK/dsv3_$layout" "$WORK/dsv3_ref" || fail "DeepSeek-V3 in small at $layout differs from one process"
 done
@@ -158,13 +166,31 @@ def bias(ck):
     return json.load(open(f"{work}/{ck}/step_00000020/manifest.json"))["expert_bias"]
 ref = mtp("dsv3_ref")
 assert len(ref) == 20, ref
-for run, ck in (("dsv3_ep2_tp2_pp2", "ck_dsv3_tp"), ("dsv3_ep2_zero3", "ck_dsv3_z3"), ("dsv3_cp2_ep2", "ck_dsv3_cp")):
+for run, ck in (("dsv3_ep2_tp2_pp2", "ck_dsv3_tp"), ("dsv3_ep2_zero3", "ck_dsv3_z3"), ("dsv3_cp2_ep2", "ck_dsv3_cp"),
+                ("dsv3_etp_ep2_tp2_pp2", "ck_dsv3_etp")):
     worst = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(mtp(run), ref))
     assert len(mtp(run)) == 20 and worst <= 1e-5, (run, worst)
     assert bias(ck) == bias("ck_dsv3_ref"), (run, bias(ck), bias("ck_dsv3_ref"))
     print(f"{run}: mtp_loss within {worst:.1e} of one process over 20 steps; the expert biases of its",
           f"{len(bias(ck))} MoE blocks equal one process's")
 PY
+# 8. GPT's experts (GELU, proj's bias added once after the sum over tp) split over tp at ep 2 x tp 2,
+# with and without sequence parallelism; the first saves at step 10 and resumes at ep 4 with whole
+# experts, and the ep-2 checkpoint of whole experts (section 4) resumes split.
+train 8 etp_ep2_tp2 "${SEED[@]}" --set parallel.ep=2 --set parallel.tp=2 --set parallel.expert_tp=2 \
+  --set checkpoint.dir="$WORK/ck_etp" --set checkpoint.interval=10
+train 8 etp_ep2_tp2_sp "${SEED[@]}" --set parallel.ep=2 --set parallel.tp=2 --set parallel.expert_tp=2 \
+  --set parallel.sequence_parallel=true
+for layout in ep2_tp2 ep2_tp2_sp; do
+  echo -n "expert_tp 2, $layout vs one process: "
+  compare_moe_losses "$WORK/etp_$layout" "$WORK/ref" || fail "expert_tp 2 at $layout differs from one process"
+done
+train 4 etp_resume_ep4 "${SEED[@]}" --set parallel.ep=4 --resume "$WORK/ck_etp/step_00000010"
+compare_resumed "$WORK/etp_resume_ep4" "$WORK/etp_ep2_tp2" 11 20 "saved at expert_tp 2, resumed whole at ep=4" ||
+  fail "resume of split experts at ep=4 differs"
+train 8 resume_etp --set parallel.ep=2 --set parallel.tp=2 --set parallel.expert_tp=2 --resume "$WORK/ck/step_00000010"
+compare_resumed "$WORK/resume_etp" "$WORK/save_ep2" 11 20 "saved whole at ep=2, resumed at expert_tp 2" ||
+  fail "resume of whole experts at expert_tp 2 differs"
 code=0
 "$LOOM" export "$WORK/ck/step_00000020" --format hf-gpt2 --output "$WORK/moe.safetensors" > "$WORK/export.log" 2>&1 || code=$?
 [ "$code" = 2 ] && grep -q "cannot represent model.moe.num_experts = 4" "$WORK/export.log" || { cat "$WORK/export.log"; fail "export of an MoE checkpoint was not refused with exit 2"; }
