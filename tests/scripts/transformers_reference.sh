@@ -43,19 +43,22 @@ done
 # latent, values narrower than the keys, interleaved rotary features under YaRN; a sigmoid router
 # choosing the best 2 of 4 groups, then 2 of 8 experts, with e_score_correction_bias, x2.5; a shared
 # expert; block 0 dense): transformers' first loss in one process and
-# at tp 2 x ep 2 x pp 2, and the export of the initial state loads as the same class with the same
+# at tp 2 x ep 2 x pp 2 (Qwen3-MoE's and DeepSeek-V3's experts split over tp: parallel.expert_tp 2,
+# each rank reading its slices of the experts' tensors), and the export of the initial state loads as the same class with the same
 # logits. A Mixtral config.json with a sliding window is refused naming it.
 for arch in mixtral qwen3_moe deepseek_v3; do
   "${HF[@]}" make "$arch" "$WORK/$arch" > /dev/null || fail "making the $arch model"
   MOE_RUN=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001)
   # DeepSeek-V3's four blocks (block 0 dense): pp 2 takes two each.
   [ "$arch" = deepseek_v3 ] && MOE_RUN+=(--set model.num_layers=4)
+  SPLIT=()
+  [ "$arch" != mixtral ] && SPLIT=(--set parallel.expert_tp=2)
   "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_one" "${BASE[@]}" "${ONE_STEP[@]}" "${MOE_RUN[@]}" \
     --set model.init_from="$WORK/$arch" > "$WORK/${arch}_one.log" 2>&1 ||
     { cat "$WORK/${arch}_one.log"; fail "$arch in one process"; }
   mpirun --oversubscribe -np 8 "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_tp2ep2pp2" "${BASE[@]}" "${ONE_STEP[@]}" \
-    "${MOE_RUN[@]}" --set parallel.tp=2 --set parallel.ep=2 --set parallel.pp=2 --set model.init_from="$WORK/$arch" \
-    > "$WORK/${arch}_tp2ep2pp2.log" 2>&1 || { cat "$WORK/${arch}_tp2ep2pp2.log"; fail "$arch at tp 2 x ep 2 x pp 2"; }
+    "${MOE_RUN[@]}" "${SPLIT[@]}" --set parallel.tp=2 --set parallel.ep=2 --set parallel.pp=2 \
+    --set model.init_from="$WORK/$arch" > "$WORK/${arch}_tp2ep2pp2.log" 2>&1 || { cat "$WORK/${arch}_tp2ep2pp2.log"; fail "$arch at tp 2 x ep 2 x pp 2"; }
   "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_save" "${BASE[@]}" "${MOE_RUN[@]}" --set model.init_from="$WORK/$arch" \
     --set checkpoint.dir="$WORK/${arch}_ck" --set train.exit_after=0 > "$WORK/${arch}_save.log" 2>&1 ||
     { cat "$WORK/${arch}_save.log"; fail "$arch: saving the initial state"; }
