@@ -32,8 +32,13 @@ double gpt_flops_per_token(const Config& config) {
   const double moe_mlp = static_cast<double>(m.moe.top_k) * expert_mlp +
                          static_cast<double>(m.moe.n_shared_experts) * expert_mlp +
                          h * static_cast<double>(m.moe.num_experts);
-  double weights = static_cast<double>(m.vocab_size) * h;  // the output layer, tied or not
-  for (int64_t layer = 0; layer < m.num_layers; ++layer) {
+  // The output layer, tied or not, once for the model and once for each multi-token prediction
+  // module, which also has its eh_proj (2h -> h) and one block (layer num_layers + k - 1, an MoE
+  // block where the model's rule says so), as Megatron-LM counts its MTP layers.
+  const double depth = static_cast<double>(m.mtp.depth);
+  double weights = (1.0 + depth) * static_cast<double>(m.vocab_size) * h + depth * 2.0 * h * h;
+  const int64_t blocks = m.num_layers + m.mtp.depth;
+  for (int64_t layer = 0; layer < blocks; ++layer) {
     const bool moe = is_moe_layer(m.moe, layer);
     weights += attention_weights;
     weights += moe ? moe_mlp : dense_mlp;
@@ -41,7 +46,7 @@ double gpt_flops_per_token(const Config& config) {
   // Scores and the weighted sum use every query head (heads x d, h unless model.head_dim says
   // otherwise), however few kv heads there are.
   const double attention =
-      6.0 * static_cast<double>(m.num_layers) * heads * score_and_sum_width * static_cast<double>(m.seq_len);
+      6.0 * static_cast<double>(blocks) * heads * score_and_sum_width * static_cast<double>(m.seq_len);
   return 6.0 * weights + attention;
 }
 

@@ -8,7 +8,8 @@
 // lookups cost nothing; the output layer does (V x h), tied or not. Llama
 // shapes count SwiGLU's three matrices and GQA's smaller key and value
 // projections; attention's products still use every query head. An MoE layer
-// counts its router and top_k experts.
+// counts its router and top_k experts. Multi-token prediction's modules count
+// their eh_proj, their block and the output layer again.
 #pragma once
 
 #include "core/config.h"

@@ -188,4 +188,8 @@ TEST_CASE("model FLOPs per token: 6 per weight in a product plus 12 L h S for at
   c.model.moe.top_k = 2;
   c.model.moe.every = 2;
   CHECK(gpt_flops_per_token(c) == 6.0 * ((256 + 2 * 512 + 32) + (256 + 512) + 80) + 12.0 * 2 * 8 * 5);
+  // One multi-token prediction module: eh_proj (2 h^2 = 128), a block at layer 2 (an MoE one under
+  // every = 2), the output layer again (80), and a third layer's attention products.
+  c.model.mtp.depth = 1;
+  CHECK(gpt_flops_per_token(c) == 6.0 * (2 * (256 + 2 * 512 + 32) + (256 + 512) + 2 * 80 + 128) + 12.0 * 3 * 8 * 5);
 }
