@@ -40,16 +40,34 @@ int64_t parse_integer(const std::string& flag, const std::string& text, int64_t 
 
 FaultInjection parse_fault(const std::string& text) {
   FaultInjection fault;
-  auto first = text.find(':'), second = text.rfind(':');
-  if (first == std::string::npos || first == second) {
+  auto first = text.find(':'), second = first == std::string::npos ? first : text.find(':', first + 1);
+  if (first == std::string::npos || second == std::string::npos) {
     throw InputError("--inject-fault expects RANK:STEP:KIND, got '" + text + "'");
   }
   fault.rank = static_cast<int>(parse_integer("--inject-fault RANK", text.substr(0, first), 0));
   fault.step = parse_integer("--inject-fault STEP", text.substr(first + 1, second - first - 1), 1);
   fault.kind = text.substr(second + 1);
+  // scale:GROUP:EPS: one collective of GROUP has its result scaled by 1 + EPS on the rank.
+  if (fault.kind.rfind("scale:", 0) == 0) {
+    const auto colon = fault.kind.find(':', 6);
+    const std::vector<std::string> groups = {"tp", "cp", "dp", "pp", "ep"};
+    fault.group = fault.kind.substr(6, colon == std::string::npos ? std::string::npos : colon - 6);
+    if (colon == std::string::npos || std::find(groups.begin(), groups.end(), fault.group) == groups.end()) {
+      throw InputError("--inject-fault RANK:STEP:scale:GROUP:EPS needs GROUP tp, cp, dp, pp or ep, got '" + text + "'");
+    }
+    const std::string eps = fault.kind.substr(colon + 1);
+    char* end = nullptr;
+    fault.epsilon = std::strtod(eps.c_str(), &end);
+    if (eps.empty() || *end != '\0' || !std::isfinite(fault.epsilon) || fault.epsilon <= -1.0) {
+      throw InputError("--inject-fault scale:" + fault.group + ":EPS needs a number above -1, got '" + eps + "'");
+    }
+    fault.kind = "scale";
+    return fault;
+  }
   const std::vector<std::string> kinds = {"kill", "hang", "kill_in_save", "fail_save", "overflow", "slow"};
   if (std::find(kinds.begin(), kinds.end(), fault.kind) == kinds.end()) {
-    throw InputError("--inject-fault KIND must be kill, hang, kill_in_save, fail_save, overflow or slow");
+    throw InputError(
+        "--inject-fault KIND must be kill, hang, kill_in_save, fail_save, overflow, slow or scale:GROUP:EPS");
   }
   return fault;
 }
@@ -82,7 +100,9 @@ std::function<TrainArgs()> add_train_flags(CLI::App& command) {
   command
       .add_option("--inject-fault", *fault,
                   "for tests: rank RANK fails at step STEP by KIND (kill, hang, kill_in_save, fail_save, overflow; "
-                  "slow: 100 ms more per step from STEP on); on the first attempt only, so that a job restarted by "
+                  "slow: 100 ms more per step from STEP on; scale:GROUP:EPS: one collective of GROUP, tp, cp, dp, "
+                  "pp or ep, has its result scaled by 1 + EPS at STEP); on the first attempt only, so that a job "
+                  "restarted by "
                   "torchrun --max_restarts or a SLURM requeue (TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT "
                   "above 0) runs through")
       ->type_name("RANK:STEP:KIND");

@@ -14,10 +14,15 @@ namespace loom::launch {
 // "RANK:STEP:kill" dies by SIGKILL, "RANK:STEP:hang" stops answering,
 // "RANK:STEP:kill_in_save" dies by SIGKILL halfway through the checkpoint saved after STEP,
 // "RANK:STEP:fail_save" fails to write its files of it, "RANK:STEP:slow" takes 100 ms longer per step from STEP on.
+// "RANK:STEP:scale:GROUP:EPS" (kind "scale") multiplies by 1 + EPS the result of one collective of GROUP
+// on the rank at STEP: its first all-reduce or reduce-scatter for dp (a gradient bucket), its first
+// receive for pp (a pipeline send), its first call of any kind for tp, cp and ep.
 struct FaultInjection {
   int rank = -1;
   int64_t step = -1;
   std::string kind;
+  std::string group;     // scale: the parallel dimension
+  double epsilon = 0.0;  // scale: the result times 1 + epsilon
 };
 
 struct TrainArgs {

@@ -56,6 +56,20 @@ void check_fault_injection(const FaultInjection& fault, const Config& config, co
   if (fault.rank >= grid.world()) {
     throw InputError("--inject-fault rank " + std::to_string(fault.rank) + " is not below the world size");
   }
+  if (fault.kind == "scale") {
+    const auto& s = grid.sizes();
+    const int64_t size = fault.group == "tp"   ? s.tp
+                         : fault.group == "cp" ? s.cp
+                         : fault.group == "pp" ? s.pp
+                         : fault.group == "ep" ? config.parallel.ep
+                                               : s.dp;
+    if (size < 2) {
+      throw InputError("--inject-fault " + std::to_string(fault.rank) + ":" + std::to_string(fault.step) +
+                       ":scale:" + fault.group + ": this layout has no " + fault.group + " group (parallel." +
+                       fault.group + " is 1)");
+    }
+    return;
+  }
   if (fault.kind != "overflow") return;
   if (config.train.precision != TrainPrecision::fp16) {
     throw InputError("--inject-fault overflow tests fp16 loss scaling: it needs train.precision fp16, not " +

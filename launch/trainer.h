@@ -54,6 +54,8 @@ class Trainer {
   // Checkpoints read and write whole parameters: ZeRO-3 gathers them around.
   void save_checkpoint(const TrainingState& state, const std::function<void()>& midway);
   void maybe_inject_fault(int64_t step) const;
+  // The scale fault: planted on the communicators of the fault's group (launch/commands.h).
+  void plant_scale_fault() const;
   // The kill_in_save fault for the checkpoint saved after STEP, if it is this rank's.
   std::function<void()> save_fault(int64_t step) const;
   // The loss scale for this step's backward (1 without fp16), infinite for an injected overflow.

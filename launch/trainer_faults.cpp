@@ -24,6 +24,10 @@ std::function<void()> Trainer::save_fault(int64_t step) const {
 }
 
 void Trainer::maybe_inject_fault(int64_t step) const {
+  if (fault_.kind == "scale") {
+    if (fault_.rank == groups_.rank() && fault_.step == step) plant_scale_fault();
+    return;
+  }
   if (fault_.kind == "slow" && fault_.rank == groups_.rank() && step >= fault_.step) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // outside any collective: compute time to the others
     return;
@@ -34,6 +38,28 @@ void Trainer::maybe_inject_fault(int64_t step) const {
   log::warn("injected fault: {} at step {}", fault_.kind, step);
   if (fault_.kind == "kill") std::raise(SIGKILL);
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+void Trainer::plant_scale_fault() const {
+  using parallel::GroupKind;
+  auto fault = std::make_shared<parallel::Communicator::ResultFault>();
+  fault->factor = 1.0 + fault_.epsilon;
+  // dp: a gradient bucket, reduced over dp (x cp) and, for experts, expert-dp (x cp); pp: an activation
+  // or gradient arriving from another stage; the others: whatever the group does first.
+  std::vector<GroupKind> kinds;
+  if (fault_.group == "dp") {
+    fault->ops = {"all_reduce", "reduce_scatter"};
+    kinds = {GroupKind::dp_cp, GroupKind::expert_dp_cp};
+  } else if (fault_.group == "pp") {
+    fault->ops = {"send_recv"};
+    kinds = {GroupKind::pp};
+  } else {
+    kinds = {fault_.group == "tp" ? GroupKind::tp : fault_.group == "cp" ? GroupKind::cp : GroupKind::ep};
+  }
+  for (auto kind : kinds)
+    if (groups_.has(kind)) groups_.get(kind).plant(fault);
+  log::warn("injected fault: the result of one {} collective of this rank's at this step is scaled by {}", fault_.group,
+            fault->factor);
 }
 
 double Trainer::backward_loss_scale(int64_t step) const {

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <numeric>
 #include <sstream>
 
@@ -19,6 +20,22 @@ std::string reason(const std::exception& e) {
   if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
   return e.what();
 }
+
+// A planted fault: the inner operation, then its results scaled.
+class ScaledOp : public PendingOp {
+ public:
+  ScaledOp(std::unique_ptr<PendingOp> inner, std::vector<torch::Tensor> results, double factor)
+      : inner_(std::move(inner)), results_(std::move(results)), factor_(factor) {}
+  void wait(std::chrono::milliseconds timeout) override {
+    if (inner_) inner_->wait(timeout);
+    for (auto& t : results_) t.mul_(factor_);
+  }
+
+ private:
+  std::unique_ptr<PendingOp> inner_;
+  std::vector<torch::Tensor> results_;
+  double factor_;
+};
 
 }  // namespace
 
@@ -56,9 +73,22 @@ std::vector<std::pair<int64_t, int64_t>> Communicator::to_next(int64_t bytes) co
   return {{ranks_[static_cast<size_t>((rank_ + 1) % size())], bytes}};
 }
 
+std::unique_ptr<PendingOp> Communicator::apply_fault(const std::string& op, std::unique_ptr<PendingOp> pending,
+                                                     std::vector<torch::Tensor>& results) {
+  auto& f = *fault_;
+  if (f.fired || results.empty() || (!f.ops.empty() && std::find(f.ops.begin(), f.ops.end(), op) == f.ops.end()))
+    return pending;
+  f.fired = true;
+  if (!pending) {  // done already (a synchronous backend, a group of one)
+    for (auto& t : results) t.mul_(f.factor);
+    return nullptr;
+  }
+  return std::make_unique<ScaledOp>(std::move(pending), results, f.factor);
+}
+
 template <typename Issue>
 CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vector<std::pair<int64_t, int64_t>> sends,
-                                Issue&& issue) {
+                                Issue&& issue, std::vector<torch::Tensor> results) {
   CommHandle handle;
   handle.comm_ = this;
   handle.op_name_ = op;
@@ -67,6 +97,7 @@ CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vecto
   if (size() > 1) stats_->record_call(name_, op, bytes, sends);
   try {
     handle.op_ = issue();
+    if (fault_) handle.op_ = apply_fault(op, std::move(handle.op_), results);
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {
@@ -84,21 +115,21 @@ CommHandle Communicator::all_reduce(torch::Tensor tensor, ReduceOp op) {
   TORCH_CHECK(tensor.is_contiguous(), "all_reduce needs a contiguous tensor");
   const int64_t p = size();  // ring: a reduce-scatter then an all-gather, each (P-1)/P of the tensor
   return launch("all_reduce", nbytes(tensor), to_next(2 * (p - 1) * nbytes(tensor) / p),
-                [&] { return do_all_reduce(tensor, op); });
+                [&] { return do_all_reduce(tensor, op); }, {tensor});
 }
 
 CommHandle Communicator::all_gather(torch::Tensor output, torch::Tensor input) {
   TORCH_CHECK(output.is_contiguous() && input.is_contiguous(), "all_gather needs contiguous tensors");
   TORCH_CHECK(output.numel() == input.numel() * size(), "all_gather output must hold size() inputs");
   return launch("all_gather", nbytes(output), to_next((size() - 1) * nbytes(input)),
-                [&] { return do_all_gather(output, input); });
+                [&] { return do_all_gather(output, input); }, {output});
 }
 
 CommHandle Communicator::reduce_scatter(torch::Tensor output, torch::Tensor input, ReduceOp op) {
   TORCH_CHECK(output.is_contiguous() && input.is_contiguous(), "reduce_scatter needs contiguous tensors");
   TORCH_CHECK(input.numel() == output.numel() * size(), "reduce_scatter input must hold size() outputs");
   return launch("reduce_scatter", nbytes(input), to_next((size() - 1) * nbytes(output)),
-                [&] { return do_reduce_scatter(output, input, op); });
+                [&] { return do_reduce_scatter(output, input, op); }, {output});
 }
 
 CommHandle Communicator::all_to_all(torch::Tensor output, torch::Tensor input, std::vector<int64_t> output_splits,
@@ -116,7 +147,7 @@ CommHandle Communicator::all_to_all(torch::Tensor output, torch::Tensor input, s
     if (peer != rank_ && input_splits[peer] > 0) sends.emplace_back(ranks_[peer], input_splits[peer] * row_bytes);
   }
   return launch("all_to_all", sent, std::move(sends),
-                [&] { return do_all_to_all(output, input, output_splits, input_splits); });
+                [&] { return do_all_to_all(output, input, output_splits, input_splits); }, {output});
 }
 
 CommHandle Communicator::broadcast(torch::Tensor tensor, int root) {
@@ -125,19 +156,22 @@ CommHandle Communicator::broadcast(torch::Tensor tensor, int root) {
   for (int peer = 0; rank_ == root && peer < size(); ++peer) {
     if (peer != root) sends.emplace_back(ranks_[peer], nbytes(tensor));
   }
-  return launch("broadcast", nbytes(tensor), std::move(sends), [&] { return do_broadcast(tensor, root); });
+  return launch("broadcast", nbytes(tensor), std::move(sends), [&] { return do_broadcast(tensor, root); }, {tensor});
 }
 
 CommHandle Communicator::send_recv(std::vector<P2POp> ops) {
   int64_t bytes = 0;
   std::vector<std::pair<int64_t, int64_t>> sends;
+  std::vector<torch::Tensor> received;
   for (const auto& op : ops) {
+    if (op.kind == P2POp::recv) received.push_back(op.tensor);
     TORCH_CHECK(op.tensor.is_contiguous(), "send_recv needs contiguous tensors");
     TORCH_CHECK(op.peer >= 0 && op.peer < size() && op.peer != rank_, "send_recv peer out of range");
     bytes += nbytes(op.tensor);
     if (op.kind == P2POp::send) sends.emplace_back(ranks_[op.peer], nbytes(op.tensor));
   }
-  return launch("send_recv", bytes, std::move(sends), [&] { return do_send_recv(ops); });
+  return launch(
+      "send_recv", bytes, std::move(sends), [&] { return do_send_recv(ops); }, std::move(received));
 }
 
 CommHandle Communicator::barrier() {

@@ -83,6 +83,17 @@ class Communicator {
   // "all_reduce on group dp (global ranks [0, 1]) from rank 1: WHY".
   std::string describe_failure(const std::string& op, const std::string& why) const;
 
+  // A planted numerical fault, for tests of `loom verify` (--inject-fault RANK:STEP:scale:GROUP:EPS):
+  // the next call of one of OPS ("all_reduce", "send_recv", ...; empty: any) on this rank that
+  // has a result here (a send alone has none) gets it multiplied by FACTOR, once. The fault is
+  // shared: several communicators of one parallel dimension can hold it, the first call fires it.
+  struct ResultFault {
+    double factor = 1.0;
+    std::vector<std::string> ops;
+    bool fired = false;
+  };
+  void plant(std::shared_ptr<ResultFault> fault) { fault_ = std::move(fault); }
+
  protected:
   virtual std::unique_ptr<PendingOp> do_all_reduce(torch::Tensor& tensor, ReduceOp op) = 0;
   virtual std::unique_ptr<PendingOp> do_all_gather(torch::Tensor& output, torch::Tensor& input) = 0;
@@ -96,9 +107,13 @@ class Communicator {
 
  private:
   // SENDS: (global rank, bytes) this call transmits to each peer, as CommStats models it.
+  // RESULTS: the tensors this call writes on this rank (what a planted fault scales).
   template <typename Issue>
-  CommHandle launch(const std::string& op, int64_t bytes, std::vector<std::pair<int64_t, int64_t>> sends,
-                    Issue&& issue);
+  CommHandle launch(const std::string& op, int64_t bytes, std::vector<std::pair<int64_t, int64_t>> sends, Issue&& issue,
+                    std::vector<torch::Tensor> results = {});
+  // The planted fault's scaling, if this call fires it (a wrapper on PENDING, or done at once).
+  std::unique_ptr<PendingOp> apply_fault(const std::string& op, std::unique_ptr<PendingOp> pending,
+                                         std::vector<torch::Tensor>& results);
   // A ring step: BYTES to the next rank of the group.
   std::vector<std::pair<int64_t, int64_t>> to_next(int64_t bytes) const;
 
@@ -108,6 +123,7 @@ class Communicator {
   int rank_;
   std::shared_ptr<CommStats> stats_;
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<ResultFault> fault_;
 };
 
 // A group of one rank: every op is local and nothing touches a backend.
