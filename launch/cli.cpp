@@ -26,8 +26,8 @@ namespace {
 
 constexpr const char* kExitCodes =
     "exit codes: 0 success, 2 bad input (config, arguments, data), 3 the run diverged (train.max_skipped_steps\n"
-    "non-finite steps in a row), 75 the machine failed the run (disk full, file system error: requeue), 1 anything\n"
-    "else";
+    "non-finite steps in a row), 4 loom verify found the layout's numbers differ, 75 the machine failed the run\n"
+    "(disk full, file system error: requeue), 1 anything else";
 
 int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min) {
   char* end = nullptr;
@@ -106,6 +106,8 @@ std::function<TrainArgs()> add_train_flags(CLI::App& command) {
                   "torchrun --max_restarts or a SLURM requeue (TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT "
                   "above 0) runs through")
       ->type_name("RANK:STEP:KIND");
+  // loom verify's reference run writes its first step's tensors (not for users: loom verify says where).
+  command.add_option("--dump-first-step", args->dump_first_step)->group("");
   command.footer(config_keys_help() + "\n" + kExitCodes);
   return [args, fault] {
     TrainArgs parsed = *args;
@@ -127,6 +129,28 @@ Command add_train(CLI::App& loom) {
     TrainArgs args = parsed();
     args.flops_per_token = models::gpt_flops_per_token;
     return train(args, models::make_gpt_piece);
+  };
+}
+
+double parse_number(const std::string& flag, const std::string& text);
+
+Command add_verify(CLI::App& loom) {
+  auto& command = *loom.add_subcommand(
+      "verify",
+      "train CONFIG's layout and a one-process reference from the same weights and data, and compare their losses "
+      "and first step's gradients and weights: exit 0 equal, 4 not");
+  auto parsed = add_train_flags(command);
+  auto steps = std::make_shared<std::string>("5"), rtol = std::make_shared<std::string>("0");
+  command.add_option("--steps", *steps, "steps both runs train")->type_name("N")->capture_default_str();
+  command.add_option("--rtol", *rtol, "relative tolerance; 0: 1e-5 in fp32, 2e-2 under bf16")->type_name("R");
+  return [parsed, steps, rtol] {
+    VerifyArgs args;
+    args.train = parsed();
+    args.train.flops_per_token = models::gpt_flops_per_token;
+    args.steps = parse_integer("--steps", *steps, 1);
+    args.rtol = parse_number("--rtol", *rtol);
+    args.self = std::filesystem::read_symlink("/proc/self/exe").string();
+    return verify(args, models::make_gpt_piece);
   };
 }
 
@@ -377,7 +401,7 @@ int dispatch(int argc, char** argv) {
   const std::vector<std::pair<std::string, Command>> commands = {
       {"train", add_train(loom)},       {"topology", add_topology(loom)}, {"schedule", add_schedule(loom)},
       {"plan", add_plan(loom)},         {"export", add_export(loom)},     {"prepare", add_prepare(loom)},
-      {"generate", add_generate(loom)},
+      {"generate", add_generate(loom)}, {"verify", add_verify(loom)},
   };
   if (argc < 2) {
     std::cout << loom.help();

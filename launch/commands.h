@@ -34,9 +34,22 @@ struct TrainArgs {
   bool overwrite_run_dir = false;  // a fresh run may replace the records of another run in run_dir
   // The model's training FLOPs per token, for the MFU line (models/gpt_flops.h); empty: not reported.
   std::function<double(const Config&)> flops_per_token;
+  // For `loom verify`: where the first step's gradients and updated weights go (launch/step_dump.h).
+  std::string dump_first_step;
 };
 
 int train(const TrainArgs& args, const models::PipelineModelFactory& make_model);
+
+// loom verify: the config's layout and a one-process reference trained from the same weights and
+// data for STEPS steps, their losses and first step's gradients and weights compared
+// (launch/verify.h). Exit 0 equal, 4 not.
+struct VerifyArgs {
+  TrainArgs train;    // the layout's run: config, overrides, fault
+  int64_t steps = 5;  // --steps
+  double rtol = 0.0;  // --rtol; 0: 1e-5 in fp32, 2e-2 in bf16
+  std::string self;   // this program, which trains the reference in a process of its own
+};
+int verify(const VerifyArgs& args, const models::PipelineModelFactory& make_model);
 
 struct TopologyArgs {
   std::string config_path;

@@ -50,6 +50,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
     const std::string& run_dir = run.path;
 
     Trainer trainer(config, groups, run_dir, make_model, args.fault, device);
+    if (!args.dump_first_step.empty()) trainer.dump_first_step(args.dump_first_step);
     log_job_start(config, env, threads, run_dir, device);
     const TrainSummary summary = trainer.run(args.resume);
     write_traffic_reports(groups, *stats, grid, summary, run_dir);

@@ -276,6 +276,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     if (!device_.is_cpu()) activation_bytes = -1;
     sync_->finish_backward();
     if (scaler_) sync_->unscale(1.0 / scaler_->scale());
+    if (!dump_dir_.empty() && step == first_step) dump_gradients();
     const auto [loss, grad_norm, checkpoint_status, signalled] = agree_on_step(result.loss, sync_->clip(t.grad_clip));
     // A checkpoint written in the background is published once every rank has written its part.
     checkpointer_->on_world_status(checkpoint_status);
@@ -297,6 +298,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     if (!skipped) {
       optimizer_->step(lr);
       sync_->after_update();
+      if (!dump_dir_.empty() && step == first_step) dump_weights();
     }
     consumed += t.global_batch_size;
     // A GPU runs behind the host: the step ends when its queued work has.

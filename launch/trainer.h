@@ -40,6 +40,9 @@ class Trainer {
           torch::Device device = torch::kCPU);
   // RESUME: "auto", a checkpoint path, or empty for a fresh start.
   TrainSummary run(const std::string& resume = "");
+  // For `loom verify`: the run's first step writes its reduced gradients (before clipping) and its
+  // weights after the update into DIR (launch/step_dump.h). Before run().
+  void dump_first_step(std::string dir) { dump_dir_ = std::move(dir); }
 
  private:
   using StepResult = launch::StepResult;
@@ -60,6 +63,10 @@ class Trainer {
   std::function<void()> save_fault(int64_t step) const;
   // The loss scale for this step's backward (1 without fp16), infinite for an injected overflow.
   double backward_loss_scale(int64_t step) const;
+  // dump_first_step's files: the gradients (collective under ZeRO-2/3) or the updated weights
+  // (collective: whole parameters, gathered around).
+  void dump_gradients();
+  void dump_weights();
   // The step's metrics record (rank 0).
   void write_metrics(int64_t step, const StepResult& result, double lr, double grad_norm, double step_s,
                      int64_t consumed, double used_scale, bool skipped, const nlohmann::json& memory,
@@ -93,6 +100,7 @@ class Trainer {
   parallel::ProcessGroups& groups_;
   std::string run_dir_;
   FaultInjection fault_;
+  std::string dump_dir_;
   std::unique_ptr<TrainingData> data_;
   std::unique_ptr<parallel::TensorParallelRng> rng_;
   std::vector<std::shared_ptr<models::LanguageModel>> chunks_;  // this rank's virtual stages, in order

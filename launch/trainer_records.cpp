@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/errors.h"
+#include "launch/step_dump.h"
 #include "launch/trainer.h"
 
 namespace loom::launch {
@@ -84,6 +85,18 @@ void Trainer::open_records_on_rank0(const std::string& resume, int64_t resumed_s
   metrics_ = std::make_unique<MetricsWriter>(
       path, config_.log.tensorboard ? std::make_unique<TensorBoardWriter>(run_dir_ + "/tensorboard") : nullptr);
   if (!resume.empty()) metrics_->continue_after(resumed_step);  // 0 when --resume auto found nothing to resume
+}
+
+void Trainer::dump_gradients() {
+  write_rank_tensors(dump_dir_, "gradients", sync_->parameters(), sync_->whole_gradients(), groups_);
+}
+
+void Trainer::dump_weights() {
+  sync_->gather_all();
+  std::vector<torch::Tensor> weights;
+  for (const auto& p : sync_->parameters()) weights.push_back(p.tensor);
+  write_rank_tensors(dump_dir_, "weights", sync_->parameters(), weights, groups_);
+  sync_->release_all(/*loaded=*/false);
 }
 
 }  // namespace loom::launch

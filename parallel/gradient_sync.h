@@ -100,6 +100,11 @@ class GradientSync {
   virtual void gather_all() {}
   virtual void release_all(bool loaded) = 0;
 
+  // After finish_backward(): each parameter's reduced gradient, whole on this rank (its tp part of
+  // it), as parameters() lists them (for `loom verify`). Under ZeRO-2/3 each unit's shards are
+  // gathered from the group that shares them (collective); the bucketed form reads the .grads.
+  virtual std::vector<torch::Tensor> whole_gradients();
+
   virtual ModelStateBytes state_bytes() const = 0;
   // log.trace: this step's bucket events (bucketed only).
   virtual void write_trace(const std::filesystem::path&, int64_t /*last_step*/) const {}

@@ -131,6 +131,29 @@ class UnitShardedSync : public GradientSync {
     for_each_units([](FullyShardedParameters& units) { units.gather_updated(); });
   }
 
+  std::vector<torch::Tensor> whole_gradients() override {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> grads(params_.size());
+    for (size_t p = 0; p < 2; ++p) {
+      auto& part = parts_[p];
+      if (!part.units) continue;
+      auto& group = p == 0 ? groups_.dp_cp() : groups_.expert_dp_cp();
+      std::vector<torch::Tensor> whole;
+      for (const auto& u : part.units->units()) {
+        auto shard =
+            u.shard_grad.defined() ? u.shard_grad.contiguous() : torch::zeros({u.flat.shard_size()}, u.shard.options());
+        whole.push_back(torch::empty({u.flat.padded()}, shard.options()));
+        group.all_gather(whole.back(), shard).wait();
+      }
+      for (size_t i = 0; i < part.index.size(); ++i) {
+        const auto [unit, j] = part.units->where(i);
+        const auto& param = params_[part.index[i]].tensor;
+        grads[part.index[i]] = part.units->units()[unit].flat.view(whole[unit], j, param.sizes()).clone();
+      }
+    }
+    return grads;
+  }
+
   void gather_all() override {
     for_each_units([](FullyShardedParameters& units) { units.gather_all(); });
   }
