@@ -303,7 +303,9 @@ VerifyVerdict compare_verify_runs(const VerifyRuns& runs) {
   if (!loss_differs && differing.empty()) {
     v.equal = true;
     v.line = "verdict: equal within " + tol + ": losses over " + std::to_string(compared) + " steps" +
-             (flip != 1 ? ", step 1's gradients and updated weights of every parameter on every replica" : "");
+             (flip == 1    ? ""
+              : runs.adamw ? ", step 1's gradients and updated weights of every parameter on every replica"
+                           : ", step 1's gradients of every parameter on every replica (weights not compared: Muon)");
     if (flip) {
       v.line += "; routing flipped at step " + std::to_string(flip) +
                 " (one token's choice moved between two experts scored within rounding: a near-tie, not a layout "

@@ -4,7 +4,9 @@
 # micro-batch size, validation; tests/scripts/draw_layouts.py), a few per run: each trains
 # to the same losses as the same model in one process, within 1e-5 relative for
 # 20 steps, and (dense models) counts exactly the traffic `loom plan --run`
-# predicts. The seed changes every run and is printed; LOOM_LAYOUT_SEED=N
+# predicts; the first draw is also judged by `loom verify` (3 steps: step 1's gradients and
+# updated weights of every parameter on every replica against one process: verdict equal, exit 0).
+# The seed changes every run and is printed; LOOM_LAYOUT_SEED=N
 # repeats a draw, LOOM_LAYOUT_DRAWS sets how many (default 3).
 source "$(dirname "$0")/common.sh"
 SEED="${LOOM_LAYOUT_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}"
@@ -45,4 +47,13 @@ while read -r np name rest; do
     python3 "$SCRIPTS/checks.py" plan-vs-run "$WORK/$name" || fail "$name: traffic differs from the prediction (seed $SEED)"
   fi
 done < "$WORK/draws.txt"
+read -r np name rest < "$WORK/draws.txt"
+model="${rest%%|*}" layout="${rest#*|}"
+args=()
+for s in $model $layout; do args+=(--set "$s"); done
+code=0
+mpirun --oversubscribe -np "$np" "$LOOM" verify "$TINY" --steps 3 --run-dir "$WORK/${name}_verify" "${args[@]}" \
+  > "$WORK/${name}_verify.log" 2>&1 < /dev/null || code=$?
+[ "$code" = 0 ] || { tail -30 "$WORK/${name}_verify.log"; fail "loom verify $name exited $code (seed $SEED)"; }
+echo "loom verify $name: $(tail -1 "$WORK/${name}_verify.log")"
 echo "random layouts: ok"

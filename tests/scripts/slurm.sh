@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # srun and sbatch end to end on a private one-node SLURM cluster (tests/scripts/private_slurm.sh):
 #  1. srun -n 4 at tp=2 dp=2, from SLURM's variables alone, gives mpirun -np 4's losses within 1e-5
+#     (and loom verify under srun -n 2 finds tp=2 equal to one process)
 #     (the tolerance dp_equivalence.sh holds both launchers to); the store is on the node list's
 #     first host at port 10000 + SLURM_JOB_ID % 50000.
 #  2. MASTER_ADDR and MASTER_PORT win over SLURM's variables; mpirun and torchrun inside an srun
@@ -48,6 +49,10 @@ expect_line srun "rendezvous: TCPStore at $node:$port, served by rank 0"
 run_loom 4 mpirun "${LAYOUT[@]}" || { cat "$WORK/mpirun.log"; fail "mpirun -np 4"; }
 echo -n "srun -n 4 vs mpirun -np 4 at tp=2 dp=2: "
 compare_losses "$WORK/srun" "$WORK/mpirun" || fail "srun's losses differ from mpirun's"
+# loom verify through srun: task 0 trains the one-process reference without SLURM's variables.
+must srun_verify "${SRUN[@]}" -n 2 "$LOOM" verify "$TINY" --run-dir "$WORK/srun_verify" "${LAYOUT[@]}"
+expect_line srun_verify "^verdict: equal within"
+echo "srun -n 2 loom verify at tp=2: $(grep '^verdict:' "$WORK/srun_verify.log")"
 
 # 2. What wins over SLURM's variables.
 SHORT=(--set train.steps=2 --set train.warmup_steps=1 --set train.global_batch_size=4 --set parallel.timeout_s=60)
