@@ -38,40 +38,6 @@ int64_t parse_integer(const std::string& flag, const std::string& text, int64_t 
   return value;
 }
 
-FaultInjection parse_fault(const std::string& text) {
-  FaultInjection fault;
-  auto first = text.find(':'), second = first == std::string::npos ? first : text.find(':', first + 1);
-  if (first == std::string::npos || second == std::string::npos) {
-    throw InputError("--inject-fault expects RANK:STEP:KIND, got '" + text + "'");
-  }
-  fault.rank = static_cast<int>(parse_integer("--inject-fault RANK", text.substr(0, first), 0));
-  fault.step = parse_integer("--inject-fault STEP", text.substr(first + 1, second - first - 1), 1);
-  fault.kind = text.substr(second + 1);
-  // scale:GROUP:EPS: one collective of GROUP has its result scaled by 1 + EPS on the rank.
-  if (fault.kind.rfind("scale:", 0) == 0) {
-    const auto colon = fault.kind.find(':', 6);
-    const std::vector<std::string> groups = {"tp", "cp", "dp", "pp", "ep"};
-    fault.group = fault.kind.substr(6, colon == std::string::npos ? std::string::npos : colon - 6);
-    if (colon == std::string::npos || std::find(groups.begin(), groups.end(), fault.group) == groups.end()) {
-      throw InputError("--inject-fault RANK:STEP:scale:GROUP:EPS needs GROUP tp, cp, dp, pp or ep, got '" + text + "'");
-    }
-    const std::string eps = fault.kind.substr(colon + 1);
-    char* end = nullptr;
-    fault.epsilon = std::strtod(eps.c_str(), &end);
-    if (eps.empty() || *end != '\0' || !std::isfinite(fault.epsilon) || fault.epsilon <= -1.0) {
-      throw InputError("--inject-fault scale:" + fault.group + ":EPS needs a number above -1, got '" + eps + "'");
-    }
-    fault.kind = "scale";
-    return fault;
-  }
-  const std::vector<std::string> kinds = {"kill", "hang", "kill_in_save", "fail_save", "overflow", "slow"};
-  if (std::find(kinds.begin(), kinds.end(), fault.kind) == kinds.end()) {
-    throw InputError(
-        "--inject-fault KIND must be kill, hang, kill_in_save, fail_save, overflow, slow or scale:GROUP:EPS");
-  }
-  return fault;
-}
-
 void add_overrides(CLI::App& command, std::vector<std::string>& overrides) {
   command.add_option("--set", overrides, "override a config key (repeatable, applied in order): --set train.steps=50")
       ->type_name("KEY=VALUE")
@@ -101,7 +67,9 @@ std::function<TrainArgs()> add_train_flags(CLI::App& command) {
       .add_option("--inject-fault", *fault,
                   "for tests: rank RANK fails at step STEP by KIND (kill, hang, kill_in_save, fail_save, overflow; "
                   "slow: 100 ms more per step from STEP on; scale:GROUP:EPS: one collective of GROUP, tp, cp, dp, "
-                  "pp or ep, has its result scaled by 1 + EPS at STEP); on the first attempt only, so that a job "
+                  "pp or ep, has its result scaled by 1 + EPS at STEP; from STEP on, delay:GROUP:MS sleeps before "
+                  "each collective of GROUP, slow-data:MS before each batch read, straggler:RANK:MS once a step); "
+                  "on the first attempt only, so that a job "
                   "restarted by "
                   "torchrun --max_restarts or a SLURM requeue (TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT "
                   "above 0) runs through")
@@ -152,6 +120,17 @@ Command add_verify(CLI::App& loom) {
     args.self = std::filesystem::read_symlink("/proc/self/exe").string();
     return verify(args, models::make_gpt_piece);
   };
+}
+
+Command add_diagnose(CLI::App& loom) {
+  auto& command = *loom.add_subcommand(
+      "diagnose",
+      "where a run's step time went (compute, exposed communication per group, pipeline idle, data, "
+      "optimizer, checkpoints) and the verdict: compute-, communication-, bubble-, memory-, input- or "
+      "straggler-bound");
+  auto run_dir = std::make_shared<std::string>();
+  command.add_option("RUN_DIR", *run_dir, "a run directory (its diagnosis.json)")->type_name("")->required();
+  return [run_dir] { return diagnose(*run_dir); };
 }
 
 Command add_topology(CLI::App& loom) {
@@ -401,7 +380,7 @@ int dispatch(int argc, char** argv) {
   const std::vector<std::pair<std::string, Command>> commands = {
       {"train", add_train(loom)},       {"topology", add_topology(loom)}, {"schedule", add_schedule(loom)},
       {"plan", add_plan(loom)},         {"export", add_export(loom)},     {"prepare", add_prepare(loom)},
-      {"generate", add_generate(loom)}, {"verify", add_verify(loom)},
+      {"generate", add_generate(loom)}, {"verify", add_verify(loom)},     {"diagnose", add_diagnose(loom)},
   };
   if (argc < 2) {
     std::cout << loom.help();

@@ -21,9 +21,15 @@ struct FaultInjection {
   int rank = -1;
   int64_t step = -1;
   std::string kind;
-  std::string group;     // scale: the parallel dimension
+  std::string group;     // scale, delay: the parallel dimension
   double epsilon = 0.0;  // scale: the result times 1 + epsilon
+  // For `loom diagnose`'s tests, each from STEP on, on the rank: "delay:GROUP:MS" sleeps MS before
+  // each collective of GROUP; "slow-data:MS" before each batch read; "straggler:RANK:MS" once per step.
+  double milliseconds = 0.0;
 };
+
+// "RANK:STEP:KIND" as --inject-fault takes it; InputError naming what is wrong.
+FaultInjection parse_fault(const std::string& text);
 
 struct TrainArgs {
   std::string config_path;
@@ -50,6 +56,10 @@ struct VerifyArgs {
   std::string self;   // this program, which trains the reference in a process of its own
 };
 int verify(const VerifyArgs& args, const models::PipelineModelFactory& make_model);
+
+// loom diagnose RUN_DIR: where the run's step time went and the ladder's verdict, from its
+// diagnosis.json (launch/step_split.h). Exit 0.
+int diagnose(const std::string& run_dir);
 
 struct TopologyArgs {
   std::string config_path;

@@ -8,8 +8,10 @@
 #include <iostream>
 
 #include "core/device.h"
+#include "core/errors.h"
 #include "core/logging.h"
 #include "launch/moe_metrics.h"
+#include "launch/step_split.h"
 #include "launch/thread_policy.h"
 #include "parallel/traffic_report.h"
 
@@ -176,6 +178,26 @@ void log_job_end(const Config& config, const TrainSummary& summary, const std::s
   }
   info0("model FLOPs: {:.4g} GFLOP per token (6 x weights + 12 L h S) | {:.4g} TFLOP/s per rank | {}",
         flops_per_token / 1e9, tflops, mfu);
+}
+
+void write_diagnosis(const TrainSummary& summary, const std::string& run_dir, bool print) {
+  if (summary.diagnosis.is_null() || summary.steps == 0) return;
+  std::ofstream(run_dir + "/diagnosis.json") << summary.diagnosis.dump(1) << "\n";
+  if (print) std::cout << format_diagnosis(summary.diagnosis) << std::flush;
+}
+
+int diagnose(const std::string& run_dir) {
+  const std::string path = run_dir + "/diagnosis.json";
+  std::ifstream in(path);
+  if (!in) throw InputError("loom diagnose: " + path + " is missing (a run of this version writes it when it ends)");
+  nlohmann::json diagnosis;
+  try {
+    diagnosis = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw InputError("loom diagnose: " + path + " is not JSON: " + e.what());
+  }
+  std::cout << format_diagnosis(diagnosis) << std::flush;
+  return 0;
 }
 
 }  // namespace loom::launch

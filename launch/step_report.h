@@ -28,6 +28,7 @@ struct TrainSummary {
   double last_loss = 0.0;
   double seconds = 0.0;
   double tokens_per_s = 0.0;
+  nlohmann::json diagnosis;  // rank 0: where the step time went (launch/step_split.h); null elsewhere
 };
 
 // "1:02:03" or "2:03".
@@ -60,5 +61,9 @@ void write_traffic_reports(parallel::ProcessGroups& groups, const parallel::Comm
 // peak is assumed on CPU.
 void log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir, double flops_per_token,
                  int world, const torch::Device& device);
+
+// Rank 0: SUMMARY's diagnosis into RUN_DIR/diagnosis.json and, if PRINT, with its verdict last, to
+// standard output (launch/step_split.h; `loom diagnose RUN_DIR` prints it again).
+void write_diagnosis(const TrainSummary& summary, const std::string& run_dir, bool print = true);
 
 }  // namespace loom::launch

@@ -56,7 +56,7 @@ void check_fault_injection(const FaultInjection& fault, const Config& config, co
   if (fault.rank >= grid.world()) {
     throw InputError("--inject-fault rank " + std::to_string(fault.rank) + " is not below the world size");
   }
-  if (fault.kind == "scale") {
+  if (fault.kind == "scale" || fault.kind == "delay") {
     const auto& s = grid.sizes();
     const int64_t size = fault.group == "tp"   ? s.tp
                          : fault.group == "cp" ? s.cp
@@ -64,8 +64,8 @@ void check_fault_injection(const FaultInjection& fault, const Config& config, co
                          : fault.group == "ep" ? config.parallel.ep
                                                : s.dp;
     if (size < 2) {
-      throw InputError("--inject-fault " + std::to_string(fault.rank) + ":" + std::to_string(fault.step) +
-                       ":scale:" + fault.group + ": this layout has no " + fault.group + " group (parallel." +
+      throw InputError("--inject-fault " + std::to_string(fault.rank) + ":" + std::to_string(fault.step) + ":" +
+                       fault.kind + ":" + fault.group + ": this layout has no " + fault.group + " group (parallel." +
                        fault.group + " is 1)");
     }
     return;

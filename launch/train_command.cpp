@@ -57,6 +57,8 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
     groups.world_comm().barrier().wait();
     log_job_end(config, summary, run_dir, args.flops_per_token ? args.flops_per_token(config) : 0.0, env.world(),
                 device);
+    // loom verify's runs keep theirs in diagnosis.json: its own verdict is the one to read.
+    write_diagnosis(summary, run_dir, /*print=*/args.dump_first_step.empty());
   } catch (const CommError& e) {
     // A timeout cannot say which peer it waited for; the heartbeats can, three beats apart.
     const std::string silent = heartbeat.silent_ranks(std::chrono::seconds(3));

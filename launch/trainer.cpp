@@ -6,6 +6,7 @@
 #include <csignal>
 #include <limits>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "core/cpu_memory.h"
@@ -49,6 +50,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
       groups_(groups),
       run_dir_(std::move(run_dir)),
       fault_(std::move(fault)),
+      clock_(*groups.stats()),
       guard_(config.train.max_skipped_steps) {
   const auto& m = config_.model;
   const auto& t = config_.train;
@@ -107,7 +109,10 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
   auto timing = pipeline_->run([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
     const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp, groups_.coords().dp,
                                             t.micro_batch_size, micro);
+    const auto read_start = Clock::now();
+    if (data_delay_.count() > 0) std::this_thread::sleep_for(data_delay_);
     Batch batch = this_rank_part(data_->train().batch(first, t.micro_batch_size));
+    clock_.add(StepClock::Part::data, seconds_since(read_start));
     auto& piece = *chunks_[static_cast<size_t>(chunk)];
     auto out = piece.forward(input.defined() ? input : batch.tokens, batch.targets);
     if (!holds_loss || chunk != last_chunk) return out;
@@ -264,6 +269,7 @@ TrainSummary Trainer::run(const std::string& resume) {
   for (int64_t step = first_step; step <= t.steps && !summary.stopped_early; ++step) {
     profiler.before_step(step);
     const auto step_start = Clock::now();
+    clock_.begin_step();
     maybe_inject_fault(step);
     const double lr = schedule_.at(step - 1);
     optimizer_->zero_grad();
@@ -296,14 +302,17 @@ TrainSummary Trainer::run(const std::string& resume) {
     // The state this step trained from gave a finite loss: its checkpoint is known good.
     if (!verdict.diverging) checkpointer_->confirm_state();
     if (!skipped) {
+      const auto update_start = Clock::now();
       optimizer_->step(lr);
       sync_->after_update();
+      clock_.add(StepClock::Part::optimizer, seconds_since(update_start));
       if (!dump_dir_.empty() && step == first_step) dump_weights();
     }
     consumed += t.global_batch_size;
     // A GPU runs behind the host: the step ends when its queued work has.
     if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
     const double step_s = seconds_since(step_start);
+    clock_.end_step(step_s, step > first_step || first_step == t.steps);
     profiler.after_step(step);
 
     const int64_t done = step - first_step;  // steps timed before this one
@@ -326,14 +335,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     const bool log_step = step == 1 || step % config_.log.interval == 0 || step == t.steps;
     log_epochs(step, consumed);
     if (std::isfinite(loss)) interval_losses_.push_back(loss);
-    if (log_step) {
-      // Megatron-LM's printed loss: the mean over the steps since the last log line (non-finite ones left out).
-      double sum = 0.0;
-      for (double l : interval_losses_) sum += l;
-      if (!interval_losses_.empty()) extra["avg_loss"] = sum / static_cast<double>(interval_losses_.size());
-      interval_losses_.clear();
-      extra["epoch"] = epochs_.size() == 1 ? nlohmann::json(epochs_[0]) : nlohmann::json(epochs_);
-    }
+    if (log_step) add_interval_records(extra);
     // MoE statistics are collective (every rank takes part, rank 0 writes them); the expert biases
     // move with them, before an evaluation routes with them.
     if (moe_monitor_) extra["moe"] = moe_monitor_->collect(groups_);
@@ -345,6 +347,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     }
     // The first step's time is mostly warm-up: reports start from the next log line.
     if (log_step && step > first_step) extra["step_time"] = stragglers_.report(groups_.world_comm());
+    if (log_step) extra["time_split"] = clock_.last_step_json();
     if (last_save_ms) {  // the previous save's time: its step's row was written before it
       extra["checkpoint_ms"] = last_save_ms->second;
       extra["checkpoint_step"] = last_save_ms->first;
@@ -357,6 +360,7 @@ TrainSummary Trainer::run(const std::string& resume) {
       const auto save_start = Clock::now();
       save_if_trusted(step, consumed);
       last_save_ms = std::make_pair(step, seconds_since(save_start) * 1000.0);
+      clock_.add(StepClock::Part::checkpoint, last_save_ms->second / 1000.0);
     }
     if (log_step) {
       log_progress(config_, step, result.loss, lr, grad_norm, step_s, mean_step_s);
@@ -384,6 +388,7 @@ TrainSummary Trainer::run(const std::string& resume) {
   if (config_.log.trace) {
     sync_->write_trace(run_dir_ + "/trace_rank" + std::to_string(groups_.rank()) + ".json", summary.last_step);
   }
+  summary.diagnosis = clock_.diagnose(groups_.world_comm(), groups_.coords().pp, config_);
   summary.steps = summary.last_step - state.step;
   summary.seconds = seconds_since(start);
   summary.tokens_per_s = summary.steps > 1 ? static_cast<double>(tokens_per_step * (summary.steps - 1)) / timed_seconds

@@ -7,6 +7,7 @@
 // policy and the supported combinations (launch/).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,7 @@
 #include "launch/moe_metrics.h"
 #include "launch/step_losses.h"
 #include "launch/step_report.h"
+#include "launch/step_split.h"
 #include "launch/straggler_report.h"
 #include "models/language_model.h"
 #include "optim/loss_scaler.h"
@@ -56,7 +58,9 @@ class Trainer {
   StepResult forward_backward(int64_t consumed, double loss_scale);
   // Checkpoints read and write whole parameters: ZeRO-3 gathers them around.
   void save_checkpoint(const TrainingState& state, const std::function<void()>& midway);
-  void maybe_inject_fault(int64_t step) const;
+  void maybe_inject_fault(int64_t step);
+  // The communicators of the fault's group (for dp: the gradient reductions').
+  std::vector<parallel::Communicator*> fault_groups() const;
   // The scale fault: planted on the communicators of the fault's group (launch/commands.h).
   void plant_scale_fault() const;
   // The kill_in_save fault for the checkpoint saved after STEP, if it is this rank's.
@@ -65,6 +69,9 @@ class Trainer {
   double backward_loss_scale(int64_t step) const;
   // dump_first_step's files: the gradients (collective under ZeRO-2/3) or the updated weights
   // (collective: whole parameters, gathered around).
+  // A log line's records: avg_loss (Megatron-LM's printed loss: the mean of the finite losses
+  // since the last log line) and each training dataset's epoch.
+  void add_interval_records(nlohmann::json& extra);
   void dump_gradients();
   void dump_weights();
   // The step's metrics record (rank 0).
@@ -101,6 +108,8 @@ class Trainer {
   std::string run_dir_;
   FaultInjection fault_;
   std::string dump_dir_;
+  std::chrono::microseconds data_delay_{0};  // the slow-data fault's sleep before each batch read
+  StepClock clock_;                          // where each step's time goes (launch/step_split.h)
   std::unique_ptr<TrainingData> data_;
   std::unique_ptr<parallel::TensorParallelRng> rng_;
   std::vector<std::shared_ptr<models::LanguageModel>> chunks_;  // this rank's virtual stages, in order

@@ -23,11 +23,23 @@ std::function<void()> Trainer::save_fault(int64_t step) const {
   };
 }
 
-void Trainer::maybe_inject_fault(int64_t step) const {
+void Trainer::maybe_inject_fault(int64_t step) {
   if (fault_.kind == "scale") {
     if (fault_.rank == groups_.rank() && fault_.step == step) plant_scale_fault();
     return;
   }
+  // loom diagnose's planted time, from STEP on.
+  if (fault_.rank == groups_.rank() && step >= fault_.step) {
+    const auto ms = std::chrono::microseconds(static_cast<int64_t>(fault_.milliseconds * 1000.0));
+    if (fault_.kind == "straggler") std::this_thread::sleep_for(ms);  // outside any collective: compute to the others
+    if (fault_.kind == "slow-data") data_delay_ = ms;
+    if (fault_.kind == "delay" && step == fault_.step) {
+      log::warn("injected fault: every {} collective of this rank sleeps {} ms first", fault_.group,
+                fault_.milliseconds);
+      for (auto& comm : fault_groups()) comm->plant_delay(std::chrono::duration_cast<std::chrono::milliseconds>(ms));
+    }
+  }
+  if (fault_.kind == "straggler" || fault_.kind == "slow-data" || fault_.kind == "delay") return;
   if (fault_.kind == "slow" && fault_.rank == groups_.rank() && step >= fault_.step) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // outside any collective: compute time to the others
     return;
@@ -40,24 +52,30 @@ void Trainer::maybe_inject_fault(int64_t step) const {
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
-void Trainer::plant_scale_fault() const {
+std::vector<parallel::Communicator*> Trainer::fault_groups() const {
   using parallel::GroupKind;
+  // dp: the gradient reductions, over dp (x cp) and, for experts, expert-dp (x cp).
+  std::vector<GroupKind> kinds = {GroupKind::dp_cp, GroupKind::expert_dp_cp};
+  if (fault_.group != "dp") {
+    kinds = {fault_.group == "tp"   ? GroupKind::tp
+             : fault_.group == "cp" ? GroupKind::cp
+             : fault_.group == "pp" ? GroupKind::pp
+                                    : GroupKind::ep};
+  }
+  std::vector<parallel::Communicator*> comms;
+  for (auto kind : kinds)
+    if (groups_.has(kind)) comms.push_back(&groups_.get(kind));
+  return comms;
+}
+
+void Trainer::plant_scale_fault() const {
   auto fault = std::make_shared<parallel::Communicator::ResultFault>();
   fault->factor = 1.0 + fault_.epsilon;
-  // dp: a gradient bucket, reduced over dp (x cp) and, for experts, expert-dp (x cp); pp: an activation
-  // or gradient arriving from another stage; the others: whatever the group does first.
-  std::vector<GroupKind> kinds;
-  if (fault_.group == "dp") {
-    fault->ops = {"all_reduce", "reduce_scatter"};
-    kinds = {GroupKind::dp_cp, GroupKind::expert_dp_cp};
-  } else if (fault_.group == "pp") {
-    fault->ops = {"send_recv"};
-    kinds = {GroupKind::pp};
-  } else {
-    kinds = {fault_.group == "tp" ? GroupKind::tp : fault_.group == "cp" ? GroupKind::cp : GroupKind::ep};
-  }
-  for (auto kind : kinds)
-    if (groups_.has(kind)) groups_.get(kind).plant(fault);
+  // dp: a gradient bucket; pp: an activation or gradient arriving from another stage; the others:
+  // whatever the group does first.
+  if (fault_.group == "dp") fault->ops = {"all_reduce", "reduce_scatter"};
+  if (fault_.group == "pp") fault->ops = {"send_recv"};
+  for (auto* comm : fault_groups()) comm->plant(fault);
   log::warn("injected fault: the result of one {} collective of this rank's at this step is scaled by {}", fault_.group,
             fault->factor);
 }

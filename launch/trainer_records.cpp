@@ -87,6 +87,14 @@ void Trainer::open_records_on_rank0(const std::string& resume, int64_t resumed_s
   if (!resume.empty()) metrics_->continue_after(resumed_step);  // 0 when --resume auto found nothing to resume
 }
 
+void Trainer::add_interval_records(nlohmann::json& extra) {
+  double sum = 0.0;
+  for (double l : interval_losses_) sum += l;
+  if (!interval_losses_.empty()) extra["avg_loss"] = sum / static_cast<double>(interval_losses_.size());
+  interval_losses_.clear();
+  extra["epoch"] = epochs_.size() == 1 ? nlohmann::json(epochs_[0]) : nlohmann::json(epochs_);
+}
+
 void Trainer::dump_gradients() {
   write_rank_tensors(dump_dir_, "gradients", sync_->parameters(), sync_->whole_gradients(), groups_);
 }

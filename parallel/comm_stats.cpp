@@ -26,9 +26,15 @@ void CommStats::record_time(const std::string& group, const std::string& op, dou
   r.xy += x * seconds;
 }
 
-void CommStats::record_blocked(double seconds) {
+void CommStats::record_blocked(const std::string& group, const std::string& op, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   blocked_s_ += seconds;
+  blocked_by_op_[{group, op}] += seconds;
+}
+
+std::map<std::pair<std::string, std::string>, double> CommStats::blocked_by_op() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return blocked_by_op_;
 }
 
 double CommStats::blocked_seconds() const {

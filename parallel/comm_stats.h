@@ -43,10 +43,12 @@ class CommStats {
   void record_call(const std::string& group, const std::string& op, int64_t bytes,
                    const std::vector<std::pair<int64_t, int64_t>>& sends = {});
   void record_time(const std::string& group, const std::string& op, double seconds, int64_t bytes = 0);
-  // Time this process spent blocked issuing or waiting for a collective: what slower peers cost it.
-  void record_blocked(double seconds);
-  // Over the run so far.
+  // Time this process spent blocked issuing or waiting for a collective of GROUP's OP: what slower
+  // peers and the wire cost it, the communication exposed on its critical path.
+  void record_blocked(const std::string& group, const std::string& op, double seconds);
+  // Over the run so far: in all, and per (group, op).
   double blocked_seconds() const;
+  std::map<std::pair<std::string, std::string>, double> blocked_by_op() const;
   CommCounter get(const std::string& group, const std::string& op) const;
   // Every (group, op) counted so far.
   std::map<std::pair<std::string, std::string>, CommCounter> counters() const;
@@ -67,6 +69,7 @@ class CommStats {
   std::map<int64_t, int64_t> sent_to_;
   std::map<std::string, Regression> regressions_;
   double blocked_s_ = 0.0;
+  std::map<std::pair<std::string, std::string>, double> blocked_by_op_;
 };
 
 }  // namespace loom::parallel

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "core/errors.h"
 
@@ -51,7 +52,7 @@ void CommHandle::wait() {
   op_.reset();
   const auto now = std::chrono::steady_clock::now();
   comm_->stats_->record_time(comm_->name(), op_name_, std::chrono::duration<double>(now - start_).count(), bytes_);
-  comm_->stats_->record_blocked(std::chrono::duration<double>(now - blocked_from).count());
+  comm_->stats_->record_blocked(comm_->name(), op_name_, std::chrono::duration<double>(now - blocked_from).count());
 }
 
 Communicator::Communicator(std::string name, std::vector<int64_t> ranks, int rank, std::shared_ptr<CommStats> stats,
@@ -95,6 +96,7 @@ CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vecto
   handle.bytes_ = bytes;
   handle.start_ = std::chrono::steady_clock::now();
   if (size() > 1) stats_->record_call(name_, op, bytes, sends);
+  if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
   try {
     handle.op_ = issue();
     if (fault_) handle.op_ = apply_fault(op, std::move(handle.op_), results);
@@ -106,7 +108,8 @@ CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vecto
   if (!handle.op_ && size() > 1) stats_->record_time(name_, op, 0.0, bytes);
   // An issue that blocks (a synchronous backend's call) is time spent on the peers too.
   if (size() > 1) {
-    stats_->record_blocked(std::chrono::duration<double>(std::chrono::steady_clock::now() - handle.start_).count());
+    stats_->record_blocked(name_, op,
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - handle.start_).count());
   }
   return handle;
 }

@@ -93,6 +93,9 @@ class Communicator {
     bool fired = false;
   };
   void plant(std::shared_ptr<ResultFault> fault) { fault_ = std::move(fault); }
+  // A planted delay, for tests of `loom diagnose`: every call sleeps DELAY before it is issued
+  // (time spent blocked in this group's collective, as a slow link would cost it).
+  void plant_delay(std::chrono::milliseconds delay) { delay_ = delay; }
 
  protected:
   virtual std::unique_ptr<PendingOp> do_all_reduce(torch::Tensor& tensor, ReduceOp op) = 0;
@@ -124,6 +127,7 @@ class Communicator {
   std::shared_ptr<CommStats> stats_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<ResultFault> fault_;
+  std::chrono::milliseconds delay_{0};
 };
 
 // A group of one rank: every op is local and nothing touches a backend.

@@ -26,7 +26,7 @@ expect_exit 2 "loom train: --set: 1 required KEY=VALUE missing" "$LOOM" train "$
 expect_exit 2 "loom train: CONFIG.yaml is required" "$LOOM" train --set train.steps=2
 expect_exit 2 "unknown flag '--set'" "$LOOM" --set train.steps=2
 expect_exit 2 "--world expects an integer of at least 1, got 'x'" "$LOOM" topology "$TINY" --world x
-expect_exit 2 "--inject-fault KIND must be kill, hang, kill_in_save, fail_save, overflow, slow or scale:GROUP:EPS" "$LOOM" train "$TINY" --inject-fault 0:1:boom
+expect_exit 2 "--inject-fault KIND must be kill, hang, kill_in_save, fail_save, overflow, slow, scale:GROUP:EPS, delay:GROUP:MS, slow-data:MS or straggler:RANK:MS" "$LOOM" train "$TINY" --inject-fault 0:1:boom
 expect_exit 2 "needs GROUP tp, cp, dp, pp or ep" "$LOOM" train "$TINY" --inject-fault 0:1:scale:xp:1e-3
 expect_exit 2 "scale:tp:EPS needs a number above -1" "$LOOM" train "$TINY" --inject-fault 0:1:scale:tp:big
 expect_exit 2 "loom plan: CONFIG.yaml excludes --run" "$LOOM" plan "$TINY" --run "$WORK"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The step-time split and the diagnosis ladder (launch/step_split.h): every run ends with its verdict
+# (the last line of its output, also in RUN_DIR/diagnosis.json), `loom diagnose RUN_DIR` prints it
+# again, and each planted cause is named:
+# 1. a plain run of the README's model -> compute-bound;
+# 2. every tp collective of one rank delayed 20 ms (--inject-fault 1:1:delay:tp:20) -> communication-bound on tp;
+# 3. pp 4 with 4 micro-batches a step -> bubble-bound, its measured pipeline idle beside the
+#    schedule's (p - 1) / (m + p - 1) = 3/7;
+# 4. each batch read delayed 100 ms (slow-data:100) -> input-bound;
+# 5. one rank sleeping 200 ms a step (straggler:1:200) at dp 2 -> straggler-bound naming rank 1.
+# The planted delays are tens of times the tiny model's step, so that the verdicts do not hang on
+# this machine's speed. metrics.jsonl's log lines carry the split (time_split).
+source "$(dirname "$0")/common.sh"
+SHORT=(--set train.steps=8 --set train.warmup_steps=1)
+
+# run NAME NP CONFIG [args...]: loom train into $WORK/NAME; VERDICT its last line.
+run() {
+  local name="$1" np="$2" config="$3"
+  shift 3
+  mpirun -np "$np" "$LOOM" train "$config" --run-dir "$WORK/$name" "${SHORT[@]}" "$@" > "$WORK/$name.log" 2>&1 ||
+    { cat "$WORK/$name.log"; fail "$name"; }
+  VERDICT="$(tail -1 "$WORK/$name.log")"
+  echo "$name: $VERDICT"
+  # loom diagnose prints the same verdict, last.
+  "$LOOM" diagnose "$WORK/$name" > "$WORK/$name.diagnose" || fail "loom diagnose $name"
+  [ "$(tail -1 "$WORK/$name.diagnose")" = "$VERDICT" ] || { cat "$WORK/$name.diagnose"; fail "loom diagnose $name differs"; }
+}
+
+run readme 1 "$LOOM_SOURCE/configs/gpt_tiny.yaml" --set train.steps=30
+[[ "$VERDICT" == "verdict: compute-bound"* ]] || fail "the README's model is not compute-bound"
+run tp_delay 2 "$TINY" --set parallel.tp=2 --inject-fault 1:1:delay:tp:20
+[[ "$VERDICT" == "verdict: communication-bound tp"* ]] || fail "a delayed tp all-reduce is not communication-bound on tp"
+run bubble 4 "$TINY" --set parallel.pp=4 --set model.num_layers=4 --set train.micro_batch_size=2
+[[ "$VERDICT" == "verdict: bubble-bound pp"* ]] || fail "pp 4 with 4 micro-batches is not bubble-bound"
+python3 - "$WORK/bubble/diagnosis.json" << 'PY' || fail "the bubble's diagnosis"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert abs(d["bubble_formula"] - 3 / 7) < 1e-12, d["bubble_formula"]
+idle = d["shares"]["pipeline idle"]
+print(f"pipeline idle {idle:.0%} of the step measured, the schedule's formula {d['bubble_formula']:.0%}")
+assert 0.25 <= idle <= 0.9, idle
+PY
+run slow_data 1 "$TINY" --inject-fault 0:1:slow-data:100
+[[ "$VERDICT" == "verdict: input-bound"* ]] || fail "slow batch reads are not input-bound"
+run straggler 2 "$TINY" --inject-fault 1:1:straggler:1:200
+[[ "$VERDICT" == "verdict: straggler-bound rank 1"* ]] || fail "a sleeping rank is not named a straggler"
+python3 - "$WORK/straggler/metrics.jsonl" << 'PY' || fail "metrics.jsonl's time_split"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+split = [r["time_split"] for r in rows if "time_split" in r]
+assert split and all({"compute_ms", "data_ms", "optimizer_ms", "checkpoint_ms", "exposed_ms"} <= set(s) for s in split), rows[-1]
+PY
+expect_exit 2 "diagnosis.json is missing" "$LOOM" diagnose "$WORK/nowhere"
+expect_exit 2 "delay:GROUP:MS needs GROUP" "$LOOM" train "$TINY" --inject-fault 0:1:delay:xx:5
+expect_exit 2 "this layout has no tp group" "$LOOM" train "$TINY" --inject-fault 0:1:delay:tp:5
+expect_exit 2 "the straggler is the fault's rank" "$LOOM" train "$TINY" --inject-fault 0:1:straggler:1:5
+echo "diagnose: ok"
