@@ -58,6 +58,7 @@ FaultInjection parse_fault(const std::string& text) {
     return fault;
   }
   if (fault.kind.rfind("slow-data:", 0) == 0) {
+    if (last != fault.kind.find(':')) throw InputError("--inject-fault " + text + ": expects slow-data:MS");
     fault.milliseconds = milliseconds(fault.kind.substr(last + 1));
     fault.kind = "slow-data";
     return fault;

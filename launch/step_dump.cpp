@@ -44,6 +44,7 @@ void write_rank_tensors(const std::string& dir, const std::string& kind,
   const auto& c = groups.coords();
   nlohmann::json rank = {
       {"rank", groups.rank()},
+      {"world", groups.world()},
       {"sizes", {{"tp", sizes.tp}, {"cp", sizes.cp}, {"pp", sizes.pp}, {"dp", sizes.dp}, {"ep", sizes.ep}}},
       {"coords", {{"tp", c.tp}, {"cp", c.cp}, {"pp", c.pp}, {"dp", c.dp}, {"ep", c.ep}, {"expert_dp", c.expert_dp}}},
       {"params", described}};

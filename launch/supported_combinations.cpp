@@ -62,7 +62,7 @@ void check_fault_injection(const FaultInjection& fault, const Config& config, co
                          : fault.group == "cp" ? s.cp
                          : fault.group == "pp" ? s.pp
                          : fault.group == "ep" ? config.parallel.ep
-                                               : s.dp;
+                                               : s.dp * s.cp;  // gradients are reduced over dp x cp
     if (size < 2) {
       throw InputError("--inject-fault " + std::to_string(fault.rank) + ":" + std::to_string(fault.step) + ":" +
                        fault.kind + ":" + fault.group + ": this layout has no " + fault.group + " group (parallel." +

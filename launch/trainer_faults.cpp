@@ -36,7 +36,8 @@ void Trainer::maybe_inject_fault(int64_t step) {
     if (fault_.kind == "delay" && step == fault_.step) {
       log::warn("injected fault: every {} collective of this rank sleeps {} ms first", fault_.group,
                 fault_.milliseconds);
-      for (auto& comm : fault_groups()) comm->plant_delay(std::chrono::duration_cast<std::chrono::milliseconds>(ms));
+      // Rounded up to whole milliseconds: a delay under one is still a delay.
+      for (auto& comm : fault_groups()) comm->plant_delay(std::chrono::ceil<std::chrono::milliseconds>(ms));
     }
   }
   if (fault_.kind == "straggler" || fault_.kind == "slow-data" || fault_.kind == "delay") return;
@@ -63,8 +64,9 @@ std::vector<parallel::Communicator*> Trainer::fault_groups() const {
                                     : GroupKind::ep};
   }
   std::vector<parallel::Communicator*> comms;
+  // Groups of one rank move nothing (an expert-dp of one where dp = ep): a fault there would be no fault.
   for (auto kind : kinds)
-    if (groups_.has(kind)) comms.push_back(&groups_.get(kind));
+    if (groups_.has(kind) && groups_.get(kind).size() > 1) comms.push_back(&groups_.get(kind));
   return comms;
 }
 

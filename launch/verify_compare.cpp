@@ -75,13 +75,18 @@ Dump read_dump(const std::string& run_dir) {
     std::vector<Part> parts;
   };
   std::map<std::string, std::vector<Group>> groups;
-  for (int64_t rank = 0;; ++rank) {
+  // Exactly the world's files: every rank's, each of this run (rank 0's says how many).
+  int64_t world = 1;
+  for (int64_t rank = 0; rank < world; ++rank) {
     const std::string described = dir + "/" + rank_description_file(rank);
     if (!std::filesystem::exists(described)) {
-      if (rank == 0) throw InputError("loom verify: " + described + " is missing (the run did not reach step 1?)");
-      break;
+      throw InputError("loom verify: " + described +
+                       " is missing (the run did not reach step 1, or its ranks do not share this file system)");
     }
     const auto json = nlohmann::json::parse(std::ifstream(described));
+    if (rank == 0) world = json.at("world").get<int64_t>();
+    if (json.at("world").get<int64_t>() != world)
+      throw InputError("loom verify: " + described + " is of another run (world " + json.at("world").dump() + ")");
     const auto& s = json.at("sizes");
     dump.sizes = {s.at("tp"), s.at("cp"), s.at("pp"), s.at("dp"), s.at("ep")};
     const auto& c = json.at("coords");
@@ -189,8 +194,10 @@ double weight_difference(const torch::Tensor& wa, const torch::Tensor& wb, const
   return scale > 0 ? diff / scale : diff;
 }
 
-bool replicas_of_one_place(const Coords& a, const Coords& b) {
-  return a.tp == b.tp && a.pp == b.pp && a.ep == b.ep;
+// Replicas of one tensor over dp or cp: the same tp part (or both joined) and stage, and for an
+// expert the same ep rank (a dense parameter's dp replicas sit at every ep coordinate).
+bool replicas_of_one_place(const Coords& a, const Coords& b, bool expert) {
+  return a.tp == b.tp && a.pp == b.pp && (!expert || a.ep == b.ep);
 }
 
 }  // namespace
@@ -285,7 +292,8 @@ VerifyVerdict compare_verify_runs(const VerifyRuns& runs) {
           if (relative(rs[j].gradient, rs[i].gradient, name) <= runs.rtol) continue;
           const std::string pair =
               name + " on ranks " + std::to_string(rs[i].at.ranks[0]) + " and " + std::to_string(rs[j].at.ranks[0]);
-          if (replicas_of_one_place(rs[i].at, rs[j].at) && dp_disagreement.empty()) dp_disagreement = pair;
+          if (replicas_of_one_place(rs[i].at, rs[j].at, param.place.expert) && dp_disagreement.empty())
+            dp_disagreement = pair;
           const bool across_tp = rs[i].at.tp != rs[j].at.tp && rs[i].at.cp == rs[j].at.cp &&
                                  rs[i].at.dp == rs[j].at.dp && rs[i].at.pp == rs[j].at.pp && rs[i].at.ep == rs[j].at.ep;
           if (across_tp && tp_disagreement.empty()) tp_disagreement = pair;

@@ -6,7 +6,7 @@
 #    an MoE at ep 2 x tp 2 with its experts split over tp, bf16 at tp 2 (its looser tolerance stated),
 #    and under torchrun;
 # 2. with a planted fault of 1e-3 (--inject-fault RANK:1:scale:GROUP:1e-3) in one tp all-reduce, one
-#    dp gradient bucket and one pipeline send, it exits 4 and its verdict names a parameter split
+#    dp gradient bucket (also in an MoE at ep 2) and one pipeline send, it exits 4 and its verdict names a parameter split
 #    over (or replicated on) the faulty dimension and suspects that dimension, and only dimensions
 #    the layout has;
 # 3. bad input exits 2 naming the flag or key.
@@ -73,6 +73,9 @@ expect_fault tp_fault 4 tp "column-split over tp|row-split over tp" --set parall
 expect_fault tp_sp_fault 4 tp "split over tp" --set parallel.tp=2 --set parallel.sequence_parallel=true \
   --inject-fault 1:1:scale:tp:1e-3
 expect_fault dp_fault 4 dp "replicated over dp" --set parallel.tp=2 --inject-fault 1:1:scale:dp:1e-3
+# The dense parameters' dp replicas sit at every ep coordinate: still dp replicas.
+expect_fault moe_dp_fault 4 dp "replicated over (expert-)?dp" --set model.moe.num_experts=4 --set model.moe.top_k=2 \
+  --set parallel.ep=2 --set train.seed=4321 --inject-fault 1:1:scale:dp:1e-3
 expect_fault pp_fault 4 "pipeline send" "stage 0" --set parallel.pp=2 --inject-fault 0:1:scale:pp:1e-3
 # Only the layout's dimensions: no tp, cp or ep in a pp x dp layout's verdict.
 [[ "$VERDICT" != *" tp"* && "$VERDICT" != *" cp"* && "$VERDICT" != *" ep"* ]] ||
@@ -82,4 +85,7 @@ expect_fault pp_fault 4 "pipeline send" "stage 0" --set parallel.pp=2 --inject-f
 expect_exit 2 "--steps expects an integer of at least 1" "$LOOM" verify "$TINY" --steps 0
 expect_exit 2 "unknown key 'train.stepz'" "$LOOM" verify "$TINY" --set train.stepz=3
 expect_exit 2 "this layout has no pp group" "$LOOM" verify "$TINY" --inject-fault 0:1:scale:pp:1e-3
+# A directory of an earlier verify at another world: its leftover rank files are not read.
+verify tp2 2 --set parallel.tp=2
+[ "$CODE" = 0 ] || { tail -20 "$WORK/tp2.out"; fail "verify at world 2 in the directory of a world-4 verify: exit $CODE"; }
 echo "verify: ok"
