@@ -49,8 +49,12 @@ expect_line srun "rendezvous: TCPStore at $node:$port, served by rank 0"
 run_loom 4 mpirun "${LAYOUT[@]}" || { cat "$WORK/mpirun.log"; fail "mpirun -np 4"; }
 echo -n "srun -n 4 vs mpirun -np 4 at tp=2 dp=2: "
 compare_losses "$WORK/srun" "$WORK/mpirun" || fail "srun's losses differ from mpirun's"
-# loom verify through srun: task 0 trains the one-process reference without SLURM's variables.
-must srun_verify "${SRUN[@]}" -n 2 "$LOOM" verify "$TINY" --run-dir "$WORK/srun_verify" "${LAYOUT[@]}"
+# loom verify through srun: task 0 trains the one-process reference without SLURM's variables. On a
+# port known free (MASTER_PORT wins over SLURM's, section 2): the one SLURM's job id gives this later
+# job lies in the ephemeral range, where a connection of the runs before may hold it (EADDRINUSE,
+# seen once in a fresh clone).
+must srun_verify env MASTER_ADDR=127.0.0.1 MASTER_PORT="$(free_port)" \
+  "${SRUN[@]}" -n 2 "$LOOM" verify "$TINY" --run-dir "$WORK/srun_verify" "${LAYOUT[@]}"
 expect_line srun_verify "^verdict: equal within"
 echo "srun -n 2 loom verify at tp=2: $(grep '^verdict:' "$WORK/srun_verify.log")"
 
