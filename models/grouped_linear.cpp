@@ -81,14 +81,14 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
   }
 };
 
-torch::Tensor add_biases(torch::Tensor y, const torch::Tensor& biases, const std::vector<int64_t>& rows) {
+}  // namespace
+
+torch::Tensor add_grouped_biases(torch::Tensor y, const torch::Tensor& biases, const std::vector<int64_t>& rows) {
   if (!biases.defined()) return y;
   auto group = torch::repeat_interleave(torch::arange(static_cast<int64_t>(rows.size()), torch::kInt64),
                                         torch::tensor(rows, torch::kInt64));
   return y + biases.index_select(0, group.to(y.device()));
 }
-
-}  // namespace
 
 torch::Tensor grouped_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                              const torch::Tensor& biases, const std::vector<int64_t>& rows) {
@@ -102,7 +102,7 @@ torch::Tensor grouped_linear(const torch::Tensor& x, const std::vector<torch::Te
   // x and every weight a (zero) gradient.
   auto y = x.size(0) == 0 ? torch::matmul(x, torch::stack(weights).sum(0).t())
                           : GroupedLinear::apply(x.contiguous(), at::TensorList(weights), rows);
-  return add_biases(y, biases, rows);
+  return add_grouped_biases(y, biases, rows);
 }
 
 torch::Tensor grouped_linear_loop(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,

@@ -21,6 +21,9 @@ namespace loom::models {
 torch::Tensor grouped_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                              const torch::Tensor& biases, const std::vector<int64_t>& rows);
 
+// Y [T, out] plus each row's group's bias: BIASES [G, out] (undefined: Y as it is), ROWS as above.
+torch::Tensor add_grouped_biases(torch::Tensor y, const torch::Tensor& biases, const std::vector<int64_t>& rows);
+
 // The same product as a loop of torch::linear over the groups: the reference for tests and bench.
 torch::Tensor grouped_linear_loop(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                                   const torch::Tensor& biases, const std::vector<int64_t>& rows);

@@ -233,8 +233,7 @@ torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vect
   // proj's bias once, after the sum: each row gets its own expert's.
   std::vector<torch::Tensor> biases;
   for (const auto& x : experts_) biases.push_back(cast_to_activation(x.proj_b, out));
-  auto rows = torch::tensor(tokens_per_expert, torch::TensorOptions().dtype(torch::kInt64).device(out.device()));
-  return out + torch::stack(biases).repeat_interleave(rows, 0, out.size(0));
+  return add_grouped_biases(out, torch::stack(biases), tokens_per_expert);
 }
 
 torch::Tensor MoELayerImpl::expert_products(const torch::Tensor& tokens,
