@@ -1,6 +1,7 @@
 // `loom train` (and a user's own program through train_main): the checks that need no peer, the
 // rendezvous, the process groups and the run directory, then the Trainer.
 #include <chrono>
+#include <filesystem>
 
 #include "core/cpu_memory.h"
 #include "core/device.h"
@@ -48,6 +49,12 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
     parallel::ProcessGroups groups(grid, env.rank(), communicator_factory(env, device, stats, timeout), stats);
     const RunDirectory run = agree_on_run_dir(args, config, env);
     const std::string& run_dir = run.path;
+    if (!args.dump_first_step.empty()) {
+      // No first-step files of an earlier loom verify here: cleared once this job holds the run
+      // directory (a second job in it is refused first), before any rank can reach step 1.
+      if (env.rank() == 0) std::filesystem::remove_all(args.dump_first_step);
+      groups.world_comm().barrier().wait();
+    }
 
     Trainer trainer(config, groups, run_dir, make_model, args.fault, device);
     if (!args.dump_first_step.empty()) trainer.dump_first_step(args.dump_first_step);

@@ -133,12 +133,6 @@ int verify(const VerifyArgs& args, const models::PipelineModelFactory& make_mode
     }
   }
 
-  // No first-step files of an earlier verify in the same directory (rank 0, before any rank can
-  // reach step 1: the others wait for it at the rendezvous).
-  if (launch.rank == 0) {
-    std::filesystem::remove_all(runs.layout_dir + "/first_step");
-    std::filesystem::remove_all(runs.reference_dir + "/first_step");
-  }
   TrainArgs layout = t;
   layout.overrides = common;
   layout.run_dir = runs.layout_dir;
