@@ -3,6 +3,8 @@ written as Hugging Face's modeling_llama writes it (RMSNorm in fp32, separate
 q/k/v/o projections without biases, rotate-half rotary embeddings from an
 inv_freq table, repeat_kv for grouped-query attention, down(silu(gate) * up),
 an untied lm_head, or with --tie-embeddings the embedding's as Llama 3.2 1B does;
+with --experts a mixture of SwiGLU experts in every block, as its eager Mixtral and
+Qwen3-MoE blocks loop over them;
 attention through scaled_dot_product_attention after repeat_kv, as its "sdpa"
 path does), trained by the same loop as bench/reference_gpt.py: the same AdamW
 groups, clipping, schedule, threads, --compile and result line.
@@ -81,13 +83,45 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+class SparseMoE(nn.Module):
+    """A mixture of SwiGLU experts as Hugging Face's eager Mixtral / Qwen3-MoE blocks run it: a
+    bias-free router, softmax in fp32, the top k (renormalised with norm_topk_prob), then a loop
+    over the experts that got tokens, each gathering its rows and adding its weighted output back
+    with index_add_. The Switch load-balancing loss (E * sum_e f_e P_e) is added to the model's
+    loss times aux_coeff, as loom's aux_loss_coeff does."""
+
+    def __init__(self, hidden, experts, top_k, ffn, aux_coeff):
+        super().__init__()
+        self.top_k, self.aux_coeff = top_k, aux_coeff
+        self.gate = nn.Linear(hidden, experts, bias=False)
+        self.experts = nn.ModuleList(MLP(hidden, ffn) for _ in range(experts))
+        self.aux_loss = None
+
+    def forward(self, x):
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        probs = F.softmax(self.gate(x), dim=-1, dtype=torch.float32)
+        weights, chosen = probs.topk(self.top_k, dim=-1)
+        weights = (weights / weights.sum(-1, keepdim=True)).to(x.dtype)
+        out = torch.zeros_like(x)
+        # [E, k, T]: which token chose expert e as its j-th choice.
+        mask = F.one_hot(chosen, len(self.experts)).permute(2, 1, 0)
+        for e in (mask.sum(dim=(1, 2)) > 0).nonzero().flatten().tolist():
+            slot, token = torch.where(mask[e])
+            y = self.experts[e](x[token]) * weights[token, slot, None]
+            out.index_add_(0, token, y.to(x.dtype))
+        fraction = mask.sum(1).float().mean(-1) / self.top_k  # f_e: the share of choices of expert e
+        self.aux_loss = len(self.experts) * (fraction * probs.mean(0)).sum() * self.aux_coeff
+        return out.view(shape)
+
+
 class Block(nn.Module):
-    def __init__(self, hidden, heads, kv_heads, ffn, seq_len, eps, fused_attention):
+    def __init__(self, hidden, heads, kv_heads, ffn, seq_len, eps, fused_attention, moe=None):
         super().__init__()
         self.input_layernorm = RMSNorm(hidden, eps)
         self.self_attn = Attention(hidden, heads, kv_heads, seq_len, fused_attention)
         self.post_attention_layernorm = RMSNorm(hidden, eps)
-        self.mlp = MLP(hidden, ffn)
+        self.mlp = SparseMoE(hidden, **moe) if moe else MLP(hidden, ffn)
 
     def forward(self, x, cos, sin):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
@@ -96,11 +130,11 @@ class Block(nn.Module):
 
 class Llama(nn.Module):
     def __init__(self, vocab, seq_len, hidden, heads, kv_heads, ffn, layers, theta, eps, fused_attention=False,
-                 tie_embeddings=False):
+                 tie_embeddings=False, moe=None):
         super().__init__()
         self.embed_tokens = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList(
-            Block(hidden, heads, kv_heads, ffn, seq_len, eps, fused_attention) for _ in range(layers))
+            Block(hidden, heads, kv_heads, ffn, seq_len, eps, fused_attention, moe) for _ in range(layers))
         self.norm = RMSNorm(hidden, eps)
         self.lm_head = nn.Linear(hidden, vocab, bias=False)
         d = hidden // heads
@@ -121,7 +155,11 @@ class Llama(nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin)
         logits = self.lm_head(self.norm(x))
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        for layer in self.layers:
+            if isinstance(layer.mlp, SparseMoE):
+                loss = loss + layer.mlp.aux_loss
+        return loss
 
 
 def main():
@@ -131,10 +169,16 @@ def main():
     parser.add_argument("--ffn", type=int, default=1024)
     parser.add_argument("--rope-theta", type=float, default=10000.0)
     parser.add_argument("--tie-embeddings", action="store_true", help="the output layer shares the embedding")
+    parser.add_argument("--experts", type=int, default=0, help="a mixture of this many SwiGLU experts in every block")
+    parser.add_argument("--top-k", type=int, default=2)
+    parser.add_argument("--moe-ffn", type=int, default=0, help="each expert's width (default: --ffn)")
+    parser.add_argument("--aux-loss-coeff", type=float, default=0.0)
     args = parser.parse_args()
+    moe = (dict(experts=args.experts, top_k=args.top_k, ffn=args.moe_ffn or args.ffn, aux_coeff=args.aux_loss_coeff)
+           if args.experts else None)
     train(args, lambda fused_attention: Llama(args.vocab, args.seq_len, args.hidden, args.heads, args.kv_heads,
                                               args.ffn, args.layers, args.rope_theta, args.norm_eps, fused_attention,
-                                              args.tie_embeddings))
+                                              args.tie_embeddings, moe))
 
 
 if __name__ == "__main__":

@@ -40,15 +40,10 @@ void require_supported(const Config& c, const torch::Device& device, int64_t wor
     throw InputError("config key 'parallel.backend': gloo moves CPU tensors; with train.device cuda use nccl or auto");
   }
   // Not yet on GPUs: said here rather than failing inside a step.
-  if (c.model.moe.enabled()) throw unsupported("model.moe", "a mixture of experts on train.device cuda");
   if (p.zero_stage >= 2 && p.dp * p.cp > 1) {
     // ZeRO-2/3 units (sharded over dp x cp) free and regrow parameter storage in place, which
     // parallel/fully_sharded.cpp does for CPU storage.
     throw unsupported("parallel.zero_stage", std::to_string(p.zero_stage) + " on train.device cuda (0 and 1 are)");
-  }
-  if (c.model.dropout > 0) {
-    // The tensor-parallel dropout streams (parallel/tp_rng.h) are CPU generators.
-    throw unsupported("model.dropout", std::to_string(c.model.dropout) + " on train.device cuda");
   }
 }
 

@@ -216,8 +216,8 @@ torch::Tensor GPTOutputStageImpl::head(const torch::Tensor& normed) {
 }
 
 torch::Tensor GPTOutputStageImpl::token_losses(const torch::Tensor& normed, const torch::Tensor& targets) {
-  // The loss is computed in fp32 whatever the activations' dtype.
-  auto l = head(normed).to(torch::kFloat);
+  // The loss is computed in fp32 whatever the activations' dtype (the cross-entropy upcasts).
+  auto l = head(normed);
   return parallel::vocab_parallel_cross_entropy(l.view({-1, l.size(-1)}), targets.reshape({-1}), vocab_start_,
                                                 options_.vocab_size, *tp_.tp);
 }

@@ -13,10 +13,11 @@ using torch::autograd::variable_list;
 
 // A [T, k] x B [G, k, n] -> [T, n] with the rows of A split at OFFS (int32 ends of each group),
 // or, with A [m, T] and B [T, n] -> [G, m, n], the sum over the rows split at OFFS. ATen's
-// _grouped_mm does both in one call on the CPU (fp32, bf16, fp16); on other devices it asks for
-// alignments and dtypes loom has not measured yet (issue 40), so there, for fp64 and for operands
-// whose strides are not multiples of 16 bytes (which _grouped_mm refuses even on the CPU: an
-// expert 6 wide, as 24 split over expert_tp 4 is), each group is one mm into its slice of the output.
+// _grouped_mm does both in one call on the CPU (fp32, bf16, fp16) and on GPUs in bf16 (CUTLASS's
+// grouped GEMM on Hopper and later); elsewhere (fp32 on a GPU, fp64, and operands whose strides
+// are not multiples of 16 bytes, which _grouped_mm refuses even on the CPU: an expert 6 wide, as
+// 24 split over expert_tp 4 is) each group is one mm into its slice of the output. A GPU whose
+// LibTorch refuses the bf16 call (an older architecture) takes the loop too, with one warning.
 bool strides_aligned(const torch::Tensor& t) {
   const auto bytes = static_cast<int64_t>(t.element_size());
   if (reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 != 0) return false;
@@ -27,8 +28,16 @@ bool strides_aligned(const torch::Tensor& t) {
 
 torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& offs,
                          const std::vector<int64_t>& rows) {
-  if (a.device().is_cpu() && a.scalar_type() != torch::kFloat64 && strides_aligned(a) && strides_aligned(b))
-    return at::_grouped_mm(a, b, offs);
+  const bool aligned = strides_aligned(a) && strides_aligned(b);
+  if (a.device().is_cpu() && a.scalar_type() != torch::kFloat64 && aligned) return at::_grouped_mm(a, b, offs);
+  if (a.is_cuda() && a.scalar_type() == torch::kBFloat16 && aligned) {
+    try {
+      return at::_grouped_mm(a, b, offs);
+    } catch (const c10::Error& e) {
+      TORCH_WARN_ONCE("loom: ATen's grouped GEMM refused this GPU (", e.what_without_backtrace(),
+                      "); the experts' products run one by one");
+    }
+  }
   const bool rows_of_a = b.dim() == 3;
   auto out = rows_of_a ? torch::empty({a.size(0), b.size(2)}, a.options())
                        : torch::empty({static_cast<int64_t>(rows.size()), a.size(0), b.size(1)}, a.options());

@@ -300,8 +300,10 @@ torch::Tensor MoELayerImpl::routed(const torch::Tensor& x, bool record) {
     // Under sequence parallelism each tp rank holds other tokens: they draw their own noise.
     c10::optional<at::Generator> generator;
     if (routes_own_part() && options_.split_generator) generator = *options_.split_generator;
-    router_input =
-        tokens * torch::empty_like(tokens).uniform_(1.0 - moe.router_jitter, 1.0 + moe.router_jitter, generator);
+    // Drawn on the CPU on every device (parallel/tp_rng.h's reason: the generators checkpoints keep).
+    auto noise = torch::empty_like(tokens, tokens.options().device(torch::kCPU))
+                     .uniform_(1.0 - moe.router_jitter, 1.0 + moe.router_jitter, generator);
+    router_input = tokens * noise.to(tokens.device());
   }
   // DeepSeek-V3's sigmoid router works in fp32 (its biases and group choice are sensitive to bf16
   // rounding); the softmax routers, as Mixtral's and Qwen3-MoE's, in the activations' dtype.

@@ -75,9 +75,50 @@ RotaryEmbedding::RotaryEmbedding(int64_t head_dim, int64_t max_positions, double
   tables_->sin32 = (both.sin() * factor).to(torch::kFloat);
 }
 
+namespace {
+
+// x * cos + rotate_half(x) * sin as three kernels each way (one product, then each half's
+// multiply-add of the other half), where the composition takes five forward (a negation and a
+// concatenation among them) and about ten back (each slice's gradient zero-filled, then summed).
+// With x's halves x1, x2 and the gradient's g1, g2:
+//   out1 = x1 cos1 - x2 sin1          dx1 = g1 cos1 + g2 sin2
+//   out2 = x2 cos2 + x1 sin2          dx2 = g2 cos2 - g1 sin1
+// The same products as the composition; in bf16 the multiply-add rounds once, not twice.
+torch::Tensor rotate_halves(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  auto out = x * cos;
+  out.narrow(-1, 0, half).addcmul_(x.narrow(-1, half, half), sin.narrow(-1, 0, half), -1);
+  out.narrow(-1, half, half).addcmul_(x.narrow(-1, 0, half), sin.narrow(-1, half, half));
+  return out;
+}
+
+struct RotateHalves : torch::autograd::Function<RotateHalves> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return rotate_halves(x, cos, sin);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &cos = saved[0], &sin = saved[1];
+    const auto& g = grads[0];
+    const int64_t half = g.size(-1) / 2;
+    auto dx = g * cos;
+    dx.narrow(-1, 0, half).addcmul_(g.narrow(-1, half, half), sin.narrow(-1, half, half));
+    dx.narrow(-1, half, half).addcmul_(g.narrow(-1, 0, half), sin.narrow(-1, 0, half), -1);
+    return {dx, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
 torch::Tensor RotaryEmbedding::rotate(const torch::Tensor& x, const torch::Tensor& cos,
                                       const torch::Tensor& sin) const {
-  if (!interleave_) return x * cos + rotate_half(x) * sin;
+  if (!interleave_) {
+    if (x.requires_grad() && torch::GradMode::is_enabled()) return RotateHalves::apply(x, cos, sin);
+    return rotate_halves(x, cos, sin);
+  }
   // Pairs (x0, x1), (x2, x3), ...: the even features, then the odd ones, rotated as rotate-half's halves.
   auto halves = x.unflatten(-1, {x.size(-1) / 2, 2}).transpose(-1, -2).flatten(-2);
   return halves * cos + rotate_half(halves) * sin;

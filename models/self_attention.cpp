@@ -162,7 +162,8 @@ torch::Tensor SelfAttentionImpl::core(torch::Tensor q, torch::Tensor k, torch::T
     // LibTorch's fused attention: on CPU its flash kernel (never the S x S scores; blocks of
     // queries spread over the rank's threads, each output row computed by one thread, so
     // the bits do not depend on the thread count), on GPUs the flash or memory-efficient
-    // kernels. Dropout is refused on GPUs (launch/trainer.cpp).
+    // kernels. With dropout the probabilities are formed below, their masks drawn on the CPU on
+    // every device (parallel/tp_rng.h), so that a GPU drops what a CPU drops.
     return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale_, gqa_in_kernel)
         .transpose(1, 2)
         .reshape({b, s, heads_ * d_});

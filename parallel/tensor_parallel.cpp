@@ -143,9 +143,14 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const to
     // One rank holds every column (no padding): LibTorch's log-softmax and NLL read and write
     // the logits twice forward and three times back, where the distributed form takes about
     // twelve passes (at a 128k vocabulary, 4 GiB of fp32 logits per micro-batch of 8k tokens).
-    return at::cross_entropy_loss(logits, targets, {}, at::Reduction::None);
+    // On a GPU, bf16 or fp16 logits are read as they are, the log-softmax writing fp32 (and its
+    // backward the logits' dtype): no fp32 copy of the logits either way. The CPU's kernel does
+    // not take that form; it upcasts first, to the same values.
+    if (logits.is_cuda() && logits.scalar_type() != torch::kFloat && logits.scalar_type() != torch::kDouble)
+      return at::nll_loss(at::_log_softmax(logits, 1, /*half_to_float=*/true), targets, {}, at::Reduction::None);
+    return at::cross_entropy_loss(logits.to(torch::kFloat), targets, {}, at::Reduction::None);
   }
-  return VocabParallelCrossEntropy::apply(logits, targets, vocab_start, vocab_size, &tp);
+  return VocabParallelCrossEntropy::apply(logits.to(torch::kFloat), targets, vocab_start, vocab_size, &tp);
 }
 
 }  // namespace loom::parallel

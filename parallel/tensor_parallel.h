@@ -133,7 +133,8 @@ TORCH_MODULE(VocabParallelEmbedding);
 
 // Per-token cross-entropy [N] of logits split by vocabulary: LOGITS [N, V_local]
 // holds columns [vocab_start, vocab_start + V_local) of the padded vocabulary;
-// columns at or past VOCAB_SIZE are padding and never win.
+// columns at or past VOCAB_SIZE are padding and never win. Computed in fp32 (or fp64) whatever
+// the logits' dtype.
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
                                            int64_t vocab_start, int64_t vocab_size, Communicator& tp);
 

@@ -28,9 +28,14 @@ void TensorParallelRng::set_state(const torch::Tensor& state) {
 
 torch::Tensor dropout(const torch::Tensor& x, double p, bool training, at::Generator* generator) {
   if (!training || p == 0.0) return x;
-  auto keep = torch::empty_like(x).bernoulli_(
-      1.0 - p, generator ? c10::optional<at::Generator>(*generator) : c10::optional<at::Generator>());
-  return x * keep / (1.0 - p);
+  // The masks come from the CPU's generators on every device: the default one, which checkpoints
+  // and recomputation save and restore, and the split one, a CPU generator. A GPU run then drops
+  // the elements a CPU run drops (bench/gpu/check.sh compares them), at the cost of drawing the
+  // masks on the host and copying them over.
+  auto keep =
+      torch::empty_like(x, x.options().device(torch::kCPU))
+          .bernoulli_(1.0 - p, generator ? c10::optional<at::Generator>(*generator) : c10::optional<at::Generator>());
+  return x * keep.to(x.device()) / (1.0 - p);
 }
 
 }  // namespace loom::parallel

@@ -448,8 +448,9 @@ TEST_CASE("what train.device cuda does not take yet is refused before anything i
   CHECK_THAT(refusal(resolved({"parallel.zero_stage=2", "parallel.cp=2", "model.seq_len=64"}, 2), gpu),
              Catch::Contains("'parallel.zero_stage'"));
   CHECK(refusal(resolved({"parallel.zero_stage=2", "parallel.cp=2", "model.seq_len=64"}, 2), cpu) == "no error");
-  CHECK_THAT(refusal(resolved({"model.dropout=0.1"}, 1), gpu), Catch::Contains("'model.dropout'"));
-  CHECK_THAT(refusal(resolved({"model.moe.num_experts=4"}, 1), gpu), Catch::Contains("'model.moe'"));
+  // Taken on GPUs since 2026-11-28 (bench/gpu/check.sh runs both against the CPU).
+  CHECK(refusal(resolved({"model.dropout=0.1"}, 1), gpu) == "no error");
+  CHECK(refusal(resolved({"model.moe.num_experts=4"}, 1), gpu) == "no error");
   CHECK_THAT(refusal(resolved({"parallel.backend=nccl"}, 1), cpu), Catch::Contains("'parallel.backend'"));
 }
 

@@ -34,6 +34,30 @@ TEST_CASE("RoPE rotates feature pairs (i, i + d/2) by position x theta^(-2i/d)",
   CHECK(torch::allclose(whole.narrow(1, 3, 1), rope.apply(seq.narrow(1, 3, 1), 13)));
 }
 
+TEST_CASE("RoPE's own backward gives the composition's gradient, and its forward the composition's values", "[llama]") {
+  // fp64 (tables in x's dtype): the three-kernel form against x cos + rotate_half(x) sin through autograd.
+  RotaryEmbedding rope(8, 64, 10000.0, RopeScalingConfig{});
+  auto x = torch::randn({2, 6, 3, 8}, torch::kFloat64).requires_grad_(true);
+  auto upstream = torch::randn({2, 6, 3, 8}, torch::kFloat64);
+  auto angles = torch::outer(torch::arange(4, 10, torch::kDouble), rope_inverse_frequencies(8, 10000.0, {}));
+  auto both = torch::cat({angles, angles}, -1).unsqueeze(1);  // [S, 1, d], positions 4..9
+  // The tables hold fp32 values (in x's dtype after).
+  const auto cos = both.cos().to(torch::kFloat).to(torch::kDouble),
+             sin = both.sin().to(torch::kFloat).to(torch::kDouble);
+  auto x_ref = x.detach().clone().requires_grad_(true);
+  auto reference = x_ref * cos + rotate_half(x_ref) * sin;
+  auto out = rope.apply(x, 4);
+  CHECK(torch::allclose(out, reference, 1e-12, 1e-12));
+  (out * upstream).sum().backward();
+  (reference * upstream).sum().backward();
+  CHECK(torch::allclose(x.grad(), x_ref.grad(), 1e-12, 1e-12));
+  // A non-contiguous x (a view of a packed projection) and no autograd: the same values.
+  auto packed = torch::randn({2, 6, 3, 2, 8}, torch::kFloat64);
+  auto view = packed.unbind(3)[1];
+  torch::NoGradGuard no_grad;
+  CHECK(torch::allclose(rope.apply(view, 4), view * cos + rotate_half(view) * sin, 1e-12, 1e-12));
+}
+
 TEST_CASE("Llama 3 scaling keeps short wavelengths, divides long ones, blends between", "[llama]") {
   // d = 8, theta = 10000: frequencies 1, 0.1, 0.01, 0.001 (wavelengths 6.3, 63, 628, 6283).
   RopeScalingConfig scaling;

@@ -8,6 +8,8 @@
 #     The Llama (configs/llama_tiny.yaml) in fp32 and bf16 likewise.
 #  4. A checkpoint saved on the GPU and resumed: losses bit-identical to the uninterrupted
 #     GPU run; the checkpoint then resumes on the CPU (rtol 1e-4).
+#  5. dropout (masks from the CPU's generators on both sides: rtol 1e-4), and mixtures of experts:
+#     GPT's and DeepSeek-V3's in small, fp32 (1e-4, up to a routing near-tie) and bf16 (2e-2).
 # (ZeRO shards over dp x cp, so one GPU cannot check it: at world 1 it is off.)
 # Prints PASS/FAIL per check and "N passed, M failed" last; exit 1 if any failed.
 # The dry run (tests/scripts/gpu_check_dry_run.sh, in ctest): LOOM_GPU_CHECK_DEVICE=cpu maps the GPU
@@ -67,6 +69,39 @@ pair bf16 2e-2 --set train.precision=bf16
 # The Llama (RMSNorm, SwiGLU, RoPE, grouped-query attention through SDPA's kv heads).
 CONFIG=configs/llama_tiny.yaml pair llama_fp32 1e-4
 CONFIG=configs/llama_tiny.yaml pair llama_bf16 2e-2 --set train.precision=bf16
+# Dropout (residual and attention probabilities): the masks come from the CPU's generators on
+# both sides, so the GPU drops what the CPU drops; with selective recomputation, the attention's
+# masks drawn again in backward are the same ones.
+pair dropout_fp32 1e-4 --set model.dropout=0.1
+pair dropout_fp32_recompute_selective 1e-4 --set model.dropout=0.1 --set train.recompute=selective
+# Mixtures of experts: GPT's (4 experts, top 2, balance and z losses) and DeepSeek-V3's in small
+# (sigmoid router with groups and moving expert biases, a shared expert, latent attention, YaRN,
+# one multi-token prediction module). In bf16 the experts' products are ATen's grouped GEMM on
+# the GPU and the CPU. fp32 compares with --routing-flips: a token whose scores for two experts
+# are within the two devices' rounding may pick the other one, and from that step on (it must
+# look like one such near-tie) the runs are different trajectories.
+MOE=(--set model.moe.num_experts=4 --set model.moe.top_k=2 --set model.moe.aux_loss_coeff=0.01
+     --set model.moe.z_loss_coeff=0.001)
+DSV3=(--set model.moe.num_experts=8 --set model.moe.score=sigmoid --set model.moe.n_group=4 --set model.moe.topk_group=2
+      --set model.moe.routed_scaling_factor=2.5 --set model.moe.bias_update_rate=0.01 --set model.moe.moe_intermediate_size=24
+      --set model.moe.n_shared_experts=1 --set model.moe.first_k_dense_replace=1 --set model.num_kv_heads=0
+      --set model.mla.kv_lora_rank=16 --set model.mla.q_lora_rank=24 --set model.mla.qk_nope_head_dim=8
+      --set model.mla.qk_rope_head_dim=4 --set model.mla.v_head_dim=6 --set model.rope_interleave=true
+      --set model.rope_scaling.type=yarn --set model.rope_scaling.factor=4
+      --set model.rope_scaling.original_max_position_embeddings=8 --set model.rope_scaling.mscale_all_dim=1
+      --set model.mtp.depth=1 --set model.mtp.loss_weight=0.3)
+moe_runs() {  # moe_runs NAME RTOL [args...]: as pair_runs, the fp32 ones with --routing-flips
+  local name=$1 rtol=$2 flips=()
+  shift 2
+  [ "$rtol" = 1e-4 ] && flips=(--routing-flips)
+  run "${name}_cpu" --set train.device=cpu "$@" && run "${name}_gpu" --set train.device="$gpu" "$@" ${LOOM_GPU_CHECK_EXTRA:-} &&
+    python3 tests/scripts/checks.py compare-metrics "$work/${name}_gpu/metrics.jsonl" "$work/${name}_cpu/metrics.jsonl" \
+      --rtol "$rtol" "${flips[@]}"
+}
+check moe_fp32 moe_runs moe_fp32 1e-4 "${MOE[@]}"
+check moe_bf16 moe_runs moe_bf16 2e-2 "${MOE[@]}" --set train.precision=bf16
+CONFIG=configs/llama_tiny.yaml check dsv3_fp32 moe_runs dsv3_fp32 1e-4 "${DSV3[@]}"
+CONFIG=configs/llama_tiny.yaml check dsv3_bf16 moe_runs dsv3_bf16 2e-2 "${DSV3[@]}" --set train.precision=bf16
 
 # Checkpoint on the GPU: half the steps, exit, resume: the rest equal the straight run's bit for bit.
 resume_checks() {

@@ -30,13 +30,17 @@ kill "$sampler"
 # The resolved config loom wrote (sections of "  key: value" lines; no YAML library needed)
 # as the reference script's arguments.
 mapfile -t reference_args < <(python3 - <<'PY'
-c, section = {}, None
+c, section, sub = {}, None, None
 for line in open("/tmp/loom_gpu_run/config.yaml"):
     if line[:1].isalpha():
         section = line.split(":")[0]
     elif line.startswith("  ") and not line.startswith("   ") and ":" in line:
         key, value = line.strip().split(":", 1)
         c[f"{section}.{key}"] = value.strip().strip('"')
+        sub = key
+    elif line.startswith("    ") and not line.startswith("     ") and ":" in line:  # model.moe's keys
+        key, value = line.strip().split(":", 1)
+        c[f"{section}.{sub}.{key}"] = value.strip().strip('"')
 llama = c["model.arch"] == "llama"
 args = ["bench/reference_llama.py" if llama else "bench/reference_gpt.py"]
 for flag, key in [("--layers", "model.num_layers"), ("--hidden", "model.hidden_size"), ("--heads", "model.num_heads"),
@@ -54,6 +58,10 @@ if llama:
         args += [flag, c[key]]
     if c.get("model.tie_embeddings") == "true":
         args.append("--tie-embeddings")
+    if int(c.get("model.moe.num_experts", "0")) > 0:
+        for flag, key in [("--experts", "model.moe.num_experts"), ("--top-k", "model.moe.top_k"),
+                          ("--moe-ffn", "model.moe.moe_intermediate_size"), ("--aux-loss-coeff", "model.moe.aux_loss_coeff")]:
+            args += [flag, c[key]]
 print("\n".join(args))
 PY
 )
