@@ -143,10 +143,11 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const to
     // One rank holds every column (no padding): LibTorch's log-softmax and NLL read and write
     // the logits twice forward and three times back, where the distributed form takes about
     // twelve passes (at a 128k vocabulary, 4 GiB of fp32 logits per micro-batch of 8k tokens).
-    // On a GPU, bf16 or fp16 logits are read as they are, the log-softmax writing fp32 (and its
-    // backward the logits' dtype): no fp32 copy of the logits either way. The CPU's kernel does
-    // not take that form; it upcasts first, to the same values.
-    if (logits.is_cuda() && logits.scalar_type() != torch::kFloat && logits.scalar_type() != torch::kDouble)
+    // On a GPU, fp16 logits are read as they are, the log-softmax writing fp32 (and its backward
+    // fp16): no fp32 copy of the logits either way. LibTorch 2.11's GPU kernel takes that form for
+    // fp16 only (bf16: "conversion is supported for Half type only", seen on an H100), the CPU's
+    // for neither; they upcast first, to the same values.
+    if (logits.is_cuda() && logits.scalar_type() == torch::kHalf)
       return at::nll_loss(at::_log_softmax(logits, 1, /*half_to_float=*/true), targets, {}, at::Reduction::None);
     return at::cross_entropy_loss(logits.to(torch::kFloat), targets, {}, at::Reduction::None);
   }
