@@ -19,6 +19,7 @@ std::vector<int64_t> moe_layers(const Config& config) {
 
 MoEMonitor::MoEMonitor(const Config& config, std::vector<models::MoEStats*> stats)
     : num_experts_(config.model.moe.num_experts),
+      ep_(config.parallel.ep),
       layers_(moe_layers(config)),
       stats_(std::move(stats)),
       bias_update_rate_(config.model.moe.bias_update_rate) {
@@ -129,10 +130,15 @@ std::vector<std::string> MoEMonitor::check_hot(const std::vector<int64_t>& layer
       int& streak = streak_[{layers[i], static_cast<int64_t>(e)}];
       streak = mean > 0 && counts[e] > kHotFactor * mean ? streak + 1 : 0;
       if (streak == kHotSteps) {
-        warnings.push_back(fmt::format(
-            "MoE layer {}: expert {} received {:.0f} tokens, {:.1f}x the mean, for {} steps in a row; the ep rank "
-            "holding it receives most of the all-to-all traffic (a hot spot, like one NIC at 90%)",
-            layers[i], e, counts[e], counts[e] / mean, kHotSteps));
+        // Under expert parallelism the rank holding it is the all-to-all's hot spot; at ep 1 there is
+        // no all-to-all, only the imbalance of the experts' products.
+        const char* consequence = ep_ > 1 ? "the ep rank holding it receives most of the all-to-all traffic (a hot "
+                                            "spot, like one NIC at 90%)"
+                                          : "its product is the layer's largest (parallel.ep is 1: no all-to-all)";
+        warnings.push_back(
+            fmt::format("MoE layer {}: expert {} received {:.0f} tokens, {:.1f}x the mean, for {} steps "
+                        "in a row; {}",
+                        layers[i], e, counts[e], counts[e] / mean, kHotSteps, consequence));
       }
     }
   }

@@ -48,6 +48,7 @@ class MoEMonitor {
   void hand_out_expert_bias();
 
   int64_t num_experts_;
+  int64_t ep_;                   // parallel.ep: whether a hot expert is also a hot spot of the all-to-all
   std::vector<int64_t> layers_;  // global indices of every MoE layer of the model
   std::vector<models::MoEStats*> stats_;
   std::map<std::pair<int64_t, int64_t>, int> streak_;  // (layer, expert) -> hot steps in a row

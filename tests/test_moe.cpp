@@ -350,7 +350,15 @@ TEST_CASE("a router forced to one expert is flagged hot and imbalanced", "[moe]"
     layer->stats().reset();
   }
   REQUIRE(warnings.size() == 1);
-  CHECK_THAT(warnings[0], Catch::Contains("MoE layer 0: expert 2") && Catch::Contains("4.0x the mean"));
+  CHECK_THAT(warnings[0], Catch::Contains("MoE layer 0: expert 2") && Catch::Contains("4.0x the mean") &&
+                              Catch::Contains("no all-to-all"));
+  // Under expert parallelism the same streak names the all-to-all's hot spot.
+  config.parallel.ep = 2;
+  launch::MoEMonitor spread(config, {&layer->stats()});
+  std::vector<double> hot{1, 1, 10, 1};
+  for (int step = 0; step < launch::kHotSteps; ++step) warnings = spread.check_hot({0}, {hot});
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("all-to-all traffic"));
   // A balanced step ends the streak.
   CHECK(monitor.check_hot({0}, {{3, 3, 3, 3}}).empty());
 }
