@@ -158,6 +158,17 @@ void add_moe(Scalars& out, const nlohmann::json& moe) {
   }
 }
 
+// Where the step went (launch/step_split.h): compute, data, optimizer and checkpoint, and the
+// exposed time of each group's collectives ("time/exposed/tp/all_reduce_ms").
+void add_time_split(Scalars& out, const nlohmann::json& split) {
+  for (const std::string part : {"compute", "data", "optimizer", "checkpoint"})
+    add_if_number(out, split, part + "_ms", "time/" + part + "_ms");
+  if (!split.is_object() || !split.contains("exposed_ms") || !split.at("exposed_ms").is_object()) return;
+  for (const auto& [group_op, ms] : split.at("exposed_ms").items()) {
+    if (ms.is_number()) out.emplace_back("time/exposed/" + group_op + "_ms", static_cast<float>(ms.get<double>()));
+  }
+}
+
 }  // namespace
 
 Scalars scalars_of_record(const nlohmann::json& record) {
@@ -175,6 +186,7 @@ Scalars scalars_of_record(const nlohmann::json& record) {
   if (record.contains("pipeline")) add_if_number(out, record.at("pipeline"), "bubble", "perf/pipeline_bubble");
   if (record.contains("memory")) add_memory(out, record.at("memory"));
   if (record.contains("moe")) add_moe(out, record.at("moe"));
+  if (record.contains("time_split")) add_time_split(out, record.at("time_split"));
   return out;
 }
 

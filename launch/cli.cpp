@@ -128,9 +128,11 @@ Command add_diagnose(CLI::App& loom) {
       "where a run's step time went (compute, exposed communication per group, pipeline idle, data, "
       "optimizer, checkpoints) and the verdict: compute-, communication-, bubble-, memory-, input- or "
       "straggler-bound");
-  auto run_dir = std::make_shared<std::string>();
+  auto run_dir = std::make_shared<std::string>(), cluster = std::make_shared<std::string>();
   command.add_option("RUN_DIR", *run_dir, "a run directory (its diagnosis.json)")->type_name("")->required();
-  return [run_dir] { return diagnose(*run_dir); };
+  command.add_option("--cluster", *cluster, "beside loom plan's prediction for the run's layout on this cluster")
+      ->type_name("CLUSTER.yaml");
+  return [run_dir, cluster] { return diagnose(*run_dir, *cluster); };
 }
 
 Command add_topology(CLI::App& loom) {

@@ -57,9 +57,10 @@ struct VerifyArgs {
 };
 int verify(const VerifyArgs& args, const models::PipelineModelFactory& make_model);
 
-// loom diagnose RUN_DIR: where the run's step time went and the ladder's verdict, from its
-// diagnosis.json (launch/step_split.h). Exit 0.
-int diagnose(const std::string& run_dir);
+// loom diagnose RUN_DIR [--cluster FILE]: where the run's step time went and the ladder's verdict,
+// from its diagnosis.json (launch/step_split.h); with CLUSTER_PATH, beside `loom plan`'s prediction
+// for the run's layout on that cluster (launch/diagnose_plan.h). Exit 0.
+int diagnose(const std::string& run_dir, const std::string& cluster_path = "");
 
 struct TopologyArgs {
   std::string config_path;

@@ -4,15 +4,18 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/logging.h"
+#include "launch/diagnose_plan.h"
 #include "launch/moe_metrics.h"
 #include "launch/step_split.h"
 #include "launch/thread_policy.h"
+#include "parallel/cluster_spec.h"
 #include "parallel/traffic_report.h"
 
 namespace loom::launch {
@@ -151,15 +154,15 @@ void write_traffic_reports(parallel::ProcessGroups& groups, const parallel::Comm
   if (groups.world() > 1) std::cout << parallel::format_traffic_table(report) << std::flush;
 }
 
-void log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir, double flops_per_token,
-                 int world, const torch::Device& device) {
+std::string log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir,
+                        double flops_per_token, int world, const torch::Device& device) {
   if (summary.steps == 0) {
     info0("done: no step was left to train | metrics in {}/metrics.jsonl", run_dir);
-    return;
+    return "";
   }
   info0("done: {} steps in {} | loss {:.4f} -> {:.4f} | {:.0f} tokens/s | metrics in {}/metrics.jsonl", summary.steps,
         format_duration(summary.seconds), summary.first_loss, summary.last_loss, summary.tokens_per_s, run_dir);
-  if (flops_per_token <= 0.0) return;
+  if (flops_per_token <= 0.0) return "";
   const double tflops = flops_per_token * summary.tokens_per_s / static_cast<double>(world) / 1e12;
   double peak = config.train.peak_tflops;
   std::string source = "train.peak_tflops";
@@ -178,6 +181,7 @@ void log_job_end(const Config& config, const TrainSummary& summary, const std::s
   }
   info0("model FLOPs: {:.4g} GFLOP per token (6 x weights + 12 L h S) | {:.4g} TFLOP/s per rank | {}",
         flops_per_token / 1e9, tflops, mfu);
+  return mfu;
 }
 
 void write_diagnosis(const TrainSummary& summary, const std::string& run_dir, bool print) {
@@ -186,7 +190,7 @@ void write_diagnosis(const TrainSummary& summary, const std::string& run_dir, bo
   if (print) std::cout << format_diagnosis(summary.diagnosis) << std::flush;
 }
 
-int diagnose(const std::string& run_dir) {
+int diagnose(const std::string& run_dir, const std::string& cluster_path) {
   const std::string path = run_dir + "/diagnosis.json";
   std::ifstream in(path);
   if (!in) throw InputError("loom diagnose: " + path + " is missing (a run of this version writes it when it ends)");
@@ -195,6 +199,15 @@ int diagnose(const std::string& run_dir) {
     diagnosis = nlohmann::json::parse(in);
   } catch (const std::exception& e) {
     throw InputError("loom diagnose: " + path + " is not JSON: " + e.what());
+  }
+  if (!cluster_path.empty()) {
+    const std::string config_path = run_dir + "/config.yaml";
+    if (!std::filesystem::exists(config_path))
+      throw InputError("loom diagnose --cluster: " + config_path + " is missing (the run's layout)");
+    Config config = load_config(config_path);
+    const auto& p = config.parallel;
+    resolve_and_validate(config, p.tp * p.cp * p.pp * p.dp);
+    diagnosis["plan"] = plan_beside_measured(config, parallel::load_cluster(cluster_path), diagnosis);
   }
   std::cout << format_diagnosis(diagnosis) << std::flush;
   return 0;

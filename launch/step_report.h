@@ -58,9 +58,10 @@ void write_traffic_reports(parallel::ProcessGroups& groups, const parallel::Comm
 // The "done:" line, then, given FLOPS_PER_TOKEN (> 0), model FLOPs per second per rank
 // and their share of the device's peak (MFU) when one is configured or known:
 // train.peak_tflops, else the GPU's dense bf16 data-sheet peak (core/device.h). No
-// peak is assumed on CPU.
-void log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir, double flops_per_token,
-                 int world, const torch::Device& device);
+// peak is assumed on CPU. Returns that MFU phrase ("MFU 44.0% of 989 TFLOP/s per device (...)",
+// or why there is none); empty without model FLOPs.
+std::string log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir,
+                        double flops_per_token, int world, const torch::Device& device);
 
 // Rank 0: SUMMARY's diagnosis into RUN_DIR/diagnosis.json and, if PRINT, with its verdict last, to
 // standard output (launch/step_split.h; `loom diagnose RUN_DIR` prints it again).

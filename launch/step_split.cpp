@@ -5,6 +5,8 @@
 #include <sstream>
 #include <vector>
 
+#include "launch/diagnose_plan.h"
+
 namespace loom::launch {
 namespace {
 
@@ -220,6 +222,7 @@ std::string format_diagnosis(const nlohmann::json& d) {
                   r["optimizer_ms"].get<double>(), r["checkpoint_ms"].get<double>(), exposed);
     out << line;
   }
+  if (d.contains("plan")) out << format_plan_beside_measured(d["plan"]);
   const auto& v = d["verdict"];
   std::string detail = v.value("detail", "");
   if (d.contains("mfu") && v["kind"] == "compute-bound") detail += "; " + d["mfu"].get<std::string>();

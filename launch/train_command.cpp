@@ -59,11 +59,13 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
     Trainer trainer(config, groups, run_dir, make_model, args.fault, device);
     if (!args.dump_first_step.empty()) trainer.dump_first_step(args.dump_first_step);
     log_job_start(config, env, threads, run_dir, device);
-    const TrainSummary summary = trainer.run(args.resume);
+    TrainSummary summary = trainer.run(args.resume);
     write_traffic_reports(groups, *stats, grid, summary, run_dir);
     groups.world_comm().barrier().wait();
-    log_job_end(config, summary, run_dir, args.flops_per_token ? args.flops_per_token(config) : 0.0, env.world(),
-                device);
+    const auto mfu = log_job_end(config, summary, run_dir, args.flops_per_token ? args.flops_per_token(config) : 0.0,
+                                 env.world(), device);
+    // A compute-bound verdict says how far from the device's peak the compute runs.
+    if (!summary.diagnosis.is_null() && !mfu.empty()) summary.diagnosis["mfu"] = mfu;
     // loom verify's runs keep theirs in diagnosis.json: its own verdict is the one to read.
     write_diagnosis(summary, run_dir, /*print=*/args.dump_first_step.empty());
   } catch (const CommError& e) {

@@ -262,7 +262,13 @@ TEST_CASE("metrics: a record's scalars, the optional keys only when present", "[
         {"z_loss", 0.5},
         {"imbalance", {1.5, 2.0}},
         {"max_imbalance", 2.0},
-        {"dropped_tokens", 7}}}};
+        {"dropped_tokens", 7}}},
+      {"time_split",
+       {{"compute_ms", 9.5},
+        {"data_ms", 0.5},
+        {"optimizer_ms", 1.0},
+        {"checkpoint_ms", 0.0},
+        {"exposed_ms", {{"tp/all_reduce", 0.75}, {"dp/reduce_scatter", 0.25}}}}}};
   const auto scalars = as_map(scalars_of_record(step));
   const std::map<std::string, float> expected{{"train/loss", 4.5f},
                                               {"train/lr", 0.001f},
@@ -277,7 +283,13 @@ TEST_CASE("metrics: a record's scalars, the optional keys only when present", "[
                                               {"moe/max_imbalance", 2.0f},
                                               {"moe/dropped_tokens", 7.0f},
                                               {"moe/imbalance/layer_1", 1.5f},
-                                              {"moe/imbalance/layer_3", 2.0f}};
+                                              {"moe/imbalance/layer_3", 2.0f},
+                                              {"time/compute_ms", 9.5f},
+                                              {"time/data_ms", 0.5f},
+                                              {"time/optimizer_ms", 1.0f},
+                                              {"time/checkpoint_ms", 0.0f},
+                                              {"time/exposed/tp/all_reduce_ms", 0.75f},
+                                              {"time/exposed/dp/reduce_scatter_ms", 0.25f}};
   CHECK(scalars == expected);
 
   // An evaluation-only record, and a step whose loss was not finite (JSON null).

@@ -2,7 +2,7 @@
 
 Usage: tensorboard_reader.py RUN_DIR [METRICS_JSONL]. Every number of metrics.jsonl that loom
 logs as a scalar (loss, avg_loss, lr, grad norm, validation loss and perplexity, tokens/s, step
-time) must be in RUN_DIR/tensorboard at the same step with the same value as float32, and every
+time, and the step's split into compute, data, optimizer and checkpoint time) must be in RUN_DIR/tensorboard at the same step with the same value as float32, and every
 scalar TensorBoard reads must come from such a number. Exits 1 naming the first difference.
 """
 import json
@@ -21,7 +21,21 @@ TAGS = {
     "val_ppl": "val/ppl",
     "tokens_per_s": "perf/tokens_per_s",
     "step_ms": "perf/step_ms",
+    # Where the step went (metrics.jsonl's time_split; the exposed collectives' too, when a run has any).
+    ("time_split", "compute_ms"): "time/compute_ms",
+    ("time_split", "data_ms"): "time/data_ms",
+    ("time_split", "optimizer_ms"): "time/optimizer_ms",
+    ("time_split", "checkpoint_ms"): "time/checkpoint_ms",
 }
+
+
+def value_of(row, key):
+    """ROW's number at KEY (a name, or a (record, name) pair for a nested one), or None."""
+    if isinstance(key, tuple):
+        row = row.get(key[0])
+        key = key[1]
+    value = row.get(key) if isinstance(row, dict) else None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def as_float32(x):
@@ -35,8 +49,8 @@ def main():
     for line in metrics.read_text().splitlines():
         row = json.loads(line)
         for key, tag in TAGS.items():
-            if isinstance(row.get(key), (int, float)) and "step" in row:
-                expected[tag][row["step"]] = as_float32(row[key])
+            if value_of(row, key) is not None and "step" in row:
+                expected[tag][row["step"]] = as_float32(value_of(row, key))
     reader = event_accumulator.EventAccumulator(str(run / "tensorboard"), size_guidance={event_accumulator.SCALARS: 0})
     reader.Reload()
     present = set(reader.Tags()["scalars"])

@@ -2,8 +2,9 @@
 # The step-time split and the diagnosis ladder (launch/step_split.h): every run ends with its verdict
 # (the last line of its output, also in RUN_DIR/diagnosis.json), `loom diagnose RUN_DIR` prints it
 # again, and each planted cause is named:
-# 1. a plain run of the README's model -> compute-bound;
-# 2. every tp collective of one rank delayed 20 ms (--inject-fault 1:1:delay:tp:20) -> communication-bound on tp;
+# 1. a plain run of the README's model -> compute-bound, its MFU in the verdict (given a peak);
+# 2. every tp collective of one rank delayed 20 ms (--inject-fault 1:1:delay:tp:20) -> communication-bound on tp,
+#    and `loom diagnose --cluster` names tp as the part furthest from loom plan's prediction;
 # 3. pp 4 with 4 micro-batches a step -> bubble-bound, its measured pipeline idle beside the
 #    schedule's (p - 1) / (m + p - 1) = 3/7;
 # 4. each batch read delayed 100 ms (slow-data:100) -> input-bound;
@@ -28,8 +29,20 @@ run() {
 
 run readme 1 "$LOOM_SOURCE/configs/gpt_tiny.yaml" --set train.steps=30
 [[ "$VERDICT" == "verdict: compute-bound"* ]] || fail "the README's model is not compute-bound"
+# How far from the peak: the MFU of the run's last lines, in the verdict (none assumed on a CPU).
+[[ "$VERDICT" == *"MFU: no peak assumed on CPU"* ]] || fail "the compute-bound verdict does not say why it has no MFU"
+run peak 1 "$LOOM_SOURCE/configs/gpt_tiny.yaml" --set train.peak_tflops=0.5
+MFU="$(grep -o 'MFU [0-9.]*% of 0.5 TFLOP/s' "$WORK/peak.log" | head -1)"
+[ -n "$MFU" ] && [[ "$VERDICT" == "verdict: compute-bound"*"$MFU"* ]] || fail "the verdict does not give the run's MFU ($MFU)"
 run tp_delay 2 "$TINY" --set parallel.tp=2 --inject-fault 1:1:delay:tp:20
 [[ "$VERDICT" == "verdict: communication-bound tp"* ]] || fail "a delayed tp all-reduce is not communication-bound on tp"
+# Beside loom plan's prediction for the same layout on a cluster: the delayed tp all-reduces are the
+# part that deviates most from it, and the verdict stays the last line.
+"$LOOM" diagnose "$WORK/tp_delay" --cluster "$LOOM_SOURCE/configs/clusters/h100_sxm_8x_ib.yaml" > "$WORK/tp_plan.log" ||
+  fail "loom diagnose --cluster"
+grep -q "beside loom plan's prediction for this layout on 8x H100" "$WORK/tp_plan.log" &&
+  grep -q "largest deviation: communication tp, measured" "$WORK/tp_plan.log" &&
+  [ "$(tail -1 "$WORK/tp_plan.log")" = "$VERDICT" ] || { cat "$WORK/tp_plan.log"; fail "diagnose beside the plan"; }
 run bubble 4 "$TINY" --set parallel.pp=4 --set model.num_layers=4 --set train.micro_batch_size=2
 [[ "$VERDICT" == "verdict: bubble-bound pp"* ]] || fail "pp 4 with 4 micro-batches is not bubble-bound"
 python3 - "$WORK/bubble/diagnosis.json" << 'PY' || fail "the bubble's diagnosis"

@@ -1,0 +1,95 @@
+#include "launch/diagnose_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "launch/layout_cost.h"
+
+namespace loom::launch {
+
+nlohmann::json plan_beside_measured(const Config& config, const parallel::ClusterSpec& cluster,
+                                    const nlohmann::json& d) {
+  const auto& p = config.parallel;
+  const Layout layout{
+      p.tp, p.pp,     p.dp, p.virtual_stages, p.zero_stage, config.train.micro_batch_size, config.train.recompute,
+      p.cp, p.cp_comm};
+  const auto e = estimate_layout(config, cluster, layout);
+
+  // The prediction in the diagnosis's parts (ms per step). The model puts tp, cp and pp transfers on
+  // the critical path, hides two thirds of compute's worth of the dp reduction behind backward, and
+  // stretches the critical path by 1 / (1 - bubble).
+  std::map<std::string, double> predicted{{"compute and optimizer", e.compute_s * 1e3}};
+  double critical = e.compute_s, dp_seconds = 0, pp_seconds = 0;
+  for (const auto& t : e.traffic) {
+    if (t.group == "dp" || t.group == "dp-cp") {
+      dp_seconds = t.seconds;
+    } else if (t.group == "pp") {
+      pp_seconds = t.seconds;
+      critical += t.seconds;
+    } else {
+      predicted["communication " + t.group] = t.seconds * 1e3;
+      critical += t.seconds;
+    }
+  }
+  const double bubble_s = e.bubble < 1.0 ? critical / (1.0 - e.bubble) - critical : 0.0;
+  if (p.pp > 1) predicted["pipeline idle"] = (bubble_s + pp_seconds) * 1e3;
+  const double dp_exposed = std::max(0.0, dp_seconds - 2.0 / 3.0 * e.compute_s);
+  if (dp_seconds > 0) predicted[p.zero_stage == 3 ? "ZeRO-3 gathers" : "communication dp"] = dp_exposed * 1e3;
+
+  // The measurement, in the same parts.
+  const double step_ms = d.at("mean_step_ms").get<double>();
+  std::map<std::string, double> measured{{"compute and optimizer", d.at("compute_share").get<double>() * step_ms}};
+  for (const auto& [part, share] : d.at("shares").items()) measured[part] += share.get<double>() * step_ms;
+
+  nlohmann::json parts = nlohmann::json::array();
+  std::map<std::string, bool> seen;
+  nlohmann::json largest;
+  double worst = -1;
+  auto add = [&](const std::string& part) {
+    if (seen[part]) return;
+    seen[part] = true;
+    const double m = measured.count(part) ? measured[part] : 0.0, q = predicted.count(part) ? predicted[part] : 0.0;
+    nlohmann::json row = {{"part", part}, {"measured_ms", m}, {"predicted_ms", q}};
+    parts.push_back(row);
+    if (std::abs(m - q) > worst) worst = std::abs(m - q), largest = row;
+  };
+  for (const auto& [part, ms] : predicted) add(part);
+  for (const auto& [part, ms] : measured) add(part);
+  return {{"cluster", cluster.name},
+          {"parts", parts},
+          {"step", {{"measured_ms", step_ms}, {"predicted_ms", e.step_s * 1e3}}},
+          {"largest_deviation", largest}};
+}
+
+std::string format_plan_beside_measured(const nlohmann::json& c) {
+  std::ostringstream out;
+  char line[256];
+  out << "beside loom plan's prediction for this layout on " << c.at("cluster").get<std::string>() << ":\n";
+  out << "  part                      measured ms  predicted ms\n";
+  auto row = [&](const std::string& part, const nlohmann::json& r) {
+    std::snprintf(line, sizeof(line), "  %-24s  %11.1f  %12.1f\n", part.c_str(), r.at("measured_ms").get<double>(),
+                  r.at("predicted_ms").get<double>());
+    out << line;
+  };
+  for (const auto& r : c.at("parts")) row(r.at("part").get<std::string>(), r);
+  row("step", c.at("step"));
+  const auto& worst = c.at("largest_deviation");
+  if (!worst.is_null()) {
+    const double m = worst.at("measured_ms").get<double>(), q = worst.at("predicted_ms").get<double>();
+    std::snprintf(line, sizeof(line), "  largest deviation: %s, measured %.1f ms against %.1f ms predicted",
+                  worst.at("part").get<std::string>().c_str(), m, q);
+    out << line;
+    if (q > 0) {
+      std::snprintf(line, sizeof(line), " (%.2gx)", m / q);
+      out << line;
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace loom::launch
