@@ -171,6 +171,7 @@ struct ParallelConfig {
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   int64_t zero_stage = 0;
   std::string order = "tp-cp-ep-dp-pp";
+  int64_t ranks_per_node = 0;  // 0: from the launcher (its local world size) and the host names
   CommBackend backend = CommBackend::automatic;
   double timeout_s = 300.0;                                   // every collective fails after this long
   double bucket_mb = 25.0;                                    // data-parallel gradient buckets; 0: one bucket

@@ -290,6 +290,9 @@ std::vector<ConfigField> make_fields() {
                 "ZeRO: 0 off, 1 optimizer state, 2 also gradients, 3 also parameters (FSDP)"),
       string_field("parallel", "order", LOOM_MEMBER(parallel.order),
                    "order of the rank grid's dimensions, fastest first"),
+      int_field("parallel", "ranks_per_node", LOOM_MEMBER(parallel.ranks_per_node),
+                "ranks that share a node (consecutive ranks); 0: from the launcher's local world size and the "
+                "host names"),
       enum_field("parallel", "backend", LOOM_MEMBER(parallel.backend), "communicator: auto, gloo (CPU) or nccl (GPU)"),
       float_field("parallel", "timeout_s", LOOM_MEMBER(parallel.timeout_s), "seconds after which any collective fails"),
       float_field("parallel", "bucket_mb", LOOM_MEMBER(parallel.bucket_mb),

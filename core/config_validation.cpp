@@ -349,6 +349,10 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(p.timeout_s > 0 && p.timeout_s <= 30 * 24 * 3600.0, "parallel.timeout_s",
           "must be positive and at most 2592000 (30 days)");
   require(p.bucket_mb >= 0, "parallel.bucket_mb", "must be 0 (one bucket) or positive");
+  require(p.ranks_per_node >= 0, "parallel.ranks_per_node", "must be 0 (from the launcher) or positive");
+  require(p.ranks_per_node == 0 || world % p.ranks_per_node == 0, "parallel.ranks_per_node",
+          std::to_string(p.ranks_per_node) + " does not divide the world of " + std::to_string(world) +
+              " ranks into whole nodes");
   check_grid_order(p.order);
 
   auto& t = c.train;

@@ -38,7 +38,19 @@ nlohmann::json plan_beside_measured(const Config& config, const parallel::Cluste
   const double bubble_s = e.bubble < 1.0 ? critical / (1.0 - e.bubble) - critical : 0.0;
   if (p.pp > 1) predicted["pipeline idle"] = (bubble_s + pp_seconds) * 1e3;
   const double dp_exposed = std::max(0.0, dp_seconds - 2.0 / 3.0 * e.compute_s);
-  if (dp_seconds > 0) predicted[p.zero_stage == 3 ? "ZeRO-3 gathers" : "communication dp"] = dp_exposed * 1e3;
+  if (dp_seconds > 0) {
+    // Under ZeRO-3 the diagnosis counts dp's all-gathers apart ("ZeRO-3 gathers") from its
+    // reduce-scatter: the exposed time is split as their bytes are (three parameter gathers, one
+    // gradient reduce-scatter, in layout_cost.cpp's model).
+    double gathers = 0;
+    if (p.zero_stage == 3) {
+      const bool mixed = config.train.precision != TrainPrecision::fp32;
+      const double param = mixed ? 2.0 : 4.0, grad = mixed ? 2.0 : 4.0;
+      gathers = 3.0 * param / (3.0 * param + grad);
+      predicted["ZeRO-3 gathers"] = gathers * dp_exposed * 1e3;
+    }
+    predicted["communication dp"] = (1.0 - gathers) * dp_exposed * 1e3;
+  }
 
   // The measurement, in the same parts.
   const double step_ms = d.at("mean_step_ms").get<double>();

@@ -144,9 +144,11 @@ nlohmann::json gather_memory_report(parallel::ProcessGroups& groups, const paral
 }
 
 void write_traffic_reports(parallel::ProcessGroups& groups, const parallel::CommStats& stats,
-                           const parallel::RankGrid& grid, const TrainSummary& summary, const std::string& run_dir) {
+                           const parallel::RankGrid& grid, const TrainSummary& summary, const std::string& run_dir,
+                           int64_t local_world, const Config& config) {
   std::ofstream(run_dir + "/comm_rank" + std::to_string(groups.rank()) + ".json") << stats.to_json().dump(2) << "\n";
-  auto report = parallel::gather_traffic_report(groups, stats, summary.steps, host_name());
+  auto report = parallel::gather_traffic_report(groups, stats, summary.steps, host_name(), local_world,
+                                                config.parallel.ranks_per_node);
   if (report.is_null()) return;
   report["diagnostics"] = parallel::traffic_diagnostics(report, grid);
   report["last_step"] = summary.last_step;
@@ -200,16 +202,29 @@ int diagnose(const std::string& run_dir, const std::string& cluster_path) {
   } catch (const std::exception& e) {
     throw InputError("loom diagnose: " + path + " is not JSON: " + e.what());
   }
+  Config config;
   if (!cluster_path.empty()) {
     const std::string config_path = run_dir + "/config.yaml";
     if (!std::filesystem::exists(config_path))
       throw InputError("loom diagnose --cluster: " + config_path + " is missing (the run's layout)");
-    Config config = load_config(config_path);
+    config = load_config(config_path);
     const auto& p = config.parallel;
     resolve_and_validate(config, p.tp * p.cp * p.pp * p.dp);
-    diagnosis["plan"] = plan_beside_measured(config, parallel::load_cluster(cluster_path), diagnosis);
+    if (config.model.moe.enabled()) {
+      throw InputError("loom diagnose --cluster: '" + run_dir +
+                       "' trained a mixture of experts, whose all-to-all time follows the router's choices, "
+                       "which loom plan's cost model does not predict");
+    }
   }
-  std::cout << format_diagnosis(diagnosis) << std::flush;
+  std::string text;
+  try {
+    if (!cluster_path.empty())
+      diagnosis["plan"] = plan_beside_measured(config, parallel::load_cluster(cluster_path), diagnosis);
+    text = format_diagnosis(diagnosis);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError("loom diagnose: " + path + " is not a diagnosis this version reads (" + e.what() + ")");
+  }
+  std::cout << text << std::flush;
   return 0;
 }
 

@@ -52,8 +52,10 @@ nlohmann::json gather_memory_report(parallel::ProcessGroups& groups, const paral
 
 // Collective: this rank's counters in RUN_DIR/comm_rankN.json, the job's traffic
 // matrix and diagnostics in RUN_DIR/traffic.json and, with several ranks, its table.
+// LOCAL_WORLD (the launcher's local world size) and CONFIG's parallel.ranks_per_node tell the nodes apart.
 void write_traffic_reports(parallel::ProcessGroups& groups, const parallel::CommStats& stats,
-                           const parallel::RankGrid& grid, const TrainSummary& summary, const std::string& run_dir);
+                           const parallel::RankGrid& grid, const TrainSummary& summary, const std::string& run_dir,
+                           int64_t local_world, const Config& config);
 
 // The "done:" line, then, given FLOPS_PER_TOKEN (> 0), model FLOPs per second per rank
 // and their share of the device's peak (MFU) when one is configured or known:

@@ -205,29 +205,30 @@ std::string format_diagnosis(const nlohmann::json& d) {
   std::ostringstream out;
   char line[256];
   std::snprintf(line, sizeof(line), "time per step (mean of %lld steps over %lld ranks): %.1f ms\n",
-                static_cast<long long>(d["steps"].get<int64_t>()), static_cast<long long>(d["world"].get<int64_t>()),
-                d["mean_step_ms"].get<double>());
+                static_cast<long long>(d.at("steps").get<int64_t>()),
+                static_cast<long long>(d.at("world").get<int64_t>()), d.at("mean_step_ms").get<double>());
   out << line;
-  out << "  compute and optimizer " << percent(d["compute_share"].get<double>());
-  for (const auto& [cat, share] : d["shares"].items()) out << " | " << cat << " " << percent(share.get<double>());
+  out << "  compute and optimizer " << percent(d.at("compute_share").get<double>());
+  for (const auto& [cat, share] : d.at("shares").items()) out << " | " << cat << " " << percent(share.get<double>());
   out << "\n";
   out << "  rank  stage   step ms  compute ms  data ms  optimizer ms  checkpoint ms  exposed ms\n";
-  for (const auto& r : d["ranks"]) {
+  for (const auto& r : d.at("ranks")) {
     double exposed = 0;
-    for (const auto& [group, ops] : r["exposed_ms"].items())
+    for (const auto& [group, ops] : r.at("exposed_ms").items())
       for (const auto& [op, ms] : ops.items()) exposed += ms.get<double>();
     std::snprintf(line, sizeof(line), "  %4lld  %5lld  %8.1f  %10.1f  %7.1f  %12.1f  %13.1f  %10.1f\n",
-                  static_cast<long long>(r["rank"].get<int64_t>()), static_cast<long long>(r["stage"].get<int64_t>()),
-                  r["step_ms"].get<double>(), r["compute_ms"].get<double>(), r["data_ms"].get<double>(),
-                  r["optimizer_ms"].get<double>(), r["checkpoint_ms"].get<double>(), exposed);
+                  static_cast<long long>(r.at("rank").get<int64_t>()),
+                  static_cast<long long>(r.at("stage").get<int64_t>()), r.at("step_ms").get<double>(),
+                  r.at("compute_ms").get<double>(), r.at("data_ms").get<double>(), r.at("optimizer_ms").get<double>(),
+                  r.at("checkpoint_ms").get<double>(), exposed);
     out << line;
   }
-  if (d.contains("plan")) out << format_plan_beside_measured(d["plan"]);
-  const auto& v = d["verdict"];
+  if (d.contains("plan")) out << format_plan_beside_measured(d.at("plan"));
+  const auto& v = d.at("verdict");
   std::string detail = v.value("detail", "");
-  if (d.contains("mfu") && v["kind"] == "compute-bound") detail += "; " + d["mfu"].get<std::string>();
-  const std::string where = v["where"].get<std::string>();
-  out << "verdict: " << v["kind"].get<std::string>() << (where.empty() ? "" : " " + where)
+  if (d.contains("mfu") && v.at("kind") == "compute-bound") detail += "; " + d.at("mfu").get<std::string>();
+  const std::string where = v.at("where").get<std::string>();
+  out << "verdict: " << v.at("kind").get<std::string>() << (where.empty() ? "" : " " + where)
       << (detail.empty() ? "" : ": " + detail) << "\n";
   return out.str();
 }

@@ -53,7 +53,8 @@ class StepClock {
 };
 
 // The ladder's verdict and the table, from DIAGNOSIS (StepClock::diagnose's): the lines `loom
-// diagnose` prints, the verdict last ("verdict: compute-bound ...").
+// diagnose` prints, the verdict last ("verdict: compute-bound ..."). A DIAGNOSIS without its keys
+// throws nlohmann::json's out_of_range or type_error.
 std::string format_diagnosis(const nlohmann::json& diagnosis);
 
 }  // namespace loom::launch

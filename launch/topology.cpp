@@ -4,6 +4,7 @@
 
 #include "core/config.h"
 #include "launch/commands.h"
+#include "parallel/node_map.h"
 #include "parallel/rank_grid.h"
 
 namespace loom::launch {
@@ -19,6 +20,9 @@ int topology(const TopologyArgs& args) {
   out["order"] = p.order;
   out["sizes"] = {{"tp", p.tp}, {"cp", p.cp}, {"pp", p.pp}, {"dp", p.dp}, {"ep", p.ep}, {"expert-dp", p.dp / p.ep}};
   for (auto kind : parallel::kAllGroupKinds) out["groups"][parallel::group_kind_name(kind)] = grid.groups(kind);
+  // Nothing is launched, so no host names: consecutive blocks of parallel.ranks_per_node, else one node.
+  const std::vector<parallel::NodeHint> hints(static_cast<size_t>(args.world), parallel::NodeHint{0, args.world});
+  out["nodes"] = parallel::node_members(parallel::assign_nodes(hints, p.ranks_per_node));
   for (int64_t rank = 0; rank < args.world; ++rank) {
     const auto c = grid.coords(rank);
     out["ranks"].push_back({{"rank", rank},

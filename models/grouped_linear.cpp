@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <cstdint>
 #include <numeric>
 
@@ -30,12 +31,18 @@ torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const t
                          const std::vector<int64_t>& rows) {
   const bool aligned = strides_aligned(a) && strides_aligned(b);
   if (a.device().is_cpu() && a.scalar_type() != torch::kFloat64 && aligned) return at::_grouped_mm(a, b, offs);
-  if (a.is_cuda() && a.scalar_type() == torch::kBFloat16 && aligned) {
+  // Whether this process's LibTorch refused the GPU's grouped GEMM once: it is not asked again
+  // (a refusal throws, and every product of every layer would pay for it).
+  static std::atomic<bool> gpu_refused{false};
+  if (a.is_cuda() && a.scalar_type() == torch::kBFloat16 && aligned && !gpu_refused.load()) {
     try {
       return at::_grouped_mm(a, b, offs);
+    } catch (const c10::OutOfMemoryError&) {
+      throw;  // not a refusal: the caller's to report
     } catch (const c10::Error& e) {
-      TORCH_WARN_ONCE("loom: ATen's grouped GEMM refused this GPU (", e.what_without_backtrace(),
-                      "); the experts' products run one by one");
+      gpu_refused.store(true);
+      TORCH_WARN("loom: ATen's grouped GEMM refused this GPU (", e.what_without_backtrace(),
+                 "); the experts' products run one by one");
     }
   }
   const bool rows_of_a = b.dim() == 3;

@@ -8,10 +8,17 @@ void CommStats::record_call(const std::string& group, const std::string& op, int
   auto& c = counters_[{group, op}];
   c.calls += 1;
   c.bytes += bytes;
+  auto& by_peer = sent_to_by_op_[{group, op}];
   for (const auto& [peer, sent] : sends) {
     c.sent += sent;
     sent_to_[peer] += sent;
+    by_peer[peer] += sent;
   }
+}
+
+std::map<std::pair<std::string, std::string>, std::map<int64_t, int64_t>> CommStats::sent_to_by_op() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sent_to_by_op_;
 }
 
 void CommStats::record_time(const std::string& group, const std::string& op, double seconds, int64_t bytes) {
@@ -90,6 +97,7 @@ void CommStats::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
   counters_.clear();
   sent_to_.clear();
+  sent_to_by_op_.clear();
   regressions_.clear();
 }
 

@@ -54,6 +54,8 @@ class CommStats {
   std::map<std::pair<std::string, std::string>, CommCounter> counters() const;
   // Bytes sent to each global rank, whole run.
   std::map<int64_t, int64_t> sent_to() const;
+  // The same per (group, op): what the traffic report splits into intra- and inter-node bytes.
+  std::map<std::pair<std::string, std::string>, std::map<int64_t, int64_t>> sent_to_by_op() const;
   // The fit per op over all groups; ops with fewer than two distinct sizes get beta 0.
   std::map<std::string, AlphaBetaFit> fits() const;
   // {"dp": {"all_reduce": {"calls": .., "bytes": .., "sent": .., "seconds": ..}}, ...}
@@ -67,6 +69,7 @@ class CommStats {
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, std::string>, CommCounter> counters_;
   std::map<int64_t, int64_t> sent_to_;
+  std::map<std::pair<std::string, std::string>, std::map<int64_t, int64_t>> sent_to_by_op_;
   std::map<std::string, Regression> regressions_;
   double blocked_s_ = 0.0;
   std::map<std::pair<std::string, std::string>, double> blocked_by_op_;

@@ -137,6 +137,12 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
 
 }  // namespace
 
+namespace {
+torch::Tensor at_least_fp32(const torch::Tensor& logits) {
+  return logits.scalar_type() == torch::kDouble ? logits : logits.to(torch::kFloat);
+}
+}  // namespace
+
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
                                            int64_t vocab_start, int64_t vocab_size, Communicator& tp) {
   if (tp.size() == 1 && vocab_start == 0 && logits.size(1) == vocab_size) {
@@ -149,9 +155,9 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const to
     // for neither; they upcast first, to the same values.
     if (logits.is_cuda() && logits.scalar_type() == torch::kHalf)
       return at::nll_loss(at::_log_softmax(logits, 1, /*half_to_float=*/true), targets, {}, at::Reduction::None);
-    return at::cross_entropy_loss(logits.to(torch::kFloat), targets, {}, at::Reduction::None);
+    return at::cross_entropy_loss(at_least_fp32(logits), targets, {}, at::Reduction::None);
   }
-  return VocabParallelCrossEntropy::apply(logits.to(torch::kFloat), targets, vocab_start, vocab_size, &tp);
+  return VocabParallelCrossEntropy::apply(at_least_fp32(logits), targets, vocab_start, vocab_size, &tp);
 }
 
 }  // namespace loom::parallel

@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <functional>
 
+#include "parallel/node_map.h"
+
 namespace loom::parallel {
 namespace {
 
 // The fixed layout of one rank's row in the gather: every (group, op) in this
-// order, four numbers each, then bytes sent to each rank, then the host id.
+// order, six numbers each, then bytes sent to each rank.
 const std::vector<std::string> kGroups = [] {
   std::vector<std::string> names{"world"};
   for (GroupKind kind : kAllGroupKinds) names.push_back(group_kind_name(kind));
@@ -16,7 +18,7 @@ const std::vector<std::string> kGroups = [] {
 }();
 const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
                                        "broadcast",  "send_recv",  "barrier"};
-constexpr int64_t kFields = 4;  // calls, bytes, sent, seconds
+constexpr int64_t kFields = 6;  // calls, bytes, sent, seconds, sent intra-node, sent inter-node
 
 std::string format(const char* fmt, double a, double b = 0, double c = 0) {
   char buffer[160];
@@ -52,13 +54,16 @@ nlohmann::json alpha_beta_report(const std::map<std::string, AlphaBetaFit>& fits
 }
 
 nlohmann::json gather_traffic_report(ProcessGroups& groups, const CommStats& stats, int64_t steps,
-                                     const std::string& host) {
+                                     const std::string& host, int64_t local_world, int64_t ranks_per_node) {
   const auto counters = stats.counters();
   const auto sent_to = stats.sent_to();
+  const auto by_op = stats.sent_to_by_op();
   const auto fits = stats.fits();
   const int64_t world = groups.world();
+  const auto node_of_rank = discover_nodes(groups.world_comm(), host, local_world, ranks_per_node);
+  const int64_t me = node_of_rank[static_cast<size_t>(groups.rank())];
   const int64_t counter_fields = static_cast<int64_t>(kGroups.size() * kOps.size()) * kFields;
-  const int64_t row = counter_fields + world + 1;
+  const int64_t row = counter_fields + world;
 
   auto mine = torch::zeros({row}, torch::kFloat64);
   auto m = mine.accessor<double, 1>();
@@ -72,12 +77,15 @@ nlohmann::json gather_traffic_report(ProcessGroups& groups, const CommStats& sta
         m[i + 2] = static_cast<double>(it->second.sent);
         m[i + 3] = it->second.seconds;
       }
+      auto peers = by_op.find({g, op});
+      if (peers != by_op.end()) {
+        for (const auto& [peer, bytes] : peers->second)
+          m[i + (node_of_rank[static_cast<size_t>(peer)] == me ? 4 : 5)] += static_cast<double>(bytes);
+      }
       i += kFields;
     }
   }
   for (const auto& [peer, bytes] : sent_to) m[counter_fields + peer] = static_cast<double>(bytes);
-  // 52 bits of the host name's hash: exact in a double, and hosts only need telling apart.
-  m[row - 1] = static_cast<double>(std::hash<std::string>{}(host) & ((uint64_t{1} << 52) - 1));
 
   auto all = torch::empty({world, row}, torch::kFloat64);
   groups.world_comm().all_gather(all, mine).wait();
@@ -90,7 +98,7 @@ nlohmann::json gather_traffic_report(ProcessGroups& groups, const CommStats& sta
   report["counter_note"] =
       "bytes: payload as the rank sees it; sent: what the rank transmits under the ring model (exact for "
       "all_to_all and send_recv); seconds: from issue to completion, waiting for peers included";
-  std::vector<double> hosts;
+  report["nodes"] = node_members(node_of_rank);
   for (int64_t r = 0; r < world; ++r) {
     nlohmann::json rank_groups = nlohmann::json::object();
     int64_t j = 0;
@@ -100,16 +108,14 @@ nlohmann::json gather_traffic_report(ProcessGroups& groups, const CommStats& sta
           rank_groups[g][op] = {{"calls", static_cast<int64_t>(a[r][j])},
                                 {"bytes", static_cast<int64_t>(a[r][j + 1])},
                                 {"sent", static_cast<int64_t>(a[r][j + 2])},
+                                {"sent_intra_node", static_cast<int64_t>(a[r][j + 4])},
+                                {"sent_inter_node", static_cast<int64_t>(a[r][j + 5])},
                                 {"seconds", a[r][j + 3]}};
         }
         j += kFields;
       }
     }
-    const double h = a[r][row - 1];
-    auto found = std::find(hosts.begin(), hosts.end(), h);
-    if (found == hosts.end()) hosts.push_back(h);
-    report["ranks"].push_back(
-        {{"rank", r}, {"node", std::find(hosts.begin(), hosts.end(), h) - hosts.begin()}, {"groups", rank_groups}});
+    report["ranks"].push_back({{"rank", r}, {"node", node_of_rank[static_cast<size_t>(r)]}, {"groups", rank_groups}});
     std::vector<int64_t> matrix_row;
     for (int64_t peer = 0; peer < world; ++peer)
       matrix_row.push_back(static_cast<int64_t>(a[r][counter_fields + peer]));

@@ -19,9 +19,12 @@ namespace loom::parallel {
 
 // Collective over GROUPS' world (call it on every rank). STATS is snapshotted
 // first, so the gather itself is not in the report. Returns the report on
-// rank 0 and null elsewhere. HOST names this rank's machine.
+// rank 0 and null elsewhere. HOST names this rank's machine, LOCAL_WORLD is the launcher's
+// local world size, RANKS_PER_NODE parallel.ranks_per_node: the nodes they make
+// (parallel/node_map.h) give each rank's "node", the report's "nodes" (each node's ranks),
+// and each counter's sent bytes split into sent_intra_node and sent_inter_node.
 nlohmann::json gather_traffic_report(ProcessGroups& groups, const CommStats& stats, int64_t steps,
-                                     const std::string& host);
+                                     const std::string& host, int64_t local_world, int64_t ranks_per_node);
 
 // The fit of each op's (bytes, seconds) line as {"samples", "alpha_us", "beta_s_per_byte",
 // "bandwidth_GBps"}, or {"samples", "no_fit": why} where the line is not a latency and a

@@ -21,7 +21,7 @@ TAGS = {
     "val_ppl": "val/ppl",
     "tokens_per_s": "perf/tokens_per_s",
     "step_ms": "perf/step_ms",
-    # Where the step went (metrics.jsonl's time_split; the exposed collectives' too, when a run has any).
+    # Where the step went (metrics.jsonl's time_split; its per-collective exposed_ms are not checked here).
     ("time_split", "compute_ms"): "time/compute_ms",
     ("time_split", "data_ms"): "time/data_ms",
     ("time_split", "optimizer_ms"): "time/optimizer_ms",

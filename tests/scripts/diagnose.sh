@@ -64,6 +64,9 @@ split = [r["time_split"] for r in rows if "time_split" in r]
 assert split and all({"compute_ms", "data_ms", "optimizer_ms", "checkpoint_ms", "exposed_ms"} <= set(s) for s in split), rows[-1]
 PY
 expect_exit 2 "diagnosis.json is missing" "$LOOM" diagnose "$WORK/nowhere"
+mkdir -p "$WORK/hand_edited" && echo '{"steps": 3}' > "$WORK/hand_edited/diagnosis.json"
+expect_exit 2 "is not a diagnosis this version reads" "$LOOM" diagnose "$WORK/hand_edited"
+expect_exit 2 "cannot read cluster file" "$LOOM" diagnose "$WORK/tp_delay" --cluster "$WORK/no_cluster.yaml"
 expect_exit 2 "delay:GROUP:MS needs GROUP" "$LOOM" train "$TINY" --inject-fault 0:1:delay:xx:5
 expect_exit 2 "this layout has no tp group" "$LOOM" train "$TINY" --inject-fault 0:1:delay:tp:5
 expect_exit 2 "the straggler is the fault's rank" "$LOOM" train "$TINY" --inject-fault 0:1:straggler:1:5

@@ -52,4 +52,30 @@ mpirun --oversubscribe -np 4 bash -c 'LOOM_HOST=node$((OMPI_COMM_WORLD_RANK / 2)
   --run-dir "$WORK/tp4_two_nodes" "${MODEL[@]}" --set parallel.tp=4 > "$WORK/tp4.log" 2>&1 || { cat "$WORK/tp4.log"; fail "tp4 run"; }
 grep -q "note: a tp group starting at rank 0 spans 2 nodes" "$WORK/tp4.log" || { cat "$WORK/tp4.log"; fail "tp across nodes not named"; }
 if grep -q "note:" "$WORK/tp2_dp2.log"; then fail "a one-node tp=2 run should have no notes"; fi
+# Intra- and inter-node bytes: with parallel.ranks_per_node 2, tp 2 x dp 2 puts each tp pair on a
+# node and each dp pair across the two. Every counter's sent splits into sent_intra_node and
+# sent_inter_node, summing to it: tp's all intra-node, dp's all inter-node; the same nodes in
+# traffic.json and in `loom topology`.
+check_run tp2_dp2_nodes 4 --set parallel.tp=2 --set parallel.ranks_per_node=2
+"$LOOM" topology "$TINY" --world 4 --set parallel.tp=2 --set parallel.ranks_per_node=2 > "$WORK/topology_nodes.json" ||
+  fail "loom topology with ranks_per_node"
+python3 - "$WORK/tp2_dp2_nodes/traffic.json" "$WORK/topology_nodes.json" << 'PY' || fail "intra- and inter-node bytes"
+import json, sys
+report, topology = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert report["nodes"] == [[0, 1], [2, 3]] == topology["nodes"], (report["nodes"], topology["nodes"])
+assert [r["node"] for r in report["ranks"]] == [0, 0, 1, 1]
+seen = set()
+for r in report["ranks"]:
+    for group, ops in r["groups"].items():
+        for op, c in ops.items():
+            assert c["sent_intra_node"] + c["sent_inter_node"] == c["sent"], (r["rank"], group, op, c)
+            if group == "tp" and c["sent"]:
+                assert c["sent_inter_node"] == 0, (r["rank"], op, c)
+                seen.add("tp")
+            if group == "dp" and c["sent"]:
+                assert c["sent_intra_node"] == 0, (r["rank"], op, c)
+                seen.add("dp")
+assert seen == {"tp", "dp"}, seen
+print("intra/inter-node bytes split as the nodes say")
+PY
 echo "traffic report: ok"
