@@ -1,13 +1,16 @@
 #include "launch/diagnose_plan.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "launch/layout_cost.h"
+#include "parallel/rank_grid.h"
 
 namespace loom::launch {
 
@@ -100,6 +103,88 @@ std::string format_plan_beside_measured(const nlohmann::json& c) {
       out << line;
     }
     out << "\n";
+  }
+  return out.str();
+}
+
+nlohmann::json collectives_beside_cluster(const Config& config, const parallel::ClusterSpec& cluster,
+                                          const nlohmann::json& traffic) {
+  const auto& p = config.parallel;
+  const parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
+  // Each group kind's size, and whether its first group stays inside one node of the cluster.
+  std::map<std::string, std::pair<int64_t, bool>> groups;
+  for (auto kind : parallel::kAllGroupKinds) {
+    const auto all = grid.groups(kind);
+    if (all.empty()) continue;
+    const auto& first = all.front();
+    const auto [low, high] = std::minmax_element(first.begin(), first.end());
+    groups[parallel::group_kind_name(kind)] = {static_cast<int64_t>(first.size()),
+                                               *low / cluster.gpus_per_node == *high / cluster.gpus_per_node};
+  }
+  groups["world"] = {grid.world(), grid.world() <= cluster.gpus_per_node};
+
+  // Every rank's calls, bytes and seconds of each (group, op), summed over the ranks.
+  std::map<std::pair<std::string, std::string>, std::array<double, 3>> sums;
+  for (const auto& rank : traffic.at("ranks")) {
+    for (const auto& [group, ops] : rank.at("groups").items()) {
+      for (const auto& [op, c] : ops.items()) {
+        auto& s = sums[{group, op}];
+        s[0] += c.at("calls").get<double>();
+        s[1] += c.at("bytes").get<double>();
+        s[2] += c.at("seconds").get<double>();
+      }
+    }
+  }
+  const double steps = std::max<double>(1.0, traffic.at("steps").get<double>());
+  const double world = static_cast<double>(traffic.at("ranks").size());
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [key, s] : sums) {
+    const auto& [group, op] = key;
+    const auto found = groups.find(group);
+    if (s[0] <= 0 || found == groups.end() || op == "barrier") continue;
+    const int64_t ranks = found->second.first;
+    const bool intra = found->second.second;
+    const double alpha = intra ? cluster.intra_latency : cluster.inter_latency;
+    const double beta = 1.0 / (intra ? cluster.intra_bandwidth : cluster.inter_bandwidth);
+    const double n = s[1] / s[0];  // payload bytes per call, as the counters define it (parallel/comm_stats.h)
+    double predicted = 0;
+    if (op == "all_reduce") {
+      predicted = ring_all_reduce_time(n, ranks, alpha, beta);
+    } else if (op == "all_gather" || op == "reduce_scatter") {
+      predicted = ring_all_gather_time(n, ranks, alpha, beta);
+    } else if (op == "all_to_all") {
+      predicted = all_to_all_time(n, ranks, alpha, beta);
+    } else {  // send_recv (bytes sent plus received) and broadcast: one message each way
+      predicted = point_to_point_time(op == "send_recv" ? n / 2.0 : n, alpha, beta);
+    }
+    rows.push_back({{"group", group},
+                    {"op", op},
+                    {"ranks", ranks},
+                    {"link", intra ? "intra-node" : "inter-node"},
+                    {"calls_per_step", s[0] / world / steps},
+                    {"bytes_per_call", n},
+                    {"measured_ms_per_call", s[2] / s[0] * 1e3},
+                    {"predicted_ms_per_call", predicted * 1e3}});
+  }
+  std::sort(rows.begin(), rows.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return a.at("measured_ms_per_call").get<double>() * a.at("calls_per_step").get<double>() >
+           b.at("measured_ms_per_call").get<double>() * b.at("calls_per_step").get<double>();
+  });
+  return rows;
+}
+
+std::string format_collectives_beside_cluster(const nlohmann::json& rows) {
+  std::ostringstream out;
+  char line[256];
+  out << "each collective per call (the mean over the ranks) beside the cluster's alpha-beta on its link:\n";
+  out << "  group           op              ranks  link        calls/step  KiB/call  measured ms  alpha-beta ms\n";
+  for (const auto& r : rows) {
+    std::snprintf(line, sizeof(line), "  %-14s  %-14s  %5lld  %-10s  %10.1f  %8.1f  %11.3f  %13.4f\n",
+                  r.at("group").get<std::string>().c_str(), r.at("op").get<std::string>().c_str(),
+                  static_cast<long long>(r.at("ranks").get<int64_t>()), r.at("link").get<std::string>().c_str(),
+                  r.at("calls_per_step").get<double>(), r.at("bytes_per_call").get<double>() / 1024.0,
+                  r.at("measured_ms_per_call").get<double>(), r.at("predicted_ms_per_call").get<double>());
+    out << line;
   }
   return out.str();
 }

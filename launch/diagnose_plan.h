@@ -20,4 +20,15 @@ nlohmann::json plan_beside_measured(const Config& config, const parallel::Cluste
 // Its lines: the table, then the largest deviation.
 std::string format_plan_beside_measured(const nlohmann::json& comparison);
 
+// Each (group, op) the run's ranks counted (TRAFFIC: the run's traffic.json), per call averaged over
+// the ranks, beside the cluster's alpha-beta for that collective on the link the layout puts the
+// group on (ranks laid out on nodes of the cluster's gpus_per_node, as loom plan lays them):
+// [{"group", "op", "ranks", "link", "calls_per_step", "bytes_per_call", "measured_ms_per_call",
+//   "predicted_ms_per_call"}...], the largest measured time first.
+nlohmann::json collectives_beside_cluster(const Config& config, const parallel::ClusterSpec& cluster,
+                                          const nlohmann::json& traffic);
+
+// Its lines.
+std::string format_collectives_beside_cluster(const nlohmann::json& rows);
+
 }  // namespace loom::launch

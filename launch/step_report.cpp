@@ -218,11 +218,21 @@ int diagnose(const std::string& run_dir, const std::string& cluster_path) {
   }
   std::string text;
   try {
-    if (!cluster_path.empty())
-      diagnosis["plan"] = plan_beside_measured(config, parallel::load_cluster(cluster_path), diagnosis);
+    if (!cluster_path.empty()) {
+      const auto cluster = parallel::load_cluster(cluster_path);
+      diagnosis["plan"] = plan_beside_measured(config, cluster, diagnosis);
+      // Each collective's measured time per call against the cluster's alpha-beta (traffic.json:
+      // every rank's counters; a run of this version writes it when it ends).
+      std::ifstream traffic_file(run_dir + "/traffic.json");
+      if (traffic_file) {
+        const auto traffic = nlohmann::json::parse(traffic_file);
+        diagnosis["collectives"] = collectives_beside_cluster(config, cluster, traffic);
+      }
+    }
     text = format_diagnosis(diagnosis);
   } catch (const nlohmann::json::exception& e) {
-    throw InputError("loom diagnose: " + path + " is not a diagnosis this version reads (" + e.what() + ")");
+    throw InputError("loom diagnose: " + path + " (or the run's traffic.json) is not a diagnosis this version reads (" +
+                     e.what() + ")");
   }
   std::cout << text << std::flush;
   return 0;

@@ -223,6 +223,7 @@ std::string format_diagnosis(const nlohmann::json& d) {
                   r.at("checkpoint_ms").get<double>(), exposed);
     out << line;
   }
+  if (d.contains("collectives")) out << format_collectives_beside_cluster(d.at("collectives"));
   if (d.contains("plan")) out << format_plan_beside_measured(d.at("plan"));
   const auto& v = d.at("verdict");
   std::string detail = v.value("detail", "");

@@ -88,3 +88,47 @@ TEST_CASE("diagnose beside the plan: the prediction in the diagnosis's parts, an
   CHECK(d["largest_deviation"]["part"] == "data");
   CHECK(d["largest_deviation"]["predicted_ms"].get<double>() == 0.0);
 }
+
+TEST_CASE("diagnose beside the cluster: each collective's time per call against alpha-beta on its link", "[plan]") {
+  loom::Config config;
+  config.model.num_layers = 2;
+  config.model.hidden_size = 64;
+  config.model.num_heads = 4;
+  config.model.vocab_size = 256;
+  config.model.seq_len = 32;
+  config.train.global_batch_size = 8;
+  config.train.micro_batch_size = 2;
+  config.parallel.tp = 2;
+  config.parallel.dp = 4;
+  loom::resolve_and_validate(config, 8);
+  auto cluster = slow_cluster();
+  cluster.gpus_per_node = 4;  // tp pairs stay in a node, the dp group (ranks 0, 2, 4, 6) spans two
+  // Two ranks' counters over 5 steps: 10 tp all-reduces of 4 KiB each, 1 ms each; 5 dp all-reduces
+  // of 64 KiB, 3 and 5 ms.
+  auto rank = [](double dp_seconds) {
+    return nlohmann::json{
+        {"groups",
+         {{"tp", {{"all_reduce", {{"calls", 10}, {"bytes", 40960}, {"sent", 0}, {"seconds", 0.01}}}}},
+          {"dp", {{"all_reduce", {{"calls", 5}, {"bytes", 5 * 65536}, {"sent", 0}, {"seconds", dp_seconds}}}}},
+          {"world", {{"barrier", {{"calls", 1}, {"bytes", 0}, {"sent", 0}, {"seconds", 0.5}}}}}}}};
+  };
+  const nlohmann::json traffic = {{"steps", 5}, {"ranks", {rank(0.015), rank(0.025)}}};
+  const auto rows = collectives_beside_cluster(config, cluster, traffic);
+  REQUIRE(rows.size() == 2);  // barriers carry no bytes to compare
+  // The largest measured time per step first: dp, 1 call of 4 ms mean per step, against tp's 2 of 1 ms.
+  CHECK(rows[0]["group"] == "dp");
+  CHECK(rows[0]["link"] == "inter-node");
+  CHECK(rows[0]["ranks"] == 4);
+  CHECK(rows[0]["calls_per_step"].get<double>() == Approx(1.0));
+  CHECK(rows[0]["bytes_per_call"].get<double>() == Approx(65536.0));
+  CHECK(rows[0]["measured_ms_per_call"].get<double>() == Approx(4.0));
+  CHECK(rows[0]["predicted_ms_per_call"].get<double>() ==
+        Approx(1e3 * ring_all_reduce_time(65536.0, 4, cluster.inter_latency, 1.0 / cluster.inter_bandwidth)));
+  CHECK(rows[1]["group"] == "tp");
+  CHECK(rows[1]["link"] == "intra-node");
+  CHECK(rows[1]["calls_per_step"].get<double>() == Approx(2.0));
+  CHECK(rows[1]["measured_ms_per_call"].get<double>() == Approx(1.0));
+  CHECK(rows[1]["predicted_ms_per_call"].get<double>() ==
+        Approx(1e3 * ring_all_reduce_time(4096.0, 2, cluster.intra_latency, 1.0 / cluster.intra_bandwidth)));
+  CHECK_THAT(format_collectives_beside_cluster(rows), Catch::Contains("dp              all_reduce"));
+}

@@ -43,6 +43,17 @@ run tp_delay 2 "$TINY" --set parallel.tp=2 --inject-fault 1:1:delay:tp:20
 grep -q "beside loom plan's prediction for this layout on 8x H100" "$WORK/tp_plan.log" &&
   grep -q "largest deviation: communication tp, measured" "$WORK/tp_plan.log" &&
   [ "$(tail -1 "$WORK/tp_plan.log")" = "$VERDICT" ] || { cat "$WORK/tp_plan.log"; fail "diagnose beside the plan"; }
+# ... and each collective per call beside the cluster's alpha-beta: the delayed tp all-reduce takes
+# milliseconds a call (rank 0 waits 20 ms for rank 1 each time; the mean is over both ranks), where
+# the cluster's NVLink would take microseconds.
+python3 - "$WORK/tp_plan.log" << 'PY' || { cat "$WORK/tp_plan.log"; fail "the tp all-reduce beside alpha-beta"; }
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l.split()[:2] == ["tp", "all_reduce"]]
+assert len(rows) == 1, rows
+measured, predicted = float(rows[0][-2]), float(rows[0][-1])
+assert rows[0][3] == "intra-node" and measured > 5 and predicted < 0.1, rows[0]
+print(f"tp all_reduce: {measured} ms a call measured, {predicted} ms by the cluster's alpha-beta")
+PY
 run bubble 4 "$TINY" --set parallel.pp=4 --set model.num_layers=4 --set train.micro_batch_size=2
 [[ "$VERDICT" == "verdict: bubble-bound pp"* ]] || fail "pp 4 with 4 micro-batches is not bubble-bound"
 python3 - "$WORK/bubble/diagnosis.json" << 'PY' || fail "the bubble's diagnosis"
