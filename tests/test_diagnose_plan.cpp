@@ -10,7 +10,8 @@ using namespace loom::launch;
 
 namespace {
 
-loom::Config tp2_pp2() {
+// A 4-layer GPT of hidden 64 on 8 ranks at tp x pp x dp, micro-batches of 2.
+loom::Config small_gpt(int64_t tp, int64_t pp, int64_t dp) {
   loom::Config c;
   c.model.num_layers = 4;
   c.model.hidden_size = 64;
@@ -19,10 +20,10 @@ loom::Config tp2_pp2() {
   c.model.seq_len = 32;
   c.train.global_batch_size = 8;
   c.train.micro_batch_size = 2;
-  c.parallel.tp = 2;
-  c.parallel.pp = 2;
-  c.parallel.dp = 2;
-  loom::resolve_and_validate(c, 8);
+  c.parallel.tp = tp;
+  c.parallel.pp = pp;
+  c.parallel.dp = dp;
+  loom::resolve_and_validate(c, tp * pp * dp);
   return c;
 }
 
@@ -45,7 +46,7 @@ loom::parallel::ClusterSpec slow_cluster() {
 }  // namespace
 
 TEST_CASE("diagnose beside the plan: the prediction in the diagnosis's parts, and the largest deviation", "[plan]") {
-  const auto config = tp2_pp2();
+  const auto config = small_gpt(2, 2, 2);
   const auto cluster = slow_cluster();
   const auto e = estimate_layout(config, cluster, Layout{2, 2, 2, 1, 0, 2, loom::Recompute::none, 1});
   double tp_s = 0, pp_s = 0, dp_s = 0;
@@ -90,17 +91,7 @@ TEST_CASE("diagnose beside the plan: the prediction in the diagnosis's parts, an
 }
 
 TEST_CASE("diagnose beside the cluster: each collective's time per call against alpha-beta on its link", "[plan]") {
-  loom::Config config;
-  config.model.num_layers = 2;
-  config.model.hidden_size = 64;
-  config.model.num_heads = 4;
-  config.model.vocab_size = 256;
-  config.model.seq_len = 32;
-  config.train.global_batch_size = 8;
-  config.train.micro_batch_size = 2;
-  config.parallel.tp = 2;
-  config.parallel.dp = 4;
-  loom::resolve_and_validate(config, 8);
+  const auto config = small_gpt(2, 1, 4);
   auto cluster = slow_cluster();
   cluster.gpus_per_node = 4;  // tp pairs stay in a node, the dp group (ranks 0, 2, 4, 6) spans two
   // Two ranks' counters over 5 steps: 10 tp all-reduces of 4 KiB each, 1 ms each; 5 dp all-reduces
