@@ -489,3 +489,11 @@ TEST_CASE("latent attention and multi-token prediction refuse what they cannot r
              Catch::Contains("model.moe.first_k_dense_replace"));
   CHECK_THAT(error_of({"model.mtp.depth=-1"}, 1), Catch::Contains("model.mtp.depth"));
 }
+
+TEST_CASE("parallel.ranks_per_node cuts the world into whole nodes, or is refused naming the key", "[config]") {
+  CHECK(resolved({"parallel.ranks_per_node=2"}, 4).parallel.ranks_per_node == 2);
+  CHECK(resolved({}, 4).parallel.ranks_per_node == 0);  // from the launcher
+  CHECK_THAT(error_of({"parallel.ranks_per_node=3"}, 4),
+             Catch::Contains("parallel.ranks_per_node") && Catch::Contains("does not divide the world of 4"));
+  CHECK_THAT(error_of({"parallel.ranks_per_node=-1"}, 4), Catch::Contains("parallel.ranks_per_node"));
+}
