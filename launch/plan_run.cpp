@@ -1,10 +1,14 @@
 // loom plan --run DIR: the traffic the cost model predicts for a finished run's
 // layout, beside what the run's communicators counted, rank by rank. Writes
 // DIR/plan_vs_run.json and prints rank 0's side of it.
+#include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/config.h"
@@ -14,6 +18,40 @@
 #include "parallel/rank_grid.h"
 
 namespace loom::launch {
+namespace {
+
+// Where the counters say a rank's bytes of a (group, op) went: {intra-node, inter-node}, or, for
+// the ring collectives, where the cost model's ring puts them. The communicator counts a ring op's
+// bytes as sent to the next rank of the group (parallel/communicator.cpp): all of them intra-node
+// when that rank shares this one's node. For the others (send_recv, broadcast, all_to_all) only a
+// group wholly on this rank's node (all intra) or wholly off it (all inter) is predicted; -1 else.
+struct NodeSplit {
+  int64_t intra = -1, inter = -1;
+};
+
+NodeSplit predicted_split(const std::string& op, int64_t payload, const std::vector<int64_t>& group, int64_t rank,
+                          const std::vector<int64_t>& node) {
+  const auto p = static_cast<int64_t>(group.size());
+  const auto me = std::find(group.begin(), group.end(), rank) - group.begin();
+  const auto node_of = [&](int64_t r) { return node.at(static_cast<size_t>(r)); };
+  int64_t sent = -1;
+  if (op == "all_reduce") sent = 2 * (p - 1) * payload / p;
+  if (op == "all_gather" || op == "reduce_scatter") sent = (p - 1) * payload / p;
+  if (sent >= 0) {
+    const bool intra = node_of(group[static_cast<size_t>((me + 1) % p)]) == node_of(rank);
+    return {intra ? sent : 0, intra ? 0 : sent};
+  }
+  bool all_here = true, none_here = true;
+  for (int64_t r : group) {
+    if (r == rank) continue;
+    (node_of(r) == node_of(rank) ? none_here : all_here) = false;
+  }
+  if (all_here) return {-2, 0};  // -2: all of what the counters say was sent
+  if (none_here) return {0, -2};
+  return {};
+}
+
+}  // namespace
 
 int plan_run(const std::string& run_dir) {
   namespace fs = std::filesystem;
@@ -51,6 +89,20 @@ int plan_run(const std::string& run_dir) {
     if ((ck.interval > 0 && (s % ck.interval == 0 || s == config.train.steps)) || s == config.train.exit_after) ++saves;
   }
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
+  // The nodes the run's traffic report found (one node for reports written before it had them).
+  std::vector<int64_t> node(static_cast<size_t>(world), 0);
+  if (traffic.contains("nodes")) {
+    for (size_t n = 0; n < traffic.at("nodes").size(); ++n)
+      for (const auto& r : traffic.at("nodes")[n]) node.at(r.get<size_t>()) = static_cast<int64_t>(n);
+  }
+  // Each group kind's group of each rank, by the kind's name as the counters have it.
+  std::map<std::string, std::vector<std::vector<int64_t>>> groups_of_kind;
+  for (auto kind : parallel::kAllGroupKinds) groups_of_kind[parallel::group_kind_name(kind)] = grid.groups(kind);
+  auto group_of = [&](const std::string& name, int64_t rank) {
+    for (const auto& g : groups_of_kind[name])
+      if (std::find(g.begin(), g.end(), rank) != g.end()) return g;
+    return std::vector<int64_t>{};
+  };
 
   nlohmann::json out;
   out["steps"] = steps;
@@ -65,34 +117,62 @@ int plan_run(const std::string& run_dir) {
       rows[key].first.calls += value.calls * saves;
       rows[key].first.bytes += value.bytes * saves;
     }
+    std::map<std::pair<std::string, std::string>, std::array<int64_t, 3>> sent;  // sent, intra, inter
     for (const auto& [group, ops] : measured.items()) {
       if (group == "world") continue;
-      for (const auto& [op, c] : ops.items())
+      for (const auto& [op, c] : ops.items()) {
         rows[{group, op}].second = {c.at("calls").get<int64_t>(), c.at("bytes").get<int64_t>()};
+        sent[{group, op}] = {c.at("sent").get<int64_t>(), c.value("sent_intra_node", int64_t{-1}),
+                             c.value("sent_inter_node", int64_t{-1})};
+      }
     }
     nlohmann::json entries = nlohmann::json::array();
     for (const auto& [key, pair] : rows) {
-      const bool equal = pair.first.calls == pair.second.calls && pair.first.bytes == pair.second.bytes;
+      bool equal = pair.first.calls == pair.second.calls && pair.first.bytes == pair.second.bytes;
+      nlohmann::json entry = {{"group", key.first},
+                              {"op", key.second},
+                              {"predicted_calls", pair.first.calls},
+                              {"measured_calls", pair.second.calls},
+                              {"predicted_bytes", pair.first.bytes},
+                              {"measured_bytes", pair.second.bytes}};
+      // Intra- and inter-node bytes: predicted where the layout decides them, always summing to sent.
+      const auto counted = sent.find(key);
+      if (counted != sent.end() && counted->second[1] >= 0) {
+        const auto [all, intra, inter] = counted->second;
+        auto split = predicted_split(key.second, pair.first.bytes, group_of(key.first, rank), rank, node);
+        if (split.intra == -2) split.intra = all;
+        if (split.inter == -2) split.inter = all;
+        equal = equal && intra + inter == all && (split.intra < 0 || (split.intra == intra && split.inter == inter));
+        entry["predicted_sent_intra_node"] = split.intra;
+        entry["predicted_sent_inter_node"] = split.inter;
+        entry["measured_sent_intra_node"] = intra;
+        entry["measured_sent_inter_node"] = inter;
+      }
       all_equal = all_equal && equal;
-      entries.push_back({{"group", key.first},
-                         {"op", key.second},
-                         {"predicted_calls", pair.first.calls},
-                         {"measured_calls", pair.second.calls},
-                         {"predicted_bytes", pair.first.bytes},
-                         {"measured_bytes", pair.second.bytes},
-                         {"equal", equal}});
+      entry["equal"] = equal;
+      entries.push_back(entry);
     }
     out["ranks"].push_back({{"rank", rank}, {"entries", entries}});
     if (rank == 0) {
       std::printf("rank 0 of %lld, per step: predicted by the cost model vs counted in the run\n",
                   static_cast<long long>(world));
-      std::printf("  %-15s %-15s %12s %12s %14s %14s\n", "group", "op", "calls pred", "calls run", "bytes pred",
-                  "bytes run");
+      std::printf("  %-15s %-15s %12s %12s %14s %14s %16s\n", "group", "op", "calls pred", "calls run", "bytes pred",
+                  "bytes run", "inter-node share");
       for (const auto& e : entries) {
-        std::printf("  %-15s %-15s %12.1f %12.1f %14.0f %14.0f%s\n", e["group"].get<std::string>().c_str(),
+        std::string inter = "-";
+        if (e.contains("measured_sent_inter_node")) {
+          const double total =
+              e["measured_sent_intra_node"].get<double>() + e["measured_sent_inter_node"].get<double>();
+          inter = total > 0 ? std::to_string(static_cast<int>(
+                                  std::lround(100.0 * e["measured_sent_inter_node"].get<double>() / total))) +
+                                  "%"
+                            : "-";
+        }
+        std::printf("  %-15s %-15s %12.1f %12.1f %14.0f %14.0f %16s%s\n", e["group"].get<std::string>().c_str(),
                     e["op"].get<std::string>().c_str(), e["predicted_calls"].get<double>() / steps,
                     e["measured_calls"].get<double>() / steps, e["predicted_bytes"].get<double>() / steps,
-                    e["measured_bytes"].get<double>() / steps, e["equal"].get<bool>() ? "" : "   <- differs");
+                    e["measured_bytes"].get<double>() / steps, inter.c_str(),
+                    e["equal"].get<bool>() ? "" : "   <- differs");
       }
     }
   }

@@ -55,7 +55,8 @@ if grep -q "note:" "$WORK/tp2_dp2.log"; then fail "a one-node tp=2 run should ha
 # Intra- and inter-node bytes: with parallel.ranks_per_node 2, tp 2 x dp 2 puts each tp pair on a
 # node and each dp pair across the two. Every counter's sent splits into sent_intra_node and
 # sent_inter_node, summing to it: tp's all intra-node, dp's all inter-node; the same nodes in
-# traffic.json and in `loom topology`.
+# traffic.json and in `loom topology`; `loom plan --run` (in check_run) predicts the same split
+# from the nodes and the ring's next rank, exactly.
 check_run tp2_dp2_nodes 4 --set parallel.tp=2 --set parallel.ranks_per_node=2
 "$LOOM" topology "$TINY" --world 4 --set parallel.tp=2 --set parallel.ranks_per_node=2 > "$WORK/topology_nodes.json" ||
   fail "loom topology with ranks_per_node"
