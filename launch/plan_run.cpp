@@ -20,35 +20,26 @@
 namespace loom::launch {
 namespace {
 
-// Where the counters say a rank's bytes of a (group, op) went: {intra-node, inter-node}, or, for
-// the ring collectives, where the cost model's ring puts them. The communicator counts a ring op's
-// bytes as sent to the next rank of the group (parallel/communicator.cpp): all of them intra-node
-// when that rank shares this one's node. For the others (send_recv, broadcast, all_to_all) only a
-// group wholly on this rank's node (all intra) or wholly off it (all inter) is predicted; -1 else.
-struct NodeSplit {
-  int64_t intra = -1, inter = -1;
-};
+// Where a rank's sent bytes of a (group, op) go, as the layout and the nodes decide it. The
+// communicator counts a ring collective's bytes as sent to the next rank of the group
+// (parallel/communicator.cpp): all intra-node when that rank shares this one's node, all
+// inter-node otherwise. For the others (send_recv, broadcast, all_to_all) only a group wholly on
+// this rank's node (all intra) or wholly off it (all inter) decides; a mixed one does not.
+enum class Side { intra, inter, mixed };
 
-NodeSplit predicted_split(const std::string& op, int64_t payload, const std::vector<int64_t>& group, int64_t rank,
-                          const std::vector<int64_t>& node) {
+Side predicted_side(const std::string& op, const std::vector<int64_t>& group, int64_t rank,
+                    const std::vector<int64_t>& node) {
+  const auto node_of = [&](int64_t r) { return node.at(static_cast<size_t>(r)); };
   const auto p = static_cast<int64_t>(group.size());
   const auto me = std::find(group.begin(), group.end(), rank) - group.begin();
-  const auto node_of = [&](int64_t r) { return node.at(static_cast<size_t>(r)); };
-  int64_t sent = -1;
-  if (op == "all_reduce") sent = 2 * (p - 1) * payload / p;
-  if (op == "all_gather" || op == "reduce_scatter") sent = (p - 1) * payload / p;
-  if (sent >= 0) {
-    const bool intra = node_of(group[static_cast<size_t>((me + 1) % p)]) == node_of(rank);
-    return {intra ? sent : 0, intra ? 0 : sent};
-  }
+  if (p > 1 && me < p && (op == "all_reduce" || op == "all_gather" || op == "reduce_scatter"))
+    return node_of(group[static_cast<size_t>((me + 1) % p)]) == node_of(rank) ? Side::intra : Side::inter;
   bool all_here = true, none_here = true;
   for (int64_t r : group) {
     if (r == rank) continue;
     (node_of(r) == node_of(rank) ? none_here : all_here) = false;
   }
-  if (all_here) return {-2, 0};  // -2: all of what the counters say was sent
-  if (none_here) return {0, -2};
-  return {};
+  return all_here ? Side::intra : none_here ? Side::inter : Side::mixed;
 }
 
 }  // namespace
@@ -139,12 +130,9 @@ int plan_run(const std::string& run_dir) {
       const auto counted = sent.find(key);
       if (counted != sent.end() && counted->second[1] >= 0) {
         const auto [all, intra, inter] = counted->second;
-        auto split = predicted_split(key.second, pair.first.bytes, group_of(key.first, rank), rank, node);
-        if (split.intra == -2) split.intra = all;
-        if (split.inter == -2) split.inter = all;
-        equal = equal && intra + inter == all && (split.intra < 0 || (split.intra == intra && split.inter == inter));
-        entry["predicted_sent_intra_node"] = split.intra;
-        entry["predicted_sent_inter_node"] = split.inter;
+        const auto side = predicted_side(key.second, group_of(key.first, rank), rank, node);
+        equal = equal && intra + inter == all && (side == Side::mixed || (side == Side::intra ? inter : intra) == 0);
+        entry["predicted_side"] = side == Side::intra ? "intra-node" : side == Side::inter ? "inter-node" : "mixed";
         entry["measured_sent_intra_node"] = intra;
         entry["measured_sent_inter_node"] = inter;
       }
