@@ -182,13 +182,16 @@ std::vector<std::string> traffic_diagnostics(const nlohmann::json& report, const
 std::string format_traffic_table(const nlohmann::json& report) {
   const double steps = std::max<double>(1.0, report.at("steps").get<double>());
   std::string out = "traffic per step, rank 0 (every rank and the matrix in traffic.json):\n";
-  out += "  group           op              calls/step     MB/step   ms/step\n";
+  out += "  group           op              calls/step     MB/step   ms/step  sent inter-node\n";
   for (const auto& [group, ops] : report.at("ranks").at(0).at("groups").items()) {
     for (const auto& [op, c] : ops.items()) {
-      char line[160];
-      std::snprintf(line, sizeof(line), "  %-15s %-15s %10.1f %11.3f %9.2f\n", group.c_str(), op.c_str(),
+      // The share of the bytes sent that left the node (parallel/node_map.h).
+      const double sent = c.at("sent").get<double>(), inter = c.value("sent_inter_node", 0.0);
+      const std::string share = sent > 0 ? format("%.0f%%", 100.0 * inter / sent) : "-";
+      char line[192];
+      std::snprintf(line, sizeof(line), "  %-15s %-15s %10.1f %11.3f %9.2f  %15s\n", group.c_str(), op.c_str(),
                     c.at("calls").get<double>() / steps, c.at("bytes").get<double>() / steps / 1e6,
-                    c.at("seconds").get<double>() / steps * 1e3);
+                    c.at("seconds").get<double>() / steps * 1e3, share.c_str());
       out += line;
     }
   }
