@@ -43,15 +43,10 @@ nlohmann::json plan_beside_measured(const Config& config, const parallel::Cluste
   const double dp_exposed = std::max(0.0, dp_seconds - 2.0 / 3.0 * e.compute_s);
   if (dp_seconds > 0) {
     // Under ZeRO-3 the diagnosis counts dp's all-gathers apart ("ZeRO-3 gathers") from its
-    // reduce-scatter: the exposed time is split as their bytes are (three parameter gathers, one
-    // gradient reduce-scatter, in layout_cost.cpp's model).
-    double gathers = 0;
-    if (p.zero_stage == 3) {
-      const bool mixed = config.train.precision != TrainPrecision::fp32;
-      const double param = mixed ? 2.0 : 4.0, grad = mixed ? 2.0 : 4.0;
-      gathers = 3.0 * param / (3.0 * param + grad);
-      predicted["ZeRO-3 gathers"] = gathers * dp_exposed * 1e3;
-    }
+    // reduce-scatter: the exposed time is split as their bytes are. layout_cost.cpp's model sends
+    // three parameter gathers and one gradient reduce-scatter of the same element size: 3/4 gathers.
+    const double gathers = p.zero_stage == 3 ? 0.75 : 0.0;
+    if (p.zero_stage == 3) predicted["ZeRO-3 gathers"] = gathers * dp_exposed * 1e3;
     predicted["communication dp"] = (1.0 - gathers) * dp_exposed * 1e3;
   }
 
