@@ -155,6 +155,12 @@ struct ModelConfig {
   }
 };
 
+// PowerSGD's settings (parallel.grad_compression: powersgd), PyTorch's hook's defaults.
+struct PowerSgdConfig {
+  int64_t rank = 1;           // the rank r of each matrix's approximation P Q^T
+  int64_t start_step = 1000;  // plain all-reduce for the steps before this one
+};
+
 struct ParallelConfig {
   int64_t tp = 1;
   int64_t pp = 1;
@@ -172,6 +178,13 @@ struct ParallelConfig {
   int64_t zero_stage = 0;
   std::string order = "tp-cp-ep-dp-pp";
   int64_t ranks_per_node = 0;  // 0: from the launcher (its local world size) and the host names
+  // The gradient all-reduce over dp: one ring over the group (flat), or a reduce-scatter inside each
+  // node, an all-reduce of each rank's share across nodes and an all-gather inside the node again.
+  DpCollectives dp_collectives = DpCollectives::flat;
+  // The data-parallel gradient all-reduce compressed (parallel/grad_compression.h), ZeRO 0 and 1.
+  GradCompression grad_compression = GradCompression::none;
+  bool grad_compression_error_feedback = true;  // what compression lost is added to the next step
+  PowerSgdConfig powersgd;
   CommBackend backend = CommBackend::automatic;
   double timeout_s = 300.0;                                   // every collective fails after this long
   double bucket_mb = 25.0;                                    // data-parallel gradient buckets; 0: one bucket

@@ -18,6 +18,8 @@ enum class TrainDevice { automatic, cpu, cuda };                         // trai
 enum class DataOrder { sequential, shuffled };                           // data.order
 enum class GradReduceDtype { fp32, bf16 };                               // parallel.grad_reduce_dtype
 enum class CommBackend { automatic, gloo, nccl };                        // parallel.backend
+enum class DpCollectives { flat, hierarchical };                         // parallel.dp_collectives
+enum class GradCompression { none, bf16, int8, powersgd };               // parallel.grad_compression
 enum class ContextComm { p2p, a2a };                                     // parallel.cp_comm
 enum class ModelArch { gpt2, llama };                                    // model.arch
 enum class NormKind { layernorm, rmsnorm };                              // model.norm
@@ -45,6 +47,8 @@ LOOM_CONFIG_ENUM(TrainDevice, "train.device", "auto", "cpu", "cuda")
 LOOM_CONFIG_ENUM(DataOrder, "data.order", "sequential", "shuffled")
 LOOM_CONFIG_ENUM(GradReduceDtype, "parallel.grad_reduce_dtype", "fp32", "bf16")
 LOOM_CONFIG_ENUM(CommBackend, "parallel.backend", "auto", "gloo", "nccl")
+LOOM_CONFIG_ENUM(DpCollectives, "parallel.dp_collectives", "flat", "hierarchical")
+LOOM_CONFIG_ENUM(GradCompression, "parallel.grad_compression", "none", "bf16", "int8", "powersgd")
 LOOM_CONFIG_ENUM(ContextComm, "parallel.cp_comm", "p2p", "a2a")
 LOOM_CONFIG_ENUM(ModelArch, "model.arch", "gpt2", "llama")
 LOOM_CONFIG_ENUM(NormKind, "model.norm", "layernorm", "rmsnorm")

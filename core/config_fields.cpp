@@ -293,6 +293,18 @@ std::vector<ConfigField> make_fields() {
       int_field("parallel", "ranks_per_node", LOOM_MEMBER(parallel.ranks_per_node),
                 "ranks that share a node (consecutive ranks); 0: from the launcher's local world size and the "
                 "host names"),
+      enum_field("parallel", "dp_collectives", LOOM_MEMBER(parallel.dp_collectives),
+                 "the data-parallel gradient all-reduce: flat (one ring) or hierarchical (inside each node, then "
+                 "one share per rank across nodes)"),
+      enum_field("parallel", "grad_compression", LOOM_MEMBER(parallel.grad_compression),
+                 "the data-parallel gradient all-reduce compressed: none, bf16, int8 (block absmax) or powersgd "
+                 "(ZeRO 0 and 1)"),
+      bool_field("parallel", "grad_compression_error_feedback", LOOM_MEMBER(parallel.grad_compression_error_feedback),
+                 "add what compression lost to the next step's gradient"),
+      int_field("parallel", "powersgd.rank", LOOM_MEMBER(parallel.powersgd.rank),
+                "PowerSGD: the rank of each matrix's approximation"),
+      int_field("parallel", "powersgd.start_step", LOOM_MEMBER(parallel.powersgd.start_step),
+                "PowerSGD: plain all-reduce for the steps before this one"),
       enum_field("parallel", "backend", LOOM_MEMBER(parallel.backend), "communicator: auto, gloo (CPU) or nccl (GPU)"),
       float_field("parallel", "timeout_s", LOOM_MEMBER(parallel.timeout_s), "seconds after which any collective fails"),
       float_field("parallel", "bucket_mb", LOOM_MEMBER(parallel.bucket_mb),

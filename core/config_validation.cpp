@@ -353,6 +353,17 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(p.ranks_per_node == 0 || world % p.ranks_per_node == 0, "parallel.ranks_per_node",
           std::to_string(p.ranks_per_node) + " does not divide the world of " + std::to_string(world) +
               " ranks into whole nodes");
+  require(p.powersgd.rank >= 1, "parallel.powersgd.rank", "must be at least 1");
+  require(p.powersgd.start_step >= 0, "parallel.powersgd.start_step", "must be 0 or more");
+  // Compression replaces the buckets' all-reduce, which ZeRO 2 and 3 do not have: their gradients
+  // are reduce-scattered per unit of blocks.
+  require(p.grad_compression == GradCompression::none || p.zero_stage <= 1, "parallel.grad_compression",
+          to_string(p.grad_compression) +
+              " compresses the gradient buckets' all-reduce of zero_stage 0 and 1; "
+              "stages 2 and 3 reduce-scatter their gradients per unit instead (use zero_stage 1, or none)");
+  require(p.grad_compression == GradCompression::none || p.grad_reduce_dtype == GradReduceDtype::fp32,
+          "parallel.grad_reduce_dtype",
+          "bf16 and parallel.grad_compression both set the buckets' wire format: use grad_compression bf16 alone");
   check_grid_order(p.order);
 
   auto& t = c.train;

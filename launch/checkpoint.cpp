@@ -15,6 +15,7 @@
 #include "launch/hf_source.h"
 #include "launch/model_record.h"
 #include "launch/tokenizer_record.h"
+#include "parallel/grad_compression.h"
 
 namespace loom::launch {
 namespace {
@@ -75,12 +76,13 @@ void load_parameter_slices(const std::vector<parallel::ParallelParameter>& param
 
 Checkpointer::Checkpointer(const Config& config, parallel::ProcessGroups& groups,
                            const std::vector<parallel::ParallelParameter>& params, optim::Optimizer& optimizer,
-                           parallel::TensorParallelRng& rng, std::string run_dir)
+                           parallel::TensorParallelRng& rng, std::string run_dir, parallel::GradientSync* sync)
     : config_(config),
       groups_(groups),
       params_(params),
       optimizer_(optimizer),
       rng_(rng),
+      sync_(sync),
       run_dir_(std::move(run_dir)),
       hf_source_(read_hf_source(config.model.init_from)),
       tokenizer_(tokenizer_record(config)) {}
@@ -156,6 +158,11 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     shard.add("exp_avg_sq/" + p.name, global, spec.dim, spec.offset, cut(exp_avg_sq));
   }
   shard.add_bytes("rng/rank_" + std::to_string(rank), rng_.state());
+  // Gradient compression's error buffers and PowerSGD's Q differ from rank to rank.
+  if (sync_ && config_.parallel.grad_compression != GradCompression::none) {
+    shard.add_bytes("grad_compression/rank_" + std::to_string(rank),
+                    parallel::pack_tensors(sync_->compression_state()));
+  }
   optimizer_.release_moments();
 
   if (rank == 0) {
@@ -167,6 +174,7 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     if (config_.train.optimizer == OptimizerKind::muon)
       header["muon_groups"] = {{"include", config_.train.muon.include}, {"exclude", config_.train.muon.exclude}};
     header["train_steps"] = config_.train.steps;
+    header["grad_compression"] = to_string(config_.parallel.grad_compression);
     if (!state.expert_bias.empty()) header["expert_bias"] = state.expert_bias;
     if (state.loss_scale > 0) {
       header["loss_scaler"] = {{"scale", state.loss_scale},
@@ -452,6 +460,7 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
         "from an uninterrupted run",
         saved_layout.dump(), layout_of(config_, groups_.world()).dump());
   }
+  restore_compression_state(path, manifest, saved_layout == layout_of(config_, groups_.world()));
   if (manifest.contains("hf_source")) hf_source_ = manifest.at("hf_source");
   // This run's data names its tokenizer; when it says nothing, the model keeps the one it was trained with.
   if (tokenizer_.is_null() && manifest.contains("tokenizer")) tokenizer_ = manifest.at("tokenizer");

@@ -1,7 +1,7 @@
 // Saving and resuming a training job, at any layout. Every rank writes the
 // slices of the parameters and optimizer moments it owns (tp shards; tp- and
 // dp-replicated tensors once, by tp rank 0 of dp rank 0; tied copies never)
-// and its RNG streams; rank 0 writes the manifest and publishes the
+// and its RNG streams and gradient compression state; rank 0 writes the manifest and publishes the
 // checkpoint (core/checkpoint_store.h). Loading reads, for each local tensor,
 // exactly the global slice this rank's layout needs, whatever layout wrote it.
 #pragma once
@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "optim/optimizer.h"
+#include "parallel/gradient_sync.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/process_groups.h"
 #include "parallel/tp_rng.h"
@@ -39,7 +40,7 @@ class Checkpointer {
   // RUN_DIR is recorded in every manifest: a resume without --run-dir continues that directory.
   Checkpointer(const Config& config, parallel::ProcessGroups& groups,
                const std::vector<parallel::ParallelParameter>& params, optim::Optimizer& optimizer,
-               parallel::TensorParallelRng& rng, std::string run_dir = "");
+               parallel::TensorParallelRng& rng, std::string run_dir = "", parallel::GradientSync* sync = nullptr);
 
   ~Checkpointer();
 
@@ -80,6 +81,8 @@ class Checkpointer {
   void publish(PendingSave& save);
   // Whether PATH is a checkpoint of checkpoint.dir (and so loom's to mark, rename or set aside).
   bool in_checkpoint_dir(const std::string& path) const;
+  // parallel.grad_compression's state from checkpoint PATH, when it has this rank's (SAME_LAYOUT) of this kind.
+  void restore_compression_state(const std::string& path, const nlohmann::json& manifest, bool same_layout);
   // Rank 0, after choosing PATH at STEP to resume from: newer checkpoints of checkpoint.dir are abandoned.
   void continue_lineage_from(const std::string& path, int64_t step);
 
@@ -88,7 +91,8 @@ class Checkpointer {
   std::vector<parallel::ParallelParameter> params_;
   optim::Optimizer& optimizer_;
   parallel::TensorParallelRng& rng_;
-  std::string parent_;  // the checkpoint the present state was saved as or loaded from; empty: none
+  parallel::GradientSync* sync_;  // its compression state (parallel.grad_compression), per rank
+  std::string parent_;            // the checkpoint the present state was saved as or loaded from; empty: none
   bool parent_verified_ = false;
   std::unique_ptr<PendingSave> pending_;  // checkpoint.async: the save being written
   std::string run_dir_;

@@ -262,6 +262,7 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     }
     e.traffic.push_back({l.cp > 1 ? "dp-cp" : "dp", dp_link.name, wire, dp_seconds});
   }
+  e.dp_s = dp_seconds;
 
   const double tokens = static_cast<double>(config.train.global_batch_size * m.seq_len);
   const double model_flops = models::gpt_flops_per_token(config) * tokens;

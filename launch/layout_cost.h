@@ -86,6 +86,7 @@ struct LayoutEstimate {
   double state_bytes = 0, activation_bytes = 0, memory_bytes = 0;
   std::vector<GroupTraffic> traffic;
   double compute_s = 0, bubble = 0, exposed_comm_s = 0, step_s = 0, mfu = 0;
+  double dp_s = 0;  // the flat, uncompressed dp reduction (launch/dp_variants.h weighs the others)
   bool fits = true;
   bool tp_across_nodes = false;
   std::string reason;   // the kind of loss: "out of memory", "tp across nodes", "pipeline bubble", "slower"

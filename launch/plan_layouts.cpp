@@ -10,6 +10,7 @@
 #include "core/config.h"
 #include "core/errors.h"
 #include "launch/commands.h"
+#include "launch/dp_variants.h"
 #include "launch/expert_plan.h"
 #include "launch/layout_cost.h"
 #include "models/gpt_shapes.h"
@@ -190,6 +191,7 @@ int plan(const PlanArgs& args) {
                 tp_in_node ? "yes" : "NO", pp_across ? "yes" : "no (pp groups stay inside nodes)",
                 static_cast<long long>(b.dp));
   }
+  if (all.front().fits) print_dp_variants(config, cluster, all.front());
   if (config.model.moe.enabled()) print_expert_plan(config, world);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(

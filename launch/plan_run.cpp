@@ -10,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/config.h"
 #include "core/errors.h"
@@ -27,12 +28,20 @@ namespace {
 // this rank's node (all intra) or wholly off it (all inter) decides; a mixed one does not.
 enum class Side { intra, inter, mixed };
 
+// A two-level group (parallel.dp_collectives: hierarchical) sends its ring collectives' bytes
+// inside the node and across: all intra-node when the group is on one node, all inter-node when
+// each node holds one of its ranks, both otherwise (hierarchical_communicator.h's formulas).
 Side predicted_side(const std::string& op, const std::vector<int64_t>& group, int64_t rank,
-                    const std::vector<int64_t>& node) {
+                    const std::vector<int64_t>& node, bool two_level) {
   const auto node_of = [&](int64_t r) { return node.at(static_cast<size_t>(r)); };
   const auto p = static_cast<int64_t>(group.size());
   const auto me = std::find(group.begin(), group.end(), rank) - group.begin();
-  if (p > 1 && me < p && (op == "all_reduce" || op == "all_gather" || op == "reduce_scatter"))
+  const bool ring = op == "all_reduce" || op == "all_gather" || op == "reduce_scatter";
+  if (p > 1 && me < p && ring && two_level) {
+    const auto here = std::count_if(group.begin(), group.end(), [&](int64_t r) { return node_of(r) == node_of(rank); });
+    return here == p ? Side::intra : here == 1 ? Side::inter : Side::mixed;
+  }
+  if (p > 1 && me < p && ring)
     return node_of(group[static_cast<size_t>((me + 1) % p)]) == node_of(rank) ? Side::intra : Side::inter;
   bool all_here = true, none_here = true;
   for (int64_t r : group) {
@@ -95,6 +104,16 @@ int plan_run(const std::string& run_dir) {
     return std::vector<int64_t>{};
   };
 
+  // The gradient groups that ran in two levels (ProcessGroups::use_two_level_gradient_groups).
+  std::set<std::string> two_level_groups;
+  if (p.dp_collectives == DpCollectives::hierarchical) {
+    using parallel::GroupKind;
+    for (auto kind : p.cp == 1 ? std::vector{GroupKind::dp, GroupKind::expert_dp}
+                               : std::vector{GroupKind::dp_cp, GroupKind::expert_dp_cp}) {
+      two_level_groups.insert(parallel::group_kind_name(kind));
+    }
+  }
+
   nlohmann::json out;
   out["steps"] = steps;
   bool all_equal = true;
@@ -130,7 +149,8 @@ int plan_run(const std::string& run_dir) {
       const auto counted = sent.find(key);
       if (counted != sent.end() && counted->second[1] >= 0) {
         const auto [all, intra, inter] = counted->second;
-        const auto side = predicted_side(key.second, group_of(key.first, rank), rank, node);
+        const auto side =
+            predicted_side(key.second, group_of(key.first, rank), rank, node, two_level_groups.count(key.first) > 0);
         equal = equal && intra + inter == all && (side == Side::mixed || (side == Side::intra ? inter : intra) == 0);
         entry["predicted_side"] = side == Side::intra ? "intra-node" : side == Side::inter ? "inter-node" : "mixed";
         entry["measured_sent_intra_node"] = intra;

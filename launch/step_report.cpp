@@ -16,6 +16,7 @@
 #include "launch/step_split.h"
 #include "launch/thread_policy.h"
 #include "parallel/cluster_spec.h"
+#include "parallel/node_map.h"
 #include "parallel/traffic_report.h"
 
 namespace loom::launch {
@@ -141,6 +142,10 @@ nlohmann::json gather_memory_report(parallel::ProcessGroups& groups, const paral
                      {"activation_peak_bytes", static_cast<int64_t>(all[r][3].item<double>())}});
   }
   return ranks;
+}
+
+std::vector<int64_t> job_nodes(parallel::ProcessGroups& groups, int64_t local_world, const Config& config) {
+  return parallel::discover_nodes(groups.world_comm(), host_name(), local_world, config.parallel.ranks_per_node);
 }
 
 void write_traffic_reports(parallel::ProcessGroups& groups, const parallel::CommStats& stats,

@@ -50,6 +50,10 @@ nlohmann::json pipeline_metrics(const Config& config, const std::vector<parallel
 nlohmann::json gather_memory_report(parallel::ProcessGroups& groups, const parallel::ModelStateBytes& state,
                                     int64_t optimizer_bytes, int64_t activation_bytes);
 
+// Collective over the world: every rank's node (parallel/node_map.h) from this host's name
+// (LOOM_HOST overrides it), LOCAL_WORLD and CONFIG's parallel.ranks_per_node.
+std::vector<int64_t> job_nodes(parallel::ProcessGroups& groups, int64_t local_world, const Config& config);
+
 // Collective: this rank's counters in RUN_DIR/comm_rankN.json, the job's traffic
 // matrix and diagnostics in RUN_DIR/traffic.json and, with several ranks, its table.
 // LOCAL_WORLD (the launcher's local world size) and CONFIG's parallel.ranks_per_node tell the nodes apart.

@@ -46,7 +46,11 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
 
   auto stats = std::make_shared<parallel::CommStats>();
   try {
-    parallel::ProcessGroups groups(grid, env.rank(), communicator_factory(env, device, stats, timeout), stats);
+    const auto factory = communicator_factory(env, device, stats, timeout);
+    parallel::ProcessGroups groups(grid, env.rank(), factory, stats);
+    if (config.parallel.dp_collectives == DpCollectives::hierarchical) {
+      groups.use_two_level_gradient_groups(job_nodes(groups, env.info().local_world, config), factory);
+    }
     const RunDirectory run = agree_on_run_dir(args, config, env);
     const std::string& run_dir = run.path;
     if (!args.dump_first_step.empty()) {

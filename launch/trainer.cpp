@@ -14,6 +14,7 @@
 #include "core/errors.h"
 #include "core/logging.h"
 #include "launch/block_wrapping.h"
+#include "launch/gradient_sync_options.h"
 #include "launch/make_optimizer.h"
 #include "launch/step_profiler.h"
 #include "launch/stop_signals.h"
@@ -26,19 +27,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-parallel::GradientSyncOptions gradient_sync_options(const Config& config, const Precision& precision) {
-  const auto& p = config.parallel;
-  parallel::GradientSyncOptions options;
-  options.zero_stage = p.zero_stage;
-  options.micro_batches = config.micro_batches_per_step();
-  options.bucket_bytes = static_cast<int64_t>(p.bucket_mb * 1024 * 1024);
-  options.reduce_dtype = p.grad_reduce_dtype == GradReduceDtype::bf16 ? torch::kBFloat16 : torch::kFloat;
-  options.model_dtype = precision.params;
-  options.experts = config.model.moe.enabled();
-  options.split_backward = parallel::splits_backward(p.schedule);
-  return options;
 }
 
 }  // namespace
@@ -96,7 +84,8 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
                                                    groups_.pp(), activation_shape, precision_.activations, device_);
   schedule_ = optim::schedule_of(t, t.steps);
   optimizer_ = make_optimizer(config_, *sync_, groups_);
-  checkpointer_ = std::make_unique<Checkpointer>(config_, groups_, sync_->parameters(), *optimizer_, *rng_, run_dir_);
+  checkpointer_ =
+      std::make_unique<Checkpointer>(config_, groups_, sync_->parameters(), *optimizer_, *rng_, run_dir_, sync_.get());
 }
 
 Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scale) {

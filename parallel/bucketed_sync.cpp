@@ -52,7 +52,12 @@ class BucketedSync : public GradientSync {
       }
     }
     for (auto& part : parts_) {
-      if (part.buckets && options_.reduce_dtype != torch::kFloat) part.buckets->reduce_in(options_.reduce_dtype);
+      if (!part.buckets) continue;
+      if (options_.compression.kind != CompressionKind::none) {
+        part.buckets->compress(options_.compression);
+      } else if (options_.reduce_dtype != torch::kFloat) {
+        part.buckets->reduce_in(options_.reduce_dtype);
+      }
     }
     if (master_) {
       // Masters are outside autograd: their buckets hear of each gradient from the master weights.
@@ -129,6 +134,23 @@ class BucketedSync : public GradientSync {
 
   void release_all(bool loaded) override {
     if (loaded && master_) master_->copy_to_model();
+  }
+
+  std::vector<torch::Tensor> compression_state() const override {
+    std::vector<torch::Tensor> out;
+    for (const auto& part : parts_) {
+      if (!part.buckets) continue;
+      for (auto& t : part.buckets->compression_state()) out.push_back(t);
+    }
+    return out;
+  }
+
+  void set_compression_state(const std::vector<torch::Tensor>& tensors) override {
+    size_t next = 0;
+    for (auto& part : parts_) {
+      if (part.buckets) part.buckets->set_compression_state(tensors, next);
+    }
+    TORCH_CHECK(next == tensors.size(), "compression state: ", tensors.size(), " tensors for ", next);
   }
 
   ModelStateBytes state_bytes() const override {

@@ -50,6 +50,7 @@ void CommHandle::wait() {
     throw CommError(comm_->describe_failure(op_name_, reason(e)));
   }
   op_.reset();
+  if (!comm_->counted_) return;
   const auto now = std::chrono::steady_clock::now();
   comm_->stats_->record_time(comm_->name(), op_name_, std::chrono::duration<double>(now - start_).count(), bytes_);
   comm_->stats_->record_blocked(comm_->name(), op_name_, std::chrono::duration<double>(now - blocked_from).count());
@@ -74,6 +75,19 @@ std::vector<std::pair<int64_t, int64_t>> Communicator::to_next(int64_t bytes) co
   return {{ranks_[static_cast<size_t>((rank_ + 1) % size())], bytes}};
 }
 
+std::vector<std::pair<int64_t, int64_t>> Communicator::all_reduce_sends(const torch::Tensor& tensor) const {
+  const int64_t p = size();  // ring: a reduce-scatter then an all-gather, each (P-1)/P of the tensor
+  return to_next(2 * (p - 1) * nbytes(tensor) / p);
+}
+
+std::vector<std::pair<int64_t, int64_t>> Communicator::reduce_scatter_sends(const torch::Tensor& output) const {
+  return to_next((size() - 1) * nbytes(output));
+}
+
+std::vector<std::pair<int64_t, int64_t>> Communicator::all_gather_sends(const torch::Tensor& input) const {
+  return to_next((size() - 1) * nbytes(input));
+}
+
 std::unique_ptr<PendingOp> Communicator::apply_fault(const std::string& op, std::unique_ptr<PendingOp> pending,
                                                      std::vector<torch::Tensor>& results) {
   auto& f = *fault_;
@@ -95,7 +109,8 @@ CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vecto
   handle.op_name_ = op;
   handle.bytes_ = bytes;
   handle.start_ = std::chrono::steady_clock::now();
-  if (size() > 1) stats_->record_call(name_, op, bytes, sends);
+  const bool counted = counted_ && size() > 1;
+  if (counted) stats_->record_call(name_, op, bytes, sends);
   if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
   try {
     handle.op_ = issue();
@@ -105,9 +120,9 @@ CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vecto
   } catch (const std::exception& e) {
     throw CommError(describe_failure(op, reason(e)));
   }
-  if (!handle.op_ && size() > 1) stats_->record_time(name_, op, 0.0, bytes);
+  if (!handle.op_ && counted) stats_->record_time(name_, op, 0.0, bytes);
   // An issue that blocks (a synchronous backend's call) is time spent on the peers too.
-  if (size() > 1) {
+  if (counted) {
     stats_->record_blocked(name_, op,
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - handle.start_).count());
   }
@@ -116,22 +131,21 @@ CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vecto
 
 CommHandle Communicator::all_reduce(torch::Tensor tensor, ReduceOp op) {
   TORCH_CHECK(tensor.is_contiguous(), "all_reduce needs a contiguous tensor");
-  const int64_t p = size();  // ring: a reduce-scatter then an all-gather, each (P-1)/P of the tensor
-  return launch("all_reduce", nbytes(tensor), to_next(2 * (p - 1) * nbytes(tensor) / p),
-                [&] { return do_all_reduce(tensor, op); }, {tensor});
+  return launch("all_reduce", nbytes(tensor), all_reduce_sends(tensor), [&] { return do_all_reduce(tensor, op); },
+                {tensor});
 }
 
 CommHandle Communicator::all_gather(torch::Tensor output, torch::Tensor input) {
   TORCH_CHECK(output.is_contiguous() && input.is_contiguous(), "all_gather needs contiguous tensors");
   TORCH_CHECK(output.numel() == input.numel() * size(), "all_gather output must hold size() inputs");
-  return launch("all_gather", nbytes(output), to_next((size() - 1) * nbytes(input)),
-                [&] { return do_all_gather(output, input); }, {output});
+  return launch("all_gather", nbytes(output), all_gather_sends(input), [&] { return do_all_gather(output, input); },
+                {output});
 }
 
 CommHandle Communicator::reduce_scatter(torch::Tensor output, torch::Tensor input, ReduceOp op) {
   TORCH_CHECK(output.is_contiguous() && input.is_contiguous(), "reduce_scatter needs contiguous tensors");
   TORCH_CHECK(input.numel() == output.numel() * size(), "reduce_scatter input must hold size() outputs");
-  return launch("reduce_scatter", nbytes(input), to_next((size() - 1) * nbytes(output)),
+  return launch("reduce_scatter", nbytes(input), reduce_scatter_sends(output),
                 [&] { return do_reduce_scatter(output, input, op); }, {output});
 }
 

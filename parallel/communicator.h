@@ -96,8 +96,18 @@ class Communicator {
   // A planted delay, for tests of `loom diagnose`: every call sleeps DELAY before it is issued
   // (time spent blocked in this group's collective, as a slow link would cost it).
   void plant_delay(std::chrono::milliseconds delay) { delay_ = delay; }
+  // This communicator's calls are steps of an outer one's (parallel/hierarchical_communicator.h),
+  // which counts and times them: counted here they would be counted twice.
+  void stop_counting() { counted_ = false; }
 
  protected:
+  // (global rank, bytes) a ring collective sends to each peer, as CommStats counts it: by default
+  // each ring step goes to the next rank of the group (a ring all-reduce sends 2(P-1)/P of the
+  // tensor, a reduce-scatter or all-gather (P-1)/P of the whole).
+  virtual std::vector<std::pair<int64_t, int64_t>> all_reduce_sends(const torch::Tensor& tensor) const;
+  virtual std::vector<std::pair<int64_t, int64_t>> reduce_scatter_sends(const torch::Tensor& output) const;
+  virtual std::vector<std::pair<int64_t, int64_t>> all_gather_sends(const torch::Tensor& input) const;
+
   virtual std::unique_ptr<PendingOp> do_all_reduce(torch::Tensor& tensor, ReduceOp op) = 0;
   virtual std::unique_ptr<PendingOp> do_all_gather(torch::Tensor& output, torch::Tensor& input) = 0;
   virtual std::unique_ptr<PendingOp> do_reduce_scatter(torch::Tensor& output, torch::Tensor& input, ReduceOp op) = 0;
@@ -128,6 +138,7 @@ class Communicator {
   std::chrono::milliseconds timeout_;
   std::shared_ptr<ResultFault> fault_;
   std::chrono::milliseconds delay_{0};
+  bool counted_ = true;
 };
 
 // A group of one rank: every op is local and nothing touches a backend.

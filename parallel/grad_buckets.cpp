@@ -88,6 +88,33 @@ void GradientBuckets::reduce_in(torch::ScalarType wire_dtype) {
   }
 }
 
+void GradientBuckets::compress(const GradCompressionOptions& options) {
+  for (size_t index = 0; index < buckets_.size(); ++index) {
+    auto& b = buckets_[index];
+    b.wire = torch::Tensor();
+    std::vector<BucketSlot> slots;
+    for (size_t j = 0; j < b.layout.params.size(); ++j)
+      slots.push_back({b.layout.flat.offset(j), params_[b.layout.params[j]].sizes().vec()});
+    b.compressor =
+        std::make_unique<BucketCompressor>(options, std::move(slots), average_over_, static_cast<int64_t>(index));
+  }
+}
+
+std::vector<torch::Tensor> GradientBuckets::compression_state() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& b : buckets_) {
+    if (!b.compressor) continue;
+    for (auto& t : b.compressor->state()) out.push_back(t);
+  }
+  return out;
+}
+
+void GradientBuckets::set_compression_state(const std::vector<torch::Tensor>& tensors, size_t& next) {
+  for (auto& b : buckets_) {
+    if (b.compressor) b.compressor->set_state(tensors, next);
+  }
+}
+
 void GradientBuckets::gradient_arrived(size_t param) {
   auto& bucket = buckets_[bucket_of_[param]];
   // One more arrival than expected would change a gradient already on the wire: a parameter that
@@ -104,6 +131,10 @@ void GradientBuckets::launch(size_t index) {
   auto& bucket = buckets_[index];
   bucket.launched = true;
   mark("bucket " + std::to_string(index) + " launched");
+  if (bucket.compressor) {
+    bucket.compressed = bucket.compressor->start(bucket.layout.buffer, dp_);
+    return;
+  }
   if (bucket.wire.defined()) {
     torch::NoGradGuard no_grad;
     bucket.wire.copy_(bucket.layout.buffer);
@@ -120,6 +151,10 @@ void GradientBuckets::finish() {
   const double scale = 1.0 / static_cast<double>(average_over_);
   torch::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
+    if (bucket.compressed) {
+      bucket.compressed();
+      bucket.compressed = nullptr;
+    }
     bucket.handle.wait();
     auto& l = bucket.layout;
     if (bucket.wire.defined()) l.buffer.copy_(bucket.wire);

@@ -12,12 +12,14 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "parallel/communicator.h"
 #include "parallel/flat_layout.h"
+#include "parallel/grad_compression.h"
 
 namespace loom::parallel {
 
@@ -51,6 +53,12 @@ class GradientBuckets {
                   int64_t zero_stage = 0, int64_t average_over = 0);
   // Reduce in WIRE_DTYPE (bf16: parallel.grad_reduce_dtype) instead of the buffers' dtype.
   void reduce_in(torch::ScalarType wire_dtype);
+  // parallel.grad_compression: each bucket's all-reduce compressed, with its own state
+  // (parallel/grad_compression.h). Replaces reduce_in().
+  void compress(const GradCompressionOptions& options);
+  // The compressors' state, every bucket's in turn (empty: none), and back.
+  std::vector<torch::Tensor> compression_state() const;
+  void set_compression_state(const std::vector<torch::Tensor>& tensors, size_t& next);
   // Parameter I's gradient of one micro-batch is in its .grad.
   void gradient_arrived(size_t param);
   const Layout& layout(size_t bucket) const { return buckets_[bucket].layout; }
@@ -81,6 +89,8 @@ class GradientBuckets {
     torch::Tensor wire;   // the buffer in the reduction's dtype, when it differs
     int64_t pending = 0;  // parameter-accumulations still to arrive this step
     CommHandle handle;
+    std::unique_ptr<BucketCompressor> compressor;
+    std::function<void()> compressed;  // finishes the compressed reduction in flight
     bool launched = false;
     bool deferred = false;
   };

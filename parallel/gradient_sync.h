@@ -26,6 +26,7 @@
 
 #include "parallel/fully_sharded.h"
 #include "parallel/grad_buckets.h"
+#include "parallel/grad_compression.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/process_groups.h"
 
@@ -37,6 +38,7 @@ struct GradientSyncOptions {
   int64_t bucket_bytes = 0;                        // dp buckets (parallel.bucket_mb)
   torch::ScalarType reduce_dtype = torch::kFloat;  // the dp buckets' wire (parallel.grad_reduce_dtype)
   torch::ScalarType model_dtype = torch::kFloat;   // bf16 or fp16: mixed precision, fp32 masters
+  GradCompressionOptions compression;              // the dp buckets' all-reduce compressed (stages 0 and 1)
   bool experts = false;                            // the model has MoE experts (ep group)
   // A zero-bubble schedule's W passes deliver weight gradients after their block's backward,
   // interleaved with other micro-batches' backwards: ZeRO-2/3 units then hold the whole step's
@@ -104,6 +106,11 @@ class GradientSync {
   // it), as parameters() lists them (for `loom verify`). Under ZeRO-2/3 each unit's shards are
   // gathered from the group that shares them (collective); the bucketed form reads the .grads.
   virtual std::vector<torch::Tensor> whole_gradients();
+
+  // parallel.grad_compression's state on this rank (error buffers, PowerSGD's Q), as tensors in a
+  // fixed order, and back (a checkpoint of the same layout); empty without compression.
+  virtual std::vector<torch::Tensor> compression_state() const { return {}; }
+  virtual void set_compression_state(const std::vector<torch::Tensor>& /*tensors*/) {}
 
   virtual ModelStateBytes state_bytes() const = 0;
   // log.trace: this step's bucket events (bucketed only).

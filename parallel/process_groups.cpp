@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
+
+#include "core/errors.h"
+#include "parallel/hierarchical_communicator.h"
 
 namespace loom::parallel {
 
@@ -29,6 +33,56 @@ std::unique_ptr<Communicator> ProcessGroups::make(const std::string& name, const
   TORCH_CHECK(factory, "a group of several ranks needs a communicator factory");
   const int rank_in_group = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin());
   return factory(name, key, ranks, rank_in_group);
+}
+
+void ProcessGroups::use_two_level_gradient_groups(const std::vector<int64_t>& node_of_rank,
+                                                  const CommunicatorFactory& factory) {
+  std::set<GroupKind> done;
+  for (GroupKind gradient_kind : {GroupKind::dp_cp, GroupKind::expert_dp_cp}) {
+    const GroupKind kind = aliased(gradient_kind) ? without_cp(gradient_kind) : gradient_kind;
+    if (!done.insert(kind).second) continue;
+    const auto all = grid_.groups(kind);
+    for (size_t index = 0; index < all.size(); ++index) {
+      const auto& group = all[index];
+      const GroupLevels levels = group_levels(group, node_of_rank);
+      if (!levels.even()) {
+        std::string counts;
+        for (size_t n = 0; n < levels.nodes.size(); ++n) {
+          counts += (n ? ", " : "") + std::to_string(levels.nodes[n].size()) + " on node " +
+                    std::to_string(node_of_rank.at(static_cast<size_t>(group[levels.nodes[n].front()])));
+        }
+        std::string members;
+        for (size_t i = 0; i < group.size(); ++i) members += (i ? ", " : "") + std::to_string(group[i]);
+        throw InputError(
+            "config key 'parallel.dp_collectives': hierarchical needs every node to hold as many ranks "
+            "of each data-parallel group, but the " +
+            group_kind_name(kind) + " group of global ranks [" + members + "] has " + counts +
+            " (see parallel.ranks_per_node and parallel.order, or use flat)");
+      }
+      const auto me = std::find(group.begin(), group.end(), rank_);
+      if (me == group.end() || group.size() == 1) continue;
+      const int position = static_cast<int>(me - group.begin());
+      size_t node = 0, place = 0;
+      for (size_t n = 0; n < levels.nodes.size(); ++n) {
+        const auto& members = levels.nodes[n];
+        const auto at = std::find(members.begin(), members.end(), position);
+        if (at != members.end()) node = n, place = static_cast<size_t>(at - members.begin());
+      }
+      const auto ranks_at = [&](const std::vector<int>& positions) {
+        std::vector<int64_t> ranks;
+        for (int p : positions) ranks.push_back(group[static_cast<size_t>(p)]);
+        return ranks;
+      };
+      const std::string name = group_kind_name(kind), key = name + "/" + std::to_string(index);
+      // The node's subgroup first on every rank, then the one across nodes: each waits only for its own members.
+      auto intra =
+          make(name + " (inside node)", key + "/node" + std::to_string(node), ranks_at(levels.nodes[node]), factory);
+      auto inter = make(name + " (across nodes)", key + "/place" + std::to_string(place),
+                        ranks_at(levels.at_place(place)), factory);
+      groups_[kind] = std::make_unique<HierarchicalCommunicator>(std::move(groups_.at(kind)), std::move(intra),
+                                                                 std::move(inter), levels, stats_);
+    }
+  }
 }
 
 GroupKind ProcessGroups::without_cp(GroupKind kind) {

@@ -45,6 +45,13 @@ class ProcessGroups {
   Communicator& expert_dp() { return get(GroupKind::expert_dp); }
   Communicator& model_parallel() { return get(GroupKind::model_parallel); }
 
+  // parallel.dp_collectives: hierarchical. The gradient groups (dp and expert-dp, times cp) run
+  // their all-reduce, reduce-scatter and all-gather in two levels, inside each node and across
+  // (parallel/hierarchical_communicator.h). NODE_OF_RANK: every rank's node. Collective over each
+  // such group (its node and cross-node subgroups meet); every rank checks every group, so a
+  // layout whose nodes hold unequal shares of a group is refused on all of them alike.
+  void use_two_level_gradient_groups(const std::vector<int64_t>& node_of_rank, const CommunicatorFactory& factory);
+
  private:
   // With cp = 1 the gradient groups are the dp and expert-dp groups: one communicator each, not two.
   static GroupKind without_cp(GroupKind kind);

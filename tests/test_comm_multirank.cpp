@@ -2,8 +2,10 @@
 // each rank runs every test case, and mpirun/torchrun fail if any rank fails.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+#include <numeric>
 
 #include "multirank_world.h"
+#include "parallel/hierarchical_communicator.h"
 
 using namespace loom::parallel;
 
@@ -129,13 +131,13 @@ TEST_CASE("every call is counted with its bytes, per group and op", "[comm]") {
   CHECK(gathered.bytes == gathered.calls * comm.size() * 2 * 4);
 }
 
-// Every collective loom uses, in every dtype it sends (after the counting test, which assumes
-// fp32 gathers): the wheel's LibTorch runs Gloo built from
-// sources newer than the Debian headers loom compiles against, so each is proven here.
-TEST_CASE("every collective carries bf16, int64 and double exactly", "[comm]") {
+// Every collective loom uses, in every dtype it sends (int8: compressed gradients) (after the counting test, which
+// assumes fp32 gathers): the wheel's LibTorch runs Gloo built from sources newer than the Debian headers loom compiles
+// against, so each is proven here.
+TEST_CASE("every collective carries bf16, int64, double and int8 exactly", "[comm]") {
   auto& comm = g_world->groups.world_comm();
   const int n = comm.size(), r = comm.rank();
-  for (auto dtype : {torch::kBFloat16, torch::kLong, torch::kDouble}) {
+  for (auto dtype : {torch::kBFloat16, torch::kLong, torch::kDouble, torch::kChar}) {
     INFO("dtype " << c10::toString(dtype));
     const auto options = torch::TensorOptions().dtype(dtype);
     auto t = torch::full({7}, r + 1, options);  // small integers: exact in bf16 too
@@ -173,6 +175,105 @@ TEST_CASE("every collective carries bf16, int64 and double exactly", "[comm]") {
     CHECK(torch::equal(received, torch::full({4}, prev, options)));
   }
   comm.barrier().wait();
+}
+
+// parallel.dp_collectives: hierarchical, on the world as one group cut into nodes two ways: nodes of
+// consecutive ranks, and nodes of alternating ranks (whose chunks the two-level reduce-scatter and
+// all-gather must reorder). An odd world has one rank per node (only the ring across nodes).
+TEST_CASE("two-level collectives give the flat results and send what they count", "[comm]") {
+  auto& world = g_world->groups.world_comm();
+  const int n = world.size(), r = world.rank();
+  if (n < 2) return;
+  std::vector<int64_t> everyone(static_cast<size_t>(n));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  for (const bool alternate : {false, true}) {
+    std::vector<int64_t> node_of_rank;
+    for (int64_t k = 0; k < n; ++k) node_of_rank.push_back(n % 2 ? k : alternate ? k % 2 : k / 2);
+    const GroupLevels levels = group_levels(everyone, node_of_rank);
+    REQUIRE(levels.even());
+    const int64_t local = static_cast<int64_t>(levels.nodes.front().size()), nodes = n / local;
+    auto stats = std::make_shared<CommStats>();
+    auto factory = make_gloo_factory(g_world->env.store(), g_world->env.single_host(), stats, std::chrono::seconds(60));
+    const std::string key = std::string("two_level/") + (alternate ? "alternate" : "consecutive");
+    size_t node = 0, place = 0;
+    for (size_t k = 0; k < levels.nodes.size(); ++k)
+      for (size_t j = 0; j < levels.nodes[k].size(); ++j)
+        if (levels.nodes[k][j] == r) node = k, place = j;
+    auto make = [&](const std::string& name, const std::vector<int>& members) -> std::unique_ptr<Communicator> {
+      std::vector<int64_t> ranks(members.begin(), members.end());
+      const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), r) - ranks.begin());
+      if (ranks.size() == 1) return std::make_unique<SelfCommunicator>(name, r, stats);
+      return factory(name, key + "/" + name, ranks, me);
+    };
+    std::vector<int> all_positions(everyone.begin(), everyone.end());
+    HierarchicalCommunicator comm(make("flat", all_positions), make("node" + std::to_string(node), levels.nodes[node]),
+                                  make("place" + std::to_string(place), levels.at_place(place)), levels, stats);
+    comm.stop_counting();  // the world's own counters stay as the counting test left them
+    INFO((alternate ? "alternating" : "consecutive") << " nodes, " << local << " ranks each");
+
+    // all_reduce: odd lengths go through the padded copy; sums, maxes and doubles.
+    for (int64_t length : {int64_t{7}, int64_t{12}, int64_t{1}}) {
+      auto t = torch::arange(length, torch::kFloat) + static_cast<float>(r);
+      comm.all_reduce(t).wait();
+      const auto expected = torch::arange(length, torch::kFloat) * n + static_cast<float>(n * (n - 1) / 2);
+      CHECK(torch::equal(t, expected));
+    }
+    auto top = torch::full({5}, static_cast<double>(r));
+    comm.all_reduce(top, ReduceOp::max).wait();
+    CHECK(torch::equal(top, torch::full({5}, static_cast<double>(n - 1))));
+
+    // reduce_scatter: chunk k of rank j holds 100 j + k (three elements); rank r gets its own chunk's sum.
+    auto chunks = torch::empty({n, 3});
+    for (int k = 0; k < n; ++k) chunks[k].fill_(static_cast<float>(100 * r + k));
+    auto mine = torch::empty({3});
+    comm.reduce_scatter(mine, chunks).wait();
+    CHECK(torch::equal(mine, torch::full({3}, static_cast<float>(100 * n * (n - 1) / 2 + n * r))));
+
+    // all_gather: rank order, whatever the nodes.
+    auto gathered = torch::empty({n * 2});
+    comm.all_gather(gathered, torch::tensor({r * 10.0f, r * 10.0f + 1})).wait();
+    for (int k = 0; k < n; ++k) {
+      CHECK(gathered[2 * k].item<float>() == k * 10.0f);
+      CHECK(gathered[2 * k + 1].item<float>() == k * 10.0f + 1);
+    }
+    // The other ops go through the flat group.
+    auto b = torch::full({2}, static_cast<float>(r));
+    comm.broadcast(b, n - 1).wait();
+    CHECK(torch::equal(b, torch::full({2}, static_cast<float>(n - 1))));
+
+    // Counted: nothing by the inner groups; by this one, what each level's ring sends to its next
+    // rank: an all-reduce of 12 floats sends 2 (L-1) ceil(12/L) 4 bytes inside the node and
+    // 2 (N-1) ceil(12/L) 4 / N across.
+    CHECK(stats->counters().empty());
+    HierarchicalCommunicator counted(
+        make("flat_counted", all_positions), make("node_counted" + std::to_string(node), levels.nodes[node]),
+        make("place_counted" + std::to_string(place), levels.at_place(place)), levels, stats);
+    auto twelve = torch::ones({12});
+    counted.all_reduce(twelve).wait();
+    const int64_t share = (12 + local - 1) / local * 4;
+    const auto sent = stats->sent_to_by_op().at({"flat_counted", "all_reduce"});
+    const int64_t next_in_node = levels.nodes[node][(place + 1) % static_cast<size_t>(local)];
+    const int64_t next_node = levels.at_place(place)[(node + 1) % static_cast<size_t>(nodes)];
+    int64_t expected_total = 0;
+    if (local > 1) {
+      CHECK(sent.at(next_in_node) == 2 * (local - 1) * share);
+      expected_total += 2 * (local - 1) * share;
+    }
+    if (nodes > 1) {
+      CHECK(sent.at(next_node) == 2 * (nodes - 1) * share / nodes);
+      expected_total += 2 * (nodes - 1) * share / nodes;
+    }
+    CHECK(stats->get("flat_counted", "all_reduce").sent == expected_total);
+    CHECK(stats->get("flat_counted", "all_reduce").calls == 1);
+    CHECK(torch::equal(twelve, torch::full({12}, static_cast<float>(n))));
+  }
+  world.barrier().wait();
+}
+
+TEST_CASE("two levels refuse nodes holding unequal shares of a group", "[comm]") {
+  const GroupLevels levels = group_levels({0, 1, 2}, {0, 0, 1});
+  CHECK_FALSE(levels.even());
+  CHECK(group_levels({0, 2, 1, 3}, {0, 0, 1, 1}).nodes == std::vector<std::vector<int>>{{0, 2}, {1, 3}});
 }
 
 int main(int argc, char** argv) {

@@ -4,6 +4,7 @@
 
 #include "core/config.h"
 #include "core/errors.h"
+#include "launch/dp_variants.h"
 #include "launch/expert_plan.h"
 #include "launch/layout_cost.h"
 #include "launch/memory_check.h"
@@ -358,4 +359,67 @@ TEST_CASE("expert plan: experts, their state and all-to-all bytes per rank, work
   CHECK(split.expert_tp_bytes == Approx(438086664192.0).epsilon(1e-12));
   c.parallel.sequence_parallel = false;
   CHECK(loom::launch::expert_plan(c, 64, 8).expert_tp_bytes == Approx(48.0 * 2 * 131072 * 8 * 4096).epsilon(1e-12));
+}
+
+TEST_CASE("dp variants: flat, hierarchical and compressed reductions follow the background's formulas", "[plan]") {
+  loom::Config c;
+  c.model.num_layers = 4;
+  c.model.hidden_size = 256;
+  c.model.num_heads = 4;
+  c.model.vocab_size = 1024;
+  c.model.seq_len = 128;
+  c.train.global_batch_size = 32;
+  ClusterSpec cluster;
+  cluster.gpus_per_node = 4;
+  cluster.nodes = 2;
+  cluster.peak_flops = 1e12;
+  cluster.memory_bytes = 80e9;
+  cluster.intra_bandwidth = 10e9;
+  cluster.intra_latency = 1e-6;
+  cluster.inter_bandwidth = 1e9;  // ten times slower between nodes
+  cluster.inter_latency = 1e-5;
+  Layout l;
+  l.dp = 8;
+  l.micro_batch = 4;
+  const auto e = estimate_layout(c, cluster, l);
+  const double S = e.parameters_per_rank * 4;  // fp32 gradients
+  const auto flat = dp_variant_cost(c, cluster, e, {loom::DpCollectives::flat, loom::GradCompression::none, 1});
+  const auto two = dp_variant_cost(c, cluster, e, {loom::DpCollectives::hierarchical, loom::GradCompression::none, 1});
+  REQUIRE(flat.ranks == 8);
+  CHECK(flat.per_node == 4);
+  CHECK(flat.nodes == 2);
+  // The flat ring: 2(Q-1)/Q S per rank, N of its Q links across nodes; at the slow link's speed.
+  CHECK(flat.intra_bytes + flat.inter_bytes == Approx(2.0 * 7 / 8 * S));
+  CHECK(flat.inter_bytes == Approx(2.0 * 7 / 8 * S * 2 / 8));
+  CHECK(flat.seconds == Approx(ring_all_reduce_time(S, 8, 1e-5, 1e-9)));
+  CHECK(flat.seconds == Approx(e.dp_s));
+  // Hierarchical: 2(L-1)/L S inside, 2(N-1)/N S/L across.
+  CHECK(two.intra_bytes == Approx(2.0 * 3 / 4 * S));
+  CHECK(two.inter_bytes == Approx(2.0 * 1 / 2 * S / 4));
+  CHECK(two.seconds ==
+        Approx(2 * ring_all_gather_time(S, 4, 1e-6, 1e-10) + ring_all_reduce_time(S / 4, 2, 1e-5, 1e-9)));
+  CHECK(two.seconds < flat.seconds);
+  // Compression: half, a quarter plus the scales, (n + m) r per matrix.
+  const auto bf16 = dp_variant_cost(c, cluster, e, {loom::DpCollectives::flat, loom::GradCompression::bf16, 1});
+  const auto int8 = dp_variant_cost(c, cluster, e, {loom::DpCollectives::flat, loom::GradCompression::int8, 1});
+  const auto psgd = dp_variant_cost(c, cluster, e, {loom::DpCollectives::flat, loom::GradCompression::powersgd, 4});
+  CHECK(bf16.payload_bytes == Approx(S / 2));
+  CHECK(int8.payload_bytes == Approx(S / 4 * (1 + 4.0 / 256)));
+  // A block's matrices at hidden 256 (qkv 768 x 256, proj 256 x 256, fc 1024 x 256, fc2 256 x 1024) at rank 4.
+  const double matrices = (768 + 256) * 4 + (256 + 256) * 4 + (1024 + 256) * 4 + (256 + 1024) * 4.0;
+  const double vectors = 768 + 256 + 1024 + 256 + 4 * 256.0;  // biases and the two LayerNorms' weights and biases
+  const double block = 768 * 256 + 256 * 256 + 1024 * 256 + 256 * 1024 + vectors;
+  CHECK(psgd.payload_bytes == Approx(S * (matrices + vectors) / block));
+  // Compression is for the all-reduced buckets (ZeRO 0 and 1) only.
+  Layout z3 = l;
+  z3.zero_stage = 3;
+  const auto e3 = estimate_layout(c, cluster, z3);
+  CHECK_FALSE(dp_variant_cost(c, cluster, e3, {loom::DpCollectives::flat, loom::GradCompression::int8, 1}).allowed);
+  for (const auto& v : dp_variants(c, cluster, e3)) CHECK(v.variant.compression == loom::GradCompression::none);
+  // The fastest reduction at ZeRO 0 here: hierarchical, with the fewest bytes (PowerSGD's).
+  const auto all = dp_variants(c, cluster, e);
+  REQUIRE(all.size() == 8);
+  CHECK(all.front().variant.collectives == loom::DpCollectives::hierarchical);
+  CHECK(all.front().variant.compression == loom::GradCompression::powersgd);
+  for (const auto& v : all) CHECK(v.step_s >= all.front().step_s);
 }

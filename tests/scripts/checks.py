@@ -224,6 +224,88 @@ def plan_vs_run(args):
     print(f"{run.rstrip('/').split('/')[-1]}: predicted == counted on all {len(cmp['ranks'])} ranks for {sorted(groups)}; matrix sums match")
 
 
+def two_level_traffic(args):
+    """Every rank's dp traffic in RUN (traffic.json) split by level as the formulas give it, for a
+    world of dp ranks on NODES nodes of L = world / NODES: hierarchical (--hierarchical), an
+    all-reduce of b bytes sends 2(L-1)/L b inside the node and 2(N-1)/(N L) b across (one share
+    per rank over the slow link), a reduce-scatter or all-gather (L-1) N b / P inside and
+    (N-1) b / P across (a one-element sum's share is its whole element); flat, the ring sends each op's whole to the next rank, across only from a
+    node's last rank. Prints each rank's inter-node bytes per step."""
+    t = json.load(open(f"{args.run}/traffic.json"))
+    world, nodes, steps = t["world"], args.nodes, t["steps"]
+    local = world // nodes
+    assert len(t["nodes"]) == nodes, f"traffic.json has nodes {t['nodes']}, expected {nodes}"
+    inter_per_step = []
+    for r in t["ranks"]:
+        dp = r["groups"]["dp"]
+        inter_total = 0
+        for op, c in dp.items():
+            b, intra, inter = c["bytes"], c["sent_intra_node"], c["sent_inter_node"]
+            if op not in ("all_reduce", "reduce_scatter", "all_gather"):
+                continue
+            if args.hierarchical:
+                if op == "all_reduce":
+                    # --buckets gradient buckets a step (bucket_mb 0: 1 under ZeRO 0 and 1, none under
+                    # 2 and 3), the rest one-element fp64 sums (the step's loss and norms): a share of
+                    # those is one whole element, not 8 / L bytes.
+                    scalars = c["calls"] - steps * args.buckets
+                    big = b - 8 * scalars
+                    assert scalars >= 0 and big >= 0, f"rank {r['rank']}: {c['calls']} all-reduces of {b} bytes"
+                    want = (2 * (local - 1) * big // local + scalars * 2 * (local - 1) * 8,
+                            2 * (nodes - 1) * big // (nodes * local) + scalars * 2 * (nodes - 1) * 8 // nodes)
+                else:
+                    want = ((local - 1) * nodes * b // world, (nodes - 1) * b // world)
+            else:
+                ring = {"all_reduce": 2 * (world - 1) * b // world}.get(op, (world - 1) * b // world)
+                last_of_node = (r["rank"] + 1) % local == 0
+                want = (0, ring) if last_of_node else (ring, 0)
+            assert (intra, inter) == want, (f"rank {r['rank']} dp {op}: {b} bytes sent {intra} intra-node and {inter} "
+                                             f"inter-node, the formula {want}")
+            inter_total += inter
+        inter_per_step.append(inter_total // steps)
+    kind = "hierarchical" if args.hierarchical else "flat"
+    print(f"{kind}: every rank's dp bytes by level equal the formulas; inter-node bytes per step by rank {inter_per_step}"
+          f" (sum {sum(inter_per_step)})")
+
+
+def compressed_bytes(args):
+    """The dp bytes per step of WORK/{none,bf16,int8,powersgd} (tests/configs/tiny.yaml at dp
+    --ranks, one bucket), rank 0, against the uncompressed run's: its G bytes of fp32 gradients a
+    step (the all-reduces less their one-element fp64 sums) become G / 2 in bf16; in int8 G / 4
+    padded to whole 256-blocks per rank plus an fp32 scale per block, all-to-all (the other ranks'
+    chunks) and all-gathered; in PowerSGD at rank r, from step --powersgd-start + 1, (n + m) r fp32
+    per n x m matrix and the vectors whole (the tiny GPT's shapes below)."""
+    def dp(name):
+        t = json.load(open(f"{args.work}/{name}/traffic.json"))
+        return t["steps"], t["ranks"][0]["groups"]["dp"]
+    steps, none = dp("none")
+    scalars = none["all_reduce"]["calls"] - steps
+    grads = (none["all_reduce"]["bytes"] - 8 * scalars) // steps
+    P = args.ranks
+    _, bf16 = dp("bf16")
+    assert bf16["all_reduce"]["bytes"] == steps * grads // 2 + 8 * scalars, f"bf16: {bf16['all_reduce']} vs G {grads}"
+    _, int8 = dp("int8")
+    n = grads // 4
+    padded = -(-n // (P * 256)) * P * 256
+    wire = padded + padded // 256 * 4
+    assert int8["all_reduce"]["bytes"] == 8 * scalars, f"int8 all_reduce {int8['all_reduce']}"
+    assert int8["all_to_all"]["bytes"] == steps * wire * (P - 1) // P, f"int8 all_to_all {int8['all_to_all']} vs {wire}"
+    assert int8["all_gather"]["bytes"] == steps * wire, f"int8 all_gather {int8['all_gather']} vs {wire}"
+    # tiny.yaml: vocab 64, hidden 32, 2 blocks, seq 32, learned positions, tied embedding.
+    r, H, V, S = args.powersgd_rank, 32, 64, 32
+    matrices = [(V, H), (S, H)] + 2 * [(3 * H, H), (H, H), (4 * H, H), (H, 4 * H)]
+    vectors = 2 * (H + H + 3 * H + H + H + H + 4 * H + H) + 2 * H
+    assert sum(a * b for a, b in matrices) + vectors == n, f"the tiny GPT has {n} parameters, the shapes here another count"
+    psgd_payload = (sum((a + b) * min(r, a, b) for a, b in matrices) + vectors) * 4
+    plain = args.powersgd_start
+    _, psgd = dp("powersgd")
+    want = plain * grads + (steps - plain) * psgd_payload + 8 * scalars
+    assert psgd["all_reduce"]["bytes"] == want, f"powersgd all_reduce bytes {psgd['all_reduce']['bytes']}, expected {want}"
+    print(f"dp bytes a step on rank 0: none {grads}, bf16 {grads // 2}, int8 {wire * (P - 1) // P} all-to-all + "
+          f"{wire} all-gather, PowerSGD rank {r} {psgd_payload} (from step {plain + 1}); plus {scalars // steps} "
+          f"fp64 scalars a step in each")
+
+
 def tp_traffic(args):
     """Rank 0's tp counters of a tiny.yaml run at tp=2 dp=1 (L=2, B=2, S=H=32, vocab 64, 20 steps
     of 4 micro-batches). Without SP, per micro-batch: 4L + 2 all-reduces of a [B, S, H] activation
@@ -696,6 +778,17 @@ def parser():
     s.add_argument("--label", required=True)
 
     command("plan-vs-run", plan_vs_run).add_argument("run")
+    s = command("compressed-bytes", compressed_bytes)
+    s.add_argument("work")
+    s.add_argument("--ranks", type=int, required=True)
+    s.add_argument("--powersgd-rank", type=int, required=True)
+    s.add_argument("--powersgd-start", type=int, required=True)
+
+    s = command("two-level-traffic", two_level_traffic)
+    s.add_argument("run")
+    s.add_argument("--nodes", type=int, required=True)
+    s.add_argument("--hierarchical", action="store_true")
+    s.add_argument("--buckets", type=int, default=1, help="gradient all-reduces a step")
 
     s = command("tp-traffic", tp_traffic)
     s.add_argument("run")

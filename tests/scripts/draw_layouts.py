@@ -5,7 +5,7 @@ The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not; 
 SwiGLU experts, shared experts and dense blocks; Qwen3's head_dim and q/k norms, or DeepSeek-V3's
 latent attention with interleaved rotary features and YaRN; multi-token prediction); tp, cp
 (ring or all-to-all), pp and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
-interleaved, zb-h1), ZeRO stage, recomputation, micro-batch size, ep for MoE (and experts split over tp), a validation
+interleaved, zb-h1), ZeRO stage, flat or hierarchical gradient collectives over nodes, recomputation, micro-batch size, ep for MoE (and experts split over tp), a validation
 split evaluated at steps 10 and 20 or none, the optimizer (AdamW, or Muon beside it), and for MoE
 the router (softmax top-k, or DeepSeek-V3's sigmoid, grouped, scaled and biased). Every draw is a
 valid config on tests/configs/tiny.yaml (global batch 8, seq 32, 4 heads) with 8 layers.
@@ -77,6 +77,13 @@ def draw(rng, index):
         # Half the MoE draws with tp split each expert's width over it (expert tensor parallelism).
         if tp > 1 and rng.random() < 0.5:
             layout.append(f"parallel.expert_tp={tp}")
+    # A third of the draws with dp run the gradient collectives in two levels (inside each node, then
+    # across) over nodes of ranks_per_node consecutive ranks: any divisor of the world will do, as
+    # every dp group here has at most two members (one node each, or both on one).
+    if dp > 1 and rng.random() < 0.35:
+        world = tp * cp * pp * dp
+        layout += [f"parallel.ranks_per_node={rng.choice([d for d in range(1, world + 1) if world % d == 0])}",
+                   "parallel.dp_collectives=hierarchical"]
     # Half the draws also evaluate a validation split (its traffic is not in the cost model's step).
     validate = rng.random() < 0.5
     if validate:
@@ -100,7 +107,7 @@ def draw(rng, index):
     mtp = any(m.startswith("model.mtp.depth=") for m in model)
     name = (f"draw{index}_{arch}{'_mla' if attention == 'mla' else ''}{'_moe' if moe else ''}{'_mtp' if mtp else ''}"
             f"{'_val' if validate else ''}{'_muon' if muon else ''}"
-            f"_tp{tp}_cp{cp}_pp{pp}_dp{dp}")
+            f"_tp{tp}_cp{cp}_pp{pp}_dp{dp}{'_hier' if 'parallel.dp_collectives=hierarchical' in layout else ''}")
     return f"{tp * cp * pp * dp} {name} {' '.join(model)} | {' '.join(layout)}"
 
 

@@ -1,0 +1,145 @@
+#include "launch/dp_variants.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "models/gpt_shapes.h"
+
+namespace loom::launch {
+namespace {
+
+// PowerSGD's bytes over the uncompressed ones, from one block's shapes at tp T (every block has
+// them; the embedding and output layer are matrices of the same kind): (n + m) r for each n x m
+// matrix (its first dimension by the rest), the whole for a vector.
+double powersgd_ratio(const Config& config, int64_t tp, int64_t rank) {
+  Config c = config;
+  c.parallel.tp = tp;
+  double sent = 0, whole = 0;
+  for (const auto& p : models::gpt_block_parameters(c, 0)) {
+    const auto local = static_cast<double>(p.local_numel(tp));
+    whole += local;
+    if (p.shape.size() < 2) {
+      sent += local;
+      continue;
+    }
+    double n = static_cast<double>(p.shape.front());
+    if (p.tp_split_dim == 0) n = std::ceil(n / static_cast<double>(tp));
+    const double m = local / n, r = std::min({static_cast<double>(rank), n, m});
+    sent += (n + m) * r;
+  }
+  return whole > 0 ? sent / whole : 1.0;
+}
+
+const char* name_of(GradCompression c) {
+  switch (c) {
+    case GradCompression::none: return "none";
+    case GradCompression::bf16: return "bf16";
+    case GradCompression::int8: return "int8";
+    case GradCompression::powersgd: return "powersgd";
+  }
+  return "?";
+}
+
+}  // namespace
+
+DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec& cluster,
+                              const LayoutEstimate& estimate, const DpVariant& variant) {
+  const auto& l = estimate.layout;
+  DpVariantCost c;
+  c.variant = variant;
+  c.ranks = l.dp * l.cp;
+  // The gradient group's ranks sit tp apart (tp fastest): a node of G GPUs holds G / tp of them.
+  c.per_node = std::clamp<int64_t>(cluster.gpus_per_node / std::max<int64_t>(l.tp, 1), 1, c.ranks);
+  if (c.ranks % c.per_node != 0) c.per_node = 1;
+  c.nodes = c.ranks / c.per_node;
+  c.allowed = variant.compression == GradCompression::none || l.zero_stage <= 1;
+  const bool mixed = config.train.precision != TrainPrecision::fp32;
+  const double grads = estimate.parameters_per_rank * (mixed ? 2.0 : 4.0);
+  double payload = grads;
+  switch (variant.compression) {
+    case GradCompression::none: break;
+    case GradCompression::bf16: payload = grads / 2.0; break;
+    case GradCompression::int8: payload = grads / 4.0 * (1.0 + 4.0 / 256.0); break;
+    case GradCompression::powersgd: payload = grads * powersgd_ratio(config, l.tp, variant.powersgd_rank); break;
+  }
+  c.payload_bytes = payload;
+  const double q = static_cast<double>(c.ranks), L = static_cast<double>(c.per_node), N = static_cast<double>(c.nodes);
+  const double ai = cluster.intra_latency, bi = 1.0 / cluster.intra_bandwidth;
+  const double ax = cluster.inter_latency, bx = 1.0 / cluster.inter_bandwidth;
+  // ZeRO 2 and 3 reduce-scatter the gradients and gather the parameters (three times at stage 3);
+  // 0 and 1 all-reduce. In ring terms both move 2(Q-1)/Q of the payload (stage 3 more), so one
+  // "volume" factor serves: the all-reduce's two passes, or a reduce-scatter and its gathers.
+  const double passes = l.zero_stage <= 1 ? 2.0 : l.zero_stage == 2 ? 2.0 : 4.0;
+  if (c.ranks <= 1) return c;
+  if (variant.collectives == DpCollectives::flat || c.nodes == 1 || c.per_node == 1) {
+    const bool across = c.nodes > 1;
+    const double a = across ? ax : ai, b = across ? bx : bi;
+    const double sent = passes / 2.0 * 2.0 * (q - 1) / q * payload;
+    // N of the ring's Q links cross nodes: on average that share of each rank's bytes.
+    c.inter_bytes = across ? sent * N / q : 0.0;
+    c.intra_bytes = sent - c.inter_bytes;
+    c.seconds = passes / 2.0 * (2.0 * (q - 1) / q * payload * b + 2.0 * (q - 1) * a);
+  } else {
+    // Inside the node: (L-1)/L of the payload per pass; across: each rank's 1/L share.
+    c.intra_bytes = passes * (L - 1) / L * payload;
+    c.inter_bytes = passes * (N - 1) / N * payload / L;
+    c.seconds =
+        passes * ((L - 1) / L * payload * bi + (L - 1) * ai) + passes * ((N - 1) / N * payload / L * bx + (N - 1) * ax);
+  }
+  // PowerSGD's second all-reduce (Q after P) pays the latencies twice.
+  if (variant.compression == GradCompression::powersgd) c.seconds += 2.0 * (q - 1) * (c.nodes > 1 ? ax : ai);
+  // The step: the flat reduction's exposed part swapped for this one's (backward hides 2/3 of compute).
+  const double hidden = 2.0 / 3.0 * estimate.compute_s;
+  c.step_s = estimate.step_s - std::max(0.0, estimate.dp_s - hidden) + std::max(0.0, c.seconds - hidden);
+  return c;
+}
+
+std::vector<DpVariantCost> dp_variants(const Config& config, const parallel::ClusterSpec& cluster,
+                                       const LayoutEstimate& estimate) {
+  std::vector<DpVariantCost> all;
+  for (auto collectives : {DpCollectives::flat, DpCollectives::hierarchical}) {
+    for (auto compression :
+         {GradCompression::none, GradCompression::bf16, GradCompression::int8, GradCompression::powersgd}) {
+      auto c = dp_variant_cost(config, cluster, estimate, {collectives, compression, config.parallel.powersgd.rank});
+      if (c.allowed) all.push_back(c);
+    }
+  }
+  // The same step (a reduction hidden behind backward): the faster reduction first.
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return a.step_s != b.step_s ? a.step_s < b.step_s : a.seconds < b.seconds;
+  });
+  return all;
+}
+
+void print_dp_variants(const Config& config, const parallel::ClusterSpec& cluster, const LayoutEstimate& estimate) {
+  const auto all = dp_variants(config, cluster, estimate);
+  if (all.empty() || all.front().ranks <= 1) return;
+  const auto& first = all.front();
+  double flat_step = 0;
+  for (const auto& c : all) {
+    if (c.variant.collectives == DpCollectives::flat && c.variant.compression == GradCompression::none)
+      flat_step = c.step_s;
+  }
+  std::printf(
+      "data-parallel reduction of the best layout, each way (a group of %lld ranks, %lld on each of %lld nodes; "
+      "%.3g GB of gradients per rank and step; PowerSGD at rank %lld):\n",
+      static_cast<long long>(first.ranks), static_cast<long long>(first.per_node), static_cast<long long>(first.nodes),
+      estimate.parameters_per_rank * (config.train.precision == TrainPrecision::fp32 ? 4.0 : 2.0) / 1e9,
+      static_cast<long long>(config.parallel.powersgd.rank));
+  std::printf("  %-13s %-11s %14s %14s %12s %10s %9s\n", "dp_collectives", "compression", "intra GB/rank",
+              "inter GB/rank", "reduction s", "step s", "vs flat");
+  for (const auto& c : all) {
+    std::printf("  %-13s %-11s %14.3f %14.3f %12.4f %10.4f %8.2fx\n",
+                c.variant.collectives == DpCollectives::flat ? "flat" : "hierarchical", name_of(c.variant.compression),
+                c.intra_bytes / 1e9, c.inter_bytes / 1e9, c.seconds, c.step_s, flat_step / c.step_s);
+  }
+  std::printf(
+      "  fastest: dp_collectives %s with grad_compression %s, %.2fx the flat uncompressed step (compression "
+      "changes the gradients: bf16 and int8 round them, PowerSGD keeps rank %lld of each matrix; error feedback "
+      "carries what is lost to the next step)\n",
+      first.variant.collectives == DpCollectives::flat ? "flat" : "hierarchical", name_of(first.variant.compression),
+      flat_step / first.step_s, static_cast<long long>(config.parallel.powersgd.rank));
+}
+
+}  // namespace loom::launch

@@ -1,0 +1,28 @@
+#include "launch/gradient_sync_options.h"
+
+#include "parallel/pipeline_schedule.h"
+
+namespace loom::launch {
+
+parallel::GradientSyncOptions gradient_sync_options(const Config& config, const Precision& precision) {
+  const auto& p = config.parallel;
+  parallel::GradientSyncOptions options;
+  options.zero_stage = p.zero_stage;
+  options.micro_batches = config.micro_batches_per_step();
+  options.bucket_bytes = static_cast<int64_t>(p.bucket_mb * 1024 * 1024);
+  options.reduce_dtype = p.grad_reduce_dtype == GradReduceDtype::bf16 ? torch::kBFloat16 : torch::kFloat;
+  options.model_dtype = precision.params;
+  options.experts = config.model.moe.enabled();
+  options.split_backward = parallel::splits_backward(p.schedule);
+  using parallel::CompressionKind;
+  const CompressionKind kinds[] = {CompressionKind::none, CompressionKind::bf16, CompressionKind::int8,
+                                   CompressionKind::powersgd};
+  options.compression.kind = kinds[static_cast<size_t>(p.grad_compression)];
+  options.compression.error_feedback = p.grad_compression_error_feedback;
+  options.compression.powersgd_rank = p.powersgd.rank;
+  options.compression.powersgd_start_step = p.powersgd.start_step;
+  options.compression.seed = static_cast<uint64_t>(config.train.seed);
+  return options;
+}
+
+}  // namespace loom::launch

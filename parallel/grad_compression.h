@@ -1,0 +1,86 @@
+// Compressed gradient all-reduce for the data-parallel buckets (parallel.grad_compression), as the
+// background pages (003, 8.5-8.6) describe it, with the state each bucket carries between steps:
+//  - bf16: the bucket sent and summed in bf16 (PyTorch DDP's bf16 hook): half of fp32's bytes.
+//  - int8: block quantisation (one fp32 absmax scale per block of 256), reduced as DeepSpeed's qgZ
+//    does: each rank's quantised chunks exchanged all-to-all, summed in fp32 by the chunk's owner,
+//    re-quantised, and gathered: a quarter of fp32's bytes plus the scales.
+//  - powersgd: each matrix M (n x m, its first dimension by the rest) as a rank-r product P Q^T
+//    (Vogels et al., as PyTorch's PowerSGD hook defines it): P = M Q summed over the group and
+//    orthonormalised (Gram-Schmidt up to rank 2, Householder QR beyond), Q = M^T P summed and averaged, the result P
+//    Q^T; Q kept for the next step (warm start); vectors all-reduced uncompressed; before powersgd.start_step a plain
+//    all-reduce. (m + n) r 4 bytes per matrix instead of n m 4.
+// Error feedback (on by default): what the compression lost this step, the input minus what was
+// sent (bf16, int8's first quantisation) or, for PowerSGD's matrices, the part of each rank's M
+// outside the shared P (summed over ranks, PyTorch's hook's error: see the .cpp), is added to the
+// next step's gradient. Its buffers, PowerSGD's Q and
+// the count of reductions are the state a checkpoint saves, per rank.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "parallel/communicator.h"
+
+namespace loom::parallel {
+
+enum class CompressionKind { none, bf16, int8, powersgd };
+
+struct GradCompressionOptions {
+  CompressionKind kind = CompressionKind::none;
+  bool error_feedback = true;
+  int64_t powersgd_rank = 1;
+  int64_t powersgd_start_step = 1000;  // reductions before PowerSGD starts (plain all-reduce until then)
+  int64_t int8_block = 256;            // elements per absmax scale
+  uint64_t seed = 0;                   // PowerSGD's first Q, alike on every rank
+};
+
+// Where one parameter's gradient lies in its bucket's buffer.
+struct BucketSlot {
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+};
+
+class BucketCompressor {
+ public:
+  // SLOTS: the bucket's parameters; AVERAGE_OVER: what the sum is divided by afterwards (the
+  // error of PowerSGD is taken against that average); INDEX: the bucket's place (seeds its Q).
+  BucketCompressor(const GradCompressionOptions& options, std::vector<BucketSlot> slots, int64_t average_over,
+                   int64_t index);
+  // Starts reducing BUFFER (this rank's gradient) over GROUP; the function returned waits for
+  // the rest, after which BUFFER holds the group's sum as the compression delivers it.
+  std::function<void()> start(const torch::Tensor& buffer, Communicator& group);
+
+  // The state carried between steps, as tensors (the count of reductions, the error buffer,
+  // PowerSGD's Q per matrix), and back, in the same order.
+  std::vector<torch::Tensor> state() const;
+  void set_state(const std::vector<torch::Tensor>& tensors, size_t& next);
+
+ private:
+  std::function<void()> start_bf16(const torch::Tensor& buffer, Communicator& group);
+  std::function<void()> start_int8(const torch::Tensor& buffer, Communicator& group);
+  std::function<void()> start_powersgd(const torch::Tensor& buffer, Communicator& group);
+
+  GradCompressionOptions options_;
+  std::vector<BucketSlot> slots_;
+  int64_t average_over_;
+  int64_t index_;
+  int64_t reductions_ = 0;
+  torch::Tensor error_;           // error feedback: beside the buffer, fp32
+  std::vector<torch::Tensor> q_;  // PowerSGD: one m x r per matrix slot (undefined for vectors)
+};
+
+// TENSORS as bytes (a uint8 tensor: each one's dtype, length and data), for a checkpoint, and back.
+torch::Tensor pack_tensors(const std::vector<torch::Tensor>& tensors);
+std::vector<torch::Tensor> unpack_tensors(const torch::Tensor& bytes);
+
+// int8 block quantisation of X (a multiple of BLOCK elements): the codes and one scale per block.
+std::pair<torch::Tensor, torch::Tensor> quantize_int8(const torch::Tensor& x, int64_t block);
+torch::Tensor dequantize_int8(const torch::Tensor& codes, const torch::Tensor& scales, int64_t block);
+// Gram-Schmidt on the columns of M (n x r), in place: what PowerSGD does to P of rank 1 or 2
+// (wider ones go through Householder QR).
+void orthogonalize_columns(torch::Tensor& m);
+
+}  // namespace loom::parallel
