@@ -116,14 +116,24 @@ std::function<void()> BucketCompressor::start(const torch::Tensor& buffer, Commu
 }
 
 std::function<void()> BucketCompressor::start_bf16(const torch::Tensor& buffer, Communicator& group) {
-  if (options_.error_feedback && error_.defined()) buffer.add_(error_);
-  auto wire = buffer.to(torch::kBFloat16);
-  if (options_.error_feedback) error_ = buffer - wire.to(buffer.scalar_type());
-  auto handle = shared(group.all_reduce(wire));
-  return [handle, wire, buffer]() mutable {
-    handle->wait();
+  const int64_t n = buffer.numel(), ranks = group.size(), chunk = (n + ranks - 1) / ranks;
+  auto input = torch::zeros({chunk * ranks}, buffer.options());
+  input.narrow(0, 0, n).copy_(buffer.view({-1}));
+  if (options_.error_feedback && error_.defined()) input.narrow(0, 0, n).add_(error_);
+  auto wire = input.to(torch::kBFloat16);
+  if (options_.error_feedback) error_ = (input - wire.to(input.scalar_type())).narrow(0, 0, n).clone();
+  // Chunk r of every rank to rank r, summed there in fp32 (a bf16 ring would round every partial
+  // sum), rounded once more and gathered: the ring all-reduce's bytes, in bf16.
+  const std::vector<int64_t> splits(static_cast<size_t>(ranks), chunk);
+  auto theirs = torch::empty_like(wire);
+  auto moved = shared(group.all_to_all(theirs, wire, splits, splits));
+  return [=, &group]() mutable {
+    moved->wait();
     torch::NoGradGuard no_grad;
-    buffer.copy_(wire);
+    auto mine = theirs.to(torch::kFloat).view({ranks, chunk}).sum(0).to(torch::kBFloat16);
+    auto all = torch::empty_like(wire);
+    group.all_gather(all, mine).wait();
+    buffer.view({-1}).copy_(all.narrow(0, 0, n));
   };
 }
 

@@ -271,7 +271,8 @@ def two_level_traffic(args):
 def compressed_bytes(args):
     """The dp bytes per step of WORK/{none,bf16,int8,powersgd} (tests/configs/tiny.yaml at dp
     --ranks, one bucket), rank 0, against the uncompressed run's: its G bytes of fp32 gradients a
-    step (the all-reduces less their one-element fp64 sums) become G / 2 in bf16; in int8 G / 4
+    step (the all-reduces less their one-element fp64 sums) become G / 2 in bf16 (padded to whole
+    chunks per rank, all-to-all and all-gathered); in int8 G / 4
     padded to whole 256-blocks per rank plus an fp32 scale per block, all-to-all (the other ranks'
     chunks) and all-gathered; in PowerSGD at rank r, from step --powersgd-start + 1, (n + m) r fp32
     per n x m matrix and the vectors whole (the tiny GPT's shapes below)."""
@@ -283,7 +284,10 @@ def compressed_bytes(args):
     grads = (none["all_reduce"]["bytes"] - 8 * scalars) // steps
     P = args.ranks
     _, bf16 = dp("bf16")
-    assert bf16["all_reduce"]["bytes"] == steps * grads // 2 + 8 * scalars, f"bf16: {bf16['all_reduce']} vs G {grads}"
+    half = -(-grads // (4 * P)) * P * 2  # the bf16 buffer, padded to whole chunks per rank
+    assert bf16["all_reduce"]["bytes"] == 8 * scalars, f"bf16 all_reduce {bf16['all_reduce']}"
+    assert bf16["all_to_all"]["bytes"] == steps * half * (P - 1) // P, f"bf16 all_to_all {bf16['all_to_all']}"
+    assert bf16["all_gather"]["bytes"] == steps * half, f"bf16 all_gather {bf16['all_gather']} vs {half}"
     _, int8 = dp("int8")
     n = grads // 4
     padded = -(-n // (P * 256)) * P * 256
@@ -301,7 +305,7 @@ def compressed_bytes(args):
     _, psgd = dp("powersgd")
     want = plain * grads + (steps - plain) * psgd_payload + 8 * scalars
     assert psgd["all_reduce"]["bytes"] == want, f"powersgd all_reduce bytes {psgd['all_reduce']['bytes']}, expected {want}"
-    print(f"dp bytes a step on rank 0: none {grads}, bf16 {grads // 2}, int8 {wire * (P - 1) // P} all-to-all + "
+    print(f"dp bytes a step on rank 0: none {grads}, bf16 {half * (P - 1) // P} all-to-all + {half} all-gather, int8 {wire * (P - 1) // P} all-to-all + "
           f"{wire} all-gather, PowerSGD rank {r} {psgd_payload} (from step {plain + 1}); plus {scalars // steps} "
           f"fp64 scalars a step in each")
 

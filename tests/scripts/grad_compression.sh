@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # parallel.grad_compression on dp 4 (tests/configs/tiny.yaml, one bucket):
 #  1. The bytes each puts on the dp wire per step, against the uncompressed run's: bf16 half of
-#     fp32's; int8 a quarter plus one fp32 scale per 256 values, over an all-to-all and an
+#     fp32's and int8 a quarter plus one fp32 scale per 256 values, each over an all-to-all and an
 #     all-gather; PowerSGD (rank 2) (n + m) r 4 bytes per matrix plus the vectors uncompressed.
 #  2. bf16 and int8 stay within 1% of the uncompressed losses over the 20 steps, and PowerSGD at
 #     full rank (32: every matrix's whole rank) gives them within 1e-5 (P Q^T is then the sum
