@@ -112,7 +112,8 @@ std::vector<DpVariantCost> dp_variants(const Config& config, const parallel::Clu
   return all;
 }
 
-void print_dp_variants(const Config& config, const parallel::ClusterSpec& cluster, const LayoutEstimate& estimate) {
+void print_dp_variants(const Config& config, const parallel::ClusterSpec& cluster, const LayoutEstimate& estimate,
+                       const std::string& which) {
   const auto all = dp_variants(config, cluster, estimate);
   if (all.empty() || all.front().ranks <= 1) return;
   const auto& first = all.front();
@@ -122,17 +123,18 @@ void print_dp_variants(const Config& config, const parallel::ClusterSpec& cluste
       flat_step = c.step_s;
   }
   std::printf(
-      "data-parallel reduction of the best layout, each way (a group of %lld ranks, %lld on each of %lld nodes; "
+      "data-parallel reduction of %s, each way (a group of %lld ranks, %lld on each of %lld nodes; "
       "%.3g GB of gradients per rank and step; PowerSGD at rank %lld):\n",
-      static_cast<long long>(first.ranks), static_cast<long long>(first.per_node), static_cast<long long>(first.nodes),
+      which.c_str(), static_cast<long long>(first.ranks), static_cast<long long>(first.per_node),
+      static_cast<long long>(first.nodes),
       estimate.parameters_per_rank * (config.train.precision == TrainPrecision::fp32 ? 4.0 : 2.0) / 1e9,
       static_cast<long long>(config.parallel.powersgd.rank));
-  std::printf("  %-13s %-11s %14s %14s %12s %10s %9s\n", "dp_collectives", "compression", "intra GB/rank",
-              "inter GB/rank", "reduction s", "step s", "vs flat");
+  std::printf("  %-13s %-11s %14s %14s %12s %10s %9s\n", "dp_collectives", "compression", "intra MB/rank",
+              "inter MB/rank", "reduction s", "step s", "vs flat");
   for (const auto& c : all) {
-    std::printf("  %-13s %-11s %14.3f %14.3f %12.4f %10.4f %8.2fx\n",
+    std::printf("  %-13s %-11s %14.2f %14.2f %12.4f %10.4f %8.2fx\n",
                 c.variant.collectives == DpCollectives::flat ? "flat" : "hierarchical", name_of(c.variant.compression),
-                c.intra_bytes / 1e9, c.inter_bytes / 1e9, c.seconds, c.step_s, flat_step / c.step_s);
+                c.intra_bytes / 1e6, c.inter_bytes / 1e6, c.seconds, c.step_s, flat_step / c.step_s);
   }
   std::printf(
       "  fastest: dp_collectives %s with grad_compression %s, %.2fx the flat uncompressed step (compression "

@@ -12,6 +12,7 @@
 // `loom plan --cluster` prints them for the best layout and says which is fastest.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/config.h"
@@ -44,7 +45,8 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
 std::vector<DpVariantCost> dp_variants(const Config& config, const parallel::ClusterSpec& cluster,
                                        const LayoutEstimate& estimate);
 
-// The table `loom plan --cluster` prints under the layouts.
-void print_dp_variants(const Config& config, const parallel::ClusterSpec& cluster, const LayoutEstimate& estimate);
+// The table `loom plan --cluster` prints under the layouts, for the layout WHICH names.
+void print_dp_variants(const Config& config, const parallel::ClusterSpec& cluster, const LayoutEstimate& estimate,
+                       const std::string& which);
 
 }  // namespace loom::launch

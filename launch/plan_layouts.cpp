@@ -102,6 +102,29 @@ void print_expert_plan(const Config& config, int64_t world) {
   }
 }
 
+// The dp reduction of the config's own layout, when it is one on WORLD (what a run of it would
+// send; bench/fabric_dp.sh reads it beside the measured times).
+void print_own_layout_variants(const Config& config, const parallel::ClusterSpec& cluster, int64_t world) {
+  const auto& p = config.parallel;
+  Layout own;
+  own.tp = p.tp;
+  own.cp = p.cp;
+  own.cp_comm = p.cp_comm;
+  own.pp = p.pp;
+  own.dp = p.dp > 0 ? p.dp : world / (p.tp * p.cp * p.pp);
+  own.virtual_stages = p.virtual_stages;
+  own.zero_stage = p.zero_stage;
+  own.micro_batch = config.train.micro_batch_size;
+  own.recompute = config.train.recompute;
+  if (own.world() != world || own.dp * own.cp < 2) return;
+  char which[160];
+  std::snprintf(which, sizeof(which), "this config's layout (tp=%lld cp=%lld pp=%lld dp=%lld zero %lld, as %s, %s)",
+                static_cast<long long>(own.tp), static_cast<long long>(own.cp), static_cast<long long>(own.pp),
+                static_cast<long long>(own.dp), static_cast<long long>(own.zero_stage),
+                to_string(p.dp_collectives).c_str(), to_string(p.grad_compression).c_str());
+  print_dp_variants(config, cluster, estimate_layout(config, cluster, own), which);
+}
+
 }  // namespace
 
 int plan(const PlanArgs& args) {
@@ -191,7 +214,8 @@ int plan(const PlanArgs& args) {
                 tp_in_node ? "yes" : "NO", pp_across ? "yes" : "no (pp groups stay inside nodes)",
                 static_cast<long long>(b.dp));
   }
-  if (all.front().fits) print_dp_variants(config, cluster, all.front());
+  if (all.front().fits) print_dp_variants(config, cluster, all.front(), "the best layout");
+  print_own_layout_variants(config, cluster, world);
   if (config.model.moe.enabled()) print_expert_plan(config, world);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
