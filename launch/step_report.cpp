@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -148,17 +149,39 @@ std::vector<int64_t> job_nodes(parallel::ProcessGroups& groups, int64_t local_wo
   return parallel::discover_nodes(groups.world_comm(), host_name(), local_world, config.parallel.ranks_per_node);
 }
 
-void write_traffic_reports(parallel::ProcessGroups& groups, const parallel::CommStats& stats,
-                           const parallel::RankGrid& grid, const TrainSummary& summary, const std::string& run_dir,
-                           int64_t local_world, const Config& config) {
+nlohmann::json write_traffic_reports(parallel::ProcessGroups& groups, const parallel::CommStats& stats,
+                                     const parallel::RankGrid& grid, const TrainSummary& summary,
+                                     const std::string& run_dir, int64_t local_world, const Config& config) {
   std::ofstream(run_dir + "/comm_rank" + std::to_string(groups.rank()) + ".json") << stats.to_json().dump(2) << "\n";
   auto report = parallel::gather_traffic_report(groups, stats, summary.steps, host_name(), local_world,
                                                 config.parallel.ranks_per_node);
-  if (report.is_null()) return;
+  if (report.is_null()) return report;
   report["diagnostics"] = parallel::traffic_diagnostics(report, grid);
   report["last_step"] = summary.last_step;
   std::ofstream(run_dir + "/traffic.json") << report.dump(1) << "\n";
   if (groups.world() > 1) std::cout << parallel::format_traffic_table(report) << std::flush;
+  return report;
+}
+
+void note_inter_node(nlohmann::json& diagnosis, const nlohmann::json& traffic) {
+  if (diagnosis.is_null() || traffic.is_null() || !diagnosis.contains("verdict")) return;
+  auto& verdict = diagnosis["verdict"];
+  if (verdict.value("kind", "") != "communication-bound") return;
+  const std::string group = verdict.value("where", "");
+  double sent = 0, inter = 0;
+  for (const auto& rank : traffic.at("ranks")) {
+    if (!rank.contains("groups") || !rank["groups"].contains(group)) continue;
+    for (const auto& [op, c] : rank["groups"][group].items()) {
+      sent += c.value("sent", 0.0);
+      inter += c.value("sent_inter_node", 0.0);
+    }
+  }
+  if (inter <= 0 || sent <= 0) return;
+  verdict["link"] = "inter-node";
+  char share[96];
+  std::snprintf(share, sizeof(share), "; inter-node: %.0f%% of %s's bytes crossed nodes", 100.0 * inter / sent,
+                group.c_str());
+  verdict["detail"] = verdict.value("detail", "") + share;
 }
 
 std::string log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir,

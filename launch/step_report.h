@@ -57,9 +57,14 @@ std::vector<int64_t> job_nodes(parallel::ProcessGroups& groups, int64_t local_wo
 // Collective: this rank's counters in RUN_DIR/comm_rankN.json, the job's traffic
 // matrix and diagnostics in RUN_DIR/traffic.json and, with several ranks, its table.
 // LOCAL_WORLD (the launcher's local world size) and CONFIG's parallel.ranks_per_node tell the nodes apart.
-void write_traffic_reports(parallel::ProcessGroups& groups, const parallel::CommStats& stats,
-                           const parallel::RankGrid& grid, const TrainSummary& summary, const std::string& run_dir,
-                           int64_t local_world, const Config& config);
+// Returns the traffic report on rank 0 (null on the others).
+nlohmann::json write_traffic_reports(parallel::ProcessGroups& groups, const parallel::CommStats& stats,
+                                     const parallel::RankGrid& grid, const TrainSummary& summary,
+                                     const std::string& run_dir, int64_t local_world, const Config& config);
+
+// A communication-bound DIAGNOSIS whose group sent bytes across nodes (TRAFFIC: the report) says
+// so: the verdict's link "inter-node" and the share of the group's bytes that crossed, in its detail.
+void note_inter_node(nlohmann::json& diagnosis, const nlohmann::json& traffic);
 
 // The "done:" line, then, given FLOPS_PER_TOKEN (> 0), model FLOPs per second per rank
 // and their share of the device's peak (MFU) when one is configured or known:

@@ -228,7 +228,9 @@ std::string format_diagnosis(const nlohmann::json& d) {
   const auto& v = d.at("verdict");
   std::string detail = v.value("detail", "");
   if (d.contains("mfu") && v.at("kind") == "compute-bound") detail += "; " + d.at("mfu").get<std::string>();
-  const std::string where = v.at("where").get<std::string>();
+  // A group whose bytes crossed nodes (launch/step_report.h's note_inter_node): "dp inter-node".
+  const std::string where =
+      v.at("where").get<std::string>() + (v.contains("link") ? " " + v.at("link").get<std::string>() : "");
   out << "verdict: " << v.at("kind").get<std::string>() << (where.empty() ? "" : " " + where)
       << (detail.empty() ? "" : ": " + detail) << "\n";
   return out.str();

@@ -64,7 +64,8 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
     if (!args.dump_first_step.empty()) trainer.dump_first_step(args.dump_first_step);
     log_job_start(config, env, threads, run_dir, device);
     TrainSummary summary = trainer.run(args.resume);
-    write_traffic_reports(groups, *stats, grid, summary, run_dir, env.info().local_world, config);
+    const auto traffic = write_traffic_reports(groups, *stats, grid, summary, run_dir, env.info().local_world, config);
+    note_inter_node(summary.diagnosis, traffic);
     groups.world_comm().barrier().wait();
     const auto mfu = log_job_end(config, summary, run_dir, args.flops_per_token ? args.flops_per_token(config) : 0.0,
                                  env.world(), device);

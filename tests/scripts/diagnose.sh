@@ -8,7 +8,8 @@
 # 3. pp 4 with 4 micro-batches a step -> bubble-bound, its measured pipeline idle beside the
 #    schedule's (p - 1) / (m + p - 1) = 3/7;
 # 4. each batch read delayed 100 ms (slow-data:100) -> input-bound;
-# 5. one rank sleeping 200 ms a step (straggler:1:200) at dp 2 -> straggler-bound naming rank 1.
+# 5. one rank sleeping 200 ms a step (straggler:1:200) at dp 2 -> straggler-bound naming rank 1;
+# 6. dp 4 across a throttled link of the simulated fabric -> communication-bound on dp, inter-node.
 # The planted delays are tens of times the tiny model's step, so that the verdicts do not hang on
 # this machine's speed. metrics.jsonl's log lines carry the split (time_split).
 source "$(dirname "$0")/common.sh"
@@ -74,6 +75,17 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 split = [r["time_split"] for r in rows if "time_split" in r]
 assert split and all({"compute_ms", "data_ms", "optimizer_ms", "checkpoint_ms", "exposed_ms"} <= set(s) for s in split), rows[-1]
 PY
+# 6. On the simulated fabric (scripts/fabric.sh: 2 nodes x 2 ranks, 20 Mbit/s between them), dp 4's
+#    gradient all-reduce crosses the throttled link -> communication-bound on dp, inter-node.
+"$LOOM_SOURCE/scripts/fabric.sh" --nodes 2 --ranks-per-node 2 --inter-mbit 20 -- "$LOOM" train "$TINY" \
+  --run-dir "$WORK/fabric" "${SHORT[@]}" --set parallel.bucket_mb=0 > "$WORK/fabric.log" 2>&1 ||
+  { cat "$WORK/fabric.log"; fail "the fabric run"; }
+VERDICT="$(tail -1 "$WORK/fabric.log")"
+echo "fabric: $VERDICT"
+[[ "$VERDICT" == "verdict: communication-bound dp inter-node"*"of dp's bytes crossed nodes"* ]] ||
+  fail "a throttled inter-node link is not communication-bound on dp, inter-node"
+"$LOOM" diagnose "$WORK/fabric" | tail -1 | grep -qF "$VERDICT" || fail "loom diagnose fabric differs"
+
 expect_exit 2 "diagnosis.json is missing" "$LOOM" diagnose "$WORK/nowhere"
 mkdir -p "$WORK/hand_edited" && echo '{"steps": 3}' > "$WORK/hand_edited/diagnosis.json"
 expect_exit 2 "is not a diagnosis this version reads" "$LOOM" diagnose "$WORK/hand_edited"
