@@ -158,7 +158,7 @@ struct ModelConfig {
 // PowerSGD's settings (parallel.grad_compression: powersgd), PyTorch's hook's defaults.
 struct PowerSgdConfig {
   int64_t rank = 1;           // the rank r of each matrix's approximation P Q^T
-  int64_t start_step = 1000;  // plain all-reduce for the steps before this one
+  int64_t start_step = 1000;  // plain all-reduces for this many steps first (PyTorch's start_powerSGD_iter)
 };
 
 struct ParallelConfig {

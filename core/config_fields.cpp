@@ -304,7 +304,7 @@ std::vector<ConfigField> make_fields() {
       int_field("parallel", "powersgd.rank", LOOM_MEMBER(parallel.powersgd.rank),
                 "PowerSGD: the rank of each matrix's approximation"),
       int_field("parallel", "powersgd.start_step", LOOM_MEMBER(parallel.powersgd.start_step),
-                "PowerSGD: plain all-reduce for the steps before this one"),
+                "PowerSGD: plain all-reduces for this many steps first (PyTorch's start_powerSGD_iter)"),
       enum_field("parallel", "backend", LOOM_MEMBER(parallel.backend), "communicator: auto, gloo (CPU) or nccl (GPU)"),
       float_field("parallel", "timeout_s", LOOM_MEMBER(parallel.timeout_s), "seconds after which any collective fails"),
       float_field("parallel", "bucket_mb", LOOM_MEMBER(parallel.bucket_mb),

@@ -361,6 +361,8 @@ void resolve_and_validate(Config& c, int64_t world) {
           to_string(p.grad_compression) +
               " compresses the gradient buckets' all-reduce of zero_stage 0 and 1; "
               "stages 2 and 3 reduce-scatter their gradients per unit instead (use zero_stage 1, or none)");
+  require(p.grad_compression == GradCompression::none || dp * p.cp > 1, "parallel.grad_compression",
+          to_string(p.grad_compression) + " compresses the data-parallel reduction, and this layout has dp x cp = 1");
   require(p.grad_compression == GradCompression::none || p.grad_reduce_dtype == GradReduceDtype::fp32,
           "parallel.grad_reduce_dtype",
           "bf16 and parallel.grad_compression both set the buckets' wire format: use grad_compression bf16 alone");

@@ -24,7 +24,11 @@ void Checkpointer::restore_compression_state(const std::string& path, const nloh
         saved, manifest.at("layout").dump(), to_string(kind), same_layout ? "" : " at another layout");
     return;
   }
-  sync_->set_compression_state(parallel::unpack_tensors(*bytes));
+  if (!sync_->set_compression_state(parallel::unpack_tensors(*bytes))) {
+    info0(
+        "gradient compression state not restored: the checkpoint's buckets or PowerSGD ranks differ from this "
+        "run's (parallel.bucket_mb or parallel.powersgd.rank changed): error feedback and PowerSGD's Q start afresh");
+  }
 }
 
 }  // namespace loom::launch

@@ -54,8 +54,10 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
   if (c.ranks % c.per_node != 0) c.per_node = 1;
   c.nodes = c.ranks / c.per_node;
   c.allowed = variant.compression == GradCompression::none || l.zero_stage <= 1;
+  // Stages 0 and 1 reduce the fp32 master gradients whatever the precision; 2 and 3 as the cost
+  // model counts them (launch/layout_cost.cpp).
   const bool mixed = config.train.precision != TrainPrecision::fp32;
-  const double grads = estimate.parameters_per_rank * (mixed ? 2.0 : 4.0);
+  const double grads = estimate.parameters_per_rank * (mixed && l.zero_stage >= 2 ? 2.0 : 4.0);
   double payload = grads;
   switch (variant.compression) {
     case GradCompression::none: break;
@@ -67,25 +69,42 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
   const double q = static_cast<double>(c.ranks), L = static_cast<double>(c.per_node), N = static_cast<double>(c.nodes);
   const double ai = cluster.intra_latency, bi = 1.0 / cluster.intra_bandwidth;
   const double ax = cluster.inter_latency, bx = 1.0 / cluster.inter_bandwidth;
-  // ZeRO 2 and 3 reduce-scatter the gradients and gather the parameters (three times at stage 3);
-  // 0 and 1 all-reduce. In ring terms both move 2(Q-1)/Q of the payload (stage 3 more), so one
-  // "volume" factor serves: the all-reduce's two passes, or a reduce-scatter and its gathers.
-  const double passes = l.zero_stage <= 1 ? 2.0 : l.zero_stage == 2 ? 2.0 : 4.0;
   if (c.ranks <= 1) return c;
-  if (variant.collectives == DpCollectives::flat || c.nodes == 1 || c.per_node == 1) {
-    const bool across = c.nodes > 1;
-    const double a = across ? ax : ai, b = across ? bx : bi;
-    const double sent = passes / 2.0 * 2.0 * (q - 1) / q * payload;
-    // N of the ring's Q links cross nodes: on average that share of each rank's bytes.
-    c.inter_bytes = across ? sent * N / q : 0.0;
-    c.intra_bytes = sent - c.inter_bytes;
-    c.seconds = passes / 2.0 * (2.0 * (q - 1) / q * payload * b + 2.0 * (q - 1) * a);
+  const bool across = c.nodes > 1;
+  const bool two_level = variant.collectives == DpCollectives::hierarchical && across && c.per_node > 1;
+  // A flat ring sends one flow per group out of each node; a shared NIC (inter_node_nic: shared)
+  // gives it the link of the node's G / L groups' flows, L times a GPU's share. Two levels, and an
+  // all-to-all, send from every rank at once: a GPU's share each.
+  const double a = across ? ax : ai, b_ring = across ? (cluster.inter_nic_shared ? bx / L : bx) : bi;
+  const double b_all = across ? bx : bi;
+  // A ring pass over the whole group, or the two levels' pass (inside, then each rank's 1/L across).
+  auto pass_time = [&](double bytes) {
+    if (!two_level) return (q - 1) / q * bytes * b_ring + (q - 1) * a;
+    return (L - 1) / L * bytes * bi + (L - 1) * ai + (N - 1) / N * bytes / L * bx + (N - 1) * ax;
+  };
+  auto add_pass_bytes = [&](double bytes) {
+    if (!two_level) {
+      const double sent = (q - 1) / q * bytes;
+      const double crossing = across ? sent * N / q : 0.0;  // N of the ring's Q links cross nodes
+      c.inter_bytes += crossing;
+      c.intra_bytes += sent - crossing;
+      return;
+    }
+    c.intra_bytes += (L - 1) / L * bytes;
+    c.inter_bytes += (N - 1) / N * bytes / L;
+  };
+  if (variant.compression == GradCompression::bf16 || variant.compression == GradCompression::int8) {
+    // The chunks all-to-all (flat, whatever dp_collectives says), then the sums all-gathered.
+    c.seconds = all_to_all_time(payload, c.ranks, a, b_all) + pass_time(payload);
+    c.intra_bytes += (L - 1) / q * payload;
+    c.inter_bytes += (q - L) / q * payload;
+    add_pass_bytes(payload);
   } else {
-    // Inside the node: (L-1)/L of the payload per pass; across: each rank's 1/L share.
-    c.intra_bytes = passes * (L - 1) / L * payload;
-    c.inter_bytes = passes * (N - 1) / N * payload / L;
-    c.seconds =
-        passes * ((L - 1) / L * payload * bi + (L - 1) * ai) + passes * ((N - 1) / N * payload / L * bx + (N - 1) * ax);
+    // ZeRO 2 and 3 reduce-scatter the gradients and gather the parameters (three times at stage 3);
+    // 0 and 1 all-reduce: a reduce-scatter pass and an all-gather pass of the payload.
+    const double passes = l.zero_stage <= 2 ? 2.0 : 4.0;
+    c.seconds = passes * pass_time(payload);
+    for (int i = 0; i < static_cast<int>(passes); ++i) add_pass_bytes(payload);
   }
   // PowerSGD's second all-reduce (Q after P) pays the latencies twice.
   if (variant.compression == GradCompression::powersgd) c.seconds += 2.0 * (q - 1) * (c.nodes > 1 ? ax : ai);
@@ -126,8 +145,7 @@ void print_dp_variants(const Config& config, const parallel::ClusterSpec& cluste
       "data-parallel reduction of %s, each way (a group of %lld ranks, %lld on each of %lld nodes; "
       "%.3g GB of gradients per rank and step; PowerSGD at rank %lld):\n",
       which.c_str(), static_cast<long long>(first.ranks), static_cast<long long>(first.per_node),
-      static_cast<long long>(first.nodes),
-      estimate.parameters_per_rank * (config.train.precision == TrainPrecision::fp32 ? 4.0 : 2.0) / 1e9,
+      static_cast<long long>(first.nodes), dp_variant_cost(config, cluster, estimate, {}).payload_bytes / 1e9,
       static_cast<long long>(config.parallel.powersgd.rank));
   std::printf("  %-13s %-11s %14s %14s %12s %10s %9s\n", "dp_collectives", "compression", "intra MB/rank",
               "inter MB/rank", "reduction s", "step s", "vs flat");

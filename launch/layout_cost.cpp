@@ -203,7 +203,13 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   const Link inter{"inter-node", cluster.inter_latency, 1.0 / cluster.inter_bandwidth};
   const Link& tp_link = l.tp <= cluster.gpus_per_node ? intra : inter;
   const Link& cp_link = l.tp * l.cp <= cluster.gpus_per_node ? intra : inter;
-  const Link& dp_link = l.tp * l.cp * l.dp <= cluster.gpus_per_node ? intra : inter;
+  Link dp_link = l.tp * l.cp * l.dp <= cluster.gpus_per_node ? intra : inter;
+  // Under a shared NIC the dp ring's one flow per group out of a node shares the link with the
+  // node's other groups' flows: L (the group's ranks on a node) times a GPU's share.
+  if (cluster.inter_nic_shared && dp_link.name == inter.name) {
+    const int64_t on_node = std::clamp<int64_t>(cluster.gpus_per_node / std::max<int64_t>(l.tp, 1), 1, grad_ranks);
+    dp_link.beta /= static_cast<double>(on_node);
+  }
   const Link& pp_link = l.world() <= cluster.gpus_per_node ? intra : inter;
   e.tp_across_nodes = l.tp > cluster.gpus_per_node;
 

@@ -145,12 +145,17 @@ class BucketedSync : public GradientSync {
     return out;
   }
 
-  void set_compression_state(const std::vector<torch::Tensor>& tensors) override {
+  bool set_compression_state(const std::vector<torch::Tensor>& tensors) override {
     size_t next = 0;
+    for (const auto& part : parts_) {
+      if (part.buckets && !part.buckets->compression_state_fits(tensors, next)) return false;
+    }
+    if (next != tensors.size()) return false;
+    next = 0;
     for (auto& part : parts_) {
       if (part.buckets) part.buckets->set_compression_state(tensors, next);
     }
-    TORCH_CHECK(next == tensors.size(), "compression state: ", tensors.size(), " tensors for ", next);
+    return true;
   }
 
   ModelStateBytes state_bytes() const override {

@@ -27,7 +27,8 @@ ClusterSpec load_cluster(const std::string& path) {
                                       "intra_node_latency_us",
                                       "inter_node_bandwidth_GBps",
                                       "inter_node_latency_us",
-                                      "compute_efficiency"};
+                                      "compute_efficiency",
+                                      "inter_node_nic"};
   if (!root.IsMap()) throw InputError("cluster file '" + path + "' must be a mapping of keys");
   for (const auto& entry : root) {
     const auto key = entry.first.as<std::string>();
@@ -56,6 +57,14 @@ ClusterSpec load_cluster(const std::string& path) {
   c.inter_bandwidth = number("inter_node_bandwidth_GBps", 0) * 1e9;
   c.inter_latency = number("inter_node_latency_us", -1) * 1e-6;
   c.compute_efficiency = root["compute_efficiency"] ? number("compute_efficiency", 0) : 0.5;
+  if (root["inter_node_nic"]) {
+    const auto nic = root["inter_node_nic"].as<std::string>();
+    if (nic != "per_gpu" && nic != "shared") {
+      throw InputError("cluster file '" + path + "': key 'inter_node_nic' must be per_gpu or shared, not '" + nic +
+                       "'");
+    }
+    c.inter_nic_shared = nic == "shared";
+  }
   return c;
 }
 

@@ -19,6 +19,10 @@ struct ClusterSpec {
   double inter_bandwidth = 0;
   double inter_latency = 0;
   double compute_efficiency = 0.5;
+  // inter_node_nic: per_gpu (each GPU its own NIC, as InfiniBand nodes: any flow gets
+  // inter_bandwidth) or shared (one link per node: inter_bandwidth is each GPU's share when all
+  // talk at once, and K flows leaving a node at once get gpus_per_node / K of it each).
+  bool inter_nic_shared = false;
 
   int64_t gpus() const { return gpus_per_node * nodes; }
 };

@@ -109,6 +109,13 @@ std::vector<torch::Tensor> GradientBuckets::compression_state() const {
   return out;
 }
 
+bool GradientBuckets::compression_state_fits(const std::vector<torch::Tensor>& tensors, size_t& next) const {
+  for (const auto& b : buckets_) {
+    if (b.compressor && !b.compressor->fits(tensors, next, b.layout.buffer.numel())) return false;
+  }
+  return true;
+}
+
 void GradientBuckets::set_compression_state(const std::vector<torch::Tensor>& tensors, size_t& next) {
   for (auto& b : buckets_) {
     if (b.compressor) b.compressor->set_state(tensors, next);

@@ -59,6 +59,9 @@ class GradientBuckets {
   // The compressors' state, every bucket's in turn (empty: none), and back.
   std::vector<torch::Tensor> compression_state() const;
   void set_compression_state(const std::vector<torch::Tensor>& tensors, size_t& next);
+  // Whether TENSORS from NEXT on are this object's compression state (the same buckets, sizes and
+  // ranks); moves NEXT past it when they are.
+  bool compression_state_fits(const std::vector<torch::Tensor>& tensors, size_t& next) const;
   // Parameter I's gradient of one micro-batch is in its .grad.
   void gradient_arrived(size_t param);
   const Layout& layout(size_t bucket) const { return buckets_[bucket].layout; }

@@ -24,6 +24,12 @@ std::shared_ptr<CommHandle> shared(CommHandle handle) {
   return std::make_shared<CommHandle>(std::move(handle));
 }
 
+// Whether every element of T is finite: a non-finite step (an fp16 overflow, a divergence the
+// trainer will skip) must not become the next step's error feedback.
+bool all_finite(const torch::Tensor& t) {
+  return torch::isfinite(t).all().item<bool>();
+}
+
 }  // namespace
 
 torch::Tensor pack_tensors(const std::vector<torch::Tensor>& tensors) {
@@ -99,8 +105,17 @@ BucketCompressor::BucketCompressor(const GradCompressionOptions& options, std::v
   }
 }
 
+void BucketCompressor::keep_error(const torch::Tensor& error) {
+  if (all_finite(error)) error_ = error;  // else the previous one stays for the step after the skipped one
+}
+
 std::function<void()> BucketCompressor::start(const torch::Tensor& buffer, Communicator& group) {
   torch::NoGradGuard no_grad;
+  // State made or restored on the CPU (the first Q, a checkpoint's) joins the gradients' device.
+  if (error_.defined() && error_.device() != buffer.device()) error_ = error_.to(buffer.device());
+  for (auto& q : q_) {
+    if (q.defined() && q.device() != buffer.device()) q = q.to(buffer.device());
+  }
   ++reductions_;
   if (group.size() == 1) return [] {};
   switch (options_.kind) {
@@ -121,7 +136,7 @@ std::function<void()> BucketCompressor::start_bf16(const torch::Tensor& buffer, 
   input.narrow(0, 0, n).copy_(buffer.view({-1}));
   if (options_.error_feedback && error_.defined()) input.narrow(0, 0, n).add_(error_);
   auto wire = input.to(torch::kBFloat16);
-  if (options_.error_feedback) error_ = (input - wire.to(input.scalar_type())).narrow(0, 0, n).clone();
+  if (options_.error_feedback) keep_error((input - wire.to(input.scalar_type())).narrow(0, 0, n).clone());
   // Chunk r of every rank to rank r, summed there in fp32 (a bf16 ring would round every partial
   // sum), rounded once more and gathered: the ring all-reduce's bytes, in bf16.
   const std::vector<int64_t> splits(static_cast<size_t>(ranks), chunk);
@@ -146,7 +161,7 @@ std::function<void()> BucketCompressor::start_int8(const torch::Tensor& buffer, 
   if (options_.error_feedback && error_.defined()) input.narrow(0, 0, n).add_(error_);
   const auto quantized = quantize_int8(input, block);
   const auto codes = quantized.first, scales = quantized.second;
-  if (options_.error_feedback) error_ = (input - dequantize_int8(codes, scales, block)).narrow(0, 0, n).clone();
+  if (options_.error_feedback) keep_error((input - dequantize_int8(codes, scales, block)).narrow(0, 0, n).clone());
   // Chunk r of every rank to rank r: codes and scales.
   const std::vector<int64_t> code_splits(static_cast<size_t>(ranks), chunk);
   const std::vector<int64_t> scale_splits(static_cast<size_t>(ranks), chunk / block);
@@ -216,7 +231,10 @@ std::function<void()> BucketCompressor::start_powersgd(const torch::Tensor& buff
     }
     auto q_all = qs.empty() ? torch::zeros({0}, flat.options()) : torch::cat(qs);
     group.all_reduce(q_all).wait();
-    if (options_.error_feedback && !error_.defined()) error_ = torch::zeros_like(flat);
+    // The new error and Q are kept only when finite (a skipped step leaves the old ones).
+    auto error =
+        options_.error_feedback ? (error_.defined() ? error_.clone() : torch::zeros_like(flat)) : torch::Tensor();
+    std::vector<torch::Tensor> new_q(q_.size());
     at = 0;
     for (size_t j = 0; j < matrices.size(); ++j) {
       const size_t k = matrices[j];
@@ -232,10 +250,16 @@ std::function<void()> BucketCompressor::start_powersgd(const torch::Tensor& buff
       // and costs fp32 precision in the sums (seen: at full rank the losses drifted 4% in 55 steps).
       if (options_.error_feedback) {
         const auto q_local = qs[j].view({m_cols, rank});
-        error_.narrow(0, slots_[k].offset, approx_sum.numel()).copy_(m - p_of[j].mm(q_local.t()).view({-1}));
+        error.narrow(0, slots_[k].offset, approx_sum.numel()).copy_(m - p_of[j].mm(q_local.t()).view({-1}));
       }
-      q_[k] = q_sum / static_cast<double>(average_over_);
+      new_q[k] = q_sum / static_cast<double>(average_over_);
       m.copy_(approx_sum.view({-1}));
+    }
+    bool finite = q_all.numel() == 0 || all_finite(q_all);
+    if (error.defined()) finite = finite && all_finite(error);
+    if (finite) {
+      if (error.defined()) error_ = error;
+      for (size_t k : matrices) q_[k] = new_q[k];
     }
     if (v_summed) {
       v_summed->wait();
@@ -253,6 +277,18 @@ std::vector<torch::Tensor> BucketCompressor::state() const {
                                  error_.defined() ? error_ : torch::zeros({0})};
   for (const auto& q : q_) out.push_back(q.defined() ? q : torch::zeros({0}));
   return out;
+}
+
+bool BucketCompressor::fits(const std::vector<torch::Tensor>& tensors, size_t& next, int64_t buffer_numel) const {
+  if (next + 2 + q_.size() > tensors.size()) return false;
+  const auto& count = tensors[next];
+  const auto& error = tensors[next + 1];
+  if (count.numel() != 1 || (error.numel() != 0 && error.numel() != buffer_numel)) return false;
+  for (size_t k = 0; k < q_.size(); ++k) {
+    if (tensors[next + 2 + k].numel() != (q_[k].defined() ? q_[k].numel() : 0)) return false;
+  }
+  next += 2 + q_.size();
+  return true;
 }
 
 void BucketCompressor::set_state(const std::vector<torch::Tensor>& tensors, size_t& next) {

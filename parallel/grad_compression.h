@@ -34,7 +34,7 @@ struct GradCompressionOptions {
   CompressionKind kind = CompressionKind::none;
   bool error_feedback = true;
   int64_t powersgd_rank = 1;
-  int64_t powersgd_start_step = 1000;  // reductions before PowerSGD starts (plain all-reduce until then)
+  int64_t powersgd_start_step = 1000;  // plain all-reduces before PowerSGD's first (PyTorch's start_powerSGD_iter)
   int64_t int8_block = 256;            // elements per absmax scale
   uint64_t seed = 0;                   // PowerSGD's first Q, alike on every rank
 };
@@ -59,8 +59,12 @@ class BucketCompressor {
   // PowerSGD's Q per matrix), and back, in the same order.
   std::vector<torch::Tensor> state() const;
   void set_state(const std::vector<torch::Tensor>& tensors, size_t& next);
+  // Whether TENSORS from NEXT on are a state of this bucket (of BUFFER_NUMEL elements, the same
+  // matrices and rank); moves NEXT past it when they are.
+  bool fits(const std::vector<torch::Tensor>& tensors, size_t& next, int64_t buffer_numel) const;
 
  private:
+  void keep_error(const torch::Tensor& error);
   std::function<void()> start_bf16(const torch::Tensor& buffer, Communicator& group);
   std::function<void()> start_int8(const torch::Tensor& buffer, Communicator& group);
   std::function<void()> start_powersgd(const torch::Tensor& buffer, Communicator& group);

@@ -110,7 +110,9 @@ class GradientSync {
   // parallel.grad_compression's state on this rank (error buffers, PowerSGD's Q), as tensors in a
   // fixed order, and back (a checkpoint of the same layout); empty without compression.
   virtual std::vector<torch::Tensor> compression_state() const { return {}; }
-  virtual void set_compression_state(const std::vector<torch::Tensor>& /*tensors*/) {}
+  // False, leaving the state as it is, when TENSORS are not this layout's (other buckets, sizes or
+  // PowerSGD ranks: parallel.bucket_mb or parallel.powersgd.rank changed).
+  virtual bool set_compression_state(const std::vector<torch::Tensor>& /*tensors*/) { return false; }
 
   virtual ModelStateBytes state_bytes() const = 0;
   // log.trace: this step's bucket events (bucketed only).

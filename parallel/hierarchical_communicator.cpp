@@ -92,7 +92,14 @@ void HierarchicalCommunicator::add_ring_send(std::vector<std::pair<int64_t, int6
 
 // The same bytes the inner communicators' rings send (parallel/communicator.cpp's formulas on the
 // tensors do_* hands them), each to its level's next rank.
+// NCCL carries a CPU tensor (a step's loss, a norm) through a GPU copy for all-reduce but not for
+// reduce-scatter: such tensors take the flat ring, as they would without two levels.
+bool HierarchicalCommunicator::flat_for(const torch::Tensor& tensor) const {
+  return !tensor.is_cuda() && flat_->backend() == "nccl";
+}
+
 std::vector<std::pair<int64_t, int64_t>> HierarchicalCommunicator::all_reduce_sends(const torch::Tensor& tensor) const {
+  if (flat_for(tensor)) return Communicator::all_reduce_sends(tensor);
   const int64_t local = intra_->size(), nodes = inter_->size();
   const int64_t share = (tensor.numel() + local - 1) / local * static_cast<int64_t>(tensor.element_size());
   std::vector<std::pair<int64_t, int64_t>> sends;
@@ -120,6 +127,7 @@ std::vector<std::pair<int64_t, int64_t>> HierarchicalCommunicator::all_gather_se
 
 std::unique_ptr<PendingOp> HierarchicalCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
   const int64_t local = intra_->size(), n = tensor.numel();
+  if (flat_for(tensor)) return inner(flat_->all_reduce(tensor, op));
   if (local == 1) return inner(inter_->all_reduce(tensor, op));  // one rank per node: the ring across
   const int64_t share = (n + local - 1) / local;
   auto flat = tensor.view({-1});

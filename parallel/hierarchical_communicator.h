@@ -58,6 +58,7 @@ class HierarchicalCommunicator : public Communicator {
   std::unique_ptr<PendingOp> do_barrier() override;
 
  private:
+  bool flat_for(const torch::Tensor& tensor) const;
   // A ring step of an inner group: BYTES to its next rank (nothing for a group of one).
   static void add_ring_send(std::vector<std::pair<int64_t, int64_t>>& sends, const Communicator& level, int64_t bytes);
 

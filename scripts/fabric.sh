@@ -29,10 +29,14 @@ usage() {
 }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --nodes) nodes="${2:-}"; shift 2 ;;
-    --ranks-per-node) per_node="${2:-}"; shift 2 ;;
-    --inter-mbit) mbit="${2:-}"; shift 2 ;;
-    --port) port="${2:-}"; shift 2 ;;
+    --nodes | --ranks-per-node | --inter-mbit | --port)
+      [ $# -ge 2 ] || { echo "fabric.sh: $1 needs a value" >&2; usage; } ;;
+  esac
+  case "$1" in
+    --nodes) nodes="$2"; shift 2 ;;
+    --ranks-per-node) per_node="$2"; shift 2 ;;
+    --inter-mbit) mbit="$2"; shift 2 ;;
+    --port) port="$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "fabric.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -55,9 +59,9 @@ host_routes_before="$(ip route show | sort)"
 
 teardown() {
   local code=$?
-  for pid in "${pids[@]}"; do kill "$pid" 2> /dev/null; done
-  for ns in "${namespaces[@]}"; do ip netns pids "$ns" 2> /dev/null | xargs -r kill -9 2> /dev/null; done
-  for ns in "${namespaces[@]}"; do ip netns del "$ns" 2> /dev/null; done
+  for pid in ${pids[@]+"${pids[@]}"}; do kill "$pid" 2> /dev/null; done
+  for ns in ${namespaces[@]+"${namespaces[@]}"}; do ip netns pids "$ns" 2> /dev/null | xargs -r kill -9 2> /dev/null; done
+  for ns in ${namespaces[@]+"${namespaces[@]}"}; do ip netns del "$ns" 2> /dev/null; done
   local links routes
   links="$(ip -o link show | sed 's/^[0-9]*: //' | awk '{print $1}' | sort)"
   routes="$(ip route show | sort)"

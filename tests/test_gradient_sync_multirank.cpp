@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 
 #include "check_close.h"
 #include "multirank_world.h"
@@ -232,6 +233,13 @@ TEST_CASE("compressed bucket reductions: bf16, int8 and PowerSGD against the exa
       lost.narrow(0, 30, 7).zero_();
       CHECK(torch::allclose(lost_sum, lost, 1e-4, 1e-5));
     }
+    // A non-finite step (an fp16 overflow the trainer skips) leaves the error and Q as they were.
+    const auto before = compressor.state();
+    auto overflowed = local(r);
+    overflowed[3] = std::numeric_limits<float>::infinity();
+    compressor.start(overflowed, comm)();
+    const auto after = compressor.state();
+    for (size_t i = 1; i < before.size(); ++i) CHECK(torch::equal(after[i], before[i]));
     // The state survives a checkpoint's bytes (flat: set_state gives Q its shape back).
     const auto state = compressor.state();
     const auto back = parallel::unpack_tensors(parallel::pack_tensors(state));

@@ -97,6 +97,13 @@ TEST_CASE("cluster files with a missing or unknown key are refused naming it", "
   const auto unknown = (dir / "loom_cluster_unknown.yaml").string();
   std::ofstream(unknown) << "gpus_per_node: 8\nnodes: 1\nnvlink_speed: 3\n";
   CHECK_THROWS_WITH(load_cluster(unknown), Catch::Contains("unknown key 'nvlink_speed'") && Catch::Contains(unknown));
+  const auto nic = (dir / "loom_cluster_nic.yaml").string();
+  std::ofstream(nic) << "gpus_per_node: 2\nnodes: 2\npeak_bf16_tflops: 1\nmemory_gb: 8\nintra_node_bandwidth_GBps: 1\n"
+                        "intra_node_latency_us: 1\ninter_node_bandwidth_GBps: 1\ninter_node_latency_us: 1\n"
+                        "inter_node_nic: pooled\n";
+  CHECK_THROWS_WITH(load_cluster(nic), Catch::Contains("inter_node_nic") && Catch::Contains("pooled"));
+  CHECK_FALSE(load_cluster(good).inter_nic_shared);
+  CHECK(load_cluster(std::string(LOOM_SOURCE_DIR) + "/configs/clusters/fabric_2x2_100mbit.yaml").inter_nic_shared);
   const auto missing = (dir / "loom_cluster_missing.yaml").string();
   std::ofstream(missing) << "gpus_per_node: 8\nnodes: 1\n";
   CHECK_THROWS_WITH(load_cluster(missing), Catch::Contains("missing key 'peak_bf16_tflops'"));
@@ -416,6 +423,20 @@ TEST_CASE("dp variants: flat, hierarchical and compressed reductions follow the 
   const auto e3 = estimate_layout(c, cluster, z3);
   CHECK_FALSE(dp_variant_cost(c, cluster, e3, {loom::DpCollectives::flat, loom::GradCompression::int8, 1}).allowed);
   for (const auto& v : dp_variants(c, cluster, e3)) CHECK(v.variant.compression == loom::GradCompression::none);
+  // bf16 and int8 go all-to-all (every rank at once, flat) and then all-gather the sums.
+  CHECK(int8.seconds == Approx(all_to_all_time(int8.payload_bytes, 8, 1e-5, 1e-9) +
+                               ring_all_gather_time(int8.payload_bytes, 8, 1e-5, 1e-9)));
+  // One NIC per node (inter_node_nic: shared, the bandwidth each GPU's share when all talk): the
+  // flat ring's one flow per group out of a node gets L shares; two levels send from every rank.
+  ClusterSpec shared = cluster;
+  shared.inter_nic_shared = true;
+  const auto es = estimate_layout(c, shared, l);
+  const auto flat_shared = dp_variant_cost(c, shared, es, {loom::DpCollectives::flat, loom::GradCompression::none, 1});
+  const auto two_shared =
+      dp_variant_cost(c, shared, es, {loom::DpCollectives::hierarchical, loom::GradCompression::none, 1});
+  CHECK(flat_shared.seconds == Approx(ring_all_reduce_time(S, 8, 1e-5, 1e-9 / 4)));
+  CHECK(flat_shared.seconds == Approx(es.dp_s));
+  CHECK(two_shared.seconds == Approx(two.seconds));
   // The fastest reduction at ZeRO 0 here: hierarchical, with the fewest bytes (PowerSGD's).
   const auto all = dp_variants(c, cluster, e);
   REQUIRE(all.size() == 8);

@@ -8,7 +8,7 @@
 #     itself); the 2% after 300 steps of real text at rank 4 is bench/compression.sh's.
 #  3. A run saved at step 10 and resumed gives the uninterrupted run's losses bit for bit (int8 and
 #     PowerSGD: their error buffers, Q and reduction count come back); resumed at another dp, the
-#     state starts afresh, said so.
+#     state starts afresh, said so, and so it does with other buckets or another PowerSGD rank.
 #  4. ZeRO 2 and 3 are refused naming the key (exit 2).
 source "$(dirname "$0")/common.sh"
 DP4=(--set parallel.bucket_mb=0 --set train.micro_batch_size=2)
@@ -49,6 +49,13 @@ done
 must_run 2 int8_dp2 "${DP4[@]}" --set parallel.grad_compression=int8 --set checkpoint.dir="$WORK/ck_int8" \
   --resume "$WORK/ck_int8/step_00000010" --set checkpoint.interval=0
 grep -q "gradient compression state not restored" "$WORK/int8_dp2.log" || fail "dp 2 resume did not say the state starts afresh"
+# Other buckets (bucket_mb) or another PowerSGD rank: the state does not fit, and the run says so.
+must_run 4 int8_buckets "${DP4[@]}" --set parallel.grad_compression=int8 --set parallel.bucket_mb=0.01 \
+  --set checkpoint.dir="$WORK/ck_int8" --resume "$WORK/ck_int8/step_00000010" --set checkpoint.interval=0
+grep -q "buckets or PowerSGD ranks differ" "$WORK/int8_buckets.log" || fail "other buckets did not say the state starts afresh"
+must_run 4 powersgd_rank3 "${DP4[@]}" "${PSGD[@]}" --set parallel.powersgd.rank=3 --set checkpoint.dir="$WORK/ck_powersgd" \
+  --resume "$WORK/ck_powersgd/step_00000010" --set checkpoint.interval=0
+grep -q "buckets or PowerSGD ranks differ" "$WORK/powersgd_rank3.log" || fail "another rank did not say the state starts afresh"
 
 for zero in 2 3; do
   expect_exit 2 "parallel.grad_compression" "$LOOM" train "$TINY" --run-dir "$WORK/z$zero" \
