@@ -17,10 +17,7 @@ namespace loom::launch {
 nlohmann::json plan_beside_measured(const Config& config, const parallel::ClusterSpec& cluster,
                                     const nlohmann::json& d) {
   const auto& p = config.parallel;
-  const Layout layout{
-      p.tp, p.pp,     p.dp, p.virtual_stages, p.zero_stage, config.train.micro_batch_size, config.train.recompute,
-      p.cp, p.cp_comm};
-  const auto e = estimate_layout(config, cluster, layout);
+  const auto e = estimate_layout(config, cluster, layout_of(config));
 
   // The prediction in the diagnosis's parts (ms per step). The model puts tp, cp and pp transfers on
   // the critical path, hides two thirds of compute's worth of the dp reduction behind backward, and

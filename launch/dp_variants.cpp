@@ -31,16 +31,6 @@ double powersgd_ratio(const Config& config, int64_t tp, int64_t rank) {
   return whole > 0 ? sent / whole : 1.0;
 }
 
-const char* name_of(GradCompression c) {
-  switch (c) {
-    case GradCompression::none: return "none";
-    case GradCompression::bf16: return "bf16";
-    case GradCompression::int8: return "int8";
-    case GradCompression::powersgd: return "powersgd";
-  }
-  return "?";
-}
-
 }  // namespace
 
 DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec& cluster,
@@ -150,15 +140,15 @@ void print_dp_variants(const Config& config, const parallel::ClusterSpec& cluste
   std::printf("  %-13s %-11s %14s %14s %12s %10s %9s\n", "dp_collectives", "compression", "intra MB/rank",
               "inter MB/rank", "reduction s", "step s", "vs flat");
   for (const auto& c : all) {
-    std::printf("  %-13s %-11s %14.2f %14.2f %12.4f %10.4f %8.2fx\n",
-                c.variant.collectives == DpCollectives::flat ? "flat" : "hierarchical", name_of(c.variant.compression),
-                c.intra_bytes / 1e6, c.inter_bytes / 1e6, c.seconds, c.step_s, flat_step / c.step_s);
+    std::printf("  %-13s %-11s %14.2f %14.2f %12.4f %10.4f %8.2fx\n", to_string(c.variant.collectives).c_str(),
+                to_string(c.variant.compression).c_str(), c.intra_bytes / 1e6, c.inter_bytes / 1e6, c.seconds, c.step_s,
+                flat_step / c.step_s);
   }
   std::printf(
       "  fastest: dp_collectives %s with grad_compression %s, %.2fx the flat uncompressed step (compression "
       "changes the gradients: bf16 and int8 round them, PowerSGD keeps rank %lld of each matrix; error feedback "
       "carries what is lost to the next step)\n",
-      first.variant.collectives == DpCollectives::flat ? "flat" : "hierarchical", name_of(first.variant.compression),
+      to_string(first.variant.collectives).c_str(), to_string(first.variant.compression).c_str(),
       flat_step / first.step_s, static_cast<long long>(config.parallel.powersgd.rank));
 }
 

@@ -14,10 +14,7 @@ parallel::GradientSyncOptions gradient_sync_options(const Config& config, const 
   options.model_dtype = precision.params;
   options.experts = config.model.moe.enabled();
   options.split_backward = parallel::splits_backward(p.schedule);
-  using parallel::CompressionKind;
-  const CompressionKind kinds[] = {CompressionKind::none, CompressionKind::bf16, CompressionKind::int8,
-                                   CompressionKind::powersgd};
-  options.compression.kind = kinds[static_cast<size_t>(p.grad_compression)];
+  options.compression.kind = p.grad_compression;
   options.compression.error_feedback = p.grad_compression_error_feedback;
   options.compression.powersgd_rank = p.powersgd.rank;
   options.compression.powersgd_start_step = p.powersgd.start_step;

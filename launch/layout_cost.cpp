@@ -295,6 +295,12 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   return e;
 }
 
+Layout layout_of(const Config& config) {
+  const auto& p = config.parallel;
+  return {p.tp, p.pp,     p.dp, p.virtual_stages, p.zero_stage, config.train.micro_batch_size, config.train.recompute,
+          p.cp, p.cp_comm};
+}
+
 int64_t total_traffic_bytes(const LayoutEstimate& e) {
   double bytes = 0;
   for (const auto& t : e.traffic) bytes += t.bytes;

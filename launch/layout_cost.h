@@ -95,6 +95,9 @@ struct LayoutEstimate {
 
 LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& layout);
 
+// CONFIG's own layout (its parallel keys, resolved: dp given; micro-batch and recomputation).
+Layout layout_of(const Config& config);
+
 // The bytes of every group's traffic per step, summed (rounded to a byte).
 int64_t total_traffic_bytes(const LayoutEstimate& estimate);
 

@@ -70,7 +70,8 @@ MemoryEstimate estimate_rank_memory(const Config& config, bool scores_kept) {
   if (e.parameters > kMaxParameters) return e;  // loom plan's int64 counts are not made for it
   // Without kept scores a layer holds what selective recomputation leaves (Korthikanti's 5 a S / H term gone).
   const Recompute recompute = !scores_kept && t.recompute == Recompute::none ? Recompute::selective : t.recompute;
-  const Layout layout{p.tp, p.pp, p.dp, p.virtual_stages, p.zero_stage, t.micro_batch_size, recompute, p.cp, p.cp_comm};
+  Layout layout = layout_of(config);
+  layout.recompute = recompute;
   parallel::ClusterSpec unbounded;  // only the memory is read; the links and peak keep the arithmetic finite
   unbounded.memory_bytes = std::numeric_limits<double>::infinity();
   unbounded.peak_flops = unbounded.intra_bandwidth = unbounded.inter_bandwidth = 1e12;

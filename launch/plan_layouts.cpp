@@ -106,16 +106,8 @@ void print_expert_plan(const Config& config, int64_t world) {
 // send; bench/fabric_dp.sh reads it beside the measured times).
 void print_own_layout_variants(const Config& config, const parallel::ClusterSpec& cluster, int64_t world) {
   const auto& p = config.parallel;
-  Layout own;
-  own.tp = p.tp;
-  own.cp = p.cp;
-  own.cp_comm = p.cp_comm;
-  own.pp = p.pp;
-  own.dp = p.dp > 0 ? p.dp : world / (p.tp * p.cp * p.pp);
-  own.virtual_stages = p.virtual_stages;
-  own.zero_stage = p.zero_stage;
-  own.micro_batch = config.train.micro_batch_size;
-  own.recompute = config.train.recompute;
+  Layout own = layout_of(config);
+  if (own.dp <= 0) own.dp = world / (p.tp * p.cp * p.pp);  // not resolved: the rest of the world
   if (own.world() != world || own.dp * own.cp < 2) return;
   char which[160];
   std::snprintf(which, sizeof(which), "this config's layout (tp=%lld cp=%lld pp=%lld dp=%lld zero %lld, as %s, %s)",

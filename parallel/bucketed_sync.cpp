@@ -53,7 +53,7 @@ class BucketedSync : public GradientSync {
     }
     for (auto& part : parts_) {
       if (!part.buckets) continue;
-      if (options_.compression.kind != CompressionKind::none) {
+      if (options_.compression.kind != GradCompression::none) {
         part.buckets->compress(options_.compression);
       } else if (options_.reduce_dtype != torch::kFloat) {
         part.buckets->reduce_in(options_.reduce_dtype);

@@ -91,7 +91,7 @@ void orthogonalize_columns(torch::Tensor& m) {
 BucketCompressor::BucketCompressor(const GradCompressionOptions& options, std::vector<BucketSlot> slots,
                                    int64_t average_over, int64_t index)
     : options_(options), slots_(std::move(slots)), average_over_(average_over), index_(index) {
-  if (options_.kind != CompressionKind::powersgd) return;
+  if (options_.kind != GradCompression::powersgd) return;
   // The first Q, alike on every rank of the group: P = M Q is summed over it.
   auto generator = at::detail::createCPUGenerator(options_.seed + 1000003ULL * static_cast<uint64_t>(index_));
   for (const auto& slot : slots_) {
@@ -119,12 +119,12 @@ std::function<void()> BucketCompressor::start(const torch::Tensor& buffer, Commu
   ++reductions_;
   if (group.size() == 1) return [] {};
   switch (options_.kind) {
-    case CompressionKind::bf16: return start_bf16(buffer, group);
-    case CompressionKind::int8: return start_int8(buffer, group);
-    case CompressionKind::powersgd:
+    case GradCompression::bf16: return start_bf16(buffer, group);
+    case GradCompression::int8: return start_int8(buffer, group);
+    case GradCompression::powersgd:
       if (reductions_ > options_.powersgd_start_step) return start_powersgd(buffer, group);
       break;
-    case CompressionKind::none: break;
+    case GradCompression::none: break;
   }
   auto handle = shared(group.all_reduce(buffer));
   return [handle] { handle->wait(); };

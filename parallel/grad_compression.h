@@ -24,14 +24,13 @@
 #include <memory>
 #include <vector>
 
+#include "core/config_enums.h"
 #include "parallel/communicator.h"
 
 namespace loom::parallel {
 
-enum class CompressionKind { none, bf16, int8, powersgd };
-
 struct GradCompressionOptions {
-  CompressionKind kind = CompressionKind::none;
+  GradCompression kind = GradCompression::none;  // parallel.grad_compression
   bool error_feedback = true;
   int64_t powersgd_rank = 1;
   int64_t powersgd_start_step = 1000;  // plain all-reduces before PowerSGD's first (PyTorch's start_powerSGD_iter)

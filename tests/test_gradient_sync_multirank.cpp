@@ -177,13 +177,12 @@ TEST_CASE("compressed bucket reductions: bf16, int8 and PowerSGD against the exa
   for (int k = 0; k < ranks; ++k) exact += local(k);
   const double largest = exact.abs().max().item<double>();
   auto stats = g_world->stats;
-  using parallel::CompressionKind;
   struct Case {
-    CompressionKind kind;
+    loom::GradCompression kind;
     int64_t rank;
   };
-  for (const Case c : {Case{CompressionKind::bf16, 1}, Case{CompressionKind::int8, 1},
-                       Case{CompressionKind::powersgd, 5}, Case{CompressionKind::powersgd, 1}}) {
+  for (const Case c : {Case{loom::GradCompression::bf16, 1}, Case{loom::GradCompression::int8, 1},
+                       Case{loom::GradCompression::powersgd, 5}, Case{loom::GradCompression::powersgd, 1}}) {
     INFO("kind " << static_cast<int>(c.kind) << " rank " << c.rank);
     parallel::GradCompressionOptions options;
     options.kind = c.kind;
@@ -200,14 +199,14 @@ TEST_CASE("compressed bucket reductions: bf16, int8 and PowerSGD against the exa
       auto it = counters.find({comm.name(), op});
       return it == counters.end() ? int64_t{0} : it->second.bytes;
     };
-    if (c.kind == CompressionKind::bf16) {
+    if (c.kind == loom::GradCompression::bf16) {
       // bf16 keeps 8 bits: each rank's rounding, then the fp32 sum's, 2^-9 of their size each.
       CHECK((buffer - exact).abs().max().item<double>() <= (ranks * 4.0 + largest) / 256);
       CHECK(torch::allclose(error, local(r) - local(r).to(torch::kBFloat16).to(torch::kFloat)));
       const int64_t padded = (numel + ranks - 1) / ranks * ranks;
       CHECK(bytes("all_gather") == padded * 2);
       CHECK(bytes("all_to_all") == (ranks - 1) * padded / ranks * 2);
-    } else if (c.kind == CompressionKind::int8) {
+    } else if (c.kind == loom::GradCompression::int8) {
       // Half a step of each rank's scale, then half a step of the sum's.
       CHECK((buffer - exact).abs().max().item<double>() <= (ranks * 4.0 + largest) / 127);
       CHECK(error.abs().max().item<double>() <= local(r).abs().max().item<double>() / 254 + 1e-6);
