@@ -11,8 +11,8 @@
 # WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set as torchrun sets them,
 # and GLOO_SOCKET_IFNAME naming the node's veth (the namespaces share the machine's host name, so
 # loom tells its nodes apart by LOCAL_WORLD_SIZE, and Gloo must not resolve the name).
-# Addresses are 198.18.0.1, .2, ... (198.18.0.0/15, the benchmarking range). Exits with the first
-# failing rank's status, else 0. Needs root (ip netns).
+# Addresses are 198.18.0.1, .2, ... (198.18.0.0/15, the benchmarking range). The first rank to fail
+# ends the job with its status (the others are stopped); else 0. Needs root (ip netns).
 #
 # Safety: nothing is created in the machine's own namespace. Every veth pair is made inside the
 # bridge's namespace with its peer created directly in the node's namespace, under this script's
@@ -114,11 +114,16 @@ for ((r = 0; r < world; r++)); do
     GLOO_SOCKET_IFNAME="lfb$n" "$@" &
   pids+=($!)
 done
+# As torchrun and mpirun do: the first rank to fail ends the job (the teardown stops the others; a
+# rank stuck in a collective with the failed one would otherwise keep the script waiting).
 status=0
-for pid in "${pids[@]}"; do
-  wait "$pid"
+for ((left = world; left > 0; left--)); do
+  wait -n
   code=$?
-  [ "$status" = 0 ] && [ "$code" != 0 ] && status=$code
+  if [ "$code" != 0 ]; then
+    status=$code
+    break
+  fi
 done
-pids=()
+[ "$status" = 0 ] && pids=()
 exit "$status"
