@@ -27,24 +27,37 @@ bool strides_aligned(const torch::Tensor& t) {
   return true;
 }
 
-torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& offs,
-                         const std::vector<int64_t>& rows) {
+// Whether _grouped_mm takes these operands here (else: one mm per group, with the rows on the host).
+bool grouped_gemm_takes(const torch::Tensor& a, const torch::Tensor& b) {
   const bool aligned = strides_aligned(a) && strides_aligned(b);
-  if (a.device().is_cpu() && a.scalar_type() != torch::kFloat64 && aligned) return at::_grouped_mm(a, b, offs);
-  // Whether this process's LibTorch refused the GPU's grouped GEMM once: it is not asked again
-  // (a refusal throws, and every product of every layer would pay for it).
-  static std::atomic<bool> gpu_refused{false};
-  if (a.is_cuda() && a.scalar_type() == torch::kBFloat16 && aligned && !gpu_refused.load()) {
-    try {
-      return at::_grouped_mm(a, b, offs);
-    } catch (const c10::OutOfMemoryError&) {
-      throw;  // not a refusal: the caller's to report
-    } catch (const c10::Error& e) {
-      gpu_refused.store(true);
-      TORCH_WARN("loom: ATen's grouped GEMM refused this GPU (", e.what_without_backtrace(),
-                 "); the experts' products run one by one");
+  if (a.device().is_cpu()) return a.scalar_type() != torch::kFloat64 && aligned;
+  return a.is_cuda() && a.scalar_type() == torch::kBFloat16 && aligned;
+}
+
+// Whether this process's LibTorch refused the GPU's grouped GEMM once: it is not asked again
+// (a refusal throws, and every product of every layer would pay for it).
+std::atomic<bool>& gpu_refused() {
+  static std::atomic<bool> refused{false};
+  return refused;
+}
+
+torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& offs,
+                         const parallel::GroupRows& groups) {
+  if (grouped_gemm_takes(a, b)) {
+    if (a.device().is_cpu()) return at::_grouped_mm(a, b, offs);
+    if (!gpu_refused().load()) {
+      try {
+        return at::_grouped_mm(a, b, offs);
+      } catch (const c10::OutOfMemoryError&) {
+        throw;  // not a refusal: the caller's to report
+      } catch (const c10::Error& e) {
+        gpu_refused().store(true);
+        TORCH_WARN("loom: ATen's grouped GEMM refused this GPU (", e.what_without_backtrace(),
+                   "); the experts' products run one by one");
+      }
     }
   }
+  const auto& rows = groups.host();
   const bool rows_of_a = b.dim() == 3;
   auto out = rows_of_a ? torch::empty({a.size(0), b.size(2)}, a.options())
                        : torch::empty({static_cast<int64_t>(rows.size()), a.size(0), b.size(1)}, a.options());
@@ -59,27 +72,36 @@ torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const t
   return out;
 }
 
+// The rows as backward sees them: on the host if forward read them there, else their offsets.
+parallel::GroupRows rows_from(const torch::Tensor& offs, int64_t total, const c10::IValue& host) {
+  if (host.isIntList()) return parallel::GroupRows(host.toIntVector());
+  auto ends = offs.to(torch::kInt64);
+  return parallel::GroupRows(
+      ends - torch::cat({torch::zeros({1}, ends.options()), ends.narrow(0, 0, ends.size(0) - 1)}), total);
+}
+
 // The experts' weights come in one by one and are stacked inside (no autograd node of their own):
 // what backward keeps is the parameters themselves, not a stacked copy per micro-batch in flight.
 struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
   // WEIGHTS as a TensorList: autograd's argument extraction takes each tensor of an ArrayRef as an
   // input of its own (a std::vector would count as one non-tensor argument).
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, at::TensorList weights,
-                               const std::vector<int64_t>& rows) {
-    auto offs = torch::tensor(std::vector<int32_t>(rows.size()), torch::kInt32);
-    std::partial_sum(rows.begin(), rows.end(), offs.data_ptr<int32_t>());
-    offs = offs.to(x.device());
+                               const parallel::GroupRows& rows) {
+    auto offs = rows.offsets(x.device());
     variable_list saved{x, offs};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
-    ctx->saved_data["rows"] = torch::IntArrayRef(rows);
-    return grouped_mm(x, torch::stack(weights).transpose(1, 2), offs, rows);
+    ctx->saved_data["total"] = rows.total();
+    auto y = grouped_mm(x, torch::stack(weights).transpose(1, 2), offs, rows);
+    // Read for a product group by group: backward needs it too, and need not read it again.
+    if (rows.on_host()) ctx->saved_data["rows"] = torch::IntArrayRef(rows.host());
+    return y;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &offs = saved[1];
     const variable_list weights(saved.begin() + 2, saved.end());
-    const auto rows = ctx->saved_data["rows"].toIntVector();
+    const auto rows = rows_from(offs, ctx->saved_data["total"].toInt(), ctx->saved_data["rows"]);
     const auto grad = grads[0].contiguous();
     variable_list out{torch::Tensor()};
     if (ctx->needs_input_grad(0)) out[0] = grouped_mm(grad, torch::stack(weights), offs, rows);
@@ -99,21 +121,20 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
 
 }  // namespace
 
-torch::Tensor add_grouped_biases(torch::Tensor y, const torch::Tensor& biases, const std::vector<int64_t>& rows) {
+torch::Tensor add_grouped_biases(torch::Tensor y, const torch::Tensor& biases, const parallel::GroupRows& rows) {
   if (!biases.defined()) return y;
-  auto group = torch::repeat_interleave(torch::arange(static_cast<int64_t>(rows.size()), torch::kInt64),
-                                        torch::tensor(rows, torch::kInt64));
-  return y + biases.index_select(0, group.to(y.device()));
+  return y + biases.index_select(0, rows.group_of_row(y.device()));
 }
 
 torch::Tensor grouped_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
-                             const torch::Tensor& biases, const std::vector<int64_t>& rows) {
-  TORCH_CHECK(x.dim() == 2 && weights.size() == rows.size() && !weights.empty() && weights[0].dim() == 2 &&
+                             const torch::Tensor& biases, const parallel::GroupRows& rows) {
+  const auto groups = static_cast<size_t>(rows.groups());
+  TORCH_CHECK(x.dim() == 2 && weights.size() == groups && !weights.empty() && weights[0].dim() == 2 &&
                   weights[0].size(1) == x.size(1),
               "grouped_linear: x ", x.sizes(), ", ", weights.size(), " weights of ",
-              weights.empty() ? torch::IntArrayRef{} : weights[0].sizes(), ", ", rows.size(), " groups");
-  TORCH_CHECK(std::accumulate(rows.begin(), rows.end(), int64_t{0}) == x.size(0), "grouped_linear: the ", rows.size(),
-              " groups' rows do not add up to x's ", x.size(0));
+              weights.empty() ? torch::IntArrayRef{} : weights[0].sizes(), ", ", groups, " groups");
+  TORCH_CHECK(rows.total() == x.size(0), "grouped_linear: the ", groups, " groups' rows do not add up to x's ",
+              x.size(0));
   // _grouped_mm wants contiguous rows. No rows at all need no product: an empty one still gives
   // x and every weight a (zero) gradient.
   auto y = x.size(0) == 0 ? torch::matmul(x, torch::stack(weights).sum(0).t())

@@ -12,17 +12,20 @@
 #include <cstdint>
 #include <vector>
 
+#include "parallel/group_rows.h"
+
 namespace loom::models {
 
 // X [T, in], WEIGHTS: G tensors [out, in] (the experts' own, each gets its gradient), BIASES
 // [G, out] or undefined, ROWS: G row counts summing to T (zeros allowed) -> [T, out], row t
 // multiplied by the weight of the group it falls in. The weights are stacked inside, for the call
-// only: backward keeps the weights themselves.
+// only: backward keeps the weights themselves. ROWS are read on the host only where a product
+// runs group by group (below); ATen's grouped GEMM takes them on the device.
 torch::Tensor grouped_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
-                             const torch::Tensor& biases, const std::vector<int64_t>& rows);
+                             const torch::Tensor& biases, const parallel::GroupRows& rows);
 
 // Y [T, out] plus each row's group's bias: BIASES [G, out] (undefined: Y as it is), ROWS as above.
-torch::Tensor add_grouped_biases(torch::Tensor y, const torch::Tensor& biases, const std::vector<int64_t>& rows);
+torch::Tensor add_grouped_biases(torch::Tensor y, const torch::Tensor& biases, const parallel::GroupRows& rows);
 
 // The same product as a loop of torch::linear over the groups: the reference for tests and bench.
 torch::Tensor grouped_linear_loop(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,

@@ -104,9 +104,10 @@ Routing route_tokens(const torch::Tensor& logits, const RouterOptions& options) 
     weights = top_probs / (options.sigmoid ? top_probs.sum(-1, true) + 1e-20 : top_probs.sum(-1, true));
   if (options.routed_scaling_factor != 1.0) weights = weights * options.routed_scaling_factor;
   r.assignment.weights = weights;
-  r.counts = torch::bincount(experts.reshape({-1}), {}, num_experts);
+  r.counts = parallel::count_per_expert(experts, num_experts);
   r.assignment.keep = torch::ones_like(experts, torch::kBool);
-  if (capacity_factor <= 0) return r;
+  r.assignment.all_kept = capacity_factor <= 0;
+  if (r.assignment.all_kept) return r;
 
   torch::NoGradGuard no_grad;
   const int64_t capacity = expert_capacity(tokens, top_k, num_experts, capacity_factor);
@@ -222,7 +223,7 @@ bool MoELayerImpl::routes_own_part() const {
   return options_.sequence_parallel && !options_.expert_tp;
 }
 
-torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert) {
+torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const parallel::GroupRows& tokens_per_expert) {
   if (!options_.expert_tp) return expert_products(tokens, tokens_per_expert);
   // Split over tp: each rank's part of the width gives a part of every output row, summed over tp
   // before the routing weights apply (their gradient needs the whole output); the input's gradient
@@ -236,15 +237,14 @@ torch::Tensor MoELayerImpl::experts(const torch::Tensor& tokens, const std::vect
   return add_grouped_biases(out, torch::stack(biases), tokens_per_expert);
 }
 
-torch::Tensor MoELayerImpl::expert_products(const torch::Tensor& tokens,
-                                            const std::vector<int64_t>& tokens_per_expert) {
+torch::Tensor MoELayerImpl::expert_products(const torch::Tensor& tokens, const parallel::GroupRows& tokens_per_expert) {
   // Every local expert takes part, on no rows if it got none, so that its parameters get a (zero)
   // gradient every micro-batch like any other. One grouped product per weight over all local
   // experts; under a zero-bubble schedule's deferred weight gradients (which the W pass computes
   // one weight at a time) a product per expert, each deferring its own.
   // Chosen by the scope alone, not by grad mode: a recomputed forward takes the path of the first.
   if (!parallel::current_weight_grad_deferral().store) return grouped_experts(tokens, tokens_per_expert);
-  auto groups = tokens.split_with_sizes(tokens_per_expert, 0);
+  auto groups = tokens.split_with_sizes(tokens_per_expert.host(), 0);
   std::vector<torch::Tensor> outputs;
   for (size_t i = 0; i < experts_.size(); ++i) {
     const auto& x = experts_[i];
@@ -260,7 +260,7 @@ torch::Tensor MoELayerImpl::expert_products(const torch::Tensor& tokens,
   return torch::cat(outputs, 0);
 }
 
-torch::Tensor MoELayerImpl::grouped_experts(const torch::Tensor& tokens, const std::vector<int64_t>& rows) {
+torch::Tensor MoELayerImpl::grouped_experts(const torch::Tensor& tokens, const parallel::GroupRows& rows) {
   // Each kind of weight of the local experts in one list (stacked inside grouped_linear for the call
   // only), biases stacked [G, out] where there are.
   auto each = [&](torch::Tensor Expert::*member) {

@@ -146,9 +146,9 @@ class MoELayerImpl : public parallel::ParallelModule {
   // Routes X, the tokens this rank routes (under sequence parallelism with expert_tp: the gathered sequence).
   torch::Tensor routed(const torch::Tensor& x, bool record);
   // The local experts on their sorted rows: whole, or under expert_tp split over tp and summed there.
-  torch::Tensor experts(const torch::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert);
-  torch::Tensor expert_products(const torch::Tensor& tokens, const std::vector<int64_t>& tokens_per_expert);
-  torch::Tensor grouped_experts(const torch::Tensor& tokens, const std::vector<int64_t>& rows);
+  torch::Tensor experts(const torch::Tensor& tokens, const parallel::GroupRows& tokens_per_expert);
+  torch::Tensor expert_products(const torch::Tensor& tokens, const parallel::GroupRows& tokens_per_expert);
+  torch::Tensor grouped_experts(const torch::Tensor& tokens, const parallel::GroupRows& rows);
   // Whether each tp rank routes its own part of the sequence (sequence parallelism without expert_tp).
   bool routes_own_part() const;
   MoELayerOptions options_;

@@ -55,7 +55,45 @@ struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
   }
 };
 
+// Rows of X [N, H] in the order of PERM (a permutation of N); backward gathers by INVERSE,
+// where index_select's own backward scatter-adds (atomics on a GPU) for what is a permutation.
+struct PermuteRows : torch::autograd::Function<PermuteRows> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& perm,
+                               const torch::Tensor& inverse) {
+    ctx->save_for_backward({inverse});
+    return x.index_select(0, perm);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {grads[0].index_select(0, ctx->get_saved_variables()[0]), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// Token TOKEN_OF_ROW[i] of X [T, H] for every row i, where each token appears exactly K times
+// (every choice kept): backward brings each row's gradient back to its choice (by ROW_OF_CHOICE)
+// and sums each token's K, in choice order, rounding once.
+struct GatherTokens : torch::autograd::Function<GatherTokens> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& token_of_row,
+                               const torch::Tensor& row_of_choice, int64_t k) {
+    ctx->save_for_backward({row_of_choice});
+    ctx->saved_data["k"] = k;
+    ctx->saved_data["tokens"] = x.size(0);  // not from the rows: none at all leave -1 undecided
+    return x.index_select(0, token_of_row);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto k = ctx->saved_data["k"].toInt(), tokens = ctx->saved_data["tokens"].toInt();
+    const auto& grad = grads[0];
+    auto per_choice = grad.index_select(0, ctx->get_saved_variables()[0]);
+    return {per_choice.view({tokens, k, grad.size(1)}).sum(1), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor count_per_expert(const torch::Tensor& experts, int64_t num_experts) {
+  const auto flat = experts.reshape({-1});
+  return torch::zeros({num_experts}, flat.options().dtype(torch::kInt64))
+      .scatter_add_(0, flat, torch::ones_like(flat, torch::kInt64));
+}
 
 torch::Tensor all_to_all_rows(const torch::Tensor& x, const std::vector<int64_t>& output_splits,
                               const std::vector<int64_t>& input_splits, Communicator& comm, AllToAllVolume* volume) {
@@ -78,6 +116,7 @@ TokenDispatcher::Dispatched TokenDispatcher::dispatch(const torch::Tensor& x, co
   Dispatched out;
   Plan& plan = out.plan;
   plan.num_tokens = tokens;
+  if (ranks == 1 && a.all_kept) return dispatch_all_kept(x, a);
   // Choices are numbered token-major (choice c of token t is t k + c); the kept
   // ones sorted by (expert, number) give each expert's rows in token order.
   auto kept = a.keep.reshape({-1}).nonzero().reshape({-1});
@@ -89,7 +128,7 @@ TokenDispatcher::Dispatched TokenDispatcher::dispatch(const torch::Tensor& x, co
   auto rows = x.index_select(0, plan.token_of_row);
 
   // How many rows go to each expert; each rank learns how many it receives for its experts.
-  auto counts = torch::bincount(kept_experts, {}, num_experts_);
+  auto counts = count_per_expert(kept_experts, num_experts_);
   auto received_counts = counts;
   std::vector<int64_t> per_rank(static_cast<size_t>(ranks), num_local_);
   if (ranks > 1) received_counts = exchange(counts, per_rank, per_rank, ep_, volume_);
@@ -114,7 +153,7 @@ TokenDispatcher::Dispatched TokenDispatcher::dispatch(const torch::Tensor& x, co
     start[static_cast<size_t>(i)] = offset;
     offset += g[i];
   }
-  std::vector<int64_t> regroup;
+  std::vector<int64_t> regroup, rows_per_expert;
   regroup.reserve(static_cast<size_t>(offset));
   for (int64_t e = 0; e < num_local_; ++e) {
     int64_t rows_of_expert = 0;
@@ -123,8 +162,9 @@ TokenDispatcher::Dispatched TokenDispatcher::dispatch(const torch::Tensor& x, co
       for (int64_t j = 0; j < g[i]; ++j) regroup.push_back(start[static_cast<size_t>(i)] + j);
       rows_of_expert += g[i];
     }
-    out.tokens_per_expert.push_back(rows_of_expert);
+    rows_per_expert.push_back(rows_of_expert);
   }
+  out.tokens_per_expert = GroupRows(rows_per_expert);
   plan.regroup = torch::tensor(regroup, torch::kInt64).to(x.device());
   plan.ungroup = torch::empty_like(plan.regroup);
   if (offset > 0) plan.ungroup.index_copy_(0, plan.regroup, torch::arange(offset, plan.regroup.options()));
@@ -132,7 +172,33 @@ TokenDispatcher::Dispatched TokenDispatcher::dispatch(const torch::Tensor& x, co
   return out;
 }
 
+TokenDispatcher::Dispatched TokenDispatcher::dispatch_all_kept(const torch::Tensor& x, const ExpertAssignment& a) {
+  // Every choice is a row, nothing is read back to the host: the rows are the choices sorted by
+  // expert (stably, so each expert's rows in token order, as above), and the counts stay on the device.
+  const int64_t tokens = x.size(0), k = a.experts.size(1), choices = tokens * k;
+  Dispatched out;
+  Plan& plan = out.plan;
+  plan.num_tokens = tokens;
+  const auto experts = a.experts.reshape({-1});
+  plan.choice_of_row = std::get<1>(experts.sort(/*stable=*/true, 0, false));
+  plan.row_of_choice = torch::empty_like(plan.choice_of_row)
+                           .scatter_(0, plan.choice_of_row, torch::arange(choices, plan.choice_of_row.options()));
+  plan.token_of_row = plan.choice_of_row.div(k, "floor");
+  plan.weights = a.weights;
+  out.tokens = GatherTokens::apply(x, plan.token_of_row, plan.row_of_choice, k);
+  out.tokens_per_expert = GroupRows(count_per_expert(experts, num_experts_), choices);
+  return out;
+}
+
 torch::Tensor TokenDispatcher::combine(const torch::Tensor& expert_output, const Plan& plan) {
+  if (plan.row_of_choice.defined()) {
+    // [T, 1, k] x [T, k, H'] -> [T, H']: each token's rows weighted and summed in one product.
+    const int64_t k = plan.weights.size(1);
+    auto by_choice = PermuteRows::apply(expert_output, plan.row_of_choice, plan.choice_of_row);
+    return torch::bmm(plan.weights.to(expert_output.scalar_type()).unsqueeze(1),
+                      by_choice.view({plan.num_tokens, k, expert_output.size(1)}))
+        .squeeze(1);
+  }
   auto by_rank = ep_.size() > 1 ? expert_output.index_select(0, plan.ungroup) : expert_output;
   auto returned = all_to_all_rows(by_rank, plan.input_splits, plan.output_splits, ep_, volume_);
   auto weighted = returned * plan.weight_of_row.unsqueeze(1).to(returned.scalar_type());

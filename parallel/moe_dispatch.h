@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/group_rows.h"
 
 namespace loom::parallel {
 
@@ -43,7 +44,12 @@ struct ExpertAssignment {
   torch::Tensor experts;  // [T, k] int64: global expert index of each choice
   torch::Tensor weights;  // [T, k]: the weight of each choice in the token's output
   torch::Tensor keep;     // [T, k] bool: false for a choice dropped over capacity
+  bool all_kept = false;  // true: KEEP is all true (no capacity), and dispatch need not read it
 };
+
+// EXPERTS (int64, any shape) -> [NUM_EXPERTS] int64: how many times each expert appears. Unlike
+// torch::bincount, which reads the largest value back to the host on a GPU, this never waits.
+torch::Tensor count_per_expert(const torch::Tensor& experts, int64_t num_experts);
 
 class TokenDispatcher {
  public:
@@ -61,10 +67,14 @@ class TokenDispatcher {
     torch::Tensor ungroup;        // the inverse permutation
     std::vector<int64_t> input_splits, output_splits;
     int64_t num_tokens = 0;
+    // One ep rank and every choice kept: the row of each choice (token-major), and each token's
+    // weights [T, k]. Combine then gathers each token's k rows and sums them by their weights in
+    // one batched product, and backward gathers too: no scatter-add either way.
+    torch::Tensor row_of_choice, choice_of_row, weights;
   };
   struct Dispatched {
-    torch::Tensor tokens;                    // [M, H]: rows for this rank's experts, grouped by local expert
-    std::vector<int64_t> tokens_per_expert;  // M split by local expert, in order
+    torch::Tensor tokens;         // [M, H]: rows for this rank's experts, grouped by local expert
+    GroupRows tokens_per_expert;  // M split by local expert, in order
     Plan plan;
   };
 
@@ -75,6 +85,8 @@ class TokenDispatcher {
   torch::Tensor combine(const torch::Tensor& expert_output, const Plan& plan);
 
  private:
+  Dispatched dispatch_all_kept(const torch::Tensor& x, const ExpertAssignment& assignment);
+
   int64_t num_experts_, num_local_;
   Communicator& ep_;
   AllToAllVolume* volume_;

@@ -68,7 +68,7 @@ void round_trip(int64_t experts_per_rank, int64_t top_k, bool drop) {
       rows.push_back(d.x.index_select(0, chose.nonzero().reshape({-1})));
     }
     auto all = torch::cat(rows, 0);
-    CHECK(dispatched.tokens_per_expert[static_cast<size_t>(e)] == all.size(0));
+    CHECK(dispatched.tokens_per_expert.host()[static_cast<size_t>(e)] == all.size(0));
     expected_rows.push_back(all);
   }
   CHECK(torch::equal(dispatched.tokens.detach(), torch::cat(expected_rows, 0)));
@@ -117,8 +117,8 @@ TEST_CASE("a rank that sends nothing and an expert that gets nothing", "[moe]") 
   auto keep = torch::full({4, 1}, ep.rank() != 0, torch::kBool);
   auto d = dispatcher.dispatch(x, {torch::zeros({4, 1}, torch::kInt64), torch::ones({4, 1}), keep});
   const int64_t expected = ep.rank() == 0 ? 4 * (ep.size() - 1) : 0;
-  CHECK(d.tokens_per_expert[0] == expected);
-  CHECK(d.tokens_per_expert[1] == 0);
+  CHECK(d.tokens_per_expert.host()[0] == expected);
+  CHECK(d.tokens_per_expert.host()[1] == 0);
   auto y = dispatcher.combine(d.tokens * 2.0, d.plan);
   CHECK(torch::equal(y.detach(), ep.rank() == 0 ? torch::zeros({4, kHidden}) : x.detach() * 2.0));
   y.sum().backward();

@@ -13,6 +13,12 @@ grep -qxF '/.gpu_carry/' "$exclude" 2> /dev/null || echo '/.gpu_carry/' >> "$exc
 rm -rf .gpu_carry && mkdir -p .gpu_carry/lib
 cp "$build/loom" .gpu_carry/
 [ -f "$build/libloom_sentencepiece.so" ] && cp "$build/libloom_sentencepiece.so" .gpu_carry/
+# BASELINE=path/to/an/earlier/loom [BASELINE_COMMIT=sha]: carried beside it, for session.sh's
+# BASELINE_CONFIGS (the same benchmark with both binaries on one GPU).
+if [ -n "${BASELINE:-}" ]; then
+  cp "$BASELINE" .gpu_carry/loom_baseline
+  echo "${BASELINE_COMMIT:-unknown}" > .gpu_carry/loom_baseline.commit
+fi
 # Every library the binaries load that is neither the C/C++ runtime (the GPU machine's own, newer)
 # nor LibTorch's or NVIDIA's (the GPU machine's wheel).
 for binary in .gpu_carry/loom .gpu_carry/libloom_sentencepiece.so; do
