@@ -68,8 +68,8 @@ class TokenDispatcher {
     std::vector<int64_t> input_splits, output_splits;
     int64_t num_tokens = 0;
     // One ep rank and every choice kept: the row of each choice (token-major), and each token's
-    // weights [T, k]. Combine then gathers each token's k rows and sums them by their weights in
-    // one batched product, and backward gathers too: no scatter-add either way.
+    // weights [T, k]. Combine then gathers each token's k rows and sums them by their weights,
+    // and backward gathers too: no scatter-add either way.
     torch::Tensor row_of_choice, choice_of_row, weights;
   };
   struct Dispatched {

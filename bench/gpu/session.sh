@@ -8,7 +8,8 @@
 #   2. bench/gpu/check.sh: the tiny GPT and Llama on the GPU against the CPU (SKIP_CHECK=1: not);
 #   3. bench/gpu/run.sh for the 1.3B GPT, then the 1B Llama: loom, PyTorch eager and
 #      torch.compile on the same GPU (SKIP_BENCH=1: not; BENCH_CONFIGS: others; SKIP_COMPILE=1: eager only);
-#   3a. BASELINE_CONFIGS: those models with .gpu_carry/loom_baseline (an earlier binary), loom's side only;
+#   3a. LOOM_ONLY_CONFIGS: those models, loom's side only; BASELINE_CONFIGS: likewise with
+#       .gpu_carry/loom_baseline (an earlier binary, bench/gpu/carry.sh BASELINE=...);
 #   3b. WARMUP_RUN=1: the 1.3B GPT with a 10-step warm-up (its loss jump at step 7 with 2);
 #   4. two steps of the 1.3B GPT (PROFILE_CONFIGS: others) under LibTorch's profiler
 #      (log.profile_step_start/end): the kernels that took the GPU's time, and the trace in
@@ -52,20 +53,28 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     cp "/tmp/loom_gpu_bench/$name"/results*.json "$out/" 2> /dev/null
   done
 fi
-if [ -x .gpu_carry/loom_baseline ] && [ -n "${BASELINE_CONFIGS:-}" ]; then
-  # The same benchmark with an earlier binary (bench/gpu/carry.sh BASELINE=...), on the same GPU in
-  # the same call: what a change did, machine for machine. loom's side only.
-  for config in $BASELINE_CONFIGS; do
+# loom's side alone, the median tokens/s of steps 3 on: loom_only LABEL BINARY CONFIG...
+loom_only() {
+  local label=$1 binary=$2
+  shift 2
+  for config in "$@"; do
     name=$(basename "$config" .yaml)
-    echo "== baseline binary $(cat .gpu_carry/loom_baseline.commit 2> /dev/null): $config"
-    rm -rf "/tmp/loom_gpu_bench/baseline_$name"
-    timeout "${BASELINE_TIMEOUT:-90}" .gpu_carry/loom_baseline train "$config" --run-dir "/tmp/loom_gpu_bench/baseline_$name" \
+    echo "== $label: $config"
+    rm -rf "/tmp/loom_gpu_bench/${label}_$name"
+    timeout "${BASELINE_TIMEOUT:-90}" "$binary" train "$config" --run-dir "/tmp/loom_gpu_bench/${label}_$name" \
       "${sets[@]}" 2>&1 | grep -E "MFU|error|Error" | tail -2
     python3 -c 'import json, statistics, sys
 steps = [json.loads(l) for l in open(sys.argv[1])]
-print("baseline median tokens/s (steps 3+):", round(statistics.median(s["tokens_per_s"] for s in steps[2:])))' \
-      "/tmp/loom_gpu_bench/baseline_$name/metrics.jsonl"
+print(sys.argv[2], "median tokens/s (steps 3+):", round(statistics.median(s["tokens_per_s"] for s in steps[2:])))' \
+      "/tmp/loom_gpu_bench/${label}_$name/metrics.jsonl" "$label"
   done
+}
+# LOOM_ONLY_CONFIGS: those models with this binary, loom's side only (no PyTorch beside it).
+[ -z "${LOOM_ONLY_CONFIGS:-}" ] || loom_only loom "$LOOM" $LOOM_ONLY_CONFIGS
+# BASELINE_CONFIGS: the same with an earlier binary (bench/gpu/carry.sh BASELINE=...), in the same
+# call on the same GPU: what a change did, machine for machine.
+if [ -x .gpu_carry/loom_baseline ] && [ -n "${BASELINE_CONFIGS:-}" ]; then
+  loom_only "baseline_$(cat .gpu_carry/loom_baseline.commit 2> /dev/null)" .gpu_carry/loom_baseline $BASELINE_CONFIGS
 fi
 if [ "${WARMUP_RUN:-0}" = 1 ]; then
   # The GPT's loss jump at step 7 (docs/performance.md): the same run with a 10-step warm-up.
