@@ -275,6 +275,7 @@ struct LogConfig {
   bool tensorboard = false;        // RUN_DIR/tensorboard/events.out.tfevents.*: metrics.jsonl's scalars for TensorBoard
   int64_t profile_step_start = 0;  // LibTorch's profiler over these steps (0: off): RUN_DIR/profile_rank0.json
   int64_t profile_step_end = 0;    // inclusive; 0: profile_step_start alone
+  std::string cluster;  // a cluster file: every run ends with loom plan's prediction beside its measured split
 };
 
 struct Config {

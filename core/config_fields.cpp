@@ -405,6 +405,10 @@ std::vector<ConfigField> make_fields() {
                 "RUN_DIR/profile_rank0.json, and on a GPU the kernels that took the most time in the log"),
       int_field("log", "profile_step_end", LOOM_MEMBER(log.profile_step_end),
                 "the last profiled step (inclusive; 0: log.profile_step_start alone)"),
+      string_field("log", "cluster", LOOM_MEMBER(log.cluster),
+                   "a cluster file (configs/clusters/): the run's closing diagnosis sets its measured step split "
+                   "and collectives beside loom plan's prediction for this layout on that cluster, as loom "
+                   "diagnose --cluster does (read at start-up: a wrong file stops the run before step 1)"),
   };
 }
 

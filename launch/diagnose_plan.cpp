@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.h"
 #include "launch/layout_cost.h"
 #include "parallel/rank_grid.h"
 
@@ -99,11 +100,14 @@ std::string format_plan_beside_measured(const nlohmann::json& c) {
   return out.str();
 }
 
-nlohmann::json collectives_beside_cluster(const Config& config, const parallel::ClusterSpec& cluster,
-                                          const nlohmann::json& traffic) {
+namespace {
+
+// Each group kind's size, and whether its first group stays inside one node of the cluster (ranks
+// laid on nodes of the cluster's gpus_per_node, as loom plan lays them).
+std::map<std::string, std::pair<int64_t, bool>> group_links(const Config& config,
+                                                            const parallel::ClusterSpec& cluster) {
   const auto& p = config.parallel;
   const parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
-  // Each group kind's size, and whether its first group stays inside one node of the cluster.
   std::map<std::string, std::pair<int64_t, bool>> groups;
   for (auto kind : parallel::kAllGroupKinds) {
     const auto all = grid.groups(kind);
@@ -114,6 +118,14 @@ nlohmann::json collectives_beside_cluster(const Config& config, const parallel::
                                                *low / cluster.gpus_per_node == *high / cluster.gpus_per_node};
   }
   groups["world"] = {grid.world(), grid.world() <= cluster.gpus_per_node};
+  return groups;
+}
+
+}  // namespace
+
+nlohmann::json collectives_beside_cluster(const Config& config, const parallel::ClusterSpec& cluster,
+                                          const nlohmann::json& traffic) {
+  const auto groups = group_links(config, cluster);
 
   // Every rank's calls, bytes and seconds of each (group, op), summed over the ranks.
   std::map<std::pair<std::string, std::string>, std::array<double, 3>> sums;
@@ -176,6 +188,80 @@ std::string format_collectives_beside_cluster(const nlohmann::json& rows) {
                   static_cast<long long>(r.at("ranks").get<int64_t>()), r.at("link").get<std::string>().c_str(),
                   r.at("calls_per_step").get<double>(), r.at("bytes_per_call").get<double>() / 1024.0,
                   r.at("measured_ms_per_call").get<double>(), r.at("predicted_ms_per_call").get<double>());
+    out << line;
+  }
+  return out.str();
+}
+
+std::optional<parallel::ClusterSpec> cluster_to_compare(const Config& config, const std::string& path,
+                                                        const std::string& who) {
+  if (path.empty()) return std::nullopt;
+  if (config.model.moe.enabled()) {
+    throw InputError(who +
+                     ": this run trains a mixture of experts, whose all-to-all time follows the router's "
+                     "choices, which loom plan's cost model does not predict");
+  }
+  try {
+    return parallel::load_cluster(path);
+  } catch (const InputError& e) {
+    throw InputError(who + ": " + e.what());
+  }
+}
+
+void add_plan_comparison(nlohmann::json& diagnosis, const Config& config, const parallel::ClusterSpec& cluster,
+                         const nlohmann::json& traffic, const nlohmann::json& probe) {
+  diagnosis["plan"] = plan_beside_measured(config, cluster, diagnosis);
+  if (!traffic.is_null()) diagnosis["collectives"] = collectives_beside_cluster(config, cluster, traffic);
+  if (probe.is_null() || probe.empty()) return;
+  diagnosis["links"] = links_beside_cluster(config, cluster, probe);
+  // A communication-bound verdict says how its group's link measured against the cluster's.
+  auto& verdict = diagnosis["verdict"];
+  if (!verdict.is_object() || verdict.value("kind", "") != "communication-bound") return;
+  for (const auto& row : diagnosis["links"]) {
+    if (row.at("group") != verdict.value("where", "") || !row.contains("alpha_us")) continue;
+    char text[224];
+    std::snprintf(text, sizeof(text),
+                  "; %s's link measured %.0f us and %.3g GB/s against the cluster's %.0f us and %.3g GB/s",
+                  row.at("group").get<std::string>().c_str(), row.at("alpha_us").get<double>(),
+                  row.at("bandwidth_GBps").get<double>(), row.at("cluster_alpha_us").get<double>(),
+                  row.at("cluster_bandwidth_GBps").get<double>());
+    verdict["detail"] = verdict.value("detail", "") + text;
+  }
+}
+
+nlohmann::json links_beside_cluster(const Config& config, const parallel::ClusterSpec& cluster,
+                                    const nlohmann::json& probe) {
+  const auto groups = group_links(config, cluster);
+  nlohmann::json rows = nlohmann::json::array();
+  for (auto row : probe) {
+    const auto found = groups.find(row.at("group").get<std::string>());
+    const bool intra = found == groups.end() || found->second.second;
+    row["link"] = intra ? "intra-node" : "inter-node";
+    row["cluster_alpha_us"] = (intra ? cluster.intra_latency : cluster.inter_latency) * 1e6;
+    row["cluster_bandwidth_GBps"] = (intra ? cluster.intra_bandwidth : cluster.inter_bandwidth) / 1e9;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string format_links_beside_cluster(const nlohmann::json& rows) {
+  std::ostringstream out;
+  char line[256];
+  out << "each group's link, measured at the run's end (all-reduces of 4 KiB to 4 MiB, rank 0's groups), "
+         "beside the cluster's:\n";
+  out << "  group           ranks  link        alpha us      GB/s  cluster alpha us  cluster GB/s\n";
+  for (const auto& r : rows) {
+    if (!r.contains("alpha_us")) {
+      std::snprintf(line, sizeof(line), "  %-14s  %5lld  %-10s  no fit: %s\n", r.at("group").get<std::string>().c_str(),
+                    static_cast<long long>(r.at("ranks").get<int64_t>()), r.at("link").get<std::string>().c_str(),
+                    r.value("no_fit", std::string("-")).c_str());
+    } else {
+      std::snprintf(line, sizeof(line), "  %-14s  %5lld  %-10s  %8.1f  %8.3g  %16.1f  %12.3g\n",
+                    r.at("group").get<std::string>().c_str(), static_cast<long long>(r.at("ranks").get<int64_t>()),
+                    r.at("link").get<std::string>().c_str(), r.at("alpha_us").get<double>(),
+                    r.at("bandwidth_GBps").get<double>(), r.at("cluster_alpha_us").get<double>(),
+                    r.at("cluster_bandwidth_GBps").get<double>());
+    }
     out << line;
   }
   return out.str();

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "core/config.h"
 #include "parallel/cluster_spec.h"
@@ -30,5 +32,28 @@ nlohmann::json collectives_beside_cluster(const Config& config, const parallel::
 
 // Its lines.
 std::string format_collectives_beside_cluster(const nlohmann::json& rows);
+
+// The cluster a run is compared with (log.cluster, or loom diagnose's --cluster: WHO names it in
+// errors), read before the run starts so that a wrong file fails before step 1 rather than after
+// the last; nullopt when PATH is empty. InputError (exit 2) for a file load_cluster refuses, and for
+// a mixture of experts, whose all-to-all time follows the router and which the cost model does not
+// predict.
+std::optional<parallel::ClusterSpec> cluster_to_compare(const Config& config, const std::string& path,
+                                                        const std::string& who);
+
+// DIAGNOSIS gains "plan" (plan_beside_measured), given the run's traffic report (traffic.json's
+// content; null: left out) "collectives" (collectives_beside_cluster), and given PROBE (the run's
+// parallel/alpha_beta_probe.h result; null: left out) "links" (links_beside_cluster), whose group's
+// figures a communication-bound verdict then quotes. format_diagnosis prints them all.
+void add_plan_comparison(nlohmann::json& diagnosis, const Config& config, const parallel::ClusterSpec& cluster,
+                         const nlohmann::json& traffic, const nlohmann::json& probe = nullptr);
+
+// PROBE's rows, each with the link the layout puts its group on ("link") and that link's latency
+// and bandwidth in the cluster file ("cluster_alpha_us", "cluster_bandwidth_GBps").
+nlohmann::json links_beside_cluster(const Config& config, const parallel::ClusterSpec& cluster,
+                                    const nlohmann::json& probe);
+
+// Its lines.
+std::string format_links_beside_cluster(const nlohmann::json& rows);
 
 }  // namespace loom::launch

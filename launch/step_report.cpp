@@ -231,6 +231,7 @@ int diagnose(const std::string& run_dir, const std::string& cluster_path) {
     throw InputError("loom diagnose: " + path + " is not JSON: " + e.what());
   }
   Config config;
+  std::optional<parallel::ClusterSpec> cluster;
   if (!cluster_path.empty()) {
     const std::string config_path = run_dir + "/config.yaml";
     if (!std::filesystem::exists(config_path))
@@ -238,24 +239,17 @@ int diagnose(const std::string& run_dir, const std::string& cluster_path) {
     config = load_config(config_path);
     const auto& p = config.parallel;
     resolve_and_validate(config, p.tp * p.cp * p.pp * p.dp);
-    if (config.model.moe.enabled()) {
-      throw InputError("loom diagnose --cluster: '" + run_dir +
-                       "' trained a mixture of experts, whose all-to-all time follows the router's choices, "
-                       "which loom plan's cost model does not predict");
-    }
+    cluster = cluster_to_compare(config, cluster_path, "loom diagnose --cluster: '" + run_dir + "'");
   }
   std::string text;
   try {
-    if (!cluster_path.empty()) {
-      const auto cluster = parallel::load_cluster(cluster_path);
-      diagnosis["plan"] = plan_beside_measured(config, cluster, diagnosis);
+    if (cluster) {
       // Each collective's measured time per call against the cluster's alpha-beta (traffic.json:
       // every rank's counters; a run of this version writes it when it ends).
+      nlohmann::json traffic;
       std::ifstream traffic_file(run_dir + "/traffic.json");
-      if (traffic_file) {
-        const auto traffic = nlohmann::json::parse(traffic_file);
-        diagnosis["collectives"] = collectives_beside_cluster(config, cluster, traffic);
-      }
+      if (traffic_file) traffic = nlohmann::json::parse(traffic_file);
+      add_plan_comparison(diagnosis, config, *cluster, traffic);
     }
     text = format_diagnosis(diagnosis);
   } catch (const nlohmann::json::exception& e) {

@@ -224,6 +224,7 @@ std::string format_diagnosis(const nlohmann::json& d) {
     out << line;
   }
   if (d.contains("collectives")) out << format_collectives_beside_cluster(d.at("collectives"));
+  if (d.contains("links")) out << format_links_beside_cluster(d.at("links"));
   if (d.contains("plan")) out << format_plan_beside_measured(d.at("plan"));
   const auto& v = d.at("verdict");
   std::string detail = v.value("detail", "");

@@ -9,12 +9,14 @@
 #include "core/logging.h"
 #include "launch/communicator_factory.h"
 #include "launch/config_agreement.h"
+#include "launch/diagnose_plan.h"
 #include "launch/memory_check.h"
 #include "launch/run_directory.h"
 #include "launch/step_report.h"
 #include "launch/supported_combinations.h"
 #include "launch/thread_policy.h"
 #include "launch/trainer.h"
+#include "parallel/alpha_beta_probe.h"
 #include "parallel/heartbeat.h"
 #include "parallel/launch_env.h"
 
@@ -35,6 +37,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   check_fault_injection(args.fault, config, grid);
   check_data(config);  // a dataset the model cannot read fails here, on every rank, before step 1
   check_memory_fits(config, device, launch.local_world);  // before anything is allocated
+  const auto cluster = cluster_to_compare(config, config.log.cluster, "log.cluster");
 
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
   parallel::LaunchEnv env(timeout);
@@ -71,6 +74,11 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
                                  env.world(), device);
     // A compute-bound verdict says how far from the device's peak the compute runs.
     if (!summary.diagnosis.is_null() && !mfu.empty()) summary.diagnosis["mfu"] = mfu;
+    if (cluster) {
+      // Every rank measures its groups' links (collective); rank 0's diagnosis sets them beside the cluster's.
+      const auto links = parallel::probe_alpha_beta(groups, device);
+      if (!summary.diagnosis.is_null()) add_plan_comparison(summary.diagnosis, config, *cluster, traffic, links);
+    }
     // loom verify's runs keep theirs in diagnosis.json: its own verdict is the one to read.
     write_diagnosis(summary, run_dir, /*print=*/args.dump_first_step.empty());
   } catch (const CommError& e) {

@@ -4,7 +4,8 @@
 # again, and each planted cause is named:
 # 1. a plain run of the README's model -> compute-bound, its MFU in the verdict (given a peak);
 # 2. every tp collective of one rank delayed 20 ms (--inject-fault 1:1:delay:tp:20) -> communication-bound on tp,
-#    and `loom diagnose --cluster` names tp as the part furthest from loom plan's prediction;
+#    and `loom diagnose --cluster` names tp as the part furthest from loom plan's prediction, as does
+#    the run's own end given log.cluster (a wrong file or an MoE model refused before step 1);
 # 3. pp 4 with 4 micro-batches a step -> bubble-bound, its measured pipeline idle beside the
 #    schedule's (p - 1) / (m + p - 1) = 3/7;
 # 4. each batch read delayed 100 ms (slow-data:100) -> input-bound;
@@ -35,11 +36,30 @@ run readme 1 "$LOOM_SOURCE/configs/gpt_tiny.yaml" --set train.steps=30
 run peak 1 "$LOOM_SOURCE/configs/gpt_tiny.yaml" --set train.peak_tflops=0.5
 MFU="$(grep -o 'MFU [0-9.]*% of 0.5 TFLOP/s' "$WORK/peak.log" | head -1)"
 [ -n "$MFU" ] && [[ "$VERDICT" == "verdict: compute-bound"*"$MFU"* ]] || fail "the verdict does not give the run's MFU ($MFU)"
-run tp_delay 2 "$TINY" --set parallel.tp=2 --inject-fault 1:1:delay:tp:20
+H100_NODE="$LOOM_SOURCE/configs/clusters/h100_sxm_8x_ib.yaml"
+run tp_delay 2 "$TINY" --set parallel.tp=2 --inject-fault 1:1:delay:tp:20 --set log.cluster="$H100_NODE"
 [[ "$VERDICT" == "verdict: communication-bound tp"* ]] || fail "a delayed tp all-reduce is not communication-bound on tp"
+# log.cluster: the run's own closing diagnosis sets the plan beside it (and keeps it in diagnosis.json
+# for loom diagnose without --cluster), the verdict still last.
+for f in "$WORK/tp_delay.log" "$WORK/tp_delay.diagnose"; do
+  grep -q "largest deviation: communication tp, measured" "$f" || { cat "$f"; fail "log.cluster: no plan beside the run in $f"; }
+done
+# ... and each group's link measured at the run's end (all-reduces of three sizes, a line through
+# them): tp's latency is the planted 20 ms a call (rank 0 waits for rank 1) against NVLink's
+# microseconds, and the verdict quotes it.
+[[ "$VERDICT" == *"tp's link measured"*"against the cluster's"* ]] || fail "the verdict does not quote tp's measured link"
+python3 - "$WORK/tp_delay.log" << 'PY' || { cat "$WORK/tp_delay.log"; fail "tp's link beside the cluster's"; }
+import sys
+lines = open(sys.argv[1]).read().split("each group's link, measured at the run's end")[1].splitlines()
+rows = [l.split() for l in lines if l.split()[:1] == ["tp"]]
+assert len(rows) == 1 and rows[0][2] == "intra-node", rows
+alpha, cluster_alpha = float(rows[0][3]), float(rows[0][5])
+assert alpha > 2000 and cluster_alpha < 10, rows[0]
+print(f"tp's link: alpha {alpha:.0f} us measured, {cluster_alpha} us in the cluster file")
+PY
 # Beside loom plan's prediction for the same layout on a cluster: the delayed tp all-reduces are the
 # part that deviates most from it, and the verdict stays the last line.
-"$LOOM" diagnose "$WORK/tp_delay" --cluster "$LOOM_SOURCE/configs/clusters/h100_sxm_8x_ib.yaml" > "$WORK/tp_plan.log" ||
+"$LOOM" diagnose "$WORK/tp_delay" --cluster "$H100_NODE" > "$WORK/tp_plan.log" ||
   fail "loom diagnose --cluster"
 grep -q "beside loom plan's prediction for this layout on 8x H100" "$WORK/tp_plan.log" &&
   grep -q "largest deviation: communication tp, measured" "$WORK/tp_plan.log" &&
@@ -91,6 +111,10 @@ expect_exit 2 "diagnosis.json is missing" "$LOOM" diagnose "$WORK/nowhere"
 mkdir -p "$WORK/hand_edited" && echo '{"steps": 3}' > "$WORK/hand_edited/diagnosis.json"
 expect_exit 2 "is not a diagnosis this version reads" "$LOOM" diagnose "$WORK/hand_edited"
 expect_exit 2 "cannot read cluster file" "$LOOM" diagnose "$WORK/tp_delay" --cluster "$WORK/no_cluster.yaml"
+# log.cluster is read before step 1: a wrong file, or a model the cost model cannot predict, stops the run there.
+expect_exit 2 "log.cluster: cannot read cluster file" "$LOOM" train "$TINY" --set log.cluster="$WORK/no_cluster.yaml"
+expect_exit 2 "log.cluster: this run trains a mixture of experts" "$LOOM" train "$TINY" --set model.moe.num_experts=4 \
+  --set log.cluster="$H100_NODE"
 expect_exit 2 "delay:GROUP:MS needs GROUP" "$LOOM" train "$TINY" --inject-fault 0:1:delay:xx:5
 expect_exit 2 "this layout has no tp group" "$LOOM" train "$TINY" --inject-fault 0:1:delay:tp:5
 expect_exit 2 "the straggler is the fault's rank" "$LOOM" train "$TINY" --inject-fault 0:1:straggler:1:5

@@ -1,0 +1,65 @@
+#include "parallel/alpha_beta_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+namespace loom::parallel {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Seconds of one all-reduce of BUFFER over COMM, issue to completion (on a GPU, to the device's
+// completion: the result read back is the wait).
+double time_all_reduce(Communicator& comm, torch::Tensor& buffer) {
+  const auto start = std::chrono::steady_clock::now();
+  comm.all_reduce(buffer).wait();
+  if (buffer.is_cuda()) (void)buffer[0].item<float>();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& device,
+                                const AlphaBetaProbeOptions& options) {
+  nlohmann::json out = nlohmann::json::array();
+  std::set<const Communicator*> seen;  // kinds that share a communicator (dp-cp is dp at cp 1) once
+  for (GroupKind kind : kAllGroupKinds) {
+    if (!groups.has(kind)) continue;
+    Communicator& comm = groups.get(kind);
+    if (comm.size() < 2 || !seen.insert(&comm).second) continue;
+    nlohmann::json row = {{"group", group_kind_name(kind)}, {"ranks", comm.size()}};
+    std::vector<std::pair<double, double>> points;
+    for (int64_t bytes : options.sizes_bytes) {
+      auto buffer = torch::ones({bytes / 4}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+      time_all_reduce(comm, buffer);  // unmeasured: connections and buffers set up
+      std::vector<double> seconds;
+      for (int64_t r = 0; r < options.repeats; ++r) seconds.push_back(time_all_reduce(comm, buffer));
+      points.emplace_back(static_cast<double>(bytes), median(seconds));
+      row["points"].push_back({bytes, points.back().second});
+    }
+    // Least squares through the medians.
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (auto [x, y] : points) {
+      n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+    }
+    const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx), intercept = (sy - slope * sx) / n;
+    const double p = static_cast<double>(comm.size());
+    if (slope <= 0) {
+      row["no_fit"] = "the time did not grow with the size";
+    } else if (intercept < 0) {
+      row["no_fit"] = "the line through the times has a negative latency";
+    } else {
+      row["alpha_us"] = intercept / (2.0 * (p - 1.0)) * 1e6;
+      row["bandwidth_GBps"] = 2.0 * (p - 1.0) / p / slope / 1e9;
+    }
+    out.push_back(row);
+  }
+  return out;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,31 @@
+// Each group's latency and bandwidth, measured: the counters' running fit (parallel/comm_stats.h)
+// is one line per op over all groups, and a group's calls in training are often all one size,
+// which fixes no slope. Here every rank all-reduces buffers of a few sizes over each of its groups
+// (the kinds in one order on every rank, so the collectives line up), and a line
+// time = alpha + beta * bytes is fitted through each size's median. The ring all-reduce of n bytes
+// over P ranks takes 2 (P - 1) link latencies and sends 2 (P - 1) / P n bytes over each link, so
+// the fit gives the link's own latency and bandwidth, comparable with a cluster file's.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "parallel/process_groups.h"
+
+namespace loom::parallel {
+
+struct AlphaBetaProbeOptions {
+  std::vector<int64_t> sizes_bytes = {4 << 10, 256 << 10, 4 << 20};
+  int64_t repeats = 5;  // per size, after one unmeasured call
+};
+
+// Collective over every group of this rank with two ranks or more. Returns this rank's groups:
+// [{"group", "ranks", "points": [[bytes, median_s]...], "alpha_us", "bandwidth_GBps"
+//   (the link's, from the ring's all-reduce), or "no_fit": why}...]. Buffers on DEVICE.
+nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& device,
+                                const AlphaBetaProbeOptions& options = {});
+
+}  // namespace loom::parallel
