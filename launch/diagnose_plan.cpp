@@ -178,6 +178,7 @@ nlohmann::json collectives_beside_cluster(const Config& config, const parallel::
 }
 
 std::string format_collectives_beside_cluster(const nlohmann::json& rows) {
+  if (rows.empty()) return "";  // one rank: no collective was counted
   std::ostringstream out;
   char line[256];
   out << "each collective per call (the mean over the ranks) beside the cluster's alpha-beta on its link:\n";
@@ -212,20 +213,29 @@ void add_plan_comparison(nlohmann::json& diagnosis, const Config& config, const 
                          const nlohmann::json& traffic, const nlohmann::json& probe) {
   diagnosis["plan"] = plan_beside_measured(config, cluster, diagnosis);
   if (!traffic.is_null()) diagnosis["collectives"] = collectives_beside_cluster(config, cluster, traffic);
-  if (probe.is_null() || probe.empty()) return;
-  diagnosis["links"] = links_beside_cluster(config, cluster, probe);
-  // A communication-bound verdict says how its group's link measured against the cluster's.
+  // Without a probe (loom diagnose --cluster, afterwards) the run's own measured links, if it kept
+  // any, are set beside this cluster instead of the one the run named.
+  const nlohmann::json measured = !probe.is_null() ? probe : diagnosis.value("links", nlohmann::json());
+  if (measured.is_null() || measured.empty()) return;
+  diagnosis["links"] = links_beside_cluster(config, cluster, measured);
+  // A communication-bound verdict says how its group's link measured against the cluster's: the
+  // group that carried its traffic (dp's gradients go over dp-cp when cp > 1).
   auto& verdict = diagnosis["verdict"];
-  if (!verdict.is_object() || verdict.value("kind", "") != "communication-bound") return;
-  for (const auto& row : diagnosis["links"]) {
-    if (row.at("group") != verdict.value("where", "") || !row.contains("alpha_us")) continue;
-    char text[224];
-    std::snprintf(text, sizeof(text),
-                  "; %s's link measured %.0f us and %.3g GB/s against the cluster's %.0f us and %.3g GB/s",
-                  row.at("group").get<std::string>().c_str(), row.at("alpha_us").get<double>(),
-                  row.at("bandwidth_GBps").get<double>(), row.at("cluster_alpha_us").get<double>(),
-                  row.at("cluster_bandwidth_GBps").get<double>());
-    verdict["detail"] = verdict.value("detail", "") + text;
+  if (!verdict.is_object()) return;
+  verdict.erase("link_detail");
+  if (verdict.value("kind", "") != "communication-bound") return;
+  const std::string where = verdict.value("where", "");
+  for (const std::string& group : {where + "-cp", where}) {
+    for (const auto& row : diagnosis["links"]) {
+      if (row.at("group") != group || !row.contains("alpha_us")) continue;
+      char text[224];
+      std::snprintf(text, sizeof(text),
+                    "%s's link measured %.0f us and %.3g GB/s against the cluster's %.0f us and %.3g GB/s",
+                    group.c_str(), row.at("alpha_us").get<double>(), row.at("bandwidth_GBps").get<double>(),
+                    row.at("cluster_alpha_us").get<double>(), row.at("cluster_bandwidth_GBps").get<double>());
+      verdict["link_detail"] = text;
+      return;
+    }
   }
 }
 
@@ -247,8 +257,18 @@ nlohmann::json links_beside_cluster(const Config& config, const parallel::Cluste
 std::string format_links_beside_cluster(const nlohmann::json& rows) {
   std::ostringstream out;
   char line[256];
-  out << "each group's link, measured at the run's end (all-reduces of 4 KiB to 4 MiB, rank 0's groups), "
-         "beside the cluster's:\n";
+  // The sizes measured, from the first fitted row's points.
+  double smallest = 0, largest = 0;
+  for (const auto& r : rows) {
+    if (!r.contains("points") || r.at("points").empty()) continue;
+    smallest = r.at("points").front().at(0).get<double>(), largest = r.at("points").back().at(0).get<double>();
+    break;
+  }
+  std::snprintf(line, sizeof(line),
+                "each group's link, measured at the run's end (all-reduces of %.0f KiB to %.0f KiB, rank 0's groups), "
+                "beside the cluster's:\n",
+                smallest / 1024.0, largest / 1024.0);
+  out << line;
   out << "  group           ranks  link        alpha us      GB/s  cluster alpha us  cluster GB/s\n";
   for (const auto& r : rows) {
     if (!r.contains("alpha_us")) {

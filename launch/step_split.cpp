@@ -229,6 +229,8 @@ std::string format_diagnosis(const nlohmann::json& d) {
   const auto& v = d.at("verdict");
   std::string detail = v.value("detail", "");
   if (d.contains("mfu") && v.at("kind") == "compute-bound") detail += "; " + d.at("mfu").get<std::string>();
+  // Its group's link against the cluster's (launch/diagnose_plan.h's add_plan_comparison).
+  if (v.contains("link_detail")) detail += "; " + v.at("link_detail").get<std::string>();
   // A group whose bytes crossed nodes (launch/step_report.h's note_inter_node): "dp inter-node".
   const std::string where =
       v.at("where").get<std::string>() + (v.contains("link") ? " " + v.at("link").get<std::string>() : "");

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <set>
+
+#include "parallel/hierarchical_communicator.h"
 
 namespace loom::parallel {
 namespace {
@@ -26,6 +29,8 @@ double time_all_reduce(Communicator& comm, torch::Tensor& buffer) {
 
 nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& device,
                                 const AlphaBetaProbeOptions& options) {
+  TORCH_CHECK(options.sizes_bytes.size() >= 2 && options.repeats >= 1,
+              "probe_alpha_beta: a line needs two sizes or more, each measured at least once");
   nlohmann::json out = nlohmann::json::array();
   std::set<const Communicator*> seen;  // kinds that share a communicator (dp-cp is dp at cp 1) once
   for (GroupKind kind : kAllGroupKinds) {
@@ -33,6 +38,14 @@ nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& devi
     Communicator& comm = groups.get(kind);
     if (comm.size() < 2 || !seen.insert(&comm).second) continue;
     nlohmann::json row = {{"group", group_kind_name(kind)}, {"ranks", comm.size()}};
+    // Two levels (parallel.dp_collectives: hierarchical) put different bytes on the node's links
+    // and across nodes: not one ring's line. Every rank of the group skips it alike.
+    if (dynamic_cast<HierarchicalCommunicator*>(&comm)) {
+      row["no_fit"] =
+          "a two-level group (parallel.dp_collectives: hierarchical): its node's and the cross-node links differ";
+      out.push_back(row);
+      continue;
+    }
     std::vector<std::pair<double, double>> points;
     for (int64_t bytes : options.sizes_bytes) {
       auto buffer = torch::ones({bytes / 4}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
@@ -49,7 +62,9 @@ nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& devi
     }
     const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx), intercept = (sy - slope * sx) / n;
     const double p = static_cast<double>(comm.size());
-    if (slope <= 0) {
+    if (!std::isfinite(slope) || !std::isfinite(intercept)) {
+      row["no_fit"] = "the sizes measured do not fix a line";
+    } else if (slope <= 0) {
       row["no_fit"] = "the time did not grow with the size";
     } else if (intercept < 0) {
       row["no_fit"] = "the line through the times has a negative latency";

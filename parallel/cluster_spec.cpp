@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -10,6 +11,8 @@
 namespace loom::parallel {
 
 ClusterSpec load_cluster(const std::string& path) {
+  // yaml-cpp opens a directory and then fails reading it with a stream error, not its BadFile.
+  if (std::filesystem::is_directory(path)) throw InputError("cannot read cluster file '" + path + "': a directory");
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
@@ -17,6 +20,8 @@ ClusterSpec load_cluster(const std::string& path) {
     throw InputError("cannot read cluster file '" + path + "'");
   } catch (const YAML::Exception& e) {
     throw InputError("cluster file '" + path + "' is not valid YAML: " + e.what());
+  } catch (const std::exception& e) {
+    throw InputError("cannot read cluster file '" + path + "': " + e.what());
   }
   const std::set<std::string> keys = {"name",
                                       "gpus_per_node",

@@ -1,5 +1,6 @@
 #include "parallel/group_rows.h"
 
+#include <limits>
 #include <numeric>
 
 namespace loom::parallel {
@@ -24,6 +25,8 @@ const std::vector<int64_t>& GroupRows::host() const {
 }
 
 torch::Tensor GroupRows::offsets(const torch::Device& device) const {
+  TORCH_CHECK(total_ <= std::numeric_limits<int32_t>::max(), "GroupRows: ", total_,
+              " rows overflow the grouped GEMM's int32 offsets");
   if (!host_ && counts_.device() == device) return counts_.cumsum(0).to(torch::kInt32);
   auto offs = torch::empty({groups()}, torch::kInt32);
   std::partial_sum(host().begin(), host().end(), offs.data_ptr<int32_t>());

@@ -10,18 +10,25 @@ build=${BUILD_DIR:-build}
 exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
 grep -qxF '/.gpu_carry/' "$exclude" 2> /dev/null || echo '/.gpu_carry/' >> "$exclude"
+# The baseline first, out of the way: it may be an earlier .gpu_carry/loom.
+baseline_copy=
+if [ -n "${BASELINE:-}" ]; then
+  baseline_copy=$(mktemp)
+  cp "$BASELINE" "$baseline_copy"
+fi
 rm -rf .gpu_carry && mkdir -p .gpu_carry/lib
 cp "$build/loom" .gpu_carry/
 [ -f "$build/libloom_sentencepiece.so" ] && cp "$build/libloom_sentencepiece.so" .gpu_carry/
 # BASELINE=path/to/an/earlier/loom [BASELINE_COMMIT=sha]: carried beside it, for session.sh's
 # BASELINE_CONFIGS (the same benchmark with both binaries on one GPU).
-if [ -n "${BASELINE:-}" ]; then
-  cp "$BASELINE" .gpu_carry/loom_baseline
-  echo "${BASELINE_COMMIT:-unknown}" > .gpu_carry/loom_baseline.commit
+if [ -n "$baseline_copy" ]; then
+  mv "$baseline_copy" .gpu_carry/loom_baseline
+  chmod +x .gpu_carry/loom_baseline
+  echo "${BASELINE_COMMIT:-unknown}" | tr -c 'A-Za-z0-9._\n-' _ > .gpu_carry/loom_baseline.commit
 fi
 # Every library the binaries load that is neither the C/C++ runtime (the GPU machine's own, newer)
 # nor LibTorch's or NVIDIA's (the GPU machine's wheel).
-for binary in .gpu_carry/loom .gpu_carry/libloom_sentencepiece.so; do
+for binary in .gpu_carry/loom .gpu_carry/loom_baseline .gpu_carry/libloom_sentencepiece.so; do
   [ -f "$binary" ] || continue
   ldd "$binary" | awk '/=> \// {print $1, $3}'
 done | sort -u | while read -r name path; do

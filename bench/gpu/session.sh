@@ -63,9 +63,13 @@ loom_only() {
     rm -rf "/tmp/loom_gpu_bench/${label}_$name"
     timeout "${BASELINE_TIMEOUT:-90}" "$binary" train "$config" --run-dir "/tmp/loom_gpu_bench/${label}_$name" \
       "${sets[@]}" 2>&1 | grep -E "MFU|error|Error" | tail -2
-    python3 -c 'import json, statistics, sys
-steps = [json.loads(l) for l in open(sys.argv[1])]
-print(sys.argv[2], "median tokens/s (steps 3+):", round(statistics.median(s["tokens_per_s"] for s in steps[2:])))' \
+    python3 -c 'import json, os, statistics, sys
+path = sys.argv[1]
+steps = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+if len(steps) < 3:
+    print(sys.argv[2], "no median: the run left", len(steps), "steps")
+else:
+    print(sys.argv[2], "median tokens/s (steps 3+):", round(statistics.median(s["tokens_per_s"] for s in steps[2:])))' \
       "/tmp/loom_gpu_bench/${label}_$name/metrics.jsonl" "$label"
   done
 }

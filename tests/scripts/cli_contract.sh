@@ -58,6 +58,7 @@ expect_exit 2 "--resume auto needs checkpoint.dir" "$LOOM" train "$TINY" --resum
 expect_exit 0 "checkpoint.dir '$WORK/ck_empty' does not exist, so there is nothing to resume: starting fresh" "$LOOM" train "$TINY" --run-dir "$WORK/fresh" \
   --set checkpoint.dir="$WORK/ck_empty" --set train.steps=2 --set train.warmup_steps=1 --resume auto
 expect_exit 2 "cannot read cluster file '$WORK/none.yaml'" "$LOOM" plan "$TINY" --cluster "$WORK/none.yaml"
+expect_exit 2 "cannot read cluster file '$WORK': a directory" "$LOOM" plan "$TINY" --cluster "$WORK"
 expect_exit 0 "decision order check: tp inside a node: yes" "$LOOM" plan "$LOOM_SOURCE/configs/gpt3_175b.yaml" \
   --cluster "$LOOM_SOURCE/configs/clusters/h100_sxm_8x_ib.yaml" --world 1024
 expect_exit 0 "zero_stage 3: " "$LOOM" plan "$TINY" --world 8

@@ -57,6 +57,13 @@ alpha, cluster_alpha = float(rows[0][3]), float(rows[0][5])
 assert alpha > 2000 and cluster_alpha < 10, rows[0]
 print(f"tp's link: alpha {alpha:.0f} us measured, {cluster_alpha} us in the cluster file")
 PY
+# Afterwards against another cluster: the run's measured links beside that cluster's figures (A100
+# NVLink, 300 GB/s), in the table and in the verdict, not the H100's the run named.
+"$LOOM" diagnose "$WORK/tp_delay" --cluster "$LOOM_SOURCE/configs/clusters/cloud_8x_a100_100gbe.yaml" > "$WORK/tp_a100.log" ||
+  fail "loom diagnose --cluster (another cluster)"
+grep -qE "^  tp +2 +intra-node +[0-9.]+ +[0-9.e+]+ +3.0 +300$" "$WORK/tp_a100.log" &&
+  [[ "$(tail -1 "$WORK/tp_a100.log")" == *"against the cluster's 3 us and 300 GB/s" ]] ||
+  { cat "$WORK/tp_a100.log"; fail "the measured links beside another cluster"; }
 # Beside loom plan's prediction for the same layout on a cluster: the delayed tp all-reduces are the
 # part that deviates most from it, and the verdict stays the last line.
 "$LOOM" diagnose "$WORK/tp_delay" --cluster "$H100_NODE" > "$WORK/tp_plan.log" ||
@@ -113,6 +120,7 @@ expect_exit 2 "is not a diagnosis this version reads" "$LOOM" diagnose "$WORK/ha
 expect_exit 2 "cannot read cluster file" "$LOOM" diagnose "$WORK/tp_delay" --cluster "$WORK/no_cluster.yaml"
 # log.cluster is read before step 1: a wrong file, or a model the cost model cannot predict, stops the run there.
 expect_exit 2 "log.cluster: cannot read cluster file" "$LOOM" train "$TINY" --set log.cluster="$WORK/no_cluster.yaml"
+expect_exit 2 "log.cluster: cannot read cluster file '$WORK': a directory" "$LOOM" train "$TINY" --set log.cluster="$WORK"
 expect_exit 2 "log.cluster: this run trains a mixture of experts" "$LOOM" train "$TINY" --set model.moe.num_experts=4 \
   --set log.cluster="$H100_NODE"
 expect_exit 2 "delay:GROUP:MS needs GROUP" "$LOOM" train "$TINY" --inject-fault 0:1:delay:xx:5
