@@ -17,12 +17,25 @@ fabric_run() {  # fabric_run NAME [--set ...]: 2 nodes x 2 ranks train the tiny 
 }
 
 run_loom 1 ref --set train.micro_batch_size=8 || { cat "$WORK/ref.log"; fail "one-process run"; }
-fabric_run flat
+# log.cluster: the run's end measures each group's link; a flat dp group gets a line, a two-level
+# one is left unfitted (two kinds of link), on every rank alike (no rank waits in a probe alone).
+CLUSTER=(--set log.cluster="$LOOM_SOURCE/configs/clusters/fabric_2x2_100mbit.yaml")
+dp_link() {  # dp_link NAME: the dp row of the run's measured links
+  python3 -c 'import json, sys; print([r for r in json.load(open(sys.argv[1]))["links"] if r["group"] == "dp"][0])' \
+    "$WORK/$1/diagnosis.json"
+}
+fabric_run flat "${CLUSTER[@]}"
 compare_losses "$WORK/flat" "$WORK/ref" || fail "flat dp 4 differs from one process"
+[[ "$(dp_link flat)" == *"'alpha_us'"*"'link': 'inter-node'"* ]] || fail "flat dp's link not measured: $(dp_link flat)"
 python3 "$SCRIPTS/checks.py" two-level-traffic "$WORK/flat" --nodes 2 || fail "flat traffic by level"
 for zero in 0 1 3; do
   name="hierarchical_zero$zero"
-  fabric_run "$name" --set parallel.dp_collectives=hierarchical --set "parallel.zero_stage=$zero"
+  extra=()
+  [ "$zero" = 0 ] && extra=("${CLUSTER[@]}")
+  fabric_run "$name" --set parallel.dp_collectives=hierarchical --set "parallel.zero_stage=$zero" "${extra[@]}"
+  if [ "$zero" = 0 ]; then
+    [[ "$(dp_link "$name")" == *"'no_fit'"*"a two-level group"* ]] || fail "$name: dp's link: $(dp_link "$name")"
+  fi
   echo -n "$name vs one process: "
   compare_losses "$WORK/$name" "$WORK/ref" || fail "$name differs from one process"
   python3 "$SCRIPTS/checks.py" two-level-traffic "$WORK/$name" --nodes 2 --hierarchical --buckets $((zero < 2)) ||
