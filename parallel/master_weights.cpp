@@ -1,5 +1,6 @@
 #include "parallel/master_weights.h"
 
+#include "core/cuda_kernel_args.h"
 #include "parallel/grad_hooks.h"
 
 namespace loom::parallel {
@@ -22,7 +23,17 @@ void MasterWeights::on_gradient(size_t i) {
   auto& p = model_[i];
   if (!p.grad().defined()) return;
   torch::NoGradGuard no_grad;
-  masters_[i].mutable_grad().add_(p.grad());
+  auto& sum = masters_[i].mutable_grad();
+  const auto& grad = p.grad();
+  if (cuda::kernels_take(grad.device(), grad.scalar_type()) && sum.is_contiguous() && grad.is_contiguous() &&
+      sum.sizes() == grad.sizes()) {
+    // One vectorised pass (core/cuda_kernels/accumulate.cu): the same fp32 sums as add_'s.
+    const c10::DeviceGuard guard(grad.device());
+    cuda::accumulate_fp32(sum.data_ptr<float>(), grad.data_ptr(), grad.numel(), *cuda::storage_of(grad.scalar_type()),
+                          cuda::current_stream(grad.device()));
+  } else {
+    sum.add_(grad);
+  }
   // Dropped, not zeroed: the next micro-batch's AccumulateGrad then takes its
   // incoming gradient as it is instead of adding into a low-precision buffer.
   p.mutable_grad() = torch::Tensor();

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "core/precision.h"
+#include "parallel/fused_cross_entropy.h"
 #include "parallel/init.h"
 #include "parallel/tp_regions.h"
 #include "parallel/weight_grad_store.h"
@@ -153,6 +154,9 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const to
     // fp16): no fp32 copy of the logits either way. LibTorch 2.11's GPU kernel takes that form for
     // fp16 only (bf16: "conversion is supported for Half type only", seen on an H100), the CPU's
     // for neither; they upcast first, to the same values.
+    // On a GPU in a build with loom's kernels, one pass forward and one back, in the logits' own
+    // type (parallel/fused_cross_entropy.h).
+    if (fused_cross_entropy_takes(logits)) return fused_cross_entropy(logits, targets);
     if (logits.is_cuda() && logits.scalar_type() == torch::kHalf)
       return at::nll_loss(at::_log_softmax(logits, 1, /*half_to_float=*/true), targets, {}, at::Reduction::None);
     return at::cross_entropy_loss(at_least_fp32(logits), targets, {}, at::Reduction::None);

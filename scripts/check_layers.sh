@@ -25,7 +25,7 @@ while IFS= read -r f; do
   limit=500
   [ "$f" = launch/trainer.cpp ] && limit=400
   [ "$lines" -le "$limit" ] || problems+=("$f has $lines lines (at most $limit)")
-done < <(git ls-files '*.cpp' '*.h')
+done < <(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
 if [ ${#problems[@]} -gt 0 ]; then
   printf 'check_layers: %s\n' "${problems[@]}" >&2
   exit 1

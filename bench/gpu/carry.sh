@@ -19,6 +19,11 @@ fi
 rm -rf .gpu_carry && mkdir -p .gpu_carry/lib
 cp "$build/loom" .gpu_carry/
 [ -f "$build/libloom_sentencepiece.so" ] && cp "$build/libloom_sentencepiece.so" .gpu_carry/
+# The unit tests, for check.sh's CUDA kernel tests (tests/test_cuda_kernels.cpp) on the GPU.
+if [ -x "$build/tests/loom_unit_tests" ]; then
+  mkdir -p .gpu_carry/tests
+  cp "$build/tests/loom_unit_tests" .gpu_carry/tests/
+fi
 # BASELINE=path/to/an/earlier/loom [BASELINE_COMMIT=sha]: carried beside it, for session.sh's
 # BASELINE_CONFIGS (the same benchmark with both binaries on one GPU).
 if [ -n "$baseline_copy" ]; then
@@ -28,7 +33,7 @@ if [ -n "$baseline_copy" ]; then
 fi
 # Every library the binaries load that is neither the C/C++ runtime (the GPU machine's own, newer)
 # nor LibTorch's or NVIDIA's (the GPU machine's wheel).
-for binary in .gpu_carry/loom .gpu_carry/loom_baseline .gpu_carry/libloom_sentencepiece.so; do
+for binary in .gpu_carry/loom .gpu_carry/loom_baseline .gpu_carry/libloom_sentencepiece.so .gpu_carry/tests/loom_unit_tests; do
   [ -f "$binary" ] || continue
   ldd "$binary" | awk '/=> \// {print $1, $3}'
 done | sort -u | while read -r name path; do

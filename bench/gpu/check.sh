@@ -10,6 +10,9 @@
 #     GPU run; the checkpoint then resumes on the CPU (rtol 1e-4).
 #  5. dropout (masks from the CPU's generators on both sides: rtol 1e-4), and mixtures of experts:
 #     GPT's and DeepSeek-V3's in small, fp32 (1e-4, up to a routing near-tie) and bf16 (2e-2).
+#  6. loom's CUDA kernels (fused cross-entropy and SwiGLU) against LibTorch's composed ones: the
+#     unit tests tagged [cuda] (tests/test_cuda_kernels.cpp), from the unit-test binary beside loom
+#     (bench/gpu/carry.sh carries it), with LOOM_REQUIRE_GPU=1 so that no GPU is a failure.
 # (ZeRO shards over dp x cp, so one GPU cannot check it: at world 1 it is off.)
 # Prints PASS/FAIL per check and "N passed, M failed" last; exit 1 if any failed.
 # The dry run (tests/scripts/gpu_check_dry_run.sh, in ctest): LOOM_GPU_CHECK_DEVICE=cpu maps the GPU
@@ -102,6 +105,20 @@ check moe_fp32 moe_runs moe_fp32 1e-4 "${MOE[@]}"
 check moe_bf16 moe_runs moe_bf16 2e-2 "${MOE[@]}" --set train.precision=bf16
 CONFIG=configs/llama_tiny.yaml check dsv3_fp32 moe_runs dsv3_fp32 1e-4 "${DSV3[@]}"
 CONFIG=configs/llama_tiny.yaml check dsv3_bf16 moe_runs dsv3_bf16 2e-2 "${DSV3[@]}" --set train.precision=bf16
+
+# loom's CUDA kernels against LibTorch's composed kernels (tests/test_cuda_kernels.cpp). In the
+# dry run (GPU side on the CPU) the binary runs without LOOM_REQUIRE_GPU and checks the CPU's path.
+kernel_tests() {
+  local tests=${UNIT_TESTS:-$(dirname "$loom")/tests/loom_unit_tests} require=1
+  [ "$gpu" = cpu ] && require=0
+  [ -x "$tests" ] || { echo "no unit-test binary at $tests"; return 1; }
+  if ! LOOM_REQUIRE_GPU=$require OMP_NUM_THREADS=1 "$tests" "[cuda]" > "$work/cuda_kernels.log" 2>&1; then
+    tail -40 "$work/cuda_kernels.log"
+    return 1
+  fi
+  tail -1 "$work/cuda_kernels.log"
+}
+check cuda_kernels kernel_tests
 
 # Checkpoint on the GPU: half the steps, exit, resume: the rest equal the straight run's bit for bit.
 resume_checks() {

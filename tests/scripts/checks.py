@@ -90,7 +90,10 @@ def compare_metrics(args):
             print(f"{key} differs at step {x['step']}: {x[key]!r} vs {y[key]!r} (rtol {args.rtol})")
             return 1
     d = abs(a[worst][key] - b[worst][key])
-    print(f"{len(a)} steps agree; largest |difference| {d:.3g} at step {a[worst]['step']}")
+    # The bar is relative (to max(1, |value|)): the figure it is held to, beside the absolute one.
+    r = d / max(1.0, abs(b[worst][key]))
+    print(f"{len(a)} steps agree; largest |difference| {d:.3g} at step {a[worst]['step']} "
+          f"({r:.3g} of max(1, |{key}|), bar {args.rtol:g})")
     return 0
 
 

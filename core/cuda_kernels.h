@@ -1,0 +1,48 @@
+// loom's own CUDA kernels, for the places where composing ATen's kernels costs a GPU step most
+// of its memory traffic outside the matrix products (docs/performance.md): the cross-entropy
+// over a large vocabulary and SwiGLU's gate (one pass over their tensors forward and one back,
+// computing in fp32 whatever the storage type), and the mixed-precision gradient's accumulation
+// into its fp32 master.
+//
+// The functions take raw device pointers and a CUDA stream (cudaStream_t as void*), so this header
+// and the .cu files under core/cuda_kernels/ include no LibTorch header: the torch-level
+// wrappers are parallel/fused_cross_entropy.cpp, parallel/master_weights.cpp and models/swiglu.cpp. Built where nvcc is
+// (CMakeLists.txt: LOOM_CUDA_KERNELS); cuda_kernels_built() says whether this binary has them.
+#pragma once
+
+#include <cstdint>
+
+namespace loom::cuda {
+
+// The storage type of a kernel's floating-point tensors (all of one call's tensors share it).
+enum class Storage { f32, f16, bf16 };
+
+// Whether this build compiled the kernels below (false: calling them throws).
+bool cuda_kernels_built();
+
+// Cross-entropy per row of LOGITS [rows, vocab] (contiguous) against TARGETS [rows] (int64):
+// LOSS[r] = logsumexp(logits[r]) - logits[r, t], in fp32, and LSE[r] the logsumexp (fp32),
+// kept for backward. A target of -100 (PyTorch's ignore_index) gives loss 0; any other target
+// outside [0, vocab) gives NaN, so that a bad token id cannot train silently.
+void cross_entropy_forward(const void* logits, Storage storage, const int64_t* targets, int64_t rows, int64_t vocab,
+                           float* loss, float* lse, void* stream);
+
+// GRAD_LOGITS[r, j] = (exp(logits[r, j] - lse[r]) - [j == t]) * grad_loss[r], rounded once to
+// the storage type; rows whose target is -100 get zeros.
+void cross_entropy_backward(const void* logits, Storage storage, const int64_t* targets, const float* lse,
+                            const float* grad_loss, int64_t rows, int64_t vocab, void* grad_logits, void* stream);
+
+// OUT = silu(GATE) * UP over N elements. Rounded as the CPU's SwiGLU (models/swiglu.cpp) rounds:
+// silu(gate) to the storage type, then the product, so that a GPU run and a CPU run round alike.
+void swiglu_forward(const void* gate, const void* up, int64_t n, Storage storage, void* out, void* stream);
+
+// GRAD_UP = round(silu(gate)) * dy and GRAD_GATE = silu'(gate) * round(dy * up), each product
+// rounded to the storage type where the CPU's rounds.
+void swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n, Storage storage,
+                     void* grad_gate, void* grad_up, void* stream);
+
+// DST[i] += SRC[i] over N elements, DST fp32 and SRC of STORAGE: the fp32 addition LibTorch's
+// add_ does, bit for bit, in one vectorised pass.
+void accumulate_fp32(float* dst, const void* src, int64_t n, Storage storage, void* stream);
+
+}  // namespace loom::cuda
