@@ -1,13 +1,14 @@
 // loom's own CUDA kernels, for the places where composing ATen's kernels costs a GPU step most
 // of its memory traffic outside the matrix products (docs/performance.md): the cross-entropy
-// over a large vocabulary and SwiGLU's gate (one pass over their tensors forward and one back,
-// computing in fp32 whatever the storage type), and the mixed-precision gradient's accumulation
-// into its fp32 master.
+// over a large vocabulary, SwiGLU's gate and the rotary embedding (one pass over their tensors
+// forward and one back, computing in fp32 whatever the storage type), and the mixed-precision
+// gradient's accumulation into its fp32 master.
 //
-// The functions take raw device pointers and a CUDA stream (cudaStream_t as void*), so this header
-// and the .cu files under core/cuda_kernels/ include no LibTorch header: the torch-level
-// wrappers are parallel/fused_cross_entropy.cpp, parallel/master_weights.cpp and models/swiglu.cpp. Built where nvcc is
-// (CMakeLists.txt: LOOM_CUDA_KERNELS); cuda_kernels_built() says whether this binary has them.
+// The functions take raw device pointers and a CUDA stream (cudaStream_t as void*), so this
+// header and the .cu files under core/cuda_kernels/ include no LibTorch header: the torch-level
+// wrappers are parallel/fused_cross_entropy.cpp, parallel/master_weights.cpp, models/swiglu.cpp
+// and models/rotary.cpp. Built where nvcc is (CMakeLists.txt: LOOM_CUDA_KERNELS);
+// cuda_kernels_built() says whether this binary has them.
 #pragma once
 
 #include <cstdint>
@@ -44,5 +45,18 @@ void swiglu_backward(const void* gate, const void* up, const void* grad_out, int
 // DST[i] += SRC[i] over N elements, DST fp32 and SRC of STORAGE: the fp32 addition LibTorch's
 // add_ does, bit for bit, in one vectorised pass.
 void accumulate_fp32(float* dst, const void* src, int64_t n, Storage storage, void* stream);
+
+// X's layout for rotary(): [batch, seq, heads, head_dim], the last dimension contiguous, the
+// others at these strides (in elements).
+struct RotaryShape {
+  int64_t batch, seq, heads, head_dim;
+  int64_t batch_stride, seq_stride, head_stride;
+};
+
+// The rotate-half rotary embedding of X (or, BACKWARD, its gradient's rotation back) into OUT,
+// contiguous [batch, seq, heads, head_dim]; COS and SIN hold one contiguous row of head_dim per
+// position of seq, of X's storage type. Rounded where models/rotary.cpp's composition rounds.
+void rotary(const void* x, const RotaryShape& shape, const void* cos, const void* sin, Storage storage, bool backward,
+            void* out, void* stream);
 
 }  // namespace loom::cuda

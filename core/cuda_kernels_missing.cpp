@@ -30,5 +30,8 @@ void swiglu_backward(const void*, const void*, const void*, int64_t, Storage, vo
 void accumulate_fp32(float*, const void*, int64_t, Storage, void*) {
   missing();
 }
+void rotary(const void*, const RotaryShape&, const void*, const void*, Storage, bool, void*, void*) {
+  missing();
+}
 
 }  // namespace loom::cuda

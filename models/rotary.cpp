@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cuda_kernel_args.h"
+
 namespace loom::models {
 
 torch::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeScalingConfig& scaling) {
@@ -92,17 +94,47 @@ torch::Tensor rotate_halves(const torch::Tensor& x, const torch::Tensor& cos, co
   return out;
 }
 
+// Whether loom's CUDA kernel (core/cuda_kernels/rotary.cu) takes X [B, S, H, D] (last dimension
+// contiguous) with COS and SIN [S, 1, D] of X's type, each position's row of D contiguous.
+bool kernel_takes(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  if (x.dim() != 4 || x.stride(3) != 1 || x.size(3) % 2 != 0 || !cuda::kernels_take(x.device(), x.scalar_type()))
+    return false;
+  for (const auto& table : {cos, sin}) {
+    if (table.dim() != 3 || table.scalar_type() != x.scalar_type() || table.device() != x.device() ||
+        table.size(0) != x.size(1) || table.size(1) != 1 || table.size(2) != x.size(3) ||
+        table.stride(0) != x.size(3) || table.stride(2) != 1)
+      return false;
+  }
+  return true;
+}
+
+// The rotation (or, BACKWARD, the gradient's rotation back) in one kernel, into a contiguous tensor.
+torch::Tensor rotate_in_kernel(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                               bool backward) {
+  const c10::DeviceGuard guard(x.device());
+  auto out = torch::empty(x.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
+  const cuda::RotaryShape shape{x.size(0), x.size(1), x.size(2), x.size(3), x.stride(0), x.stride(1), x.stride(2)};
+  cuda::rotary(x.data_ptr(), shape, cos.data_ptr(), sin.data_ptr(), *cuda::storage_of(x.scalar_type()), backward,
+               out.data_ptr(), cuda::current_stream(x.device()));
+  return out;
+}
+
+torch::Tensor rotate_halves_forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  return kernel_takes(x, cos, sin) ? rotate_in_kernel(x, cos, sin, false) : rotate_halves(x, cos, sin);
+}
+
 struct RotateHalves : torch::autograd::Function<RotateHalves> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
                                const torch::Tensor& sin) {
     ctx->save_for_backward({cos, sin});
-    return rotate_halves(x, cos, sin);
+    return rotate_halves_forward(x, cos, sin);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &cos = saved[0], &sin = saved[1];
-    const auto& g = grads[0];
+    const auto& g = grads[0].stride(-1) == 1 ? grads[0] : grads[0].contiguous();
+    if (kernel_takes(g, cos, sin)) return {rotate_in_kernel(g, cos, sin, true), torch::Tensor(), torch::Tensor()};
     const int64_t half = g.size(-1) / 2;
     auto dx = g * cos;
     dx.narrow(-1, 0, half).addcmul_(g.narrow(-1, half, half), sin.narrow(-1, half, half));
@@ -117,7 +149,7 @@ torch::Tensor RotaryEmbedding::rotate(const torch::Tensor& x, const torch::Tenso
                                       const torch::Tensor& sin) const {
   if (!interleave_) {
     if (x.requires_grad() && torch::GradMode::is_enabled()) return RotateHalves::apply(x, cos, sin);
-    return rotate_halves(x, cos, sin);
+    return rotate_halves_forward(x, cos, sin);
   }
   // Pairs (x0, x1), (x2, x3), ...: the even features, then the odd ones, rotated as rotate-half's halves.
   auto halves = x.unflatten(-1, {x.size(-1) / 2, 2}).transpose(-1, -2).flatten(-2);

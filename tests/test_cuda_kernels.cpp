@@ -9,6 +9,7 @@
 #include "core/cuda_backend.h"
 #include "core/cuda_kernel_args.h"
 #include "core/cuda_kernels.h"
+#include "models/rotary.h"
 #include "models/swiglu.h"
 #include "parallel/fused_cross_entropy.h"
 
@@ -142,6 +143,41 @@ TEST_CASE("fp32 += bf16 on a GPU: LibTorch's add_ bit for bit", "[cuda]") {
       cuda::accumulate_fp32(sum_offset.data_ptr<float>(), offset.data_ptr(), n - 1, *cuda::storage_of(dtype),
                             cuda::current_stream(gpu));
       CHECK(torch::equal(sum_offset, expected_offset));
+    }
+  }
+}
+
+TEST_CASE("the rotary embedding on a GPU rounds as the CPU's", "[cuda]") {
+  if (!gpu_here()) return;
+  const torch::Device gpu(torch::kCUDA, 0);
+  const models::RotaryEmbedding rotary(16, 64, 10000.0, RopeScalingConfig{}, /*interleave=*/false);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    CAPTURE(dtype);
+    torch::manual_seed(3);
+    // Keys as attention makes them: one of two heads' halves of a [B, S, heads, 2, d] projection
+    // (strided), from position 5 on; and positions picked one by one (apply_at).
+    const int64_t b = 2, s = 7, heads = 3, d = 16;
+    auto packed = torch::randn({b, s, heads, 2, d}).to(dtype);
+    auto dy = torch::randn({b, s, heads, d}).to(dtype);
+    auto positions = torch::tensor({9, 2, 40, 3, 3, 0, 63}, torch::kLong);
+    for (const bool at_positions : {false, true}) {
+      CAPTURE(at_positions);
+      auto run = [&](const torch::Device& device) {
+        auto leaf = packed.to(device).requires_grad_(true);
+        auto x = leaf.unbind(3)[0];
+        auto y = at_positions ? rotary.apply_at(x, positions.to(device)) : rotary.apply(x, 5);
+        y.backward(dy.to(device));
+        return std::pair{y.detach().cpu(), leaf.grad().cpu()};
+      };
+      const auto [y_gpu, grad_gpu] = run(gpu);
+      const auto [y_cpu, grad_cpu] = run(torch::kCPU);
+      const bool wide = dtype == torch::kFloat;
+      CHECK(worst(y_gpu, y_cpu, wide ? 1e-5 : 8e-3, 1e-5) <= 1);
+      CHECK(worst(grad_gpu, grad_cpu, wide ? 1e-5 : 8e-3, 1e-5) <= 1);
+      if (!wide) {
+        CHECK((y_gpu == y_cpu).to(torch::kDouble).mean().item<double>() >= 0.99);
+        CHECK((grad_gpu == grad_cpu).to(torch::kDouble).mean().item<double>() >= 0.99);
+      }
     }
   }
 }
