@@ -163,7 +163,8 @@ TEST_CASE("the rotary embedding on a GPU rounds as the CPU's", "[cuda]") {
     for (const bool at_positions : {false, true}) {
       CAPTURE(at_positions);
       auto run = [&](const torch::Device& device) {
-        auto leaf = packed.to(device).requires_grad_(true);
+        // A copy on either device: packed.to(kCPU) would be packed itself, made to require grad.
+        auto leaf = packed.clone().to(device).requires_grad_(true);
         auto x = leaf.unbind(3)[0];
         auto y = at_positions ? rotary.apply_at(x, positions.to(device)) : rotary.apply(x, 5);
         y.backward(dy.to(device));
