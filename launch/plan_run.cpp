@@ -71,6 +71,15 @@ int plan_run(const std::string& run_dir) {
                      "follows the router's choices, which the cost model cannot know; its metrics.jsonl has the "
                      "measured all-to-all bytes of every rank (moe.all_to_all) and traffic.json the counters");
   }
+  if (p.grad_compression == GradCompression::int8 || p.grad_compression == GradCompression::powersgd) {
+    // bf16's exchange is the step's model (models/gpt_traffic.cpp); int8 adds per-block scales and
+    // PowerSGD switches from plain all-reduces at its start step, which the model leaves to
+    // loom plan --cluster's byte formulas (launch/dp_variants.h).
+    throw InputError("loom plan --run: '" + run_dir + "' compressed its gradients with parallel.grad_compression " +
+                     to_string(p.grad_compression) +
+                     ", whose exchange the step's cost model does not predict call by call (it does for none and "
+                     "bf16); loom plan --cluster gives its bytes per step, and traffic.json has the counters");
+  }
   nlohmann::json traffic;
   try {
     std::ifstream(traffic_path) >> traffic;

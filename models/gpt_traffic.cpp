@@ -302,8 +302,16 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       int64_t sum = 0;
       for (size_t i : bucket) sum += bytes[i];
       if (zero > 0) sum = (sum / kFloat + l.d - 1) / l.d * l.d * kFloat;  // padded to dp equal shards
-      // Gradients are fp32 (the masters' under mixed precision), reduced in bf16 if asked.
-      add(l.grad_group, "all_reduce", 1, c.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? sum / 2 : sum);
+      if (c.parallel.grad_compression == GradCompression::bf16) {
+        // parallel/grad_compression.h: each rank's chunk of the bucket in bf16 to its owner (all-to-all,
+        // the rank's own chunk not sent), the owners' fp32 sums gathered back in bf16.
+        const int64_t chunk = (sum / kFloat + l.d - 1) / l.d;
+        add(l.grad_group, "all_to_all", 1, (l.d - 1) * chunk * 2);
+        add(l.grad_group, "all_gather", 1, l.d * chunk * 2);
+      } else {
+        // Gradients are fp32 (the masters' under mixed precision), reduced in bf16 if asked.
+        add(l.grad_group, "all_reduce", 1, c.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? sum / 2 : sum);
+      }
       if (zero > 0) add(l.grad_group, "all_gather", 1, sum);  // the updated (fp32) parameter shards
     }
     add(l.grad_group, "all_reduce", 1, (c.model.mtp.depth > 0 ? 2 : 1) * kDouble);  // the loss (and MTP's)

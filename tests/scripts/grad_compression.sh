@@ -21,6 +21,13 @@ must_run 4 int8 "${DP4[@]}" --set parallel.grad_compression=int8
 must_run 4 powersgd "${DP4[@]}" "${PSGD[@]}"
 python3 "$SCRIPTS/checks.py" compressed-bytes "$WORK" --ranks 4 --powersgd-rank 2 --powersgd-start 3 ||
   fail "compressed bytes differ from the formulas"
+# The step's cost model predicts bf16's exchange call by call (an all-to-all and an all-gather a
+# bucket); int8's and PowerSGD's it leaves to loom plan --cluster, and `loom plan --run` says so.
+"$LOOM" plan --run "$WORK/bf16" > "$WORK/bf16.plan" || { cat "$WORK/bf16.plan"; fail "loom plan --run bf16"; }
+python3 "$SCRIPTS/checks.py" plan-vs-run "$WORK/bf16" || fail "bf16's traffic differs from the prediction"
+for kind in int8 powersgd; do
+  expect_exit 2 "parallel.grad_compression $kind" "$LOOM" plan --run "$WORK/$kind"
+done
 for kind in bf16 int8; do
   echo -n "$kind vs none: "
   python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/$kind/metrics.jsonl" "$WORK/none/metrics.jsonl" --rtol 0.01 ||

@@ -32,12 +32,15 @@ while read -r np name rest; do
   flips=()
   # A routing near-tie flips on ~1e-7: MoE runs agree up to the first one (checks.py compare-metrics).
   [[ "$name" == *_moe_* ]] && flips=(--routing-flips)
+  # Gradients sent in bf16 round at 3 digits by design: the bar for compression, 2% of the loss.
+  rtol=1e-5
+  [[ "$name" == *_bf16c ]] && rtol=2e-2
   python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/$name/metrics.jsonl" "$WORK/${name}_ref/metrics.jsonl" \
-    --rtol 1e-5 "${flips[@]}" || fail "$name differs from one process (seed $SEED)"
+    --rtol "$rtol" "${flips[@]}" || fail "$name differs from one process (seed $SEED)"
   # The validation losses too (MoE's may differ after a routing flip).
   if [[ "$name" == *_val_* && "$name" != *_moe_* ]]; then
     echo -n "  validation vs one process: "
-    python3 "$SCRIPTS/checks.py" validation-agree "$WORK/$name" "$WORK/${name}_ref" --rtol 1e-5 --steps 10,20 \
+    python3 "$SCRIPTS/checks.py" validation-agree "$WORK/$name" "$WORK/${name}_ref" --rtol "$rtol" --steps 10,20 \
       --label "$name" || fail "$name: validation differs from one process (seed $SEED)"
   fi
   # The traffic every rank counted is the cost model's prediction (MoE's all-to-all follows the router: no
