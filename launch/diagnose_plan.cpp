@@ -102,6 +102,14 @@ std::string format_plan_beside_measured(const nlohmann::json& c) {
 
 namespace {
 
+// "2, 3" for [2, 3]; the first three and a count past that.
+std::string ranks_text(const nlohmann::json& ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size() && i < 3; ++i) text += (i ? ", " : "") + std::to_string(ranks[i].get<int64_t>());
+  if (ranks.size() > 3) text += ", ... (" + std::to_string(ranks.size()) + ")";
+  return text;
+}
+
 // Each group kind's size, and whether its first group stays inside one node of the cluster (ranks
 // laid on nodes of the cluster's gpus_per_node, as loom plan lays them).
 std::map<std::string, std::pair<int64_t, bool>> group_links(const Config& config,
@@ -227,12 +235,17 @@ void add_plan_comparison(nlohmann::json& diagnosis, const Config& config, const 
   const std::string where = verdict.value("where", "");
   for (const std::string& group : {where + "-cp", where}) {
     for (const auto& row : diagnosis["links"]) {
-      if (row.at("group") != group || !row.contains("alpha_us")) continue;
+      // Of several groups of the kind, the slowest one's link (the one a step waits for).
+      const bool several = row.contains("groups") && row.at("groups").size() > 1;
+      const auto& fit = several ? row.at("slowest") : row;
+      if (row.at("group") != group || !fit.contains("alpha_us")) continue;
+      std::string which;
+      if (several) which = " in its slowest group (ranks " + ranks_text(fit.at("ranks")) + ")";
       char text[224];
-      std::snprintf(text, sizeof(text),
-                    "%s's link measured %.0f us and %.3g GB/s against the cluster's %.0f us and %.3g GB/s",
-                    group.c_str(), row.at("alpha_us").get<double>(), row.at("bandwidth_GBps").get<double>(),
-                    row.at("cluster_alpha_us").get<double>(), row.at("cluster_bandwidth_GBps").get<double>());
+      std::snprintf(
+          text, sizeof(text), "%s's link measured %.0f us and %.3g GB/s%s against the cluster's %.0f us and %.3g GB/s",
+          group.c_str(), fit.at("alpha_us").get<double>(), fit.at("bandwidth_GBps").get<double>(), which.c_str(),
+          row.at("cluster_alpha_us").get<double>(), row.at("cluster_bandwidth_GBps").get<double>());
       verdict["link_detail"] = text;
       return;
     }
@@ -265,8 +278,8 @@ std::string format_links_beside_cluster(const nlohmann::json& rows) {
     break;
   }
   std::snprintf(line, sizeof(line),
-                "each group's link, measured at the run's end (all-reduces of %.0f KiB to %.0f KiB, rank 0's groups), "
-                "beside the cluster's:\n",
+                "each group's link, measured at the run's end (all-reduces of %.0f KiB to %.0f KiB; rank 0's group "
+                "of each kind, then the others), beside the cluster's:\n",
                 smallest / 1024.0, largest / 1024.0);
   out << line;
   out << "  group           ranks  link        alpha us      GB/s  cluster alpha us  cluster GB/s\n";
@@ -283,6 +296,25 @@ std::string format_links_beside_cluster(const nlohmann::json& rows) {
                     r.at("cluster_bandwidth_GBps").get<double>());
     }
     out << line;
+    // The kind's other groups (each measured by its own ranks), the slowest first, at most five.
+    if (!r.contains("groups") || r.at("groups").size() < 2) continue;
+    std::vector<nlohmann::json> others;
+    for (const auto& g : r.at("groups"))
+      if (g.at("ranks").at(0).get<int64_t>() != 0) others.push_back(g);  // rank 0's is the row's own
+    std::sort(others.begin(), others.end(),
+              [](const auto& a, const auto& b) { return a.value("largest_s", 0.0) > b.value("largest_s", 0.0); });
+    for (size_t i = 0; i < others.size() && i < 5; ++i) {
+      const auto& g = others[i];
+      if (g.contains("alpha_us")) {
+        std::snprintf(line, sizeof(line), "    its group of ranks %s: %.1f us, %.3g GB/s\n",
+                      ranks_text(g.at("ranks")).c_str(), g.at("alpha_us").get<double>(),
+                      g.at("bandwidth_GBps").get<double>());
+      } else {
+        std::snprintf(line, sizeof(line), "    its group of ranks %s: no fit\n", ranks_text(g.at("ranks")).c_str());
+      }
+      out << line;
+    }
+    if (others.size() > 5) out << "    and " << others.size() - 5 << " more\n";
   }
   return out.str();
 }

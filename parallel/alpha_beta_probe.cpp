@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "parallel/hierarchical_communicator.h"
@@ -25,6 +26,60 @@ double time_all_reduce(Communicator& comm, torch::Tensor& buffer) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Every rank measured its own groups of each kind; gathered over WORLD, each row (a kind) gets
+// "groups": every group of that kind with its members and fit (from its first rank's
+// measurement), so that a slow link outside this rank's groups shows too, and "slowest": the
+// group whose largest all-reduce took longest. Collective: rows in the same order on every rank.
+void add_every_group(Communicator& world, nlohmann::json& rows, const std::vector<int64_t>& first_member) {
+  if (rows.empty()) return;
+  constexpr int64_t kFields = 5;  // first member, fitted, alpha_us, bandwidth_GBps, largest size's median
+  const auto count = static_cast<int64_t>(rows.size());
+  auto mine = torch::zeros({count * kFields}, torch::kFloat64);
+  auto m = mine.accessor<double, 1>();
+  for (int64_t i = 0; i < count; ++i) {
+    const auto& row = rows[static_cast<size_t>(i)];
+    m[i * kFields] = static_cast<double>(first_member[static_cast<size_t>(i)]);
+    if (row.contains("alpha_us")) {
+      m[i * kFields + 1] = 1;
+      m[i * kFields + 2] = row.at("alpha_us").get<double>();
+      m[i * kFields + 3] = row.at("bandwidth_GBps").get<double>();
+    }
+    if (row.contains("points")) m[i * kFields + 4] = row.at("points").back().at(1).get<double>();
+  }
+  const int64_t world_size = world.size();
+  auto all = torch::zeros({world_size, count * kFields}, torch::kFloat64);
+  if (world_size > 1) {
+    world.all_gather(all, mine).wait();
+  } else {
+    all[0].copy_(mine);
+  }
+  auto a = all.accessor<double, 2>();
+  for (int64_t i = 0; i < count; ++i) {
+    std::map<int64_t, nlohmann::json> by_first;  // the groups of this kind, by their first rank
+    for (int64_t r = 0; r < world_size; ++r) {
+      const auto first = static_cast<int64_t>(a[r][i * kFields]);
+      auto& group = by_first[first];
+      group["ranks"].push_back(r);
+      if (r != first) continue;
+      if (a[r][i * kFields + 1] > 0) {
+        group["alpha_us"] = a[r][i * kFields + 2];
+        group["bandwidth_GBps"] = a[r][i * kFields + 3];
+      } else {
+        group["no_fit"] =
+            rows[static_cast<size_t>(i)].value("no_fit", std::string("no line through its first rank's times"));
+      }
+      group["largest_s"] = a[r][i * kFields + 4];
+    }
+    auto& row = rows[static_cast<size_t>(i)];
+    row["groups"] = nlohmann::json::array();
+    double slowest = -1;
+    for (auto& [first, group] : by_first) {
+      if (group.value("largest_s", 0.0) > slowest) slowest = group.value("largest_s", 0.0), row["slowest"] = group;
+      row["groups"].push_back(group);
+    }
+  }
+}
+
 }  // namespace
 
 nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& device,
@@ -32,12 +87,14 @@ nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& devi
   TORCH_CHECK(options.sizes_bytes.size() >= 2 && options.repeats >= 1,
               "probe_alpha_beta: a line needs two sizes or more, each measured at least once");
   nlohmann::json out = nlohmann::json::array();
+  std::vector<int64_t> first_member;   // per row: the global rank that heads this rank's group
   std::set<const Communicator*> seen;  // kinds that share a communicator (dp-cp is dp at cp 1) once
   for (GroupKind kind : kAllGroupKinds) {
     if (!groups.has(kind)) continue;
     Communicator& comm = groups.get(kind);
     if (comm.size() < 2 || !seen.insert(&comm).second) continue;
     nlohmann::json row = {{"group", group_kind_name(kind)}, {"ranks", comm.size()}};
+    first_member.push_back(comm.ranks().front());
     // Two levels (parallel.dp_collectives: hierarchical) put different bytes on the node's links
     // and across nodes: not one ring's line. Every rank of the group skips it alike.
     if (dynamic_cast<HierarchicalCommunicator*>(&comm)) {
@@ -74,6 +131,7 @@ nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& devi
     }
     out.push_back(row);
   }
+  add_every_group(groups.world_comm(), out, first_member);
   return out;
 }
 

@@ -22,9 +22,12 @@ struct AlphaBetaProbeOptions {
   int64_t repeats = 5;  // per size, after one unmeasured call
 };
 
-// Collective over every group of this rank with two ranks or more. Returns this rank's groups:
-// [{"group", "ranks", "points": [[bytes, median_s]...], "alpha_us", "bandwidth_GBps"
-//   (the link's, from the ring's all-reduce), or "no_fit": why}...]. Buffers on DEVICE.
+// Collective over every group of this rank with two ranks or more, then over the world. Returns a
+// row per kind of group: [{"group", "ranks", "points": [[bytes, median_s]...], "alpha_us",
+//   "bandwidth_GBps" (the link's, from the ring's all-reduce), or "no_fit": why (this rank's group
+//   of the kind); "groups": every group of the kind, [{"ranks": [global ranks], "alpha_us",
+//   "bandwidth_GBps" or "no_fit", "largest_s"}...]; "slowest": the one of those whose largest
+//   all-reduce took longest}...]. Buffers on DEVICE.
 nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& device,
                                 const AlphaBetaProbeOptions& options = {});
 

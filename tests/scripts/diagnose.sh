@@ -82,6 +82,20 @@ measured, predicted = float(rows[0][-2]), float(rows[0][-1])
 assert rows[0][3] == "intra-node" and measured > 5 and predicted < 0.1, rows[0]
 print(f"tp all_reduce: {measured} ms a call measured, {predicted} ms by the cluster's alpha-beta")
 PY
+# Every rank measures its own groups: at tp 2 x dp 2 with rank 3's tp all-reduces delayed, the slow
+# link is in the tp group of ranks 2 and 3, not rank 0's, and the table and the verdict name it.
+run tp_delay_far 4 "$TINY" --set parallel.tp=2 --inject-fault 3:1:delay:tp:20 --set log.cluster="$H100_NODE"
+python3 - "$WORK/tp_delay_far" "$VERDICT" << 'PY' || { cat "$WORK/tp_delay_far.log"; fail "the slow tp group of ranks 2, 3"; }
+import json, sys
+tp = [r for r in json.load(open(sys.argv[1] + "/diagnosis.json"))["links"] if r["group"] == "tp"][0]
+groups = {tuple(g["ranks"]): g for g in tp["groups"]}
+assert set(groups) == {(0, 1), (2, 3)}, groups
+slow, fast = groups[(2, 3)], groups[(0, 1)]
+assert tp["slowest"]["ranks"] == [2, 3] and slow["alpha_us"] > 2000 and slow["alpha_us"] > 2 * fast["alpha_us"], tp
+assert "in its slowest group (ranks 2, 3)" in sys.argv[2], sys.argv[2]
+print(f"tp groups: ranks 2, 3 at {slow['alpha_us']:.0f} us, ranks 0, 1 at {fast['alpha_us']:.0f} us")
+PY
+grep -qE "^    its group of ranks 2, 3: [0-9.]+ us" "$WORK/tp_delay_far.log" || { cat "$WORK/tp_delay_far.log"; fail "the table's other tp group"; }
 run bubble 4 "$TINY" --set parallel.pp=4 --set model.num_layers=4 --set train.micro_batch_size=2
 [[ "$VERDICT" == "verdict: bubble-bound pp"* ]] || fail "pp 4 with 4 micro-batches is not bubble-bound"
 python3 - "$WORK/bubble/diagnosis.json" << 'PY' || fail "the bubble's diagnosis"
