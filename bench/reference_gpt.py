@@ -108,6 +108,14 @@ def add_training_arguments(parser):
                              "the kernels' table goes to stderr")
     parser.add_argument("--profile-trace", default="", help="with --profile-steps: the Chrome trace's path")
     parser.add_argument("--compile", action="store_true", help="train torch.compile(model) (DDP's model under torchrun)")
+    parser.add_argument("--data", default="",
+                        help="PREFIX of a loom dataset (PREFIX.bin, uint16 tokens): random windows of it; "
+                             "empty: random tokens")
+    parser.add_argument("--seed", type=int, default=1234, help="the model's initialisation (train.seed)")
+    parser.add_argument("--powersgd-rank", type=int, default=0,
+                        help="under DDP: PyTorch's PowerSGD comm hook at this rank (0: plain all-reduce)")
+    parser.add_argument("--powersgd-start", type=int, default=10, help="PowerSGDState's start_powerSGD_iter")
+    parser.add_argument("--no-error-feedback", action="store_true", help="PowerSGDState(use_error_feedback=False)")
     parser.add_argument("--manual-attention", action="store_true",
                         help="attention as matmul, mask, softmax, matmul instead of scaled_dot_product_attention")
 
@@ -148,7 +156,7 @@ def train(args, build_model):
         torch.cuda.set_device(device)
     if world > 1:
         torch.distributed.init_process_group("nccl" if cuda else "gloo")
-    torch.manual_seed(1234)
+    torch.manual_seed(args.seed)
     fused_attention = hasattr(F, "scaled_dot_product_attention") and not args.manual_attention
     model = build_model(fused_attention).to(device)
     parameters = sum(p.numel() for p in model.parameters())  # unique: a tied weight counts once
@@ -162,11 +170,24 @@ def train(args, build_model):
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: loom_lr(s, args) / args.lr)
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
+        if args.powersgd_rank > 0:
+            # PyTorch's own PowerSGD (DDP comm hook): the outside reference for loom's
+            # parallel.grad_compression: powersgd (bench/compression.sh).
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+            state = powerSGD_hook.PowerSGDState(
+                process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                start_powerSGD_iter=args.powersgd_start, use_error_feedback=not args.no_error_feedback,
+                warm_start=True, random_seed=args.seed)
+            model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     if args.compile:
         model = torch.compile(model)
     batch = args.global_batch // world
     micro = args.micro_batch or batch
-    generator = torch.Generator().manual_seed(rank)
+    generator = torch.Generator().manual_seed(args.seed * 1000 + rank)
+    tokens = None
+    if args.data:
+        import numpy
+        tokens = torch.from_numpy(numpy.fromfile(args.data + ".bin", dtype=numpy.uint16).astype(numpy.int64))
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     rates, losses, graphs_after_warmup = [], [], 0
     profile_first, profile_last = (map(int, args.profile_steps.split("-")) if args.profile_steps else (0, 0))
@@ -179,7 +200,11 @@ def train(args, build_model):
             profiler = torch.profiler.profile(activities=kinds)
             profiler.__enter__()
         start = time.perf_counter()
-        data = torch.randint(args.vocab, (batch, args.seq_len + 1), generator=generator).to(device)
+        if tokens is None:
+            data = torch.randint(args.vocab, (batch, args.seq_len + 1), generator=generator).to(device)
+        else:
+            starts = torch.randint(len(tokens) - args.seq_len - 1, (batch,), generator=generator)
+            data = torch.stack([tokens[i:i + args.seq_len + 1] for i in starts.tolist()]).to(device)
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
         for first in range(0, batch, micro):
