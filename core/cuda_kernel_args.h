@@ -23,9 +23,10 @@ inline std::optional<Storage> storage_of(torch::ScalarType dtype) {
 }
 
 // Whether a tensor of DTYPE on DEVICE goes to loom's kernels: a CUDA tensor of a type they take,
-// in a build that has them.
+// in a build that has them, on a GPU they were compiled for.
 inline bool kernels_take(const torch::Device& device, torch::ScalarType dtype) {
-  return device.is_cuda() && storage_of(dtype).has_value() && cuda_kernels_built();
+  return device.is_cuda() && storage_of(dtype).has_value() && cuda_kernels_built() &&
+         cuda_kernels_run_on(device.has_index() ? device.index() : 0);
 }
 
 // LibTorch's current CUDA stream on DEVICE, as the kernels take it.

@@ -21,6 +21,11 @@ enum class Storage { f32, f16, bf16 };
 // Whether this build compiled the kernels below (false: calling them throws).
 bool cuda_kernels_built();
 
+// Whether the kernels run on GPU DEVICE: compiled for compute capability 8.0 and up (sm_80 and
+// sm_90 code, and PTX the driver compiles for newer ones), so not on an older GPU (a T4, a V100),
+// which keeps LibTorch's kernels. Asked once per device.
+bool cuda_kernels_run_on(int64_t device);
+
 // Cross-entropy per row of LOGITS [rows, vocab] (contiguous) against TARGETS [rows] (int64):
 // LOSS[r] = logsumexp(logits[r]) - logits[r, t], in fp32, and LSE[r] the logsumexp (fp32),
 // kept for backward. A target of -100 (PyTorch's ignore_index) gives loss 0; any other target

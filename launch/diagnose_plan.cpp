@@ -241,11 +241,18 @@ void add_plan_comparison(nlohmann::json& diagnosis, const Config& config, const 
       if (row.at("group") != group || !fit.contains("alpha_us")) continue;
       std::string which;
       if (several) which = " in its slowest group (ranks " + ranks_text(fit.at("ranks")) + ")";
-      char text[224];
-      std::snprintf(
-          text, sizeof(text), "%s's link measured %.0f us and %.3g GB/s%s against the cluster's %.0f us and %.3g GB/s",
-          group.c_str(), fit.at("alpha_us").get<double>(), fit.at("bandwidth_GBps").get<double>(), which.c_str(),
-          row.at("cluster_alpha_us").get<double>(), row.at("cluster_bandwidth_GBps").get<double>());
+      char measured[96];
+      if (fit.contains("bandwidth_GBps")) {
+        std::snprintf(measured, sizeof(measured), "%.0f us and %.3g GB/s", fit.at("alpha_us").get<double>(),
+                      fit.at("bandwidth_GBps").get<double>());
+      } else {
+        std::snprintf(measured, sizeof(measured), "%.0f us, latency-bound (its time hardly grew with the size)",
+                      fit.at("alpha_us").get<double>());
+      }
+      char text[288];
+      std::snprintf(text, sizeof(text), "%s's link measured %s%s against the cluster's %.0f us and %.3g GB/s",
+                    group.c_str(), measured, which.c_str(), row.at("cluster_alpha_us").get<double>(),
+                    row.at("cluster_bandwidth_GBps").get<double>());
       verdict["link_detail"] = text;
       return;
     }
@@ -289,11 +296,14 @@ std::string format_links_beside_cluster(const nlohmann::json& rows) {
                     static_cast<long long>(r.at("ranks").get<int64_t>()), r.at("link").get<std::string>().c_str(),
                     r.value("no_fit", std::string("-")).c_str());
     } else {
-      std::snprintf(line, sizeof(line), "  %-14s  %5lld  %-10s  %8.1f  %8.3g  %16.1f  %12.3g\n",
+      // A latency-bound group has no bandwidth to show ("-").
+      char bandwidth[16] = "-";
+      if (r.contains("bandwidth_GBps"))
+        std::snprintf(bandwidth, sizeof(bandwidth), "%.3g", r.at("bandwidth_GBps").get<double>());
+      std::snprintf(line, sizeof(line), "  %-14s  %5lld  %-10s  %8.1f  %8s  %16.1f  %12.3g\n",
                     r.at("group").get<std::string>().c_str(), static_cast<long long>(r.at("ranks").get<int64_t>()),
-                    r.at("link").get<std::string>().c_str(), r.at("alpha_us").get<double>(),
-                    r.at("bandwidth_GBps").get<double>(), r.at("cluster_alpha_us").get<double>(),
-                    r.at("cluster_bandwidth_GBps").get<double>());
+                    r.at("link").get<std::string>().c_str(), r.at("alpha_us").get<double>(), bandwidth,
+                    r.at("cluster_alpha_us").get<double>(), r.at("cluster_bandwidth_GBps").get<double>());
     }
     out << line;
     // The kind's other groups (each measured by its own ranks), the slowest first, at most five.
@@ -305,10 +315,13 @@ std::string format_links_beside_cluster(const nlohmann::json& rows) {
               [](const auto& a, const auto& b) { return a.value("largest_s", 0.0) > b.value("largest_s", 0.0); });
     for (size_t i = 0; i < others.size() && i < 5; ++i) {
       const auto& g = others[i];
-      if (g.contains("alpha_us")) {
+      if (g.contains("bandwidth_GBps")) {
         std::snprintf(line, sizeof(line), "    its group of ranks %s: %.1f us, %.3g GB/s\n",
                       ranks_text(g.at("ranks")).c_str(), g.at("alpha_us").get<double>(),
                       g.at("bandwidth_GBps").get<double>());
+      } else if (g.contains("alpha_us")) {
+        std::snprintf(line, sizeof(line), "    its group of ranks %s: %.1f us, latency-bound\n",
+                      ranks_text(g.at("ranks")).c_str(), g.at("alpha_us").get<double>());
       } else {
         std::snprintf(line, sizeof(line), "    its group of ranks %s: no fit\n", ranks_text(g.at("ranks")).c_str());
       }

@@ -77,7 +77,7 @@ class SwiGLUCuda : public torch::autograd::Function<SwiGLUCuda> {
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
   if (!gate.device().is_cpu()) {
     if (cuda::kernels_take(gate.device(), gate.scalar_type()) && up.scalar_type() == gate.scalar_type() &&
-        up.sizes() == gate.sizes())
+        up.device() == gate.device() && up.sizes() == gate.sizes())
       return SwiGLUCuda::apply(gate, up);
     return torch::silu(gate) * up;
   }

@@ -29,48 +29,50 @@ double time_all_reduce(Communicator& comm, torch::Tensor& buffer) {
 // Every rank measured its own groups of each kind; gathered over WORLD, each row (a kind) gets
 // "groups": every group of that kind with its members and fit (from its first rank's
 // measurement), so that a slow link outside this rank's groups shows too, and "slowest": the
-// group whose largest all-reduce took longest. Collective: rows in the same order on every rank.
-void add_every_group(Communicator& world, nlohmann::json& rows, const std::vector<int64_t>& first_member) {
-  if (rows.empty()) return;
-  constexpr int64_t kFields = 5;  // first member, fitted, alpha_us, bandwidth_GBps, largest size's median
-  const auto count = static_cast<int64_t>(rows.size());
-  auto mine = torch::zeros({count * kFields}, torch::kFloat64);
+// group whose largest all-reduce took longest. Collective: every rank sends a slot per kind of
+// kAllGroupKinds (SLOT[i]: row I's), absent where it has no such group (the embedding group's
+// middle pipeline stages), so that every rank sends the same bytes.
+void add_every_group(Communicator& world, nlohmann::json& rows, const std::vector<int64_t>& first_member,
+                     const std::vector<size_t>& slot) {
+  constexpr int64_t kFields = 5;  // first member (-1: absent), fitted, alpha_us, bandwidth_GBps, largest median
+  const auto kinds = static_cast<int64_t>(kAllGroupKinds.size());
+  auto mine = torch::full({kinds * kFields}, -1.0, torch::kFloat64);
   auto m = mine.accessor<double, 1>();
-  for (int64_t i = 0; i < count; ++i) {
-    const auto& row = rows[static_cast<size_t>(i)];
-    m[i * kFields] = static_cast<double>(first_member[static_cast<size_t>(i)]);
-    if (row.contains("alpha_us")) {
-      m[i * kFields + 1] = 1;
-      m[i * kFields + 2] = row.at("alpha_us").get<double>();
-      m[i * kFields + 3] = row.at("bandwidth_GBps").get<double>();
-    }
-    if (row.contains("points")) m[i * kFields + 4] = row.at("points").back().at(1).get<double>();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    const auto at = static_cast<int64_t>(slot[i]) * kFields;
+    m[at] = static_cast<double>(first_member[i]);
+    m[at + 1] = row.contains("alpha_us") ? 1 : 0;
+    m[at + 2] = row.value("alpha_us", 0.0);
+    m[at + 3] = row.value("bandwidth_GBps", 0.0);
+    m[at + 4] = row.contains("points") ? row.at("points").back().at(1).get<double>() : 0.0;
   }
   const int64_t world_size = world.size();
-  auto all = torch::zeros({world_size, count * kFields}, torch::kFloat64);
+  auto all = torch::zeros({world_size, kinds * kFields}, torch::kFloat64);
   if (world_size > 1) {
     world.all_gather(all, mine).wait();
   } else {
     all[0].copy_(mine);
   }
   auto a = all.accessor<double, 2>();
-  for (int64_t i = 0; i < count; ++i) {
+  for (size_t row_index = 0; row_index < rows.size(); ++row_index) {
+    const auto i = static_cast<int64_t>(slot[row_index]);
     std::map<int64_t, nlohmann::json> by_first;  // the groups of this kind, by their first rank
     for (int64_t r = 0; r < world_size; ++r) {
       const auto first = static_cast<int64_t>(a[r][i * kFields]);
+      if (first < 0) continue;  // rank r has no group of this kind
       auto& group = by_first[first];
       group["ranks"].push_back(r);
       if (r != first) continue;
       if (a[r][i * kFields + 1] > 0) {
         group["alpha_us"] = a[r][i * kFields + 2];
-        group["bandwidth_GBps"] = a[r][i * kFields + 3];
+        if (a[r][i * kFields + 3] > 0) group["bandwidth_GBps"] = a[r][i * kFields + 3];
       } else {
-        group["no_fit"] =
-            rows[static_cast<size_t>(i)].value("no_fit", std::string("no line through its first rank's times"));
+        group["no_fit"] = rows[row_index].value("no_fit", std::string("no line through its first rank's times"));
       }
       group["largest_s"] = a[r][i * kFields + 4];
     }
-    auto& row = rows[static_cast<size_t>(i)];
+    auto& row = rows[row_index];
     row["groups"] = nlohmann::json::array();
     double slowest = -1;
     for (auto& [first, group] : by_first) {
@@ -88,6 +90,7 @@ nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& devi
               "probe_alpha_beta: a line needs two sizes or more, each measured at least once");
   nlohmann::json out = nlohmann::json::array();
   std::vector<int64_t> first_member;   // per row: the global rank that heads this rank's group
+  std::vector<size_t> slot;            // per row: its kind's place in kAllGroupKinds
   std::set<const Communicator*> seen;  // kinds that share a communicator (dp-cp is dp at cp 1) once
   for (GroupKind kind : kAllGroupKinds) {
     if (!groups.has(kind)) continue;
@@ -95,6 +98,8 @@ nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& devi
     if (comm.size() < 2 || !seen.insert(&comm).second) continue;
     nlohmann::json row = {{"group", group_kind_name(kind)}, {"ranks", comm.size()}};
     first_member.push_back(comm.ranks().front());
+    slot.push_back(
+        static_cast<size_t>(std::find(kAllGroupKinds.begin(), kAllGroupKinds.end(), kind) - kAllGroupKinds.begin()));
     // Two levels (parallel.dp_collectives: hierarchical) put different bytes on the node's links
     // and across nodes: not one ring's line. Every rank of the group skips it alike.
     if (dynamic_cast<HierarchicalCommunicator*>(&comm)) {
@@ -119,10 +124,15 @@ nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& devi
     }
     const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx), intercept = (sy - slope * sx) / n;
     const double p = static_cast<double>(comm.size());
+    const double smallest_s = points.front().second, largest_s = points.back().second;
     if (!std::isfinite(slope) || !std::isfinite(intercept)) {
       row["no_fit"] = "the sizes measured do not fix a line";
-    } else if (slope <= 0) {
-      row["no_fit"] = "the time did not grow with the size";
+    } else if (slope <= 0 || largest_s < 1.1 * smallest_s) {
+      // Latency-bound: the largest all-reduce took hardly longer than the smallest (a delayed or
+      // congested link, or transfers small beside each call's cost), so the slope is noise and no
+      // bandwidth can be read; each ring step's share of the mean time is the latency.
+      row["alpha_us"] = sy / n / (2.0 * (p - 1.0)) * 1e6;
+      row["no_bandwidth"] = "latency-bound: the largest all-reduce took under 10% longer than the smallest";
     } else if (intercept < 0) {
       row["no_fit"] = "the line through the times has a negative latency";
     } else {
@@ -131,7 +141,7 @@ nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& devi
     }
     out.push_back(row);
   }
-  add_every_group(groups.world_comm(), out, first_member);
+  add_every_group(groups.world_comm(), out, first_member, slot);
   return out;
 }
 

@@ -24,7 +24,8 @@ struct AlphaBetaProbeOptions {
 
 // Collective over every group of this rank with two ranks or more, then over the world. Returns a
 // row per kind of group: [{"group", "ranks", "points": [[bytes, median_s]...], "alpha_us",
-//   "bandwidth_GBps" (the link's, from the ring's all-reduce), or "no_fit": why (this rank's group
+//   "bandwidth_GBps" (the link's, from the ring's all-reduce; absent, with "no_bandwidth": why,
+//   where the time hardly grew with the size: latency-bound), or "no_fit": why (this rank's group
 //   of the kind); "groups": every group of the kind, [{"ranks": [global ranks], "alpha_us",
 //   "bandwidth_GBps" or "no_fit", "largest_s"}...]; "slowest": the one of those whose largest
 //   all-reduce took longest}...]. Buffers on DEVICE.

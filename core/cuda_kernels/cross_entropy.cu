@@ -3,6 +3,7 @@
 // exponentials per thread (an "online" softmax); backward reads the row again and writes its
 // gradient, rounded once. LibTorch's composition instead copies bf16 logits to fp32 and passes
 // over those six times (docs/performance.md: 7% of the 1B Llama's step at a 128k vocabulary).
+#include <atomic>
 #include <cmath>
 
 #include "core/cuda_kernels.h"
@@ -20,27 +21,37 @@ struct MaxSum {
   float sum = 0.f;
 };
 
+// While a side's maximum is -inf its sum is 0, or NaN once a NaN was seen: kept as it is.
 __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   MaxSum out;
   out.max = fmaxf(a.max, b.max);
-  if (out.max == -INFINITY) return out;  // both empty (or every value -inf): nothing to add
-  out.sum = (a.max == -INFINITY ? 0.f : a.sum * expf(a.max - out.max)) +
-            (b.max == -INFINITY ? 0.f : b.sum * expf(b.max - out.max));
+  if (out.max == -INFINITY) {  // both empty (or every value -inf, or NaN)
+    out.sum = a.sum + b.sum;
+    return out;
+  }
+  out.sum = (a.max == -INFINITY ? a.sum : a.sum * expf(a.max - out.max)) +
+            (b.max == -INFINITY ? b.sum : b.sum * expf(b.max - out.max));
   return out;
 }
 
 // Adds N values to the running pair: one rescale for the group, then one exponential each.
-// A NaN value makes the sum NaN (fmaxf skips it, expf does not), as LibTorch's loss would be.
+// A NaN value makes the sum NaN (fmaxf skips it, expf does not), as LibTorch's loss would be,
+// also while nothing but -inf (or NaN) has come yet.
 template <int N>
 __device__ __forceinline__ void add(MaxSum& acc, const float (&x)[N]) {
   float group_max = x[0];
 #pragma unroll
   for (int i = 1; i < N; ++i) group_max = fmaxf(group_max, x[i]);
   if (group_max > acc.max) {
-    acc.sum = acc.max == -INFINITY ? 0.f : acc.sum * expf(acc.max - group_max);
+    if (acc.max != -INFINITY) acc.sum *= expf(acc.max - group_max);
     acc.max = group_max;
   }
-  if (acc.max == -INFINITY) return;  // only -infs so far: they add nothing
+  if (acc.max == -INFINITY) {  // only -infs (and NaNs) so far: the -infs add nothing
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (x[i] != x[i]) acc.sum = x[i];
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < N; ++i) acc.sum += expf(x[i] - acc.max);
 }
@@ -178,6 +189,23 @@ void check_rows(int64_t rows) {
 
 bool cuda_kernels_built() {
   return true;
+}
+
+bool cuda_kernels_run_on(int64_t device) {
+  // Per device: 0 not asked yet, 1 yes, 2 no (a memo of a fixed fact, not state).
+  static std::atomic<int> known[64] = {};
+  if (device < 0 || device >= 64) return false;
+  int answer = known[device].load();
+  if (answer == 0) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, static_cast<int>(device)) != cudaSuccess) {
+      cudaGetLastError();
+      major = 0;
+    }
+    answer = major >= 8 ? 1 : 2;
+    known[device].store(answer);
+  }
+  return answer == 1;
 }
 
 void cross_entropy_forward(const void* logits, Storage storage, const int64_t* targets, int64_t rows, int64_t vocab,
