@@ -49,7 +49,9 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     name=$(basename "$config" .yaml)
     echo "== bench/gpu/run.sh --config $config"
     mkdir -p "/tmp/loom_gpu_bench/$name"
-    OUT="/tmp/loom_gpu_bench/$name" timeout "${BENCH_TIMEOUT:-170}" bash bench/gpu/run.sh --config "$config" ${BENCH_SETS:-}
+    # 230 s: the Llama's torch.compile side compiles for about a minute in its first step, and at
+    # 170 s it did not finish on an H200 (2026-11-28, call 6).
+    OUT="/tmp/loom_gpu_bench/$name" timeout "${BENCH_TIMEOUT:-230}" bash bench/gpu/run.sh --config "$config" ${BENCH_SETS:-}
     cp "/tmp/loom_gpu_bench/$name"/results*.json "$out/" 2> /dev/null
   done
 fi
