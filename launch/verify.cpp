@@ -109,10 +109,9 @@ int verify(const VerifyArgs& args, const models::PipelineModelFactory& make_mode
   VerifyRuns runs;
   runs.steps = args.steps;
   runs.rtol = args.rtol > 0 ? args.rtol : mixed || bf16_wire ? 2e-2 : 1e-5;
-  runs.tolerance_of = args.rtol > 0 ? "--rtol"
-                      : mixed       ? to_string(config.train.precision)
-                      : bf16_wire   ? "gradients sent in bf16"
-                                    : to_string(config.train.precision);
+  runs.tolerance_of = args.rtol > 0         ? "--rtol"
+                      : bf16_wire && !mixed ? "gradients sent in bf16"
+                                            : to_string(config.train.precision);
   runs.adamw = config.train.optimizer == OptimizerKind::adamw;
   runs.adam_eps = config.train.adam_eps;
   runs.grad_clip = config.train.grad_clip;

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <map>
 #include <set>
 
 #include "parallel/hierarchical_communicator.h"
+#include "parallel/line_fit.h"
 
 namespace loom::parallel {
 namespace {
@@ -122,10 +122,11 @@ nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& devi
     for (auto [x, y] : points) {
       n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
     }
-    const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx), intercept = (sy - slope * sx) / n;
+    const auto line = fit_line(n, sx, sy, sxx, sxy);
+    const double slope = line.beta, intercept = line.alpha;
     const double p = static_cast<double>(comm.size());
     const double smallest_s = points.front().second, largest_s = points.back().second;
-    if (!std::isfinite(slope) || !std::isfinite(intercept)) {
+    if (!line.has_slope) {
       row["no_fit"] = "the sizes measured do not fix a line";
     } else if (slope <= 0 || largest_s < 1.1 * smallest_s) {
       // Latency-bound: the largest all-reduce took hardly longer than the smallest (a delayed or

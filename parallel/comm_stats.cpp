@@ -1,5 +1,7 @@
 #include "parallel/comm_stats.h"
 
+#include "parallel/line_fit.h"
+
 namespace loom::parallel {
 
 void CommStats::record_call(const std::string& group, const std::string& op, int64_t bytes,
@@ -69,17 +71,9 @@ std::map<std::string, AlphaBetaFit> CommStats::fits() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::map<std::string, AlphaBetaFit> out;
   for (const auto& [op, r] : regressions_) {
-    AlphaBetaFit fit;
-    fit.samples = static_cast<int64_t>(r.n);
-    const double variance = r.n * r.xx - r.x * r.x;
-    // Relative test: with sizes all alike the slope is noise, so only alpha (the mean) is reported.
-    if (r.n >= 2 && variance > 1e-9 * r.n * r.xx) {
-      fit.beta_s_per_byte = (r.n * r.xy - r.x * r.y) / variance;
-      fit.alpha_s = (r.y - fit.beta_s_per_byte * r.x) / r.n;
-    } else if (r.n > 0) {
-      fit.alpha_s = r.y / r.n;
-    }
-    out[op] = fit;
+    // With sizes all alike the slope is noise, so only alpha (the mean) is reported.
+    const auto line = fit_line(r.n, r.x, r.y, r.xx, r.xy);
+    out[op] = AlphaBetaFit{static_cast<int64_t>(r.n), line.alpha, line.beta};
   }
   return out;
 }

@@ -43,9 +43,8 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 void accumulate_as(float* dst, const void* src, int64_t n, cudaStream_t stream) {
   const bool vectorize = aligned16(dst) && aligned16(src);
-  const int64_t wanted = (n / 8 + kThreads - 1) / kThreads;
-  const unsigned blocks = static_cast<unsigned>(wanted < 1 ? 1 : (wanted > 65536 ? 65536 : wanted));
-  accumulate_kernel<T><<<blocks, kThreads, 0, stream>>>(dst, static_cast<const T*>(src), n, vectorize);
+  accumulate_kernel<T>
+      <<<grid_blocks(n / 8, kThreads), kThreads, 0, stream>>>(dst, static_cast<const T*>(src), n, vectorize);
   check_launch("accumulate_fp32");
 }
 
@@ -54,11 +53,7 @@ void accumulate_as(float* dst, const void* src, int64_t n, cudaStream_t stream) 
 void accumulate_fp32(float* dst, const void* src, int64_t n, Storage storage, void* stream) {
   if (n == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  switch (storage) {
-    case Storage::f32: return accumulate_as<float>(dst, src, n, s);
-    case Storage::f16: return accumulate_as<__half>(dst, src, n, s);
-    case Storage::bf16: return accumulate_as<__nv_bfloat16>(dst, src, n, s);
-  }
+  dispatch_storage(storage, [&](auto value) { accumulate_as<decltype(value)>(dst, src, n, s); });
 }
 
 }  // namespace loom::cuda

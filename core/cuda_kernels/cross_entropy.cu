@@ -213,11 +213,8 @@ void cross_entropy_forward(const void* logits, Storage storage, const int64_t* t
   check_rows(rows);
   if (rows == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  switch (storage) {
-    case Storage::f32: return forward_as<float>(logits, targets, rows, vocab, loss, lse, s);
-    case Storage::f16: return forward_as<__half>(logits, targets, rows, vocab, loss, lse, s);
-    case Storage::bf16: return forward_as<__nv_bfloat16>(logits, targets, rows, vocab, loss, lse, s);
-  }
+  dispatch_storage(storage,
+                   [&](auto value) { forward_as<decltype(value)>(logits, targets, rows, vocab, loss, lse, s); });
 }
 
 void cross_entropy_backward(const void* logits, Storage storage, const int64_t* targets, const float* lse,
@@ -225,11 +222,9 @@ void cross_entropy_backward(const void* logits, Storage storage, const int64_t* 
   check_rows(rows);
   if (rows == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  switch (storage) {
-    case Storage::f32: return backward_as<float>(logits, targets, lse, grad_loss, rows, vocab, grad_logits, s);
-    case Storage::f16: return backward_as<__half>(logits, targets, lse, grad_loss, rows, vocab, grad_logits, s);
-    case Storage::bf16: return backward_as<__nv_bfloat16>(logits, targets, lse, grad_loss, rows, vocab, grad_logits, s);
-  }
+  dispatch_storage(storage, [&](auto value) {
+    backward_as<decltype(value)>(logits, targets, lse, grad_loss, rows, vocab, grad_logits, s);
+  });
 }
 
 }  // namespace loom::cuda

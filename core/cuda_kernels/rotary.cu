@@ -50,8 +50,7 @@ template <typename T>
 void rotate_as(const void* x, const RotaryShape& shape, const void* cos, const void* sin, bool backward, void* out,
                cudaStream_t stream) {
   const int64_t total = shape.batch * shape.seq * shape.heads * (shape.head_dim / 2);
-  const int64_t wanted = (total + kThreads - 1) / kThreads;
-  const unsigned blocks = static_cast<unsigned>(wanted < 1 ? 1 : (wanted > 65536 ? 65536 : wanted));
+  const unsigned blocks = grid_blocks(total, kThreads);
   const auto* in = static_cast<const T*>(x);
   const auto *c = static_cast<const T*>(cos), *s = static_cast<const T*>(sin);
   if (backward) {
@@ -68,11 +67,7 @@ void rotary(const void* x, const RotaryShape& shape, const void* cos, const void
             void* out, void* stream) {
   if (shape.batch * shape.seq * shape.heads * shape.head_dim == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  switch (storage) {
-    case Storage::f32: return rotate_as<float>(x, shape, cos, sin, backward, out, s);
-    case Storage::f16: return rotate_as<__half>(x, shape, cos, sin, backward, out, s);
-    case Storage::bf16: return rotate_as<__nv_bfloat16>(x, shape, cos, sin, backward, out, s);
-  }
+  dispatch_storage(storage, [&](auto value) { rotate_as<decltype(value)>(x, shape, cos, sin, backward, out, s); });
 }
 
 }  // namespace loom::cuda

@@ -1,5 +1,6 @@
 // Loads and stores of loom's storage types as fp32, and 16-byte vectors of them, for the kernels
-// under core/cuda_kernels/ (device code only; no LibTorch header).
+// under core/cuda_kernels/ (no LibTorch header); and the launches' shared host side: the storage
+// type to a kernel's template argument, and a grid-stride loop's block count.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +10,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+
+#include "core/cuda_kernels.h"
 
 namespace loom::cuda {
 
@@ -53,6 +56,24 @@ struct alignas(16) Vec16 {
 
 inline bool aligned16(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
+// Calls F with a value of the C++ type STORAGE names (float, __half or __nv_bfloat16): the one
+// switch from Storage to a kernel's template argument (`using T = decltype(value)` inside F).
+template <typename F>
+void dispatch_storage(Storage storage, F&& f) {
+  switch (storage) {
+    case Storage::f32: return f(float{});
+    case Storage::f16: return f(__half{});
+    case Storage::bf16: return f(__nv_bfloat16{});
+  }
+}
+
+// Blocks for a grid-stride loop over ITEMS with THREADS a block: one item a thread, at most 65536
+// blocks (each thread then strides), at least one.
+inline unsigned grid_blocks(int64_t items, int threads) {
+  const int64_t wanted = (items + threads - 1) / threads;
+  return static_cast<unsigned>(wanted < 1 ? 1 : (wanted > 65536 ? 65536 : wanted));
 }
 
 inline void check_launch(const char* kernel) {

@@ -69,16 +69,10 @@ __global__ void __launch_bounds__(kThreads)
     backward_one(gate[j], up[j], dy[j], grad_gate[j], grad_up[j]);
 }
 
-// Enough blocks to fill the GPU several times over; each thread then strides.
-unsigned blocks_for(int64_t n, int per_thread) {
-  const int64_t wanted = (n / per_thread + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(wanted < 1 ? 1 : (wanted > 65536 ? 65536 : wanted));
-}
-
 template <typename T>
 void forward_as(const void* gate, const void* up, int64_t n, void* out, cudaStream_t stream) {
   const bool vectorize = aligned16(gate) && aligned16(up) && aligned16(out);
-  forward_kernel<T><<<blocks_for(n, Vec16<T>::size), kThreads, 0, stream>>>(
+  forward_kernel<T><<<grid_blocks(n / Vec16<T>::size, kThreads), kThreads, 0, stream>>>(
       static_cast<const T*>(gate), static_cast<const T*>(up), n, vectorize, static_cast<T*>(out));
   check_launch("swiglu_forward");
 }
@@ -88,7 +82,7 @@ void backward_as(const void* gate, const void* up, const void* dy, int64_t n, vo
                  cudaStream_t stream) {
   const bool vectorize =
       aligned16(gate) && aligned16(up) && aligned16(dy) && aligned16(grad_gate) && aligned16(grad_up);
-  backward_kernel<T><<<blocks_for(n, Vec16<T>::size), kThreads, 0, stream>>>(
+  backward_kernel<T><<<grid_blocks(n / Vec16<T>::size, kThreads), kThreads, 0, stream>>>(
       static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<const T*>(dy), n, vectorize,
       static_cast<T*>(grad_gate), static_cast<T*>(grad_up));
   check_launch("swiglu_backward");
@@ -99,22 +93,15 @@ void backward_as(const void* gate, const void* up, const void* dy, int64_t n, vo
 void swiglu_forward(const void* gate, const void* up, int64_t n, Storage storage, void* out, void* stream) {
   if (n == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  switch (storage) {
-    case Storage::f32: return forward_as<float>(gate, up, n, out, s);
-    case Storage::f16: return forward_as<__half>(gate, up, n, out, s);
-    case Storage::bf16: return forward_as<__nv_bfloat16>(gate, up, n, out, s);
-  }
+  dispatch_storage(storage, [&](auto value) { forward_as<decltype(value)>(gate, up, n, out, s); });
 }
 
 void swiglu_backward(const void* gate, const void* up, const void* grad_out, int64_t n, Storage storage,
                      void* grad_gate, void* grad_up, void* stream) {
   if (n == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
-  switch (storage) {
-    case Storage::f32: return backward_as<float>(gate, up, grad_out, n, grad_gate, grad_up, s);
-    case Storage::f16: return backward_as<__half>(gate, up, grad_out, n, grad_gate, grad_up, s);
-    case Storage::bf16: return backward_as<__nv_bfloat16>(gate, up, grad_out, n, grad_gate, grad_up, s);
-  }
+  dispatch_storage(storage,
+                   [&](auto value) { backward_as<decltype(value)>(gate, up, grad_out, n, grad_gate, grad_up, s); });
 }
 
 }  // namespace loom::cuda
