@@ -92,7 +92,8 @@ const std::vector<std::string> kOneProcess = {"parallel.tp=1",
                                               "parallel.sequence_parallel=false",
                                               "parallel.grad_compression=none",
                                               "parallel.grad_reduce_dtype=fp32",
-                                              "parallel.dp_collectives=flat"};
+                                              "parallel.dp_collectives=flat",
+                                              "parallel.ranks_per_node=0"};
 
 }  // namespace
 
