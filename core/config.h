@@ -176,6 +176,13 @@ struct ParallelConfig {
   int64_t virtual_stages = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   int64_t zero_stage = 0;
+  // HSDP: ZeRO (1, 2 or 3) shards over groups of dp_shard dp ranks (times cp) and replicates across
+  // them: gradients reduce-scattered inside the shard group, each shard all-reduced across the
+  // replicas, parameters gathered inside the shard group. 0: all of dp (plain ZeRO).
+  int64_t dp_shard = 0;
+  // The dp ranks of a shard group (dp unless HSDP), and whether ZeRO replicates across shard groups.
+  int64_t dp_shard_size() const { return dp_shard > 0 ? dp_shard : dp; }
+  bool hsdp() const { return dp_shard > 0 && dp_shard < dp; }
   std::string order = "tp-cp-ep-dp-pp";
   int64_t ranks_per_node = 0;  // 0: from the launcher (its local world size) and the host names
   // The gradient all-reduce over dp: one ring over the group (flat), or a reduce-scatter inside each

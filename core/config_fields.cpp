@@ -288,6 +288,9 @@ std::vector<ConfigField> make_fields() {
           "pipeline schedule: gpipe, 1f1b, interleaved or zb-h1 (zero bubble: weight gradients fill the bubbles)"),
       int_field("parallel", "zero_stage", LOOM_MEMBER(parallel.zero_stage),
                 "ZeRO: 0 off, 1 optimizer state, 2 also gradients, 3 also parameters (FSDP)"),
+      int_field("parallel", "dp_shard", LOOM_MEMBER(parallel.dp_shard),
+                "HSDP: ZeRO shards inside groups of this many dp ranks (normally a node's) and replicates across "
+                "them; 0: all of dp"),
       string_field("parallel", "order", LOOM_MEMBER(parallel.order),
                    "order of the rank grid's dimensions, fastest first"),
       int_field("parallel", "ranks_per_node", LOOM_MEMBER(parallel.ranks_per_node),

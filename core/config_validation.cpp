@@ -345,6 +345,14 @@ void resolve_and_validate(Config& c, int64_t world) {
           "virtual_stages = " + std::to_string(p.virtual_stages) + " needs the interleaved schedule, not '" +
               to_string(p.schedule) + "'");
   require(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage", "must be 0, 1, 2 or 3");
+  require(p.dp_shard >= 0, "parallel.dp_shard", "must be 0 (all of dp) or positive");
+  require(p.dp_shard == 0 || dp % p.dp_shard == 0, "parallel.dp_shard",
+          std::to_string(p.dp_shard) + " does not divide dp = " + std::to_string(dp) +
+              " into equal shard groups (replicas)");
+  require(p.dp_shard == 0 || p.dp_shard == dp || p.zero_stage >= 1, "parallel.dp_shard",
+          std::to_string(p.dp_shard) +
+              " shards ZeRO's state inside groups of that size, and parallel.zero_stage 0 "
+              "shards nothing: use zero_stage 1, 2 or 3 (or leave dp_shard 0)");
   // Collectives take their timeout in milliseconds: a bound keeps the conversion finite.
   require(p.timeout_s > 0 && p.timeout_s <= 30 * 24 * 3600.0, "parallel.timeout_s",
           "must be positive and at most 2592000 (30 days)");

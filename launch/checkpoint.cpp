@@ -29,14 +29,16 @@ std::string rank_file(int64_t rank, const std::string& extension) {
 
 nlohmann::json layout_of(const Config& c, int64_t world) {
   const auto& p = c.parallel;
-  return {{"world", world},
-          {"tp", p.tp},
-          {"pp", p.pp},
-          {"dp", p.dp},
-          {"ep", p.ep},
-          {"virtual_stages", p.virtual_stages},
-          {"zero_stage", p.zero_stage},
-          {"order", p.order}};
+  nlohmann::json layout = {{"world", world},
+                           {"tp", p.tp},
+                           {"pp", p.pp},
+                           {"dp", p.dp},
+                           {"ep", p.ep},
+                           {"virtual_stages", p.virtual_stages},
+                           {"zero_stage", p.zero_stage},
+                           {"order", p.order}};
+  if (p.hsdp()) layout["dp_shard"] = p.dp_shard;  // (ZeRO-1's buckets pad to the shard group)
+  return layout;
 }
 
 // Where this rank's part of a parameter sits in the whole tensor: along its

@@ -26,8 +26,8 @@ nlohmann::json plan_beside_measured(const Config& config, const parallel::Cluste
   std::map<std::string, double> predicted{{"compute and optimizer", e.compute_s * 1e3}};
   double critical = e.compute_s, dp_seconds = 0, pp_seconds = 0;
   for (const auto& t : e.traffic) {
-    if (t.group == "dp" || t.group == "dp-cp") {
-      dp_seconds = t.seconds;
+    if (t.group.rfind("dp", 0) == 0) {  // dp, dp-cp, or HSDP's dp-shard and dp-replicate
+      dp_seconds += t.seconds;
     } else if (t.group == "pp") {
       pp_seconds = t.seconds;
       critical += t.seconds;
@@ -115,7 +115,7 @@ std::string ranks_text(const nlohmann::json& ranks) {
 std::map<std::string, std::pair<int64_t, bool>> group_links(const Config& config,
                                                             const parallel::ClusterSpec& cluster) {
   const auto& p = config.parallel;
-  const parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
+  const parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp, p.dp_shard}, p.order);
   std::map<std::string, std::pair<int64_t, bool>> groups;
   for (auto kind : parallel::kAllGroupKinds) {
     const auto all = grid.groups(kind);

@@ -44,6 +44,16 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
   if (c.ranks % c.per_node != 0) c.per_node = 1;
   c.nodes = c.ranks / c.per_node;
   c.allowed = variant.compression == GradCompression::none || l.zero_stage <= 1;
+  if (variant.hsdp) {
+    // The shard group: the node's L ranks of the group (dp_shard dp ranks times cp), ZeRO 1-3,
+    // uncompressed, several nodes, and the larger shards of state must fit.
+    c.dp_shard = c.per_node % l.cp == 0 ? c.per_node / l.cp : 0;
+    Layout sharded = l;
+    sharded.dp_shard = c.dp_shard;
+    c.allowed = variant.compression == GradCompression::none && variant.collectives == DpCollectives::flat &&
+                l.zero_stage >= 1 && c.per_node > 1 && c.nodes > 1 && c.dp_shard > 0 && c.dp_shard < l.dp &&
+                estimate_layout(config, cluster, sharded).fits;
+  }
   // Stages 0 and 1 reduce the fp32 master gradients whatever the precision; 2 and 3 as the cost
   // model counts them (launch/layout_cost.cpp).
   const bool mixed = config.train.precision != TrainPrecision::fp32;
@@ -83,7 +93,15 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
     c.intra_bytes += (L - 1) / L * bytes;
     c.inter_bytes += (N - 1) / N * bytes / L;
   };
-  if (variant.compression == GradCompression::bf16 || variant.compression == GradCompression::int8) {
+  if (variant.hsdp) {
+    // ZeRO's passes inside the node, and each rank's 1/L share all-reduced across the nodes (every
+    // rank of a node at once: a GPU's share of the link each).
+    const double inside = l.zero_stage == 3 ? 4.0 : 2.0;
+    c.seconds = inside * ((L - 1) / L * payload * bi + (L - 1) * ai) + 2.0 * (N - 1) / N * payload / L * bx +
+                2.0 * (N - 1) * ax;
+    c.intra_bytes = inside * (L - 1) / L * payload;
+    c.inter_bytes = 2.0 * (N - 1) / N * payload / L;
+  } else if (variant.compression == GradCompression::bf16 || variant.compression == GradCompression::int8) {
     // The chunks all-to-all (flat, whatever dp_collectives says), then the sums all-gathered.
     c.seconds = all_to_all_time(payload, c.ranks, a, b_all) + pass_time(payload);
     c.intra_bytes += (L - 1) / q * payload;
@@ -114,6 +132,8 @@ std::vector<DpVariantCost> dp_variants(const Config& config, const parallel::Clu
       if (c.allowed) all.push_back(c);
     }
   }
+  auto hsdp = dp_variant_cost(config, cluster, estimate, {DpCollectives::flat, GradCompression::none, 1, true});
+  if (hsdp.allowed) all.push_back(hsdp);
   // The same step (a reduction hidden behind backward): the faster reduction first.
   std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
     return a.step_s != b.step_s ? a.step_s < b.step_s : a.seconds < b.seconds;
@@ -128,7 +148,8 @@ void print_dp_variants(const Config& config, const parallel::ClusterSpec& cluste
   const auto& first = all.front();
   double flat_step = 0;
   for (const auto& c : all) {
-    if (c.variant.collectives == DpCollectives::flat && c.variant.compression == GradCompression::none)
+    if (c.variant.collectives == DpCollectives::flat && c.variant.compression == GradCompression::none &&
+        !c.variant.hsdp)
       flat_step = c.step_s;
   }
   std::printf(
@@ -139,10 +160,21 @@ void print_dp_variants(const Config& config, const parallel::ClusterSpec& cluste
       static_cast<long long>(config.parallel.powersgd.rank));
   std::printf("  %-13s %-11s %14s %14s %12s %10s %9s\n", "dp_collectives", "compression", "intra MB/rank",
               "inter MB/rank", "reduction s", "step s", "vs flat");
+  // HSDP's row names its dp_shard in the collectives' column.
+  auto collectives = [](const DpVariantCost& c) {
+    return c.variant.hsdp ? "hsdp (" + std::to_string(c.dp_shard) + ")" : to_string(c.variant.collectives);
+  };
   for (const auto& c : all) {
-    std::printf("  %-13s %-11s %14.2f %14.2f %12.4f %10.4f %8.2fx\n", to_string(c.variant.collectives).c_str(),
+    std::printf("  %-13s %-11s %14.2f %14.2f %12.4f %10.4f %8.2fx\n", collectives(c).c_str(),
                 to_string(c.variant.compression).c_str(), c.intra_bytes / 1e6, c.inter_bytes / 1e6, c.seconds, c.step_s,
                 flat_step / c.step_s);
+  }
+  if (first.variant.hsdp) {
+    std::printf(
+        "  fastest: HSDP, parallel.dp_shard %lld (ZeRO's state sharded inside each node, replicated across), %.2fx "
+        "the flat uncompressed step\n",
+        static_cast<long long>(first.dp_shard), flat_step / first.step_s);
+    return;
   }
   std::printf(
       "  fastest: dp_collectives %s with grad_compression %s, %.2fx the flat uncompressed step (compression "

@@ -8,7 +8,11 @@
 //     and an all-reduce of S/L across nodes (2(N-1)/N S/L on the slow one);
 //   compressed: S becomes S/2 (bf16), S/4 plus one fp32 scale per 256 values (int8, over an
 //     all-to-all and an all-gather), or (n + m) r per n x m matrix plus the vectors (PowerSGD, two
-//     all-reduces).
+//     all-reduces);
+//   HSDP (parallel.dp_shard = the node's L ranks of the group, ZeRO 1-3): ZeRO's passes inside
+//     the node ((L-1)/L S each: reduce-scatter and all-gather, ZeRO-3 two more gathers) and one
+//     all-reduce of S/L across nodes (2(N-1)/N S/L); its state is sharded over L ranks, not Q, so
+//     it is offered only where that fits in memory.
 // `loom plan --cluster` prints them for the best layout and says which is fastest.
 #pragma once
 
@@ -25,6 +29,7 @@ struct DpVariant {
   DpCollectives collectives = DpCollectives::flat;
   GradCompression compression = GradCompression::none;
   int64_t powersgd_rank = 1;
+  bool hsdp = false;  // parallel.dp_shard: ZeRO's shard group is the node's ranks of the gradient group
 };
 
 struct DpVariantCost {
@@ -34,7 +39,8 @@ struct DpVariantCost {
   double intra_bytes = 0, inter_bytes = 0;     // what one rank sends per step on each link
   double seconds = 0;                          // the reduction
   double step_s = 0;                           // the layout's step with it (past what backward hides)
-  bool allowed = true;                         // compression needs zero_stage 0 or 1
+  bool allowed = true;                         // compression needs zero_stage 0 or 1; HSDP 1-3, nodes, memory
+  int64_t dp_shard = 0;                        // HSDP: parallel.dp_shard (dp ranks of a shard group)
 };
 
 DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec& cluster,

@@ -173,8 +173,10 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   const double element = mixed ? 2.0 : 4.0;
   const int64_t micro_batches = config.train.global_batch_size / (l.micro_batch * l.dp);
   const int64_t layers_per_stage = m.num_layers / l.pp;
-  // Gradients are averaged, and ZeRO shards, over dp x cp; a rank holds S / cp tokens of a sequence.
+  // Gradients are averaged, and ZeRO shards, over dp x cp (HSDP: over its shard group, replicated
+  // across REPLICAS of them); a rank holds S / cp tokens of a sequence.
   const int64_t grad_ranks = l.dp * l.cp, local_tokens = m.seq_len / l.cp;
+  const int64_t shard_ranks = l.shard_ranks(), replicas = grad_ranks / shard_ranks;
   if (config.train.optimizer == OptimizerKind::muon) {
     // Muon keeps one fp32 momentum for its matrices where AdamW keeps two moments. Under ZeRO-1
     // loom's AdamW keeps its moment shards over whole buckets, Muon's weights included, and the
@@ -184,7 +186,7 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   }
 
   e.parameters_per_rank = parameters_per_rank(config, l.tp, l.pp);
-  e.state_bytes = model_state_bytes(e.parameters_per_rank, l.zero_stage, grad_ranks, bytes);
+  e.state_bytes = model_state_bytes(e.parameters_per_rank, l.zero_stage, shard_ranks, bytes);
   // 1F1B keeps up to pp micro-batches in flight on the first stage; interleaving adds (p-1)/(p v).
   const double in_flight =
       static_cast<double>(std::min(l.pp, micro_batches)) *
@@ -252,7 +254,25 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
         {"cp", cp_link.name, layer_micro * cp_layer_volume_elements(config, l) * element, layer_micro * seconds});
   }
   double dp_seconds = 0;
-  if (grad_ranks > 1) {
+  if (grad_ranks > 1 && replicas > 1) {
+    // HSDP: the ZeRO traffic inside the shard group (its span decides its link), and each shard's
+    // 1/S of the gradients all-reduced across the replicas (over the whole group's link).
+    const Link& shard_link = l.tp * shard_ranks <= cluster.gpus_per_node ? intra : inter;
+    const double grads = e.parameters_per_rank * bytes.grad, params = e.parameters_per_rank * bytes.param;
+    const double s = static_cast<double>(shard_ranks), share = (s - 1) / s, r = static_cast<double>(replicas);
+    // Stage 1 reduce-scatters and all-gathers its whole buckets; 2 and 3 reduce-scatter the gradients
+    // and gather the updated parameters (stage 3 twice more).
+    const double gathers = l.zero_stage == 3 ? 3.0 : 1.0;
+    const double shard_wire = l.zero_stage <= 1 ? 2 * share * grads : share * grads + gathers * share * params;
+    const double shard_seconds =
+        l.zero_stage <= 1 ? ring_all_reduce_time(grads, shard_ranks, shard_link.alpha, shard_link.beta)
+                          : ring_all_gather_time(grads, shard_ranks, shard_link.alpha, shard_link.beta) +
+                                gathers * ring_all_gather_time(params, shard_ranks, shard_link.alpha, shard_link.beta);
+    const double replica_seconds = ring_all_reduce_time(grads / s, replicas, dp_link.alpha, dp_link.beta);
+    e.traffic.push_back({"dp-shard", shard_link.name, shard_wire, shard_seconds});
+    e.traffic.push_back({"dp-replicate", dp_link.name, 2 * (r - 1) / r * grads / s, replica_seconds});
+    dp_seconds = shard_seconds + replica_seconds;
+  } else if (grad_ranks > 1) {
     const double grads = e.parameters_per_rank * bytes.grad, params = e.parameters_per_rank * bytes.param;
     const double q = static_cast<double>(grad_ranks), share = (q - 1) / q;
     double wire = 0;
@@ -282,7 +302,7 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   e.bubble = pipeline_bubble(l.pp, micro_batches, l.virtual_stages);
   double critical = e.compute_s;
   for (const auto& t : e.traffic) {
-    if (t.group != "dp" && t.group != "dp-cp") critical += t.seconds;  // tp, cp and pp transfers sit on it
+    if (t.group.rfind("dp", 0) != 0) critical += t.seconds;  // tp, cp and pp transfers sit on it (not dp's)
   }
   // Bucketed dp reduction hides behind backward (two thirds of compute); only the rest shows.
   e.exposed_comm_s = std::max(0.0, dp_seconds - 2.0 / 3.0 * e.compute_s) + (critical - e.compute_s);
@@ -297,8 +317,9 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
 
 Layout layout_of(const Config& config) {
   const auto& p = config.parallel;
-  return {p.tp, p.pp,     p.dp, p.virtual_stages, p.zero_stage, config.train.micro_batch_size, config.train.recompute,
-          p.cp, p.cp_comm};
+  return {
+      p.tp, p.pp,      p.dp,      p.virtual_stages, p.zero_stage, config.train.micro_batch_size, config.train.recompute,
+      p.cp, p.cp_comm, p.dp_shard};
 }
 
 int64_t total_traffic_bytes(const LayoutEstimate& e) {

@@ -71,7 +71,10 @@ struct Layout {
   // Context parallelism: each sequence split over CP ranks (ring attention, or all-to-all).
   int64_t cp = 1;
   ContextComm cp_comm = ContextComm::p2p;
+  // HSDP (parallel.dp_shard): ZeRO shards over dp_shard dp ranks (times cp) and replicates across; 0: all of dp.
+  int64_t dp_shard = 0;
   int64_t world() const { return tp * cp * pp * dp; }
+  int64_t shard_ranks() const { return (dp_shard > 0 && dp_shard < dp ? dp_shard : dp) * cp; }
 };
 
 struct GroupTraffic {

@@ -43,7 +43,15 @@ double loom_state_bytes(double n, int64_t zero, int64_t dp, bool mixed) {
 
 void print_state_bytes(const Config& config, int64_t world) {
   const auto& p = config.parallel;
-  const int64_t dp = std::max<int64_t>(1, world / (p.tp * p.pp));
+  // ZeRO shards over dp x cp, or under HSDP over its shard group (parallel.dp_shard dp ranks x cp).
+  // (The config is not resolved here: dp is the rest of the world.)
+  const int64_t grad_ranks = std::max<int64_t>(1, world / (p.tp * p.pp));
+  const bool hsdp = p.dp_shard > 0 && p.dp_shard * p.cp < grad_ranks;
+  if (hsdp && grad_ranks % (p.dp_shard * p.cp) != 0) {
+    throw InputError("config key 'parallel.dp_shard': " + std::to_string(p.dp_shard) + " does not divide dp = " +
+                     std::to_string(grad_ranks / p.cp) + " on a world of " + std::to_string(world));
+  }
+  const int64_t dp = hsdp ? p.dp_shard * p.cp : grad_ranks;
   const double n = parameters_per_rank(config, p.tp, p.pp);
   const bool mixed = config.train.precision != TrainPrecision::fp32;
   const StateBytes bytes = mixed ? StateBytes{2, 2, 12} : StateBytes{4, 4, 8};
@@ -53,6 +61,10 @@ void print_state_bytes(const Config& config, int64_t world) {
       n, with_commas(models::model_num_parameters(config)).c_str(), static_cast<long long>(p.tp),
       static_cast<long long>(p.pp), static_cast<long long>(dp), to_string(config.train.precision).c_str(), bytes.param,
       bytes.grad, bytes.optimizer);
+  if (hsdp) {
+    std::printf("  (HSDP: ZeRO shards over parallel.dp_shard x cp = %lld ranks, replicated %lld times across)\n",
+                static_cast<long long>(dp), static_cast<long long>(grad_ranks / dp));
+  }
   for (int64_t zero = 0; zero <= 3; ++zero) {
     const double textbook = model_state_bytes(n, zero, dp, bytes), held = loom_state_bytes(n, zero, dp, mixed);
     std::printf("  zero_stage %lld: %12.0f bytes (%.3f GB)", static_cast<long long>(zero), textbook, textbook / 1e9);
@@ -110,9 +122,10 @@ void print_own_layout_variants(const Config& config, const parallel::ClusterSpec
   if (own.dp <= 0) own.dp = world / (p.tp * p.cp * p.pp);  // not resolved: the rest of the world
   if (own.world() != world || own.dp * own.cp < 2) return;
   char which[160];
-  std::snprintf(which, sizeof(which), "this config's layout (tp=%lld cp=%lld pp=%lld dp=%lld zero %lld, as %s, %s)",
+  const std::string shard = own.shard_ranks() < own.dp * own.cp ? " dp_shard=" + std::to_string(own.dp_shard) : "";
+  std::snprintf(which, sizeof(which), "this config's layout (tp=%lld cp=%lld pp=%lld dp=%lld%s zero %lld, as %s, %s)",
                 static_cast<long long>(own.tp), static_cast<long long>(own.cp), static_cast<long long>(own.pp),
-                static_cast<long long>(own.dp), static_cast<long long>(own.zero_stage),
+                static_cast<long long>(own.dp), shard.c_str(), static_cast<long long>(own.zero_stage),
                 to_string(p.dp_collectives).c_str(), to_string(p.grad_compression).c_str());
   print_dp_variants(config, cluster, estimate_layout(config, cluster, own), which);
 }

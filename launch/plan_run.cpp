@@ -97,7 +97,7 @@ int plan_run(const std::string& run_dir) {
     const auto& ck = config.checkpoint;
     if ((ck.interval > 0 && (s % ck.interval == 0 || s == config.train.steps)) || s == config.train.exit_after) ++saves;
   }
-  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
+  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp, p.dp_shard}, p.order);
   // The nodes the run's traffic report found (one node for reports written before it had them).
   std::vector<int64_t> node(static_cast<size_t>(world), 0);
   if (traffic.contains("nodes")) {

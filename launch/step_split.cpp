@@ -16,8 +16,9 @@ const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatt
                                        "all_to_all", "send_recv",  "other"};
 
 size_t group_class(const std::string& group) {
-  if (group == "dp-cp") return 3;
-  if (group == "expert-dp-cp") return 5;
+  // The gradient groups under cp and HSDP count as dp's (expert-dp's).
+  if (group == "dp-cp" || group == "dp-shard" || group == "dp-replicate") return 3;
+  if (group == "expert-dp-cp" || group == "expert-dp-shard" || group == "expert-dp-replicate") return 5;
   const auto it = std::find(kGroups.begin(), kGroups.end(), group);
   return it == kGroups.end() ? kGroups.size() - 1 : static_cast<size_t>(it - kGroups.begin());
 }

@@ -13,13 +13,17 @@ int topology(const TopologyArgs& args) {
   Config config = load_config(args.config_path, args.overrides);
   resolve_and_validate(config, args.world);
   const auto& p = config.parallel;
-  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp}, p.order);
+  parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp, p.dp_shard}, p.order);
 
   nlohmann::ordered_json out;
   out["world"] = args.world;
   out["order"] = p.order;
   out["sizes"] = {{"tp", p.tp}, {"cp", p.cp}, {"pp", p.pp}, {"dp", p.dp}, {"ep", p.ep}, {"expert-dp", p.dp / p.ep}};
-  for (auto kind : parallel::kAllGroupKinds) out["groups"][parallel::group_kind_name(kind)] = grid.groups(kind);
+  if (grid.hsdp()) out["sizes"]["dp-shard"] = p.dp_shard;
+  for (auto kind : parallel::kAllGroupKinds) {
+    auto groups = grid.groups(kind);
+    if (!groups.empty()) out["groups"][parallel::group_kind_name(kind)] = std::move(groups);  // HSDP's only with it
+  }
   // Nothing is launched, so no host names: consecutive blocks of parallel.ranks_per_node, else one node.
   const std::vector<parallel::NodeHint> hints(static_cast<size_t>(args.world), parallel::NodeHint{0, args.world});
   out["nodes"] = parallel::node_members(parallel::assign_nodes(hints, p.ranks_per_node));

@@ -1,5 +1,6 @@
 // The Trainer's test faults (--inject-fault): where a rank dies, stalls, slows down, fails or
 // overflows, on the first attempt only (launch/commands.h).
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <limits>
@@ -55,8 +56,10 @@ void Trainer::maybe_inject_fault(int64_t step) {
 
 std::vector<parallel::Communicator*> Trainer::fault_groups() const {
   using parallel::GroupKind;
-  // dp: the gradient reductions, over dp (x cp) and, for experts, expert-dp (x cp).
-  std::vector<GroupKind> kinds = {GroupKind::dp_cp, GroupKind::expert_dp_cp};
+  // dp: the gradient reductions, over dp (x cp) and, for experts, expert-dp (x cp); under HSDP
+  // also its shard and replica groups, which carry them.
+  std::vector<GroupKind> kinds = {GroupKind::dp_cp,        GroupKind::expert_dp_cp,    GroupKind::dp_shard,
+                                  GroupKind::dp_replicate, GroupKind::expert_dp_shard, GroupKind::expert_dp_replicate};
   if (fault_.group != "dp") {
     kinds = {fault_.group == "tp"   ? GroupKind::tp
              : fault_.group == "cp" ? GroupKind::cp
@@ -65,8 +68,11 @@ std::vector<parallel::Communicator*> Trainer::fault_groups() const {
   }
   std::vector<parallel::Communicator*> comms;
   // Groups of one rank move nothing (an expert-dp of one where dp = ep): a fault there would be no fault.
-  for (auto kind : kinds)
-    if (groups_.has(kind) && groups_.get(kind).size() > 1) comms.push_back(&groups_.get(kind));
+  for (auto kind : kinds) {
+    if (!groups_.has(kind) || groups_.get(kind).size() < 2) continue;
+    auto* comm = &groups_.get(kind);  // (without HSDP the shard kinds are the dp-cp groups themselves)
+    if (std::find(comms.begin(), comms.end(), comm) == comms.end()) comms.push_back(comm);
+  }
   return comms;
 }
 

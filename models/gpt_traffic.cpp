@@ -16,21 +16,26 @@ namespace {
 constexpr int64_t kFloat = 4, kDouble = 8;
 
 // With context parallelism gradients are averaged (and ZeRO shards) over dp x cp: D ranks of group
-// GRAD_GROUP ("dp", or "dp-cp" when cp > 1).
+// GRAD_GROUP ("dp", or "dp-cp" when cp > 1). Under HSDP (parallel.dp_shard) ZeRO shards over
+// SHARDS = dp_shard x cp ranks of SHARD_GROUP ("dp-shard"; the gradient group itself without HSDP)
+// and each shard's gradients are all-reduced over the replicas ("dp-replicate", dp / dp_shard ranks).
 struct Layout {
-  int64_t t, p, v, cp, d, layers_per_piece, vocab_shard;
-  bool sp;
-  std::string grad_group;
+  int64_t t, p, v, cp, d, shards, layers_per_piece, vocab_shard;
+  bool sp, hsdp;
+  std::string grad_group, shard_group;
   explicit Layout(const Config& c)
       : t(c.parallel.tp),
         p(c.parallel.pp),
         v(c.parallel.virtual_stages),
         cp(c.parallel.cp),
         d(c.parallel.dp * c.parallel.cp),
+        shards(c.parallel.dp_shard_size() * c.parallel.cp),
         layers_per_piece(c.model.num_layers / (c.parallel.pp * c.parallel.virtual_stages)),
         vocab_shard((c.model.vocab_size + c.parallel.tp - 1) / c.parallel.tp),
         sp(c.parallel.sequence_parallel),
-        grad_group(c.parallel.cp > 1 ? "dp-cp" : "dp") {}
+        hsdp(c.parallel.hsdp()),
+        grad_group(c.parallel.cp > 1 ? "dp-cp" : "dp"),
+        shard_group(hsdp ? "dp-shard" : grad_group) {}
   int64_t pieces() const { return p * v; }
 };
 
@@ -178,8 +183,8 @@ std::vector<MuonWeight> muon_weights(const Config& c, const parallel::RankCoords
   };
   for_each_local_shape(c, coords, add);
   if (c.parallel.zero_stage >= 1 && l.d > 1) {
-    const auto owner = parallel::balance_owners(costs, l.d);
-    for (size_t i = 0; i < out.size(); ++i) out[i].owned = owner[i] == coords.dp_cp;
+    const auto owner = parallel::balance_owners(costs, l.shards);
+    for (size_t i = 0; i < out.size(); ++i) out[i].owned = owner[i] == coords.dp_shard;
   }
   return out;
 }
@@ -206,6 +211,10 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     auto& p = out[{group, op}];
     p.calls += calls;
     p.bytes += calls * bytes_each;
+  };
+  // ZeRO's shard group: a group of one (HSDP with dp_shard 1, cp 1) runs nothing on the wire and counts nothing.
+  auto add_shard = [&](const std::string& op, int64_t calls, int64_t bytes_each) {
+    if (l.shards > 1) add(l.shard_group, op, calls, bytes_each);
   };
 
   bool first = false, last = false;
@@ -243,7 +252,8 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     // sums only the pieces in this rank's shards; none there, no call.
     int64_t summed = 0;
     if (l.d > 1 && works_by_units(c)) {
-      for (const auto& unit : gpt_sharded_units(c, coords)) summed += tp_summed_in_shard(unit, l.d, coords.dp_cp);
+      for (const auto& unit : gpt_sharded_units(c, coords))
+        summed += tp_summed_in_shard(unit, l.shards, coords.dp_shard);
     } else {
       for (const auto& p : local_parameters(c, coords)) summed += p.tp_summed ? p.numel : 0;
     }
@@ -266,7 +276,12 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     // Parameters are gathered in the model's dtype (bf16 under mixed precision), gradients reduced in fp32.
     const bool zero3 = c.parallel.zero_stage == 3;
     const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(Precision::of(c.train.precision).params));
-    auto padded = [&](int64_t n) { return (n + l.d - 1) / l.d * l.d; };
+    auto padded = [&](int64_t n) { return (n + l.shards - 1) / l.shards * l.shards; };
+    // HSDP: each reduce-scatter's shard is then all-reduced over the replicas (parallel/hsdp_communicator.h).
+    auto reduce_scatter = [&](int64_t calls, int64_t numel) {
+      add_shard("reduce_scatter", calls, padded(numel) * kFloat);
+      if (l.hsdp) add("dp-replicate", "all_reduce", calls, padded(numel) / l.shards * kFloat);
+    };
     // A split backward (zb-h1) holds every unit's gradients for the step: one reduce-scatter each.
     const bool split = parallel::splits_backward(c.parallel.schedule);
     bool lowest_block = true;
@@ -274,10 +289,10 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       int64_t gathers = unit.root || !zero3 ? 1 : 2 * m;
       if (split && zero3 && !unit.root && lowest_block) gathers -= passes_after_input_backward(c, coords.pp);
       if (!unit.root) lowest_block = false;
-      add(l.grad_group, "all_gather", gathers, padded(unit.numel()) * param_bytes);
-      add(l.grad_group, "reduce_scatter", unit.root || split ? 1 : m, padded(unit.numel()) * kFloat);
+      add_shard("all_gather", gathers, padded(unit.numel()) * param_bytes);
+      reduce_scatter(unit.root || split ? 1 : m, unit.numel());
     }
-    add(l.grad_group, "all_reduce", 1, kDouble);                                    // the gradient norm's shard sums
+    add_shard("all_reduce", 1, kDouble);                                            // the gradient norm's shard sums
     add(l.grad_group, "all_reduce", 1, (c.model.mtp.depth > 0 ? 2 : 1) * kDouble);  // the loss (and MTP's)
     if (c.train.optimizer == OptimizerKind::muon) {
       // Muon over the units (optim/unit_sharded_muon.h): each block's gradient shards gathered
@@ -288,8 +303,8 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
         const bool holds =
             std::any_of(weights.begin(), weights.end(), [&](const MuonWeight& w) { return w.block == unit.block; });
         if (!holds) continue;
-        add(l.grad_group, "all_gather", 1, padded(unit.numel()) * kFloat);
-        add(l.grad_group, "reduce_scatter", 1, padded(unit.numel()) * kFloat);
+        add_shard("all_gather", 1, padded(unit.numel()) * kFloat);
+        add_shard("reduce_scatter", 1, padded(unit.numel()) * kFloat);
       }
     }
   } else if (l.d > 1) {
@@ -301,18 +316,25 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     for (const auto& bucket : parallel::GradientBuckets::plan(bytes, bucket_bytes)) {
       int64_t sum = 0;
       for (size_t i : bucket) sum += bytes[i];
-      if (zero > 0) sum = (sum / kFloat + l.d - 1) / l.d * l.d * kFloat;  // padded to dp equal shards
+      if (zero > 0) sum = (sum / kFloat + l.shards - 1) / l.shards * l.shards * kFloat;  // padded to equal shards
       if (c.parallel.grad_compression == GradCompression::bf16) {
         // parallel/grad_compression.h: each rank's chunk of the bucket in bf16 to its owner (all-to-all,
         // the rank's own chunk not sent), the owners' fp32 sums gathered back in bf16.
         const int64_t chunk = (sum / kFloat + l.d - 1) / l.d;
         add(l.grad_group, "all_to_all", 1, (l.d - 1) * chunk * 2);
         add(l.grad_group, "all_gather", 1, l.d * chunk * 2);
+      } else if (l.hsdp) {
+        // Inside the shard group and across the replicas (parallel/hsdp_communicator.h); the bucket
+        // is padded to equal shards already.
+        const int64_t wire = c.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? sum / 2 : sum;
+        add_shard("reduce_scatter", 1, wire);
+        add("dp-replicate", "all_reduce", 1, wire / l.shards);
+        add_shard("all_gather", 1, wire);
       } else {
         // Gradients are fp32 (the masters' under mixed precision), reduced in bf16 if asked.
         add(l.grad_group, "all_reduce", 1, c.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? sum / 2 : sum);
       }
-      if (zero > 0) add(l.grad_group, "all_gather", 1, sum);  // the updated (fp32) parameter shards
+      if (zero > 0) add_shard("all_gather", 1, sum);  // the updated (fp32) parameter shards
     }
     add(l.grad_group, "all_reduce", 1, (c.model.mtp.depth > 0 ? 2 : 1) * kDouble);  // the loss (and MTP's)
   }
@@ -345,12 +367,12 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
   }
   if (l.t * l.p > 1) add("model-parallel", "all_reduce", 1, kDouble);  // the gradient norm
   // Muon (optim/muon.h): each weight split over tp has its fp32 update gathered whole there by the
-  // ranks that update it; under ZeRO-1 each weight's owner broadcasts it over dp-cp.
-  const bool owners = c.parallel.zero_stage == 1 && l.d > 1;
+  // ranks that update it; under ZeRO-1 each weight's owner broadcasts it over ZeRO's shard group.
+  const bool owners = c.parallel.zero_stage == 1 && l.d > 1 && l.shards > 1;
   for (const auto& weight : muon_weights(c, coords)) {
     if (l.t > 1 && weight.shape.tp_split_dim >= 0 && weight.owned)
       add("tp", "all_gather", 1, l.t * weight.shape.local_numel(l.t) * kFloat);
-    if (owners) add(l.grad_group, "broadcast", 1, weight.shape.local_numel(l.t) * kFloat);
+    if (owners) add(l.shard_group, "broadcast", 1, weight.shape.local_numel(l.t) * kFloat);
   }
   return out;
 }
@@ -359,11 +381,11 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
     const Config& c, const parallel::RankCoords& coords) {
   std::map<std::pair<std::string, std::string>, PredictedTraffic> out;
   const Layout l(c);
-  if (l.d == 1 || c.parallel.zero_stage == 0) return out;
-  // (l.d and the group are dp x cp's under context parallelism.)
+  // (l.d and the group are dp x cp's under context parallelism; the gathers run over ZeRO's shard group.)
+  if (l.d == 1 || c.parallel.zero_stage == 0 || l.shards == 1) return out;
   // Muon's owners send each weight's momentum before saving (layer-wise ownership).
   for (const auto& weight : muon_weights(c, coords)) {
-    auto& p = out[{l.grad_group, "broadcast"}];
+    auto& p = out[{l.shard_group, "broadcast"}];
     p.calls += 1;
     p.bytes += weight.shape.local_numel(l.t) * kFloat;
   }
@@ -372,9 +394,9 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
     // model's dtype), and under mixed precision its fp32 master weights.
     const auto precision = Precision::of(c.train.precision);
     const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(precision.params));
-    auto& p = out[{l.grad_group, "all_gather"}];
+    auto& p = out[{l.shard_group, "all_gather"}];
     for (const auto& unit : gpt_sharded_units(c, coords)) {
-      const int64_t padded = (unit.numel() + l.d - 1) / l.d * l.d;
+      const int64_t padded = (unit.numel() + l.shards - 1) / l.shards * l.shards;
       p.calls += 2;
       p.bytes += 2 * padded * kFloat;
       if (c.parallel.zero_stage == 3) {
@@ -395,8 +417,8 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
        parallel::GradientBuckets::plan(bytes, static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024))) {
     int64_t sum = 0;
     for (size_t i : bucket) sum += bytes[i];
-    sum = (sum / kFloat + l.d - 1) / l.d * l.d * kFloat;
-    auto& p = out[{l.grad_group, "all_gather"}];
+    sum = (sum / kFloat + l.shards - 1) / l.shards * l.shards * kFloat;
+    auto& p = out[{l.shard_group, "all_gather"}];
     p.calls += 2;
     p.bytes += 2 * sum;
   }

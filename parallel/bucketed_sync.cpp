@@ -40,15 +40,23 @@ class BucketedSync : public GradientSync {
       if (param.sequence_parallel) sequence_parallel.push_back(param.tensor);
     }
     if (groups_.dp_cp().size() > 1) {
-      parts_[0].buckets = std::make_unique<GradientBuckets>(parts_[0].tensors, groups_.dp_cp(), options_.bucket_bytes,
-                                                            options_.micro_batches, zero_stage_);
+      // ZeRO-1 shards the buckets over ZeRO's shard groups (all of dp-cp unless HSDP). The buckets
+      // are all-reduced over all of dp-cp: under HSDP inside the shard group and across the
+      // replicas; compressed, over the whole group, which the compressor's exchange needs.
+      const bool compressed = options_.compression.kind != GradCompression::none;
+      auto& dense = compressed ? groups_.dp_cp() : groups_.dp_shard_gradients();
+      auto& experts = compressed ? groups_.expert_dp_cp() : groups_.expert_dp_shard_gradients();
+      const int64_t average_over = groups_.dp_cp().size();
+      parts_[0].buckets =
+          std::make_unique<GradientBuckets>(parts_[0].tensors, dense, options_.bucket_bytes, options_.micro_batches,
+                                            zero_stage_, average_over, &groups_.dp_shard());
       // The tied copies' gradients change after backward (their sum): their buckets wait for finish().
       parts_[0].buckets->defer(tied);
       if (!parts_[1].tensors.empty()) {
         // Each expert's gradient already sums the tokens of its ep group's dp ranks: averaged over all of dp.
         parts_[1].buckets =
-            std::make_unique<GradientBuckets>(parts_[1].tensors, groups_.expert_dp_cp(), options_.bucket_bytes,
-                                              options_.micro_batches, zero_stage_, groups_.dp_cp().size());
+            std::make_unique<GradientBuckets>(parts_[1].tensors, experts, options_.bucket_bytes, options_.micro_batches,
+                                              zero_stage_, average_over, &groups_.expert_dp_shard());
       }
     }
     for (auto& part : parts_) {
@@ -87,7 +95,7 @@ class BucketedSync : public GradientSync {
       if (p == 1 && parts_[1].tensors.empty()) break;
       OptimizerPart part;
       part.index = parts_[p].index;
-      part.group = p == 0 ? &groups_.dp_cp() : &groups_.expert_dp_cp();
+      part.group = p == 0 ? &groups_.dp_shard() : &groups_.expert_dp_shard();
       if (zero_stage_ >= 1) part.sharded_buckets = parts_[p].buckets.get();
       part.gradients_free = !parts_[p].buckets;
       parts.push_back(std::move(part));

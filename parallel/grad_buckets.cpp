@@ -4,7 +4,8 @@
 
 namespace loom::parallel {
 GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes,
-                                 int64_t accumulations, int64_t zero_stage, int64_t average_over)
+                                 int64_t accumulations, int64_t zero_stage, int64_t average_over,
+                                 const Communicator* shards)
     : params_(std::move(params)),
       dp_(dp),
       accumulations_(accumulations),
@@ -12,6 +13,7 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator
   bucket_of_.assign(params_.size(), 0);
   std::vector<int64_t> bytes;
   for (const auto& p : params_) bytes.push_back(p.numel() * static_cast<int64_t>(p.element_size()));
+  if (!shards) shards = &dp;
   torch::NoGradGuard no_grad;
   for (auto& group : plan(bytes, bucket_bytes)) {
     Bucket bucket;
@@ -19,9 +21,9 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator
     std::vector<torch::Tensor> members;
     for (size_t i : group) members.push_back(params_[i]);
     // Sharded buckets split into dp equal contiguous ranges (Megatron-LM's distributed optimizer).
-    l.flat = FlatLayout::of(members, zero_stage > 0 ? dp.size() : 1);
+    l.flat = FlatLayout::of(members, zero_stage > 0 ? shards->size() : 1);
     l.buffer = torch::zeros({l.flat.padded()}, params_[group.front()].options());
-    l.shard_begin = zero_stage > 0 ? l.flat.shard_begin(dp.rank()) : 0;
+    l.shard_begin = zero_stage > 0 ? l.flat.shard_begin(shards->rank()) : 0;
     for (size_t j = 0; j < group.size(); ++j) {
       auto& p = params_[group[j]];
       p.mutable_grad() = l.flat.view(l.buffer, j, p.sizes());

@@ -49,8 +49,9 @@ class GradientBuckets {
   // gradient already sums the tokens of the ep group's dp ranks.
   // Parameters outside autograd (fp32 master weights) have no accumulator to
   // hook: whoever fills their gradient calls gradient_arrived().
+  // SHARDS: the group ZeRO-1's shards are laid out over (HSDP's shard group; null: DP itself).
   GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes, int64_t accumulations,
-                  int64_t zero_stage = 0, int64_t average_over = 0);
+                  int64_t zero_stage = 0, int64_t average_over = 0, const Communicator* shards = nullptr);
   // Reduce in WIRE_DTYPE (bf16: parallel.grad_reduce_dtype) instead of the buffers' dtype.
   void reduce_in(torch::ScalarType wire_dtype);
   // parallel.grad_compression: each bucket's all-reduce compressed, with its own state

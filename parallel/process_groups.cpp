@@ -6,12 +6,16 @@
 
 #include "core/errors.h"
 #include "parallel/hierarchical_communicator.h"
+#include "parallel/hsdp_communicator.h"
 
 namespace loom::parallel {
 
 ProcessGroups::ProcessGroups(const RankGrid& grid, int64_t rank, const CommunicatorFactory& factory,
                              std::shared_ptr<CommStats> stats)
     : grid_(grid), rank_(rank), coords_(grid.coords(rank)), stats_(std::move(stats)) {
+  // Before any rendezvous: every rank refuses an uneven cut alike.
+  if (const std::string problem = grid.hsdp_problem(); !problem.empty())
+    throw InputError("config key 'parallel.dp_shard': " + problem);
   std::vector<int64_t> everyone(static_cast<size_t>(grid.world()));
   std::iota(everyone.begin(), everyone.end(), 0);
   world_ = make("world", "world", everyone, factory);
@@ -22,6 +26,12 @@ ProcessGroups::ProcessGroups(const RankGrid& grid, int64_t rank, const Communica
       if (std::find(all[index].begin(), all[index].end(), rank) == all[index].end()) continue;
       const std::string name = group_kind_name(kind);
       groups_[kind] = make(name, name + "/" + std::to_string(index), all[index], factory);
+    }
+  }
+  if (grid.hsdp()) {
+    for (auto [shard, replicate] : {std::pair{GroupKind::dp_shard, GroupKind::dp_replicate},
+                                    std::pair{GroupKind::expert_dp_shard, GroupKind::expert_dp_replicate}}) {
+      hsdp_[shard] = std::make_unique<HsdpCommunicator>(get(shard), get(replicate), stats_);
     }
   }
 }
@@ -39,7 +49,7 @@ void ProcessGroups::use_two_level_gradient_groups(const std::vector<int64_t>& no
                                                   const CommunicatorFactory& factory) {
   std::set<GroupKind> done;
   for (GroupKind gradient_kind : {GroupKind::dp_cp, GroupKind::expert_dp_cp}) {
-    const GroupKind kind = aliased(gradient_kind) ? without_cp(gradient_kind) : gradient_kind;
+    const GroupKind kind = resolve(gradient_kind);
     if (!done.insert(kind).second) continue;
     const auto all = grid_.groups(kind);
     for (size_t index = 0; index < all.size(); ++index) {
@@ -85,14 +95,21 @@ void ProcessGroups::use_two_level_gradient_groups(const std::vector<int64_t>& no
   }
 }
 
-GroupKind ProcessGroups::without_cp(GroupKind kind) {
-  if (kind == GroupKind::dp_cp) return GroupKind::dp;
-  if (kind == GroupKind::expert_dp_cp) return GroupKind::expert_dp;
+GroupKind ProcessGroups::resolve(GroupKind kind) const {
+  if (!grid_.hsdp() && kind == GroupKind::dp_shard) kind = GroupKind::dp_cp;
+  if (!grid_.hsdp() && kind == GroupKind::expert_dp_shard) kind = GroupKind::expert_dp_cp;
+  if (grid_.sizes().cp == 1 && kind == GroupKind::dp_cp) return GroupKind::dp;
+  if (grid_.sizes().cp == 1 && kind == GroupKind::expert_dp_cp) return GroupKind::expert_dp;
   return kind;
 }
 
+Communicator& ProcessGroups::sharded_gradients(GroupKind shard_kind) {
+  auto it = hsdp_.find(shard_kind);
+  return it != hsdp_.end() ? *it->second : get(shard_kind);
+}
+
 Communicator& ProcessGroups::get(GroupKind kind) {
-  if (aliased(kind)) kind = without_cp(kind);
+  kind = resolve(kind);
   auto it = groups_.find(kind);
   TORCH_CHECK(it != groups_.end(), "rank ", rank_, " is not in any ", group_kind_name(kind), " group");
   return *it->second;

@@ -33,7 +33,7 @@ class ProcessGroups {
 
   Communicator& world_comm() { return *world_; }
   Communicator& get(GroupKind kind);
-  bool has(GroupKind kind) const { return groups_.count(aliased(kind) ? without_cp(kind) : kind) > 0; }
+  bool has(GroupKind kind) const { return groups_.count(resolve(kind)) > 0; }
   Communicator& tp() { return get(GroupKind::tp); }
   Communicator& cp() { return get(GroupKind::cp); }
   // The groups gradients are averaged over (dp, or expert-dp, times cp).
@@ -44,6 +44,14 @@ class ProcessGroups {
   Communicator& ep() { return get(GroupKind::ep); }
   Communicator& expert_dp() { return get(GroupKind::expert_dp); }
   Communicator& model_parallel() { return get(GroupKind::model_parallel); }
+  // ZeRO's shard groups: under HSDP (parallel.dp_shard) part of dp-cp (expert-dp-cp), else all of it.
+  Communicator& dp_shard() { return get(GroupKind::dp_shard); }
+  Communicator& expert_dp_shard() { return get(GroupKind::expert_dp_shard); }
+  // The groups ZeRO reduces its gradients over: the shard group, whose reductions under HSDP also
+  // sum over the replicas (parallel/hsdp_communicator.h); without HSDP the dp-cp (expert-dp-cp)
+  // group itself. Sums over all of dp: averages divide by dp_cp().size().
+  Communicator& dp_shard_gradients() { return sharded_gradients(GroupKind::dp_shard); }
+  Communicator& expert_dp_shard_gradients() { return sharded_gradients(GroupKind::expert_dp_shard); }
 
   // parallel.dp_collectives: hierarchical. The gradient groups (dp and expert-dp, times cp) run
   // their all-reduce, reduce-scatter and all-gather in two levels, inside each node and across
@@ -53,9 +61,12 @@ class ProcessGroups {
   void use_two_level_gradient_groups(const std::vector<int64_t>& node_of_rank, const CommunicatorFactory& factory);
 
  private:
-  // With cp = 1 the gradient groups are the dp and expert-dp groups: one communicator each, not two.
-  static GroupKind without_cp(GroupKind kind);
-  bool aliased(GroupKind kind) const { return grid_.sizes().cp == 1 && without_cp(kind) != kind; }
+  // The kind whose communicator serves KIND: with cp = 1 the gradient groups are the dp and
+  // expert-dp groups (one communicator each, not two); without HSDP the shard groups are the
+  // gradient groups.
+  GroupKind resolve(GroupKind kind) const;
+  bool aliased(GroupKind kind) const { return resolve(kind) != kind; }
+  Communicator& sharded_gradients(GroupKind shard_kind);
   std::unique_ptr<Communicator> make(const std::string& name, const std::string& key, const std::vector<int64_t>& ranks,
                                      const CommunicatorFactory& factory);
 
@@ -65,6 +76,7 @@ class ProcessGroups {
   std::shared_ptr<CommStats> stats_;
   std::unique_ptr<Communicator> world_;
   std::map<GroupKind, std::unique_ptr<Communicator>> groups_;
+  std::map<GroupKind, std::unique_ptr<Communicator>> hsdp_;  // by shard kind, under HSDP
 };
 
 }  // namespace loom::parallel

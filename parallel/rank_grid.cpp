@@ -20,6 +20,10 @@ std::string group_kind_name(GroupKind kind) {
     case GroupKind::expert_dp: return "expert-dp";
     case GroupKind::model_parallel: return "model-parallel";
     case GroupKind::embedding: return "embedding";
+    case GroupKind::dp_shard: return "dp-shard";
+    case GroupKind::dp_replicate: return "dp-replicate";
+    case GroupKind::expert_dp_shard: return "expert-dp-shard";
+    case GroupKind::expert_dp_replicate: return "expert-dp-replicate";
   }
   return "?";
 }
@@ -28,6 +32,8 @@ RankGrid::RankGrid(ParallelSizes sizes, const std::string& order) : sizes_(sizes
   world_ = sizes.tp * sizes.cp * sizes.pp * sizes.dp;
   TORCH_CHECK(sizes.ep >= 1 && sizes.dp % sizes.ep == 0, "RankGrid: ep ", sizes.ep, " does not divide dp ", sizes.dp);
   TORCH_CHECK(sizes.cp >= 1, "RankGrid: cp ", sizes.cp);
+  TORCH_CHECK(sizes.dp_shard >= 0 && (sizes.dp_shard == 0 || sizes.dp % sizes.dp_shard == 0), "RankGrid: dp_shard ",
+              sizes.dp_shard, " does not divide dp ", sizes.dp);
   size_ = {sizes.tp, sizes.cp, sizes.ep, sizes.dp / sizes.ep, sizes.pp};
 
   const std::map<std::string, int> names = {{"tp", kTp}, {"cp", kCp}, {"ep", kEp}, {"dp", kDpInner}, {"pp", kPp}};
@@ -87,6 +93,31 @@ std::vector<std::vector<int64_t>> RankGrid::groups(GroupKind kind) const {
     case GroupKind::ep: return groups_varying({kEp});
     case GroupKind::expert_dp: return groups_varying({kDpInner});
     case GroupKind::model_parallel: return groups_varying({kTp, kPp});
+    case GroupKind::dp_shard:
+    case GroupKind::expert_dp_shard: {
+      std::vector<std::vector<int64_t>> out;
+      if (!hsdp()) return out;
+      for (auto& pieces : shard_pieces(kind == GroupKind::dp_shard ? GroupKind::dp_cp : GroupKind::expert_dp_cp))
+        for (auto& piece : pieces) out.push_back(std::move(piece));
+      return out;
+    }
+    case GroupKind::dp_replicate:
+    case GroupKind::expert_dp_replicate: {
+      std::vector<std::vector<int64_t>> out;
+      if (!hsdp()) return out;
+      for (const auto& pieces :
+           shard_pieces(kind == GroupKind::dp_replicate ? GroupKind::dp_cp : GroupKind::expert_dp_cp)) {
+        for (size_t place = 0; place < pieces.front().size(); ++place) {
+          std::vector<int64_t> replica;
+          for (const auto& piece : pieces) {
+            TORCH_CHECK(piece.size() == pieces.front().size(), "RankGrid: uneven shard groups (", hsdp_problem(), ")");
+            replica.push_back(piece[place]);
+          }
+          out.push_back(std::move(replica));
+        }
+      }
+      return out;
+    }
     case GroupKind::embedding: {
       // The stages that hold the tied embedding: the first and the last.
       std::vector<std::vector<int64_t>> groups;
@@ -110,6 +141,49 @@ std::vector<int64_t> RankGrid::group_of(GroupKind kind, int64_t rank) const {
   return {};
 }
 
+int64_t RankGrid::dp_position(int64_t rank) const {
+  const int64_t ep = coordinate(rank, kEp), inner = coordinate(rank, kDpInner);
+  return stride_[kEp] < stride_[kDpInner] ? ep + size_[kEp] * inner : inner + size_[kDpInner] * ep;
+}
+
+std::vector<std::vector<std::vector<int64_t>>> RankGrid::shard_pieces(GroupKind base) const {
+  std::vector<std::vector<std::vector<int64_t>>> out;
+  for (const auto& group : groups(base)) {
+    std::vector<std::vector<int64_t>> pieces;
+    std::map<int64_t, size_t> piece_of_block;
+    for (int64_t rank : group) {
+      const auto [it, added] = piece_of_block.emplace(dp_position(rank) / sizes_.dp_shard, pieces.size());
+      if (added) pieces.emplace_back();
+      pieces[it->second].push_back(rank);
+    }
+    out.push_back(std::move(pieces));
+  }
+  return out;
+}
+
+std::string RankGrid::hsdp_problem() const {
+  if (!hsdp()) return "";
+  for (GroupKind base : {GroupKind::dp_cp, GroupKind::expert_dp_cp}) {
+    for (const auto& pieces : shard_pieces(base)) {
+      const bool even = std::all_of(pieces.begin(), pieces.end(),
+                                    [&](const auto& piece) { return piece.size() == pieces.front().size(); });
+      if (even) continue;
+      std::ostringstream s;
+      s << "the " << group_kind_name(base) << " group of global ranks [";
+      std::string sizes;
+      size_t n = 0;
+      for (const auto& piece : pieces) {
+        for (int64_t r : piece) s << (n++ ? ", " : "") << r;
+        sizes += (sizes.empty() ? "" : ", ") + std::to_string(piece.size());
+      }
+      s << "] falls into shard groups of " << sizes << " of its ranks (dp_shard " << sizes_.dp_shard << ", ep "
+        << sizes_.ep << "): each shard group must hold as many of them (choose a dp_shard that ep divides)";
+      return s.str();
+    }
+  }
+  return "";
+}
+
 RankCoords RankGrid::coords(int64_t rank) const {
   auto position = [&](GroupKind kind) {
     auto group = group_of(kind, rank);
@@ -123,6 +197,7 @@ RankCoords RankGrid::coords(int64_t rank) const {
   c.ep = coordinate(rank, kEp);
   c.expert_dp = coordinate(rank, kDpInner);
   c.dp_cp = position(GroupKind::dp_cp);
+  c.dp_shard = hsdp() ? position(GroupKind::dp_shard) : c.dp_cp;
   return c;
 }
 

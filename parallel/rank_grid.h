@@ -32,15 +32,45 @@ namespace loom::parallel {
 // cp: the context-parallel group (ranks holding parts of the same sequences). dp_cp and
 // expert_dp_cp: the ranks whose gradients are averaged (dp, or expert-dp, times cp), over which
 // ZeRO shards; with cp = 1 they are the dp and expert-dp groups themselves.
-enum class GroupKind { tp, cp, pp, dp, ep, expert_dp, dp_cp, expert_dp_cp, model_parallel, embedding };
+// HSDP (parallel.dp_shard smaller than dp) cuts each of those gradient groups in two ways:
+// dp_shard (expert_dp_shard) holds the members whose dp position lies in the same block of
+// dp_shard positions (times cp): ZeRO shards over it; dp_replicate (expert_dp_replicate) holds the
+// members at one place of every shard group of a gradient group: each shard's gradients are
+// all-reduced over it. Without HSDP they have no groups.
+enum class GroupKind {
+  tp,
+  cp,
+  pp,
+  dp,
+  ep,
+  expert_dp,
+  dp_cp,
+  expert_dp_cp,
+  model_parallel,
+  embedding,
+  dp_shard,
+  dp_replicate,
+  expert_dp_shard,
+  expert_dp_replicate
+};
 
-inline constexpr std::array<GroupKind, 10> kAllGroupKinds = {
-    GroupKind::tp,       GroupKind::cp,           GroupKind::pp,
-    GroupKind::dp,       GroupKind::ep,           GroupKind::expert_dp,
-    GroupKind::dp_cp,    GroupKind::expert_dp_cp, GroupKind::model_parallel,
-    GroupKind::embedding};
+inline constexpr std::array<GroupKind, 14> kAllGroupKinds = {GroupKind::tp,
+                                                             GroupKind::cp,
+                                                             GroupKind::pp,
+                                                             GroupKind::dp,
+                                                             GroupKind::ep,
+                                                             GroupKind::expert_dp,
+                                                             GroupKind::dp_cp,
+                                                             GroupKind::expert_dp_cp,
+                                                             GroupKind::model_parallel,
+                                                             GroupKind::embedding,
+                                                             GroupKind::dp_shard,
+                                                             GroupKind::dp_replicate,
+                                                             GroupKind::expert_dp_shard,
+                                                             GroupKind::expert_dp_replicate};
 
-// "tp", "cp", "pp", "dp", "ep", "expert-dp", "dp-cp", "expert-dp-cp", "model-parallel", "embedding".
+// "tp", "cp", "pp", "dp", "ep", "expert-dp", "dp-cp", "expert-dp-cp", "model-parallel", "embedding",
+// "dp-shard", "dp-replicate", "expert-dp-shard", "expert-dp-replicate".
 std::string group_kind_name(GroupKind kind);
 
 struct ParallelSizes {
@@ -49,6 +79,7 @@ struct ParallelSizes {
   int64_t dp = 1;
   int64_t ep = 1;
   int64_t cp = 1;
+  int64_t dp_shard = 0;  // HSDP's shard groups, in dp ranks (parallel.dp_shard); 0 or dp: no HSDP
 };
 
 struct RankCoords {
@@ -58,7 +89,8 @@ struct RankCoords {
   int64_t dp = 0;         // position in the dp group
   int64_t ep = 0;         // position in the ep group
   int64_t expert_dp = 0;  // position in the expert-dp group
-  int64_t dp_cp = 0;      // position in the dp-cp group (ZeRO's shard index); dp when cp = 1
+  int64_t dp_cp = 0;      // position in the dp-cp group; dp when cp = 1
+  int64_t dp_shard = 0;   // ZeRO's shard index: position in the dp-shard group under HSDP, else dp_cp
 };
 
 class RankGrid {
@@ -75,10 +107,20 @@ class RankGrid {
   std::vector<std::vector<int64_t>> groups(GroupKind kind) const;
   // The group of KIND that RANK belongs to (empty for embedding groups RANK is not in).
   std::vector<int64_t> group_of(GroupKind kind, int64_t rank) const;
+  // Whether ZeRO shards over part of dp (parallel.dp_shard) and replicates across.
+  bool hsdp() const { return sizes_.dp_shard > 0 && sizes_.dp_shard < sizes_.dp; }
+  // Why HSDP cannot cut this grid's gradient groups (an expert-dp group whose members fall
+  // unevenly into the shard groups); empty when it can, or without HSDP.
+  std::string hsdp_problem() const;
 
  private:
   enum Dim { kTp, kCp, kEp, kDpInner, kPp, kNumDims };
   std::vector<std::vector<int64_t>> groups_varying(const std::vector<int>& dims) const;
+  // Each group of BASE (dp_cp or expert_dp_cp) cut by the shard block of its members' dp position:
+  // the pieces, in order of their first member, per group.
+  std::vector<std::vector<std::vector<int64_t>>> shard_pieces(GroupKind base) const;
+  // RANK's position in its dp group (ep and the inner dp factor, in rank order).
+  int64_t dp_position(int64_t rank) const;
   int64_t coordinate(int64_t rank, int dim) const { return (rank / stride_[dim]) % size_[dim]; }
 
   ParallelSizes sizes_;

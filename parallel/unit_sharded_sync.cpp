@@ -39,11 +39,15 @@ class UnitShardedSync : public GradientSync {
     for (auto& part : parts_) {
       if (part.units && options_.split_backward) part.units->hold_gradients_for_step();
     }
-    parts_[0].units->shard(tensors[0], block_of[0], groups_.dp_cp(), shard_parameters, 0, options_.model_dtype);
+    // Units shard over ZeRO's shard groups (all of dp-cp unless HSDP, whose reduce-scatters also
+    // sum over the replicas) and average over all of dp-cp.
+    const int64_t average_over = groups_.dp_cp().size();
+    parts_[0].units->shard(tensors[0], block_of[0], groups_.dp_shard_gradients(), shard_parameters, average_over,
+                           options_.model_dtype);
     if (parts_[1].units) {
       // Experts are sharded over expert-dp but averaged over all of dp.
-      parts_[1].units->shard(tensors[1], block_of[1], groups_.expert_dp_cp(), shard_parameters, groups_.dp_cp().size(),
-                             options_.model_dtype);
+      parts_[1].units->shard(tensors[1], block_of[1], groups_.expert_dp_shard_gradients(), shard_parameters,
+                             average_over, options_.model_dtype);
     }
     auto& dense = *parts_[0].units;
     if (dense.mixed()) {
@@ -73,7 +77,7 @@ class UnitShardedSync : public GradientSync {
       if (!parts_[p].units || parts_[p].index.empty()) continue;
       OptimizerPart part;
       part.index = parts_[p].index;
-      part.group = p == 0 ? &groups_.dp_cp() : &groups_.expert_dp_cp();
+      part.group = p == 0 ? &groups_.dp_shard() : &groups_.expert_dp_shard();
       part.units = parts_[p].units.get();  // (each unit allocates its gradients when backward reaches it)
       parts.push_back(std::move(part));
     }
@@ -122,8 +126,9 @@ class UnitShardedSync : public GradientSync {
       });
     }
     ExpertGroups experts;
-    if (parts_[1].units) experts = {&groups_.ep(), &groups_.expert_dp_cp()};
-    return clip_sharded_grad_norm(counted[0], grads, max_norm, groups_.model_parallel(), groups_.dp_cp(), counted[1],
+    // The shards' squares summed over a shard group (each replica holds the same shards).
+    if (parts_[1].units) experts = {&groups_.ep(), &groups_.expert_dp_shard()};
+    return clip_sharded_grad_norm(counted[0], grads, max_norm, groups_.model_parallel(), groups_.dp_shard(), counted[1],
                                   experts);
   }
 
@@ -137,7 +142,7 @@ class UnitShardedSync : public GradientSync {
     for (size_t p = 0; p < 2; ++p) {
       auto& part = parts_[p];
       if (!part.units) continue;
-      auto& group = p == 0 ? groups_.dp_cp() : groups_.expert_dp_cp();
+      auto& group = p == 0 ? groups_.dp_shard() : groups_.expert_dp_shard();
       std::vector<torch::Tensor> whole;
       for (const auto& u : part.units->units()) {
         auto shard =

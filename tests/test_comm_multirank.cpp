@@ -6,6 +6,7 @@
 
 #include "multirank_world.h"
 #include "parallel/hierarchical_communicator.h"
+#include "parallel/hsdp_communicator.h"
 
 using namespace loom::parallel;
 
@@ -267,6 +268,59 @@ TEST_CASE("two-level collectives give the flat results and send what they count"
     CHECK(stats->get("flat_counted", "all_reduce").calls == 1);
     CHECK(torch::equal(twelve, torch::full({12}, static_cast<float>(n))));
   }
+  world.barrier().wait();
+}
+
+// parallel.dp_shard: the world cut into shard groups of two consecutive ranks (one of one rank each
+// at an odd world), replicas across them. Reductions sum over the whole world, gathers stay in the
+// shard group, and each step is counted by the group it ran on.
+TEST_CASE("HSDP's group reduces over every replica and gathers inside its shard group", "[comm]") {
+  auto& world = g_world->groups.world_comm();
+  const int n = world.size(), r = world.rank();
+  if (n < 2) return;
+  const int s = n % 2 ? 1 : 2, shard_index = r / s, place = r % s, replicas = n / s;
+  auto stats = std::make_shared<CommStats>();
+  auto factory = make_gloo_factory(g_world->env.store(), g_world->env.single_host(), stats, std::chrono::seconds(60));
+  auto make = [&](const std::string& name, const std::string& key, std::vector<int64_t> ranks) {
+    const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), r) - ranks.begin());
+    if (ranks.size() == 1) return std::unique_ptr<Communicator>(std::make_unique<SelfCommunicator>(name, r, stats));
+    return factory(name, "hsdp/" + key, ranks, me);
+  };
+  std::vector<int64_t> shard_ranks, replica_ranks;
+  for (int k = 0; k < s; ++k) shard_ranks.push_back(shard_index * s + k);
+  for (int k = 0; k < replicas; ++k) replica_ranks.push_back(k * s + place);
+  auto shard = make("dp-shard", "shard" + std::to_string(shard_index), shard_ranks);
+  auto replicate = make("dp-replicate", "place" + std::to_string(place), replica_ranks);
+  HsdpCommunicator comm(*shard, *replicate, stats);
+  CHECK(comm.size() == s);
+  CHECK(comm.rank() == place);
+
+  // all_reduce: the sum over all n ranks, odd lengths through the padded copy.
+  for (int64_t length : {int64_t{7}, int64_t{12}}) {
+    auto t = torch::arange(length, torch::kFloat) + static_cast<float>(r);
+    comm.all_reduce(t).wait();
+    CHECK(torch::equal(t, torch::arange(length, torch::kFloat) * n + static_cast<float>(n * (n - 1) / 2)));
+  }
+  // reduce_scatter: chunk k of rank j holds 100 j + k; shard place p gets chunk p summed over every rank.
+  auto chunks = torch::empty({s, 3});
+  for (int k = 0; k < s; ++k) chunks[k].fill_(static_cast<float>(100 * r + k));
+  auto mine = torch::empty({3});
+  comm.reduce_scatter(mine, chunks).wait();
+  CHECK(torch::equal(mine, torch::full({3}, static_cast<float>(100 * n * (n - 1) / 2 + n * place))));
+  // all_gather: the shard group's members only.
+  auto gathered = torch::empty({s});
+  comm.all_gather(gathered, torch::tensor({static_cast<float>(r)})).wait();
+  for (int k = 0; k < s; ++k) CHECK(gathered[k].item<float>() == static_cast<float>(shard_index * s + k));
+
+  // Counted by the inner groups under their names, nothing under the wrapper's own.
+  if (replicas > 1) {
+    // The reduce-scatter's 3-float share across the replicas: 2 (R-1)/R of 12 bytes to the next replica.
+    const auto& all_reduces = stats->get("dp-replicate", "all_reduce");
+    CHECK(all_reduces.calls == 3);  // two all-reduces' shares and the reduce-scatter's
+    const int64_t next_replica = replica_ranks[static_cast<size_t>((shard_index + 1) % replicas)];
+    CHECK(stats->sent_to_by_op().at({"dp-replicate", "all_reduce"}).at(next_replica) == all_reduces.sent);
+  }
+  if (s > 1) CHECK(stats->get("dp-shard", "all_gather").calls == 3);  // two all-reduces' and the gather
   world.barrier().wait();
 }
 

@@ -93,3 +93,40 @@ TEST_CASE("tp=2 cp=2 dp=2 on 8 ranks: cp between tp and dp, gradients over dp x 
   CHECK(plain.groups(GroupKind::dp_cp) == plain.groups(GroupKind::dp));
   CHECK(plain.coords(6).dp_cp == plain.coords(6).dp);
 }
+
+TEST_CASE("HSDP cuts the gradient groups into shard groups and replicas across them", "[rank_grid]") {
+  // tp=2 dp=4, dp_shard 2: rank = tp + 2 dp; dp groups [0,2,4,6] [1,3,5,7].
+  RankGrid grid({2, 1, 4, 1, 1, 2});
+  CHECK(grid.hsdp());
+  CHECK(grid.hsdp_problem().empty());
+  CHECK(grid.groups(GroupKind::dp_shard) == Groups{{0, 2}, {4, 6}, {1, 3}, {5, 7}});
+  CHECK(grid.groups(GroupKind::dp_replicate) == Groups{{0, 4}, {2, 6}, {1, 5}, {3, 7}});
+  CHECK(grid.coords(6).dp_shard == 1);
+  CHECK(grid.coords(4).dp_shard == 0);
+  // With cp the shard group holds dp_shard dp ranks times cp: tp=1 cp=2 dp=4, rank = cp + 2 dp.
+  RankGrid with_cp({1, 1, 4, 1, 2, 2});
+  CHECK(with_cp.groups(GroupKind::dp_shard) == Groups{{0, 1, 2, 3}, {4, 5, 6, 7}});
+  CHECK(with_cp.groups(GroupKind::dp_replicate) == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  CHECK(with_cp.coords(6).dp_shard == 2);
+  // Experts: dp=4 ep=2 (rank = ep + 2 edp), dp_shard 2: each expert-dp group [e, e+2] is split, one rank per shard
+  // group.
+  RankGrid experts({1, 1, 4, 2, 1, 2});
+  CHECK(experts.groups(GroupKind::expert_dp_shard) == Groups{{0}, {2}, {1}, {3}});
+  CHECK(experts.groups(GroupKind::expert_dp_replicate) == Groups{{0, 2}, {1, 3}});
+  // Without HSDP (dp_shard 0 or dp) the kinds have no groups and the shard index is dp-cp's.
+  for (int64_t shard : {0, 4}) {
+    RankGrid plain({2, 1, 4, 1, 1, shard});
+    CHECK_FALSE(plain.hsdp());
+    CHECK(plain.groups(GroupKind::dp_shard).empty());
+    CHECK(plain.groups(GroupKind::dp_replicate).empty());
+    CHECK(plain.coords(6).dp_shard == plain.coords(6).dp_cp);
+  }
+}
+
+TEST_CASE("HSDP refuses expert groups that fall unevenly into its shard groups", "[rank_grid]") {
+  // Order with dp before ep: dp=6 ep=2, so expert-dp groups hold dp positions {0,1,2} and {3,4,5};
+  // dp_shard 2 cuts [0,1,2] into {0,1} and {2}.
+  RankGrid grid({1, 1, 6, 2, 1, 2}, "tp-dp-ep-pp");
+  CHECK_THAT(grid.hsdp_problem(), Catch::Contains("expert-dp-cp group") && Catch::Contains("2, 1"));
+  CHECK_THROWS_AS(grid.groups(GroupKind::expert_dp_replicate), c10::Error);
+}

@@ -65,7 +65,8 @@ std::pair<int64_t, int64_t> predicted(const Config& c, int64_t tp, int64_t pp, i
   coords.tp = tp;
   coords.pp = pp;
   coords.dp = dp;
-  coords.dp_cp = dp;  // cp 1
+  coords.dp_cp = dp;     // cp 1
+  coords.dp_shard = dp;  // no HSDP
   const auto all = models::predict_gpt_step_traffic(c, coords);
   const auto it = all.find({group, op});
   return it == all.end() ? std::pair<int64_t, int64_t>{0, 0} : std::pair{it->second.calls, it->second.bytes};

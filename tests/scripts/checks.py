@@ -271,6 +271,34 @@ def two_level_traffic(args):
           f" (sum {sum(inter_per_step)})")
 
 
+def hsdp_traffic(args):
+    """HSDP with the shard group inside each node (parallel.dp_shard = L, world / NODES ranks a
+    node): in RUN's traffic.json every rank's dp-shard collectives stay inside its node, and its
+    dp-replicate all-reduces (each shard of the gradients, over the N nodes' ranks at its place)
+    send 2(N-1)/N of their bytes to the next node and nothing inside: the slow link carries only
+    a rank's 1/L share, as hierarchical does. Prints each rank's inter-node bytes per step."""
+    t = json.load(open(f"{args.run}/traffic.json"))
+    world, nodes, steps = t["world"], args.nodes, t["steps"]
+    assert len(t["nodes"]) == nodes, f"traffic.json has nodes {t['nodes']}, expected {nodes}"
+    inter_per_step = []
+    for r in t["ranks"]:
+        g = r["groups"]
+        assert "dp-shard" in g and "dp-replicate" in g, f"rank {r['rank']}: no HSDP groups in {sorted(g)}"
+        for op, c in g["dp-shard"].items():
+            assert c["sent_inter_node"] == 0 and c["sent_intra_node"] == c["sent"] > 0, \
+                f"rank {r['rank']} dp-shard {op}: {c['sent_intra_node']} intra, {c['sent_inter_node']} inter-node"
+        assert set(g["dp-replicate"]) == {"all_reduce"}, f"rank {r['rank']}: dp-replicate ops {sorted(g['dp-replicate'])}"
+        c = g["dp-replicate"]["all_reduce"]
+        want = 2 * (nodes - 1) * c["bytes"] // nodes
+        assert (c["sent_intra_node"], c["sent_inter_node"]) == (0, want), \
+            (f"rank {r['rank']} dp-replicate all_reduce of {c['bytes']} bytes sent {c['sent_intra_node']} intra and "
+             f"{c['sent_inter_node']} inter-node; the ring formula gives {want} across")
+        inter = sum(c["sent_inter_node"] for ops in g.values() for c in ops.values())
+        inter_per_step.append(inter // steps)
+    print(f"hsdp: dp-shard inside the nodes, dp-replicate's ring across them; inter-node bytes per step by rank "
+          f"{inter_per_step} (sum {sum(inter_per_step)})")
+
+
 def compressed_bytes(args):
     """The dp bytes per step of WORK/{none,bf16,int8,powersgd} (tests/configs/tiny.yaml at dp
     --ranks, one bucket), rank 0, against the uncompressed run's: its G bytes of fp32 gradients a
@@ -796,6 +824,10 @@ def parser():
     s.add_argument("--nodes", type=int, required=True)
     s.add_argument("--hierarchical", action="store_true")
     s.add_argument("--buckets", type=int, default=1, help="gradient all-reduces a step")
+
+    s = command("hsdp-traffic", hsdp_traffic)
+    s.add_argument("run")
+    s.add_argument("--nodes", type=int, required=True)
 
     s = command("tp-traffic", tp_traffic)
     s.add_argument("run")

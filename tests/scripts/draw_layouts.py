@@ -5,7 +5,7 @@ The space: model gpt2 (dense or MoE) or llama (1, 2 or 4 kv heads, tied or not; 
 SwiGLU experts, shared experts and dense blocks; Qwen3's head_dim and q/k norms, or DeepSeek-V3's
 latent attention with interleaved rotary features and YaRN; multi-token prediction); tp, cp
 (ring or all-to-all), pp and dp over at most 8 ranks, sequence parallelism, pipeline schedule (gpipe, 1f1b,
-interleaved, zb-h1), ZeRO stage, flat or hierarchical gradient collectives over nodes, gradients sent in
+interleaved, zb-h1), ZeRO stage, HSDP (parallel.dp_shard), flat or hierarchical gradient collectives over nodes, gradients sent in
 bf16 (parallel.grad_compression), recomputation, micro-batch size, ep for MoE (and experts split over tp), a validation
 split evaluated at steps 10 and 20 or none, the optimizer (AdamW, or Muon beside it), and for MoE
 the router (softmax top-k, or DeepSeek-V3's sigmoid, grouped, scaled and biased). Every draw is a
@@ -13,6 +13,27 @@ valid config on tests/configs/tiny.yaml (global batch 8, seq 32, 4 heads) with 8
 """
 import random
 import sys
+
+
+def even_nodes(tp, cp, ep, dp, pp, ranks_per_node):
+    """Whether nodes of RANKS_PER_NODE consecutive ranks hold equal shares of every gradient group
+    (dp-cp and expert-dp-cp) of the grid in the default order tp-cp-ep-dp-pp, as
+    parallel.dp_collectives: hierarchical needs."""
+    def rank(t, c, d, p):  # d: the dp position, ep fastest
+        return t + tp * (c + cp * (d + dp * p))
+    groups = []
+    for t in range(tp):
+        for p in range(pp):
+            groups.append([rank(t, c, d, p) for c in range(cp) for d in range(dp)])
+            for e in range(ep):
+                groups.append([rank(t, c, e + ep * i, p) for c in range(cp) for i in range(dp // ep)])
+    for g in groups:
+        counts = {}
+        for r in g:
+            counts[r // ranks_per_node] = counts.get(r // ranks_per_node, 0) + 1
+        if len(set(counts.values())) != 1:
+            return False
+    return True
 
 
 def draw(rng, index):
@@ -45,7 +66,7 @@ def draw(rng, index):
         else:
             model += ["model.moe.decoder_sparse_step=2"]
     while True:
-        tp, pp, dp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([1, 2])
+        tp, pp, dp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([1, 2, 2, 4])
         # Context parallelism.
         cp = rng.choice([1, 1, 2, 4])
         # MoE's auxiliary losses are per micro-batch: its draws keep the reference's micro-batch size.
@@ -80,12 +101,17 @@ def draw(rng, index):
         if tp > 1 and rng.random() < 0.5:
             layout.append(f"parallel.expert_tp={tp}")
     # A third of the draws with dp run the gradient collectives in two levels (inside each node, then
-    # across) over nodes of ranks_per_node consecutive ranks: any divisor of the world will do, as
-    # every dp group here has at most two members (one node each, or both on one).
+    # across) over nodes of ranks_per_node consecutive ranks: any divisor of the world whose nodes
+    # hold equal shares of every gradient group.
+    ep = next((int(s.split("=")[1]) for s in layout if s.startswith("parallel.ep=")), 1)
     if dp > 1 and rng.random() < 0.35:
         world = tp * cp * pp * dp
-        layout += [f"parallel.ranks_per_node={rng.choice([d for d in range(1, world + 1) if world % d == 0])}",
-                   "parallel.dp_collectives=hierarchical"]
+        nodes = [d for d in range(1, world + 1) if world % d == 0 and even_nodes(tp, cp, ep, dp, pp, d)]
+        layout += [f"parallel.ranks_per_node={rng.choice(nodes)}", "parallel.dp_collectives=hierarchical"]
+    # A third of the draws with ZeRO over more than one dp rank shard inside groups of dp_shard dp
+    # ranks and replicate across them (HSDP).
+    if zero >= 1 and dp > 1 and rng.random() < 0.35:
+        layout.append(f"parallel.dp_shard={rng.choice([s for s in (1, 2) if s < dp])}")
     # A quarter of the draws whose gradients go through buckets (ZeRO 0 and 1) over more than one rank
     # send them in bf16 (parallel.grad_compression: bf16, error feedback on): lossy by design, so
     # random_layouts.sh holds them to the issue's bar for compression, 2% of the loss.
@@ -115,6 +141,7 @@ def draw(rng, index):
     name = (f"draw{index}_{arch}{'_mla' if attention == 'mla' else ''}{'_moe' if moe else ''}{'_mtp' if mtp else ''}"
             f"{'_val' if validate else ''}{'_muon' if muon else ''}"
             f"_tp{tp}_cp{cp}_pp{pp}_dp{dp}{'_hier' if 'parallel.dp_collectives=hierarchical' in layout else ''}"
+            f"{'_hsdp' if any(s.startswith('parallel.dp_shard=') for s in layout) else ''}"
             f"{'_bf16c' if 'parallel.grad_compression=bf16' in layout else ''}")
     return f"{tp * cp * pp * dp} {name} {' '.join(model)} | {' '.join(layout)}"
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# parallel.dp_collectives on the simulated fabric (scripts/fabric.sh: 2 nodes x 2 ranks, network
-# namespaces joined by a bridge; loom finds the nodes from LOCAL_WORLD_SIZE, as on a cluster):
-# flat and hierarchical under ZeRO 0, 1 and 3 train the one-process losses within 1e-5 over 20
-# steps, and each rank's dp bytes split by level as the formulas say: the hierarchical all-reduce
-# sends 2(N-1)/N of a rank's 1/L share across nodes, where the flat ring sends 2(P-1)/P of the
-# whole from each node's last rank. A layout whose nodes hold unequal shares of a dp group is
-# refused (exit 2).
+# parallel.dp_collectives and HSDP (parallel.dp_shard) on the simulated fabric (scripts/fabric.sh:
+# 2 nodes x 2 ranks, network namespaces joined by a bridge; loom finds the nodes from
+# LOCAL_WORLD_SIZE, as on a cluster): flat and hierarchical under ZeRO 0, 1 and 3, and HSDP (ZeRO 1
+# and 3 sharded inside each node) train the one-process losses within 1e-5 over 20 steps, and each
+# rank's dp bytes split by level as the formulas say: the hierarchical all-reduce sends 2(N-1)/N of
+# a rank's 1/L share across nodes, where the flat ring sends 2(P-1)/P of the whole from each node's
+# last rank; HSDP keeps ZeRO's shard group inside the node and sends only the replicas' all-reduce
+# of each shard across, its state at ZeRO's formula for a shard group of 2. A layout whose nodes
+# hold unequal shares of a dp group is refused (exit 2), and so is dp_shard without ZeRO.
 source "$(dirname "$0")/common.sh"
 FABRIC="$LOOM_SOURCE/scripts/fabric.sh"
 
@@ -43,6 +45,41 @@ for zero in 0 1 3; do
   "$LOOM" plan --run "$WORK/$name" > "$WORK/$name.plan" || { cat "$WORK/$name.plan"; fail "loom plan --run $name"; }
   python3 "$SCRIPTS/checks.py" plan-vs-run "$WORK/$name" || fail "$name: counters differ from the prediction"
 done
+# HSDP: ZeRO shards inside each node (parallel.dp_shard 2) and all-reduces each shard's gradients
+# across the nodes; its bytes split by level, and loom plan --run predicts every call.
+for zero in 1 3; do
+  name="hsdp_zero$zero"
+  # ZeRO-3's run saves at step 10 (its gathers for the save are in the plan too).
+  save=()
+  [ "$zero" = 3 ] && save=(--set checkpoint.dir="$WORK/hsdp_ck" --set checkpoint.interval=10)
+  fabric_run "$name" --set parallel.dp_shard=2 --set "parallel.zero_stage=$zero" "${save[@]}"
+  echo -n "$name vs one process: "
+  compare_losses "$WORK/$name" "$WORK/ref" || fail "$name differs from one process"
+  # The memory report's model state follows ZeRO's formula at the shard size (2), not dp's (4).
+  python3 "$SCRIPTS/checks.py" zero-memory "$WORK/$name" --stage "$zero" --baseline "$WORK/ref" --dp 2 ||
+    fail "$name: state is not sharded over the shard group"
+  if python3 "$SCRIPTS/checks.py" zero-memory "$WORK/$name" --stage "$zero" --baseline "$WORK/ref" --dp 4 \
+    > /dev/null 2>&1; then
+    fail "$name: the state passed the formula for all of dp"
+  fi
+  python3 "$SCRIPTS/checks.py" hsdp-traffic "$WORK/$name" --nodes 2 || fail "$name traffic by level"
+  "$LOOM" plan --run "$WORK/$name" > "$WORK/$name.plan" || { cat "$WORK/$name.plan"; fail "loom plan --run $name"; }
+  python3 "$SCRIPTS/checks.py" plan-vs-run "$WORK/$name" || fail "$name: counters differ from the prediction"
+done
+# Checkpoints stay layout-independent: HSDP's step 10, resumed in one process, trains on to the
+# one-process losses.
+run_loom 1 hsdp_resumed --set train.micro_batch_size=8 --resume "$WORK/hsdp_ck/step_00000010" ||
+  { cat "$WORK/hsdp_resumed.log"; fail "resuming HSDP's checkpoint in one process"; }
+echo -n "HSDP's checkpoint resumed in one process: "
+compare_resumed "$WORK/hsdp_resumed" "$WORK/ref" 11 20 "hsdp resumed" || fail "HSDP's checkpoint resumed differently"
+# The HSDP check can fail: hierarchical's dp group is not split into shards and replicas.
+if python3 "$SCRIPTS/checks.py" hsdp-traffic "$WORK/hierarchical_zero1" --nodes 2 > /dev/null 2>&1; then
+  fail "the hierarchical run passed the HSDP check"
+fi
+expect_exit 2 "parallel.dp_shard" "$LOOM" topology "$TINY" --world 4 --set parallel.dp_shard=2
+expect_exit 2 "3 does not divide dp = 4" "$LOOM" topology "$TINY" --world 4 --set parallel.dp_shard=3 \
+  --set parallel.zero_stage=1
+
 # The comparison can fail: flat's split is not hierarchical's.
 if python3 "$SCRIPTS/checks.py" two-level-traffic "$WORK/flat" --nodes 2 --hierarchical > /dev/null 2>&1; then
   fail "the flat run passed the hierarchical formulas"

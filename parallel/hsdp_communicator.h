@@ -1,0 +1,41 @@
+// ZeRO's gradient group under HSDP (parallel.dp_shard): the shard group, whose gradient
+// reductions also sum over the replicas (the same shard of every other shard group), as the
+// background pages teach HSDP: shard inside a node, replicate across nodes.
+//
+//   reduce_scatter = reduce-scatter inside the shard group, then all-reduce of this rank's share
+//                    across the replicas (ZeRO-2/3's gradients: each shard summed over all of dp);
+//   all_reduce     = reduce-scatter inside the shard group, all-reduce of the share across the
+//                    replicas, all-gather inside the shard group (ZeRO-1's whole buckets);
+//   all_gather, broadcast, all_to_all, send_recv, barrier: the shard group's own.
+// Its size and rank are the shard group's: ZeRO's shards are that group's. It counts nothing
+// itself: each step is counted by the shard or replica group it runs on (dp-shard, dp-replicate),
+// so the traffic report shows what crossed which link.
+#pragma once
+
+#include "parallel/communicator.h"
+
+namespace loom::parallel {
+
+class HsdpCommunicator : public Communicator {
+ public:
+  // SHARD and REPLICATE outlive this (ProcessGroups owns all three).
+  HsdpCommunicator(Communicator& shard, Communicator& replicate, std::shared_ptr<CommStats> stats);
+  std::string backend() const override { return shard_.backend() + " (hsdp)"; }
+
+ protected:
+  std::unique_ptr<PendingOp> do_all_reduce(torch::Tensor& tensor, ReduceOp op) override;
+  std::unique_ptr<PendingOp> do_all_gather(torch::Tensor& output, torch::Tensor& input) override;
+  std::unique_ptr<PendingOp> do_reduce_scatter(torch::Tensor& output, torch::Tensor& input, ReduceOp op) override;
+  std::unique_ptr<PendingOp> do_all_to_all(torch::Tensor& output, torch::Tensor& input,
+                                           std::vector<int64_t>& output_splits,
+                                           std::vector<int64_t>& input_splits) override;
+  std::unique_ptr<PendingOp> do_broadcast(torch::Tensor& tensor, int root) override;
+  std::unique_ptr<PendingOp> do_send_recv(std::vector<P2POp>& ops) override;
+  std::unique_ptr<PendingOp> do_barrier() override;
+
+ private:
+  Communicator& shard_;
+  Communicator& replicate_;
+};
+
+}  // namespace loom::parallel

@@ -1,0 +1,75 @@
+// HSDP (parallel.dp_shard) in the cost model: ZeRO's state over the shard group, its traffic split
+// into the shard group's passes and the replicas' all-reduce, and loom plan --cluster's HSDP row.
+#include <catch2/catch.hpp>
+
+#include "core/config.h"
+#include "launch/dp_variants.h"
+#include "launch/layout_cost.h"
+
+using namespace loom::parallel;
+using namespace loom::launch;
+
+TEST_CASE("HSDP: state sharded inside the node, one share of the gradients across", "[plan]") {
+  loom::Config c;
+  c.model.num_layers = 4;
+  c.model.hidden_size = 256;
+  c.model.num_heads = 4;
+  c.model.vocab_size = 1024;
+  c.model.seq_len = 128;
+  c.train.global_batch_size = 32;
+  ClusterSpec cluster;
+  cluster.gpus_per_node = 4;
+  cluster.nodes = 2;
+  cluster.peak_flops = 1e12;
+  cluster.memory_bytes = 80e9;
+  cluster.intra_bandwidth = 10e9;
+  cluster.intra_latency = 1e-6;
+  cluster.inter_bandwidth = 1e9;
+  cluster.inter_latency = 1e-5;
+  Layout l;
+  l.dp = 8;
+  l.micro_batch = 4;
+  l.zero_stage = 3;
+  const auto e3 = estimate_layout(c, cluster, l);
+  Layout h = l;
+  h.dp_shard = 4;  // a node's ranks
+  const auto eh = estimate_layout(c, cluster, h);
+  const double n = e3.parameters_per_rank, S = n * 4;  // fp32 gradients and parameters
+  // The state: ZeRO-3's 16 B per parameter over the shard group's 4 ranks instead of all 8.
+  CHECK(eh.state_bytes == Approx(16.0 * n / 4));
+  CHECK(e3.state_bytes == Approx(16.0 * n / 8));
+  // The traffic by group: ZeRO's passes inside the node, each 1/4 share all-reduced across 2 replicas.
+  REQUIRE(eh.traffic.size() == 2);
+  CHECK(eh.traffic[0].group == "dp-shard");
+  CHECK(eh.traffic[0].link == "intra-node");
+  CHECK(eh.traffic[0].bytes == Approx(3.0 / 4 * S + 3 * 3.0 / 4 * S));
+  CHECK(eh.traffic[1].group == "dp-replicate");
+  CHECK(eh.traffic[1].link == "inter-node");
+  CHECK(eh.traffic[1].bytes == Approx(2.0 * 1 / 2 * S / 4));
+  CHECK(eh.dp_s == Approx(4 * ring_all_gather_time(S, 4, 1e-6, 1e-10) + ring_all_reduce_time(S / 4, 2, 1e-5, 1e-9)));
+  // loom plan --cluster's row: the same bytes, half of hierarchical's across nodes at ZeRO-3 (whose
+  // four passes each send a share over the slow link).
+  const auto hsdp = dp_variant_cost(c, cluster, e3, {loom::DpCollectives::flat, loom::GradCompression::none, 1, true});
+  const auto two = dp_variant_cost(c, cluster, e3, {loom::DpCollectives::hierarchical, loom::GradCompression::none, 1});
+  REQUIRE(hsdp.allowed);
+  CHECK(hsdp.dp_shard == 4);
+  CHECK(hsdp.intra_bytes == Approx(4 * 3.0 / 4 * S));
+  CHECK(hsdp.inter_bytes == Approx(2.0 * 1 / 2 * S / 4));
+  CHECK(two.inter_bytes == Approx(4 * 1.0 / 2 * S / 4));
+  CHECK(hsdp.seconds == Approx(eh.dp_s));
+  CHECK(hsdp.seconds < two.seconds);
+  bool offered = false;
+  for (const auto& v : dp_variants(c, cluster, e3)) offered = offered || v.variant.hsdp;
+  CHECK(offered);
+  // Not at ZeRO 0 (nothing to shard), nor where the larger shards do not fit.
+  Layout z0 = l;
+  z0.zero_stage = 0;
+  const auto e0 = estimate_layout(c, cluster, z0);
+  CHECK_FALSE(
+      dp_variant_cost(c, cluster, e0, {loom::DpCollectives::flat, loom::GradCompression::none, 1, true}).allowed);
+  ClusterSpec small = cluster;
+  small.memory_bytes = (e3.memory_bytes + eh.memory_bytes) / 2;  // ZeRO-3 over 8 fits, over 4 does not
+  const auto es = estimate_layout(c, small, l);
+  REQUIRE(es.fits);
+  CHECK_FALSE(dp_variant_cost(c, small, es, {loom::DpCollectives::flat, loom::GradCompression::none, 1, true}).allowed);
+}
