@@ -452,7 +452,13 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   optimizer_.set_steps_taken(manifest.at("optimizer_steps").get<int64_t>());
 
   const auto saved_layout = manifest.at("layout");
-  if (saved_layout == layout_of(config_, groups_.world())) {
+  // The RNG streams follow the ranks' places, which HSDP's dp_shard does not move; the compressed
+  // buckets' state follows the buckets' padding, which it does.
+  auto without_shard = [](nlohmann::json layout) {
+    layout.erase("dp_shard");
+    return layout;
+  };
+  if (without_shard(saved_layout) == without_shard(layout_of(config_, groups_.world()))) {
     auto state = read_checkpoint_bytes(path, manifest, "rng/rank_" + std::to_string(groups_.rank()));
     if (!state) throw InputError(source + " has no RNG state for rank " + std::to_string(groups_.rank()));
     rng_.set_state(*state);

@@ -38,7 +38,7 @@ nlohmann::json plan_beside_measured(const Config& config, const parallel::Cluste
   }
   const double bubble_s = e.bubble < 1.0 ? critical / (1.0 - e.bubble) - critical : 0.0;
   if (p.pp > 1) predicted["pipeline idle"] = (bubble_s + pp_seconds) * 1e3;
-  const double dp_exposed = std::max(0.0, dp_seconds - 2.0 / 3.0 * e.compute_s);
+  const double dp_exposed = dp_seconds > 0 ? exposed_dp_seconds(dp_seconds, e.dp_unhidden_s, e.compute_s) : 0.0;
   if (dp_seconds > 0) {
     // Under ZeRO-3 the diagnosis counts dp's all-gathers apart ("ZeRO-3 gathers") from its
     // reduce-scatter: the exposed time is split as their bytes are. layout_cost.cpp's model sends
@@ -116,6 +116,7 @@ std::map<std::string, std::pair<int64_t, bool>> group_links(const Config& config
                                                             const parallel::ClusterSpec& cluster) {
   const auto& p = config.parallel;
   const parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp, p.dp_shard}, p.order);
+  grid.require_even_hsdp();  // an uneven HSDP cut of an expert-dp group: exit 2 naming parallel.dp_shard
   std::map<std::string, std::pair<int64_t, bool>> groups;
   for (auto kind : parallel::kAllGroupKinds) {
     const auto all = grid.groups(kind);

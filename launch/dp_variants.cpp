@@ -93,12 +93,13 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
     c.intra_bytes += (L - 1) / L * bytes;
     c.inter_bytes += (N - 1) / N * bytes / L;
   };
+  double unhidden = 0;  // HSDP's step across the replicas (layout_cost.h's dp_unhidden_s)
   if (variant.hsdp) {
     // ZeRO's passes inside the node, and each rank's 1/L share all-reduced across the nodes (every
     // rank of a node at once: a GPU's share of the link each).
     const double inside = l.zero_stage == 3 ? 4.0 : 2.0;
-    c.seconds = inside * ((L - 1) / L * payload * bi + (L - 1) * ai) + 2.0 * (N - 1) / N * payload / L * bx +
-                2.0 * (N - 1) * ax;
+    unhidden = 2.0 * (N - 1) / N * payload / L * bx + 2.0 * (N - 1) * ax;
+    c.seconds = inside * ((L - 1) / L * payload * bi + (L - 1) * ai) + unhidden;
     c.intra_bytes = inside * (L - 1) / L * payload;
     c.inter_bytes = 2.0 * (N - 1) / N * payload / L;
   } else if (variant.compression == GradCompression::bf16 || variant.compression == GradCompression::int8) {
@@ -116,9 +117,9 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
   }
   // PowerSGD's second all-reduce (Q after P) pays the latencies twice.
   if (variant.compression == GradCompression::powersgd) c.seconds += 2.0 * (q - 1) * (c.nodes > 1 ? ax : ai);
-  // The step: the flat reduction's exposed part swapped for this one's (backward hides 2/3 of compute).
-  const double hidden = 2.0 / 3.0 * estimate.compute_s;
-  c.step_s = estimate.step_s - std::max(0.0, estimate.dp_s - hidden) + std::max(0.0, c.seconds - hidden);
+  // The step: the estimate's exposed reduction swapped for this one's (backward hides 2/3 of compute).
+  c.step_s = estimate.step_s - exposed_dp_seconds(estimate.dp_s, estimate.dp_unhidden_s, estimate.compute_s) +
+             exposed_dp_seconds(c.seconds, unhidden, estimate.compute_s);
   return c;
 }
 

@@ -164,6 +164,10 @@ double muon_parameter_fraction(const Config& config) {
   return matrices / static_cast<double>(models::model_num_parameters(config));
 }
 
+double exposed_dp_seconds(double dp_s, double unhidden_s, double compute_s) {
+  return std::max(0.0, dp_s - unhidden_s - 2.0 / 3.0 * compute_s) + unhidden_s;
+}
+
 LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& l) {
   LayoutEstimate e;
   e.layout = l;
@@ -272,6 +276,7 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     e.traffic.push_back({"dp-shard", shard_link.name, shard_wire, shard_seconds});
     e.traffic.push_back({"dp-replicate", dp_link.name, 2 * (r - 1) / r * grads / s, replica_seconds});
     dp_seconds = shard_seconds + replica_seconds;
+    e.dp_unhidden_s = replica_seconds;
   } else if (grad_ranks > 1) {
     const double grads = e.parameters_per_rank * bytes.grad, params = e.parameters_per_rank * bytes.param;
     const double q = static_cast<double>(grad_ranks), share = (q - 1) / q;
@@ -305,8 +310,9 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     if (t.group.rfind("dp", 0) != 0) critical += t.seconds;  // tp, cp and pp transfers sit on it (not dp's)
   }
   // Bucketed dp reduction hides behind backward (two thirds of compute); only the rest shows.
-  e.exposed_comm_s = std::max(0.0, dp_seconds - 2.0 / 3.0 * e.compute_s) + (critical - e.compute_s);
-  e.step_s = critical / (1.0 - e.bubble) + std::max(0.0, dp_seconds - 2.0 / 3.0 * e.compute_s);
+  const double dp_exposed = exposed_dp_seconds(dp_seconds, e.dp_unhidden_s, e.compute_s);
+  e.exposed_comm_s = dp_exposed + (critical - e.compute_s);
+  e.step_s = critical / (1.0 - e.bubble) + dp_exposed;
   e.mfu = model_flops / (e.step_s * world * cluster.peak_flops);
   if (!e.fits) {
     e.reason = "out of memory";

@@ -90,6 +90,9 @@ struct LayoutEstimate {
   std::vector<GroupTraffic> traffic;
   double compute_s = 0, bubble = 0, exposed_comm_s = 0, step_s = 0, mfu = 0;
   double dp_s = 0;  // the flat, uncompressed dp reduction (launch/dp_variants.h weighs the others)
+  // Of dp_s, what backward cannot hide: HSDP's all-reduce across the replicas, which each
+  // reduction issues only once its shard step is waited for (after backward, or inside ZeRO-2/3's).
+  double dp_unhidden_s = 0;
   bool fits = true;
   bool tp_across_nodes = false;
   std::string reason;   // the kind of loss: "out of memory", "tp across nodes", "pipeline bubble", "slower"
@@ -97,6 +100,10 @@ struct LayoutEstimate {
 };
 
 LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& layout);
+
+// The part of a dp reduction of DP_S seconds that shows in the step: backward hides up to two thirds
+// of COMPUTE_S of it, except UNHIDDEN_S (HSDP's step across the replicas), which always shows.
+double exposed_dp_seconds(double dp_s, double unhidden_s, double compute_s);
 
 // CONFIG's own layout (its parallel keys, resolved: dp given; micro-batch and recomputation).
 Layout layout_of(const Config& config);

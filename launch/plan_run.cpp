@@ -98,6 +98,7 @@ int plan_run(const std::string& run_dir) {
     if ((ck.interval > 0 && (s % ck.interval == 0 || s == config.train.steps)) || s == config.train.exit_after) ++saves;
   }
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp, p.dp_shard}, p.order);
+  grid.require_even_hsdp();  // an uneven HSDP cut of an expert-dp group: exit 2 naming parallel.dp_shard
   // The nodes the run's traffic report found (one node for reports written before it had them).
   std::vector<int64_t> node(static_cast<size_t>(world), 0);
   if (traffic.contains("nodes")) {

@@ -14,6 +14,7 @@ int topology(const TopologyArgs& args) {
   resolve_and_validate(config, args.world);
   const auto& p = config.parallel;
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp, p.dp_shard}, p.order);
+  grid.require_even_hsdp();  // an uneven HSDP cut of an expert-dp group: exit 2 naming parallel.dp_shard
 
   nlohmann::ordered_json out;
   out["world"] = args.world;

@@ -34,6 +34,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   require_supported(config, device, launch.world);
   const auto& p = config.parallel;
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp, p.dp_shard}, p.order);
+  grid.require_even_hsdp();  // an uneven HSDP cut of an expert-dp group: exit 2 naming parallel.dp_shard
   check_fault_injection(args.fault, config, grid);
   check_data(config);  // a dataset the model cannot read fails here, on every rank, before step 1
   check_memory_fits(config, device, launch.local_world);  // before anything is allocated

@@ -14,8 +14,7 @@ ProcessGroups::ProcessGroups(const RankGrid& grid, int64_t rank, const Communica
                              std::shared_ptr<CommStats> stats)
     : grid_(grid), rank_(rank), coords_(grid.coords(rank)), stats_(std::move(stats)) {
   // Before any rendezvous: every rank refuses an uneven cut alike.
-  if (const std::string problem = grid.hsdp_problem(); !problem.empty())
-    throw InputError("config key 'parallel.dp_shard': " + problem);
+  grid.require_even_hsdp();
   std::vector<int64_t> everyone(static_cast<size_t>(grid.world()));
   std::iota(everyone.begin(), everyone.end(), 0);
   world_ = make("world", "world", everyone, factory);

@@ -6,6 +6,8 @@
 #include <map>
 #include <sstream>
 
+#include "core/errors.h"
+
 namespace loom::parallel {
 
 std::string group_kind_name(GroupKind kind) {
@@ -177,11 +179,18 @@ std::string RankGrid::hsdp_problem() const {
         sizes += (sizes.empty() ? "" : ", ") + std::to_string(piece.size());
       }
       s << "] falls into shard groups of " << sizes << " of its ranks (dp_shard " << sizes_.dp_shard << ", ep "
-        << sizes_.ep << "): each shard group must hold as many of them (choose a dp_shard that ep divides)";
+        << sizes_.ep << "): each shard group must hold as many of them (with ep before dp in parallel.order, "
+        << "a dp_shard that ep divides or that divides ep; with ep after dp, one that dp / ep divides or that "
+           "divides dp / ep)";
       return s.str();
     }
   }
   return "";
+}
+
+void RankGrid::require_even_hsdp() const {
+  if (const std::string problem = hsdp_problem(); !problem.empty())
+    throw InputError("config key 'parallel.dp_shard': " + problem);
 }
 
 RankCoords RankGrid::coords(int64_t rank) const {

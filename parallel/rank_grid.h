@@ -112,6 +112,8 @@ class RankGrid {
   // Why HSDP cannot cut this grid's gradient groups (an expert-dp group whose members fall
   // unevenly into the shard groups); empty when it can, or without HSDP.
   std::string hsdp_problem() const;
+  // Throws InputError naming parallel.dp_shard when hsdp_problem() has something to say (exit 2).
+  void require_even_hsdp() const;
 
  private:
   enum Dim { kTp, kCp, kEp, kDpInner, kPp, kNumDims };

@@ -22,7 +22,11 @@ run() {
   shift 3
   mpirun -np "$np" "$LOOM" train "$config" --run-dir "$WORK/$name" "${SHORT[@]}" "$@" > "$WORK/$name.log" 2>&1 ||
     { cat "$WORK/$name.log"; fail "$name"; }
-  VERDICT="$(tail -1 "$WORK/$name.log")"
+  # Rank 0 prints the verdict last; under mpirun another rank's stderr may still land after it in the
+  # merged log (seen twice under ctest -j2: an empty last line), so the log's verdict line is read
+  # by its prefix, and loom diagnose (one process) must end with exactly it.
+  VERDICT="$(grep '^verdict: ' "$WORK/$name.log" | tail -1)"
+  [ -n "$VERDICT" ] || { cat "$WORK/$name.log"; fail "$name printed no verdict"; }
   echo "$name: $VERDICT"
   # loom diagnose prints the same verdict, last.
   "$LOOM" diagnose "$WORK/$name" > "$WORK/$name.diagnose" || fail "loom diagnose $name"

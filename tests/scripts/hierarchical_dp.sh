@@ -79,6 +79,11 @@ fi
 expect_exit 2 "parallel.dp_shard" "$LOOM" topology "$TINY" --world 4 --set parallel.dp_shard=2
 expect_exit 2 "3 does not divide dp = 4" "$LOOM" topology "$TINY" --world 4 --set parallel.dp_shard=3 \
   --set parallel.zero_stage=1
+# Experts at ep 2 after dp in the order: expert-dp groups hold dp positions {0,1,2} and {3,4,5},
+# which shard groups of 2 cut unevenly.
+expect_exit 2 "falls into shard groups of 2, 1" "$LOOM" topology "$TINY" --world 6 --set parallel.dp_shard=2 \
+  --set parallel.zero_stage=1 --set parallel.ep=2 --set parallel.order=tp-dp-ep-pp --set model.moe.num_experts=4 \
+  --set model.moe.top_k=2 --set train.global_batch_size=12
 
 # The comparison can fail: flat's split is not hierarchical's.
 if python3 "$SCRIPTS/checks.py" two-level-traffic "$WORK/flat" --nodes 2 --hierarchical > /dev/null 2>&1; then
