@@ -49,7 +49,7 @@ for name, collectives, compression in variants:
     m = [json.loads(l) for l in open(f"{out}/{name}/metrics.jsonl") if l.strip()]
     step = statistics.median(r["step_ms"] for r in m if r["step"] > 20)
     split = [r["time_split"] for r in m if "time_split" in r][-1]
-    dp_ms = sum(v for k, v in split["exposed_ms"].items() if k.startswith("dp/"))
+    dp_ms = sum(v for k, v in split["exposed_ms"].items() if k.startswith("dp"))  # dp, and HSDP's dp-shard, dp-replicate
     t = json.load(open(f"{out}/{name}/traffic.json"))
     # The busiest rank's inter-node bytes (a flat ring sends them all from each node's last rank);
     # HSDP's are in its dp-shard and dp-replicate groups.
