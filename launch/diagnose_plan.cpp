@@ -10,10 +10,15 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "launch/expert_plan.h"
 #include "launch/layout_cost.h"
 #include "parallel/rank_grid.h"
 
 namespace loom::launch {
+
+namespace {
+std::map<std::string, std::pair<int64_t, bool>> group_links(const Config& config, const parallel::ClusterSpec& cluster);
+}  // namespace
 
 nlohmann::json plan_beside_measured(const Config& config, const parallel::ClusterSpec& cluster,
                                     const nlohmann::json& d) {
@@ -26,7 +31,7 @@ nlohmann::json plan_beside_measured(const Config& config, const parallel::Cluste
   std::map<std::string, double> predicted{{"compute and optimizer", e.compute_s * 1e3}};
   double critical = e.compute_s, dp_seconds = 0, pp_seconds = 0;
   for (const auto& t : e.traffic) {
-    if (t.group.rfind("dp", 0) == 0) {  // dp, dp-cp, or HSDP's dp-shard and dp-replicate
+    if (is_gradient_group(t.group)) {  // dp, dp-cp, HSDP's dp-shard and dp-replicate, expert-dp
       dp_seconds += t.seconds;
     } else if (t.group == "pp") {
       pp_seconds = t.seconds;
@@ -35,6 +40,19 @@ nlohmann::json plan_beside_measured(const Config& config, const parallel::Cluste
       predicted["communication " + t.group] = t.seconds * 1e3;
       critical += t.seconds;
     }
+  }
+  // A mixture of experts' all-to-all at ep > 1 (launch/expert_plan.h, even routing: the router's
+  // real choices can only send more to the busiest rank), on the critical path: each call one
+  // latency per peer, the bytes at the ep group's link.
+  double ep_seconds = 0;
+  if (config.model.moe.enabled() && p.ep > 1) {
+    const auto ex = expert_plan(config, p.tp * p.cp * p.pp * p.dp, p.ep);
+    const bool intra = group_links(config, cluster).at("ep").second;
+    const double alpha = intra ? cluster.intra_latency : cluster.inter_latency;
+    const double beta = 1.0 / (intra ? cluster.intra_bandwidth : cluster.inter_bandwidth);
+    ep_seconds = ex.all_to_all_bytes * beta + ex.all_to_all_calls * static_cast<double>(p.ep - 1) * alpha;
+    predicted["communication ep"] = ep_seconds * 1e3;
+    critical += ep_seconds;
   }
   const double bubble_s = e.bubble < 1.0 ? critical / (1.0 - e.bubble) - critical : 0.0;
   if (p.pp > 1) predicted["pipeline idle"] = (bubble_s + pp_seconds) * 1e3;
@@ -69,7 +87,9 @@ nlohmann::json plan_beside_measured(const Config& config, const parallel::Cluste
   for (const auto& [part, ms] : measured) add(part);
   return {{"cluster", cluster.name},
           {"parts", parts},
-          {"step", {{"measured_ms", step_ms}, {"predicted_ms", e.step_s * 1e3}}},
+          {"step",
+           {{"measured_ms", step_ms},
+            {"predicted_ms", (e.step_s + (e.bubble < 1.0 ? ep_seconds / (1.0 - e.bubble) : ep_seconds)) * 1e3}}},
           {"largest_deviation", largest}};
 }
 
@@ -206,11 +226,6 @@ std::string format_collectives_beside_cluster(const nlohmann::json& rows) {
 std::optional<parallel::ClusterSpec> cluster_to_compare(const Config& config, const std::string& path,
                                                         const std::string& who) {
   if (path.empty()) return std::nullopt;
-  if (config.model.moe.enabled()) {
-    throw InputError(who +
-                     ": this run trains a mixture of experts, whose all-to-all time follows the router's "
-                     "choices, which loom plan's cost model does not predict");
-  }
   try {
     return parallel::load_cluster(path);
   } catch (const InputError& e) {

@@ -35,9 +35,8 @@ std::string format_collectives_beside_cluster(const nlohmann::json& rows);
 
 // The cluster a run is compared with (log.cluster, or loom diagnose's --cluster: WHO names it in
 // errors), read before the run starts so that a wrong file fails before step 1 rather than after
-// the last; nullopt when PATH is empty. InputError (exit 2) for a file load_cluster refuses, and for
-// a mixture of experts, whose all-to-all time follows the router and which the cost model does not
-// predict.
+// the last; nullopt when PATH is empty. InputError (exit 2) for a file load_cluster refuses. (A
+// mixture of experts is compared too: its all-to-all predicted for even routing, expert_plan.h.)
 std::optional<parallel::ClusterSpec> cluster_to_compare(const Config& config, const std::string& path,
                                                         const std::string& who);
 

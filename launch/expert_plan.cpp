@@ -65,6 +65,11 @@ ExpertPlan expert_plan(const Config& config, int64_t world, int64_t ep) {
   const double row = static_cast<double>(m.hidden_size) * activation;
   plan.all_to_all_bytes =
       layers_here * exchanges * plan.routed_tokens * static_cast<double>(m.moe.top_k) * leaving * row;
+  const double micro_batches = static_cast<double>(config.train.global_batch_size) /
+                               static_cast<double>(std::max<int64_t>(1, config.train.micro_batch_size * plan.dp));
+  // Each forward pass also exchanges the per-expert row counts first (parallel/moe_dispatch.cpp).
+  const double forwards = config.train.recompute == Recompute::full ? 2.0 : 1.0;
+  plan.all_to_all_calls = layers_here * (exchanges + forwards) * micro_batches;
   if (p.expert_tp > 1) {
     // A ring all-reduce sends 2 (t - 1) / t of the tensor, an all-gather (t - 1) / t of the whole:
     // one of each kind in forward and one in backward, and the forward's again under full recomputation.

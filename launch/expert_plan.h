@@ -19,6 +19,7 @@ struct ExpertPlan {
   double expert_state_bytes = 0;  // their parameters, gradients and AdamW state, unsharded
   double routed_tokens = 0;       // tokens one rank routes per step (its share of the global batch)
   double all_to_all_bytes = 0;    // one rank's sends per step: dispatch + combine, forward + backward
+  double all_to_all_calls = 0;    // all-to-alls a step: those, and each forward's exchange of row counts
   // Expert tensor parallelism (parallel.expert_tp = tp > 1): one rank's sends per step for the sums
   // over tp of the expert outputs (forward) and inputs' gradients (backward), ring all-reduces, and
   // under sequence parallelism the gathers of the sequence and of its output's gradient.

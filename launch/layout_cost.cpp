@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/muon_groups.h"
+#include "launch/expert_plan.h"
 #include "models/gpt_flops.h"
 #include "models/gpt_shapes.h"
 
@@ -164,6 +165,10 @@ double muon_parameter_fraction(const Config& config) {
   return matrices / static_cast<double>(models::model_num_parameters(config));
 }
 
+bool is_gradient_group(const std::string& group) {
+  return group.rfind("dp", 0) == 0 || group.rfind("expert-dp", 0) == 0;
+}
+
 double exposed_dp_seconds(double dp_s, double unhidden_s, double compute_s) {
   return std::max(0.0, dp_s - unhidden_s - 2.0 / 3.0 * compute_s) + unhidden_s;
 }
@@ -190,7 +195,25 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   }
 
   e.parameters_per_rank = parameters_per_rank(config, l.tp, l.pp);
-  e.state_bytes = model_state_bytes(e.parameters_per_rank, l.zero_stage, shard_ranks, bytes);
+  // A mixture of experts: parameters_per_rank spreads the routed experts over tp and pp like the
+  // rest; a rank holds its busiest stage's num_experts / ep of each MoE block's experts (split over
+  // tp only with expert_tp), whose state ZeRO shards over the expert-dp x cp ranks that share them.
+  double expert_params = 0;
+  const int64_t expert_ranks = l.dp / std::max<int64_t>(l.ep, 1) * l.cp;
+  if (config.model.moe.enabled()) {
+    Config at_layout = config;
+    auto& p = at_layout.parallel;
+    p.tp = l.tp, p.pp = l.pp, p.cp = l.cp, p.dp = l.dp, p.ep = l.ep, p.virtual_stages = l.virtual_stages;
+    if (p.expert_tp > 1) p.expert_tp = l.tp;
+    const auto experts = expert_plan(at_layout, l.world(), l.ep);
+    const double all_experts = static_cast<double>(experts.moe_layers * config.model.moe.num_experts) *
+                               static_cast<double>(models::moe_expert_numel(config));
+    expert_params = experts.expert_parameters;
+    e.parameters_per_rank += expert_params - all_experts / static_cast<double>(l.tp * l.pp);
+  }
+  const double dense_params = e.parameters_per_rank - expert_params;
+  e.state_bytes = model_state_bytes(dense_params, l.zero_stage, shard_ranks, bytes) +
+                  model_state_bytes(expert_params, l.zero_stage, expert_ranks, bytes);
   // 1F1B keeps up to pp micro-batches in flight on the first stage; interleaving adds (p-1)/(p v).
   const double in_flight =
       static_cast<double>(std::min(l.pp, micro_batches)) *
@@ -262,7 +285,7 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     // HSDP: the ZeRO traffic inside the shard group (its span decides its link), and each shard's
     // 1/S of the gradients all-reduced across the replicas (over the whole group's link).
     const Link& shard_link = l.tp * shard_ranks <= cluster.gpus_per_node ? intra : inter;
-    const double grads = e.parameters_per_rank * bytes.grad, params = e.parameters_per_rank * bytes.param;
+    const double grads = dense_params * bytes.grad, params = dense_params * bytes.param;
     const double s = static_cast<double>(shard_ranks), share = (s - 1) / s, r = static_cast<double>(replicas);
     // Stage 1 reduce-scatters and all-gathers its whole buckets; 2 and 3 reduce-scatter the gradients
     // and gather the updated parameters (stage 3 twice more).
@@ -278,7 +301,7 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     dp_seconds = shard_seconds + replica_seconds;
     e.dp_unhidden_s = replica_seconds;
   } else if (grad_ranks > 1) {
-    const double grads = e.parameters_per_rank * bytes.grad, params = e.parameters_per_rank * bytes.param;
+    const double grads = dense_params * bytes.grad, params = dense_params * bytes.param;
     const double q = static_cast<double>(grad_ranks), share = (q - 1) / q;
     double wire = 0;
     if (l.zero_stage <= 1) {
@@ -292,6 +315,19 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
                    gathers * ring_all_gather_time(params, grad_ranks, dp_link.alpha, dp_link.beta);
     }
     e.traffic.push_back({l.cp > 1 ? "dp-cp" : "dp", dp_link.name, wire, dp_seconds});
+  }
+  if (expert_params > 0 && expert_ranks > 1) {
+    // The experts' gradients over their expert-dp x cp ring, as the dense ones over dp (at the dp group's link).
+    const double grads = expert_params * bytes.grad, params = expert_params * bytes.param;
+    const double q = static_cast<double>(expert_ranks), share = (q - 1) / q;
+    const double gathers = l.zero_stage == 3 ? 3.0 : 1.0;
+    const double wire = l.zero_stage <= 1 ? 2 * share * grads : share * grads + gathers * share * params;
+    const double seconds = l.zero_stage <= 1
+                               ? ring_all_reduce_time(grads, expert_ranks, dp_link.alpha, dp_link.beta)
+                               : ring_all_gather_time(grads, expert_ranks, dp_link.alpha, dp_link.beta) +
+                                     gathers * ring_all_gather_time(params, expert_ranks, dp_link.alpha, dp_link.beta);
+    e.traffic.push_back({l.cp > 1 ? "expert-dp-cp" : "expert-dp", dp_link.name, wire, seconds});
+    dp_seconds += seconds;
   }
   e.dp_s = dp_seconds;
 
@@ -307,7 +343,7 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   e.bubble = pipeline_bubble(l.pp, micro_batches, l.virtual_stages);
   double critical = e.compute_s;
   for (const auto& t : e.traffic) {
-    if (t.group.rfind("dp", 0) != 0) critical += t.seconds;  // tp, cp and pp transfers sit on it (not dp's)
+    if (!is_gradient_group(t.group)) critical += t.seconds;  // tp, cp and pp transfers sit on it (not dp's)
   }
   // Bucketed dp reduction hides behind backward (two thirds of compute); only the rest shows.
   const double dp_exposed = exposed_dp_seconds(dp_seconds, e.dp_unhidden_s, e.compute_s);
@@ -323,9 +359,17 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
 
 Layout layout_of(const Config& config) {
   const auto& p = config.parallel;
-  return {
-      p.tp, p.pp,      p.dp,      p.virtual_stages, p.zero_stage, config.train.micro_batch_size, config.train.recompute,
-      p.cp, p.cp_comm, p.dp_shard};
+  return {p.tp,
+          p.pp,
+          p.dp,
+          p.virtual_stages,
+          p.zero_stage,
+          config.train.micro_batch_size,
+          config.train.recompute,
+          p.cp,
+          p.cp_comm,
+          p.dp_shard,
+          p.ep};
 }
 
 int64_t total_traffic_bytes(const LayoutEstimate& e) {

@@ -73,6 +73,9 @@ struct Layout {
   ContextComm cp_comm = ContextComm::p2p;
   // HSDP (parallel.dp_shard): ZeRO shards over dp_shard dp ranks (times cp) and replicates across; 0: all of dp.
   int64_t dp_shard = 0;
+  // A mixture of experts' expert parallelism: each rank holds num_experts / ep of each MoE block's
+  // routed experts, whose gradients average over the dp / ep ranks (times cp) holding the same ones.
+  int64_t ep = 1;
   int64_t world() const { return tp * cp * pp * dp; }
   int64_t shard_ranks() const { return (dp_shard > 0 && dp_shard < dp ? dp_shard : dp) * cp; }
 };
@@ -100,6 +103,10 @@ struct LayoutEstimate {
 };
 
 LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& layout);
+
+// Whether GROUP reduces gradients over data parallelism (dp, dp-cp, HSDP's dp-shard and dp-replicate,
+// expert-dp, expert-dp-cp): hidden behind backward in part, not on the critical path.
+bool is_gradient_group(const std::string& group);
 
 // The part of a dp reduction of DP_S seconds that shows in the step: backward hides up to two thirds
 // of COMPUTE_S of it, except UNHIDDEN_S (HSDP's step across the replicas), which always shows.

@@ -444,3 +444,33 @@ TEST_CASE("dp variants: flat, hierarchical and compressed reductions follow the 
   CHECK(all.front().variant.compression == loom::GradCompression::powersgd);
   for (const auto& v : all) CHECK(v.step_s >= all.front().step_s);
 }
+
+TEST_CASE("the cost model holds num_experts / ep of each MoE block's experts per rank", "[plan][moe]") {
+  // Qwen3-30B-A3B at dp 64: 48 blocks of 128 experts of 4,718,592 parameters. At ep 8 a rank holds
+  // 16 of each block's experts, whose state shards over the 8 ranks of its expert-dp group.
+  const loom::Config c = loom::load_config(std::string(LOOM_SOURCE_DIR) + "/configs/qwen3_30b_a3b.yaml", {});
+  ClusterSpec cluster;
+  cluster.gpus_per_node = 8;
+  cluster.nodes = 8;
+  cluster.memory_bytes = 1e15;
+  Layout l;
+  l.dp = 64;
+  l.zero_stage = 1;
+  Layout at_ep = l;
+  at_ep.ep = 8;
+  const auto one = estimate_layout(c, cluster, l), eight = estimate_layout(c, cluster, at_ep);
+  const double expert = 4718592.0, all_experts = 48.0 * 128 * expert;
+  CHECK(one.parameters_per_rank == Approx(parameters_per_rank(c, 1, 1)));  // ep 1: every expert, as counted
+  CHECK(one.parameters_per_rank - eight.parameters_per_rank == Approx(all_experts - 48.0 * 16 * expert));
+  // ZeRO-1 in bf16 (2 + 2 B kept, 12 B sharded): the dense part over 64 ranks, the experts over 8.
+  const double dense = eight.parameters_per_rank - 48.0 * 16 * expert;
+  CHECK(eight.state_bytes == Approx(dense * (4 + 12.0 / 64) + 48.0 * 16 * expert * (4 + 12.0 / 8)));
+  // The experts' gradients go round their expert-dp ring of 8, beside the dense ones round dp's 64.
+  bool expert_ring = false;
+  for (const auto& t : eight.traffic) {
+    if (t.group != "expert-dp") continue;
+    expert_ring = true;
+    CHECK(t.bytes == Approx(2.0 * 7 / 8 * 48.0 * 16 * expert * 2));
+  }
+  CHECK(expert_ring);
+}
