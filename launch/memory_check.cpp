@@ -34,16 +34,6 @@ double approximate_parameters(const Config& c) {
          2.0 * static_cast<double>(m.vocab_size) * h;
 }
 
-// The routed experts' parameters (num_experts expert MLPs in each MoE block; the shared experts
-// are tensor parallel like the dense MLP, not spread over ep).
-double expert_parameters(const Config& c) {
-  const auto& m = c.model;
-  if (!m.moe.enabled()) return 0;
-  // Every MoE block, multi-token prediction's included (launch/moe_metrics.h).
-  const auto layers = static_cast<double>(moe_layers(c).size());
-  return layers * static_cast<double>(m.moe.num_experts) * static_cast<double>(models::moe_expert_numel(c));
-}
-
 // The lower of two limits, reading "max" (cgroup v2) or an absurd number (v1) as none.
 double cgroup_limit_bytes() {
   for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
@@ -77,15 +67,10 @@ MemoryEstimate estimate_rank_memory(const Config& config, bool scores_kept) {
   unbounded.peak_flops = unbounded.intra_bandwidth = unbounded.inter_bandwidth = 1e12;
   const auto plan = estimate_layout(config, unbounded, layout);
   e.parameters = static_cast<double>(models::model_num_parameters(config));
-  // loom plan divides experts by tp like other matrices; expert parallelism divides them by ep instead
-  // (and by tp again only where parallel.expert_tp splits them).
-  const double experts = expert_parameters(config);
+  // (The plan holds num_experts / ep of each MoE block's routed experts on a rank, of its busiest
+  // pipeline stage, split over tp only where parallel.expert_tp splits them.)
   e.rank_parameters = plan.parameters_per_rank;
-  if (experts > 0) {
-    const double model_ranks = static_cast<double>(p.tp * p.pp);
-    e.rank_parameters += experts / static_cast<double>(p.pp * p.ep * p.expert_tp) - experts / model_ranks;
-  }
-  e.state_bytes = plan.state_bytes * (e.rank_parameters / plan.parameters_per_rank);
+  e.state_bytes = plan.state_bytes;
   // Korthikanti et al. leave out the logits: the last stage holds them and their gradient in fp32,
   // once for the model and once for each multi-token prediction module.
   const double logits = 2.0 * 4.0 * static_cast<double>(t.micro_batch_size) * static_cast<double>(m.seq_len / p.cp) *
