@@ -1,44 +1,15 @@
 #include "parallel/hierarchical_communicator.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
+
+#include "parallel/chained_op.h"
 
 namespace loom::parallel {
 namespace {
 
 int64_t nbytes(const torch::Tensor& t) {
   return t.numel() * static_cast<int64_t>(t.element_size());
-}
-
-// An inner communicator's call, waited for as this one's.
-class InnerOp : public PendingOp {
- public:
-  explicit InnerOp(CommHandle handle) : handle_(std::move(handle)) {}
-  void wait(std::chrono::milliseconds) override { handle_.wait(); }
-
- private:
-  CommHandle handle_;
-};
-
-// The first level is issued at once (it overlaps whatever the caller does next, as a flat
-// collective would); the rest runs when the caller waits, in the order every rank waits in.
-class TwoLevelOp : public PendingOp {
- public:
-  TwoLevelOp(CommHandle first, std::function<void()> rest) : first_(std::move(first)), rest_(std::move(rest)) {}
-  void wait(std::chrono::milliseconds) override {
-    first_.wait();
-    rest_();
-  }
-
- private:
-  CommHandle first_;
-  std::function<void()> rest_;
-};
-
-std::unique_ptr<PendingOp> inner(CommHandle handle) {
-  if (handle.done()) return nullptr;
-  return std::make_unique<InnerOp>(std::move(handle));
 }
 
 }  // namespace
@@ -126,24 +97,9 @@ std::vector<std::pair<int64_t, int64_t>> HierarchicalCommunicator::all_gather_se
 }
 
 std::unique_ptr<PendingOp> HierarchicalCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
-  const int64_t local = intra_->size(), n = tensor.numel();
-  if (flat_for(tensor)) return inner(flat_->all_reduce(tensor, op));
-  if (local == 1) return inner(inter_->all_reduce(tensor, op));  // one rank per node: the ring across
-  const int64_t share = (n + local - 1) / local;
-  auto flat = tensor.view({-1});
-  // A tensor that does not split evenly goes through a padded copy (the padding is never read back).
-  auto whole = flat;
-  if (share * local != n) {
-    whole = torch::zeros({share * local}, tensor.options());
-    whole.narrow(0, 0, n).copy_(flat);
-  }
-  auto mine = torch::empty({share}, tensor.options());
-  auto first = intra_->reduce_scatter(mine, whole, op);
-  return std::make_unique<TwoLevelOp>(std::move(first), [this, flat, whole, mine, n, op]() mutable {
-    inter_->all_reduce(mine, op).wait();
-    intra_->all_gather(whole, mine).wait();
-    if (whole.data_ptr() != flat.data_ptr()) flat.copy_(whole.narrow(0, 0, n));
-  });
+  if (flat_for(tensor)) return pending_inner(flat_->all_reduce(tensor, op));
+  if (intra_->size() == 1) return pending_inner(inter_->all_reduce(tensor, op));  // one rank per node: the ring across
+  return all_reduce_in_two_steps(*intra_, *inter_, tensor, op);
 }
 
 std::unique_ptr<PendingOp> HierarchicalCommunicator::do_reduce_scatter(torch::Tensor& output, torch::Tensor& input,
@@ -154,7 +110,7 @@ std::unique_ptr<PendingOp> HierarchicalCommunicator::do_reduce_scatter(torch::Te
   auto by_place = input.view({size(), chunk}).index_select(0, place_major_.to(input.device()));
   auto across = torch::empty({nodes * chunk}, output.options());
   auto first = intra_->reduce_scatter(across, by_place.view({-1}), op);
-  return std::make_unique<TwoLevelOp>(
+  return std::make_unique<ChainedOp>(
       std::move(first), [this, across, output, op]() mutable { inter_->reduce_scatter(output, across, op).wait(); });
 }
 
@@ -162,7 +118,7 @@ std::unique_ptr<PendingOp> HierarchicalCommunicator::do_all_gather(torch::Tensor
   const int64_t chunk = input.numel(), nodes = inter_->size();
   auto across = torch::empty({nodes * chunk}, input.options());
   auto first = inter_->all_gather(across, input);
-  return std::make_unique<TwoLevelOp>(std::move(first), [this, across, output, chunk]() mutable {
+  return std::make_unique<ChainedOp>(std::move(first), [this, across, output, chunk]() mutable {
     auto by_place = torch::empty({size(), chunk}, across.options());
     intra_->all_gather(by_place.view({-1}), across).wait();
     output.view({size(), chunk}).index_copy_(0, place_major_.to(output.device()), by_place);
@@ -172,19 +128,19 @@ std::unique_ptr<PendingOp> HierarchicalCommunicator::do_all_gather(torch::Tensor
 std::unique_ptr<PendingOp> HierarchicalCommunicator::do_all_to_all(torch::Tensor& output, torch::Tensor& input,
                                                                    std::vector<int64_t>& output_splits,
                                                                    std::vector<int64_t>& input_splits) {
-  return inner(flat_->all_to_all(output, input, output_splits, input_splits));
+  return pending_inner(flat_->all_to_all(output, input, output_splits, input_splits));
 }
 
 std::unique_ptr<PendingOp> HierarchicalCommunicator::do_broadcast(torch::Tensor& tensor, int root) {
-  return inner(flat_->broadcast(tensor, root));
+  return pending_inner(flat_->broadcast(tensor, root));
 }
 
 std::unique_ptr<PendingOp> HierarchicalCommunicator::do_send_recv(std::vector<P2POp>& ops) {
-  return inner(flat_->send_recv(ops));
+  return pending_inner(flat_->send_recv(ops));
 }
 
 std::unique_ptr<PendingOp> HierarchicalCommunicator::do_barrier() {
-  return inner(flat_->barrier());
+  return pending_inner(flat_->barrier());
 }
 
 }  // namespace loom::parallel
