@@ -11,6 +11,7 @@
 #    schedule's (p - 1) / (m + p - 1) = 3/7;
 # 4. each batch read delayed 100 ms (slow-data:100) -> input-bound;
 # 5. one rank sleeping 200 ms a step (straggler:1:200) at dp 2 -> straggler-bound naming rank 1;
+#    ZeRO-3 at dp 2 with rank 1's dp collectives delayed -> memory-bound, its parameter gathers;
 # 6. dp 4 across a throttled link of the simulated fabric -> communication-bound on dp, inter-node.
 # The planted delays are tens of times the tiny model's step, so that the verdicts do not hang on
 # this machine's speed. metrics.jsonl's log lines carry the split (time_split).
@@ -135,6 +136,11 @@ assert 0.25 <= idle <= 0.9, idle
 PY
 run slow_data 1 "$TINY" --inject-fault 0:1:slow-data:100
 [[ "$VERDICT" == "verdict: input-bound"* ]] || fail "slow batch reads are not input-bound"
+# ZeRO-3 at dp 2 with every dp collective of rank 1 delayed 20 ms: the parameter gathers (each
+# block's twice per micro-batch, against one reduce-scatter) take the largest share -> memory-bound.
+run zero3_gathers 2 "$TINY" --set parallel.zero_stage=3 --inject-fault 1:1:delay:dp:20
+[[ "$VERDICT" == "verdict: memory-bound dp: ZeRO-3's parameter gathers exposed"* ]] ||
+  fail "ZeRO-3 with slow dp collectives is not memory-bound on its gathers"
 run straggler 2 "$TINY" --inject-fault 1:1:straggler:1:200
 [[ "$VERDICT" == "verdict: straggler-bound rank 1"* ]] || fail "a sleeping rank is not named a straggler"
 python3 - "$WORK/straggler/metrics.jsonl" << 'PY' || fail "metrics.jsonl's time_split"
