@@ -5,27 +5,14 @@
 #include "core/config.h"
 #include "launch/dp_variants.h"
 #include "launch/layout_cost.h"
+#include "two_node_cluster.h"
 
 using namespace loom::parallel;
 using namespace loom::launch;
 
 TEST_CASE("HSDP: state sharded inside the node, one share of the gradients across", "[plan]") {
-  loom::Config c;
-  c.model.num_layers = 4;
-  c.model.hidden_size = 256;
-  c.model.num_heads = 4;
-  c.model.vocab_size = 1024;
-  c.model.seq_len = 128;
-  c.train.global_batch_size = 32;
-  ClusterSpec cluster;
-  cluster.gpus_per_node = 4;
-  cluster.nodes = 2;
-  cluster.peak_flops = 1e12;
-  cluster.memory_bytes = 80e9;
-  cluster.intra_bandwidth = 10e9;
-  cluster.intra_latency = 1e-6;
-  cluster.inter_bandwidth = 1e9;
-  cluster.inter_latency = 1e-5;
+  const loom::Config c = loom::test::small_gpt_for_plan();
+  const ClusterSpec cluster = loom::test::two_node_cluster();
   Layout l;
   l.dp = 8;
   l.micro_batch = 4;

@@ -10,6 +10,7 @@
 #include "launch/memory_check.h"
 #include "models/gpt_flops.h"
 #include "models/gpt_shapes.h"
+#include "two_node_cluster.h"
 
 using namespace loom::parallel;
 using namespace loom::launch;
@@ -369,22 +370,8 @@ TEST_CASE("expert plan: experts, their state and all-to-all bytes per rank, work
 }
 
 TEST_CASE("dp variants: flat, hierarchical and compressed reductions follow the background's formulas", "[plan]") {
-  loom::Config c;
-  c.model.num_layers = 4;
-  c.model.hidden_size = 256;
-  c.model.num_heads = 4;
-  c.model.vocab_size = 1024;
-  c.model.seq_len = 128;
-  c.train.global_batch_size = 32;
-  ClusterSpec cluster;
-  cluster.gpus_per_node = 4;
-  cluster.nodes = 2;
-  cluster.peak_flops = 1e12;
-  cluster.memory_bytes = 80e9;
-  cluster.intra_bandwidth = 10e9;
-  cluster.intra_latency = 1e-6;
-  cluster.inter_bandwidth = 1e9;  // ten times slower between nodes
-  cluster.inter_latency = 1e-5;
+  const loom::Config c = loom::test::small_gpt_for_plan();
+  const ClusterSpec cluster = loom::test::two_node_cluster();
   Layout l;
   l.dp = 8;
   l.micro_batch = 4;
