@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "parallel/communicator.h"
+#include "parallel/later_steps.h"
 
 namespace loom::parallel {
 
@@ -15,6 +16,7 @@ class InnerOp : public PendingOp {
  public:
   explicit InnerOp(CommHandle handle) : handle_(std::move(handle)) {}
   void wait(std::chrono::milliseconds) override { handle_.wait(); }
+  bool ready() const override { return handle_.ready(); }
 
  private:
   CommHandle handle_;
@@ -22,7 +24,7 @@ class InnerOp : public PendingOp {
 
 // FIRST is issued at once (it overlaps whatever the caller does next, as a plain collective would);
 // REST runs when the caller waits, in the order every rank waits in, so every rank issues the inner
-// groups' calls in the same order.
+// groups' calls in the same order (LaterSteps::when_waited).
 class ChainedOp : public PendingOp {
  public:
   ChainedOp(CommHandle first, std::function<void()> rest) : first_(std::move(first)), rest_(std::move(rest)) {}
@@ -30,6 +32,7 @@ class ChainedOp : public PendingOp {
     first_.wait();
     rest_();
   }
+  bool ready() const override { return false; }  // REST has not started
 
  private:
   CommHandle first_;
@@ -37,10 +40,12 @@ class ChainedOp : public PendingOp {
 };
 
 // An all-reduce over the ranks of INSIDE times ACROSS in two steps: TENSOR reduce-scattered inside,
-// this rank's share all-reduced across (when the caller waits), then all-gathered inside again. A
-// tensor that does not split evenly goes through a padded copy (the padding is never read back).
-// INSIDE and ACROSS outlive the operation.
-inline std::unique_ptr<PendingOp> all_reduce_in_two_steps(Communicator& inside, Communicator& across,
+// this rank's share all-reduced across, then all-gathered inside again, the last two by LATER (the
+// gather on INSIDE_LATER: INSIDE's ranks, a communicator of LATER's own where it runs on a thread).
+// A tensor that does not split evenly goes through a padded copy (the padding is never read back).
+// The communicators outlive the operation.
+inline std::unique_ptr<PendingOp> all_reduce_in_two_steps(Communicator& inside, Communicator& inside_later,
+                                                          Communicator& across, LaterSteps& later,
                                                           torch::Tensor& tensor, ReduceOp op) {
   const int64_t local = inside.size(), n = tensor.numel(), share = (n + local - 1) / local;
   auto flat = tensor.view({-1});
@@ -51,9 +56,9 @@ inline std::unique_ptr<PendingOp> all_reduce_in_two_steps(Communicator& inside, 
   }
   auto mine = torch::empty({share}, tensor.options());
   auto first = inside.reduce_scatter(mine, whole, op);
-  return std::make_unique<ChainedOp>(std::move(first), [&inside, &across, flat, whole, mine, n, op]() mutable {
+  return later.after(std::move(first), [&inside_later, &across, flat, whole, mine, n, op]() mutable {
     across.all_reduce(mine, op).wait();
-    inside.all_gather(whole, mine).wait();
+    inside_later.all_gather(whole, mine).wait();
     if (whole.data_ptr() != flat.data_ptr()) flat.copy_(whole.narrow(0, 0, n));
   });
 }

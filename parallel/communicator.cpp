@@ -31,6 +31,7 @@ class ScaledOp : public PendingOp {
     if (inner_) inner_->wait(timeout);
     for (auto& t : results_) t.mul_(factor_);
   }
+  bool ready() const override { return !inner_ || inner_->ready(); }
 
  private:
   std::unique_ptr<PendingOp> inner_;
@@ -91,10 +92,9 @@ std::vector<std::pair<int64_t, int64_t>> Communicator::all_gather_sends(const to
 std::unique_ptr<PendingOp> Communicator::apply_fault(const std::string& op, std::unique_ptr<PendingOp> pending,
                                                      std::vector<torch::Tensor>& results) {
   auto& f = *fault_;
-  if (f.fired || results.empty() || (!f.ops.empty() && std::find(f.ops.begin(), f.ops.end(), op) == f.ops.end()))
-    return pending;
-  f.fired = true;
-  if (!pending) {  // done already (a synchronous backend, a group of one)
+  if (results.empty() || (!f.ops.empty() && std::find(f.ops.begin(), f.ops.end(), op) == f.ops.end())) return pending;
+  if (f.fired.exchange(true)) return pending;  // (HSDP's replica steps run on a thread of their own)
+  if (!pending) {                              // done already (a synchronous backend, a group of one)
     for (auto& t : results) t.mul_(f.factor);
     return nullptr;
   }

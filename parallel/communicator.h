@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -30,6 +31,8 @@ class PendingOp {
  public:
   virtual ~PendingOp() = default;
   virtual void wait(std::chrono::milliseconds timeout) = 0;
+  // Whether wait() would return at once, its result in place (Work::isCompleted in c10d).
+  virtual bool ready() const = 0;
 };
 
 class Communicator;
@@ -39,7 +42,10 @@ class CommHandle {
  public:
   CommHandle() = default;
   void wait();
+  // No operation left to wait for (waited already, or done at launch).
   bool done() const { return op_ == nullptr; }
+  // wait() would not block: done, or its operation complete (without waiting for it).
+  bool ready() const { return op_ == nullptr || op_->ready(); }
 
  private:
   friend class Communicator;
@@ -90,7 +96,7 @@ class Communicator {
   struct ResultFault {
     double factor = 1.0;
     std::vector<std::string> ops;
-    bool fired = false;
+    std::atomic<bool> fired{false};
   };
   void plant(std::shared_ptr<ResultFault> fault) { fault_ = std::move(fault); }
   // A planted delay, for tests of `loom diagnose`: every call sleeps DELAY before it is issued

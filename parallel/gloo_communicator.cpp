@@ -14,6 +14,11 @@ class GlooPending : public PendingOp {
     for (auto& work : works_) work->wait(timeout);
     if (epilogue_) epilogue_();
   }
+  bool ready() const override {
+    for (const auto& work : works_)
+      if (!work->isCompleted()) return false;
+    return true;
+  }
 
  private:
   std::vector<c10d_compat::WorkPtr> works_;

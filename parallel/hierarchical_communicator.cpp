@@ -39,16 +39,21 @@ GroupLevels group_levels(const std::vector<int64_t>& group, const std::vector<in
 HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator> flat,
                                                    std::unique_ptr<Communicator> intra,
                                                    std::unique_ptr<Communicator> inter, const GroupLevels& levels,
-                                                   std::shared_ptr<CommStats> stats)
+                                                   std::shared_ptr<CommStats> stats,
+                                                   std::unique_ptr<Communicator> intra_later,
+                                                   std::unique_ptr<Communicator> inter_later)
     : Communicator(flat->name(), flat->ranks(), flat->rank(), std::move(stats), flat->timeout()),
       flat_(std::move(flat)),
       intra_(std::move(intra)),
-      inter_(std::move(inter)) {
+      inter_(std::move(inter)),
+      intra_later_(std::move(intra_later)),
+      inter_later_(std::move(inter_later)),
+      later_(intra_later_ ? LaterSteps::on_thread() : LaterSteps::when_waited()) {
   TORCH_CHECK(levels.even() && intra_->size() * inter_->size() == size(),
               "two levels need every node to hold the same number of the group's ranks");
-  flat_->stop_counting();
-  intra_->stop_counting();
-  inter_->stop_counting();
+  TORCH_CHECK(!intra_later_ == !inter_later_, "the later steps need communicators of both levels, or of neither");
+  for (auto* level : {flat_.get(), intra_.get(), inter_.get(), intra_later_.get(), inter_later_.get()})
+    if (level) level->stop_counting();
   std::vector<int64_t> order;
   for (int64_t place = 0; place < intra_->size(); ++place)
     for (const int position : levels.at_place(static_cast<size_t>(place))) order.push_back(position);
@@ -99,7 +104,7 @@ std::vector<std::pair<int64_t, int64_t>> HierarchicalCommunicator::all_gather_se
 std::unique_ptr<PendingOp> HierarchicalCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
   if (flat_for(tensor)) return pending_inner(flat_->all_reduce(tensor, op));
   if (intra_->size() == 1) return pending_inner(inter_->all_reduce(tensor, op));  // one rank per node: the ring across
-  return all_reduce_in_two_steps(*intra_, *inter_, tensor, op);
+  return all_reduce_in_two_steps(*intra_, intra_later(), inter_later(), *later_, tensor, op);
 }
 
 std::unique_ptr<PendingOp> HierarchicalCommunicator::do_reduce_scatter(torch::Tensor& output, torch::Tensor& input,
@@ -110,17 +115,17 @@ std::unique_ptr<PendingOp> HierarchicalCommunicator::do_reduce_scatter(torch::Te
   auto by_place = input.view({size(), chunk}).index_select(0, place_major_.to(input.device()));
   auto across = torch::empty({nodes * chunk}, output.options());
   auto first = intra_->reduce_scatter(across, by_place.view({-1}), op);
-  return std::make_unique<ChainedOp>(
-      std::move(first), [this, across, output, op]() mutable { inter_->reduce_scatter(output, across, op).wait(); });
+  return later_->after(std::move(first),
+                       [this, across, output, op] { inter_later().reduce_scatter(output, across, op).wait(); });
 }
 
 std::unique_ptr<PendingOp> HierarchicalCommunicator::do_all_gather(torch::Tensor& output, torch::Tensor& input) {
   const int64_t chunk = input.numel(), nodes = inter_->size();
   auto across = torch::empty({nodes * chunk}, input.options());
   auto first = inter_->all_gather(across, input);
-  return std::make_unique<ChainedOp>(std::move(first), [this, across, output, chunk]() mutable {
+  return later_->after(std::move(first), [this, across, output, chunk]() mutable {
     auto by_place = torch::empty({size(), chunk}, across.options());
-    intra_->all_gather(by_place.view({-1}), across).wait();
+    intra_later().all_gather(by_place.view({-1}), across).wait();
     output.view({size(), chunk}).index_copy_(0, place_major_.to(output.device()), by_place);
   });
 }

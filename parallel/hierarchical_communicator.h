@@ -12,13 +12,16 @@
 //   all_gather     = the same two steps in reverse.
 // Every other op goes through the flat group. The three inner communicators count nothing: this
 // one counts each call once, with the bytes the two levels send to their next ranks, so the
-// traffic report's intra- and inter-node split is what the wire carried.
+// traffic report's intra- and inter-node split is what the wire carried. The steps after a call's
+// first run as parallel/later_steps.h says: over Gloo on a thread of their own, as soon as the
+// first is done, on communicators of their own over the same ranks.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/later_steps.h"
 
 namespace loom::parallel {
 
@@ -37,9 +40,13 @@ class HierarchicalCommunicator : public Communicator {
  public:
   // FLAT: the whole group; INTRA: its members on this rank's node, in group order; INTER: the
   // members at this rank's place in every node, in node order. LEVELS: the group's levels.
+  // INTRA_LATER and INTER_LATER, second communicators over INTRA's and INTER's ranks: given, the
+  // later steps run on them on a thread of their own (Gloo); null, on INTRA and INTER when the
+  // caller waits (NCCL).
   HierarchicalCommunicator(std::unique_ptr<Communicator> flat, std::unique_ptr<Communicator> intra,
                            std::unique_ptr<Communicator> inter, const GroupLevels& levels,
-                           std::shared_ptr<CommStats> stats);
+                           std::shared_ptr<CommStats> stats, std::unique_ptr<Communicator> intra_later = nullptr,
+                           std::unique_ptr<Communicator> inter_later = nullptr);
   std::string backend() const override { return flat_->backend() + " (hierarchical)"; }
 
  protected:
@@ -62,10 +69,14 @@ class HierarchicalCommunicator : public Communicator {
   // A ring step of an inner group: BYTES to its next rank (nothing for a group of one).
   static void add_ring_send(std::vector<std::pair<int64_t, int64_t>>& sends, const Communicator& level, int64_t bytes);
 
-  std::unique_ptr<Communicator> flat_, intra_, inter_;
+  Communicator& intra_later() { return intra_later_ ? *intra_later_ : *intra_; }
+  Communicator& inter_later() { return inter_later_ ? *inter_later_ : *inter_; }
+
+  std::unique_ptr<Communicator> flat_, intra_, inter_, intra_later_, inter_later_;
   // Chunk of the group at each (place, node), place-major: the order the two-level
   // reduce-scatter reads the chunks in and the two-level all-gather writes them back from.
   torch::Tensor place_major_;
+  std::unique_ptr<LaterSteps> later_;  // last: its thread stops before the groups it uses go
 };
 
 }  // namespace loom::parallel

@@ -4,23 +4,26 @@
 
 namespace loom::parallel {
 
-HsdpCommunicator::HsdpCommunicator(Communicator& shard, Communicator& replicate, std::shared_ptr<CommStats> stats)
+HsdpCommunicator::HsdpCommunicator(Communicator& shard, Communicator& replicate,
+                                   std::unique_ptr<Communicator> shard_later, std::shared_ptr<CommStats> stats)
     : Communicator(shard.name(), shard.ranks(), shard.rank(), std::move(stats), shard.timeout()),
       shard_(shard),
-      replicate_(replicate) {
+      replicate_(replicate),
+      shard_later_(std::move(shard_later)),
+      later_(shard_later_ ? LaterSteps::on_thread() : LaterSteps::when_waited()) {
   stop_counting();
 }
 
 std::unique_ptr<PendingOp> HsdpCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
-  if (size() == 1) return pending_inner(replicate_.all_reduce(tensor, op));
-  return all_reduce_in_two_steps(shard_, replicate_, tensor, op);
+  // A shard group of one: only the replicas' all-reduce, still on the steps' side (it uses REPLICATE).
+  if (size() == 1) return later_->after(CommHandle(), [this, tensor, op] { replicate_.all_reduce(tensor, op).wait(); });
+  return all_reduce_in_two_steps(shard_, shard_later_ ? *shard_later_ : shard_, replicate_, *later_, tensor, op);
 }
 
 std::unique_ptr<PendingOp> HsdpCommunicator::do_reduce_scatter(torch::Tensor& output, torch::Tensor& input,
                                                                ReduceOp op) {
   auto first = shard_.reduce_scatter(output, input, op);
-  return std::make_unique<ChainedOp>(std::move(first),
-                                     [this, output, op]() mutable { replicate_.all_reduce(output, op).wait(); });
+  return later_->after(std::move(first), [this, output, op] { replicate_.all_reduce(output, op).wait(); });
 }
 
 std::unique_ptr<PendingOp> HsdpCommunicator::do_all_gather(torch::Tensor& output, torch::Tensor& input) {

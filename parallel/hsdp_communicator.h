@@ -9,17 +9,24 @@
 //   all_gather, broadcast, all_to_all, send_recv, barrier: the shard group's own.
 // Its size and rank are the shard group's: ZeRO's shards are that group's. It counts nothing
 // itself: each step is counted by the shard or replica group it runs on (dp-shard, dp-replicate),
-// so the traffic report shows what crossed which link.
+// so the traffic report shows what crossed which link. The steps after a reduction's first run as
+// parallel/later_steps.h says: over Gloo on a thread of their own, as soon as the first is done.
 #pragma once
 
+#include <memory>
+
 #include "parallel/communicator.h"
+#include "parallel/later_steps.h"
 
 namespace loom::parallel {
 
 class HsdpCommunicator : public Communicator {
  public:
-  // SHARD and REPLICATE outlive this (ProcessGroups owns all three).
-  HsdpCommunicator(Communicator& shard, Communicator& replicate, std::shared_ptr<CommStats> stats);
+  // SHARD and REPLICATE outlive this (ProcessGroups owns all three). SHARD_LATER, a second
+  // communicator over the shard group's ranks: given, the later steps run on a thread of their own
+  // (Gloo), which alone then uses it and REPLICATE; null, they run when the caller waits (NCCL).
+  HsdpCommunicator(Communicator& shard, Communicator& replicate, std::unique_ptr<Communicator> shard_later,
+                   std::shared_ptr<CommStats> stats);
   std::string backend() const override { return shard_.backend() + " (hsdp)"; }
 
  protected:
@@ -36,6 +43,8 @@ class HsdpCommunicator : public Communicator {
  private:
   Communicator& shard_;
   Communicator& replicate_;
+  std::unique_ptr<Communicator> shard_later_;  // (null: shard_ itself)
+  std::unique_ptr<LaterSteps> later_;          // last: its thread stops before the groups it uses go
 };
 
 }  // namespace loom::parallel

@@ -84,6 +84,7 @@ class NcclPending : public PendingOp {
     LOOM_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, done_, 0));
     in_use_.clear();
   }
+  bool ready() const override { return cudaEventQuery(done_) == cudaSuccess; }
 
  private:
   cudaEvent_t done_;

@@ -30,9 +30,24 @@ ProcessGroups::ProcessGroups(const RankGrid& grid, int64_t rank, const Communica
   if (grid.hsdp()) {
     for (auto [shard, replicate] : {std::pair{GroupKind::dp_shard, GroupKind::dp_replicate},
                                     std::pair{GroupKind::expert_dp_shard, GroupKind::expert_dp_replicate}}) {
-      hsdp_[shard] = std::make_unique<HsdpCommunicator>(get(shard), get(replicate), stats_);
+      // Over Gloo the replica steps run on a thread of their own, with a second communicator over
+      // the shard group's ranks for the gathers among them (parallel/later_steps.h).
+      std::unique_ptr<Communicator> shard_later;
+      if (runs_later_steps_on_thread(get(shard)) && runs_later_steps_on_thread(get(replicate))) {
+        const auto all = grid.groups(shard);
+        for (size_t index = 0; index < all.size(); ++index) {
+          if (std::find(all[index].begin(), all[index].end(), rank) == all[index].end()) continue;
+          const std::string name = group_kind_name(shard);
+          shard_later = make(name, name + "/" + std::to_string(index) + "/later", all[index], factory);
+        }
+      }
+      hsdp_[shard] = std::make_unique<HsdpCommunicator>(get(shard), get(replicate), std::move(shard_later), stats_);
     }
   }
+}
+
+bool ProcessGroups::runs_later_steps_on_thread(const Communicator& comm) {
+  return comm.backend() != "nccl";
 }
 
 std::unique_ptr<Communicator> ProcessGroups::make(const std::string& name, const std::string& key,
@@ -88,8 +103,18 @@ void ProcessGroups::use_two_level_gradient_groups(const std::vector<int64_t>& no
           make(name + " (inside node)", key + "/node" + std::to_string(node), ranks_at(levels.nodes[node]), factory);
       auto inter = make(name + " (across nodes)", key + "/place" + std::to_string(place),
                         ranks_at(levels.at_place(place)), factory);
-      groups_[kind] = std::make_unique<HierarchicalCommunicator>(std::move(groups_.at(kind)), std::move(intra),
-                                                                 std::move(inter), levels, stats_);
+      // Over Gloo the later steps run on a thread of their own, on communicators of their own
+      // (parallel/later_steps.h); made in the same order on every rank, after both levels.
+      std::unique_ptr<Communicator> intra_later, inter_later;
+      if (runs_later_steps_on_thread(*groups_.at(kind))) {
+        intra_later = make(name + " (inside node)", key + "/node" + std::to_string(node) + "/later",
+                           ranks_at(levels.nodes[node]), factory);
+        inter_later = make(name + " (across nodes)", key + "/place" + std::to_string(place) + "/later",
+                           ranks_at(levels.at_place(place)), factory);
+      }
+      groups_[kind] =
+          std::make_unique<HierarchicalCommunicator>(std::move(groups_.at(kind)), std::move(intra), std::move(inter),
+                                                     levels, stats_, std::move(intra_later), std::move(inter_later));
     }
   }
 }

@@ -67,6 +67,9 @@ class ProcessGroups {
   GroupKind resolve(GroupKind kind) const;
   bool aliased(GroupKind kind) const { return resolve(kind) != kind; }
   Communicator& sharded_gradients(GroupKind shard_kind);
+  // Whether a composite's later steps over COMM's backend run on a thread of their own (Gloo,
+  // whose waits block the host), or when the caller waits (NCCL).
+  static bool runs_later_steps_on_thread(const Communicator& comm);
   std::unique_ptr<Communicator> make(const std::string& name, const std::string& key, const std::vector<int64_t>& ranks,
                                      const CommunicatorFactory& factory);
 

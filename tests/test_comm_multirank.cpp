@@ -3,6 +3,7 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <numeric>
+#include <thread>
 
 #include "multirank_world.h"
 #include "parallel/hierarchical_communicator.h"
@@ -16,6 +17,17 @@ using World = loom::test::MultiRankWorld;
 World* g_world = nullptr;  // set once in main, before any test runs
 
 }  // namespace
+
+// Whether HANDLE completes with nobody waiting for it, polled for up to a minute (a bound for a
+// failure only: a call on tiny tensors completes in milliseconds).
+bool turns_ready(const CommHandle& handle) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!handle.ready()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
 
 TEST_CASE("all_reduce sums, maxes and mins across the world", "[comm]") {
   auto& comm = g_world->groups.world_comm();
@@ -187,87 +199,105 @@ TEST_CASE("two-level collectives give the flat results and send what they count"
   if (n < 2) return;
   std::vector<int64_t> everyone(static_cast<size_t>(n));
   std::iota(everyone.begin(), everyone.end(), 0);
-  for (const bool alternate : {false, true}) {
-    std::vector<int64_t> node_of_rank;
-    for (int64_t k = 0; k < n; ++k) node_of_rank.push_back(n % 2 ? k : alternate ? k % 2 : k / 2);
-    const GroupLevels levels = group_levels(everyone, node_of_rank);
-    REQUIRE(levels.even());
-    const int64_t local = static_cast<int64_t>(levels.nodes.front().size()), nodes = n / local;
-    auto stats = std::make_shared<CommStats>();
-    auto factory = make_gloo_factory(g_world->env.store(), g_world->env.single_host(), stats, std::chrono::seconds(60));
-    const std::string key = std::string("two_level/") + (alternate ? "alternate" : "consecutive");
-    size_t node = 0, place = 0;
-    for (size_t k = 0; k < levels.nodes.size(); ++k)
-      for (size_t j = 0; j < levels.nodes[k].size(); ++j)
-        if (levels.nodes[k][j] == r) node = k, place = j;
-    auto make = [&](const std::string& name, const std::vector<int>& members) -> std::unique_ptr<Communicator> {
-      std::vector<int64_t> ranks(members.begin(), members.end());
-      const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), r) - ranks.begin());
-      if (ranks.size() == 1) return std::make_unique<SelfCommunicator>(name, r, stats);
-      return factory(name, key + "/" + name, ranks, me);
-    };
-    std::vector<int> all_positions(everyone.begin(), everyone.end());
-    HierarchicalCommunicator comm(make("flat", all_positions), make("node" + std::to_string(node), levels.nodes[node]),
-                                  make("place" + std::to_string(place), levels.at_place(place)), levels, stats);
-    comm.stop_counting();  // the world's own counters stay as the counting test left them
-    INFO((alternate ? "alternating" : "consecutive") << " nodes, " << local << " ranks each");
+  for (const bool alternate : {false, true})
+    for (const bool threaded : {false, true}) {  // later steps on a thread of their own, or when waited
+      std::vector<int64_t> node_of_rank;
+      for (int64_t k = 0; k < n; ++k) node_of_rank.push_back(n % 2 ? k : alternate ? k % 2 : k / 2);
+      const GroupLevels levels = group_levels(everyone, node_of_rank);
+      REQUIRE(levels.even());
+      const int64_t local = static_cast<int64_t>(levels.nodes.front().size()), nodes = n / local;
+      auto stats = std::make_shared<CommStats>();
+      auto factory =
+          make_gloo_factory(g_world->env.store(), g_world->env.single_host(), stats, std::chrono::seconds(60));
+      const std::string key =
+          std::string("two_level/") + (alternate ? "alternate" : "consecutive") + (threaded ? "/threaded" : "");
+      size_t node = 0, place = 0;
+      for (size_t k = 0; k < levels.nodes.size(); ++k)
+        for (size_t j = 0; j < levels.nodes[k].size(); ++j)
+          if (levels.nodes[k][j] == r) node = k, place = j;
+      auto make = [&](const std::string& name, const std::vector<int>& members) -> std::unique_ptr<Communicator> {
+        std::vector<int64_t> ranks(members.begin(), members.end());
+        const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), r) - ranks.begin());
+        if (ranks.size() == 1) return std::make_unique<SelfCommunicator>(name, r, stats);
+        return factory(name, key + "/" + name, ranks, me);
+      };
+      std::vector<int> all_positions(everyone.begin(), everyone.end());
+      auto later = [&](const std::string& name, const std::vector<int>& members) {
+        return threaded ? make(name + "/later", members) : nullptr;
+      };
+      const std::string node_name = "node" + std::to_string(node), place_name = "place" + std::to_string(place);
+      HierarchicalCommunicator comm(make("flat", all_positions), make(node_name, levels.nodes[node]),
+                                    make(place_name, levels.at_place(place)), levels, stats,
+                                    later(node_name, levels.nodes[node]), later(place_name, levels.at_place(place)));
+      comm.stop_counting();  // the world's own counters stay as the counting test left them
+      INFO((alternate ? "alternating" : "consecutive")
+           << " nodes, " << local << " ranks each" << (threaded ? ", later steps on a thread" : ""));
 
-    // all_reduce: odd lengths go through the padded copy; sums, maxes and doubles.
-    for (int64_t length : {int64_t{7}, int64_t{12}, int64_t{1}}) {
-      auto t = torch::arange(length, torch::kFloat) + static_cast<float>(r);
-      comm.all_reduce(t).wait();
-      const auto expected = torch::arange(length, torch::kFloat) * n + static_cast<float>(n * (n - 1) / 2);
-      CHECK(torch::equal(t, expected));
-    }
-    auto top = torch::full({5}, static_cast<double>(r));
-    comm.all_reduce(top, ReduceOp::max).wait();
-    CHECK(torch::equal(top, torch::full({5}, static_cast<double>(n - 1))));
+      // all_reduce: odd lengths go through the padded copy; sums, maxes and doubles.
+      for (int64_t length : {int64_t{7}, int64_t{12}, int64_t{1}}) {
+        auto t = torch::arange(length, torch::kFloat) + static_cast<float>(r);
+        comm.all_reduce(t).wait();
+        const auto expected = torch::arange(length, torch::kFloat) * n + static_cast<float>(n * (n - 1) / 2);
+        CHECK(torch::equal(t, expected));
+      }
+      auto top = torch::full({5}, static_cast<double>(r));
+      comm.all_reduce(top, ReduceOp::max).wait();
+      CHECK(torch::equal(top, torch::full({5}, static_cast<double>(n - 1))));
 
-    // reduce_scatter: chunk k of rank j holds 100 j + k (three elements); rank r gets its own chunk's sum.
-    auto chunks = torch::empty({n, 3});
-    for (int k = 0; k < n; ++k) chunks[k].fill_(static_cast<float>(100 * r + k));
-    auto mine = torch::empty({3});
-    comm.reduce_scatter(mine, chunks).wait();
-    CHECK(torch::equal(mine, torch::full({3}, static_cast<float>(100 * n * (n - 1) / 2 + n * r))));
+      // reduce_scatter: chunk k of rank j holds 100 j + k (three elements); rank r gets its own chunk's sum.
+      auto chunks = torch::empty({n, 3});
+      for (int k = 0; k < n; ++k) chunks[k].fill_(static_cast<float>(100 * r + k));
+      auto mine = torch::empty({3});
+      comm.reduce_scatter(mine, chunks).wait();
+      CHECK(torch::equal(mine, torch::full({3}, static_cast<float>(100 * n * (n - 1) / 2 + n * r))));
 
-    // all_gather: rank order, whatever the nodes.
-    auto gathered = torch::empty({n * 2});
-    comm.all_gather(gathered, torch::tensor({r * 10.0f, r * 10.0f + 1})).wait();
-    for (int k = 0; k < n; ++k) {
-      CHECK(gathered[2 * k].item<float>() == k * 10.0f);
-      CHECK(gathered[2 * k + 1].item<float>() == k * 10.0f + 1);
-    }
-    // The other ops go through the flat group.
-    auto b = torch::full({2}, static_cast<float>(r));
-    comm.broadcast(b, n - 1).wait();
-    CHECK(torch::equal(b, torch::full({2}, static_cast<float>(n - 1))));
+      // all_gather: rank order, whatever the nodes.
+      auto gathered = torch::empty({n * 2});
+      comm.all_gather(gathered, torch::tensor({r * 10.0f, r * 10.0f + 1})).wait();
+      for (int k = 0; k < n; ++k) {
+        CHECK(gathered[2 * k].item<float>() == k * 10.0f);
+        CHECK(gathered[2 * k + 1].item<float>() == k * 10.0f + 1);
+      }
+      // On a thread, a call's later steps run without the caller waiting: the handle turns ready by
+      // itself (when waited, it never would). Its result is checked once waited.
+      if (threaded && nodes > 1 && local > 1) {
+        auto pending_sum = torch::full({6}, static_cast<float>(r));
+        auto handle = comm.all_reduce(pending_sum);
+        REQUIRE(turns_ready(handle));
+        handle.wait();
+        CHECK(torch::equal(pending_sum, torch::full({6}, static_cast<float>(n * (n - 1) / 2))));
+      }
+      // The other ops go through the flat group.
+      auto b = torch::full({2}, static_cast<float>(r));
+      comm.broadcast(b, n - 1).wait();
+      CHECK(torch::equal(b, torch::full({2}, static_cast<float>(n - 1))));
 
-    // Counted: nothing by the inner groups; by this one, what each level's ring sends to its next
-    // rank: an all-reduce of 12 floats sends 2 (L-1) ceil(12/L) 4 bytes inside the node and
-    // 2 (N-1) ceil(12/L) 4 / N across.
-    CHECK(stats->counters().empty());
-    HierarchicalCommunicator counted(
-        make("flat_counted", all_positions), make("node_counted" + std::to_string(node), levels.nodes[node]),
-        make("place_counted" + std::to_string(place), levels.at_place(place)), levels, stats);
-    auto twelve = torch::ones({12});
-    counted.all_reduce(twelve).wait();
-    const int64_t share = (12 + local - 1) / local * 4;
-    const auto sent = stats->sent_to_by_op().at({"flat_counted", "all_reduce"});
-    const int64_t next_in_node = levels.nodes[node][(place + 1) % static_cast<size_t>(local)];
-    const int64_t next_node = levels.at_place(place)[(node + 1) % static_cast<size_t>(nodes)];
-    int64_t expected_total = 0;
-    if (local > 1) {
-      CHECK(sent.at(next_in_node) == 2 * (local - 1) * share);
-      expected_total += 2 * (local - 1) * share;
+      // Counted: nothing by the inner groups; by this one, what each level's ring sends to its next
+      // rank: an all-reduce of 12 floats sends 2 (L-1) ceil(12/L) 4 bytes inside the node and
+      // 2 (N-1) ceil(12/L) 4 / N across.
+      CHECK(stats->counters().empty());
+      HierarchicalCommunicator counted(
+          make("flat_counted", all_positions), make("node_counted" + std::to_string(node), levels.nodes[node]),
+          make("place_counted" + std::to_string(place), levels.at_place(place)), levels, stats);
+      auto twelve = torch::ones({12});
+      counted.all_reduce(twelve).wait();
+      const int64_t share = (12 + local - 1) / local * 4;
+      const auto sent = stats->sent_to_by_op().at({"flat_counted", "all_reduce"});
+      const int64_t next_in_node = levels.nodes[node][(place + 1) % static_cast<size_t>(local)];
+      const int64_t next_node = levels.at_place(place)[(node + 1) % static_cast<size_t>(nodes)];
+      int64_t expected_total = 0;
+      if (local > 1) {
+        CHECK(sent.at(next_in_node) == 2 * (local - 1) * share);
+        expected_total += 2 * (local - 1) * share;
+      }
+      if (nodes > 1) {
+        CHECK(sent.at(next_node) == 2 * (nodes - 1) * share / nodes);
+        expected_total += 2 * (nodes - 1) * share / nodes;
+      }
+      CHECK(stats->get("flat_counted", "all_reduce").sent == expected_total);
+      CHECK(stats->get("flat_counted", "all_reduce").calls == 1);
+      CHECK(torch::equal(twelve, torch::full({12}, static_cast<float>(n))));
     }
-    if (nodes > 1) {
-      CHECK(sent.at(next_node) == 2 * (nodes - 1) * share / nodes);
-      expected_total += 2 * (nodes - 1) * share / nodes;
-    }
-    CHECK(stats->get("flat_counted", "all_reduce").sent == expected_total);
-    CHECK(stats->get("flat_counted", "all_reduce").calls == 1);
-    CHECK(torch::equal(twelve, torch::full({12}, static_cast<float>(n))));
-  }
   world.barrier().wait();
 }
 
@@ -279,8 +309,8 @@ TEST_CASE("HSDP's group reduces over every replica and gathers inside its shard 
   const int n = world.size(), r = world.rank();
   if (n < 2) return;
   const int s = n % 2 ? 1 : 2, shard_index = r / s, place = r % s, replicas = n / s;
-  auto stats = std::make_shared<CommStats>();
-  auto factory = make_gloo_factory(g_world->env.store(), g_world->env.single_host(), stats, std::chrono::seconds(60));
+  std::shared_ptr<CommStats> stats;
+  CommunicatorFactory factory;
   auto make = [&](const std::string& name, const std::string& key, std::vector<int64_t> ranks) {
     const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), r) - ranks.begin());
     if (ranks.size() == 1) return std::unique_ptr<Communicator>(std::make_unique<SelfCommunicator>(name, r, stats));
@@ -289,38 +319,64 @@ TEST_CASE("HSDP's group reduces over every replica and gathers inside its shard 
   std::vector<int64_t> shard_ranks, replica_ranks;
   for (int k = 0; k < s; ++k) shard_ranks.push_back(shard_index * s + k);
   for (int k = 0; k < replicas; ++k) replica_ranks.push_back(k * s + place);
-  auto shard = make("dp-shard", "shard" + std::to_string(shard_index), shard_ranks);
-  auto replicate = make("dp-replicate", "place" + std::to_string(place), replica_ranks);
-  HsdpCommunicator comm(*shard, *replicate, stats);
-  CHECK(comm.size() == s);
-  CHECK(comm.rank() == place);
+  for (const bool threaded : {true, false}) {  // later steps on a thread of their own, or when waited
+    INFO((threaded ? "later steps on a thread" : "later steps when waited"));
+    const std::string mode = threaded ? "threaded/" : "";
+    stats = std::make_shared<CommStats>();
+    factory = make_gloo_factory(g_world->env.store(), g_world->env.single_host(), stats, std::chrono::seconds(60));
+    auto shard = make("dp-shard", mode + "shard" + std::to_string(shard_index), shard_ranks);
+    auto replicate = make("dp-replicate", mode + "place" + std::to_string(place), replica_ranks);
+    auto shard_later =
+        threaded ? make("dp-shard", mode + "shard" + std::to_string(shard_index) + "/later", shard_ranks) : nullptr;
+    HsdpCommunicator comm(*shard, *replicate, std::move(shard_later), stats);
+    CHECK(comm.size() == s);
+    CHECK(comm.rank() == place);
 
-  // all_reduce: the sum over all n ranks, odd lengths through the padded copy.
-  for (int64_t length : {int64_t{7}, int64_t{12}}) {
-    auto t = torch::arange(length, torch::kFloat) + static_cast<float>(r);
-    comm.all_reduce(t).wait();
-    CHECK(torch::equal(t, torch::arange(length, torch::kFloat) * n + static_cast<float>(n * (n - 1) / 2)));
-  }
-  // reduce_scatter: chunk k of rank j holds 100 j + k; shard place p gets chunk p summed over every rank.
-  auto chunks = torch::empty({s, 3});
-  for (int k = 0; k < s; ++k) chunks[k].fill_(static_cast<float>(100 * r + k));
-  auto mine = torch::empty({3});
-  comm.reduce_scatter(mine, chunks).wait();
-  CHECK(torch::equal(mine, torch::full({3}, static_cast<float>(100 * n * (n - 1) / 2 + n * place))));
-  // all_gather: the shard group's members only.
-  auto gathered = torch::empty({s});
-  comm.all_gather(gathered, torch::tensor({static_cast<float>(r)})).wait();
-  for (int k = 0; k < s; ++k) CHECK(gathered[k].item<float>() == static_cast<float>(shard_index * s + k));
+    // all_reduce: the sum over all n ranks, odd lengths through the padded copy.
+    for (int64_t length : {int64_t{7}, int64_t{12}}) {
+      auto t = torch::arange(length, torch::kFloat) + static_cast<float>(r);
+      comm.all_reduce(t).wait();
+      CHECK(torch::equal(t, torch::arange(length, torch::kFloat) * n + static_cast<float>(n * (n - 1) / 2)));
+    }
+    // reduce_scatter: chunk k of rank j holds 100 j + k; shard place p gets chunk p summed over every rank.
+    auto chunks = torch::empty({s, 3});
+    for (int k = 0; k < s; ++k) chunks[k].fill_(static_cast<float>(100 * r + k));
+    auto mine = torch::empty({3});
+    comm.reduce_scatter(mine, chunks).wait();
+    CHECK(torch::equal(mine, torch::full({3}, static_cast<float>(100 * n * (n - 1) / 2 + n * place))));
+    // all_gather: the shard group's members only.
+    auto gathered = torch::empty({s});
+    comm.all_gather(gathered, torch::tensor({static_cast<float>(r)})).wait();
+    for (int k = 0; k < s; ++k) CHECK(gathered[k].item<float>() == static_cast<float>(shard_index * s + k));
 
-  // Counted by the inner groups under their names, nothing under the wrapper's own.
-  if (replicas > 1) {
-    // The reduce-scatter's 3-float share across the replicas: 2 (R-1)/R of 12 bytes to the next replica.
-    const auto& all_reduces = stats->get("dp-replicate", "all_reduce");
-    CHECK(all_reduces.calls == 3);  // two all-reduces' shares and the reduce-scatter's
-    const int64_t next_replica = replica_ranks[static_cast<size_t>((shard_index + 1) % replicas)];
-    CHECK(stats->sent_to_by_op().at({"dp-replicate", "all_reduce"}).at(next_replica) == all_reduces.sent);
+    // Counted by the inner groups under their names, nothing under the wrapper's own.
+    if (replicas > 1) {
+      // The reduce-scatter's 3-float share across the replicas: 2 (R-1)/R of 12 bytes to the next replica.
+      const auto& all_reduces = stats->get("dp-replicate", "all_reduce");
+      CHECK(all_reduces.calls == 3);  // two all-reduces' shares and the reduce-scatter's
+      const int64_t next_replica = replica_ranks[static_cast<size_t>((shard_index + 1) % replicas)];
+      CHECK(stats->sent_to_by_op().at({"dp-replicate", "all_reduce"}).at(next_replica) == all_reduces.sent);
+    }
+    if (s > 1) CHECK(stats->get("dp-shard", "all_gather").calls == 3);  // two all-reduces' and the gather
+
+    // On a thread, a reduce-scatter's replica step runs without the caller waiting (when waited, it
+    // would not start), and a queue of them completes in order.
+    if (threaded && replicas > 1) {
+      std::vector<torch::Tensor> outputs;
+      std::vector<CommHandle> handles;
+      for (int call = 0; call < 3; ++call) {
+        auto in = torch::full({s, 2}, static_cast<float>(r + call));
+        outputs.push_back(torch::empty({2}));
+        handles.push_back(comm.reduce_scatter(outputs.back(), in));
+      }
+      REQUIRE(turns_ready(handles.back()));
+      for (int call = 0; call < 3; ++call) {
+        handles[static_cast<size_t>(call)].wait();
+        CHECK(torch::equal(outputs[static_cast<size_t>(call)],
+                           torch::full({2}, static_cast<float>(n * (n - 1) / 2 + n * call))));
+      }
+    }
   }
-  if (s > 1) CHECK(stats->get("dp-shard", "all_gather").calls == 3);  // two all-reduces' and the gather
   world.barrier().wait();
 }
 
