@@ -43,10 +43,11 @@ class ChainedOp : public PendingOp {
 // this rank's share all-reduced across, then all-gathered inside again, the last two by LATER (the
 // gather on INSIDE_LATER: INSIDE's ranks, a communicator of LATER's own where it runs on a thread).
 // A tensor that does not split evenly goes through a padded copy (the padding is never read back).
-// The communicators outlive the operation.
+// The communicators outlive the operation. BLOCKED: as LaterSteps::after's.
 inline std::unique_ptr<PendingOp> all_reduce_in_two_steps(Communicator& inside, Communicator& inside_later,
                                                           Communicator& across, LaterSteps& later,
-                                                          torch::Tensor& tensor, ReduceOp op) {
+                                                          torch::Tensor& tensor, ReduceOp op,
+                                                          std::function<void(double)> blocked = {}) {
   const int64_t local = inside.size(), n = tensor.numel(), share = (n + local - 1) / local;
   auto flat = tensor.view({-1});
   auto whole = flat;
@@ -56,11 +57,14 @@ inline std::unique_ptr<PendingOp> all_reduce_in_two_steps(Communicator& inside, 
   }
   auto mine = torch::empty({share}, tensor.options());
   auto first = inside.reduce_scatter(mine, whole, op);
-  return later.after(std::move(first), [&inside_later, &across, flat, whole, mine, n, op]() mutable {
-    across.all_reduce(mine, op).wait();
-    inside_later.all_gather(whole, mine).wait();
-    if (whole.data_ptr() != flat.data_ptr()) flat.copy_(whole.narrow(0, 0, n));
-  });
+  return later.after(
+      std::move(first),
+      [&inside_later, &across, flat, whole, mine, n, op]() mutable {
+        across.all_reduce(mine, op).wait();
+        inside_later.all_gather(whole, mine).wait();
+        if (whole.data_ptr() != flat.data_ptr()) flat.copy_(whole.narrow(0, 0, n));
+      },
+      std::move(blocked));
 }
 
 // HANDLE as a pending operation, or none when it completed at launch (a group of one).

@@ -39,7 +39,14 @@ class ScaledOp : public PendingOp {
   double factor_;
 };
 
+// Set on a composite's later-steps thread (Communicator::blocking_no_training_on_this_thread).
+thread_local bool t_blocks_no_training = false;
+
 }  // namespace
+
+void Communicator::blocking_no_training_on_this_thread() {
+  t_blocks_no_training = true;
+}
 
 void CommHandle::wait() {
   if (!op_) return;
@@ -54,6 +61,7 @@ void CommHandle::wait() {
   if (!comm_->counted_) return;
   const auto now = std::chrono::steady_clock::now();
   comm_->stats_->record_time(comm_->name(), op_name_, std::chrono::duration<double>(now - start_).count(), bytes_);
+  if (t_blocks_no_training) return;
   comm_->stats_->record_blocked(comm_->name(), op_name_, std::chrono::duration<double>(now - blocked_from).count());
 }
 
@@ -122,7 +130,7 @@ CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vecto
   }
   if (!handle.op_ && counted) stats_->record_time(name_, op, 0.0, bytes);
   // An issue that blocks (a synchronous backend's call) is time spent on the peers too.
-  if (counted) {
+  if (counted && !t_blocks_no_training) {
     stats_->record_blocked(name_, op,
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - handle.start_).count());
   }

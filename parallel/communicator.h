@@ -105,8 +105,13 @@ class Communicator {
   // This communicator's calls are steps of an outer one's (parallel/hierarchical_communicator.h),
   // which counts and times them: counted here they would be counted twice.
   void stop_counting() { counted_ = false; }
+  // Calls issued and waited for on the calling thread from now on block no training: a composite's
+  // later steps on a thread of their own (parallel/later_steps.h). Their calls and time are still
+  // counted, not as time this rank stood still: the training thread's wait for them is.
+  static void blocking_no_training_on_this_thread();
 
  protected:
+  const std::shared_ptr<CommStats>& stats() const { return stats_; }
   // (global rank, bytes) a ring collective sends to each peer, as CommStats counts it: by default
   // each ring step goes to the next rank of the group (a ring all-reduce sends 2(P-1)/P of the
   // tensor, a reduce-scatter or all-gather (P-1)/P of the whole).

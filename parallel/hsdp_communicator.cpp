@@ -16,14 +16,27 @@ HsdpCommunicator::HsdpCommunicator(Communicator& shard, Communicator& replicate,
 
 std::unique_ptr<PendingOp> HsdpCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
   // A shard group of one: only the replicas' all-reduce, still on the steps' side (it uses REPLICATE).
-  if (size() == 1) return later_->after(CommHandle(), [this, tensor, op] { replicate_.all_reduce(tensor, op).wait(); });
-  return all_reduce_in_two_steps(shard_, shard_later_ ? *shard_later_ : shard_, replicate_, *later_, tensor, op);
+  if (size() == 1) {
+    return later_->after(
+        CommHandle(), [this, tensor, op] { replicate_.all_reduce(tensor, op).wait(); }, blocked_on_replicas());
+  }
+  return all_reduce_in_two_steps(shard_, shard_later_ ? *shard_later_ : shard_, replicate_, *later_, tensor, op,
+                                 blocked_on_replicas());
 }
 
 std::unique_ptr<PendingOp> HsdpCommunicator::do_reduce_scatter(torch::Tensor& output, torch::Tensor& input,
                                                                ReduceOp op) {
   auto first = shard_.reduce_scatter(output, input, op);
-  return later_->after(std::move(first), [this, output, op] { replicate_.all_reduce(output, op).wait(); });
+  return later_->after(
+      std::move(first), [this, output, op] { replicate_.all_reduce(output, op).wait(); }, blocked_on_replicas());
+}
+
+// The training thread's wait for a reduction whose steps run on the later-steps thread: counted as
+// the replicas' all-reduce, the step that crosses nodes and the last to finish.
+std::function<void(double)> HsdpCommunicator::blocked_on_replicas() const {
+  return [stats = stats(), group = replicate_.name()](double seconds) {
+    stats->record_blocked(group, "all_reduce", seconds);
+  };
 }
 
 std::unique_ptr<PendingOp> HsdpCommunicator::do_all_gather(torch::Tensor& output, torch::Tensor& input) {

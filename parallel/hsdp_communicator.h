@@ -13,6 +13,7 @@
 // parallel/later_steps.h says: over Gloo on a thread of their own, as soon as the first is done.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "parallel/communicator.h"
@@ -41,6 +42,8 @@ class HsdpCommunicator : public Communicator {
   std::unique_ptr<PendingOp> do_barrier() override;
 
  private:
+  std::function<void(double)> blocked_on_replicas() const;
+
   Communicator& shard_;
   Communicator& replicate_;
   std::unique_ptr<Communicator> shard_later_;  // (null: shard_ itself)

@@ -29,12 +29,15 @@ namespace {
 // A call whose later steps the worker runs: waiting is waiting for the worker to be done with it.
 class QueuedOp : public PendingOp {
  public:
-  explicit QueuedOp(std::shared_ptr<LaterSteps::Outcome> outcome) : outcome_(std::move(outcome)) {}
+  QueuedOp(std::shared_ptr<LaterSteps::Outcome> outcome, std::function<void(double)> blocked)
+      : outcome_(std::move(outcome)), blocked_(std::move(blocked)) {}
   // The steps' own waits are bounded by their groups' timeouts, so the worker always gets here.
   void wait(std::chrono::milliseconds) override {
+    const auto from = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(outcome_->mutex);
     outcome_->finished.wait(lock, [&] { return outcome_->done; });
     if (outcome_->error) std::rethrow_exception(outcome_->error);
+    if (blocked_) blocked_(std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count());
   }
   bool ready() const override {
     std::lock_guard<std::mutex> lock(outcome_->mutex);
@@ -43,6 +46,7 @@ class QueuedOp : public PendingOp {
 
  private:
   std::shared_ptr<LaterSteps::Outcome> outcome_;
+  std::function<void(double)> blocked_;
 };
 
 }  // namespace
@@ -69,7 +73,8 @@ LaterSteps::~LaterSteps() {
   worker_.join();
 }
 
-std::unique_ptr<PendingOp> LaterSteps::after(CommHandle first, std::function<void()> rest) {
+std::unique_ptr<PendingOp> LaterSteps::after(CommHandle first, std::function<void()> rest,
+                                             std::function<void(double)> blocked) {
   if (!threaded()) return std::make_unique<ChainedOp>(std::move(first), std::move(rest));
   auto outcome = std::make_shared<Outcome>();
   {
@@ -77,11 +82,12 @@ std::unique_ptr<PendingOp> LaterSteps::after(CommHandle first, std::function<voi
     queue_.push_back({std::move(first), std::move(rest), outcome});
   }
   queued_.notify_one();
-  return std::make_unique<QueuedOp>(std::move(outcome));
+  return std::make_unique<QueuedOp>(std::move(outcome), std::move(blocked));
 }
 
 void LaterSteps::run() {
   at::init_num_threads();  // the rank's thread count for the steps' copies, not OpenMP's default
+  Communicator::blocking_no_training_on_this_thread();
   for (;;) {
     Queued call;
     bool closing = false;

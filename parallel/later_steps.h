@@ -39,8 +39,10 @@ class LaterSteps {
   bool threaded() const { return worker_.joinable(); }
   // The call whose first step is FIRST (already issued) and whose remaining steps REST issues and
   // waits for. Once one call's steps fail, every later call fails with the same error unissued:
-  // the group's calls would no longer pair up.
-  std::unique_ptr<PendingOp> after(CommHandle first, std::function<void()> rest);
+  // the group's calls would no longer pair up. On a thread, BLOCKED (if given) is told how long the
+  // caller's wait for the call stood still (the thread's own waits block no training).
+  std::unique_ptr<PendingOp> after(CommHandle first, std::function<void()> rest,
+                                   std::function<void(double seconds)> blocked = {});
 
   struct Outcome;  // a queued call's result, shared with the pending op that waits for it
 
