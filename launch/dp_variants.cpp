@@ -93,13 +93,14 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
     c.intra_bytes += (L - 1) / L * bytes;
     c.inter_bytes += (N - 1) / N * bytes / L;
   };
-  double unhidden = 0;  // HSDP's step across the replicas (layout_cost.h's dp_unhidden_s)
+  double unhidden = 0;  // HSDP's step across the replicas over NCCL (layout_cost.h's dp_unhidden_s)
   if (variant.hsdp) {
     // ZeRO's passes inside the node, and each rank's 1/L share all-reduced across the nodes (every
     // rank of a node at once: a GPU's share of the link each).
     const double inside = l.zero_stage == 3 ? 4.0 : 2.0;
-    unhidden = 2.0 * (N - 1) / N * payload / L * bx + 2.0 * (N - 1) * ax;
-    c.seconds = inside * ((L - 1) / L * payload * bi + (L - 1) * ai) + unhidden;
+    const double across_nodes = 2.0 * (N - 1) / N * payload / L * bx + 2.0 * (N - 1) * ax;
+    c.seconds = inside * ((L - 1) / L * payload * bi + (L - 1) * ai) + across_nodes;
+    if (!cluster.later_steps_overlap_backward()) unhidden = across_nodes;
     c.intra_bytes = inside * (L - 1) / L * payload;
     c.inter_bytes = 2.0 * (N - 1) / N * payload / L;
   } else if (variant.compression == GradCompression::bf16 || variant.compression == GradCompression::int8) {

@@ -299,7 +299,7 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     e.traffic.push_back({"dp-shard", shard_link.name, shard_wire, shard_seconds});
     e.traffic.push_back({"dp-replicate", dp_link.name, 2 * (r - 1) / r * grads / s, replica_seconds});
     dp_seconds = shard_seconds + replica_seconds;
-    e.dp_unhidden_s = replica_seconds;
+    e.dp_unhidden_s = cluster.later_steps_overlap_backward() ? 0.0 : replica_seconds;
   } else if (grad_ranks > 1) {
     const double grads = dense_params * bytes.grad, params = dense_params * bytes.param;
     const double q = static_cast<double>(grad_ranks), share = (q - 1) / q;

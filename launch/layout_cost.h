@@ -93,8 +93,9 @@ struct LayoutEstimate {
   std::vector<GroupTraffic> traffic;
   double compute_s = 0, bubble = 0, exposed_comm_s = 0, step_s = 0, mfu = 0;
   double dp_s = 0;  // the flat, uncompressed dp reduction (launch/dp_variants.h weighs the others)
-  // Of dp_s, what backward cannot hide: HSDP's all-reduce across the replicas, which each
-  // reduction issues only once its shard step is waited for (after backward, or inside ZeRO-2/3's).
+  // Of dp_s, what backward cannot hide: over NCCL, HSDP's all-reduce across the replicas, which each
+  // reduction issues only once its shard step is waited for (after backward, or inside ZeRO-2/3's);
+  // over Gloo nothing (a thread of its own issues it at once: ClusterSpec::backend).
   double dp_unhidden_s = 0;
   bool fits = true;
   bool tp_across_nodes = false;

@@ -33,7 +33,8 @@ ClusterSpec load_cluster(const std::string& path) {
                                       "inter_node_bandwidth_GBps",
                                       "inter_node_latency_us",
                                       "compute_efficiency",
-                                      "inter_node_nic"};
+                                      "inter_node_nic",
+                                      "backend"};
   if (!root.IsMap()) throw InputError("cluster file '" + path + "' must be a mapping of keys");
   for (const auto& entry : root) {
     const auto key = entry.first.as<std::string>();
@@ -69,6 +70,12 @@ ClusterSpec load_cluster(const std::string& path) {
                        "'");
     }
     c.inter_nic_shared = nic == "shared";
+  }
+  if (root["backend"]) {
+    c.backend = root["backend"].as<std::string>();
+    if (c.backend != "nccl" && c.backend != "gloo") {
+      throw InputError("cluster file '" + path + "': key 'backend' must be nccl or gloo, not '" + c.backend + "'");
+    }
   }
   return c;
 }

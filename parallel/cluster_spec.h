@@ -23,8 +23,14 @@ struct ClusterSpec {
   // inter_bandwidth) or shared (one link per node: inter_bandwidth is each GPU's share when all
   // talk at once, and K flows leaving a node at once get gpus_per_node / K of it each).
   bool inter_nic_shared = false;
+  // backend: nccl (GPUs) or gloo (CPU ranks, as the simulated fabric's). Over Gloo a reduction's
+  // later steps (HSDP's all-reduce across the replicas) start as soon as its first step is done,
+  // hidden behind backward like the rest; over NCCL they start when the trainer waits
+  // (parallel/later_steps.h).
+  std::string backend = "nccl";
 
   int64_t gpus() const { return gpus_per_node * nodes; }
+  bool later_steps_overlap_backward() const { return backend == "gloo"; }
 };
 
 // Reads PATH; unknown or missing keys and impossible values throw InputError naming the file and key.

@@ -34,10 +34,18 @@ TEST_CASE("HSDP: state sharded inside the node, one share of the gradients acros
   CHECK(eh.traffic[1].link == "inter-node");
   CHECK(eh.traffic[1].bytes == Approx(2.0 * 1 / 2 * S / 4));
   CHECK(eh.dp_s == Approx(4 * ring_all_gather_time(S, 4, 1e-6, 1e-10) + ring_all_reduce_time(S / 4, 2, 1e-5, 1e-9)));
-  // The step across the replicas starts only once its shard step is waited for: backward hides none of it.
+  // Over NCCL the step across the replicas starts only once its shard step is waited for: backward
+  // hides none of it. Over Gloo a thread issues it at once: hidden like the rest.
   CHECK(eh.dp_unhidden_s == Approx(ring_all_reduce_time(S / 4, 2, 1e-5, 1e-9)));
   CHECK(exposed_dp_seconds(eh.dp_s, eh.dp_unhidden_s, 1e9) == Approx(eh.dp_unhidden_s));
   CHECK(exposed_dp_seconds(eh.dp_s, eh.dp_unhidden_s, 0) == Approx(eh.dp_s));
+  auto gloo = cluster;
+  gloo.backend = "gloo";
+  const auto eg = estimate_layout(c, gloo, h);
+  CHECK(eg.dp_s == Approx(eh.dp_s));
+  CHECK(eg.dp_unhidden_s == 0);
+  CHECK(exposed_dp_seconds(eg.dp_s, eg.dp_unhidden_s, 1e9) == 0);
+  CHECK(eg.step_s < eh.step_s);
   // loom plan --cluster's row: the same bytes, half of hierarchical's across nodes at ZeRO-3 (whose
   // four passes each send a share over the slow link).
   const auto hsdp = dp_variant_cost(c, cluster, e3, {loom::DpCollectives::flat, loom::GradCompression::none, 1, true});
@@ -48,6 +56,10 @@ TEST_CASE("HSDP: state sharded inside the node, one share of the gradients acros
   CHECK(hsdp.inter_bytes == Approx(2.0 * 1 / 2 * S / 4));
   CHECK(two.inter_bytes == Approx(4 * 1.0 / 2 * S / 4));
   CHECK(hsdp.seconds == Approx(eh.dp_s));
+  const auto hsdp_gloo =
+      dp_variant_cost(c, gloo, e3, {loom::DpCollectives::flat, loom::GradCompression::none, 1, true});
+  CHECK(hsdp_gloo.seconds == Approx(hsdp.seconds));
+  CHECK(hsdp_gloo.step_s < hsdp.step_s);
   CHECK(hsdp.seconds < two.seconds);
   bool offered = false;
   for (const auto& v : dp_variants(c, cluster, e3)) offered = offered || v.variant.hsdp;

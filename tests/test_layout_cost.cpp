@@ -104,7 +104,16 @@ TEST_CASE("cluster files with a missing or unknown key are refused naming it", "
                         "inter_node_nic: pooled\n";
   CHECK_THROWS_WITH(load_cluster(nic), Catch::Contains("inter_node_nic") && Catch::Contains("pooled"));
   CHECK_FALSE(load_cluster(good).inter_nic_shared);
-  CHECK(load_cluster(std::string(LOOM_SOURCE_DIR) + "/configs/clusters/fabric_2x2_100mbit.yaml").inter_nic_shared);
+  const auto fabric = load_cluster(std::string(LOOM_SOURCE_DIR) + "/configs/clusters/fabric_2x2_100mbit.yaml");
+  CHECK(fabric.inter_nic_shared);
+  CHECK(fabric.later_steps_overlap_backward());  // backend: gloo
+  CHECK(load_cluster(good).backend == "nccl");
+  const auto backend = (dir / "loom_cluster_backend.yaml").string();
+  std::ofstream(backend)
+      << "gpus_per_node: 2\nnodes: 2\npeak_bf16_tflops: 1\nmemory_gb: 8\nintra_node_bandwidth_GBps: 1\n"
+         "intra_node_latency_us: 1\ninter_node_bandwidth_GBps: 1\ninter_node_latency_us: 1\n"
+         "backend: mpi\n";
+  CHECK_THROWS_WITH(load_cluster(backend), Catch::Contains("'backend'") && Catch::Contains("mpi"));
   const auto missing = (dir / "loom_cluster_missing.yaml").string();
   std::ofstream(missing) << "gpus_per_node: 8\nnodes: 1\n";
   CHECK_THROWS_WITH(load_cluster(missing), Catch::Contains("missing key 'peak_bf16_tflops'"));
