@@ -2,14 +2,29 @@
 # A rank stopped by SIGSTOP under mpirun (a frozen process: its sockets stay open, nothing
 # answers) ends the job within parallel.timeout_s + 30 s, exit non-zero, with the stopped rank
 # named. Rank 0 also serves the rendezvous store, so stopping it silences the store as well.
-# Usage: stalled_rank.sh RANK
+# With a second argument the job is 4 ranks at dp 4 in two "nodes" of two (parallel.ranks_per_node)
+# with small gradient buckets, so that the stop lands among reductions whose later steps run on a
+# thread of their own (parallel/later_steps.h): hsdp (ZeRO-1, dp_shard 2) or hierarchical.
+# Usage: stalled_rank.sh RANK [hsdp|hierarchical]
 source "$(dirname "$0")/common.sh"
 stopped="$1"
 timeout_s=5
 bound=$((timeout_s + 30))
+layout=(-np 3)
+sets=(--set train.global_batch_size=6)
+case "${2:-}" in
+  "") ;;
+  hsdp | hierarchical)
+    layout=(-np 4)
+    sets=(--set train.global_batch_size=8 --set parallel.ranks_per_node=2 --set parallel.bucket_mb=0.01)
+    [ "$2" = hsdp ] && sets+=(--set parallel.zero_stage=1 --set parallel.dp_shard=2)
+    [ "$2" = hierarchical ] && sets+=(--set parallel.dp_collectives=hierarchical)
+    ;;
+  *) fail "unknown layout '$2' (hsdp or hierarchical)" ;;
+esac
 
-mpirun --oversubscribe -np 3 "$LOOM" train "$TINY" --run-dir "$WORK/run" --set train.steps=100000 \
-  --set train.global_batch_size=6 --set log.interval=1 --set parallel.timeout_s=$timeout_s > "$WORK/job.log" 2>&1 &
+mpirun --oversubscribe "${layout[@]}" "$LOOM" train "$TINY" --run-dir "$WORK/run" --set train.steps=100000 \
+  "${sets[@]}" --set log.interval=1 --set parallel.timeout_s=$timeout_s > "$WORK/job.log" 2>&1 &
 job=$!
 # Stopped once training runs (rank 0 has logged step 2), so the stop lands in a step's collectives.
 wait_for_step2 "$WORK/job.log" "$job"
@@ -49,4 +64,4 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 [ "$alive" = 0 ] || { kill -9 $ranks; fail "ranks left running after the job ended: $(ps -o pid=,stat= -p $ranks)"; }
-echo "stalled rank $stopped: the job ended $seconds s after the stop (bound $bound s), exit $code, rank $stopped named"
+echo "stalled rank $stopped${2:+ ($2)}: the job ended $seconds s after the stop (bound $bound s), exit $code, rank $stopped named"
