@@ -114,6 +114,7 @@ int verify(const VerifyArgs& args, const models::PipelineModelFactory& make_mode
   runs.tolerance_of = args.rtol > 0         ? "--rtol"
                       : bf16_wire && !mixed ? "gradients sent in bf16"
                                             : to_string(config.train.precision);
+  runs.rounds = mixed || bf16_wire;
   runs.adamw = config.train.optimizer == OptimizerKind::adamw;
   runs.adam_eps = config.train.adam_eps;
   runs.grad_clip = config.train.grad_clip;

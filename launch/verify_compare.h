@@ -17,6 +17,10 @@ struct VerifyRuns {
   int64_t steps = 5;
   double rtol = 1e-5;        // relative: |a - b| / |b| for losses, max |a - b| / max |b| per tensor
   std::string tolerance_of;  // how the tolerance was chosen ("fp32"), for the verdict
+  // The layout rounds by design (bf16 compute, or gradients sent in bf16): from step 2 on its
+  // weights are the reference's within that rounding, so a mixture of experts' router may move any
+  // number of choices, and the runs are compared up to that step as after a near-tie.
+  bool rounds = false;
   // The updated weights are AdamW's: the first step moves each weight by lr c g / (c |g| + eps) (c:
   // the clipping factor), which turns a gradient's last-bit difference into up to lr where |g| is
   // near eps; that much of a weight's difference, worked out from both runs' gradients, is allowed.

@@ -35,6 +35,8 @@ while read -r np name rest; do
   # Gradients sent in bf16 round at 3 digits by design: the bar for compression, 2% of the loss.
   rtol=1e-5
   [[ "$name" == *_bf16c ]] && rtol=2e-2
+  # ... and from step 2 on its router may move any number of choices (its weights are within that rounding).
+  [[ "$name" == *_moe_* && "$name" == *_bf16c ]] && flips+=(--rounds)
   python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/$name/metrics.jsonl" "$WORK/${name}_ref/metrics.jsonl" \
     --rtol "$rtol" "${flips[@]}" || fail "$name differs from one process (seed $SEED)"
   # The validation losses too (MoE's may differ after a routing flip).
