@@ -39,6 +39,16 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   check_data(config);  // a dataset the model cannot read fails here, on every rank, before step 1
   check_memory_fits(config, device, launch.local_world);  // before anything is allocated
   const auto cluster = cluster_to_compare(config, config.log.cluster, "log.cluster");
+  // The prediction hides HSDP's step across the replicas only where the cluster's backend does
+  // (parallel/later_steps.h): this run's ranks talk over NCCL on GPUs, Gloo on CPUs.
+  if (const std::string run_backend = device.is_cuda() ? "nccl" : "gloo";
+      cluster && grid.hsdp() && cluster->backend != run_backend) {
+    log::warn(
+        "log.cluster: {} says backend {}, but this run's ranks talk over {}: the prediction counts HSDP's "
+        "all-reduce across the replicas as {} runs it (add 'backend: {}' to the cluster file to compare "
+        "like with like)",
+        config.log.cluster, cluster->backend, run_backend, cluster->backend, run_backend);
+  }
 
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
   parallel::LaunchEnv env(timeout);

@@ -15,7 +15,9 @@ HsdpCommunicator::HsdpCommunicator(Communicator& shard, Communicator& replicate,
 }
 
 std::unique_ptr<PendingOp> HsdpCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
-  // A shard group of one: only the replicas' all-reduce, still on the steps' side (it uses REPLICATE).
+  // A shard group of one: only the replicas' all-reduce, issued at once; on a thread, by the thread
+  // (which alone then uses REPLICATE).
+  if (size() == 1 && !later_->threaded()) return pending_inner(replicate_.all_reduce(tensor, op));
   if (size() == 1) {
     return later_->after(
         CommHandle(), [this, tensor, op] { replicate_.all_reduce(tensor, op).wait(); }, blocked_on_replicas());

@@ -60,7 +60,7 @@ std::unique_ptr<LaterSteps> LaterSteps::on_thread() {
 }
 
 std::unique_ptr<LaterSteps> LaterSteps::when_waited() {
-  return std::unique_ptr<LaterSteps>(new LaterSteps(true));
+  return std::unique_ptr<LaterSteps>(new LaterSteps(false));
 }
 
 LaterSteps::~LaterSteps() {
