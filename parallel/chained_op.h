@@ -47,7 +47,7 @@ class ChainedOp : public PendingOp {
 inline std::unique_ptr<PendingOp> all_reduce_in_two_steps(Communicator& inside, Communicator& inside_later,
                                                           Communicator& across, LaterSteps& later,
                                                           torch::Tensor& tensor, ReduceOp op,
-                                                          std::function<void(double)> blocked = {}) {
+                                                          LaterSteps::Blocked blocked = {}) {
   const int64_t local = inside.size(), n = tensor.numel(), share = (n + local - 1) / local;
   auto flat = tensor.view({-1});
   auto whole = flat;

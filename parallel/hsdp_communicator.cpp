@@ -33,11 +33,13 @@ std::unique_ptr<PendingOp> HsdpCommunicator::do_reduce_scatter(torch::Tensor& ou
       std::move(first), [this, output, op] { replicate_.all_reduce(output, op).wait(); }, blocked_on_replicas());
 }
 
-// The training thread's wait for a reduction whose steps run on the later-steps thread: counted as
-// the replicas' all-reduce, the step that crosses nodes and the last to finish.
-std::function<void(double)> HsdpCommunicator::blocked_on_replicas() const {
-  return [stats = stats(), group = replicate_.name()](double seconds) {
-    stats->record_blocked(group, "all_reduce", seconds);
+// The training thread's wait for a reduction whose steps run on the later-steps thread: until its
+// reduce-scatter in the shard group was done, the shard group's; after, the replicas' all-reduce's
+// (and for an all-reduce the shard group's all-gather after it, the short step inside the node).
+LaterSteps::Blocked HsdpCommunicator::blocked_on_replicas() const {
+  return [stats = stats(), shard = shard_.name(), replicas = replicate_.name()](double on_first, double on_rest) {
+    if (on_first > 0) stats->record_blocked(shard, "reduce_scatter", on_first);
+    stats->record_blocked(replicas, "all_reduce", on_rest);
   };
 }
 

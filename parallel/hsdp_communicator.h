@@ -42,7 +42,7 @@ class HsdpCommunicator : public Communicator {
   std::unique_ptr<PendingOp> do_barrier() override;
 
  private:
-  std::function<void(double)> blocked_on_replicas() const;
+  LaterSteps::Blocked blocked_on_replicas() const;
 
   Communicator& shard_;
   Communicator& replicate_;

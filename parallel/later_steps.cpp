@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "parallel/chained_op.h"
@@ -13,6 +15,12 @@ struct LaterSteps::Outcome {
   std::condition_variable finished;
   bool done = false;
   std::exception_ptr error;
+  std::optional<std::chrono::steady_clock::time_point> first_done;  // set by the thread
+
+  void first_step_done() {
+    std::lock_guard<std::mutex> lock(mutex);
+    first_done = std::chrono::steady_clock::now();
+  }
 
   void finish(std::exception_ptr e) {
     {
@@ -29,7 +37,7 @@ namespace {
 // A call whose later steps the worker runs: waiting is waiting for the worker to be done with it.
 class QueuedOp : public PendingOp {
  public:
-  QueuedOp(std::shared_ptr<LaterSteps::Outcome> outcome, std::function<void(double)> blocked)
+  QueuedOp(std::shared_ptr<LaterSteps::Outcome> outcome, LaterSteps::Blocked blocked)
       : outcome_(std::move(outcome)), blocked_(std::move(blocked)) {}
   // The steps' own waits are bounded by their groups' timeouts, so the worker always gets here.
   void wait(std::chrono::milliseconds) override {
@@ -37,7 +45,10 @@ class QueuedOp : public PendingOp {
     std::unique_lock<std::mutex> lock(outcome_->mutex);
     outcome_->finished.wait(lock, [&] { return outcome_->done; });
     if (outcome_->error) std::rethrow_exception(outcome_->error);
-    if (blocked_) blocked_(std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count());
+    if (!blocked_) return;
+    const auto to = std::chrono::steady_clock::now();
+    const auto split = std::clamp(outcome_->first_done.value_or(from), from, to);
+    blocked_(std::chrono::duration<double>(split - from).count(), std::chrono::duration<double>(to - split).count());
   }
   bool ready() const override {
     std::lock_guard<std::mutex> lock(outcome_->mutex);
@@ -46,7 +57,7 @@ class QueuedOp : public PendingOp {
 
  private:
   std::shared_ptr<LaterSteps::Outcome> outcome_;
-  std::function<void(double)> blocked_;
+  LaterSteps::Blocked blocked_;
 };
 
 }  // namespace
@@ -73,8 +84,7 @@ LaterSteps::~LaterSteps() {
   worker_.join();
 }
 
-std::unique_ptr<PendingOp> LaterSteps::after(CommHandle first, std::function<void()> rest,
-                                             std::function<void(double)> blocked) {
+std::unique_ptr<PendingOp> LaterSteps::after(CommHandle first, std::function<void()> rest, Blocked blocked) {
   if (!threaded()) return std::make_unique<ChainedOp>(std::move(first), std::move(rest));
   auto outcome = std::make_shared<Outcome>();
   {
@@ -106,6 +116,7 @@ void LaterSteps::run() {
     if (!failed_) {
       try {
         call.first.wait();
+        call.outcome->first_step_done();
         call.rest();
       } catch (...) {
         failed_ = std::current_exception();

@@ -28,6 +28,10 @@ namespace loom::parallel {
 
 class LaterSteps {
  public:
+  // How long a caller's wait for a queued call stood still: the part before the call's first step
+  // was done, and the part after (its later steps').
+  using Blocked = std::function<void(double on_first_s, double on_rest_s)>;
+
   static std::unique_ptr<LaterSteps> on_thread();
   static std::unique_ptr<LaterSteps> when_waited();
   // Lets the step in progress finish (each is bounded by its group's timeout) and fails the
@@ -41,8 +45,7 @@ class LaterSteps {
   // waits for. Once one call's steps fail, every later call fails with the same error unissued:
   // the group's calls would no longer pair up. On a thread, BLOCKED (if given) is told how long the
   // caller's wait for the call stood still (the thread's own waits block no training).
-  std::unique_ptr<PendingOp> after(CommHandle first, std::function<void()> rest,
-                                   std::function<void(double seconds)> blocked = {});
+  std::unique_ptr<PendingOp> after(CommHandle first, std::function<void()> rest, Blocked blocked = {});
 
   struct Outcome;  // a queued call's result, shared with the pending op that waits for it
 
