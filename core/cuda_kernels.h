@@ -1,14 +1,14 @@
 // loom's own CUDA kernels, for the places where composing ATen's kernels costs a GPU step most
 // of its memory traffic outside the matrix products (docs/performance.md): the cross-entropy
-// over a large vocabulary, SwiGLU's gate and the rotary embedding (one pass over their tensors
-// forward and one back, computing in fp32 whatever the storage type), and the mixed-precision
-// gradient's accumulation into its fp32 master.
+// over a large vocabulary, SwiGLU's gate, the rotary embedding and the MoE combine (one pass over
+// their tensors forward and one back, computing in fp32 whatever the storage type), and the
+// mixed-precision gradient's accumulation into its fp32 master.
 //
 // The functions take raw device pointers and a CUDA stream (cudaStream_t as void*), so this
 // header and the .cu files under core/cuda_kernels/ include no LibTorch header: the torch-level
-// wrappers are parallel/fused_cross_entropy.cpp, parallel/master_weights.cpp, models/swiglu.cpp
-// and models/rotary.cpp. Built where nvcc is (CMakeLists.txt: LOOM_CUDA_KERNELS);
-// cuda_kernels_built() says whether this binary has them.
+// wrappers are parallel/fused_cross_entropy.cpp, parallel/master_weights.cpp,
+// parallel/weighted_combine.cpp, models/swiglu.cpp and models/rotary.cpp. Built where nvcc is (CMakeLists.txt:
+// LOOM_CUDA_KERNELS); cuda_kernels_built() says whether this binary has them.
 #pragma once
 
 #include <cstdint>
@@ -63,5 +63,19 @@ struct RotaryShape {
 // position of seq, of X's storage type. Rounded where models/rotary.cpp's composition rounds.
 void rotary(const void* x, const RotaryShape& shape, const void* cos, const void* sin, Storage storage, bool backward,
             void* out, void* stream);
+
+// The MoE combine with every choice kept: OUT[t, :] (contiguous [TOKENS, WIDTH]) = the sum over
+// j < K of ROWS[ROW_OF_CHOICE[t K + j], :] * WEIGHTS[t K + j], each product rounded to the
+// storage type, the sum in fp32 rounded once (as the composition [T, K, H] * [T, K, 1], sum(1)).
+// ROWS is contiguous [TOKENS K, WIDTH] and ROW_OF_CHOICE a permutation of its rows.
+void combine_forward(const void* rows, const int64_t* row_of_choice, const void* weights, int64_t tokens, int64_t k,
+                     int64_t width, Storage storage, void* out, void* stream);
+
+// Its backward: GRAD_ROWS[ROW_OF_CHOICE[t K + j], :] = GRAD_OUT[t, :] * WEIGHTS[t K + j], rounded,
+// and GRAD_WEIGHTS[t K + j] = the fp32 sum over the row of GRAD_OUT[t, :] * ROWS[that row, :],
+// each product rounded to the storage type first; the sum rounded once to it.
+void combine_backward(const void* rows, const int64_t* row_of_choice, const void* weights, const void* grad_out,
+                      int64_t tokens, int64_t k, int64_t width, Storage storage, void* grad_rows, void* grad_weights,
+                      void* stream);
 
 }  // namespace loom::cuda

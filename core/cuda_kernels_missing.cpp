@@ -36,5 +36,12 @@ void accumulate_fp32(float*, const void*, int64_t, Storage, void*) {
 void rotary(const void*, const RotaryShape&, const void*, const void*, Storage, bool, void*, void*) {
   missing();
 }
+void combine_forward(const void*, const int64_t*, const void*, int64_t, int64_t, int64_t, Storage, void*, void*) {
+  missing();
+}
+void combine_backward(const void*, const int64_t*, const void*, const void*, int64_t, int64_t, int64_t, Storage, void*,
+                      void*, void*) {
+  missing();
+}
 
 }  // namespace loom::cuda

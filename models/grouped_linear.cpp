@@ -80,6 +80,21 @@ parallel::GroupRows rows_from(const torch::Tensor& offs, int64_t total, const c1
       ends - torch::cat({torch::zeros({1}, ends.options()), ends.narrow(0, 0, ends.size(0) - 1)}), total);
 }
 
+// Whether W lies where a stack of FIRST's shape would put it G places after FIRST.
+bool follows(const torch::Tensor& first, const torch::Tensor& w, int64_t g) {
+  return w.sizes() == first.sizes() && w.scalar_type() == first.scalar_type() && w.is_contiguous() &&
+         w.storage().is_alias_of(first.storage()) && w.storage_offset() == first.storage_offset() + g * first.numel();
+}
+
+// Whether WEIGHTS lie one after another in one storage, as a stack of them would.
+bool one_after_another(at::TensorList weights) {
+  const auto& first = weights.front();
+  if (!first.is_contiguous() || first.dim() != 2) return false;
+  for (size_t g = 1; g < weights.size(); ++g)
+    if (!follows(first, weights[g], static_cast<int64_t>(g))) return false;
+  return true;
+}
+
 // The experts' weights come in one by one and are stacked inside (no autograd node of their own):
 // what backward keeps is the parameters themselves, not a stacked copy per micro-batch in flight.
 struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
@@ -92,7 +107,7 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["total"] = rows.total();
-    auto y = grouped_mm(x, torch::stack(weights).transpose(1, 2), offs, rows);
+    auto y = grouped_mm(x, stacked_weights(weights).transpose(1, 2), offs, rows);
     // Read for a product group by group: backward needs it too, and need not read it again.
     if (rows.on_host()) ctx->saved_data["rows"] = torch::IntArrayRef(rows.host());
     return y;
@@ -104,7 +119,7 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
     const auto rows = rows_from(offs, ctx->saved_data["total"].toInt(), ctx->saved_data["rows"]);
     const auto grad = grads[0].contiguous();
     variable_list out{torch::Tensor()};
-    if (ctx->needs_input_grad(0)) out[0] = grouped_mm(grad, torch::stack(weights), offs, rows);
+    if (ctx->needs_input_grad(0)) out[0] = grouped_mm(grad, stacked_weights(weights), offs, rows);
     // Each expert's gradient is its rows' grad^T x: an expert with no rows gets zeros.
     bool any_weight = false;
     for (size_t g = 0; g < weights.size(); ++g) any_weight = any_weight || ctx->needs_input_grad(1 + g);
@@ -120,6 +135,24 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
 };
 
 }  // namespace
+
+torch::Tensor stacked_weights(at::TensorList weights) {
+  if (!one_after_another(weights)) return torch::stack(weights);
+  const auto& first = weights.front();
+  return first.as_strided({static_cast<int64_t>(weights.size()), first.size(0), first.size(1)},
+                          {first.numel(), first.size(1), 1});
+}
+
+void pack_into_one_storage(const std::vector<torch::Tensor>& weights) {
+  if (weights.size() < 2 || one_after_another(weights)) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> values;
+  for (const auto& w : weights) values.push_back(w.detach());
+  const auto packed = torch::stack(values);
+  // set_data keeps each parameter object (its name, its hooks, the optimizer's and the master
+  // weights' references) and gives it a view of the packed storage.
+  for (size_t g = 0; g < weights.size(); ++g) weights[g].set_data(packed[static_cast<int64_t>(g)]);
+}
 
 torch::Tensor add_grouped_biases(torch::Tensor y, const torch::Tensor& biases, const parallel::GroupRows& rows) {
   if (!biases.defined()) return y;

@@ -261,6 +261,22 @@ torch::Tensor MoELayerImpl::expert_products(const torch::Tensor& tokens, const p
 }
 
 torch::Tensor MoELayerImpl::grouped_experts(const torch::Tensor& tokens, const parallel::GroupRows& rows) {
+  if (!first_product_done_) {
+    first_product_done_ = true;
+    // On a GPU the bf16 weights (the master weights' model copies) go to ATen's grouped GEMM
+    // as they are: packed, they need no stacked copy per product. The first product of the run
+    // comes before any graph that saves them. Elsewhere they stay apart (ZeRO-2/3 on the CPU
+    // frees and regrows each parameter's own storage).
+    for (auto member : {&Expert::fc_w, &Expert::gate_w, &Expert::up_w, &Expert::proj_w}) {
+      const auto& first = experts_.front().*member;
+      if (!first.defined() || !first.is_cuda() || first.scalar_type() != torch::kBFloat16 ||
+          tokens.scalar_type() != torch::kBFloat16)
+        continue;
+      std::vector<torch::Tensor> weights;
+      for (const auto& x : experts_) weights.push_back(x.*member);
+      pack_into_one_storage(weights);
+    }
+  }
   // Each kind of weight of the local experts in one list (stacked inside grouped_linear for the call
   // only), biases stacked [G, out] where there are.
   auto each = [&](torch::Tensor Expert::*member) {

@@ -164,6 +164,9 @@ class MoELayerImpl : public parallel::ParallelModule {
     torch::Tensor proj_w, proj_b;
   };
   std::vector<Expert> experts_;  // this rank's
+  // Whether the first grouped product has run: it packs each kind of bf16 expert weight on a GPU
+  // into one storage (models/grouped_linear.h), before any graph has saved them.
+  bool first_product_done_ = false;
   MoEStats stats_;
 };
 TORCH_MODULE(MoELayer);

@@ -2,6 +2,8 @@
 
 #include <numeric>
 
+#include "parallel/weighted_combine.h"
+
 namespace loom::parallel {
 namespace {
 
@@ -195,11 +197,13 @@ torch::Tensor TokenDispatcher::combine(const torch::Tensor& expert_output, const
     // [T, k, H'] times the weights [T, k, 1], summed over k: elementwise, since a batched product
     // of T 1 x k x H' matrices runs on a GPU as T tiny GEMMs (41 ms a step for the MoE benchmark's
     // backward on an H200, the largest kernel of its profile).
+    const auto weights = plan.weights.to(expert_output.scalar_type());
+    // On a GPU, loom's kernel: the same sums, one pass each way (parallel/weighted_combine.h).
+    if (weighted_combine_takes(expert_output, weights))
+      return weighted_combine(expert_output, plan.row_of_choice, weights);
     const int64_t k = plan.weights.size(1);
     auto by_choice = PermuteRows::apply(expert_output, plan.row_of_choice, plan.choice_of_row);
-    return (by_choice.view({plan.num_tokens, k, expert_output.size(1)}) *
-            plan.weights.to(expert_output.scalar_type()).unsqueeze(2))
-        .sum(1);
+    return (by_choice.view({plan.num_tokens, k, expert_output.size(1)}) * weights.unsqueeze(2)).sum(1);
   }
   auto by_rank = ep_.size() > 1 ? expert_output.index_select(0, plan.ungroup) : expert_output;
   auto returned = all_to_all_rows(by_rank, plan.input_splits, plan.output_splits, ep_, volume_);

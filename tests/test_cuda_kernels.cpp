@@ -12,6 +12,7 @@
 #include "models/rotary.h"
 #include "models/swiglu.h"
 #include "parallel/fused_cross_entropy.h"
+#include "parallel/weighted_combine.h"
 
 using namespace loom;
 
@@ -179,6 +180,46 @@ TEST_CASE("the rotary embedding on a GPU rounds as the CPU's", "[cuda]") {
         CHECK((y_gpu == y_cpu).to(torch::kDouble).mean().item<double>() >= 0.99);
         CHECK((grad_gpu == grad_cpu).to(torch::kDouble).mean().item<double>() >= 0.99);
       }
+    }
+  }
+}
+
+TEST_CASE("the MoE combine's kernel is not taken on the CPU", "[cuda]") {
+  CHECK_FALSE(parallel::weighted_combine_takes(torch::zeros({8, 4}), torch::zeros({4, 2})));
+}
+
+TEST_CASE("the MoE combine on a GPU rounds as the composition on the CPU", "[cuda]") {
+  if (!gpu_here()) return;
+  const torch::Device gpu(torch::kCUDA, 0);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+    // Rows of whole 16-byte vectors (2048) and not (100: element by element); one choice to eight.
+    for (const auto& [width, k] : {std::pair<int64_t, int64_t>{2048, 4}, {100, 2}, {256, 1}, {64, 8}}) {
+      CAPTURE(dtype, width, k);
+      torch::manual_seed(width + k);
+      const int64_t tokens = 37;
+      auto rows_cpu = torch::randn({tokens * k, width}).to(dtype);
+      auto weights_cpu = torch::softmax(torch::randn({tokens, k}), 1).to(dtype);
+      auto row_of_choice_cpu = torch::randperm(tokens * k, torch::kLong);
+      auto dy_cpu = torch::randn({tokens, width}).to(dtype);
+
+      auto rows = rows_cpu.to(gpu).requires_grad_(true), weights = weights_cpu.to(gpu).requires_grad_(true);
+      REQUIRE(parallel::weighted_combine_takes(rows, weights));
+      auto out = parallel::weighted_combine(rows, row_of_choice_cpu.to(gpu), weights);
+      out.backward(dy_cpu.to(gpu));
+
+      // TokenDispatcher::combine's composition: gather each choice's row, weigh it, sum over k.
+      auto r = rows_cpu.clone().requires_grad_(true), w = weights_cpu.clone().requires_grad_(true);
+      auto expected = (r.index_select(0, row_of_choice_cpu).view({tokens, k, width}) * w.unsqueeze(2)).sum(1);
+      expected.backward(dy_cpu);
+
+      const bool wide = dtype == torch::kFloat;
+      const double rtol = wide ? 1e-5 : (dtype == torch::kHalf ? 1e-3 : 8e-3);
+      CHECK(worst(out, expected, rtol, 1e-5) <= 1);
+      // Each row's gradient is one product, rounded once on both sides: equal.
+      CHECK(torch::equal(rows.grad().cpu(), r.grad()));
+      // The weights' gradients sum WIDTH products in fp32, in another order than the CPU's.
+      CHECK(worst(weights.grad(), w.grad(), rtol, 1e-4) <= 1);
+      if (!wide) CHECK((out.cpu() == expected).to(torch::kDouble).mean().item<double>() >= 0.99);
     }
   }
 }

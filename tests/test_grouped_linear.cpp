@@ -2,6 +2,7 @@
 // experts: the output, the input's gradient and every expert's weight and bias gradient, with
 // experts that get no rows, one expert that gets them all, and no rows at all.
 #include <catch2/catch.hpp>
+#include <vector>
 
 #include "models/grouped_linear.h"
 
@@ -101,4 +102,51 @@ TEST_CASE("grouped expert product refuses rows that do not add up", "[moe][group
   auto x = torch::randn({5, 4});
   std::vector<torch::Tensor> w{torch::randn({3, 4}), torch::randn({3, 4})};
   CHECK_THROWS_WITH(grouped_linear(x, w, {}, std::vector<int64_t>{2, 2}), Catch::Contains("do not add up to x's 5"));
+}
+
+TEST_CASE("experts' weights packed into one storage are viewed, not copied, with the same results", "[moe][grouped]") {
+  using loom::models::pack_into_one_storage;
+  using loom::models::stacked_weights;
+  torch::manual_seed(5);
+  const std::vector<int64_t> rows = {3, 0, 5};
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    INFO(dtype);
+    auto x = torch::randn({8, 16}).to(dtype), upstream = torch::randn({8, 24}).to(dtype);
+    // Three parameters of their own, as the MoE layer registers them.
+    std::vector<torch::Tensor> weights;
+    for (int g = 0; g < 3; ++g) weights.push_back((torch::randn({24, 16}) * 0.2).to(dtype).requires_grad_(true));
+    const auto values = torch::stack(weights).detach().clone();
+    auto products = [&] {
+      for (auto& w : weights) w.mutable_grad().reset();
+      auto xi = x.clone().requires_grad_(true);
+      auto y = grouped_linear(xi, weights, torch::Tensor(), rows);
+      (y * upstream).sum().backward();
+      return std::vector<torch::Tensor>{y.detach(), xi.grad(), weights[0].grad(), weights[1].grad(), weights[2].grad()};
+    };
+    // Apart, the stack is a copy.
+    CHECK(stacked_weights(weights).data_ptr() != weights[0].data_ptr());
+    const auto before = products();
+    const auto* object = weights[1].unsafeGetTensorImpl();
+    pack_into_one_storage(weights);
+    // The same parameter objects, still leaves that want gradients, their values unchanged, now
+    // one after another in one storage: the stack is a view of it.
+    CHECK(weights[1].unsafeGetTensorImpl() == object);
+    CHECK(weights[1].is_leaf());
+    CHECK(weights[1].requires_grad());
+    CHECK(torch::equal(torch::stack(weights), values));
+    CHECK(stacked_weights(weights).data_ptr() == weights[0].data_ptr());
+    CHECK(weights[2].data_ptr() ==
+          static_cast<char*>(weights[0].data_ptr()) + 2 * weights[0].numel() * weights[0].element_size());
+    const auto after = products();
+    for (size_t i = 0; i < before.size(); ++i) CHECK(torch::equal(before[i], after[i]));
+    // Packed twice: nothing moves.
+    const auto* data = weights[0].data_ptr();
+    pack_into_one_storage(weights);
+    CHECK(weights[0].data_ptr() == data);
+    // Out of order, one storage is not enough: stacked by copy, in the order given.
+    const std::vector<torch::Tensor> swapped = {weights[1], weights[0], weights[2]};
+    const auto stack = stacked_weights(swapped);
+    CHECK(stack.data_ptr() != weights[0].data_ptr());
+    CHECK(torch::equal(stack[0], weights[1]));
+  }
 }
