@@ -93,14 +93,18 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
     c.intra_bytes += (L - 1) / L * bytes;
     c.inter_bytes += (N - 1) / N * bytes / L;
   };
-  double unhidden = 0;  // HSDP's step across the replicas over NCCL (layout_cost.h's dp_unhidden_s)
+  // What backward cannot hide (layout_cost.h's dp_unhidden_s): over NCCL a composite reduction's
+  // later steps start when the trainer waits for it (parallel/later_steps.h), HSDP's across the
+  // replicas and the two levels' after the node's reduce-scatter; over Gloo a thread issues them.
+  const bool later_at_wait = !cluster.later_steps_overlap_backward();
+  double unhidden = 0;
   if (variant.hsdp) {
     // ZeRO's passes inside the node, and each rank's 1/L share all-reduced across the nodes (every
     // rank of a node at once: a GPU's share of the link each).
     const double inside = l.zero_stage == 3 ? 4.0 : 2.0;
     const double across_nodes = 2.0 * (N - 1) / N * payload / L * bx + 2.0 * (N - 1) * ax;
     c.seconds = inside * ((L - 1) / L * payload * bi + (L - 1) * ai) + across_nodes;
-    if (!cluster.later_steps_overlap_backward()) unhidden = across_nodes;
+    if (later_at_wait) unhidden = across_nodes;
     c.intra_bytes = inside * (L - 1) / L * payload;
     c.inter_bytes = 2.0 * (N - 1) / N * payload / L;
   } else if (variant.compression == GradCompression::bf16 || variant.compression == GradCompression::int8) {
@@ -115,10 +119,18 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
     const double passes = l.zero_stage <= 2 ? 2.0 : 4.0;
     c.seconds = passes * pass_time(payload);
     for (int i = 0; i < static_cast<int>(passes); ++i) add_pass_bytes(payload);
+    if (two_level && later_at_wait && variant.compression == GradCompression::none) {
+      // The gradients' reduction starts inside the node; what follows waits for the wait. At
+      // ZeRO 0-1 (buckets all-reduced) that is the all-reduce's every other step; at 2-3 the
+      // reduce-scatter across the nodes (the parameters' gathers are waited for at once anyway).
+      const double first = (L - 1) / L * payload * bi + (L - 1) * ai;
+      unhidden = l.zero_stage <= 1 ? c.seconds - first : (N - 1) / N * payload / L * bx + (N - 1) * ax;
+    }
   }
   // PowerSGD's second all-reduce (Q after P) pays the latencies twice.
   if (variant.compression == GradCompression::powersgd) c.seconds += 2.0 * (q - 1) * (c.nodes > 1 ? ax : ai);
   // The step: the estimate's exposed reduction swapped for this one's (backward hides 2/3 of compute).
+  c.unhidden_s = unhidden;
   c.step_s = estimate.step_s - exposed_dp_seconds(estimate.dp_s, estimate.dp_unhidden_s, estimate.compute_s) +
              exposed_dp_seconds(c.seconds, unhidden, estimate.compute_s);
   return c;
@@ -170,6 +182,14 @@ void print_dp_variants(const Config& config, const parallel::ClusterSpec& cluste
     std::printf("  %-13s %-11s %14.2f %14.2f %12.4f %10.4f %8.2fx\n", collectives(c).c_str(),
                 to_string(c.variant.compression).c_str(), c.intra_bytes / 1e6, c.inter_bytes / 1e6, c.seconds, c.step_s,
                 flat_step / c.step_s);
+  }
+  bool later_unhidden = false;
+  for (const auto& c : all) later_unhidden = later_unhidden || c.unhidden_s > 0;
+  if (later_unhidden) {
+    std::printf(
+        "  (backend %s: HSDP's step across the replicas and the two levels' steps after the node's "
+        "reduce-scatter start when the step waits for them, so step s counts them whole)\n",
+        cluster.backend.c_str());
   }
   if (first.variant.hsdp) {
     std::printf(

@@ -38,6 +38,7 @@ struct DpVariantCost {
   double payload_bytes = 0;                    // what one rank reduces per step, after compression
   double intra_bytes = 0, inter_bytes = 0;     // what one rank sends per step on each link
   double seconds = 0;                          // the reduction
+  double unhidden_s = 0;                       // of it, what backward cannot hide (layout_cost.h's dp_unhidden_s)
   double step_s = 0;                           // the layout's step with it (past what backward hides)
   bool allowed = true;                         // compression needs zero_stage 0 or 1; HSDP 1-3, nodes, memory
   int64_t dp_shard = 0;                        // HSDP: parallel.dp_shard (dp ranks of a shard group)

@@ -95,8 +95,8 @@ struct LayoutEstimate {
   double dp_s = 0;  // the flat, uncompressed dp reduction (launch/dp_variants.h weighs the others)
   // Of dp_s, what backward cannot hide: over NCCL, HSDP's all-reduce across the replicas, which each
   // reduction issues only once its shard step is waited for (after backward, or inside ZeRO-2/3's);
-  // over Gloo nothing (a thread of its own issues it at once: ClusterSpec::backend). (Not yet
-  // counted: over NCCL the two-level collectives' second level is issued at the wait too.)
+  // over Gloo nothing (a thread of its own issues it at once: ClusterSpec::backend). The two-level
+  // collectives' later steps, likewise, are weighed by launch/dp_variants.h (DpVariantCost::unhidden_s).
   double dp_unhidden_s = 0;
   bool fits = true;
   bool tp_across_nodes = false;

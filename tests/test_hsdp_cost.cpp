@@ -76,3 +76,36 @@ TEST_CASE("HSDP: state sharded inside the node, one share of the gradients acros
   REQUIRE(es.fits);
   CHECK_FALSE(dp_variant_cost(c, small, es, {loom::DpCollectives::flat, loom::GradCompression::none, 1, true}).allowed);
 }
+
+TEST_CASE("two-level collectives: over NCCL the steps after the node's reduce-scatter show", "[plan]") {
+  const loom::Config c = loom::test::small_gpt_for_plan();
+  const ClusterSpec nccl = loom::test::two_node_cluster();
+  auto gloo = nccl;
+  gloo.backend = "gloo";
+  const loom::DpCollectives two_level = loom::DpCollectives::hierarchical;
+  for (const int64_t stage : {0, 1, 2, 3}) {
+    CAPTURE(stage);
+    Layout l;
+    l.dp = 8;  // 4 ranks on each of 2 nodes
+    l.micro_batch = 4;
+    l.zero_stage = stage;
+    const auto e = estimate_layout(c, nccl, l);
+    const auto over_nccl = dp_variant_cost(c, nccl, e, {two_level, loom::GradCompression::none, 1});
+    const auto over_gloo =
+        dp_variant_cost(c, gloo, estimate_layout(c, gloo, l), {two_level, loom::GradCompression::none, 1});
+    const double S = e.parameters_per_rank * 4, L = 4, N = 2;
+    const double intra_pass = (L - 1) / L * S * 1e-10 + (L - 1) * 1e-6;
+    const double inter_pass = (N - 1) / N * S / L * 1e-9 + (N - 1) * 1e-5;
+    CHECK(over_nccl.seconds == Approx(over_gloo.seconds));
+    // ZeRO 0-1 all-reduce each bucket: after the node's reduce-scatter, the all-reduce across the
+    // nodes and the node's all-gather. ZeRO 2-3 reduce-scatter: the step across the nodes.
+    const double later = stage <= 1 ? over_nccl.seconds - intra_pass : inter_pass;
+    CHECK(over_nccl.unhidden_s == Approx(later));
+    if (stage <= 1) CHECK(over_nccl.unhidden_s == Approx(2 * inter_pass + intra_pass));
+    CHECK(over_gloo.unhidden_s == 0);
+    CHECK(over_nccl.step_s > over_gloo.step_s);
+    // The flat ring has no later steps on either backend.
+    const auto flat = dp_variant_cost(c, nccl, e, {loom::DpCollectives::flat, loom::GradCompression::none, 1});
+    CHECK(flat.unhidden_s == 0);
+  }
+}
