@@ -127,6 +127,16 @@ void print_own_layout_variants(const Config& config, const parallel::ClusterSpec
                 static_cast<long long>(own.tp), static_cast<long long>(own.cp), static_cast<long long>(own.pp),
                 static_cast<long long>(own.dp), shard.c_str(), static_cast<long long>(own.zero_stage),
                 to_string(p.dp_collectives).c_str(), to_string(p.grad_compression).c_str());
+  // A layout whose dp does not divide the batch has no step to weigh (loom train refuses it).
+  const int64_t per_step = own.micro_batch * own.dp;
+  if (per_step <= 0 || config.train.global_batch_size % per_step != 0) {
+    std::printf(
+        "%s: train.global_batch_size %lld is not a multiple of micro_batch_size %lld x dp %lld, so its "
+        "reduction is not weighed\n",
+        which, static_cast<long long>(config.train.global_batch_size), static_cast<long long>(own.micro_batch),
+        static_cast<long long>(own.dp));
+    return;
+  }
   print_dp_variants(config, cluster, estimate_layout(config, cluster, own), which);
 }
 

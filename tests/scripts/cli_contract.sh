@@ -62,6 +62,14 @@ expect_exit 2 "cannot read cluster file '$WORK': a directory" "$LOOM" plan "$TIN
 expect_exit 0 "decision order check: tp inside a node: yes" "$LOOM" plan "$LOOM_SOURCE/configs/gpt3_175b.yaml" \
   --cluster "$LOOM_SOURCE/configs/clusters/h100_sxm_8x_ib.yaml" --world 1024
 expect_exit 0 "zero_stage 3: " "$LOOM" plan "$TINY" --world 8
+# The config's own layout at a world whose dp does not divide its batch: said, not weighed as NaN.
+CLOUD="$LOOM_SOURCE/configs/clusters/cloud_8x_a100_100gbe.yaml"
+expect_exit 0 "global_batch_size 8 is not a multiple of micro_batch_size 2 x dp 16" "$LOOM" plan "$TINY" \
+  --cluster "$CLOUD" --world 16
+if "$LOOM" plan "$TINY" --cluster "$CLOUD" --world 16 2>&1 | grep -qi "nan"; then
+  echo "FAIL: loom plan printed NaN for a layout that does not divide the batch"
+  exit 1
+fi
 # The Llama configs read by the planner, each with its published parameter count.
 H100="$LOOM_SOURCE/configs/clusters/h100_sxm_8x_ib.yaml"
 expect_exit 0 "on 64 GPUs of .*; 1,100,048,384 parameters" "$LOOM" plan "$LOOM_SOURCE/configs/tinyllama_1_1b.yaml" \
