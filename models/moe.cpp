@@ -264,9 +264,11 @@ torch::Tensor MoELayerImpl::grouped_experts(const torch::Tensor& tokens, const p
   if (!first_product_done_) {
     first_product_done_ = true;
     // On a GPU the bf16 weights (the master weights' model copies) go to ATen's grouped GEMM
-    // as they are: packed, they need no stacked copy per product. The first product of the run
-    // comes before any graph that saves them. Elsewhere they stay apart (ZeRO-2/3 on the CPU
-    // frees and regrows each parameter's own storage).
+    // as they are: packed, they need no stacked copy per product. The layer's first grouped
+    // product comes before any graph saves them: the first training forward, or (under a split
+    // backward, whose training takes a product per expert) an evaluation, which saves nothing.
+    // Elsewhere they stay apart (ZeRO-2/3 on the CPU frees and regrows each parameter's own
+    // storage), and so do weights that are views into a buffer of someone else's.
     for (auto member : {&Expert::fc_w, &Expert::gate_w, &Expert::up_w, &Expert::proj_w}) {
       const auto& first = experts_.front().*member;
       if (!first.defined() || !first.is_cuda() || first.scalar_type() != torch::kBFloat16 ||

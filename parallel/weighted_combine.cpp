@@ -1,5 +1,8 @@
 #include "parallel/weighted_combine.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "core/cuda_kernel_args.h"
 
 namespace loom::parallel {
@@ -49,6 +52,8 @@ torch::Tensor weighted_combine(const torch::Tensor& rows, const torch::Tensor& r
               ") are not for loom's kernel");
   TORCH_CHECK(row_of_choice.numel() == rows.size(0) && row_of_choice.device() == rows.device(),
               "weighted_combine: row_of_choice must hold one row per choice, on the rows' device");
+  TORCH_CHECK(weights.size(0) <= std::numeric_limits<int32_t>::max(), "weighted_combine: ", weights.size(0),
+              " tokens are more than one launch's blocks");
   return WeightedCombine::apply(rows, row_of_choice, weights);
 }
 

@@ -150,3 +150,19 @@ TEST_CASE("experts' weights packed into one storage are viewed, not copied, with
     CHECK(torch::equal(stack[0], weights[1]));
   }
 }
+
+TEST_CASE("experts' weights that are views into another buffer are not packed", "[moe][grouped]") {
+  // As a ZeRO-2/3 unit's parameters are: views into its flat buffer, spaced apart.
+  auto buffer = torch::randn({3 * (24 * 16 + 4) + 8});
+  std::vector<torch::Tensor> weights;
+  for (int g = 0; g < 3; ++g) weights.push_back(buffer.narrow(0, 8 + g * (24 * 16 + 4), 24 * 16).view({24, 16}));
+  const auto* data = weights[1].data_ptr();
+  loom::models::pack_into_one_storage(weights);
+  CHECK(weights[1].data_ptr() == data);
+  // Each owning its storage but two sharing one: left too.
+  auto shared = torch::randn({24, 16});
+  std::vector<torch::Tensor> tied = {shared, torch::randn({24, 16}), shared};
+  loom::models::pack_into_one_storage(tied);
+  CHECK(tied[0].data_ptr() == shared.data_ptr());
+  CHECK(tied[2].data_ptr() == shared.data_ptr());
+}
