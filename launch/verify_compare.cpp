@@ -239,10 +239,11 @@ VerifyVerdict compare_verify_runs(const VerifyRuns& runs) {
       throw InputError("loom verify: step " + std::to_string(step) + " is missing from a run's metrics.jsonl");
     const auto &a = layout_steps.at(step), &b = reference_steps.at(step);
     if (a.tokens_per_expert != b.tokens_per_expert) {
-      if (runs.rounds && step >= 2 && !one_choice_moved(a.tokens_per_expert, b.tokens_per_expert)) {
+      const bool one_moved = one_choice_moved(a.tokens_per_expert, b.tokens_per_expert);
+      if (runs.rounds && step >= 2 && !one_moved) {
         flip = step;
         rounded_apart = true;
-      } else if (!one_choice_moved(a.tokens_per_expert, b.tokens_per_expert)) {
+      } else if (!one_moved) {
         v.report.push_back("routing: the tokens per expert differ at step " + std::to_string(step) +
                            " by more than one moved choice");
         if (!loss_differs) loss_differs = step;

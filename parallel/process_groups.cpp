@@ -1,8 +1,12 @@
 #include "parallel/process_groups.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/errors.h"
 #include "parallel/hierarchical_communicator.h"
@@ -18,13 +22,16 @@ ProcessGroups::ProcessGroups(const RankGrid& grid, int64_t rank, const Communica
   std::vector<int64_t> everyone(static_cast<size_t>(grid.world()));
   std::iota(everyone.begin(), everyone.end(), 0);
   world_ = make("world", "world", everyone, factory);
+  // Each of this rank's groups: its key (the kind's name and the group's index) and its ranks.
+  std::map<GroupKind, std::pair<std::string, std::vector<int64_t>>> mine;
   for (GroupKind kind : kAllGroupKinds) {
     if (aliased(kind)) continue;
     const auto all = grid.groups(kind);
     for (size_t index = 0; index < all.size(); ++index) {
       if (std::find(all[index].begin(), all[index].end(), rank) == all[index].end()) continue;
       const std::string name = group_kind_name(kind);
-      groups_[kind] = make(name, name + "/" + std::to_string(index), all[index], factory);
+      mine[kind] = {name + "/" + std::to_string(index), all[index]};
+      groups_[kind] = make(name, mine[kind].first, all[index], factory);
     }
   }
   if (grid.hsdp()) {
@@ -34,12 +41,8 @@ ProcessGroups::ProcessGroups(const RankGrid& grid, int64_t rank, const Communica
       // the shard group's ranks for the gathers among them (parallel/later_steps.h).
       std::unique_ptr<Communicator> shard_later;
       if (runs_later_steps_on_thread(get(shard)) && runs_later_steps_on_thread(get(replicate))) {
-        const auto all = grid.groups(shard);
-        for (size_t index = 0; index < all.size(); ++index) {
-          if (std::find(all[index].begin(), all[index].end(), rank) == all[index].end()) continue;
-          const std::string name = group_kind_name(shard);
-          shard_later = make(name, name + "/" + std::to_string(index) + "/later", all[index], factory);
-        }
+        const auto& [key, ranks] = mine.at(shard);
+        shard_later = make(group_kind_name(shard), key + "/later", ranks, factory);
       }
       hsdp_[shard] = std::make_unique<HsdpCommunicator>(get(shard), get(replicate), std::move(shard_later), stats_);
     }
@@ -125,6 +128,14 @@ GroupKind ProcessGroups::resolve(GroupKind kind) const {
   if (grid_.sizes().cp == 1 && kind == GroupKind::dp_cp) return GroupKind::dp;
   if (grid_.sizes().cp == 1 && kind == GroupKind::expert_dp_cp) return GroupKind::expert_dp;
   return kind;
+}
+
+std::vector<Communicator*> ProcessGroups::hsdp_later_communicators() const {
+  std::vector<Communicator*> later;
+  for (const auto& [kind, hsdp] : hsdp_) {
+    if (auto* comm = static_cast<HsdpCommunicator&>(*hsdp).shard_later()) later.push_back(comm);
+  }
+  return later;
 }
 
 Communicator& ProcessGroups::sharded_gradients(GroupKind shard_kind) {
