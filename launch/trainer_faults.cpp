@@ -73,6 +73,11 @@ std::vector<parallel::Communicator*> Trainer::fault_groups() const {
     auto* comm = &groups_.get(kind);  // (without HSDP the shard kinds are the dp-cp groups themselves)
     if (std::find(comms.begin(), comms.end(), comm) == comms.end()) comms.push_back(comm);
   }
+  // Under HSDP over Gloo its gathers among the shard's ranks run on a communicator of their own.
+  if (fault_.group == "dp") {
+    for (auto* comm : groups_.hsdp_later_communicators())
+      if (comm->size() >= 2) comms.push_back(comm);
+  }
   return comms;
 }
 

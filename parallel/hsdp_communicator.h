@@ -29,6 +29,9 @@ class HsdpCommunicator : public Communicator {
   HsdpCommunicator(Communicator& shard, Communicator& replicate, std::unique_ptr<Communicator> shard_later,
                    std::shared_ptr<CommStats> stats);
   std::string backend() const override { return shard_.backend() + " (hsdp)"; }
+  // The second communicator over the shard group's ranks (null when there is none), for faults
+  // planted on every communicator of the dp groups (launch/trainer_faults.cpp).
+  Communicator* shard_later() const { return shard_later_.get(); }
 
  protected:
   std::unique_ptr<PendingOp> do_all_reduce(torch::Tensor& tensor, ReduceOp op) override;

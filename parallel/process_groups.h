@@ -52,6 +52,9 @@ class ProcessGroups {
   // group itself. Sums over all of dp: averages divide by dp_cp().size().
   Communicator& dp_shard_gradients() { return sharded_gradients(GroupKind::dp_shard); }
   Communicator& expert_dp_shard_gradients() { return sharded_gradients(GroupKind::expert_dp_shard); }
+  // HSDP's second communicators over the shard groups' ranks (its gathers run there on a thread
+  // of their own over Gloo); none without HSDP or over NCCL.
+  std::vector<Communicator*> hsdp_later_communicators() const;
 
   // parallel.dp_collectives: hierarchical. The gradient groups (dp and expert-dp, times cp) run
   // their all-reduce, reduce-scatter and all-gather in two levels, inside each node and across
