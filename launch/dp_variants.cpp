@@ -120,11 +120,14 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
     c.seconds = passes * pass_time(payload);
     for (int i = 0; i < static_cast<int>(passes); ++i) add_pass_bytes(payload);
     if (two_level && later_at_wait && variant.compression == GradCompression::none) {
-      // The gradients' reduction starts inside the node; what follows waits for the wait. At
-      // ZeRO 0-1 (buckets all-reduced) that is the all-reduce's every other step; at 2-3 the
+      // The gradients' reduction starts inside the node; what follows waits for the wait. Where
+      // the buckets are all-reduced (ZeRO-0; ZeRO-1 under Muon, whose owners read whole matrices)
+      // that is the all-reduce's every other step; where they are reduce-scattered (ZeRO 1-3) the
       // reduce-scatter across the nodes (the parameters' gathers are waited for at once anyway).
+      const bool all_reduced =
+          l.zero_stage == 0 || (l.zero_stage == 1 && config.train.optimizer == OptimizerKind::muon);
       const double first = (L - 1) / L * payload * bi + (L - 1) * ai;
-      unhidden = l.zero_stage <= 1 ? c.seconds - first : (N - 1) / N * payload / L * bx + (N - 1) * ax;
+      unhidden = all_reduced ? c.seconds - first : (N - 1) / N * payload / L * bx + (N - 1) * ax;
     }
   }
   // PowerSGD's second all-reduce (Q after P) pays the latencies twice.

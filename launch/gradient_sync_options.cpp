@@ -13,6 +13,7 @@ parallel::GradientSyncOptions gradient_sync_options(const Config& config, const 
   options.reduce_dtype = p.grad_reduce_dtype == GradReduceDtype::bf16 ? torch::kBFloat16 : torch::kFloat;
   options.model_dtype = precision.params;
   options.experts = config.model.moe.enabled();
+  options.whole_gradients_needed = config.train.optimizer == OptimizerKind::muon;
   options.split_backward = parallel::splits_backward(p.schedule);
   options.compression.kind = p.grad_compression;
   options.compression.error_feedback = p.grad_compression_error_feedback;

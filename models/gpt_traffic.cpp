@@ -308,7 +308,11 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
       }
     }
   } else if (l.d > 1) {
-    // One all-reduce per gradient bucket (parallel/grad_buckets.h); ZeRO-1 also gathers the updated shards.
+    // One all-reduce per gradient bucket (parallel/grad_buckets.h); ZeRO-1 reduce-scatters each into
+    // its shards instead (but for compression and Muon, which need them whole) and gathers the
+    // updated shards.
+    const bool to_shards = c.parallel.zero_stage > 0 && c.parallel.grad_compression == GradCompression::none &&
+                           c.train.optimizer != OptimizerKind::muon;
     std::vector<int64_t> bytes;
     for (int64_t n : gpt_local_parameter_sizes(c, coords)) bytes.push_back(n * kFloat);
     const auto bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
@@ -329,13 +333,15 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
         const int64_t wire = c.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? sum / 2 : sum;
         add_shard("reduce_scatter", 1, wire);
         add("dp-replicate", "all_reduce", 1, wire / l.shards);
-        add_shard("all_gather", 1, wire);
+        if (!to_shards) add_shard("all_gather", 1, wire);
       } else {
         // Gradients are fp32 (the masters' under mixed precision), reduced in bf16 if asked.
-        add(l.grad_group, "all_reduce", 1, c.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? sum / 2 : sum);
+        add(l.grad_group, to_shards ? "reduce_scatter" : "all_reduce", 1,
+            c.parallel.grad_reduce_dtype == GradReduceDtype::bf16 ? sum / 2 : sum);
       }
       if (zero > 0) add_shard("all_gather", 1, sum);  // the updated (fp32) parameter shards
     }
+    if (to_shards) add_shard("all_reduce", 1, kDouble);                             // the gradient norm's shard sums
     add(l.grad_group, "all_reduce", 1, (c.model.mtp.depth > 0 ? 2 : 1) * kDouble);  // the loss (and MTP's)
   }
   if (l.cp > 1 && last && c.model.mtp.depth > 0) {

@@ -41,8 +41,9 @@ class BucketedSync : public GradientSync {
     }
     if (groups_.dp_cp().size() > 1) {
       // ZeRO-1 shards the buckets over ZeRO's shard groups (all of dp-cp unless HSDP). The buckets
-      // are all-reduced over all of dp-cp: under HSDP inside the shard group and across the
-      // replicas; compressed, over the whole group, which the compressor's exchange needs.
+      // are reduced over all of dp-cp (reduce-scattered into the shards, or all-reduced whole at
+      // ZeRO-0 and for Muon): under HSDP inside the shard group and across the replicas;
+      // compressed, over the whole group, which the compressor's exchange needs.
       const bool compressed = options_.compression.kind != GradCompression::none;
       auto& dense = compressed ? groups_.dp_cp() : groups_.dp_shard_gradients();
       auto& experts = compressed ? groups_.expert_dp_cp() : groups_.expert_dp_shard_gradients();
@@ -63,9 +64,10 @@ class BucketedSync : public GradientSync {
       if (!part.buckets) continue;
       if (options_.compression.kind != GradCompression::none) {
         part.buckets->compress(options_.compression);
-      } else if (options_.reduce_dtype != torch::kFloat) {
-        part.buckets->reduce_in(options_.reduce_dtype);
+        continue;  // (the compressor's exchange is its own, over the whole group)
       }
+      if (options_.reduce_dtype != torch::kFloat) part.buckets->reduce_in(options_.reduce_dtype);
+      if (zero_stage_ >= 1 && !options_.whole_gradients_needed) part.buckets->reduce_to_shards();
     }
     if (master_) {
       // Masters are outside autograd: their buckets hear of each gradient from the master weights.
@@ -131,9 +133,57 @@ class BucketedSync : public GradientSync {
   }
 
   double clip(double max_norm) override {
+    if (!reduced_to_shards()) {
+      ExpertGroups experts;
+      if (options_.experts) experts = {&groups_.ep(), nullptr};
+      return clip_grad_norm(params_, max_norm, groups_.model_parallel(), groups_.coords().tp, nullptr, experts);
+    }
+    // ZeRO-1 reduced into shards: each rank's squares from its shards' pieces (every parameter
+    // once: tp-replicated ones on tp rank 0, tied copies at their owner), summed over the shard
+    // group, and the shards alone scaled (the optimizer reads nothing else).
+    std::vector<torch::Tensor> grads, counted[2];
+    for (size_t p = 0; p < 2; ++p) {
+      const auto& part = parts_[p];
+      if (!part.buckets) continue;
+      for (int64_t b = 0; b < part.buckets->num_buckets(); ++b) {
+        const auto& l = part.buckets->layout(static_cast<size_t>(b));
+        grads.push_back(l.buffer.narrow(0, l.shard_begin, l.flat.shard_size()));
+        for (size_t j = 0; j < l.params.size(); ++j) {
+          const auto& param = params_[part.index[l.params[j]]];
+          if ((param.tp_replicated() && groups_.coords().tp != 0) || param.tied_copy) continue;
+          const auto [begin, end] = l.flat.in_shard(j, l.shard_begin);
+          if (begin < end) counted[p].push_back(l.buffer.narrow(0, begin, end - begin));
+        }
+      }
+    }
     ExpertGroups experts;
-    if (options_.experts) experts = {&groups_.ep(), nullptr};
-    return clip_grad_norm(params_, max_norm, groups_.model_parallel(), groups_.coords().tp, nullptr, experts);
+    if (parts_[1].buckets) experts = {&groups_.ep(), &groups_.expert_dp_shard()};
+    return clip_sharded_grad_norm(counted[0], grads, max_norm, groups_.model_parallel(), groups_.dp_shard(), counted[1],
+                                  experts);
+  }
+
+  std::vector<torch::Tensor> whole_gradients() override {
+    if (!reduced_to_shards()) return GradientSync::whole_gradients();
+    // Each bucket's reduced shards gathered from the group that shares them (collective).
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> grads(params_.size());
+    for (size_t p = 0; p < 2; ++p) {
+      const auto& part = parts_[p];
+      if (!part.buckets) continue;
+      auto& group = p == 0 ? groups_.dp_shard() : groups_.expert_dp_shard();
+      for (int64_t b = 0; b < part.buckets->num_buckets(); ++b) {
+        const auto& l = part.buckets->layout(static_cast<size_t>(b));
+        auto whole = torch::empty_like(l.buffer);
+        group.all_gather(whole, l.buffer.narrow(0, l.shard_begin, l.flat.shard_size()).contiguous()).wait();
+        for (size_t j = 0; j < l.params.size(); ++j) {
+          const auto i = part.index[l.params[j]];
+          grads[i] = l.flat.view(whole, j, params_[i].tensor.sizes()).clone();
+        }
+      }
+    }
+    for (size_t i = 0; i < grads.size(); ++i)
+      if (!grads[i].defined()) grads[i] = torch::zeros_like(params_[i].tensor);
+    return grads;
   }
 
   void after_update() override {
@@ -201,6 +251,9 @@ class BucketedSync : public GradientSync {
     std::vector<torch::Tensor> tensors;
     std::unique_ptr<GradientBuckets> buckets;  // when dp > 1
   };
+
+  // Whether ZeRO-1's buckets are reduce-scattered: each rank's reduced gradients are its shards only.
+  bool reduced_to_shards() const { return parts_[0].buckets && parts_[0].buckets->reduces_to_shards(); }
 
   ProcessGroups& groups_;
   GradientSyncOptions options_;

@@ -149,7 +149,17 @@ void GradientBuckets::launch(size_t index) {
     bucket.wire.copy_(bucket.layout.buffer);
   }
   auto& buffer = bucket.wire.defined() ? bucket.wire : bucket.layout.buffer;
+  if (to_shards_) {
+    // In place: this rank's shard is its chunk of the bucket (equal shards, in rank order).
+    bucket.handle =
+        dp_.reduce_scatter(buffer.narrow(0, bucket.layout.shard_begin, bucket.layout.flat.shard_size()), buffer);
+    return;
+  }
   bucket.handle = dp_.all_reduce(buffer);
+}
+
+void GradientBuckets::reduce_to_shards() {
+  to_shards_ = true;
 }
 
 void GradientBuckets::finish() {
@@ -166,8 +176,12 @@ void GradientBuckets::finish() {
     }
     bucket.handle.wait();
     auto& l = bucket.layout;
-    if (bucket.wire.defined()) l.buffer.copy_(bucket.wire);
-    l.buffer.mul_(scale);
+    // Reduced into the shards: only this rank's holds the sum.
+    auto reduced = [&](const torch::Tensor& t) {
+      return to_shards_ ? t.narrow(0, l.shard_begin, l.flat.shard_size()) : t;
+    };
+    if (bucket.wire.defined()) reduced(l.buffer).copy_(reduced(bucket.wire));
+    reduced(l.buffer).mul_(scale);
   }
   mark("reductions done");
 }

@@ -39,7 +39,10 @@ struct GradientSyncOptions {
   torch::ScalarType reduce_dtype = torch::kFloat;  // the dp buckets' wire (parallel.grad_reduce_dtype)
   torch::ScalarType model_dtype = torch::kFloat;   // bf16 or fp16: mixed precision, fp32 masters
   GradCompressionOptions compression;              // the dp buckets' all-reduce compressed (stages 0 and 1)
-  bool experts = false;                            // the model has MoE experts (ep group)
+  // ZeRO-1 reduce-scatters each bucket into its rank's shard, unless a reader needs whole
+  // gradients on every rank: Muon, whose owners orthogonalise whole matrices.
+  bool whole_gradients_needed = false;
+  bool experts = false;  // the model has MoE experts (ep group)
   // A zero-bubble schedule's W passes deliver weight gradients after their block's backward,
   // interleaved with other micro-batches' backwards: ZeRO-2/3 units then hold the whole step's
   // gradients and reduce them at its end (FullyShardedParameters::hold_gradients_for_step).
@@ -57,7 +60,8 @@ struct ModelStateBytes {
 struct OptimizerPart {
   std::vector<size_t> index;      // its parameters' places in GradientSync::parameters()
   Communicator* group = nullptr;  // the data-parallel ranks that share them (dp or expert-dp)
-  // ZeRO-1: the gradients are whole, in these buckets; the optimizer's state may be sharded
+  // ZeRO-1: the gradients, in these buckets, reduced in this rank's shard of each (whole under
+  // Muon and compression: GradientBuckets::reduces_to_shards()); the optimizer's state is sharded
   // like them (each rank updating its shard of every bucket and all-gathering the rest).
   GradientBuckets* sharded_buckets = nullptr;
   // ZeRO-2/3: each rank holds its flat shard of every unit and that shard's gradient.

@@ -3,9 +3,10 @@
 // background pages teach HSDP: shard inside a node, replicate across nodes.
 //
 //   reduce_scatter = reduce-scatter inside the shard group, then all-reduce of this rank's share
-//                    across the replicas (ZeRO-2/3's gradients: each shard summed over all of dp);
+//                    across the replicas (ZeRO's gradients: each shard summed over all of dp);
 //   all_reduce     = reduce-scatter inside the shard group, all-reduce of the share across the
-//                    replicas, all-gather inside the shard group (ZeRO-1's whole buckets);
+//                    replicas, all-gather inside the shard group (whole buckets: ZeRO-1 under
+//                    Muon, whose owners read whole matrices);
 //   all_gather, broadcast, all_to_all, send_recv, barrier: the shard group's own.
 // Its size and rank are the shard group's: ZeRO's shards are that group's. It counts nothing
 // itself: each step is counted by the shard or replica group it runs on (dp-shard, dp-replicate),
