@@ -287,8 +287,9 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     const Link& shard_link = l.tp * shard_ranks <= cluster.gpus_per_node ? intra : inter;
     const double grads = dense_params * bytes.grad, params = dense_params * bytes.param;
     const double s = static_cast<double>(shard_ranks), share = (s - 1) / s, r = static_cast<double>(replicas);
-    // Stage 1 reduce-scatters and all-gathers its whole buckets; 2 and 3 reduce-scatter the gradients
-    // and gather the updated parameters (stage 3 twice more).
+    // Stage 1 reduce-scatters its buckets and gathers the updated parameters; 2 and 3 reduce-scatter
+    // the gradients and gather the updated parameters (stage 3 twice more). (Under Muon stage 1
+    // all-reduces its buckets whole, one pass more, which this model leaves out.)
     const double gathers = l.zero_stage == 3 ? 3.0 : 1.0;
     const double shard_wire = l.zero_stage <= 1 ? 2 * share * grads : share * grads + gathers * share * params;
     const double shard_seconds =

@@ -4,9 +4,10 @@
 // autograd accumulates straight into the buffer that goes on the wire. A hook
 // on each parameter's gradient accumulator counts the micro-batches whose
 // gradient has arrived; when every parameter of a bucket has all of them (the
-// last micro-batch of the step), the bucket's all-reduce is launched
-// asynchronously while backward goes on. finish() launches what is left,
-// waits for everything and turns sums into means.
+// last micro-batch of the step), the bucket's all-reduce (under ZeRO-1 its
+// reduce-scatter into the ranks' shards) is launched asynchronously while
+// backward goes on. finish() launches what is left, waits for everything and
+// turns sums into means.
 #pragma once
 
 #include <torch/torch.h>
