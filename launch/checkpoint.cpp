@@ -149,7 +149,7 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     // Each tensor is written once: tied copies by their owner, replicas by tp rank 0 of dp rank 0
     // (of expert-dp rank 0 for MoE experts, which differ across the ep ranks of a dp group) and cp rank 0.
     const bool dp_owner = (p.expert ? coords.expert_dp == 0 : coords.dp == 0) && coords.cp == 0;
-    if (p.tied_copy || !dp_owner || (p.tp_replicated() && coords.tp != 0)) continue;
+    if (!dp_owner || !p.counted_on(coords.tp)) continue;
     const auto spec = slice_of(p, coords.tp, tp_size);
     if (spec.dim >= 0 && spec.length == 0) continue;
     const auto global = p.global_shape_for(tp_size);

@@ -5,7 +5,8 @@
 #include <atomic>
 #include <cstdint>
 #include <numeric>
-#include <set>
+
+#include "parallel/flat_layout.h"
 
 namespace loom::models {
 namespace {
@@ -145,15 +146,9 @@ torch::Tensor stacked_weights(at::TensorList weights) {
 }
 
 void pack_into_one_storage(const std::vector<torch::Tensor>& weights) {
-  if (weights.size() < 2 || one_after_another(weights)) return;
   // Only weights that own their whole storage: one that is a view into another buffer (a ZeRO-2/3
   // unit's, which its gathers write into) must stay where that buffer's owner looks for it.
-  std::set<const void*> storages;
-  for (const auto& w : weights) {
-    if (w.storage_offset() != 0 || static_cast<int64_t>(w.storage().nbytes()) != w.numel() * w.element_size() ||
-        !storages.insert(w.storage().data()).second)
-      return;
-  }
+  if (weights.size() < 2 || one_after_another(weights) || !parallel::each_owns_its_storage(weights)) return;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> values;
   for (const auto& w : weights) values.push_back(w.detach());

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 
 #include "core/cpu_threads.h"
 
@@ -11,20 +10,13 @@ namespace loom::optim {
 namespace {
 
 // Parameters that can move into one flat buffer: contiguous fp32 on one device,
-// each the sole user of its storage (two parameters sharing one, or a view into
-// someone else's buffer, keep that tie by staying where they are).
+// each the sole user of its storage (parallel::each_owns_its_storage).
 bool flattenable(const std::vector<torch::Tensor>& params) {
   if (params.empty()) return false;
-  std::set<const void*> storages;
   for (const auto& p : params) {
     if (p.scalar_type() != torch::kFloat || !p.is_contiguous() || p.device() != params.front().device()) return false;
-    if (p.storage_offset() != 0 ||
-        static_cast<int64_t>(p.storage().nbytes()) != p.numel() * static_cast<int64_t>(sizeof(float))) {
-      return false;
-    }
-    if (!storages.insert(p.storage().data()).second) return false;
   }
-  return true;
+  return parallel::each_owns_its_storage(params);
 }
 
 }  // namespace

@@ -150,7 +150,7 @@ class BucketedSync : public GradientSync {
         grads.push_back(l.buffer.narrow(0, l.shard_begin, l.flat.shard_size()));
         for (size_t j = 0; j < l.params.size(); ++j) {
           const auto& param = params_[part.index[l.params[j]]];
-          if ((param.tp_replicated() && groups_.coords().tp != 0) || param.tied_copy) continue;
+          if (!param.counted_on(groups_.coords().tp)) continue;
           const auto [begin, end] = l.flat.in_shard(j, l.shard_begin);
           if (begin < end) counted[p].push_back(l.buffer.narrow(0, begin, end - begin));
         }

@@ -1,6 +1,7 @@
 #include "parallel/flat_layout.h"
 
 #include <algorithm>
+#include <set>
 
 namespace loom::parallel {
 
@@ -21,6 +22,16 @@ FlatLayout FlatLayout::of(const std::vector<torch::Tensor>& tensors, int64_t sha
 
 std::pair<int64_t, int64_t> FlatLayout::in_shard(size_t j, int64_t shard_begin) const {
   return {std::max(shard_begin, offsets_[j]), std::min(shard_begin + shard_size(), offsets_[j] + numels_[j])};
+}
+
+bool each_owns_its_storage(const std::vector<torch::Tensor>& tensors) {
+  std::set<const void*> storages;
+  for (const auto& t : tensors) {
+    if (t.storage_offset() != 0 || static_cast<int64_t>(t.storage().nbytes()) != t.numel() * t.element_size() ||
+        !storages.insert(t.storage().data()).second)
+      return false;
+  }
+  return true;
 }
 
 }  // namespace loom::parallel

@@ -44,4 +44,9 @@ class FlatLayout {
   int64_t used_ = 0, padded_ = 0, shards_ = 1;
 };
 
+// Whether each of TENSORS is the sole user of its whole storage (offset 0, nothing beside it, no
+// two sharing one), so that it may move into another buffer: a view into someone else's buffer,
+// or two parameters tied by one storage, keep that tie by staying where they are.
+bool each_owns_its_storage(const std::vector<torch::Tensor>& tensors);
+
 }  // namespace loom::parallel

@@ -56,7 +56,7 @@ double clip_grad_norm(const std::vector<ParallelParameter>& params, double max_n
     if (!p.tensor.grad().defined()) continue;
     grads.push_back(p.tensor.grad());
     // Count every parameter once: tp-replicated ones on tp rank 0, tied copies at their owner.
-    if ((p.tp_replicated() && tp_rank != 0) || p.tied_copy) continue;
+    if (!p.counted_on(tp_rank)) continue;
     (p.expert ? expert_counted : counted).push_back(p.tensor.grad());
   }
   return global_norm_and_clip(counted, expert_counted, grads, max_norm, model_parallel, shards, experts);

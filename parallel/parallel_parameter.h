@@ -37,6 +37,9 @@ struct ParallelParameter {
   }
 
   bool tp_replicated() const { return tp_split_dim < 0; }
+  // Whether this rank's copy counts in a sum over the whole model (the gradient norm, a
+  // checkpoint): a tp-replicated parameter on tp rank 0 only, a tied copy at its owner only.
+  bool counted_on(int64_t tp_rank) const { return !(tp_replicated() && tp_rank != 0) && !tied_copy; }
 };
 
 }  // namespace loom::parallel

@@ -122,7 +122,7 @@ class UnitShardedSync : public GradientSync {
       // Every parameter once: tp-replicated ones on tp rank 0, tied copies at their owner.
       counted[p] = part.units->shard_grad_pieces([&](size_t i) {
         const auto& param = params_[part.index[i]];
-        return !(param.tp_replicated() && groups_.coords().tp != 0) && !param.tied_copy;
+        return param.counted_on(groups_.coords().tp);
       });
     }
     ExpertGroups experts;
