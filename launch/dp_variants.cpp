@@ -11,11 +11,16 @@ namespace {
 
 // PowerSGD's bytes over the uncompressed ones, from one block's shapes at tp T (every block has
 // them; the embedding and output layer are matrices of the same kind): (n + m) r for each n x m
-// matrix (its first dimension by the rest), the whole for a vector.
-double powersgd_ratio(const Config& config, int64_t tp, int64_t rank) {
+// matrix (its first dimension by the rest), the whole for a vector. `q` is the share of it that
+// is the Qs (m r each), all-reduced after the Ps.
+struct PowerSgdShare {
+  double all = 1.0, q = 0.0;
+};
+
+PowerSgdShare powersgd_share(const Config& config, int64_t tp, int64_t rank) {
   Config c = config;
   c.parallel.tp = tp;
-  double sent = 0, whole = 0;
+  double sent = 0, q_sent = 0, whole = 0;
   for (const auto& p : models::gpt_block_parameters(c, 0)) {
     const auto local = static_cast<double>(p.local_numel(tp));
     whole += local;
@@ -27,8 +32,10 @@ double powersgd_ratio(const Config& config, int64_t tp, int64_t rank) {
     if (p.tp_split_dim == 0) n = std::ceil(n / static_cast<double>(tp));
     const double m = local / n, r = std::min({static_cast<double>(rank), n, m});
     sent += (n + m) * r;
+    q_sent += m * r;
   }
-  return whole > 0 ? sent / whole : 1.0;
+  if (whole <= 0) return {};
+  return {sent / whole, q_sent / whole};
 }
 
 }  // namespace
@@ -63,7 +70,7 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
     case GradCompression::none: break;
     case GradCompression::bf16: payload = grads / 2.0; break;
     case GradCompression::int8: payload = grads / 4.0 * (1.0 + 4.0 / 256.0); break;
-    case GradCompression::powersgd: payload = grads * powersgd_ratio(config, l.tp, variant.powersgd_rank); break;
+    case GradCompression::powersgd: payload = grads * powersgd_share(config, l.tp, variant.powersgd_rank).all; break;
   }
   c.payload_bytes = payload;
   const double q = static_cast<double>(c.ranks), L = static_cast<double>(c.per_node), N = static_cast<double>(c.nodes);
@@ -110,6 +117,9 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
   } else if (variant.compression == GradCompression::bf16 || variant.compression == GradCompression::int8) {
     // The chunks all-to-all (flat, whatever dp_collectives says), then the sums all-gathered.
     c.seconds = all_to_all_time(payload, c.ranks, a, b_all) + pass_time(payload);
+    // The gather is issued when the step waits for the bucket (parallel/grad_compression.cpp), on
+    // either backend: only the exchange can overlap backward.
+    unhidden = pass_time(payload);
     c.intra_bytes += (L - 1) / q * payload;
     c.inter_bytes += (q - L) / q * payload;
     add_pass_bytes(payload);
@@ -130,8 +140,13 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
       unhidden = all_reduced ? c.seconds - first : (N - 1) / N * payload / L * bx + (N - 1) * ax;
     }
   }
-  // PowerSGD's second all-reduce (Q after P) pays the latencies twice.
-  if (variant.compression == GradCompression::powersgd) c.seconds += 2.0 * (q - 1) * (c.nodes > 1 ? ax : ai);
+  // PowerSGD's second all-reduce (Q after P) pays the latencies twice. It is issued when the step
+  // waits for the bucket (after the Ps are orthogonalised), on either backend: backward hides only
+  // the Ps and vectors.
+  if (variant.compression == GradCompression::powersgd) {
+    c.seconds += 2.0 * (q - 1) * (c.nodes > 1 ? ax : ai);
+    unhidden = 2.0 * pass_time(grads * powersgd_share(config, l.tp, variant.powersgd_rank).q);
+  }
   // The step: the estimate's exposed reduction swapped for this one's (backward hides 2/3 of compute).
   c.unhidden_s = unhidden;
   c.step_s = estimate.step_s - exposed_dp_seconds(estimate.dp_s, estimate.dp_unhidden_s, estimate.compute_s) +
@@ -186,8 +201,16 @@ void print_dp_variants(const Config& config, const parallel::ClusterSpec& cluste
                 to_string(c.variant.compression).c_str(), c.intra_bytes / 1e6, c.inter_bytes / 1e6, c.seconds, c.step_s,
                 flat_step / c.step_s);
   }
-  bool later_unhidden = false;
-  for (const auto& c : all) later_unhidden = later_unhidden || c.unhidden_s > 0;
+  bool later_unhidden = false, compressed_unhidden = false;
+  for (const auto& c : all) {
+    const bool compressed = c.variant.compression != GradCompression::none;
+    (compressed ? compressed_unhidden : later_unhidden) |= c.unhidden_s > 0;
+  }
+  if (compressed_unhidden) {
+    std::printf(
+        "  (compressed: bf16's and int8's all-gather and PowerSGD's all-reduce of Q start when the step waits for "
+        "the reduction, on either backend, so step s counts them whole)\n");
+  }
   if (later_unhidden) {
     std::printf(
         "  (backend %s: HSDP's step across the replicas and the two levels' steps after the node's "

@@ -109,3 +109,32 @@ TEST_CASE("two-level collectives: over NCCL the steps after the node's reduce-sc
     CHECK(flat.unhidden_s == 0);
   }
 }
+
+TEST_CASE("compressed reductions: the step after the exchange shows on either backend", "[plan]") {
+  const loom::Config c = loom::test::small_gpt_for_plan();
+  const ClusterSpec nccl = loom::test::two_node_cluster();
+  auto gloo = nccl;
+  gloo.backend = "gloo";
+  Layout l;
+  l.dp = 8;  // 4 ranks on each of 2 nodes
+  l.micro_batch = 4;
+  for (const ClusterSpec* cluster : {&nccl, static_cast<const ClusterSpec*>(&gloo)}) {
+    CAPTURE(cluster->backend);
+    const auto e = estimate_layout(c, *cluster, l);
+    const double S = e.parameters_per_rank * 4;
+    // A flat ring of 8 crossing the nodes: 1 GB/s and 10 us a hop.
+    auto pass = [](double bytes) { return 7.0 / 8.0 * bytes * 1e-9 + 7 * 1e-5; };
+    // bf16: the chunks' exchange overlaps backward, the sums' all-gather does not.
+    const auto bf16 = dp_variant_cost(c, *cluster, e, {loom::DpCollectives::flat, loom::GradCompression::bf16, 1});
+    CHECK(bf16.unhidden_s == Approx(pass(S / 2)));
+    CHECK(bf16.unhidden_s < bf16.seconds);
+    // PowerSGD: the Ps (and vectors) overlap backward, the Qs' all-reduce does not. A GPT block of
+    // hidden h has 12 h^2 + 13 h parameters; its four matrices' Qs are (h + h + h + 4h) r of them.
+    const double h = 256, r = 4;
+    const auto psgd = dp_variant_cost(c, *cluster, e, {loom::DpCollectives::flat, loom::GradCompression::powersgd, 4});
+    CHECK(psgd.unhidden_s == Approx(2 * pass(S * 7 * h * r / (12 * h * h + 13 * h))));
+    CHECK(psgd.unhidden_s < psgd.seconds);
+    // Uncompressed, a flat ring has nothing after the wait.
+    CHECK(dp_variant_cost(c, *cluster, e, {loom::DpCollectives::flat, loom::GradCompression::none, 1}).unhidden_s == 0);
+  }
+}
