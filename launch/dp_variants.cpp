@@ -73,6 +73,8 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
     case GradCompression::powersgd: payload = grads * powersgd_share(config, l.tp, variant.powersgd_rank).all; break;
   }
   c.payload_bytes = payload;
+  // Muon's owners read whole matrices: its ZeRO-1 all-reduces the buckets whole, then gathers.
+  const bool muon_zero1 = l.zero_stage == 1 && config.train.optimizer == OptimizerKind::muon;
   const double q = static_cast<double>(c.ranks), L = static_cast<double>(c.per_node), N = static_cast<double>(c.nodes);
   const double ai = cluster.intra_latency, bi = 1.0 / cluster.intra_bandwidth;
   const double ax = cluster.inter_latency, bx = 1.0 / cluster.inter_bandwidth;
@@ -108,36 +110,42 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
   if (variant.hsdp) {
     // ZeRO's passes inside the node, and each rank's 1/L share all-reduced across the nodes (every
     // rank of a node at once: a GPU's share of the link each).
-    const double inside = l.zero_stage == 3 ? 4.0 : 2.0;
+    const double inside = l.zero_stage == 3 ? 4.0 : muon_zero1 ? 3.0 : 2.0;
     const double across_nodes = 2.0 * (N - 1) / N * payload / L * bx + 2.0 * (N - 1) * ax;
     c.seconds = inside * ((L - 1) / L * payload * bi + (L - 1) * ai) + across_nodes;
     if (later_at_wait) unhidden = across_nodes;
     c.intra_bytes = inside * (L - 1) / L * payload;
     c.inter_bytes = 2.0 * (N - 1) / N * payload / L;
-  } else if (variant.compression == GradCompression::bf16 || variant.compression == GradCompression::int8) {
-    // The chunks all-to-all (flat, whatever dp_collectives says), then the sums all-gathered.
-    c.seconds = all_to_all_time(payload, c.ranks, a, b_all) + pass_time(payload);
-    // The gather is issued when the step waits for the bucket (parallel/grad_compression.cpp), on
-    // either backend: only the exchange can overlap backward.
-    unhidden = pass_time(payload);
-    c.intra_bytes += (L - 1) / q * payload;
-    c.inter_bytes += (q - L) / q * payload;
-    add_pass_bytes(payload);
   } else {
-    // ZeRO 2 and 3 reduce-scatter the gradients and gather the parameters (three times at stage 3);
-    // 0 and 1 all-reduce: a reduce-scatter pass and an all-gather pass of the payload.
-    const double passes = l.zero_stage <= 2 ? 2.0 : 4.0;
-    c.seconds = passes * pass_time(payload);
-    for (int i = 0; i < static_cast<int>(passes); ++i) add_pass_bytes(payload);
-    if (two_level && later_at_wait && variant.compression == GradCompression::none) {
-      // The gradients' reduction starts inside the node; what follows waits for the wait. Where
-      // the buckets are all-reduced (ZeRO-0; ZeRO-1 under Muon, whose owners read whole matrices)
-      // that is the all-reduce's every other step; where they are reduce-scattered (ZeRO 1-3) the
-      // reduce-scatter across the nodes (the parameters' gathers are waited for at once anyway).
-      const bool all_reduced =
-          l.zero_stage == 0 || (l.zero_stage == 1 && config.train.optimizer == OptimizerKind::muon);
-      const double first = (L - 1) / L * payload * bi + (L - 1) * ai;
-      unhidden = all_reduced ? c.seconds - first : (N - 1) / N * payload / L * bx + (N - 1) * ax;
+    // ZeRO 1-3 gather the updated parameters (stage 3 twice more), uncompressed: at stages 0 and 1
+    // the fp32 masters, as many bytes as the uncompressed gradients.
+    const double gathers = l.zero_stage == 0 ? 0.0 : l.zero_stage == 3 ? 3.0 : 1.0;
+    c.seconds = gathers * pass_time(grads);
+    for (int i = 0; i < static_cast<int>(gathers); ++i) add_pass_bytes(grads);
+    if (variant.compression == GradCompression::bf16 || variant.compression == GradCompression::int8) {
+      // The chunks all-to-all (flat, whatever dp_collectives says), then the sums all-gathered.
+      c.seconds += all_to_all_time(payload, c.ranks, a, b_all) + pass_time(payload);
+      // The gather is issued when the step waits for the bucket (parallel/grad_compression.cpp), on
+      // either backend: only the exchange can overlap backward.
+      unhidden = pass_time(payload);
+      c.intra_bytes += (L - 1) / q * payload;
+      c.inter_bytes += (q - L) / q * payload;
+      add_pass_bytes(payload);
+    } else {
+      // The gradients all-reduced (a reduce-scatter pass and an all-gather pass): at ZeRO-0, under
+      // PowerSGD, and at ZeRO-1 under Muon, whose owners read whole matrices; else reduce-scattered
+      // into the shards.
+      const bool all_reduced = l.zero_stage == 0 || muon_zero1 || variant.compression == GradCompression::powersgd;
+      const double passes = all_reduced ? 2.0 : 1.0;
+      c.seconds += passes * pass_time(payload);
+      for (int i = 0; i < static_cast<int>(passes); ++i) add_pass_bytes(payload);
+      if (two_level && later_at_wait && variant.compression == GradCompression::none) {
+        // The gradients' reduction starts inside the node; what follows waits for the wait: the
+        // all-reduce's every later step, or the reduce-scatter's step across the nodes (the
+        // parameters' gathers are waited for at once anyway).
+        const double first = (L - 1) / L * payload * bi + (L - 1) * ai;
+        unhidden = all_reduced ? pass_time(payload) * 2 - first : (N - 1) / N * payload / L * bx + (N - 1) * ax;
+      }
     }
   }
   // PowerSGD's second all-reduce (Q after P) pays the latencies twice. It is issued when the step

@@ -186,6 +186,10 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   // across REPLICAS of them); a rank holds S / cp tokens of a sequence.
   const int64_t grad_ranks = l.dp * l.cp, local_tokens = m.seq_len / l.cp;
   const int64_t shard_ranks = l.shard_ranks(), replicas = grad_ranks / shard_ranks;
+  // Under Muon, whose owners orthogonalise whole matrices, ZeRO-1 all-reduces its buckets whole
+  // and then gathers the updated parameters: one pass more than AdamW's reduce-scatter. (Its
+  // owners' broadcasts of the updated matrices over the shard group are left out.)
+  const bool whole_buckets_then_gather = l.zero_stage == 1 && config.train.optimizer == OptimizerKind::muon;
   if (config.train.optimizer == OptimizerKind::muon) {
     // Muon keeps one fp32 momentum for its matrices where AdamW keeps two moments. Under ZeRO-1
     // loom's AdamW keeps its moment shards over whole buckets, Muon's weights included, and the
@@ -288,14 +292,19 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     const double grads = dense_params * bytes.grad, params = dense_params * bytes.param;
     const double s = static_cast<double>(shard_ranks), share = (s - 1) / s, r = static_cast<double>(replicas);
     // Stage 1 reduce-scatters its buckets and gathers the updated parameters; 2 and 3 reduce-scatter
-    // the gradients and gather the updated parameters (stage 3 twice more). (Under Muon stage 1
-    // all-reduces its buckets whole, one pass more, which this model leaves out.)
+    // the gradients and gather the updated parameters (stage 3 twice more). Under Muon stage 1's
+    // buckets are all-reduced whole (reduce-scatter, across the replicas, all-gather) and the
+    // updated parameters gathered after.
     const double gathers = l.zero_stage == 3 ? 3.0 : 1.0;
-    const double shard_wire = l.zero_stage <= 1 ? 2 * share * grads : share * grads + gathers * share * params;
-    const double shard_seconds =
+    double shard_wire = l.zero_stage <= 1 ? 2 * share * grads : share * grads + gathers * share * params;
+    double shard_seconds =
         l.zero_stage <= 1 ? ring_all_reduce_time(grads, shard_ranks, shard_link.alpha, shard_link.beta)
                           : ring_all_gather_time(grads, shard_ranks, shard_link.alpha, shard_link.beta) +
                                 gathers * ring_all_gather_time(params, shard_ranks, shard_link.alpha, shard_link.beta);
+    if (whole_buckets_then_gather) {
+      shard_wire += share * params;
+      shard_seconds += ring_all_gather_time(params, shard_ranks, shard_link.alpha, shard_link.beta);
+    }
     const double replica_seconds = ring_all_reduce_time(grads / s, replicas, dp_link.alpha, dp_link.beta);
     e.traffic.push_back({"dp-shard", shard_link.name, shard_wire, shard_seconds});
     e.traffic.push_back({"dp-replicate", dp_link.name, 2 * (r - 1) / r * grads / s, replica_seconds});
@@ -308,6 +317,10 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     if (l.zero_stage <= 1) {
       wire = 2 * share * grads;
       dp_seconds = ring_all_reduce_time(grads, grad_ranks, dp_link.alpha, dp_link.beta);
+      if (whole_buckets_then_gather) {
+        wire += share * params;
+        dp_seconds += ring_all_gather_time(params, grad_ranks, dp_link.alpha, dp_link.beta);
+      }
     } else {
       // Reduce-scatter the gradients, all-gather the updated parameters; stage 3 gathers them twice more.
       const double gathers = l.zero_stage == 3 ? 3.0 : 1.0;

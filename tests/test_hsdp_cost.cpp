@@ -138,3 +138,37 @@ TEST_CASE("compressed reductions: the step after the exchange shows on either ba
     CHECK(dp_variant_cost(c, *cluster, e, {loom::DpCollectives::flat, loom::GradCompression::none, 1}).unhidden_s == 0);
   }
 }
+
+TEST_CASE("ZeRO-1 under Muon all-reduces and then gathers: three passes, where AdamW's takes two", "[plan]") {
+  loom::Config c = loom::test::small_gpt_for_plan();
+  const ClusterSpec cluster = loom::test::two_node_cluster();
+  Layout l;
+  l.dp = 8;  // 4 ranks on each of 2 nodes
+  l.micro_batch = 4;
+  l.zero_stage = 1;
+  const auto adamw = estimate_layout(c, cluster, l);
+  c.train.optimizer = loom::OptimizerKind::muon;
+  const auto muon = estimate_layout(c, cluster, l);
+  auto dp_wire = [](const LayoutEstimate& e) {
+    for (const auto& t : e.traffic)
+      if (t.group == "dp") return t.bytes;
+    return -1.0;
+  };
+  const double S = adamw.parameters_per_rank * 4, share = 7.0 / 8.0;
+  CHECK(dp_wire(adamw) == Approx(2 * share * S));
+  CHECK(dp_wire(muon) == Approx(3 * share * S));
+  CHECK(muon.dp_s > adamw.dp_s);
+  // The same in the dp variants: a flat ring crossing the nodes at 1 GB/s and 10 us a hop.
+  auto pass = [](double bytes) { return 7.0 / 8.0 * bytes * 1e-9 + 7 * 1e-5; };
+  const DpVariant flat{loom::DpCollectives::flat, loom::GradCompression::none, 1};
+  CHECK(dp_variant_cost(c, cluster, muon, flat).seconds == Approx(3 * pass(S)));
+  c.train.optimizer = loom::OptimizerKind::adamw;
+  CHECK(dp_variant_cost(c, cluster, adamw, flat).seconds == Approx(2 * pass(S)));
+  // Compressed, ZeRO-1 all-reduces the compressed buckets and gathers the fp32 parameters whole.
+  const DpVariant psgd{loom::DpCollectives::flat, loom::GradCompression::powersgd, 4};
+  Layout z0 = l;
+  z0.zero_stage = 0;
+  const auto e0 = estimate_layout(c, cluster, z0);
+  CHECK(dp_variant_cost(c, cluster, adamw, psgd).seconds ==
+        Approx(dp_variant_cost(c, cluster, e0, psgd).seconds + pass(S)));
+}
