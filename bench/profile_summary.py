@@ -9,7 +9,8 @@ import json
 import sys
 
 
-def main(path, top):
+def summarise(path):
+    """(total of the top-level events in us, exclusive us per op name, inclusive us, count)."""
     data = json.load(open(path))
     events = data["traceEvents"] if isinstance(data, dict) else data
     events = [e for e in events if e.get("ph") == "X" and "dur" in e]
@@ -33,6 +34,11 @@ def main(path, top):
             exclusive[e["name"]] += e["dur"] - e.get("_children", 0)
             inclusive[e["name"]] += e["dur"]
             count[e["name"]] += 1
+    return total, exclusive, inclusive, count
+
+
+def main(path, top):
+    total, exclusive, inclusive, count = summarise(path)
     print(f"top-level events: {total / 1e3:.1f} ms")
     for name, t in exclusive.most_common(top):
         if name.startswith("PyTorch Profiler"):
