@@ -31,6 +31,14 @@ class HfJson {
   std::string integer(const std::string& key, int64_t fallback) const {
     return has(key) ? integer(key) : std::to_string(fallback);
   }
+  // A count that may be 0 (shared experts, dense first layers).
+  std::string count(const std::string& key, int64_t fallback) const {
+    if (!has(key)) return std::to_string(fallback);
+    const auto& v = json_[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      throw refused(key, "must be an integer of at least 0, not " + v.dump());
+    return std::to_string(v.get<int64_t>());
+  }
   std::string number(const nlohmann::json& holder, const std::string& key, const std::string& where) const {
     if (!holder.contains(key) || !holder[key].is_number()) throw refused(where + key, "must be a number");
     return holder[key].dump();
@@ -98,8 +106,9 @@ void add_yarn(const HfJson& hf, const nlohmann::json& json, const nlohmann::json
 // The rotary settings, in either of transformers' forms: 4.x's top-level rope_theta and
 // rope_scaling, or 5.x's rope_parameters (rope_theta and the scaling's fields in one object,
 // which 5.x writes instead). rope_type default or Llama 3's (llama3); anything else would
-// change the positions silently, so it is refused, as is a file whose two forms disagree.
-void add_rope(const HfJson& hf, const nlohmann::json& json, Keys& keys) {
+// change the positions silently, so it is refused, as is a file whose two forms disagree. A file
+// with neither gets DEFAULT_THETA, its transformers class's default.
+void add_rope(const HfJson& hf, const nlohmann::json& json, Keys& keys, double default_theta) {
   const bool v5 = hf.has("rope_parameters");
   const nlohmann::json* scaling = nullptr;
   std::string where = "rope_scaling";
@@ -116,7 +125,7 @@ void add_rope(const HfJson& hf, const nlohmann::json& json, Keys& keys) {
     scaling = &parameters;
     where = "rope_parameters";
   } else {
-    keys.emplace_back("model.rope_theta", hf.number("rope_theta", 10000.0));
+    keys.emplace_back("model.rope_theta", hf.number("rope_theta", default_theta));
     if (hf.has("rope_scaling")) {
       scaling = &json["rope_scaling"];
       if (!scaling->is_object()) throw hf.refused("rope_scaling", "must be null or an object, not " + scaling->dump());
@@ -201,6 +210,9 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
                                            ": loom's attention has no sliding window; loom reads Mixtral with null");
   }
   const bool qwen3 = architecture == "Qwen3ForCausalLM" || architecture == "Qwen3MoeForCausalLM";
+  // What a key left out of config.json means is its transformers class's default: 1e-6 and 10000
+  // for every class loom reads but Mixtral's (1e-5 and 1e6).
+  const bool mixtral = architecture == "MixtralForCausalLM";
   if ((architecture == "Qwen2ForCausalLM" || qwen3) && hf.boolean("use_sliding_window", false)) {
     throw hf.refused("use_sliding_window", "is true: loom's attention has no sliding window");
   }
@@ -239,7 +251,7 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
                {"model.num_kv_heads", hf.integer("num_key_value_heads", heads)},
                {"model.ffn_hidden_size", hf.integer("intermediate_size")},
                {"model.vocab_size", hf.integer("vocab_size")},
-               {"model.norm_eps", hf.number("rms_norm_eps", 1e-6)},
+               {"model.norm_eps", hf.number("rms_norm_eps", mixtral ? 1e-5 : 1e-6)},
                {"model.bias", bool_text(bias)},
                {"model.qkv_bias", bool_text(qkv_bias)},
                {"model.tie_embeddings", bool_text(hf.boolean("tie_word_embeddings", false))},
@@ -247,7 +259,7 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
                {"model.qk_norm", bool_text(qwen3)},
                {"model.rope_interleave", "false"},  // rotate-half, as transformers' Llama family rotates
                {"model.mla.kv_lora_rank", "0"}};
-  add_rope(hf, json, keys);
+  add_rope(hf, json, keys, mixtral ? 1e6 : 1e4);
   if (architecture == "Qwen3MoeForCausalLM") {
     // Experts of moe_intermediate_size in the blocks decoder_sparse_step and mlp_only_layers leave
     // sparse, the dense ones of intermediate_size. Released checkpoints name the count num_experts,
@@ -305,47 +317,46 @@ Keys deepseek_v3_keys(const HfJson& hf, const nlohmann::json& json) {
                      "is 1 with the weights renormalised: DeepSeek-V3 then weights the "
                      "expert by 1, where loom keeps the router's score");
   }
-  Keys keys = {
-      {"model.arch", "llama"},
-      {"model.norm", "rmsnorm"},
-      {"model.activation", "swiglu"},
-      {"model.position", "rope"},
-      {"model.num_layers", hf.integer("num_hidden_layers")},
-      {"model.hidden_size", hf.integer("hidden_size")},
-      {"model.num_heads", heads},
-      {"model.num_kv_heads", heads},
-      {"model.ffn_hidden_size", hf.integer("intermediate_size")},
-      {"model.vocab_size", hf.integer("vocab_size")},
-      {"model.norm_eps", hf.number("rms_norm_eps", 1e-6)},
-      {"model.bias", "false"},
-      {"model.qkv_bias", "false"},
-      {"model.tie_embeddings", bool_text(hf.boolean("tie_word_embeddings", false))},
-      {"model.head_dim", "0"},
-      {"model.qk_norm", "false"},
-      {"model.rope_interleave", bool_text(hf.boolean("rope_interleave", true))},
-      // null: queries straight from the hidden state (DeepSeek-V2-Lite); absent: DeepseekV3Config's 1536.
-      {"model.mla.q_lora_rank",
-       hf.has("q_lora_rank") ? hf.integer("q_lora_rank") : (json.contains("q_lora_rank") ? "0" : "1536")},
-      {"model.mla.kv_lora_rank", hf.integer("kv_lora_rank", 512)},
-      {"model.mla.qk_nope_head_dim", hf.integer("qk_nope_head_dim", 128)},
-      {"model.mla.qk_rope_head_dim", hf.integer("qk_rope_head_dim", 64)},
-      {"model.mla.v_head_dim", hf.integer("v_head_dim", 128)},
-      {"model.moe.num_experts",
-       hf.has("n_routed_experts") ? hf.integer("n_routed_experts") : hf.integer("num_local_experts", 256)},
-      {"model.moe.top_k", top_k},
-      {"model.moe.score", "sigmoid"},
-      {"model.moe.norm_topk_prob", bool_text(norm)},
-      {"model.moe.routed_scaling_factor", hf.number("routed_scaling_factor", 2.5)},
-      {"model.moe.n_group", hf.integer("n_group", 8)},
-      {"model.moe.topk_group", hf.integer("topk_group", 4)},
-      {"model.moe.expert_bias", "true"},
-      {"model.moe.every", "1"},
-      {"model.moe.moe_intermediate_size", hf.integer("moe_intermediate_size", 2048)},
-      {"model.moe.n_shared_experts", hf.has("n_shared_experts") ? json["n_shared_experts"].dump() : "1"},
-      {"model.moe.first_k_dense_replace", hf.has("first_k_dense_replace") ? json["first_k_dense_replace"].dump() : "3"},
-      {"model.moe.decoder_sparse_step", "1"},
-      {"model.moe.mlp_only_layers", ""}};
-  add_rope(hf, json, keys);
+  Keys keys = {{"model.arch", "llama"},
+               {"model.norm", "rmsnorm"},
+               {"model.activation", "swiglu"},
+               {"model.position", "rope"},
+               {"model.num_layers", hf.integer("num_hidden_layers")},
+               {"model.hidden_size", hf.integer("hidden_size")},
+               {"model.num_heads", heads},
+               {"model.num_kv_heads", heads},
+               {"model.ffn_hidden_size", hf.integer("intermediate_size")},
+               {"model.vocab_size", hf.integer("vocab_size")},
+               {"model.norm_eps", hf.number("rms_norm_eps", 1e-6)},
+               {"model.bias", "false"},
+               {"model.qkv_bias", "false"},
+               {"model.tie_embeddings", bool_text(hf.boolean("tie_word_embeddings", false))},
+               {"model.head_dim", "0"},
+               {"model.qk_norm", "false"},
+               {"model.rope_interleave", bool_text(hf.boolean("rope_interleave", true))},
+               // null: queries straight from the hidden state (DeepSeek-V2-Lite); absent: DeepseekV3Config's 1536.
+               {"model.mla.q_lora_rank",
+                hf.has("q_lora_rank") ? hf.integer("q_lora_rank") : (json.contains("q_lora_rank") ? "0" : "1536")},
+               {"model.mla.kv_lora_rank", hf.integer("kv_lora_rank", 512)},
+               {"model.mla.qk_nope_head_dim", hf.integer("qk_nope_head_dim", 128)},
+               {"model.mla.qk_rope_head_dim", hf.integer("qk_rope_head_dim", 64)},
+               {"model.mla.v_head_dim", hf.integer("v_head_dim", 128)},
+               {"model.moe.num_experts",
+                hf.has("n_routed_experts") ? hf.integer("n_routed_experts") : hf.integer("num_local_experts", 256)},
+               {"model.moe.top_k", top_k},
+               {"model.moe.score", "sigmoid"},
+               {"model.moe.norm_topk_prob", bool_text(norm)},
+               {"model.moe.routed_scaling_factor", hf.number("routed_scaling_factor", 2.5)},
+               {"model.moe.n_group", hf.integer("n_group", 8)},
+               {"model.moe.topk_group", hf.integer("topk_group", 4)},
+               {"model.moe.expert_bias", "true"},
+               {"model.moe.every", "1"},
+               {"model.moe.moe_intermediate_size", hf.integer("moe_intermediate_size", 2048)},
+               {"model.moe.n_shared_experts", hf.count("n_shared_experts", 1)},
+               {"model.moe.first_k_dense_replace", hf.count("first_k_dense_replace", 3)},
+               {"model.moe.decoder_sparse_step", "1"},
+               {"model.moe.mlp_only_layers", ""}};
+  add_rope(hf, json, keys, 1e4);
   return keys;
 }
 
@@ -431,7 +442,10 @@ void apply_hf_config(Config& config, const std::set<std::string>& overridden) {
   for (const auto& [key, text] : model_keys_of_hf_config(json, file)) {
     const auto& field = field_named(key);
     Config candidate = config;
-    field.parse(candidate, text);
+    // Every value is checked where it is read from config.json; one that still does not parse is
+    // refused here rather than left at loom's default.
+    if (!field.parse(candidate, text))
+      throw InputError(file + ": gives " + key + " the value " + text + ", which it cannot take");
     if (config.set_keys.count(key) && effective(config, key, field) != effective(candidate, key, field)) {
       conflicts.push_back(key + " is " + effective(config, key, field) +
                           (overridden.count(key) ? " by --set" : " in " + config.source) + " but " + file + " says " +

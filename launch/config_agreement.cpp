@@ -54,16 +54,25 @@ std::string text_of(const std::map<std::string, std::string>& keys) {
   return text;
 }
 
+// What every rank must have alike: the config's keys, and whether the rank was told to resume (a
+// rank that resumes waits in the checkpoint's broadcast for ranks that never join it).
+std::map<std::string, std::string> agreed_keys(const Config& config, bool resuming) {
+  auto keys = keys_of(to_yaml(config));
+  keys["--resume"] = resuming ? "given" : "not given";
+  return keys;
+}
+
 std::vector<uint8_t> bytes_of(const std::string& text) {
   return std::vector<uint8_t>(text.begin(), text.end());
 }
 
 }  // namespace
 
-void agree_on_config(const Config& config, const parallel::LaunchEnv& env) {
+void agree_on_config(const Config& config, bool resuming, const parallel::LaunchEnv& env) {
   if (env.world() == 1 || !env.store()) return;
   const auto& store = env.store();
-  const std::string mine = text_of(keys_of(to_yaml(config)));
+  const auto here = agreed_keys(config, resuming);
+  const std::string mine = text_of(here);
   store->set("config/" + std::to_string(env.rank()), bytes_of(mine));
   const auto rank0_bytes = store->get("config/0");
   const std::string rank0(rank0_bytes.begin(), rank0_bytes.end());
@@ -94,7 +103,7 @@ void agree_on_config(const Config& config, const parallel::LaunchEnv& env) {
                         " from rank 0";
   if (mine != rank0) {
     // This rank names the keys: its value against rank 0's.
-    const auto here = keys_of(to_yaml(config)), there = keys_of_text(rank0);
+    const auto there = keys_of_text(rank0);
     std::string keys;
     for (const auto& [key, value] : here) {
       const auto it = there.find(key);
@@ -103,7 +112,7 @@ void agree_on_config(const Config& config, const parallel::LaunchEnv& env) {
     }
     message += " (" + keys + ")";
   }
-  throw InputError(message + "; start every rank with the same config file and --set flags");
+  throw InputError(message + "; start every rank with the same config file, --set flags and --resume");
 }
 
 }  // namespace loom::launch

@@ -12,7 +12,7 @@
 namespace loom::launch {
 
 // Collective over the launch's ranks (nothing at world 1). Throws InputError on every rank when
-// any rank's resolved config differs from rank 0's.
-void agree_on_config(const Config& config, const parallel::LaunchEnv& env);
+// any rank's resolved config, or whether it was given --resume (RESUMING), differs from rank 0's.
+void agree_on_config(const Config& config, bool resuming, const parallel::LaunchEnv& env);
 
 }  // namespace loom::launch

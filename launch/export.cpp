@@ -132,6 +132,10 @@ int export_checkpoint(const ExportArgs& args) {
                            hf_config.at("architectures")[0].get<std::string>() + ", from step " +
                            manifest.at("step").dump();
   if (family == "hf-gpt2" && ends_with(args.output, ".safetensors")) {  // the one-file form of earlier versions
+    // A file already there is someone's weights (a downloaded model.safetensors, an earlier export):
+    // never replaced.
+    if (fs::exists(fs::symlink_status(args.output)))
+      throw InputError("--output '" + args.output + "' exists, and an export would replace it; choose a new path");
     write_safetensors(args.output, hf, metadata);
     std::cout << "wrote " << args.output << ": " << what << "\n";
     return 0;

@@ -53,7 +53,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
   parallel::LaunchEnv env(timeout);
   parallel::Heartbeat heartbeat(env.connect_store(), env.rank(), env.world(), env.store_server_rank());
-  agree_on_config(config, env);  // before any collective: a different shape would fail inside one
+  agree_on_config(config, !args.resume.empty(), env);  // before any collective: a different shape would fail inside one
   const int threads = apply_thread_policy(config, env.info());
   CpuMemory::install();  // before the model exists, so that its step's allocations are counted
   CpuMemory::keep_freed_memory();

@@ -69,6 +69,21 @@ TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral'
   mixtral["num_experts_per_tok"] = 2;
   mixtral["sliding_window"] = 4096;
   CHECK_THAT(keys_error(mixtral), Catch::Contains("\"sliding_window\" is 4096"));
+  // Keys left out mean MixtralConfig's defaults (rope_theta 1e6, rms_norm_eps 1e-5), not Llama's.
+  mixtral["sliding_window"] = nullptr;
+  mixtral.erase("rope_theta");
+  mixtral.erase("rope_scaling");
+  mixtral.erase("rms_norm_eps");
+  keys = keys_of(mixtral);
+  CHECK(std::stod(keys.at("model.rope_theta")) == 1e6);
+  CHECK(std::stod(keys.at("model.norm_eps")) == 1e-5);
+  auto llama = llama_json();
+  llama.erase("rope_theta");
+  llama.erase("rope_scaling");
+  llama.erase("rms_norm_eps");
+  keys = keys_of(llama);
+  CHECK(std::stod(keys.at("model.rope_theta")) == 1e4);
+  CHECK(std::stod(keys.at("model.norm_eps")) == 1e-6);
 }
 
 TEST_CASE("the checkpoint record of an MoE and Qwen3's attention: one model, one record", "[hf]") {
@@ -173,6 +188,19 @@ TEST_CASE("config.json: DeepSeek-V3's latent attention, router and YaRN; FP8 ref
   CHECK(keys.at("model.moe.expert_bias") == "true");
   CHECK(keys.at("model.moe.first_k_dense_replace") == "3");
   CHECK(keys.at("model.moe.n_shared_experts") == "1");
+  // Counts that may be 0; anything but an integer is refused naming the key (a string "1" was read
+  // as 0 shared experts, and the file's shared experts' tensors left unused).
+  for (const char* key : {"n_shared_experts", "first_k_dense_replace"}) {
+    auto zero = ds;
+    zero[key] = 0;
+    CHECK(keys_of(zero).at(std::string("model.moe.") + key) == "0");
+    for (const nlohmann::json& bad :
+         {nlohmann::json("1"), nlohmann::json(1.5), nlohmann::json(true), nlohmann::json(-1)}) {
+      auto wrong = ds;
+      wrong[key] = bad;
+      CHECK_THAT(keys_error(wrong), Catch::Contains(std::string("\"") + key + "\" must be an integer of at least 0"));
+    }
+  }
   CHECK(keys.at("model.num_kv_heads") == "128");
   ds["q_lora_rank"] = nullptr;  // DeepSeek-V2-Lite's: queries straight from the hidden state
   CHECK(keys_of(ds).at("model.mla.q_lora_rank") == "0");

@@ -73,6 +73,24 @@ case "$mode" in
     grep -q "(model.hidden_size = 96 here, 64 on rank 0, train.lr = 0.002 here, 0.001 on rank 0)" "$WORK/differ1.log" ||
       { cat "$WORK/differ1.log"; fail "rank 1 should name the keys that differ"; }
     echo "different configs on two ranks: both exited 2, rank 1 naming model.hidden_size and train.lr"
+    # --resume on one rank only: refused alike at rendezvous (it used to wait in the checkpoint's
+    # broadcast until parallel.timeout_s).
+    port="$(free_port)"
+    pids=()
+    for rank in 0 1; do
+      resume=()
+      [ "$rank" = 1 ] && resume=(--resume auto)
+      RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port         timeout "$guard" "$LOOM" train "$TINY" --run-dir "$WORK/resume_differs" --set parallel.timeout_s=60         --set checkpoint.dir="$WORK/resume_differs_ck" "${resume[@]}" > "$WORK/resume$rank.log" 2>&1 &
+      pids+=($!)
+    done
+    for rank in 0 1; do
+      code=0
+      wait "${pids[$rank]}" || code=$?
+      [ "$code" = 2 ] && grep -q "the ranks were started with different configs: rank 1 differs from rank 0"         "$WORK/resume$rank.log" || { cat "$WORK/resume$rank.log"; fail "--resume on rank 1 only: rank $rank exit $code"; }
+    done
+    grep -q "(--resume = given here, not given on rank 0)" "$WORK/resume1.log" ||
+      { cat "$WORK/resume1.log"; fail "rank 1 should name --resume"; }
+    echo "--resume on one rank only: both exited 2, rank 1 naming --resume"
     ;;
   *) fail "usage: config_error.sh mpirun|plain" ;;
 esac

@@ -61,6 +61,15 @@ set -e
 [ "$code" = 2 ] && grep -q "a.safetensors' has position embeddings (wpe) for 32 tokens, fewer than model.seq_len = 64" \
   "$WORK/long.log" || { cat "$WORK/long.log"; fail "init_from at a longer seq_len: exit $code"; }
 
+# An existing file is never replaced by the one-file form: exit 2 naming it, the bytes kept.
+before=$(md5sum < "$WORK/b.safetensors")
+set +e
+"$LOOM" export "$WORK/ck_a/step_00000005" --format hf-gpt2 --output "$WORK/b.safetensors" > "$WORK/over.log" 2>&1
+code=$?
+set -e
+[ "$code" = 2 ] && grep -q "b.safetensors' exists, and an export would replace it" "$WORK/over.log" &&
+  [ "$(md5sum < "$WORK/b.safetensors")" = "$before" ] || { cat "$WORK/over.log"; fail "export onto a file: exit $code"; }
+
 "$PY" "$SCRIPTS/checks.py" hf-gpt2-layout "$WORK/a.safetensors" "$WORK/b.safetensors" ||
   fail "safetensors / Hugging Face layout check"
 "$PY" "$SCRIPTS/checks.py" hf-gpt2-loss "$WORK/a.safetensors" "$WORK/text.txt" "$WORK/c" ||
