@@ -43,6 +43,21 @@ int64_t mtp_layers_held(const HfWeights& weights, const Config& config) {
   return held;
 }
 
+// A config.json that says tie_word_embeddings but a file that holds its own lm_head.weight, other
+// than the embedding: loom would train the embedding as the output layer and drop the file's, a
+// different model from the one saved. The same values (a tied model saved with both) are fine.
+void refuse_untied_output_of_tied_model(const HfWeights& weights, const Config& config) {
+  if (!config.model.tie_embeddings) return;
+  const auto names = weights.names();
+  const bool both = std::find(names.begin(), names.end(), "lm_head.weight") != names.end() &&
+                    std::find(names.begin(), names.end(), "model.embed_tokens.weight") != names.end();
+  if (!both || torch::equal(weights.read("lm_head.weight"), weights.read("model.embed_tokens.weight"))) return;
+  throw InputError("model.init_from: '" + config.model.init_from +
+                   "' holds an lm_head.weight other than model.embed_tokens.weight, but its config.json says "
+                   "\"tie_word_embeddings\": true, which would train the embedding as the output layer and drop "
+                   "lm_head.weight; set it to false in config.json to keep both");
+}
+
 }  // namespace
 
 void init_from_pretrained(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
@@ -67,6 +82,7 @@ void init_from_pretrained(const Config& config, const std::vector<parallel::Para
     const models::HfTensorReader read = [&](const std::string& name, const std::vector<int64_t>& shape) {
       return weights->read(name, shape);
     };
+    refuse_untied_output_of_tied_model(*weights, config);
     whole = models::LlamaHfLoader(read, config);
   } else {
     // GPT-2s are small: read whole.

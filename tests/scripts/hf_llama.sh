@@ -68,6 +68,11 @@ expect_exit 2 "_proj.weight' in '$WORK/misshapen/model.safetensors' has shape" \
 cp -r "$WORK/hf_a" "$WORK/mistral"
 edit_json "$WORK/mistral/config.json" 'j.update(architectures=["MistralForCausalLM"], sliding_window=4096)'
 expect_exit 2 "$WORK/mistral/config.json: \"sliding_window\" is 4096" "${ONE[@]}" --set model.init_from="$WORK/mistral"
+# hf_a is untied: said tied, its own lm_head.weight would be dropped for the embedding. Refused.
+cp -r "$WORK/hf_a" "$WORK/said_tied"
+edit_json "$WORK/said_tied/config.json" 'j["tie_word_embeddings"] = True'
+expect_exit 2 "'$WORK/said_tied' holds an lm_head.weight other than model.embed_tokens.weight, but its config.json says \"tie_word_embeddings\": true" \
+  "${ONE[@]}" --set model.init_from="$WORK/said_tied"
 # A GPT-2 config resuming the Llama checkpoint is refused by the architecture.
 expect_exit 2 "the checkpoint has model.arch = \"llama\", the config \"gpt2\"" \
   "${ONE[@]}" --set checkpoint.dir="$WORK/ck_a" --resume "$WORK/ck_a/step_00000005"
