@@ -60,6 +60,21 @@ std::vector<std::string> unreadable_checkpoints(const std::string& dir) {
   return out;
 }
 
+std::vector<std::string> remove_unfinished_saves(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return removed;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const bool save = name.size() > 5 && name.front() == '.' && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
+                      step_of_name(name.substr(1, name.size() - 5));
+    if (save || name == "latest.tmp") removed.push_back(entry.path().string());
+  }
+  for (const auto& path : removed) fs::remove_all(path, error);
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
 std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
   std::ifstream in(fs::path(dir) / "latest");
   std::string name;
@@ -71,6 +86,9 @@ std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
 }
 
 void set_latest(const std::string& dir, const std::string& path) {
+  // Not rewritten when it already names PATH: on a full disk the rewrite would fail, and the job.
+  std::string name;
+  if (std::ifstream(fs::path(dir) / "latest") >> name && name == fs::path(path).filename().string()) return;
   const fs::path temporary = fs::path(dir) / "latest.tmp";
   {
     std::ofstream out(temporary, std::ios::trunc);

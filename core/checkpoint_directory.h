@@ -34,10 +34,17 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& dir);
 // deleted: `--resume auto` sets them aside, and a save of the same step moves them out of its way.
 std::vector<std::string> unreadable_checkpoints(const std::string& dir);
 
+// Removes what saves left unfinished under DIR: their temporary folders (.step_NNNNNNNN.tmp, never
+// a checkpoint: a save renames its folder into place last) and `latest.tmp`. A save that failed (a
+// full disk) or a job killed while saving leaves them; on a full disk they keep the next job from
+// writing anything. Returns the paths removed.
+std::vector<std::string> remove_unfinished_saves(const std::string& dir);
+
 // The checkpoint `latest` names, when it is one of DIR's complete checkpoints.
 std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir);
 
-// Points `latest` at the checkpoint at PATH (inside DIR), atomically.
+// Points `latest` at the checkpoint at PATH (inside DIR), atomically; nothing is written when it
+// already does.
 void set_latest(const std::string& dir, const std::string& path);
 
 // The order `--resume auto` tries DIR's checkpoints in: the one `latest` names, then the rest newest first.

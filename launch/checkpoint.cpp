@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "core/checkpoint_store.h"
@@ -67,10 +66,8 @@ void load_parameter_slices(const std::vector<parallel::ParallelParameter>& param
     if (!slice) throw InputError(source + " has no tensor '" + p.name + "'");
     auto target = spec.dim >= 0 ? into[i].narrow(spec.dim, 0, spec.length) : into[i];
     if (slice->sizes() != target.sizes()) {
-      std::ostringstream s;
-      s << source << ": tensor '" << p.name << "' has shape " << slice->sizes() << " where " << target.sizes()
-        << " is needed (a different model size?)";
-      throw InputError(s.str());
+      throw InputError(c10::str(source, ": tensor '", p.name, "' has shape ", slice->sizes(), " where ", target.sizes(),
+                                " is needed (a different model size?)"));
     }
     target.copy_(*slice);
   }
@@ -349,7 +346,9 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   auto choice = torch::full({1}, -1, torch::kInt64);  // index into candidates; -1 none, -2 refused
   if (groups_.rank() == 0) {
     std::string refusal;
-    std::vector<std::string> set_aside_now;  // what --resume auto found and could not use
+    std::vector<std::string> set_aside_now;                      // what --resume auto found and could not use
+    for (const auto& unfinished : remove_unfinished_saves(dir))  // (none without a checkpoint.dir)
+      log::warn("removed {}: a save that did not finish (a full disk, or a job stopped while saving)", unfinished);
     if (resume == "auto") {
       for (const auto& folder : unreadable_checkpoints(dir)) {
         set_aside_now.push_back(set_aside(folder, "corrupt"));

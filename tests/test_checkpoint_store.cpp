@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/checkpoint_directory.h"
 #include "core/checkpoint_store.h"
 #include "core/errors.h"
 #include "test_helpers.h"
@@ -301,5 +302,27 @@ TEST_CASE("checkpoint store: the manifest's own checksum catches an edited byte 
     std::ofstream(file, std::ios::trunc) << manifest.dump(1);
     CHECK_THROWS_WITH(read_manifest(path), Catch::Contains("run past the end of rank_00000.bin"));
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("what unfinished saves left is removed, and nothing else", "[checkpoint]") {
+  const auto dir = (fs::temp_directory_path() / "loom_unfinished_saves").string();
+  fs::remove_all(dir);
+  fs::create_directories(fs::path(dir) / ".step_00000004.tmp");
+  std::ofstream(fs::path(dir) / ".step_00000004.tmp" / "rank_0.bin") << "partial";
+  std::ofstream(fs::path(dir) / "latest.tmp") << "step_00000002";
+  fs::create_directories(fs::path(dir) / "step_00000002");
+  std::ofstream(fs::path(dir) / "latest") << "step_00000002\n";
+  fs::create_directories(fs::path(dir) / ".notes.tmp");          // not a save's name: the user's
+  fs::create_directories(fs::path(dir) / ".step_00000004.old");  // not a temporary folder
+  const auto removed = remove_unfinished_saves(dir);
+  REQUIRE(removed.size() == 2);
+  CHECK(fs::path(removed[0]).filename() == ".step_00000004.tmp");
+  CHECK(fs::path(removed[1]).filename() == "latest.tmp");
+  CHECK_FALSE(fs::exists(fs::path(dir) / ".step_00000004.tmp"));
+  CHECK_FALSE(fs::exists(fs::path(dir) / "latest.tmp"));
+  for (const char* kept : {"step_00000002", "latest", ".notes.tmp", ".step_00000004.old"})
+    CHECK(fs::exists(fs::path(dir) / kept));
+  CHECK(remove_unfinished_saves((fs::path(dir) / "absent").string()).empty());
   fs::remove_all(dir);
 }

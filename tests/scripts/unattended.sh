@@ -159,4 +159,14 @@ train 1 ck_full --set checkpoint.dir="$WORK/ck_sync_full" --set checkpoint.inter
 expect_code 75 ck_full "injected fault: writing this rank's checkpoint files failed" $code
 [ "$(cat "$WORK/ck_sync_full/latest")" = step_00000002 ] || fail "the failed save must leave step 2 the newest"
 echo "a synchronous checkpoint that cannot be written exits 75; step 2 stays the newest"
+# What the failed save left (on a full disk it keeps the next job from writing anything) goes at the
+# resume, and `latest`, which already names step 2, is not rewritten.
+[ -d "$WORK/ck_sync_full/.step_00000004.tmp" ] || fail "the failed save should have left its temporary folder"
+touch -d '2000-01-01' "$WORK/ck_sync_full/latest"
+# (train.steps 2: resumed at step 2, nothing to train, so nothing saved that would move latest.)
+must_train 1 ck_full_resume --set checkpoint.dir="$WORK/ck_sync_full" --set train.steps=2 --resume auto
+grep -q "removed $WORK/ck_sync_full/.step_00000004.tmp: a save that did not finish" "$WORK/ck_full_resume.log" &&
+  [ ! -e "$WORK/ck_sync_full/.step_00000004.tmp" ] || { cat "$WORK/ck_full_resume.log"; fail "the unfinished save should be removed"; }
+[ "$(stat -c %Y "$WORK/ck_sync_full/latest")" = "$(date -d '2000-01-01' +%s)" ] || fail "latest already named step 2: rewritten"
+echo "a resume removes what a failed save left, and leaves latest alone when it already names the checkpoint"
 echo "unattended: ok"
