@@ -37,7 +37,8 @@ nlohmann::ordered_json exported_hf_config(const nlohmann::ordered_json& loom_con
   nlohmann::ordered_json out;
   for (const auto& [key, value] : loom_config.items()) {
     const bool kept = (keep_architecture && (key == "architectures" || key == "model_type")) ||
-                      (key == "max_position_embeddings" && !learned_positions);
+                      (key == "max_position_embeddings" && !learned_positions) ||
+                      key == "max_window_layers";  // which layers a sliding window would skip: none slides
     // transformers 5 writes rope_theta and the scaling inside rope_parameters; two forms could disagree.
     if ((key == "rope_theta" || key == "rope_scaling") && given.contains("rope_parameters")) continue;
     if (key == "torch_dtype" && given.contains("dtype")) continue;  // transformers 5's name, below

@@ -116,6 +116,9 @@ nlohmann::json complete_model_record(const nlohmann::json& record) {
   complete["moe_decoder_sparse_step"] = 1;
   complete["moe_mlp_only_layers"] = nlohmann::json::array();
   complete.update(record);
+  // Experts without a width of their own have the MLP's (recorded only when it differs).
+  if (complete.value("moe_num_experts", 0) > 0 && !complete.contains("moe_intermediate_size"))
+    complete["moe_intermediate_size"] = complete.value("ffn_hidden_size", nlohmann::json());
   return complete;
 }
 

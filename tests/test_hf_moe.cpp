@@ -118,6 +118,12 @@ TEST_CASE("the checkpoint record of an MoE and Qwen3's attention: one model, one
              Catch::Contains("model.head_dim = 0, the config 32") &&
                  Catch::Contains("model.qk_norm = false, the config true") &&
                  Catch::Contains("model.moe.n_shared_experts = 0, the config 1"));
+  // Experts of the MLP's width against narrower ones: the width on both sides, not "none".
+  Config narrow = c;
+  narrow.model.moe.moe_intermediate_size = 48;
+  const auto width = launch::model_record_differences(moe, launch::complete_model_record(launch::model_record(narrow)));
+  REQUIRE(width.size() == 1);
+  CHECK(width[0] == "model.moe.moe_intermediate_size = 96, the config 48");
   // The record gives the model back.
   const auto back = launch::config_of_model_record(launch::model_record(other), "manifest");
   CHECK(back.model.qk_norm);
