@@ -86,6 +86,10 @@ std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
 }
 
 void set_latest(const std::string& dir, const std::string& path) {
+  if (fs::is_directory(fs::path(dir) / "latest")) {
+    throw InputError("checkpoint.dir '" + dir +
+                     "': 'latest' is a directory; loom keeps there a file naming the newest checkpoint: move it away");
+  }
   // Not rewritten when it already names PATH: on a full disk the rewrite would fail, and the job.
   std::string name;
   if (std::ifstream(fs::path(dir) / "latest") >> name && name == fs::path(path).filename().string()) return;

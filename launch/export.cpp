@@ -39,6 +39,9 @@ bool is_export_file(const std::string& name) {
 // so that OUTPUT is never half written: an interrupted export leaves the old one.
 void publish_directory(const std::string& output, const std::function<void(const std::string&)>& write) {
   const fs::path target = fs::absolute(output).lexically_normal();
+  // The renames below would replace a link, not fill what it points to (or fail on a dangling one).
+  if (fs::is_symlink(target.has_filename() ? target : target.parent_path()))
+    throw InputError("--output '" + output + "' is a symbolic link; give the directory itself");
   const fs::path parent = target.has_filename() ? target.parent_path() : target.parent_path().parent_path();
   const std::string name = (target.has_filename() ? target : target.parent_path()).filename().string();
   if (fs::exists(target)) {

@@ -326,3 +326,14 @@ TEST_CASE("what unfinished saves left is removed, and nothing else", "[checkpoin
   CHECK(remove_unfinished_saves((fs::path(dir) / "absent").string()).empty());
   fs::remove_all(dir);
 }
+
+TEST_CASE("a 'latest' that is a directory is refused, naming it, and left alone", "[checkpoint]") {
+  const auto dir = (fs::temp_directory_path() / "loom_latest_directory").string();
+  fs::remove_all(dir);
+  fs::create_directories(fs::path(dir) / "latest");
+  fs::create_directories(fs::path(dir) / "step_00000002");
+  CHECK_THROWS_WITH(set_latest(dir, (fs::path(dir) / "step_00000002").string()),
+                    Catch::Contains("'latest' is a directory"));
+  CHECK(fs::is_directory(fs::path(dir) / "latest"));
+  fs::remove_all(dir);
+}

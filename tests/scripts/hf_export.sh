@@ -70,6 +70,10 @@ set -e
 [ "$code" = 2 ] && grep -q "b.safetensors' exists, and an export would replace it" "$WORK/over.log" &&
   [ "$(md5sum < "$WORK/b.safetensors")" = "$before" ] || { cat "$WORK/over.log"; fail "export onto a file: exit $code"; }
 
+# A symbolic link as the directory: refused (the renames would replace the link itself).
+ln -s "$WORK/nowhere" "$WORK/link"
+expect_exit 2 "--output '$WORK/link' is a symbolic link" "$LOOM" export "$WORK/ck_a/step_00000005" --output "$WORK/link"
+
 "$PY" "$SCRIPTS/checks.py" hf-gpt2-layout "$WORK/a.safetensors" "$WORK/b.safetensors" ||
   fail "safetensors / Hugging Face layout check"
 "$PY" "$SCRIPTS/checks.py" hf-gpt2-loss "$WORK/a.safetensors" "$WORK/text.txt" "$WORK/c" ||
