@@ -70,7 +70,14 @@ std::vector<std::string> remove_unfinished_saves(const std::string& dir) {
                       step_of_name(name.substr(1, name.size() - 5));
     if (save || name == "latest.tmp") removed.push_back(entry.path().string());
   }
-  for (const auto& path : removed) fs::remove_all(path, error);
+  // Only what is really gone is reported.
+  removed.erase(std::remove_if(removed.begin(), removed.end(),
+                               [](const std::string& path) {
+                                 std::error_code failed;
+                                 fs::remove_all(path, failed);
+                                 return static_cast<bool>(failed);
+                               }),
+                removed.end());
   std::sort(removed.begin(), removed.end());
   return removed;
 }
@@ -92,7 +99,10 @@ void set_latest(const std::string& dir, const std::string& path) {
   }
   // Not rewritten when it already names PATH: on a full disk the rewrite would fail, and the job.
   std::string name;
-  if (std::ifstream(fs::path(dir) / "latest") >> name && name == fs::path(path).filename().string()) return;
+  if (std::ifstream(fs::path(dir) / "latest") >> name && name == fs::path(path).filename().string()) {
+    fsync_path(dir);  // (an earlier rename may not have reached the disk; this needs no space)
+    return;
+  }
   const fs::path temporary = fs::path(dir) / "latest.tmp";
   {
     std::ofstream out(temporary, std::ios::trunc);

@@ -40,38 +40,7 @@ nlohmann::json layout_of(const Config& c, int64_t world) {
   return layout;
 }
 
-// Where this rank's part of a parameter sits in the whole tensor: along its
-// tp split dimension, from tp_rank * part, as far as the unpadded tensor goes.
-struct SliceSpec {
-  int64_t dim = -1, offset = 0, length = 0;
-};
-SliceSpec slice_of(const parallel::ParallelParameter& p, int64_t tp_rank, int64_t tp_size) {
-  if (p.tp_replicated()) return {};
-  const auto global = p.global_shape_for(tp_size);
-  const int64_t d = p.tp_split_dim, part = p.tensor.size(d), offset = tp_rank * part;
-  return {d, offset, std::max<int64_t>(0, std::min(part, global[static_cast<size_t>(d)] - offset))};
-}
-
 }  // namespace
-
-void load_parameter_slices(const std::vector<parallel::ParallelParameter>& params,
-                           const std::vector<torch::Tensor>& into, int64_t tp_rank, int64_t tp_size,
-                           const GlobalSliceReader& read, const std::string& source) {
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const auto& p = params[i];
-    const auto spec = slice_of(p, tp_rank, tp_size);
-    if (spec.dim >= 0 && spec.length == 0) continue;  // all padding
-    auto slice = read(p.name, spec.dim, spec.offset, spec.length);
-    if (!slice) throw InputError(source + " has no tensor '" + p.name + "'");
-    auto target = spec.dim >= 0 ? into[i].narrow(spec.dim, 0, spec.length) : into[i];
-    if (slice->sizes() != target.sizes()) {
-      throw InputError(c10::str(source, ": tensor '", p.name, "' has shape ", slice->sizes(), " where ", target.sizes(),
-                                " is needed (a different model size?)"));
-    }
-    target.copy_(*slice);
-  }
-}
 
 Checkpointer::Checkpointer(const Config& config, parallel::ProcessGroups& groups,
                            const std::vector<parallel::ParallelParameter>& params, optim::Optimizer& optimizer,
@@ -346,8 +315,9 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   auto choice = torch::full({1}, -1, torch::kInt64);  // index into candidates; -1 none, -2 refused
   if (groups_.rank() == 0) {
     std::string refusal;
-    std::vector<std::string> set_aside_now;                      // what --resume auto found and could not use
-    for (const auto& unfinished : remove_unfinished_saves(dir))  // (none without a checkpoint.dir)
+    std::vector<std::string> set_aside_now;  // what --resume auto found and could not use
+    // (Only under auto: a user may be resuming a .step_N.tmp by hand.)
+    for (const auto& unfinished : resume == "auto" ? remove_unfinished_saves(dir) : std::vector<std::string>{})
       log::warn("removed {}: a save that did not finish (a full disk, or a job stopped while saving)", unfinished);
     if (resume == "auto") {
       for (const auto& folder : unreadable_checkpoints(dir)) {
@@ -359,7 +329,12 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
       const std::string problem = verify_checkpoint(candidates[i].path);
       if (problem.empty()) {
         choice.fill_(static_cast<int64_t>(i));
-        continue_lineage_from(candidates[i].path, read_manifest(candidates[i].path).at("step").get<int64_t>());
+        try {  // (a refusal here, e.g. a 'latest' that is a directory, reaches every rank below)
+          continue_lineage_from(candidates[i].path, read_manifest(candidates[i].path).at("step").get<int64_t>());
+        } catch (const InputError& e) {
+          refusal = e.what();
+          choice.fill_(-2);
+        }
       } else if (resume == "auto") {
         set_aside_now.push_back(set_aside(candidates[i].path, "corrupt"));
         log::warn("refusing checkpoint {}: {}; set aside as {}, falling back to the previous one", candidates[i].path,

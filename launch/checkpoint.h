@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "launch/parameter_slices.h"
 #include "optim/optimizer.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/parallel_parameter.h"
@@ -99,15 +100,6 @@ class Checkpointer {
   nlohmann::json hf_source_;  // launch/hf_source.h: from model.init_from, or the resumed checkpoint
   nlohmann::json tokenizer_;  // launch/tokenizer_record.h: from the data, or the resumed checkpoint
 };
-
-// Reads into each parameter its slice of the whole tensor READ(name, dim,
-// offset, length) returns (dim -1: whole). Throws InputError naming SOURCE
-// when a tensor is missing or has another shape.
-using GlobalSliceReader =
-    std::function<std::optional<torch::Tensor>(const std::string& name, int64_t dim, int64_t offset, int64_t length)>;
-void load_parameter_slices(const std::vector<parallel::ParallelParameter>& params,
-                           const std::vector<torch::Tensor>& into, int64_t tp_rank, int64_t tp_size,
-                           const GlobalSliceReader& read, const std::string& source);
 
 // model.init_from: this rank's slices of a Hugging Face model directory (its
 // architecture already in CONFIG, core/hf_config.h) or a GPT-2 safetensors file.

@@ -73,8 +73,10 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
     case GradCompression::powersgd: payload = grads * powersgd_share(config, l.tp, variant.powersgd_rank).all; break;
   }
   c.payload_bytes = payload;
-  // Muon's owners read whole matrices: its ZeRO-1 all-reduces the buckets whole, then gathers.
+  // Muon's owners read whole matrices: its ZeRO-1 all-reduces the buckets whole, then gathers, and
+  // each owner broadcasts its updated matrices (a pass of Muon's share of the parameters).
   const bool muon_zero1 = l.zero_stage == 1 && config.train.optimizer == OptimizerKind::muon;
+  const double muon_broadcast = muon_zero1 ? muon_parameter_fraction(config) : 0.0;
   const double q = static_cast<double>(c.ranks), L = static_cast<double>(c.per_node), N = static_cast<double>(c.nodes);
   const double ai = cluster.intra_latency, bi = 1.0 / cluster.intra_bandwidth;
   const double ax = cluster.inter_latency, bx = 1.0 / cluster.inter_bandwidth;
@@ -110,7 +112,7 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
   if (variant.hsdp) {
     // ZeRO's passes inside the node, and each rank's 1/L share all-reduced across the nodes (every
     // rank of a node at once: a GPU's share of the link each).
-    const double inside = l.zero_stage == 3 ? 4.0 : muon_zero1 ? 3.0 : 2.0;
+    const double inside = l.zero_stage == 3 ? 4.0 : muon_zero1 ? 3.0 + muon_broadcast : 2.0;
     const double across_nodes = 2.0 * (N - 1) / N * payload / L * bx + 2.0 * (N - 1) * ax;
     c.seconds = inside * ((L - 1) / L * payload * bi + (L - 1) * ai) + across_nodes;
     if (later_at_wait) unhidden = across_nodes;
@@ -120,8 +122,9 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
     // ZeRO 1-3 gather the updated parameters (stage 3 twice more), uncompressed: at stages 0 and 1
     // the fp32 masters, as many bytes as the uncompressed gradients.
     const double gathers = l.zero_stage == 0 ? 0.0 : l.zero_stage == 3 ? 3.0 : 1.0;
-    c.seconds = gathers * pass_time(grads);
+    c.seconds = gathers * pass_time(grads) + (muon_zero1 ? pass_time(muon_broadcast * grads) : 0.0);
     for (int i = 0; i < static_cast<int>(gathers); ++i) add_pass_bytes(grads);
+    if (muon_zero1) add_pass_bytes(muon_broadcast * grads);
     if (variant.compression == GradCompression::bf16 || variant.compression == GradCompression::int8) {
       // The chunks all-to-all (flat, whatever dp_collectives says), then the sums all-gathered.
       c.seconds += all_to_all_time(payload, c.ranks, a, b_all) + pass_time(payload);

@@ -51,7 +51,10 @@ void refuse_untied_output_of_tied_model(const HfWeights& weights, const Config& 
   const auto names = weights.names();
   const bool both = std::find(names.begin(), names.end(), "lm_head.weight") != names.end() &&
                     std::find(names.begin(), names.end(), "model.embed_tokens.weight") != names.end();
-  if (!both || torch::equal(weights.read("lm_head.weight"), weights.read("model.embed_tokens.weight"))) return;
+  if (!both) return;
+  // (Read whole, on every rank, only for such a file: transformers saves a tied model without lm_head.)
+  const auto output = weights.read("lm_head.weight"), embedding = weights.read("model.embed_tokens.weight");
+  if (output.sizes() == embedding.sizes() && torch::equal(output, embedding)) return;
   throw InputError("model.init_from: '" + config.model.init_from +
                    "' holds an lm_head.weight other than model.embed_tokens.weight, but its config.json says "
                    "\"tie_word_embeddings\": true, which would train the embedding as the output layer and drop "

@@ -187,9 +187,10 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   const int64_t grad_ranks = l.dp * l.cp, local_tokens = m.seq_len / l.cp;
   const int64_t shard_ranks = l.shard_ranks(), replicas = grad_ranks / shard_ranks;
   // Under Muon, whose owners orthogonalise whole matrices, ZeRO-1 all-reduces its buckets whole
-  // and then gathers the updated parameters: one pass more than AdamW's reduce-scatter. (Its
-  // owners' broadcasts of the updated matrices over the shard group are left out.)
+  // and then gathers the updated parameters: one pass more than AdamW's reduce-scatter. Each owner
+  // also broadcasts its updated fp32 matrices over the shard group: a pass of Muon's share.
   const bool whole_buckets_then_gather = l.zero_stage == 1 && config.train.optimizer == OptimizerKind::muon;
+  const double muon_broadcast = whole_buckets_then_gather ? muon_parameter_fraction(config) : 0.0;
   if (config.train.optimizer == OptimizerKind::muon) {
     // Muon keeps one fp32 momentum for its matrices where AdamW keeps two moments. Under ZeRO-1
     // loom's AdamW keeps its moment shards over whole buckets, Muon's weights included, and the
@@ -302,8 +303,9 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
                           : ring_all_gather_time(grads, shard_ranks, shard_link.alpha, shard_link.beta) +
                                 gathers * ring_all_gather_time(params, shard_ranks, shard_link.alpha, shard_link.beta);
     if (whole_buckets_then_gather) {
-      shard_wire += share * params;
-      shard_seconds += ring_all_gather_time(params, shard_ranks, shard_link.alpha, shard_link.beta);
+      shard_wire += (1 + muon_broadcast) * share * params;
+      shard_seconds +=
+          ring_all_gather_time((1 + muon_broadcast) * params, shard_ranks, shard_link.alpha, shard_link.beta);
     }
     const double replica_seconds = ring_all_reduce_time(grads / s, replicas, dp_link.alpha, dp_link.beta);
     e.traffic.push_back({"dp-shard", shard_link.name, shard_wire, shard_seconds});
@@ -318,8 +320,8 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
       wire = 2 * share * grads;
       dp_seconds = ring_all_reduce_time(grads, grad_ranks, dp_link.alpha, dp_link.beta);
       if (whole_buckets_then_gather) {
-        wire += share * params;
-        dp_seconds += ring_all_gather_time(params, grad_ranks, dp_link.alpha, dp_link.beta);
+        wire += (1 + muon_broadcast) * share * params;
+        dp_seconds += ring_all_gather_time((1 + muon_broadcast) * params, grad_ranks, dp_link.alpha, dp_link.beta);
       }
     } else {
       // Reduce-scatter the gradients, all-gather the updated parameters; stage 3 gathers them twice more.
@@ -335,11 +337,15 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     const double grads = expert_params * bytes.grad, params = expert_params * bytes.param;
     const double q = static_cast<double>(expert_ranks), share = (q - 1) / q;
     const double gathers = l.zero_stage == 3 ? 3.0 : 1.0;
-    const double wire = l.zero_stage <= 1 ? 2 * share * grads : share * grads + gathers * share * params;
-    const double seconds = l.zero_stage <= 1
-                               ? ring_all_reduce_time(grads, expert_ranks, dp_link.alpha, dp_link.beta)
-                               : ring_all_gather_time(grads, expert_ranks, dp_link.alpha, dp_link.beta) +
-                                     gathers * ring_all_gather_time(params, expert_ranks, dp_link.alpha, dp_link.beta);
+    double wire = l.zero_stage <= 1 ? 2 * share * grads : share * grads + gathers * share * params;
+    double seconds = l.zero_stage <= 1
+                         ? ring_all_reduce_time(grads, expert_ranks, dp_link.alpha, dp_link.beta)
+                         : ring_all_gather_time(grads, expert_ranks, dp_link.alpha, dp_link.beta) +
+                               gathers * ring_all_gather_time(params, expert_ranks, dp_link.alpha, dp_link.beta);
+    if (whole_buckets_then_gather) {  // Muon's ZeRO-1 sends the experts' buckets whole too, then gathers
+      wire += share * params;
+      seconds += ring_all_gather_time(params, expert_ranks, dp_link.alpha, dp_link.beta);
+    }
     e.traffic.push_back({l.cp > 1 ? "expert-dp-cp" : "expert-dp", dp_link.name, wire, seconds});
     dp_seconds += seconds;
   }

@@ -139,7 +139,9 @@ TEST_CASE("compressed reductions: the step after the exchange shows on either ba
   }
 }
 
-TEST_CASE("ZeRO-1 under Muon all-reduces and then gathers: three passes, where AdamW's takes two", "[plan]") {
+TEST_CASE(
+    "ZeRO-1 under Muon all-reduces, gathers and broadcasts its matrices, where AdamW's reduce-scatters and gathers",
+    "[plan]") {
   loom::Config c = loom::test::small_gpt_for_plan();
   const ClusterSpec cluster = loom::test::two_node_cluster();
   Layout l;
@@ -155,13 +157,29 @@ TEST_CASE("ZeRO-1 under Muon all-reduces and then gathers: three passes, where A
     return -1.0;
   };
   const double S = adamw.parameters_per_rank * 4, share = 7.0 / 8.0;
+  // The owners' broadcasts: Muon's share of the parameters, the blocks' matrices (12 h^2 of a
+  // block's 12 h^2 + 13 h, beside the embeddings).
+  const double f = muon_parameter_fraction(c);
+  CHECK(f > 0.5);
+  CHECK(f < 1);
   CHECK(dp_wire(adamw) == Approx(2 * share * S));
-  CHECK(dp_wire(muon) == Approx(3 * share * S));
+  CHECK(dp_wire(muon) == Approx((3 + f) * share * S));
   CHECK(muon.dp_s > adamw.dp_s);
   // The same in the dp variants: a flat ring crossing the nodes at 1 GB/s and 10 us a hop.
   auto pass = [](double bytes) { return 7.0 / 8.0 * bytes * 1e-9 + 7 * 1e-5; };
   const DpVariant flat{loom::DpCollectives::flat, loom::GradCompression::none, 1};
-  CHECK(dp_variant_cost(c, cluster, muon, flat).seconds == Approx(3 * pass(S)));
+  CHECK(dp_variant_cost(c, cluster, muon, flat).seconds == Approx(3 * pass(S) + pass(f * S)));
+  // The experts' buckets are all-reduced whole under Muon as well, then gathered: 3 passes to 2.
+  loom::Config moe = c;
+  moe.model.moe.num_experts = 4;
+  auto expert_wire = [&](loom::OptimizerKind optimizer) {
+    moe.train.optimizer = optimizer;
+    for (const auto& t : estimate_layout(moe, cluster, l).traffic)
+      if (t.group == "expert-dp") return t.bytes;
+    return -1.0;
+  };
+  REQUIRE(expert_wire(loom::OptimizerKind::adamw) > 0);
+  CHECK(expert_wire(loom::OptimizerKind::muon) == Approx(1.5 * expert_wire(loom::OptimizerKind::adamw)));
   c.train.optimizer = loom::OptimizerKind::adamw;
   CHECK(dp_variant_cost(c, cluster, adamw, flat).seconds == Approx(2 * pass(S)));
   // Compressed, ZeRO-1 all-reduces the compressed buckets and gathers the fp32 parameters whole.

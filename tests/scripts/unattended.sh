@@ -169,4 +169,11 @@ grep -q "removed $WORK/ck_sync_full/.step_00000004.tmp: a save that did not fini
   [ ! -e "$WORK/ck_sync_full/.step_00000004.tmp" ] || { cat "$WORK/ck_full_resume.log"; fail "the unfinished save should be removed"; }
 [ "$(stat -c %Y "$WORK/ck_sync_full/latest")" = "$(date -d '2000-01-01' +%s)" ] || fail "latest already named step 2: rewritten"
 echo "a resume removes what a failed save left, and leaves latest alone when it already names the checkpoint"
+# A 'latest' that is a directory: rank 0's refusal reaches both ranks (exit 2, naming it), and it stays.
+rm "$WORK/ck_sync_full/latest" && mkdir "$WORK/ck_sync_full/latest"
+code=0
+train 2 latest_dir --set checkpoint.dir="$WORK/ck_sync_full" --set parallel.timeout_s=60 --resume auto || code=$?
+expect_code 2 latest_dir "'latest' is a directory" $code
+[ -d "$WORK/ck_sync_full/latest" ] || fail "the directory named latest should be left alone"
+echo "a 'latest' that is a directory: exit 2 naming it"
 echo "unattended: ok"
