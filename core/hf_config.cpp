@@ -22,22 +22,13 @@ class HfJson {
     if (!has(key)) throw refused(key, "is missing");
     return json_[key];
   }
-  std::string integer(const std::string& key) const {
-    const auto& v = at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < 1)
-      throw refused(key, "must be a positive integer, not " + v.dump());
-    return std::to_string(v.get<int64_t>());
-  }
+  std::string integer(const std::string& key) const { return integer_of_at_least(key, 1, "a positive integer"); }
   std::string integer(const std::string& key, int64_t fallback) const {
     return has(key) ? integer(key) : std::to_string(fallback);
   }
   // A count that may be 0 (shared experts, dense first layers).
   std::string count(const std::string& key, int64_t fallback) const {
-    if (!has(key)) return std::to_string(fallback);
-    const auto& v = json_[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0)
-      throw refused(key, "must be an integer of at least 0, not " + v.dump());
-    return std::to_string(v.get<int64_t>());
+    return has(key) ? integer_of_at_least(key, 0, "an integer of at least 0") : std::to_string(fallback);
   }
   std::string number(const nlohmann::json& holder, const std::string& key, const std::string& where) const {
     if (!holder.contains(key) || !holder[key].is_number()) throw refused(where + key, "must be a number");
@@ -62,6 +53,12 @@ class HfJson {
   }
 
  private:
+  std::string integer_of_at_least(const std::string& key, int64_t least, const std::string& what) const {
+    const auto& v = at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < least) throw refused(key, "must be " + what + ", not " + v.dump());
+    return std::to_string(v.get<int64_t>());
+  }
+
   const nlohmann::json& json_;
   const std::string& file_;
 };

@@ -65,12 +65,15 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
   // model counts them (launch/layout_cost.cpp).
   const bool mixed = config.train.precision != TrainPrecision::fp32;
   const double grads = estimate.parameters_per_rank * (mixed && l.zero_stage >= 2 ? 2.0 : 4.0);
+  const auto psgd = variant.compression == GradCompression::powersgd
+                        ? powersgd_share(config, l.tp, variant.powersgd_rank)
+                        : PowerSgdShare{};
   double payload = grads;
   switch (variant.compression) {
     case GradCompression::none: break;
     case GradCompression::bf16: payload = grads / 2.0; break;
     case GradCompression::int8: payload = grads / 4.0 * (1.0 + 4.0 / 256.0); break;
-    case GradCompression::powersgd: payload = grads * powersgd_share(config, l.tp, variant.powersgd_rank).all; break;
+    case GradCompression::powersgd: payload = grads * psgd.all; break;
   }
   c.payload_bytes = payload;
   // Muon's owners read whole matrices: its ZeRO-1 all-reduces the buckets whole, then gathers, and
@@ -156,7 +159,7 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
   // the Ps and vectors.
   if (variant.compression == GradCompression::powersgd) {
     c.seconds += 2.0 * (q - 1) * (c.nodes > 1 ? ax : ai);
-    unhidden = 2.0 * pass_time(grads * powersgd_share(config, l.tp, variant.powersgd_rank).q);
+    unhidden = 2.0 * pass_time(grads * psgd.q);
   }
   // The step: the estimate's exposed reduction swapped for this one's (backward hides 2/3 of compute).
   c.unhidden_s = unhidden;
