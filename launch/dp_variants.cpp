@@ -61,10 +61,9 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
                 l.zero_stage >= 1 && c.per_node > 1 && c.nodes > 1 && c.dp_shard > 0 && c.dp_shard < l.dp &&
                 estimate_layout(config, cluster, sharded).fits;
   }
-  // Stages 0 and 1 reduce the fp32 master gradients whatever the precision; 2 and 3 as the cost
-  // model counts them (launch/layout_cost.cpp).
-  const bool mixed = config.train.precision != TrainPrecision::fp32;
-  const double grads = estimate.parameters_per_rank * (mixed && l.zero_stage >= 2 ? 2.0 : 4.0);
+  // The gradients on the wire (fp32 masters') and the gathered parameters (launch/layout_cost.h).
+  const DpWireBytes wire = dp_wire_bytes(config, l.zero_stage);
+  const double grads = estimate.parameters_per_rank * wire.grad, params = estimate.parameters_per_rank * wire.param;
   const auto psgd = variant.compression == GradCompression::powersgd
                         ? powersgd_share(config, l.tp, variant.powersgd_rank)
                         : PowerSgdShare{};
@@ -76,10 +75,9 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
     case GradCompression::powersgd: payload = grads * psgd.all; break;
   }
   c.payload_bytes = payload;
-  // Muon's owners read whole matrices: its ZeRO-1 all-reduces the buckets whole, then gathers, and
-  // each owner broadcasts its updated matrices (a pass of Muon's share of the parameters).
-  const bool muon_zero1 = l.zero_stage == 1 && config.train.optimizer == OptimizerKind::muon;
-  const double muon_broadcast = muon_zero1 ? muon_parameter_fraction(config) : 0.0;
+  // The layout's passes (launch/layout_cost.h's DpPasses): the gradients' as the payload, the
+  // parameters' gathers uncompressed (Muon's owners' broadcasts among them).
+  const DpPasses& passes = estimate.dp_passes;
   const double q = static_cast<double>(c.ranks), L = static_cast<double>(c.per_node), N = static_cast<double>(c.nodes);
   const double ai = cluster.intra_latency, bi = 1.0 / cluster.intra_bandwidth;
   const double ax = cluster.inter_latency, bx = 1.0 / cluster.inter_bandwidth;
@@ -91,10 +89,11 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
   // all-to-all, send from every rank at once: a GPU's share each.
   const double a = across ? ax : ai, b_ring = across ? (cluster.inter_nic_shared ? bx / L : bx) : bi;
   const double b_all = across ? bx : bi;
-  // A ring pass over the whole group, or the two levels' pass (inside, then each rank's 1/L across).
-  auto pass_time = [&](double bytes) {
-    if (!two_level) return (q - 1) / q * bytes * b_ring + (q - 1) * a;
-    return (L - 1) / L * bytes * bi + (L - 1) * ai + (N - 1) / N * bytes / L * bx + (N - 1) * ax;
+  // Ring passes of BYTES in all, over CALLS collectives: over the whole group, or the two levels'
+  // (inside, then each rank's 1/L across).
+  auto pass_time = [&](double bytes, double calls) {
+    if (!two_level) return (q - 1) / q * bytes * b_ring + calls * (q - 1) * a;
+    return (L - 1) / L * bytes * bi + (N - 1) / N * bytes / L * bx + calls * ((L - 1) * ai + (N - 1) * ax);
   };
   auto add_pass_bytes = [&](double bytes) {
     if (!two_level) {
@@ -113,44 +112,44 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
   const bool later_at_wait = !cluster.later_steps_overlap_backward();
   double unhidden = 0;
   if (variant.hsdp) {
-    // ZeRO's passes inside the node, and each rank's 1/L share all-reduced across the nodes (every
-    // rank of a node at once: a GPU's share of the link each).
-    const double inside = l.zero_stage == 3 ? 4.0 : muon_zero1 ? 3.0 + muon_broadcast : 2.0;
-    const double across_nodes = 2.0 * (N - 1) / N * payload / L * bx + 2.0 * (N - 1) * ax;
-    c.seconds = inside * ((L - 1) / L * payload * bi + (L - 1) * ai) + across_nodes;
+    // ZeRO's passes inside the node, and each rank's 1/L share of each reduction all-reduced across
+    // the nodes (every rank of a node at once: a GPU's share of the link each).
+    const double inside = passes.grads * payload + passes.params * params;
+    const double across_nodes =
+        passes.reductions * 2.0 * (N - 1) / N * payload / L * bx + passes.reduction_calls * 2.0 * (N - 1) * ax;
+    c.seconds = (L - 1) / L * inside * bi + (passes.grad_calls + passes.param_calls) * (L - 1) * ai + across_nodes;
     if (later_at_wait) unhidden = across_nodes;
-    c.intra_bytes = inside * (L - 1) / L * payload;
-    c.inter_bytes = 2.0 * (N - 1) / N * payload / L;
+    c.intra_bytes = (L - 1) / L * inside;
+    c.inter_bytes = passes.reductions * 2.0 * (N - 1) / N * payload / L;
   } else {
-    // ZeRO 1-3 gather the updated parameters (stage 3 twice more), uncompressed: at stages 0 and 1
-    // the fp32 masters, as many bytes as the uncompressed gradients.
-    const double gathers = l.zero_stage == 0 ? 0.0 : l.zero_stage == 3 ? 3.0 : 1.0;
-    c.seconds = gathers * pass_time(grads) + (muon_zero1 ? pass_time(muon_broadcast * grads) : 0.0);
-    for (int i = 0; i < static_cast<int>(gathers); ++i) add_pass_bytes(grads);
-    if (muon_zero1) add_pass_bytes(muon_broadcast * grads);
+    // ZeRO 1-3's gathers of the updated parameters, uncompressed.
+    c.seconds = pass_time(passes.params * params, passes.param_calls);
+    add_pass_bytes(passes.params * params);
     if (variant.compression == GradCompression::bf16 || variant.compression == GradCompression::int8) {
       // The chunks all-to-all (flat, whatever dp_collectives says), then the sums all-gathered.
-      c.seconds += all_to_all_time(payload, c.ranks, a, b_all) + pass_time(payload);
+      c.seconds += all_to_all_time(payload, c.ranks, a, b_all) + pass_time(payload, 1);
       // The gather is issued when the step waits for the bucket (parallel/grad_compression.cpp), on
       // either backend: only the exchange can overlap backward.
-      unhidden = pass_time(payload);
+      unhidden = pass_time(payload, 1);
       c.intra_bytes += (L - 1) / q * payload;
       c.inter_bytes += (q - L) / q * payload;
       add_pass_bytes(payload);
     } else {
-      // The gradients all-reduced (a reduce-scatter pass and an all-gather pass): at ZeRO-0, under
-      // PowerSGD, and at ZeRO-1 under Muon, whose owners read whole matrices; else reduce-scattered
-      // into the shards.
-      const bool all_reduced = l.zero_stage == 0 || muon_zero1 || variant.compression == GradCompression::powersgd;
-      const double passes = all_reduced ? 2.0 : 1.0;
-      c.seconds += passes * pass_time(payload);
-      for (int i = 0; i < static_cast<int>(passes); ++i) add_pass_bytes(payload);
+      // The gradients: all-reduced (two passes) at ZeRO-0, under PowerSGD, and at ZeRO-1 under
+      // Muon; else reduce-scattered into the shards, at ZeRO 2 and 3 micro-batch by micro-batch.
+      const bool all_reduced = passes.grads >= 2.0 || variant.compression == GradCompression::powersgd;
+      const bool powersgd = variant.compression == GradCompression::powersgd;
+      const double grad_passes = powersgd ? 2.0 : passes.grads;
+      c.seconds += pass_time(grad_passes * payload, powersgd ? 2.0 * passes.reduction_calls : passes.grad_calls);
+      add_pass_bytes(grad_passes * payload);
       if (two_level && later_at_wait && variant.compression == GradCompression::none) {
         // The gradients' reduction starts inside the node; what follows waits for the wait: the
         // all-reduce's every later step, or the reduce-scatter's step across the nodes (the
         // parameters' gathers are waited for at once anyway).
         const double first = (L - 1) / L * payload * bi + (L - 1) * ai;
-        unhidden = all_reduced ? pass_time(payload) * 2 - first : (N - 1) / N * payload / L * bx + (N - 1) * ax;
+        unhidden = all_reduced
+                       ? pass_time(payload, 1) * 2 - first
+                       : passes.reductions * (N - 1) / N * payload / L * bx + passes.reduction_calls * (N - 1) * ax;
       }
     }
   }
@@ -158,8 +157,8 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
   // waits for the bucket (after the Ps are orthogonalised), on either backend: backward hides only
   // the Ps and vectors.
   if (variant.compression == GradCompression::powersgd) {
-    c.seconds += 2.0 * (q - 1) * (c.nodes > 1 ? ax : ai);
-    unhidden = 2.0 * pass_time(grads * psgd.q);
+    c.seconds += 2.0 * passes.reduction_calls * (q - 1) * (c.nodes > 1 ? ax : ai);
+    unhidden = pass_time(2.0 * grads * psgd.q, 2.0 * passes.reduction_calls);
   }
   // The step: the estimate's exposed reduction swapped for this one's (backward hides 2/3 of compute).
   c.unhidden_s = unhidden;

@@ -10,7 +10,7 @@
 //     all-to-all and an all-gather), or (n + m) r per n x m matrix plus the vectors (PowerSGD, two
 //     all-reduces);
 //   HSDP (parallel.dp_shard = the node's L ranks of the group, ZeRO 1-3): ZeRO's passes inside
-//     the node ((L-1)/L S each: reduce-scatter and all-gather, ZeRO-3 two more gathers) and one
+//     the node ((L-1)/L S each: reduce-scatter and all-gather, as launch/dp_passes.h counts them) and one
 //     all-reduce of S/L across nodes (2(N-1)/N S/L); its state is sharded over L ranks, not Q, so
 //     it is offered only where that fits in memory.
 // `loom plan --cluster` prints them for the best layout and says which is fastest.

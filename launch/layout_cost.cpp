@@ -180,17 +180,13 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
   const bool mixed = config.train.precision != TrainPrecision::fp32;
   StateBytes bytes = mixed ? StateBytes{2, 2, 12} : StateBytes{4, 4, 8};
   const double element = mixed ? 2.0 : 4.0;
+  const DpWireBytes on_wire = dp_wire_bytes(config, l.zero_stage);
   const int64_t micro_batches = config.train.global_batch_size / (l.micro_batch * l.dp);
   const int64_t layers_per_stage = m.num_layers / l.pp;
   // Gradients are averaged, and ZeRO shards, over dp x cp (HSDP: over its shard group, replicated
   // across REPLICAS of them); a rank holds S / cp tokens of a sequence.
   const int64_t grad_ranks = l.dp * l.cp, local_tokens = m.seq_len / l.cp;
   const int64_t shard_ranks = l.shard_ranks(), replicas = grad_ranks / shard_ranks;
-  // Under Muon, whose owners orthogonalise whole matrices, ZeRO-1 all-reduces its buckets whole
-  // and then gathers the updated parameters: one pass more than AdamW's reduce-scatter. Each owner
-  // also broadcasts its updated fp32 matrices over the shard group: a pass of Muon's share.
-  const bool whole_buckets_then_gather = l.zero_stage == 1 && config.train.optimizer == OptimizerKind::muon;
-  const double muon_broadcast = whole_buckets_then_gather ? muon_parameter_fraction(config) : 0.0;
   if (config.train.optimizer == OptimizerKind::muon) {
     // Muon keeps one fp32 momentum for its matrices where AdamW keeps two moments. Under ZeRO-1
     // loom's AdamW keeps its moment shards over whole buckets, Muon's weights included, and the
@@ -217,6 +213,15 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     e.parameters_per_rank += expert_params - all_experts / static_cast<double>(l.tp * l.pp);
   }
   const double dense_params = e.parameters_per_rank - expert_params;
+  // The dp passes (dp_passes above), over buckets of parallel.bucket_mb of fp32 gradients.
+  const double bucket_bytes = config.parallel.bucket_mb * 1024 * 1024;
+  auto buckets_of = [&](double parameters) {
+    return bucket_bytes > 0 ? std::max(1.0, std::ceil(parameters * 4.0 / bucket_bytes)) : 1.0;
+  };
+  const double muon_share = config.train.optimizer == OptimizerKind::muon ? muon_parameter_fraction(config) : 0.0;
+  e.dp_passes = dp_passes(config, l.zero_stage, l.pp, micro_batches, block_parameter_fraction(config),
+                          buckets_of(dense_params), muon_share);
+  const DpPasses& dense_passes = e.dp_passes;
   e.state_bytes = model_state_bytes(dense_params, l.zero_stage, shard_ranks, bytes) +
                   model_state_bytes(expert_params, l.zero_stage, expert_ranks, bytes);
   // 1F1B keeps up to pp micro-batches in flight on the first stage; interleaving adds (p-1)/(p v).
@@ -260,7 +265,7 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     double summed = 0;
     for (const auto& p : models::gpt_block_parameters(at_tp(config, l.tp), 0))
       summed += p.tp_summed ? static_cast<double>(p.numel()) : 0.0;
-    summed *= static_cast<double>(layers_per_stage) * bytes.grad;
+    summed *= static_cast<double>(layers_per_stage) * 4.0;  // fp32, as the masters' gradients
     tp.bytes += 2.0 * (q - 1) / q * summed;
     tp.seconds += ring_all_reduce_time(summed, l.tp, tp_link.alpha, tp_link.beta);
     e.traffic.push_back(tp);
@@ -290,62 +295,34 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     // HSDP: the ZeRO traffic inside the shard group (its span decides its link), and each shard's
     // 1/S of the gradients all-reduced across the replicas (over the whole group's link).
     const Link& shard_link = l.tp * shard_ranks <= cluster.gpus_per_node ? intra : inter;
-    const double grads = dense_params * bytes.grad, params = dense_params * bytes.param;
-    const double s = static_cast<double>(shard_ranks), share = (s - 1) / s, r = static_cast<double>(replicas);
-    // Stage 1 reduce-scatters its buckets and gathers the updated parameters; 2 and 3 reduce-scatter
-    // the gradients and gather the updated parameters (stage 3 twice more). Under Muon stage 1's
-    // buckets are all-reduced whole (reduce-scatter, across the replicas, all-gather) and the
-    // updated parameters gathered after.
-    const double gathers = l.zero_stage == 3 ? 3.0 : 1.0;
-    double shard_wire = l.zero_stage <= 1 ? 2 * share * grads : share * grads + gathers * share * params;
-    double shard_seconds =
-        l.zero_stage <= 1 ? ring_all_reduce_time(grads, shard_ranks, shard_link.alpha, shard_link.beta)
-                          : ring_all_gather_time(grads, shard_ranks, shard_link.alpha, shard_link.beta) +
-                                gathers * ring_all_gather_time(params, shard_ranks, shard_link.alpha, shard_link.beta);
-    if (whole_buckets_then_gather) {
-      shard_wire += (1 + muon_broadcast) * share * params;
-      shard_seconds +=
-          ring_all_gather_time((1 + muon_broadcast) * params, shard_ranks, shard_link.alpha, shard_link.beta);
-    }
-    const double replica_seconds = ring_all_reduce_time(grads / s, replicas, dp_link.alpha, dp_link.beta);
+    const double grads = dense_params * on_wire.grad, params = dense_params * on_wire.param;
+    const double s = static_cast<double>(shard_ranks), r = static_cast<double>(replicas);
+    // The passes inside the shard group; each shard's gradients are all-reduced across the replicas
+    // between its reduce-scatter and the rest.
+    const double shard_wire = ring_passes_bytes(dense_passes, grads, params, shard_ranks);
+    const double shard_seconds =
+        ring_passes_time(dense_passes, grads, params, shard_ranks, shard_link.alpha, shard_link.beta);
+    const double replica_wire = 2 * (r - 1) / r * dense_passes.reductions * grads / s;
+    const double replica_seconds =
+        replica_wire * dp_link.beta + dense_passes.reduction_calls * 2 * (r - 1) * dp_link.alpha;
     e.traffic.push_back({"dp-shard", shard_link.name, shard_wire, shard_seconds});
-    e.traffic.push_back({"dp-replicate", dp_link.name, 2 * (r - 1) / r * grads / s, replica_seconds});
+    e.traffic.push_back({"dp-replicate", dp_link.name, replica_wire, replica_seconds});
     dp_seconds = shard_seconds + replica_seconds;
     e.dp_unhidden_s = cluster.later_steps_overlap_backward() ? 0.0 : replica_seconds;
   } else if (grad_ranks > 1) {
-    const double grads = dense_params * bytes.grad, params = dense_params * bytes.param;
-    const double q = static_cast<double>(grad_ranks), share = (q - 1) / q;
-    double wire = 0;
-    if (l.zero_stage <= 1) {
-      wire = 2 * share * grads;
-      dp_seconds = ring_all_reduce_time(grads, grad_ranks, dp_link.alpha, dp_link.beta);
-      if (whole_buckets_then_gather) {
-        wire += (1 + muon_broadcast) * share * params;
-        dp_seconds += ring_all_gather_time((1 + muon_broadcast) * params, grad_ranks, dp_link.alpha, dp_link.beta);
-      }
-    } else {
-      // Reduce-scatter the gradients, all-gather the updated parameters; stage 3 gathers them twice more.
-      const double gathers = l.zero_stage == 3 ? 3.0 : 1.0;
-      wire = share * grads + gathers * share * params;
-      dp_seconds = ring_all_gather_time(grads, grad_ranks, dp_link.alpha, dp_link.beta) +
-                   gathers * ring_all_gather_time(params, grad_ranks, dp_link.alpha, dp_link.beta);
-    }
-    e.traffic.push_back({l.cp > 1 ? "dp-cp" : "dp", dp_link.name, wire, dp_seconds});
+    const double grads = dense_params * on_wire.grad, params = dense_params * on_wire.param;
+    dp_seconds = ring_passes_time(dense_passes, grads, params, grad_ranks, dp_link.alpha, dp_link.beta);
+    e.traffic.push_back({l.cp > 1 ? "dp-cp" : "dp", dp_link.name,
+                         ring_passes_bytes(dense_passes, grads, params, grad_ranks), dp_seconds});
   }
   if (expert_params > 0 && expert_ranks > 1) {
-    // The experts' gradients over their expert-dp x cp ring, as the dense ones over dp (at the dp group's link).
-    const double grads = expert_params * bytes.grad, params = expert_params * bytes.param;
-    const double q = static_cast<double>(expert_ranks), share = (q - 1) / q;
-    const double gathers = l.zero_stage == 3 ? 3.0 : 1.0;
-    double wire = l.zero_stage <= 1 ? 2 * share * grads : share * grads + gathers * share * params;
-    double seconds = l.zero_stage <= 1
-                         ? ring_all_reduce_time(grads, expert_ranks, dp_link.alpha, dp_link.beta)
-                         : ring_all_gather_time(grads, expert_ranks, dp_link.alpha, dp_link.beta) +
-                               gathers * ring_all_gather_time(params, expert_ranks, dp_link.alpha, dp_link.beta);
-    if (whole_buckets_then_gather) {  // Muon's ZeRO-1 sends the experts' buckets whole too, then gathers
-      wire += share * params;
-      seconds += ring_all_gather_time(params, expert_ranks, dp_link.alpha, dp_link.beta);
-    }
+    // The experts' gradients over their expert-dp x cp ring, as the dense ones over dp (at the dp
+    // group's link), all of them in the blocks; Muon's ZeRO-1 sends their buckets whole too, then
+    // gathers, with no broadcast.
+    const DpPasses passes = dp_passes(config, l.zero_stage, l.pp, micro_batches, 1.0, buckets_of(expert_params), 0.0);
+    const double grads = expert_params * on_wire.grad, params = expert_params * on_wire.param;
+    const double wire = ring_passes_bytes(passes, grads, params, expert_ranks);
+    const double seconds = ring_passes_time(passes, grads, params, expert_ranks, dp_link.alpha, dp_link.beta);
     e.traffic.push_back({l.cp > 1 ? "expert-dp-cp" : "expert-dp", dp_link.name, wire, seconds});
     dp_seconds += seconds;
   }

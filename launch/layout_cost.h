@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/config.h"
+#include "launch/dp_passes.h"
 #include "parallel/cluster_spec.h"
 
 namespace loom::launch {
@@ -92,7 +93,8 @@ struct LayoutEstimate {
   double state_bytes = 0, activation_bytes = 0, memory_bytes = 0;
   std::vector<GroupTraffic> traffic;
   double compute_s = 0, bubble = 0, exposed_comm_s = 0, step_s = 0, mfu = 0;
-  double dp_s = 0;  // the flat, uncompressed dp reduction (launch/dp_variants.h weighs the others)
+  double dp_s = 0;     // the flat, uncompressed dp reduction (launch/dp_variants.h weighs the others)
+  DpPasses dp_passes;  // the dense parameters' passes behind dp_s (the experts' follow the same rules)
   // Of dp_s, what backward cannot hide: over NCCL, HSDP's all-reduce across the replicas, which each
   // reduction issues only once its shard step is waited for (after backward, or inside ZeRO-2/3's);
   // over Gloo nothing (a thread of its own issues it at once: ClusterSpec::backend). The two-level

@@ -192,21 +192,21 @@ TEST_CASE("loom plan on TinyLlama: GQA's tp rule, the replicated kv projections'
   CHECK(parameters_per_rank(c, 8, 1) == Approx(157771776));
 
   const auto cluster = load_cluster(std::string(LOOM_SOURCE_DIR) + "/configs/clusters/h100_sxm_8x_ib.yaml");
-  // tp 8 moves, beyond the activations' all-reduces, the norms' and kv projections' bf16
-  // gradients once a step: 2 (tp - 1) / tp x (2 x 2048 + 2 x 4 x 64 x 2048) x 22 x 2 bytes.
+  // tp 8 moves, beyond the activations' all-reduces, the norms' and kv projections' gradients
+  // once a step, in fp32 (the masters'): 2 (tp - 1) / tp x (2 x 2048 + 2 x 4 x 64 x 2048) x 22 x 4 bytes.
   Layout tp8{8, 1, 1, 1, 0, 1, loom::Recompute::none};
   Layout tp4 = tp8;
   tp4.tp = 4;
   const auto at8 = estimate_layout(c, cluster, tp8), at4 = estimate_layout(c, cluster, tp4);
   REQUIRE(at8.traffic.size() == 1);
-  // bf16 activations and gradients (2 bytes); micro-batches of one sequence of 2048.
+  // bf16 activations (2 bytes); micro-batches of one sequence of 2048.
   REQUIRE(c.train.precision == loom::TrainPrecision::bf16);
   const double micro_batches = static_cast<double>(c.train.global_batch_size);
   const double activation = 2048.0 * 2048 * 2;
   CHECK(at8.traffic[0].bytes == Approx(micro_batches * 22 * 4 * 2 * 7.0 / 8 * activation +
-                                       2 * 7.0 / 8 * (2 * 2048 + 2 * 4 * 64 * 2048) * 22 * 2));
+                                       2 * 7.0 / 8 * (2 * 2048 + 2 * 4 * 64 * 2048) * 22 * 4));
   CHECK(at4.traffic[0].bytes ==
-        Approx(micro_batches * 22 * 4 * 2 * 3.0 / 4 * activation + 2 * 3.0 / 4 * (2 * 2048) * 22 * 2));
+        Approx(micro_batches * 22 * 4 * 2 * 3.0 / 4 * activation + 2 * 3.0 / 4 * (2 * 2048) * 22 * 4));
   // 4 kv heads lay over tp 1, 2, 4 and 8 (32 heads allow them all); the best layout fits.
   const auto all = enumerate_layouts(c, cluster, 64);
   REQUIRE(!all.empty());
@@ -461,12 +461,13 @@ TEST_CASE("the cost model holds num_experts / ep of each MoE block's experts per
   // ZeRO-1 in bf16 (2 + 2 B kept, 12 B sharded): the dense part over 64 ranks, the experts over 8.
   const double dense = eight.parameters_per_rank - 48.0 * 16 * expert;
   CHECK(eight.state_bytes == Approx(dense * (4 + 12.0 / 64) + 48.0 * 16 * expert * (4 + 12.0 / 8)));
-  // The experts' gradients go round their expert-dp ring of 8, beside the dense ones round dp's 64.
+  // The experts' gradients go round their expert-dp ring of 8, beside the dense ones round dp's 64:
+  // reduce-scattered as the fp32 masters', and the updated fp32 shards gathered.
   bool expert_ring = false;
   for (const auto& t : eight.traffic) {
     if (t.group != "expert-dp") continue;
     expert_ring = true;
-    CHECK(t.bytes == Approx(2.0 * 7 / 8 * 48.0 * 16 * expert * 2));
+    CHECK(t.bytes == Approx(2.0 * 7 / 8 * 48.0 * 16 * expert * 4));
   }
   CHECK(expert_ring);
 }
