@@ -18,6 +18,7 @@
 #include "launch/make_optimizer.h"
 #include "launch/step_profiler.h"
 #include "launch/stop_signals.h"
+#include "launch/weight_agreement.h"
 #include "parallel/ring_attention.h"
 
 namespace loom::launch {
@@ -69,7 +70,10 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   if (m.moe.enabled()) moe_monitor_ = std::make_unique<MoEMonitor>(config_, moe_stats);
   TORCH_CHECK(tied.empty() || groups_.has(parallel::GroupKind::embedding), "rank ", groups_.rank(),
               " holds tied parameters but is in no embedding group");
-  if (!m.init_from.empty()) init_from_pretrained(config_, params, coords.tp, groups_.tp().size());
+  if (!m.init_from.empty()) {
+    init_from_pretrained(config_, params, coords.tp, groups_.tp().size());
+    agree_on_loaded_weights(params, groups_, m.init_from);
+  }
   if (moe_monitor_) moe_monitor_->restore_expert_bias(expert_bias_from_pretrained(config_), "model.init_from");
   const auto block_of = block_of_parameters(chunks_, params);
   sync_->attach(std::move(params), std::move(tied), block_of);

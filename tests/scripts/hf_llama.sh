@@ -79,4 +79,17 @@ expect_exit 2 "the checkpoint has model.arch = \"llama\", the config \"gpt2\"" \
 expect_exit 2 "cannot represent model.norm = rmsnorm: GPT-2 has LayerNorm" \
   "$LOOM" export "$WORK/ck_a/step_00000005" --format hf-gpt2 --output "$WORK/gpt2"
 [ -e "$WORK/gpt2" ] && fail "a refused export left $WORK/gpt2 behind"
+
+# Every rank reads model.init_from from its own file system. At dp 2, rank 1 sees hf_sharp where
+# hf_a is (a node's local copy that differs, made with a private mount namespace): refused on every
+# rank before training, naming both ranks; the same launch where both see hf_a trains.
+TWO=("$LOOM" train "$TINY" --run-dir "$WORK/dp2" --set train.steps=1 --set train.warmup_steps=0 "${BASE[@]}"
+  --set model.init_from="$WORK/hf_a")
+OTHER_COPY=(unshare -m sh -c 'mount --bind "$0" "$1" && shift && exec "$@"' "$WORK/hf_sharp" "$WORK/hf_a")
+expect_exit 2 "model.init_from: ranks 0 and 1 read different weights from '$WORK/hf_a'" \
+  mpirun --oversubscribe -np 1 "${TWO[@]}" : -np 1 "${OTHER_COPY[@]}" "${TWO[@]}"
+[ -e "$WORK/dp2/metrics.jsonl" ] && grep -q '"step"' "$WORK/dp2/metrics.jsonl" && fail "the refused run trained a step"
+rm -rf "$WORK/dp2"
+mpirun --oversubscribe -np 1 "${TWO[@]}" : -np 1 unshare -m "${TWO[@]}" > "$WORK/dp2.log" 2>&1 ||
+  { cat "$WORK/dp2.log"; fail "dp 2 from one copy of hf_a"; }
 echo "hf llama: ok"
