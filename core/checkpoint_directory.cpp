@@ -16,6 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kVerified = "verified";
+constexpr const char* kAnnouncement = "latest.publishing";
 
 // "step_" and digits only: step_00000012.corrupt is not a checkpoint any more.
 std::optional<int64_t> step_of_name(const std::string& name) {
@@ -68,7 +69,7 @@ std::vector<std::string> remove_unfinished_saves(const std::string& dir) {
     const std::string name = entry.path().filename().string();
     const bool save = name.size() > 5 && name.front() == '.' && name.compare(name.size() - 4, 4, ".tmp") == 0 &&
                       step_of_name(name.substr(1, name.size() - 5));
-    if (save || name == "latest.tmp") removed.push_back(entry.path().string());
+    if (save || name == "latest.tmp" || name == kAnnouncement) removed.push_back(entry.path().string());
   }
   // Only what is really gone is reported.
   removed.erase(std::remove_if(removed.begin(), removed.end(),
@@ -82,8 +83,11 @@ std::vector<std::string> remove_unfinished_saves(const std::string& dir) {
   return removed;
 }
 
-std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
-  std::ifstream in(fs::path(dir) / "latest");
+namespace {
+
+// The complete checkpoint of DIR whose folder name FILE holds.
+std::optional<CheckpointInfo> named_checkpoint(const std::string& dir, const char* file) {
+  std::ifstream in(fs::path(dir) / file);
   std::string name;
   if (!(in >> name)) return std::nullopt;
   for (const auto& c : list_checkpoints(dir)) {
@@ -92,6 +96,8 @@ std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
   return std::nullopt;
 }
 
+}  // namespace
+
 void set_latest(const std::string& dir, const std::string& path) {
   if (fs::is_directory(fs::path(dir) / "latest")) {
     throw InputError("checkpoint.dir '" + dir +
@@ -99,23 +105,46 @@ void set_latest(const std::string& dir, const std::string& path) {
   }
   // Not rewritten when it already names PATH: on a full disk the rewrite would fail, and the job.
   std::string name;
-  if (std::ifstream(fs::path(dir) / "latest") >> name && name == fs::path(path).filename().string()) {
-    fsync_path(dir);  // (an earlier rename may not have reached the disk; this needs no space)
-    return;
+  if (!(std::ifstream(fs::path(dir) / "latest") >> name && name == fs::path(path).filename().string())) {
+    const fs::path temporary = fs::path(dir) / "latest.tmp";
+    {
+      std::ofstream out(temporary, std::ios::trunc);
+      out << fs::path(path).filename().string() << "\n";
+      if (!out.flush()) throw EnvironmentError("cannot write '" + temporary.string() + "' (disk full?)");
+    }
+    fs::rename(temporary, fs::path(dir) / "latest");
   }
-  const fs::path temporary = fs::path(dir) / "latest.tmp";
+  fsync_path(dir);  // (an earlier rename may not have reached the disk either; this needs no space)
+  // Settled: `latest` names what was announced, or a checkpoint loom chose since.
+  std::error_code ignore;
+  fs::remove(fs::path(dir) / kAnnouncement, ignore);
+}
+
+void announce_publish(const std::string& dir, const std::string& path) {
+  const fs::path file = fs::path(dir) / kAnnouncement;
   {
-    std::ofstream out(temporary, std::ios::trunc);
+    std::ofstream out(file, std::ios::trunc);
     out << fs::path(path).filename().string() << "\n";
-    if (!out.flush()) throw EnvironmentError("cannot write '" + temporary.string() + "' (disk full?)");
+    if (!out.flush()) throw EnvironmentError("cannot write '" + file.string() + "' (disk full?)");
   }
-  fs::rename(temporary, fs::path(dir) / "latest");
+  // On disk before the rename it announces: a crash must not keep the rename and lose this.
+  fsync_path(file.string());
   fsync_path(dir);
+}
+
+std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
+  return named_checkpoint(dir, "latest");
+}
+
+std::optional<CheckpointInfo> announced_checkpoint(const std::string& dir) {
+  return named_checkpoint(dir, kAnnouncement);
 }
 
 std::vector<CheckpointInfo> resume_candidates(const std::string& dir) {
   auto all = list_checkpoints(dir);
-  if (const auto latest = latest_checkpoint(dir)) {
+  auto first = announced_checkpoint(dir);
+  if (!first) first = latest_checkpoint(dir);
+  if (const auto& latest = first) {
     auto it = std::find_if(all.begin(), all.end(), [&](const auto& c) { return c.path == latest->path; });
     std::rotate(all.begin(), it, it + 1);
   }

@@ -35,7 +35,8 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& dir);
 std::vector<std::string> unreadable_checkpoints(const std::string& dir);
 
 // Removes what saves left unfinished under DIR: their temporary folders (.step_NNNNNNNN.tmp, never
-// a checkpoint: a save renames its folder into place last) and `latest.tmp`. A save that failed (a
+// a checkpoint: a save renames its folder into place last), `latest.tmp` and a settled or stale
+// `latest.publishing` (after resume_candidates has read it). A save that failed (a
 // full disk) or a job killed while saving leaves them; on a full disk they keep the next job from
 // writing anything. Returns the paths removed.
 std::vector<std::string> remove_unfinished_saves(const std::string& dir);
@@ -44,10 +45,20 @@ std::vector<std::string> remove_unfinished_saves(const std::string& dir);
 std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir);
 
 // Points `latest` at the checkpoint at PATH (inside DIR), atomically; nothing is written when it
-// already does.
+// already does. Any announced publish (below) is then settled: its file is removed.
 void set_latest(const std::string& dir, const std::string& path);
 
-// The order `--resume auto` tries DIR's checkpoints in: the one `latest` names, then the rest newest first.
+// A save announces the checkpoint it is about to rename into place (PATH, inside DIR) in
+// `latest.publishing`, durably, before the rename; set_latest removes it. A job stopped between the
+// rename and `latest`'s update leaves it naming a complete checkpoint newer than `latest`, which
+// `--resume auto` then continues from: the save is not lost. A `latest` a user set back by hand (a
+// rollback) comes with no announcement and is honoured.
+void announce_publish(const std::string& dir, const std::string& path);
+// The complete checkpoint of DIR that an unsettled announcement names, if any.
+std::optional<CheckpointInfo> announced_checkpoint(const std::string& dir);
+
+// The order `--resume auto` tries DIR's checkpoints in: the one an unsettled announcement names,
+// else the one `latest` names, then the rest newest first.
 std::vector<CheckpointInfo> resume_candidates(const std::string& dir);
 
 // Flushes PATH (a file, or a directory's entries) to disk; a crash may not leave a name pointing at

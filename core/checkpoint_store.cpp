@@ -240,6 +240,7 @@ std::string publish_checkpoint(const std::string& checkpoint_dir, int64_t step, 
     log::warn("{} was in the way of this save ({}): set aside as {}", final_path.string(),
               readable ? "an older save of the same step" : "a folder with no manifest.json", moved);
   }
+  announce_publish(checkpoint_dir, final_path.string());
   fs::rename(temporary, final_path);
   fsync_path(checkpoint_dir);
   set_latest(checkpoint_dir, final_path.string());

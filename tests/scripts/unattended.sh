@@ -8,7 +8,9 @@
 #  2. keep 1 with a corrupt newest checkpoint: it is set aside, the run falls back, and the next
 #     --resume auto continues the new checkpoints instead of starting from scratch.
 #  3. A rollback (--resume .../step_9 while step_12 exists): step_12 is set aside as abandoned and
-#     --resume auto follows the run going on.
+#     --resume auto follows the run going on. A job stopped between a save's rename and latest's
+#     update (latest still naming the save before, latest.publishing the new one) resumes from the
+#     new save, nothing set aside.
 #  4. An edited manifest (one byte offset, a removed key) is refused naming manifest.json, exit 2,
 #     and --resume auto falls back.
 #  5. A second job in a run directory or checkpoint.dir in use exits 2 naming the holder's host and
@@ -80,6 +82,15 @@ grep -q '"parent": "step_00000009"' "$WORK/ck_roll/step_00000010/manifest.json" 
 must_train 1 roll --set checkpoint.dir="$WORK/ck_roll" --set checkpoint.interval=5 --resume auto
 grep -q "resumed from .*step_00000010 at step 10" "$WORK/roll.log" || { cat "$WORK/roll.log"; fail "auto did not follow the rollback"; }
 echo "rollback to step 9: step 12 set aside as abandoned, --resume auto continued from step 10"
+must_train 1 window --set checkpoint.dir="$WORK/ck_window" --set checkpoint.interval=2 --set train.exit_after=4
+[ -e "$WORK/ck_window/latest.publishing" ] && fail "a finished save left latest.publishing"
+echo step_00000002 > "$WORK/ck_window/latest"  # what a kill between the two leaves
+echo step_00000004 > "$WORK/ck_window/latest.publishing"
+must_train 1 window --set checkpoint.dir="$WORK/ck_window" --set train.exit_after=6 --resume auto
+grep -q "resumed from .*step_00000004 at step 4" "$WORK/window.log" || { cat "$WORK/window.log"; fail "the last save was lost"; }
+ls -d "$WORK"/ck_window/step_*.* 2> /dev/null && fail "a checkpoint was set aside"
+[ -e "$WORK/ck_window/latest.publishing" ] && fail "the announcement was left"
+echo "stopped before latest moved to step 4: --resume auto continued from step 4"
 
 # 4. Edited manifests.
 must_train 1 edit --set checkpoint.dir="$WORK/ck_edit" --set checkpoint.interval=2 --set checkpoint.keep=3 --set train.exit_after=4
