@@ -116,22 +116,6 @@ std::vector<ShardedUnit> gpt_sharded_units(const Config& c, const parallel::Rank
   return units;
 }
 
-// Under a split backward (zb-h1) ZeRO-3 releases a block's parameters when the backward reaches
-// the block below (parallel/fully_sharded.h, hold_gradients_for_step): the stage's lowest block
-// stays gathered after its B, and the next forward or B that finds it so gathers nothing. How
-// many of the stage's forwards and B passes directly follow a B (W passes between do not count).
-int64_t passes_after_input_backward(const Config& c, int64_t stage) {
-  const auto& p = c.parallel;
-  int64_t count = 0;
-  bool after_b = false;
-  for (const auto& a : parallel::pipeline_actions(p.schedule, stage, p.pp, c.micro_batches_per_step(), 1)) {
-    if (a.kind == parallel::PipelineAction::backward_weight) continue;
-    if (after_b) ++count;
-    after_b = a.kind == parallel::PipelineAction::backward_input;
-  }
-  return count;
-}
-
 // ZeRO-2 and 3 shard unit by unit (launch/trainer.cpp).
 bool works_by_units(const Config& c) {
   const auto& p = c.parallel;
@@ -287,7 +271,9 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     bool lowest_block = true;
     for (const auto& unit : gpt_sharded_units(c, coords)) {
       int64_t gathers = unit.root || !zero3 ? 1 : 2 * m;
-      if (split && zero3 && !unit.root && lowest_block) gathers -= passes_after_input_backward(c, coords.pp);
+      if (split && zero3 && !unit.root && lowest_block)
+        gathers -= parallel::passes_after_input_backward(c.parallel.schedule, coords.pp, c.parallel.pp,
+                                                         c.micro_batches_per_step());
       if (!unit.root) lowest_block = false;
       add_shard("all_gather", gathers, padded(unit.numel()) * param_bytes);
       reduce_scatter(unit.root || split ? 1 : m, unit.numel());

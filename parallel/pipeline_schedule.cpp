@@ -230,4 +230,15 @@ std::string render_pipeline_timeline(PipelineSchedule schedule, int64_t stages, 
   return out + summary + peaks + "\n";
 }
 
+int64_t passes_after_input_backward(PipelineSchedule schedule, int64_t stage, int64_t stages, int64_t micro_batches) {
+  int64_t count = 0;
+  bool after_b = false;
+  for (const auto& a : pipeline_actions(schedule, stage, stages, micro_batches, 1)) {
+    if (a.kind == PipelineAction::backward_weight) continue;
+    if (after_b) ++count;
+    after_b = a.kind == PipelineAction::backward_input;
+  }
+  return count;
+}
+
 }  // namespace loom::parallel

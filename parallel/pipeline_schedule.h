@@ -58,6 +58,12 @@ inline bool splits_backward(PipelineSchedule schedule) {
 std::vector<PipelineAction> pipeline_actions(PipelineSchedule schedule, int64_t stage, int64_t stages,
                                              int64_t micro_batches, int64_t chunks);
 
+// Under a split backward ZeRO-3 releases a block's parameters when the backward reaches the block
+// below (parallel/fully_sharded.h): a stage's lowest block stays gathered after its B, and the next
+// forward or B that finds it so gathers nothing. How many of STAGE's forwards and B passes directly
+// follow a B (W passes between do not count).
+int64_t passes_after_input_backward(PipelineSchedule schedule, int64_t stage, int64_t stages, int64_t micro_batches);
+
 // A point-to-point message of the pipeline: the activations of MICRO going
 // into virtual stage INTO (from INTO - 1), or the gradient going into INTO
 // (from INTO + 1). Both ends name a message alike, which is what lets the

@@ -117,6 +117,19 @@ TEST_CASE("two-level collectives: over NCCL the steps after the node's reduce-sc
     const auto flat = dp_variant_cost(c, nccl, e, {loom::DpCollectives::flat, loom::GradCompression::none, 1});
     CHECK(flat.unhidden_s == 0);
   }
+  // Four micro-batches a step: ZeRO 2 and 3 reduce-scatter each block after each backward, so the
+  // step across the nodes comes b x 4 + (1 - b) times (b: the blocks' share), in 4 x 4 + 1 calls.
+  for (const int64_t stage : {2, 3}) {
+    CAPTURE(stage);
+    Layout l;
+    l.dp = 8;
+    l.micro_batch = 1;
+    l.zero_stage = stage;
+    const auto e = estimate_layout(c, nccl, l);
+    const double S = e.parameters_per_rank * 4, b = block_parameter_fraction(c);
+    CHECK(dp_variant_cost(c, nccl, e, {two_level, loom::GradCompression::none, 1}).unhidden_s ==
+          Approx((b * 4 + 1 - b) * 1.0 / 2 * S / 4 * 1e-9 + 17 * 1e-5));
+  }
 }
 
 TEST_CASE("compressed reductions: the step after the exchange shows on either backend", "[plan]") {
@@ -177,7 +190,8 @@ TEST_CASE(
   // The same in the dp variants: a flat ring crossing the nodes at 1 GB/s and 10 us a hop.
   auto pass = [](double bytes) { return 7.0 / 8.0 * bytes * 1e-9 + 7 * 1e-5; };
   const DpVariant flat{loom::DpCollectives::flat, loom::GradCompression::none, 1};
-  CHECK(dp_variant_cost(c, cluster, muon, flat).seconds == Approx(3 * pass(S) + pass(f * S)));
+  // Each owner broadcasts each of its matrices: 4 of each of the 4 blocks, 16 calls for one pass.
+  CHECK(dp_variant_cost(c, cluster, muon, flat).seconds == Approx(3 * pass(S) + pass(f * S) + 15 * 7 * 1e-5));
   // The experts' buckets are all-reduced whole under Muon as well, then gathered: 3 passes to 2.
   loom::Config moe = c;
   moe.model.moe.num_experts = 4;
