@@ -71,10 +71,19 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   TORCH_CHECK(tied.empty() || groups_.has(parallel::GroupKind::embedding), "rank ", groups_.rank(),
               " holds tied parameters but is in no embedding group");
   if (!m.init_from.empty()) {
-    init_from_pretrained(config_, params, coords.tp, groups_.tp().size());
-    agree_on_loaded_weights(params, groups_, m.init_from);
+    // Every rank learns whether every other loaded (one that could not would leave the rest waiting
+    // in a collective) and whether replicas read the same bytes (refused in run() unless a
+    // checkpoint replaces them).
+    std::exception_ptr failure;
+    try {
+      init_from_pretrained(config_, params, coords.tp, groups_.tp().size());
+      if (moe_monitor_) moe_monitor_->restore_expert_bias(expert_bias_from_pretrained(config_), "model.init_from");
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    init_from_disagreement_ = compare_loaded_weights(params, groups_, m.init_from, !failure);
+    if (failure) std::rethrow_exception(failure);
   }
-  if (moe_monitor_) moe_monitor_->restore_expert_bias(expert_bias_from_pretrained(config_), "model.init_from");
   const auto block_of = block_of_parameters(chunks_, params);
   sync_->attach(std::move(params), std::move(tied), block_of);
   if (precision_.loss_scaling()) {
@@ -231,14 +240,16 @@ TrainSummary Trainer::run(const std::string& resume) {
   const auto start = Clock::now();
   double timed_seconds = 0.0;  // all steps but the first, which pays for warm-up
   TrainingState state;
+  bool resumed = false;
   if (!resume.empty()) {
     sync_->gather_all();
-    if (auto loaded = checkpointer_->load(resume)) state = *loaded;
+    if (auto loaded = checkpointer_->load(resume)) state = *loaded, resumed = true;
     sync_->release_all(/*loaded=*/true);
     if (scaler_ && state.loss_scale > 0)
       scaler_->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);
     if (moe_monitor_) moe_monitor_->restore_expert_bias(state.expert_bias, "--resume " + resume);
   }
+  if (!resumed && !init_from_disagreement_.empty()) throw InputError(init_from_disagreement_);
   open_records(resume, state.step);
   if (state.step < t.steps) optim::report_schedule_change(t, state.saved_train_steps, state.step);
   const int64_t first_step = state.step + 1;

@@ -108,6 +108,8 @@ class Trainer {
   std::string run_dir_;
   FaultInjection fault_;
   std::string dump_dir_;
+  // Why replicas read different model.init_from weights (launch/weight_agreement.h); refused unless resumed.
+  std::string init_from_disagreement_;
   std::chrono::microseconds data_delay_{0};  // the slow-data fault's sleep before each batch read
   StepClock clock_;                          // where each step's time goes (launch/step_split.h)
   std::unique_ptr<TrainingData> data_;

@@ -23,13 +23,24 @@ int64_t digest_of(const std::vector<parallel::ParallelParameter>& params, bool e
 
 }  // namespace
 
-void agree_on_loaded_weights(const std::vector<parallel::ParallelParameter>& params, parallel::ProcessGroups& groups,
-                             const std::string& source) {
+std::string compare_loaded_weights(const std::vector<parallel::ParallelParameter>& params,
+                                   parallel::ProcessGroups& groups, const std::string& source, bool loaded_here) {
   const int64_t world = groups.world();
-  if (world == 1) return;
-  auto mine = torch::tensor({digest_of(params, false), digest_of(params, true)}, torch::kInt64);
-  auto all = torch::zeros({world, 2}, torch::kInt64);
+  if (world == 1) return "";
+  // Without replicas (dp x cp of 1) there is nothing to compare: only whether every rank loaded.
+  const auto& sizes = groups.grid().sizes();
+  const bool replicas = sizes.dp * sizes.cp > 1;
+  auto mine = torch::tensor({loaded_here && replicas ? digest_of(params, false) : 0,
+                             loaded_here && replicas ? digest_of(params, true) : 0, int64_t{loaded_here ? 1 : 0}},
+                            torch::kInt64);
+  auto all = torch::zeros({world, 3}, torch::kInt64);
   groups.world_comm().all_gather(all, mine).wait();
+  for (int64_t r = 0; r < world; ++r) {
+    if (all[r][2].item<int64_t>() == 1 || !loaded_here) continue;
+    throw InputError("model.init_from: rank " + std::to_string(r) + " could not load '" + source +
+                     "' (its own message says why)");
+  }
+  if (!loaded_here) return "";
   // Every rank sees every digest and reaches the same verdict: the first rank (in rank order)
   // whose digest differs from the lowest rank holding the same parameters.
   const auto& grid = groups.grid();
@@ -43,12 +54,13 @@ void agree_on_loaded_weights(const std::vector<parallel::ParallelParameter>& par
     const bool experts_differ = all[r][1].item<int64_t>() != all[expert][1].item<int64_t>();
     if (!dense_differs && !experts_differ) continue;
     const int64_t first = dense_differs ? dense : expert;
-    throw InputError("model.init_from: ranks " + std::to_string(first) + " and " + std::to_string(r) +
-                     " read different " + (dense_differs ? "weights" : "expert weights") + " from '" + source +
-                     "', where they hold the same parameters (data-parallel replicas) and must start alike: every "
-                     "node must see the same files (a copy on a node's local disk that differs, e.g. an "
-                     "interrupted copy or another revision of the model)");
+    return "model.init_from: ranks " + std::to_string(first) + " and " + std::to_string(r) + " read different " +
+           (dense_differs ? "weights" : "expert weights") + " from '" + source +
+           "', where they hold the same parameters (data- or context-parallel replicas) and must start alike: "
+           "every node must see the same files (a copy on a node's local disk that differs, e.g. an interrupted "
+           "copy or another revision of the model)";
   }
+  return "";
 }
 
 }  // namespace loom::launch

@@ -3,7 +3,9 @@
 // another revision of the model) would train data-parallel replicas that never agree, and nothing
 // would say so: the losses look like any run's. After loading, every rank digests what it holds
 // and the ranks compare: the replicas of data and context parallelism share their tp and pp
-// coordinates, an expert's replicas their ep coordinate as well.
+// coordinates, an expert's replicas their ep coordinate as well. The same exchange tells every
+// rank whether each one could load at all: a rank that could not must not leave the others
+// waiting in their next collective until parallel.timeout_s.
 #pragma once
 
 #include <string>
@@ -14,9 +16,12 @@
 
 namespace loom::launch {
 
-// Collective over the world (nothing at world 1). Throws InputError on every rank, naming two
-// ranks whose weights differ and SOURCE (what they were read from), when any replicas disagree.
-void agree_on_loaded_weights(const std::vector<parallel::ParallelParameter>& params, parallel::ProcessGroups& groups,
-                             const std::string& source);
+// Collective over the world (nothing at world 1). LOADED_HERE: whether this rank's load of SOURCE
+// succeeded (if not, it rethrows its own error after this returns). Every rank that did load
+// throws InputError naming the first rank that did not. Else returns, alike on every rank, why
+// two replicas' weights differ (naming them and SOURCE), or nothing when they agree: the trainer
+// refuses with it unless a checkpoint replaces the weights.
+std::string compare_loaded_weights(const std::vector<parallel::ParallelParameter>& params,
+                                   parallel::ProcessGroups& groups, const std::string& source, bool loaded_here);
 
 }  // namespace loom::launch

@@ -176,6 +176,19 @@ TEST_CASE("crc32c: the known check values of CRC-32C", "[tensorboard]") {
   CHECK(crc32c(std::string()) == 0u);
   // Continuing across pieces gives the whole's checksum.
   CHECK(crc32c("6789", 4, crc32c("12345", 5)) == 0xE3069283u);
+  // Every length and alignment against the definition bit by bit (the 8-byte path and its tail).
+  std::string bytes;
+  for (int i = 0; i < 300; ++i) bytes.push_back(static_cast<char>((i * 131 + 7) % 256));
+  for (size_t start : {0, 1, 3, 8}) {
+    for (size_t n = 0; n + start <= bytes.size(); n += 13) {
+      uint32_t bitwise = 0xFFFFFFFFu;
+      for (size_t i = start; i < start + n; ++i) {
+        bitwise ^= static_cast<unsigned char>(bytes[i]);
+        for (int bit = 0; bit < 8; ++bit) bitwise = (bitwise & 1u) ? (bitwise >> 1) ^ 0x82F63B78u : bitwise >> 1;
+      }
+      CHECK(crc32c(bytes.data() + start, n) == ~bitwise);
+    }
+  }
 }
 
 TEST_CASE("crc32c: the mask rotates right by 15 and adds TFRecord's constant", "[tensorboard]") {

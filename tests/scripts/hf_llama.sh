@@ -90,6 +90,19 @@ expect_exit 2 "model.init_from: ranks 0 and 1 read different weights from '$WORK
   mpirun --oversubscribe -np 1 "${TWO[@]}" : -np 1 "${OTHER_COPY[@]}" "${TWO[@]}"
 [ -e "$WORK/dp2/metrics.jsonl" ] && grep -q '"step"' "$WORK/dp2/metrics.jsonl" && fail "the refused run trained a step"
 rm -rf "$WORK/dp2"
-mpirun --oversubscribe -np 1 "${TWO[@]}" : -np 1 unshare -m "${TWO[@]}" > "$WORK/dp2.log" 2>&1 ||
-  { cat "$WORK/dp2.log"; fail "dp 2 from one copy of hf_a"; }
+SAVE=(--set checkpoint.dir="$WORK/ck_dp2" --set checkpoint.interval=1)
+mpirun --oversubscribe -np 1 "${TWO[@]}" "${SAVE[@]}" : -np 1 unshare -m "${TWO[@]}" "${SAVE[@]}" > "$WORK/dp2.log" 2>&1 || { cat "$WORK/dp2.log"; fail "dp 2 from one copy of hf_a"; }
+# Resumed, the checkpoint replaces the weights: a copy refreshed since on one node is no reason to refuse.
+mpirun --oversubscribe -np 1 "${TWO[@]}" --set checkpoint.dir="$WORK/ck_dp2" --set train.steps=2 --resume auto : \
+  -np 1 "${OTHER_COPY[@]}" "${TWO[@]}" --set checkpoint.dir="$WORK/ck_dp2" --set train.steps=2 --resume auto \
+  > "$WORK/dp2.log" 2>&1 || { cat "$WORK/dp2.log"; fail "a resume refused for another copy of init_from"; }
+grep -q "resumed from .*step_00000001" "$WORK/dp2.log" || { cat "$WORK/dp2.log"; fail "dp 2 did not resume"; }
+# A rank that cannot load its copy at all (truncated) ends the job on every rank at once, exit 2,
+# not after parallel.timeout_s in the others' next collective.
+cp -r "$WORK/hf_a" "$WORK/hf_cut"
+truncate -s 2000 "$WORK/hf_cut/model.safetensors"
+rm -rf "$WORK/dp2"
+OTHER_COPY[5]="$WORK/hf_cut"
+expect_exit 2 "model.init_from: rank 1 could not load '$WORK/hf_a'" timeout 120 \
+  mpirun --oversubscribe -np 1 "${TWO[@]}" : -np 1 "${OTHER_COPY[@]}" "${TWO[@]}"
 echo "hf llama: ok"
