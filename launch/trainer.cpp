@@ -70,19 +70,11 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   if (m.moe.enabled()) moe_monitor_ = std::make_unique<MoEMonitor>(config_, moe_stats);
   TORCH_CHECK(tied.empty() || groups_.has(parallel::GroupKind::embedding), "rank ", groups_.rank(),
               " holds tied parameters but is in no embedding group");
-  if (!m.init_from.empty()) {
-    // Every rank learns whether every other loaded (one that could not would leave the rest waiting
-    // in a collective) and whether replicas read the same bytes (refused in run() unless a
-    // checkpoint replaces them).
-    std::exception_ptr failure;
-    try {
+  if (!m.init_from.empty()) {  // (replicas that read different bytes: refused in run() unless resumed)
+    init_from_disagreement_ = load_on_every_rank(params, groups_, m.init_from, [&] {
       init_from_pretrained(config_, params, coords.tp, groups_.tp().size());
       if (moe_monitor_) moe_monitor_->restore_expert_bias(expert_bias_from_pretrained(config_), "model.init_from");
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    init_from_disagreement_ = compare_loaded_weights(params, groups_, m.init_from, !failure);
-    if (failure) std::rethrow_exception(failure);
+    });
   }
   const auto block_of = block_of_parameters(chunks_, params);
   sync_->attach(std::move(params), std::move(tied), block_of);

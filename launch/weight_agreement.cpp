@@ -63,4 +63,17 @@ std::string compare_loaded_weights(const std::vector<parallel::ParallelParameter
   return "";
 }
 
+std::string load_on_every_rank(const std::vector<parallel::ParallelParameter>& params, parallel::ProcessGroups& groups,
+                               const std::string& source, const std::function<void()>& load) {
+  std::exception_ptr failure;
+  try {
+    load();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  auto verdict = compare_loaded_weights(params, groups, source, !failure);
+  if (failure) std::rethrow_exception(failure);
+  return verdict;
+}
+
 }  // namespace loom::launch

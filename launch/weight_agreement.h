@@ -8,6 +8,7 @@
 // waiting in their next collective until parallel.timeout_s.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,5 +24,10 @@ namespace loom::launch {
 // refuses with it unless a checkpoint replaces the weights.
 std::string compare_loaded_weights(const std::vector<parallel::ParallelParameter>& params,
                                    parallel::ProcessGroups& groups, const std::string& source, bool loaded_here);
+
+// LOAD (SOURCE into PARAMS), then compare_loaded_weights on every rank, whether or not LOAD threw;
+// this rank's own failure is rethrown after.
+std::string load_on_every_rank(const std::vector<parallel::ParallelParameter>& params, parallel::ProcessGroups& groups,
+                               const std::string& source, const std::function<void()>& load);
 
 }  // namespace loom::launch
