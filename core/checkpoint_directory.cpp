@@ -117,14 +117,18 @@ void set_latest(const std::string& dir, const std::string& path) {
   fsync_path(dir);  // (an earlier rename may not have reached the disk either; this needs no space)
   // Settled: `latest` names what was announced, or a checkpoint loom chose since.
   std::error_code ignore;
-  fs::remove(fs::path(dir) / kAnnouncement, ignore);
+  if (fs::remove(fs::path(dir) / kAnnouncement, ignore)) fsync_path(dir);
 }
 
 void announce_publish(const std::string& dir, const std::string& path) {
   const fs::path file = fs::path(dir) / kAnnouncement;
+  std::string latest;
+  std::ifstream(fs::path(dir) / "latest") >> latest;
   {
     std::ofstream out(file, std::ios::trunc);
-    out << fs::path(path).filename().string() << "\n";
+    // The checkpoint, and what `latest` names meanwhile: a `latest` changed since is a choice made
+    // after this save (a rollback by hand), which the announcement must not override.
+    out << fs::path(path).filename().string() << "\nafter " << (latest.empty() ? "-" : latest) << "\n";
     if (!out.flush()) throw EnvironmentError("cannot write '" + file.string() + "' (disk full?)");
   }
   // On disk before the rename it announces: a crash must not keep the rename and lose this.
@@ -137,6 +141,11 @@ std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
 }
 
 std::optional<CheckpointInfo> announced_checkpoint(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / kAnnouncement);
+  std::string name, word, after, latest;
+  if (!(in >> name >> word >> after) || word != "after") return std::nullopt;
+  std::ifstream(fs::path(dir) / "latest") >> latest;
+  if (after != (latest.empty() ? "-" : latest)) return std::nullopt;
   return named_checkpoint(dir, kAnnouncement);
 }
 

@@ -49,10 +49,11 @@ std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir);
 void set_latest(const std::string& dir, const std::string& path);
 
 // A save announces the checkpoint it is about to rename into place (PATH, inside DIR) in
-// `latest.publishing`, durably, before the rename; set_latest removes it. A job stopped between the
-// rename and `latest`'s update leaves it naming a complete checkpoint newer than `latest`, which
-// `--resume auto` then continues from: the save is not lost. A `latest` a user set back by hand (a
-// rollback) comes with no announcement and is honoured.
+// `latest.publishing`, durably, before the rename, with what `latest` names meanwhile; set_latest
+// removes it. A job stopped between the rename and `latest`'s update leaves it naming a complete
+// checkpoint newer than `latest`, which `--resume auto` then continues from: the save is not lost.
+// It counts only while `latest` names what it did: a `latest` set back by hand since (a rollback)
+// is honoured.
 void announce_publish(const std::string& dir, const std::string& path);
 // The complete checkpoint of DIR that an unsettled announcement names, if any.
 std::optional<CheckpointInfo> announced_checkpoint(const std::string& dir);

@@ -19,12 +19,12 @@ bool is_checkpoint(const fs::path& dir) {
   return fs::is_regular_file(dir / "manifest.json");
 }
 
-// A checkpoint directory itself, or the one a checkpoint.dir's `latest` names (else its newest).
+// A checkpoint directory itself, or the one a checkpoint.dir's `--resume auto` would continue from
+// (`latest`, or a save announced and not yet in it; else its newest).
 std::string checkpoint_path(const std::string& model) {
   if (is_checkpoint(model)) return model;
-  if (auto latest = latest_checkpoint(model)) return latest->path;
-  const auto all = list_checkpoints(model);
-  return all.empty() ? std::string() : all.front().path;
+  const auto candidates = resume_candidates(model);
+  return candidates.empty() ? std::string() : candidates.front().path;
 }
 
 GenerationModel from_checkpoint(const std::string& path, const std::vector<std::string>& overrides) {

@@ -340,31 +340,32 @@ TEST_CASE("a 'latest' that is a directory is refused, naming it, and left alone"
 
 TEST_CASE("a job stopped between a save's rename and latest's update resumes from that save", "[checkpoint]") {
   const auto dir = test::temp_dir("ckpt_announced");
+  const auto step = [&](int64_t n) { return (fs::path(dir) / ("step_000000" + std::to_string(n))).string(); };
   SavedTensors t;
-  save(dir, 10, t, 5);
-  save(dir, 20, t, 5);
+  for (int64_t n : {10, 20, 30}) save(dir, n, t, 5);
   // What a publish leaves nothing of once it has finished.
   CHECK_FALSE(fs::exists(fs::path(dir) / "latest.publishing"));
   CHECK_FALSE(announced_checkpoint(dir).has_value());
-  // Killed after step 20's folder was renamed into place, before latest moved from step 10.
-  set_latest(dir, (fs::path(dir) / "step_00000010").string());
-  announce_publish(dir, (fs::path(dir) / "step_00000020").string());
+  // Killed after step 30's folder was renamed into place, before latest moved from step 20.
+  set_latest(dir, step(20));
+  announce_publish(dir, step(30));
   REQUIRE(announced_checkpoint(dir).has_value());
-  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{20, 10});
+  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{30, 20, 10});
+  // A rollback by hand since (latest set to step 10) is honoured; set back, the save counts again.
+  std::ofstream(fs::path(dir) / "latest", std::ios::trunc) << "step_00000010\n";
+  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{10, 30, 20});
+  std::ofstream(fs::path(dir) / "latest", std::ios::trunc) << "step_00000020\n";
+  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{30, 20, 10});
   // Settled by setting latest (the resume continues from it), and removed as an unfinished save's.
-  set_latest(dir, (fs::path(dir) / "step_00000020").string());
+  set_latest(dir, step(30));
   CHECK_FALSE(fs::exists(fs::path(dir) / "latest.publishing"));
-  announce_publish(dir, (fs::path(dir) / "step_00000020").string());
+  announce_publish(dir, step(30));
   CHECK(remove_unfinished_saves(dir) == std::vector<std::string>{(fs::path(dir) / "latest.publishing").string()});
   // Killed before the rename: the announced folder is no checkpoint, and latest is tried first.
-  announce_publish(dir, (fs::path(dir) / "step_00000030").string());
-  set_latest(dir, (fs::path(dir) / "step_00000010").string());  // (a rollback by loom settles it too)
-  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{10, 20});
-  announce_publish(dir, (fs::path(dir) / "step_00000030").string());
-  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{10, 20});
-  // A latest a user set back by hand comes with no announcement: the rollback is honoured.
-  fs::remove(fs::path(dir) / "latest.publishing");
-  std::ofstream(fs::path(dir) / "latest", std::ios::trunc) << "step_00000010\n";
-  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{10, 20});
+  announce_publish(dir, step(40));
+  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{30, 20, 10});
+  // A rollback by loom settles it too.
+  set_latest(dir, step(10));
+  CHECK_FALSE(fs::exists(fs::path(dir) / "latest.publishing"));
   fs::remove_all(dir);
 }

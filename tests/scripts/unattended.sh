@@ -85,7 +85,7 @@ echo "rollback to step 9: step 12 set aside as abandoned, --resume auto continue
 must_train 1 window --set checkpoint.dir="$WORK/ck_window" --set checkpoint.interval=2 --set train.exit_after=4
 [ -e "$WORK/ck_window/latest.publishing" ] && fail "a finished save left latest.publishing"
 echo step_00000002 > "$WORK/ck_window/latest"  # what a kill between the two leaves
-echo step_00000004 > "$WORK/ck_window/latest.publishing"
+printf 'step_00000004\nafter step_00000002\n' > "$WORK/ck_window/latest.publishing"
 must_train 1 window --set checkpoint.dir="$WORK/ck_window" --set train.exit_after=6 --resume auto
 grep -q "resumed from .*step_00000004 at step 4" "$WORK/window.log" || { cat "$WORK/window.log"; fail "the last save was lost"; }
 ls -d "$WORK"/ck_window/step_*.* 2> /dev/null && fail "a checkpoint was set aside"
