@@ -42,6 +42,27 @@ int64_t check_inputs(const std::vector<std::string>& inputs) {
   return bytes;
 }
 
+// PREFIX.bin, .idx and .json are written over whatever has their names, so they must not be an
+// input (`--input corpus.json --output corpus` would replace the user's text), nor a directory.
+void check_outputs(const std::string& prefix, const std::vector<std::string>& inputs) {
+  namespace fs = std::filesystem;
+  if (prefix.empty() || prefix.back() == '/' || fs::path(prefix).filename() == "." ||
+      fs::path(prefix).filename() == "..") {
+    throw InputError("--output must name a file prefix (PREFIX.bin, .idx and .json are written), got '" + prefix + "'");
+  }
+  for (const char* suffix : {".bin", ".idx", ".json"}) {
+    const std::string path = prefix + suffix;
+    std::error_code error;
+    if (fs::is_directory(path, error)) throw InputError("--output: '" + path + "' is a directory");
+    for (const auto& input : inputs) {
+      if (fs::exists(path, error) && fs::equivalent(path, input, error) && !error) {
+        throw InputError("--output " + prefix + " would write '" + path + "' over the input '" + input +
+                         "': choose another prefix");
+      }
+    }
+  }
+}
+
 // Tokenizes BATCH into IDS (same order) with WORKERS threads. The error of the first
 // failing document (in input order) is rethrown, naming where the document came from.
 void tokenize_batch(const Tokenizer& tokenizer, const std::vector<Document>& batch, int workers,
@@ -81,6 +102,7 @@ void tokenize_batch(const Tokenizer& tokenizer, const std::vector<Document>& bat
 int prepare(const PrepareArgs& args) {
   if (args.workers < 1) throw InputError("--workers must be at least 1 (got " + std::to_string(args.workers) + ")");
   const int64_t total_bytes = check_inputs(args.inputs);
+  check_outputs(args.output_prefix, args.inputs);
   const auto tokenizer = load_tokenizer(args.tokenizer);
   if (args.add_bos && tokenizer->bos_id() < 0)
     throw InputError("--add-bos: tokenizer '" + args.tokenizer + "' has no BOS token");

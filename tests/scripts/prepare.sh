@@ -56,6 +56,14 @@ expect_exit2 "docs.jsonl:1: the JSON line has no key 'text'" prepare --input "$W
 [ -z "$(ls "$WORK" | grep '^bad\.\(bin\|idx\|json\)$')" ] || fail "a failed prepare left files behind"
 expect_exit2 "--add-bos: tokenizer 'byte' has no BOS" prepare --input "$WORK/a.txt" --output "$WORK/bad" --add-bos
 expect_exit2 "--workers must be at least 1" prepare --input "$WORK/a.txt" --output "$WORK/bad" --workers 0
+# An output that is an input (the user's only copy) or a directory is refused, the input kept.
+echo '{"text": "my only copy"}' > "$WORK/corpus.json"
+expect_exit2 "would write '$WORK/corpus.json' over the input '$WORK/corpus.json'" prepare --input "$WORK/corpus.json" \
+  --output "$WORK/corpus"
+grep -q "my only copy" "$WORK/corpus.json" || fail "prepare replaced its own input"
+mkdir -p "$WORK/dir.bin"
+expect_exit2 "--output: '$WORK/dir.bin' is a directory" prepare --input "$WORK/a.txt" --output "$WORK/dir"
+expect_exit2 "--output must name a file prefix" prepare --input "$WORK/a.txt" --output "$WORK/"
 expect_exit2 "is not known" prepare --input "$WORK/a.txt" --output "$WORK/bad" --tokenizer gpt9
 
 # A byte-level BPE learned from the README, Llama 3 shaped (BOS and EOS named by its tokenizer_config.json).
