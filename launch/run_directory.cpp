@@ -71,11 +71,22 @@ RunDirectory open_on_rank0(const TrainArgs& args, const Config& config) {
   run.run_lock = DirectoryLock(run.path, "run", "run directory");
   std::error_code error;
   const auto metrics = fs::path(run.path) / "metrics.jsonl";
-  if (args.resume.empty() && !args.overwrite_run_dir && fs::file_size(metrics, error) > 0 && !error) {
+  const bool has_metrics = fs::file_size(metrics, error) > 0 && !error;
+  if (args.resume.empty() && !args.overwrite_run_dir && has_metrics) {
     throw InputError("run directory '" + run.path +
                      "' holds another run's metrics.jsonl, which a fresh run would "
                      "replace: pass --resume auto to continue that run, give this one another --run-dir, or pass "
                      "--overwrite-run-dir to start anew there");
+  }
+  // The run writes its resolved config as config.yaml: one loom did not write there (the user's own
+  // config, kept beside the run's outputs) would be replaced, comments and all.
+  const auto config_yaml = fs::path(run.path) / "config.yaml";
+  std::string first_line;
+  if (!args.overwrite_run_dir && !has_metrics && fs::exists(config_yaml, error) &&
+      !(std::getline(std::ifstream(config_yaml), first_line) && first_line == kRunConfigHeader)) {
+    throw InputError("run directory '" + run.path + "' holds a config.yaml that loom did not write (your config?), " +
+                     "where this run writes its resolved config: give the run another --run-dir (e.g. " +
+                     (fs::path(run.path) / "run").string() + ") or pass --overwrite-run-dir to replace it");
   }
   if (!config.checkpoint.dir.empty()) {
     if (args.resume == "auto" && !fs::is_directory(config.checkpoint.dir, error)) {

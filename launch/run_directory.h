@@ -16,6 +16,10 @@
 
 namespace loom::launch {
 
+// The first line of the config.yaml a run writes into its run directory: what tells it from a
+// user's own file there, which a fresh run refuses to replace.
+inline constexpr const char* kRunConfigHeader = "# loom: this run's resolved config (written by loom train)";
+
 struct RunDirectory {
   std::string path;
   DirectoryLock run_lock, checkpoint_lock;  // held by rank 0 for the run's lifetime

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/errors.h"
+#include "launch/run_directory.h"
 #include "launch/step_dump.h"
 #include "launch/trainer.h"
 
@@ -61,7 +62,7 @@ void Trainer::open_records_on_rank0(const std::string& resume, int64_t resumed_s
   const fs::path config = dir / "config.yaml", written = dir / ".config.yaml.tmp";
   {
     std::ofstream out(written, std::ios::trunc);
-    out << to_yaml(config_);
+    out << kRunConfigHeader << "\n" << to_yaml(config_);
     out.flush();
     if (!out) throw EnvironmentError("cannot write " + written.string() + " (is the disk full?)");
   }

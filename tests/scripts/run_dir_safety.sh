@@ -22,6 +22,8 @@
 # 10. Absurd sizes are refused before anything is allocated (exit 2, naming the key): a count key
 #     at 1e18, and a 1.3e13-parameter model whose estimate exceeds the machine's memory (both numbers
 #     and train.memory_check named); the run directory stays empty.
+# 11. A fresh run into a directory that holds the user's own config.yaml (not one loom wrote) is
+#     refused, naming it, and the file is kept; loom's own config.yaml there (a refused start's) is not.
 source "$(dirname "$0")/common.sh"
 ARGS=(--set train.steps=6 --set train.warmup_steps=1 --set log.tensorboard=true)
 train() { local name="$1"; shift; "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${ARGS[@]}" "$@" > "$WORK/$name.log" 2>&1; }
@@ -155,4 +157,14 @@ expect 2 trillion "more than this .* of [0-9.]* GB. Its size is model.num_layers
 expect 2 trillion "set train.memory_check=false to train anyway" $code
 [ -z "$(ls -A "$WORK/trillion" 2> /dev/null)" ] || fail "the refused trillion-parameter run wrote into its run directory"
 echo "10. absurd sizes refused before allocating, naming the keys and both memory figures"
+mkdir -p "$WORK/mine"
+printf '# my notes\n' > "$WORK/mine/config.yaml"
+code=0
+train mine || code=$?
+expect 2 mine "run directory '$WORK/mine' holds a config.yaml that loom did not write" $code
+grep -q "my notes" "$WORK/mine/config.yaml" || fail "the user's config.yaml was replaced"
+must_train mine --overwrite-run-dir
+rm "$WORK/mine/metrics.jsonl"  # loom's config.yaml without metrics (a start refused later): no refusal
+must_train mine
+echo "11. the user's config.yaml in the run directory kept, refused naming it"
 echo "run_dir_safety: ok"
