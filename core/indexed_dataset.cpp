@@ -92,12 +92,23 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   if (error || sequences > idx_bytes / 12 || documents > idx_bytes / 8 ||
       header + sequences * 12 + documents * 8 != idx_bytes) {
     throw InputError("'" + idx + "' claims " + std::to_string(sequences) + " sequences and " +
-                     std::to_string(documents) + " documents, which its " + std::to_string(idx_bytes) +
-                     " bytes cannot hold (a damaged or truncated index)");
+                     std::to_string(documents) + " documents, which do not fit its " + std::to_string(idx_bytes) +
+                     " bytes exactly (a damaged, truncated or extended index)");
   }
   lengths_ = read_array<int32_t>(in, sequences, idx);
   offsets_ = read_array<int64_t>(in, sequences, idx);
   documents_ = read_array<int64_t>(in, documents, idx);
+  // The document index: where each document's sequences begin, rising within [0, sequences]. It
+  // indexes the sequences directly (data.split cuts by documents): a damaged entry must not read
+  // outside them.
+  for (size_t d = 0; d < documents; ++d) {
+    const int64_t at = documents_[d], before = d == 0 ? 0 : documents_[d - 1];
+    if (at < before || at > static_cast<int64_t>(sequences)) {
+      throw InputError("'" + idx + "': document index entry " + std::to_string(d) + " = " + std::to_string(at) +
+                       " is outside [" + std::to_string(before) + ", " + std::to_string(sequences) +
+                       "] (a damaged index)");
+    }
+  }
 
   int fd = ::open(bin.c_str(), O_RDONLY);
   if (fd < 0) throw InputError("cannot open dataset tokens '" + bin + "'");
@@ -106,10 +117,13 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   data_bytes_ = static_cast<size_t>(st.st_size);
   const size_t item = dtype_size(dtype_);
   for (size_t i = 0; i < sequences; ++i) {
-    if (lengths_[i] < 0 || offsets_[i] < 0 ||
+    if (lengths_[i] < 0 || offsets_[i] < 0 || offsets_[i] % static_cast<int64_t>(item) != 0 ||
         static_cast<size_t>(offsets_[i]) + static_cast<size_t>(lengths_[i]) * item > data_bytes_) {
       ::close(fd);
-      throw InputError("'" + bin + "' is shorter than its index says (sequence " + std::to_string(i) + ")");
+      throw InputError("'" + bin + "' does not match its index: sequence " + std::to_string(i) + " at byte " +
+                       std::to_string(offsets_[i]) + ", " + std::to_string(lengths_[i]) + " tokens of " +
+                       std::to_string(item) + " bytes, in a file of " + std::to_string(data_bytes_) +
+                       " bytes (truncated, or a damaged index)");
     }
   }
   if (data_bytes_ > 0) {

@@ -96,7 +96,8 @@ TEST_CASE("broken datasets are refused naming the file", "[data]") {
   writer.add_document({1, 2, 3, 4});
   writer.finish();
   std::filesystem::resize_file(dir + "/ds.bin", 4);
-  CHECK_THROWS_WITH(IndexedDataset(dir + "/ds"), Catch::Contains("ds.bin") && Catch::Contains("shorter"));
+  CHECK_THROWS_WITH(IndexedDataset(dir + "/ds"),
+                    Catch::Contains("ds.bin") && Catch::Contains("does not match its index"));
 
   std::ofstream(dir + "/bad.idx") << "NOTMAGIC!xxxxxxxxxxxxxxxx";
   std::ofstream(dir + "/bad.bin") << "";
@@ -116,5 +117,26 @@ TEST_CASE("broken datasets are refused naming the file", "[data]") {
     f.seekp(9 + 8 + 1);  // magic, version, dtype code: then the sequence count
     f.write(reinterpret_cast<const char*>(&claimed), 8);
   }
-  CHECK_THROWS_WITH(IndexedDataset(dir + "/huge"), Catch::Contains("huge.idx") && Catch::Contains("cannot hold"));
+  CHECK_THROWS_WITH(IndexedDataset(dir + "/huge"), Catch::Contains("huge.idx") && Catch::Contains("do not fit"));
+
+  // A document index entry outside the sequences (data.split reads by it) or falling, and a
+  // sequence at an offset that is not a whole token: refused when the index is read.
+  IndexedDatasetWriter three(dir + "/three", TokenDtype::u16);
+  for (int d = 0; d < 3; ++d) three.add_document({1, 2, 3});
+  three.finish();
+  const auto size = std::filesystem::file_size(dir + "/three.idx");
+  auto damaged = [&](const std::string& name, uint64_t at, int64_t value) {
+    std::filesystem::copy_file(dir + "/three.idx", dir + "/" + name + ".idx");
+    std::filesystem::copy_file(dir + "/three.bin", dir + "/" + name + ".bin");
+    std::fstream f(dir + "/" + name + ".idx", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(reinterpret_cast<const char*>(&value), 8);
+    return dir + "/" + name;
+  };
+  const uint64_t last_document = size - 8, first_offset = 9 + 8 + 1 + 8 + 8 + 3 * 4;
+  CHECK_THROWS_WITH(IndexedDataset(damaged("far", last_document, 1000000)),
+                    Catch::Contains("far.idx") && Catch::Contains("document index entry 3 = 1000000 is outside"));
+  CHECK_THROWS_WITH(IndexedDataset(damaged("negative", last_document, -5)), Catch::Contains("= -5 is outside"));
+  CHECK_THROWS_WITH(IndexedDataset(damaged("odd", first_offset, 1)),
+                    Catch::Contains("odd.bin") && Catch::Contains("sequence 0 at byte 1"));
 }
