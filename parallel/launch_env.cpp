@@ -6,11 +6,14 @@
 #endif
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "core/errors.h"
@@ -18,6 +21,41 @@
 
 namespace loom::parallel {
 namespace {
+
+// MPI_Init and the collectives right after it have no timeout: a rank stopped while it starts
+// (before its own MPI_Init returns) left the others waiting in theirs for ever, out of reach of
+// parallel.timeout_s and the heartbeat, which start later. This ends the waiting rank after
+// TIMEOUT (exit 1, a stuck peer's code), and mpirun then ends the rest.
+class StartupWatchdog {
+ public:
+  StartupWatchdog(std::chrono::milliseconds timeout, const char* step)
+      : thread_([this, timeout, step] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (done_changed_.wait_for(lock, timeout, [this] { return done_; })) return;
+          std::fprintf(stderr,
+                       "loom: error: %s did not finish within parallel.timeout_s = %.0f s: another rank of the job "
+                       "has not started (stopped, or too slow to start); ending this rank\n",
+                       step, std::chrono::duration<double>(timeout).count());
+          std::fflush(stderr);
+          std::_Exit(1);
+        }) {}
+  StartupWatchdog(const StartupWatchdog&) = delete;
+  StartupWatchdog& operator=(const StartupWatchdog&) = delete;
+  ~StartupWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    done_changed_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_changed_;
+  bool done_ = false;
+  std::thread thread_;  // last: it starts once the members above exist
+};
 
 const char* env(const char* name) {
   return std::getenv(name);
@@ -127,6 +165,7 @@ LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch())
   }
 #else
   if (info_.launcher == "mpirun") {
+    const StartupWatchdog watchdog(timeout, "MPI's start-up (MPI_Init and the store's address)");
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
