@@ -101,7 +101,8 @@ TrainingData::TrainingData(const Config& config) {
     corpora_.push_back(open_component(train_blend[i], "data.path", config));
     const TokenCorpus* whole = corpora_.back().get();
     const TokenCorpus* train_part = whole;
-    if (split.train < 1.0) {
+    if (split.train < 1.0 ||
+        split.valid > 0.0) {  // (a tiny valid weight rounds train to 1: still cut, and refused empty)
       // Cut at document starts, as Megatron-LM does, so that no document is in two parts.
       const int64_t n = whole->num_tokens();
       const int64_t train_end = whole->document_boundary(static_cast<int64_t>(std::llround(split.train * n)));

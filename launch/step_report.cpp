@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "core/data_blend.h"
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/logging.h"
@@ -71,7 +72,8 @@ void log_job_start(const Config& config, const parallel::LaunchEnv& env, int thr
         config.model.vocab_size, config.train.global_batch_size, config.train.micro_batch_size,
         config.micro_batches_per_step(), p.dp, config.data.path.empty() ? "synthetic" : config.data.path);
   const auto& d = config.data;
-  if (!d.valid_path.empty() || !d.split.empty()) {
+  // (A split whose validation weight is 0, as Megatron-LM's 100,0,0, validates nothing.)
+  if (!d.valid_path.empty() || (!d.split.empty() && parse_split(d.split, "data.split").valid > 0.0)) {
     info0("validation: {} | {} global batches {}",
           d.valid_path.empty() ? "data.split " + d.split + " of each training dataset" : d.valid_path,
           config.eval.steps,

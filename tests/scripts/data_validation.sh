@@ -78,4 +78,11 @@ expect_refusal odd_blend 1 "config key 'data.path': a blend is weight and prefix
 expect_refusal missing 2 "config key 'data.valid_path'" --set "data.valid_path=$WORK/nothing"
 expect_refusal bad_split 1 "config key 'data.split'" --set data.split=90,x
 expect_refusal split_and_valid 1 "data.split" --set data.split=90,10 --set "data.valid_path=$WORK/b"
+# A validation weight too small for a token (it rounds the training part to all): refused, not
+# announced and skipped; a validation weight of 0 validates nothing and says nothing of it.
+expect_refusal tiny_valid 1 "its validation part: .* holds 0 tokens" --set model.vocab_size=256 \
+  --set "data.path=$WORK/b" --set data.split=1e30,1,1
+run_loom 1 no_valid --set model.vocab_size=256 --set "data.path=$WORK/b" --set data.split=100,0,0 --set train.steps=2 \
+  --set train.warmup_steps=1 || { cat "$WORK/no_valid.log"; fail "data.split 100,0,0"; }
+grep -q "validation" "$WORK/no_valid.log" && { cat "$WORK/no_valid.log"; fail "data.split 100,0,0 announced a validation"; }
 echo "data_validation: all checks passed"
