@@ -53,7 +53,9 @@ Side predicted_side(const std::string& op, const std::vector<int64_t>& group, in
 
 }  // namespace
 
-int plan_run(const std::string& run_dir) {
+namespace {
+
+int compare_with_run(const std::string& run_dir) {
   namespace fs = std::filesystem;
   const fs::path dir(run_dir);
   const fs::path traffic_path = dir / "traffic.json";
@@ -202,6 +204,22 @@ int plan_run(const std::string& run_dir) {
     std::printf("note: %s\n", d.get<std::string>().c_str());
   }
   return 0;
+}
+
+}  // namespace
+
+int plan_run(const std::string& run_dir) {
+  // traffic.json is loom's own; one that is edited or damaged has the wrong types, lists or
+  // indices somewhere, which nlohmann and std::vector report in their own words.
+  const std::string traffic = (std::filesystem::path(run_dir) / "traffic.json").string();
+  try {
+    return compare_with_run(run_dir);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError("'" + traffic + "' is not a traffic report as loom writes it (damaged or edited?): " + e.what());
+  } catch (const std::out_of_range& e) {
+    throw InputError("'" + traffic +
+                     "' holds a rank or node outside the run's world (damaged or edited?): " + e.what());
+  }
 }
 
 }  // namespace loom::launch

@@ -122,6 +122,11 @@ for i in 1 2 3; do head -c 3000 "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/doc$i.txt
 [ "$(wc -l < "$WORK/run/metrics.jsonl")" = 3 ] || fail "metrics.jsonl should have 3 lines"
 grep -q 'path: ".*ds"' "$WORK/run/config.yaml" || fail "resolved config.yaml lacks data.path"
 grep -q 'dp: 1' "$WORK/run/config.yaml" || fail "resolved config.yaml lacks the resolved dp"
+# loom plan --run on a damaged traffic.json: exit 2 naming it, not a JSON library's message and exit 1.
+cp -r "$WORK/run" "$WORK/run_damaged"
+echo '[]' > "$WORK/run_damaged/traffic.json"
+expect_exit 2 "'$WORK/run_damaged/traffic.json' is not a traffic report as loom writes it" "$LOOM" plan --run \
+  "$WORK/run_damaged"
 expect_exit 2 "outside model.vocab_size = 256" "$LOOM" train "$TINY" --run-dir "$WORK/run2" --set data.path="$WORK/ds" \
   --set model.vocab_size=256
 
