@@ -73,13 +73,30 @@ void agree_on_config(const Config& config, bool resuming, const parallel::Launch
   const auto& store = env.store();
   const auto here = agreed_keys(config, resuming);
   const std::string mine = text_of(here);
+  // Two processes given one RANK: the second to come says so (the other then waits for the rank
+  // nobody was given, and says that).
+  if (store->add("rank_taken/" + std::to_string(env.rank()), 1) > 1) {
+    throw InputError("two processes were started as rank " + std::to_string(env.rank()) +
+                     ": give each process of the job its own rank in 0.." + std::to_string(env.world() - 1) +
+                     " (RANK)");
+  }
   store->set("config/" + std::to_string(env.rank()), bytes_of(mine));
-  const auto rank0_bytes = store->get("config/0");
+  // A rank that never publishes its config never joined: the store's own timeout says only its key.
+  auto config_of = [&](int r) {
+    try {
+      return store->get("config/" + std::to_string(r));
+    } catch (const std::exception&) {  // (its message is the key and a backtrace)
+      throw CommError("rank " + std::to_string(r) + " of " + std::to_string(env.world()) +
+                      " did not join the job within parallel.timeout_s (not started, stopped, or started with "
+                      "another MASTER_ADDR, MASTER_PORT or WORLD_SIZE)");
+    }
+  };
+  const auto rank0_bytes = config_of(0);
   const std::string rank0(rank0_bytes.begin(), rank0_bytes.end());
   // Every rank reads every rank's, so that all reach the same verdict and leave together.
   std::vector<int> differing;
   for (int r = 1; r < env.world(); ++r) {
-    const auto theirs = store->get("config/" + std::to_string(r));
+    const auto theirs = config_of(r);
     if (std::string(theirs.begin(), theirs.end()) != rank0) differing.push_back(r);
   }
   store->set("config_read/" + std::to_string(env.rank()), bytes_of("1"));

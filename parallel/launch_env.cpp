@@ -6,11 +6,13 @@
 #endif
 #include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -65,9 +67,11 @@ int env_int(const char* name, int fallback) {
   const char* value = env(name);
   if (!value) return fallback;
   char* end = nullptr;
+  errno = 0;
   long parsed = std::strtol(value, &end, 10);
-  if (*value == '\0' || *end != '\0' || parsed < 0) {
-    throw InputError(std::string("environment variable ") + name + "='" + value + "' is not a non-negative integer");
+  if (*value == '\0' || *end != '\0' || parsed < 0 || errno == ERANGE || parsed > std::numeric_limits<int>::max()) {
+    throw InputError(std::string("environment variable ") + name + "='" + value +
+                     "' is not a non-negative integer of at most " + std::to_string(std::numeric_limits<int>::max()));
   }
   return static_cast<int>(parsed);
 }
@@ -139,6 +143,10 @@ LaunchInfo detect_launch() {
       }
       info.master_addr = env("MASTER_ADDR");
       info.master_port = env_int("MASTER_PORT", 0);
+      if (info.master_port < 1 || info.master_port > 65535) {
+        throw InputError("environment variable MASTER_PORT='" + std::string(env("MASTER_PORT")) +
+                         "' is not a TCP port (1-65535)");
+      }
     }
     // torchrun restarts workers with a new attempt number; keys of an old attempt must not be seen.
     info.store_prefix = "loom/attempt_" + std::to_string(env_int("TORCHELASTIC_RESTART_COUNT", 0)) + "/";

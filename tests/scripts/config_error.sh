@@ -91,6 +91,17 @@ case "$mode" in
     grep -q "(--resume = given here, not given on rank 0)" "$WORK/resume1.log" ||
       { cat "$WORK/resume1.log"; fail "rank 1 should name --resume"; }
     echo "--resume on one rank only: both exited 2, rank 1 naming --resume"
+    # The launch environment: a port out of range and a world size past an int are refused (exit 2)
+    # before anything waits; a rank that never comes is named after parallel.timeout_s (exit 1).
+    export RANK=0 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1
+    expect_exit 2 "MASTER_PORT='99999' is not a TCP port" env WORLD_SIZE=2 MASTER_PORT=99999 "$LOOM" train "$TINY" \
+      --run-dir "$WORK/env"
+    expect_exit 2 "WORLD_SIZE='99999999999' is not a non-negative integer" env WORLD_SIZE=99999999999 \
+      MASTER_PORT="$(free_port)" "$LOOM" train "$TINY" --run-dir "$WORK/env"
+    expect_exit 1 "rank 1 of 2 did not join the job within parallel.timeout_s" timeout 60 env WORLD_SIZE=2 \
+      MASTER_PORT="$(free_port)" "$LOOM" train "$TINY" --run-dir "$WORK/env" --set parallel.timeout_s=2
+    unset RANK LOCAL_RANK MASTER_ADDR
+    echo "launch environment: a bad port or world size refused, a rank that never came named"
     ;;
   *) fail "usage: config_error.sh mpirun|plain" ;;
 esac
