@@ -21,6 +21,8 @@ std::vector<BlendComponent> parse_blend(const std::string& spec, const std::stri
   std::istringstream in(spec);
   std::vector<std::string> words;
   for (std::string word; in >> word;) words.push_back(word);
+  // Empty means the synthetic corpus; blanks alone are a path gone missing (an unset variable).
+  if (words.empty() && !spec.empty()) throw InputError("config key '" + key + "' holds only blanks");
   if (words.empty()) return {};
   if (words.size() == 1) return {{1.0, words[0]}};
   if (words.size() % 2 != 0) {

@@ -117,6 +117,10 @@ Command add_verify(CLI::App& loom) {
     args.train.flops_per_token = models::gpt_flops_per_token;
     args.steps = parse_integer("--steps", *steps, 1);
     args.rtol = parse_number("--rtol", *rtol);
+    if (!(args.rtol >= 0.0) || !std::isfinite(args.rtol)) {
+      throw InputError("--rtol expects a finite tolerance of at least 0 (0: the precision's default), got '" + *rtol +
+                       "'");
+    }
     args.self = std::filesystem::read_symlink("/proc/self/exe").string();
     return verify(args, models::make_gpt_piece);
   };

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -36,9 +37,12 @@ ClusterSpec load_cluster(const std::string& path) {
                                       "inter_node_nic",
                                       "backend"};
   if (!root.IsMap()) throw InputError("cluster file '" + path + "' must be a mapping of keys");
+  std::set<std::string> seen;
   for (const auto& entry : root) {
     const auto key = entry.first.as<std::string>();
     if (!keys.count(key)) throw InputError("cluster file '" + path + "': unknown key '" + key + "'");
+    // yaml-cpp keeps the first of two; which one the writer meant is not ours to guess.
+    if (!seen.insert(key).second) throw InputError("cluster file '" + path + "': key '" + key + "' is given twice");
   }
   auto number = [&](const std::string& key, double min) {
     if (!root[key]) throw InputError("cluster file '" + path + "': missing key '" + key + "'");
@@ -48,8 +52,10 @@ ClusterSpec load_cluster(const std::string& path) {
     } catch (const YAML::Exception&) {
       throw InputError("cluster file '" + path + "': key '" + key + "' must be a number");
     }
-    if (!(value > min))
-      throw InputError("cluster file '" + path + "': key '" + key + "' must be above " + std::to_string(min));
+    if (!(value > min) || !std::isfinite(value)) {
+      throw InputError("cluster file '" + path + "': key '" + key + "' must be a finite number above " +
+                       std::to_string(min));
+    }
     return value;
   };
   ClusterSpec c;
@@ -63,6 +69,10 @@ ClusterSpec load_cluster(const std::string& path) {
   c.inter_bandwidth = number("inter_node_bandwidth_GBps", 0) * 1e9;
   c.inter_latency = number("inter_node_latency_us", -1) * 1e-6;
   c.compute_efficiency = root["compute_efficiency"] ? number("compute_efficiency", 0) : 0.5;
+  if (c.compute_efficiency > 1.0) {
+    throw InputError("cluster file '" + path + "': key 'compute_efficiency' is the share of peak compute reached, " +
+                     "at most 1 (got " + std::to_string(c.compute_efficiency) + ")");
+  }
   if (root["inter_node_nic"]) {
     const auto nic = root["inter_node_nic"].as<std::string>();
     if (nic != "per_gpu" && nic != "shared") {

@@ -118,6 +118,17 @@ TEST_CASE("cluster files with a missing or unknown key are refused naming it", "
   std::ofstream(missing) << "gpus_per_node: 8\nnodes: 1\n";
   CHECK_THROWS_WITH(load_cluster(missing), Catch::Contains("missing key 'peak_bf16_tflops'"));
   CHECK_THROWS_AS(load_cluster((dir / "nope.yaml").string()), loom::InputError);
+  // A key given twice, an efficiency above peak, an infinite link: refused, naming the key.
+  const std::string base =
+      "gpus_per_node: 2\nnodes: 2\npeak_bf16_tflops: 1\nmemory_gb: 8\nintra_node_bandwidth_GBps: 1\n"
+      "intra_node_latency_us: 1\ninter_node_latency_us: 1\n";
+  const auto odd = (dir / "loom_cluster_odd.yaml").string();
+  std::ofstream(odd) << base << "inter_node_bandwidth_GBps: 1\nnodes: 4\n";
+  CHECK_THROWS_WITH(load_cluster(odd), Catch::Contains("key 'nodes' is given twice"));
+  std::ofstream(odd, std::ios::trunc) << base << "inter_node_bandwidth_GBps: 1\ncompute_efficiency: 2\n";
+  CHECK_THROWS_WITH(load_cluster(odd), Catch::Contains("'compute_efficiency'") && Catch::Contains("at most 1"));
+  std::ofstream(odd, std::ios::trunc) << base << "inter_node_bandwidth_GBps: .inf\n";
+  CHECK_THROWS_WITH(load_cluster(odd), Catch::Contains("'inter_node_bandwidth_GBps' must be a finite number"));
 }
 
 namespace {

@@ -77,6 +77,7 @@ rm -f "$WORK/a.json"
 expect_refusal odd_blend 1 "config key 'data.path': a blend is weight and prefix pairs" --set "data.path=0.3 $WORK/a 0.7"
 expect_refusal missing 2 "config key 'data.valid_path'" --set "data.valid_path=$WORK/nothing"
 expect_refusal bad_split 1 "config key 'data.split'" --set data.split=90,x
+expect_refusal blank_path 1 "config key 'data.path' holds only blanks" --set "data.path=   "
 expect_refusal split_and_valid 1 "data.split" --set data.split=90,10 --set "data.valid_path=$WORK/b"
 # A validation weight too small for a token (it rounds the training part to all): refused, not
 # announced and skipped; a validation weight of 0 validates nothing and says nothing of it.

@@ -83,6 +83,7 @@ expect_fault pp_fault 4 "pipeline send" "stage 0" --set parallel.pp=2 --inject-f
 # Without the fault the same layouts are equal (the fault, not the layout, made the difference): tp2, pp2 above.
 
 expect_exit 2 "--steps expects an integer of at least 1" "$LOOM" verify "$TINY" --steps 0
+expect_exit 2 "--rtol expects a finite tolerance of at least 0" "$LOOM" verify "$TINY" --rtol -1
 expect_exit 2 "unknown key 'train.stepz'" "$LOOM" verify "$TINY" --set train.stepz=3
 expect_exit 2 "this layout has no pp group" "$LOOM" verify "$TINY" --inject-fault 0:1:scale:pp:1e-3
 # A directory of an earlier verify at another world: its leftover rank files are not read.
