@@ -91,6 +91,30 @@ case "$mode" in
     grep -q "(--resume = given here, not given on rank 0)" "$WORK/resume1.log" ||
       { cat "$WORK/resume1.log"; fail "rank 1 should name --resume"; }
     echo "--resume on one rank only: both exited 2, rank 1 naming --resume"
+    # One relative data.path, two working directories holding different datasets: refused at
+    # rendezvous (exit 2) naming the files' sizes and checksums, where both trained silently.
+    for d in a b; do
+      mkdir -p "$WORK/cwd_$d"
+      bytes=4000
+      [ "$d" = b ] && bytes=6000
+      head -c "$bytes" "$LOOM_SOURCE/README.md" > "$WORK/cwd_$d/t.txt"
+      (cd "$WORK/cwd_$d" && "$LOOM" prepare --input t.txt --output base > /dev/null) || fail "prepare in cwd_$d"
+    done
+    port="$(free_port)"
+    pids=()
+    for rank in 0 1; do
+      (cd "$WORK/cwd_$([ "$rank" = 0 ] && echo a || echo b)" && RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank \
+        LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout "$guard" "$LOOM" train "$TINY" \
+        --run-dir "$WORK/data_differs" --set data.path=base --set model.vocab_size=257 > "$WORK/data$rank.log" 2>&1) &
+      pids+=($!)
+    done
+    for rank in 0 1; do
+      code=0
+      wait "${pids[$rank]}" || code=$?
+      [ "$code" = 2 ] || { cat "$WORK/data$rank.log"; fail "different data on rank 1: rank $rank exit $code"; }
+    done
+    grep -q "data.path files base = .bin [0-9]* bytes" "$WORK/data1.log" || { cat "$WORK/data1.log"; fail "no data files named"; }
+    echo "one data.path, different files: both exited 2, rank 1 naming the files"
     # The launch environment: a port out of range and a world size past an int are refused (exit 2)
     # before anything waits; a rank that never comes is named after parallel.timeout_s (exit 1).
     export RANK=0 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1
