@@ -92,6 +92,7 @@ void MetricsWriter::write(const nlohmann::json& record) {
 }
 
 void MetricsWriter::continue_after(int64_t step) {
+  if (tensorboard_) tensorboard_->start_session(step + 1);
   std::error_code error;
   if (!fs::is_regular_file(path_, error)) return;
   bool ends_whole = true;

@@ -59,7 +59,8 @@ void put_float(std::string& out, uint32_t field, float value) {
 }
 
 // Event's fields (tensorflow/core/util/event.proto) and Summary.Value's (summary.proto).
-constexpr uint32_t kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5;
+constexpr uint32_t kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5, kEventSessionLog = 7;
+constexpr uint32_t kSessionLogStatus = 1, kSessionLogStart = 1;
 constexpr uint32_t kSummaryValue = 1, kValueTag = 1, kValueSimpleValue = 2;
 
 double now_seconds() {
@@ -107,6 +108,18 @@ std::string encode_scalars_event(double wall_time, int64_t step, const Scalars& 
   return event;
 }
 
+std::string encode_session_start_event(double wall_time, int64_t step) {
+  std::string session_log;
+  put_tag(session_log, kSessionLogStatus, kVarint);
+  put_varint(session_log, kSessionLogStart);
+  std::string event;
+  put_double(event, kEventWallTime, wall_time);
+  put_tag(event, kEventStep, kVarint);
+  put_varint(event, static_cast<uint64_t>(step));
+  put_bytes(event, kEventSessionLog, session_log);
+  return event;
+}
+
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
@@ -115,6 +128,10 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   out_.open(path_, std::ios::binary);
   if (!out_) throw InputError("log.tensorboard: cannot write event file '" + path_ + "'");
   write_record(encode_file_version_event(now_seconds()));
+}
+
+void TensorBoardWriter::start_session(int64_t step) {
+  write_record(encode_session_start_event(now_seconds(), step));
 }
 
 void TensorBoardWriter::write(int64_t step, const Scalars& scalars) {

@@ -22,6 +22,9 @@ class TensorBoardWriter {
   explicit TensorBoardWriter(const std::string& dir);
   // One Event at STEP holding every scalar, flushed: a crashed run keeps what it logged.
   void write(int64_t step, const Scalars& scalars);
+  // A resumed run trains again from STEP: a SessionLog START there makes TensorBoard drop what
+  // earlier files hold from STEP on (its purge of orphaned data), the stopped attempt's points.
+  void start_session(int64_t step);
   const std::string& path() const { return path_; }
 
  private:
@@ -34,5 +37,6 @@ class TensorBoardWriter {
 // The Event protos, encoded by hand (protobuf wire format); WALL_TIME in seconds since the epoch.
 std::string encode_file_version_event(double wall_time);
 std::string encode_scalars_event(double wall_time, int64_t step, const Scalars& scalars);
+std::string encode_session_start_event(double wall_time, int64_t step);
 
 }  // namespace loom

@@ -102,6 +102,11 @@ def event(data):
         elif number == 3:
             assert wire == 2
             out["file_version"] = value.decode()
+        elif number == 7:
+            assert wire == 2
+            status = {n: x for n, _, x in fields(value)}
+            assert status == {1: 1}, f"SessionLog {status}: only status START is written"
+            out["session_start"] = True
         elif number == 5:
             assert wire == 2
             for v_number, _, v in fields(value):
@@ -133,6 +138,10 @@ def protobuf_event_class():
     event.field.add(name="file_version", number=3, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     event.field.add(name="summary", number=5, type=F.TYPE_MESSAGE, type_name=".tensorflow.Summary",
                     label=F.LABEL_OPTIONAL)
+    session_log = file.message_type.add(name="SessionLog")
+    session_log.field.add(name="status", number=1, type=F.TYPE_INT32, label=F.LABEL_OPTIONAL)  # START = 1
+    event.field.add(name="session_log", number=7, type=F.TYPE_MESSAGE, type_name=".tensorflow.SessionLog",
+                    label=F.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     descriptor = pool.FindMessageTypeByName("tensorflow.Event")
@@ -151,6 +160,7 @@ def outside_check(data_records, mine, Event):
         assert parsed.HasField("step") == ("step" in decoded) and parsed.step == decoded.get("step", 0)
         assert parsed.file_version == decoded.get("file_version", "")
         assert {v.tag: v.simple_value for v in parsed.summary.value} == decoded["scalars"], "scalars differ"
+        assert parsed.HasField("session_log") == decoded.get("session_start", False)
 
 
 def as_float32(x):
@@ -170,7 +180,13 @@ def check(args):
         outside_check(data_records, in_file, Event)
         assert in_file and in_file[0].get("file_version") == "brain.Event:2", f"{path}: first Event {in_file[:1]}"
         assert not in_file[0]["scalars"] and "step" not in in_file[0]
-        events += in_file[1:]
+        for e in in_file[1:]:
+            if e.get("session_start"):
+                # A resumed run's restart: TensorBoard drops what came before from this step on.
+                assert not e["scalars"] and e is in_file[1], f"{path}: a SessionLog START not right after file_version"
+                events = [kept for kept in events if kept["step"] < e["step"]]
+                continue
+            events.append(e)
     metrics = [json.loads(line) for line in open(args.metrics)]
     steps = [e["step"] for e in events]
     assert steps == list(range(1, args.steps + 1)), f"steps {steps}"

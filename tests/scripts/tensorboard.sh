@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# log.tensorboard: gpt_tiny trained 12 steps with validation every 4, stopped after 6 and resumed,
+# log.tensorboard: gpt_tiny trained 12 steps with validation every 4, stopped after 6 and resumed
+# from step 4 (the stopped attempt's steps 5 and 6 trained again: the new file's SessionLog START
+# makes TensorBoard drop the old points, each step read once),
 # leaves two event files under RUN_DIR/tensorboard that TensorBoard's own reader (EventAccumulator,
 # tests/reference/tensorboard_reader.py) reads with every scalar of metrics.jsonl (loss, avg_loss,
 # lr, grad norm, validation loss and perplexity, tokens/s, step time) at the same steps and values
@@ -16,11 +18,13 @@ ARGS=(--run-dir "$RUN" --set train.steps=12 --set train.warmup_steps=3 --set log
   --set log.interval=2 --set checkpoint.dir="$WORK/ck" --set data.split=90,10,0 --set eval.interval=4
   --set eval.steps=1)
 
-"$LOOM" train "$CONFIG" "${ARGS[@]}" --set train.exit_after=6 > "$WORK/first.log" 2>&1 ||
+"$LOOM" train "$CONFIG" "${ARGS[@]}" --set train.exit_after=6 --set checkpoint.interval=4 > "$WORK/first.log" 2>&1 ||
   { cat "$WORK/first.log"; fail "the first 6 steps"; }
+# Step 6's checkpoint gone: the resume trains steps 5 and 6 again, and TensorBoard must show them once.
+rm -rf "$WORK/ck/step_00000006"
 "$LOOM" train "$CONFIG" "${ARGS[@]}" --resume auto > "$WORK/second.log" 2>&1 ||
-  { cat "$WORK/second.log"; fail "the resumed steps 7..12"; }
-grep -q "at step 6" "$WORK/second.log" || { cat "$WORK/second.log"; fail "did not resume at step 6"; }
+  { cat "$WORK/second.log"; fail "the resumed steps 5..12"; }
+grep -q "at step 4" "$WORK/second.log" || { cat "$WORK/second.log"; fail "did not resume at step 4"; }
 
 mapfile -t FILES < <(ls "$RUN/tensorboard"/events.out.tfevents.* | sort)
 [ "${#FILES[@]}" = 2 ] || { ls -l "$RUN/tensorboard"; fail "expected one event file per run, 2 in all"; }
