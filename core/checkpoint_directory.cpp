@@ -85,11 +85,16 @@ std::vector<std::string> remove_unfinished_saves(const std::string& dir) {
 
 namespace {
 
-// The complete checkpoint of DIR whose folder name FILE holds.
-std::optional<CheckpointInfo> named_checkpoint(const std::string& dir, const char* file) {
-  std::ifstream in(fs::path(dir) / file);
-  std::string name;
-  if (!(in >> name)) return std::nullopt;
+// The first word of DIR/FILE ("" when there is none).
+std::string first_word(const std::string& dir, const char* file) {
+  std::string word;
+  std::ifstream(fs::path(dir) / file) >> word;
+  return word;
+}
+
+// The complete checkpoint of DIR whose folder is NAME.
+std::optional<CheckpointInfo> checkpoint_named(const std::string& dir, const std::string& name) {
+  if (name.empty()) return std::nullopt;
   for (const auto& c : list_checkpoints(dir)) {
     if (fs::path(c.path).filename() == name) return c;
   }
@@ -104,8 +109,7 @@ void set_latest(const std::string& dir, const std::string& path) {
                      "': 'latest' is a directory; loom keeps there a file naming the newest checkpoint: move it away");
   }
   // Not rewritten when it already names PATH: on a full disk the rewrite would fail, and the job.
-  std::string name;
-  if (!(std::ifstream(fs::path(dir) / "latest") >> name && name == fs::path(path).filename().string())) {
+  if (first_word(dir, "latest") != fs::path(path).filename().string()) {
     const fs::path temporary = fs::path(dir) / "latest.tmp";
     {
       std::ofstream out(temporary, std::ios::trunc);
@@ -122,8 +126,7 @@ void set_latest(const std::string& dir, const std::string& path) {
 
 void announce_publish(const std::string& dir, const std::string& path) {
   const fs::path file = fs::path(dir) / kAnnouncement;
-  std::string latest;
-  std::ifstream(fs::path(dir) / "latest") >> latest;
+  const std::string latest = first_word(dir, "latest");
   {
     std::ofstream out(file, std::ios::trunc);
     // The checkpoint, and what `latest` names meanwhile: a `latest` changed since is a choice made
@@ -137,16 +140,16 @@ void announce_publish(const std::string& dir, const std::string& path) {
 }
 
 std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
-  return named_checkpoint(dir, "latest");
+  return checkpoint_named(dir, first_word(dir, "latest"));
 }
 
 std::optional<CheckpointInfo> announced_checkpoint(const std::string& dir) {
   std::ifstream in(fs::path(dir) / kAnnouncement);
-  std::string name, word, after, latest;
+  std::string name, word, after;
   if (!(in >> name >> word >> after) || word != "after") return std::nullopt;
-  std::ifstream(fs::path(dir) / "latest") >> latest;
+  const std::string latest = first_word(dir, "latest");
   if (after != (latest.empty() ? "-" : latest)) return std::nullopt;
-  return named_checkpoint(dir, kAnnouncement);
+  return checkpoint_named(dir, name);
 }
 
 std::vector<CheckpointInfo> resume_candidates(const std::string& dir) {

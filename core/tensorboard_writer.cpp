@@ -85,6 +85,19 @@ std::string new_event_file(const std::filesystem::path& dir) {
 
 }  // namespace
 
+namespace {
+
+// An Event's wall_time and step, before what it holds.
+std::string event_at(double wall_time, int64_t step) {
+  std::string event;
+  put_double(event, kEventWallTime, wall_time);
+  put_tag(event, kEventStep, kVarint);
+  put_varint(event, static_cast<uint64_t>(step));  // int64: a negative step would take ten bytes, as protobuf's
+  return event;
+}
+
+}  // namespace
+
 std::string encode_file_version_event(double wall_time) {
   std::string event;
   put_double(event, kEventWallTime, wall_time);
@@ -100,10 +113,7 @@ std::string encode_scalars_event(double wall_time, int64_t step, const Scalars& 
     put_float(entry, kValueSimpleValue, value);
     put_bytes(summary, kSummaryValue, entry);
   }
-  std::string event;
-  put_double(event, kEventWallTime, wall_time);
-  put_tag(event, kEventStep, kVarint);
-  put_varint(event, static_cast<uint64_t>(step));  // int64: a negative step would take ten bytes, as protobuf's
+  std::string event = event_at(wall_time, step);
   put_bytes(event, kEventSummary, summary);
   return event;
 }
@@ -112,10 +122,7 @@ std::string encode_session_start_event(double wall_time, int64_t step) {
   std::string session_log;
   put_tag(session_log, kSessionLogStatus, kVarint);
   put_varint(session_log, kSessionLogStart);
-  std::string event;
-  put_double(event, kEventWallTime, wall_time);
-  put_tag(event, kEventStep, kVarint);
-  put_varint(event, static_cast<uint64_t>(step));
+  std::string event = event_at(wall_time, step);
   put_bytes(event, kEventSessionLog, session_log);
   return event;
 }

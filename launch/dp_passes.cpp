@@ -70,9 +70,10 @@ DpModel dense_dp_model(const Config& config, int64_t tp, int64_t pp, int64_t mic
   const Shapes block = models::gpt_block_parameters(c, 0), input = models::gpt_input_parameters(c);
   // A tp rank's share: tp splits the blocks' matrices and the embeddings, not the norms. (An MoE's
   // blocks are not block 0's dense shapes: its share is the whole model's.)
+  const Shapes root = root_parameters(c);
   double block_local = 0, root_local = 0;
   for (const auto& p : block) block_local += static_cast<double>(p.local_numel(tp));
-  for (const auto& p : root_parameters(c)) root_local += static_cast<double>(p.local_numel(tp));
+  for (const auto& p : root) root_local += static_cast<double>(p.local_numel(tp));
   block_local *= static_cast<double>(c.model.num_layers);
   model.block_share = c.model.moe.enabled() ? block_parameter_fraction(c) : block_local / (block_local + root_local);
   // Stage 0's gradient buckets, as the trainer packs them: its parameters in order of use.
@@ -86,7 +87,7 @@ DpModel dense_dp_model(const Config& config, int64_t tp, int64_t pp, int64_t mic
   // Muon: its weights, and the units that hold one (every block, if a block's do; the root when
   // train.muon.include names one of its weights or multi-token prediction's blocks are in it).
   const auto [block_weights, block_numel] = muon_part(c, block);
-  const auto [root_weights, root_numel] = muon_part(c, root_parameters(c));
+  const auto [root_weights, root_numel] = muon_part(c, root);
   const double layers = static_cast<double>(c.model.num_layers), stages = static_cast<double>(pp);
   model.muon_share = (block_numel * layers + root_numel) / dense_numel(c);
   model.muon_weights = (block_weights * layers + root_weights) / stages;

@@ -137,8 +137,8 @@ DpVariantCost dp_variant_cost(const Config& config, const parallel::ClusterSpec&
     } else {
       // The gradients: all-reduced (two passes) at ZeRO-0, under PowerSGD, and at ZeRO-1 under
       // Muon; else reduce-scattered into the shards, at ZeRO 2 and 3 micro-batch by micro-batch.
-      const bool all_reduced = passes.all_reduced || variant.compression == GradCompression::powersgd;
       const bool powersgd = variant.compression == GradCompression::powersgd;
+      const bool all_reduced = passes.all_reduced || powersgd;
       const double grad_passes = powersgd ? 2.0 : passes.grads;
       c.seconds += pass_time(grad_passes * payload, powersgd ? 2.0 * passes.reduction_calls : passes.grad_calls);
       add_pass_bytes(grad_passes * payload);

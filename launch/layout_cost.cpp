@@ -8,7 +8,6 @@
 #include "launch/expert_plan.h"
 #include "models/gpt_flops.h"
 #include "models/gpt_shapes.h"
-#include "parallel/pipeline_schedule.h"
 
 namespace loom::launch {
 
@@ -214,13 +213,9 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     e.parameters_per_rank += expert_params - all_experts / static_cast<double>(l.tp * l.pp);
   }
   const double dense_params = e.parameters_per_rank - expert_params;
-  // The dp passes of the dense parameters (launch/dp_passes.h); the experts' below, in buckets of
-  // parallel.bucket_mb of fp32 gradients.
-  const double bucket_bytes = config.parallel.bucket_mb * 1024 * 1024;
-  auto buckets_of = [&](double parameters) {
-    return bucket_bytes > 0 ? std::max(1.0, std::ceil(parameters * 4.0 / bucket_bytes)) : 1.0;
-  };
-  e.dp_passes = dp_passes(config, l.zero_stage, micro_batches, dense_dp_model(config, l.tp, l.pp, micro_batches));
+  // The dp passes of the dense parameters (launch/dp_passes.h); the experts' below.
+  const DpModel dense_model = dense_dp_model(config, l.tp, l.pp, micro_batches);
+  e.dp_passes = dp_passes(config, l.zero_stage, micro_batches, dense_model);
   const DpPasses& dense_passes = e.dp_passes;
   e.state_bytes = model_state_bytes(dense_params, l.zero_stage, shard_ranks, bytes) +
                   model_state_bytes(expert_params, l.zero_stage, expert_ranks, bytes);
@@ -319,10 +314,12 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     // The experts' gradients over their expert-dp x cp ring, as the dense ones over dp (at the dp
     // group's link), all of them in the blocks; Muon's ZeRO-1 sends their buckets whole too, then
     // gathers, with no broadcast.
+    // (In buckets of parallel.bucket_mb of fp32 gradients.)
+    const double bucket_bytes = config.parallel.bucket_mb * 1024 * 1024;
     DpModel experts;
-    experts.blocks = m.num_layers / l.pp;
-    experts.buckets = buckets_of(expert_params);
-    experts.split = l.pp > 1 && parallel::splits_backward(config.parallel.schedule);
+    experts.blocks = dense_model.blocks;
+    experts.buckets = bucket_bytes > 0 ? std::max(1.0, std::ceil(expert_params * 4.0 / bucket_bytes)) : 1.0;
+    experts.split = dense_model.split;
     const DpPasses passes = dp_passes(config, l.zero_stage, micro_batches, experts);
     const double grads = expert_params * on_wire.grad, params = expert_params * on_wire.param;
     const double wire = ring_passes_bytes(passes, grads, params, expert_ranks);

@@ -235,7 +235,10 @@ TrainSummary Trainer::run(const std::string& resume) {
   bool resumed = false;
   if (!resume.empty()) {
     sync_->gather_all();
-    if (auto loaded = checkpointer_->load(resume)) state = *loaded, resumed = true;
+    if (auto loaded = checkpointer_->load(resume)) {
+      state = *loaded;
+      resumed = true;
+    }
     sync_->release_all(/*loaded=*/true);
     if (scaler_ && state.loss_scale > 0)
       scaler_->restore(state.loss_scale, state.loss_scale_clean_steps, state.skipped_steps);

@@ -21,8 +21,7 @@ int64_t digest_of(const std::vector<parallel::ParallelParameter>& params, bool e
   return static_cast<int64_t>(crc);
 }
 
-}  // namespace
-
+// The exchange of load_on_every_rank; LOADED_HERE: whether this rank's load succeeded.
 std::string compare_loaded_weights(const std::vector<parallel::ParallelParameter>& params,
                                    parallel::ProcessGroups& groups, const std::string& source, bool loaded_here) {
   const int64_t world = groups.world();
@@ -62,6 +61,8 @@ std::string compare_loaded_weights(const std::vector<parallel::ParallelParameter
   }
   return "";
 }
+
+}  // namespace
 
 std::string load_on_every_rank(const std::vector<parallel::ParallelParameter>& params, parallel::ProcessGroups& groups,
                                const std::string& source, const std::function<void()>& load) {

@@ -17,16 +17,11 @@
 
 namespace loom::launch {
 
-// Collective over the world (nothing at world 1). LOADED_HERE: whether this rank's load of SOURCE
-// succeeded (if not, it rethrows its own error after this returns). Every rank that did load
-// throws InputError naming the first rank that did not. Else returns, alike on every rank, why
+// Collective over the world (nothing at world 1): LOAD (SOURCE into PARAMS), then the exchange on
+// every rank, whether or not LOAD threw. A rank whose LOAD threw rethrows its own error; every
+// other rank throws InputError naming the first such rank. Else returns, alike on every rank, why
 // two replicas' weights differ (naming them and SOURCE), or nothing when they agree: the trainer
 // refuses with it unless a checkpoint replaces the weights.
-std::string compare_loaded_weights(const std::vector<parallel::ParallelParameter>& params,
-                                   parallel::ProcessGroups& groups, const std::string& source, bool loaded_here);
-
-// LOAD (SOURCE into PARAMS), then compare_loaded_weights on every rank, whether or not LOAD threw;
-// this rank's own failure is rethrown after.
 std::string load_on_every_rank(const std::vector<parallel::ParallelParameter>& params, parallel::ProcessGroups& groups,
                                const std::string& source, const std::function<void()>& load);
 
