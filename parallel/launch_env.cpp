@@ -4,10 +4,12 @@
 #ifndef LOOM_WITHOUT_MPI
 #include <mpi.h>
 #endif
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -105,6 +107,16 @@ c10d_compat::StorePtr open_store(const std::string& address, int port, bool serv
   }
 }
 
+// Gloo writes to its peers with writev, which raises SIGPIPE when the peer's end was reset (a
+// rank that died with bytes unread). SIGPIPE's default action ends the process at once with no
+// message, so a survivor vanished instead of naming the dead rank, and the ranks still waiting
+// took it for dead too. Ignored, the write fails with EPIPE and the collective with an error, as
+// in every PyTorch job (Python ignores SIGPIPE). A handler the program installed is kept.
+void ignore_broken_pipe() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+}
+
 }  // namespace
 
 void end_job(int code) {
@@ -165,6 +177,7 @@ bool first_attempt() {
 }
 
 LaunchEnv::LaunchEnv(std::chrono::milliseconds timeout) : info_(detect_launch()), timeout_(timeout) {
+  if (info_.world > 1) ignore_broken_pipe();
 #ifdef LOOM_WITHOUT_MPI
   if (info_.launcher == "mpirun") {
     throw InputError(

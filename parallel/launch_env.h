@@ -48,7 +48,9 @@ bool first_attempt();
 // rank, stopped ones included, where MPI_Finalize would wait for each of them.
 [[noreturn]] void end_job(int code);
 
-// Owns the rendezvous store and, under mpirun, MPI's lifetime.
+// Owns the rendezvous store and, under mpirun, MPI's lifetime. With more than one rank it also
+// ignores SIGPIPE, unless a handler is installed, so that a write to a dead peer fails the
+// collective with an error rather than ending this process without a word.
 class LaunchEnv {
  public:
   explicit LaunchEnv(std::chrono::milliseconds timeout);

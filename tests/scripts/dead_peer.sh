@@ -35,6 +35,12 @@ for rank in 0 1; do
     grep -q "; no rank stopped answering" "$WORK/rank$rank.log" || fail "rank $rank's error names a rank as stopped"
   fi
 done
+if [ "$kind" = hang ]; then
+  # The hung rank still lives: it ignores SIGPIPE (bit 13 of SigIgn), so a write to a peer that died
+  # fails its collective with an error instead of ending it without a word.
+  ignored="$(awk '/^SigIgn:/ { print $2 }' "/proc/${pids[2]}/status")"
+  (((0x$ignored >> 12) & 1)) || fail "rank 2 does not ignore SIGPIPE (SigIgn $ignored)"
+fi
 kill -9 "${pids[2]}" 2> /dev/null || true
 wait "${pids[2]}" 2> /dev/null || true
 echo "dead peer ($kind): survivors exited 1 with a clear error"
