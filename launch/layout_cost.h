@@ -58,8 +58,8 @@ double layer_activation_coefficient(const Config& config);
 // Parameters one rank holds at tp and pp (with sequence parallelism): the model divided by tp,
 // except what tp replicates (norms, row biases, key/value projections shared by tp / kv_heads
 // ranks); at pp > 1 a pp-th of the blocks plus the heavier end's own: the first stage's
-// embeddings, or the last stage's final norm, output layer (a copy of the word embedding when
-// tied) and multi-token prediction modules.
+// embeddings, or the last stage's final norm, output layer, multi-token prediction modules and a
+// copy of the word embedding (when tied, or when those modules embed).
 double parameters_per_rank(const Config& config, int64_t tp, int64_t pp);
 
 // The share of the parameters Muon trains (train.optimizer: muon): the blocks' 2-D weights.

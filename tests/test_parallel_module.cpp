@@ -1,8 +1,10 @@
 // parallel/parallel_module.h: the parameters a model's layers described, in order,
-// and a parameter nobody described refused by name.
+// and a parameter nobody described refused by name; loom plan's count of a pipeline stage's.
 #include <catch2/catch.hpp>
 
+#include "core/config.h"
 #include "core/errors.h"
+#include "launch/layout_cost.h"
 #include "models/gpt.h"
 #include "parallel/parallel_module.h"
 #include "parallel/tensor_parallel.h"
@@ -102,4 +104,30 @@ TEST_CASE("the last pipeline stage's word embedding is a tied copy", "[parallel_
     }
   }
   CHECK(tied == 1);
+}
+
+TEST_CASE("loom plan's parameters per rank at pp 2 are the heavier end stage's, as built", "[parallel_module][plan]") {
+  // Llama's shape (RoPE, no position table) and GPT's (a learned one), tied and untied, with and
+  // without multi-token prediction: the first stage holds the embeddings, the last the final norm,
+  // the output layer or its tied copy of the word embedding, and the MTP modules.
+  for (const std::string name : {"llama_tiny.yaml", "gpt_tiny.yaml"}) {
+    for (const bool tie : {false, true}) {
+      for (const int64_t mtp : {0, 1}) {
+        Config c = load_config(std::string(LOOM_SOURCE_DIR) + "/configs/" + name);
+        c.model.tie_embeddings = tie;
+        c.model.mtp.depth = mtp;
+        c.parallel.pp = 2;
+        resolve_model_defaults(c);
+        double heaviest = 0;
+        for (int64_t stage = 0; stage < 2; ++stage) {
+          const auto piece = models::make_gpt_piece(c, {}, models::PipelinePosition{stage, 2});
+          double held = 0;
+          for (const auto& p : piece->parameters()) held += static_cast<double>(p.numel());
+          heaviest = std::max(heaviest, held);
+        }
+        INFO(name << " tie " << tie << " mtp " << mtp);
+        CHECK(launch::parameters_per_rank(c, 1, 2) == Approx(heaviest));
+      }
+    }
+  }
 }
