@@ -1,5 +1,6 @@
 #include "launch/dp_passes.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/muon_groups.h"
@@ -75,6 +76,17 @@ DpModel dense_dp_model(const Config& config, int64_t tp, int64_t pp, int64_t mic
   for (const auto& p : block) block_local += static_cast<double>(p.local_numel(tp));
   for (const auto& p : root) root_local += static_cast<double>(p.local_numel(tp));
   block_local *= static_cast<double>(c.model.num_layers);
+  if (pp > 1) {
+    // The heavier end stage's (as layout_cost's parameters_per_rank counts it): a pp-th of the
+    // blocks, and the first stage's embeddings or the last's output, MTP modules and its copy of
+    // the word embedding (when tied, or when those modules embed).
+    double first = 0, last = 0;
+    for (const auto& p : input) first += static_cast<double>(p.local_numel(tp));
+    last = root_local - first;
+    if (c.model.tie_embeddings || c.model.mtp.depth > 0) last += static_cast<double>(input.front().local_numel(tp));
+    block_local /= static_cast<double>(pp);
+    root_local = std::max(first, last);
+  }
   model.block_share = c.model.moe.enabled() ? block_parameter_fraction(c) : block_local / (block_local + root_local);
   // Stage 0's gradient buckets, as the trainer packs them: its parameters in order of use.
   std::vector<int64_t> bytes;

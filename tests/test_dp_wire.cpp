@@ -2,7 +2,8 @@
 // calls over the gradient groups (launch/layout_cost.h, launch/dp_passes.h) equal the sums over
 // models/gpt_traffic.cpp's calls, which the traffic tests hold equal to a run's own counters: at
 // every ZeRO stage, in fp32 and bf16, gradients reduced in fp32 or bf16, one or several micro-
-// batches, under tp, cp, HSDP and Muon (with multi-token prediction's modules in the root unit).
+// batches, under tp, cp, HSDP and Muon (with multi-token prediction's modules in the root unit), and
+// at pp 2 the heavier end stage's.
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -16,7 +17,9 @@ using namespace loom;
 namespace {
 
 struct Case {
-  int64_t zero = 0, micro_batches = 1, dp = 2, tp = 1, cp = 1, dp_shard = 0, mtp = 0;
+  int64_t zero = 0, micro_batches = 1, dp = 2, tp = 1, cp = 1, dp_shard = 0, mtp = 0, pp = 1;
+  bool tie = true;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   TrainPrecision precision = TrainPrecision::fp32;
   GradReduceDtype reduce = GradReduceDtype::fp32;
   OptimizerKind optimizer = OptimizerKind::adamw;
@@ -37,11 +40,14 @@ Config small_gpt(const Case& k) {
   c.train.optimizer = k.optimizer;
   c.parallel.tp = k.tp;
   c.parallel.cp = k.cp;
+  c.parallel.pp = k.pp;
+  c.model.tie_embeddings = k.tie;
+  c.parallel.schedule = k.schedule;
   c.parallel.zero_stage = k.zero;
   c.parallel.dp_shard = k.dp_shard;
   c.parallel.grad_reduce_dtype = k.reduce;
   resolve_model_defaults(c);
-  resolve_and_validate(c, k.dp * k.tp * k.cp);
+  resolve_and_validate(c, k.dp * k.tp * k.cp * k.pp);
   return c;
 }
 
@@ -51,8 +57,9 @@ struct Wire {
 
 // What the rank at dp 0, tp 0 sends per step over the gradient groups by the trainer's calls: a
 // ring all-reduce sends 2(P-1)/P of its payload, the rest (P-1)/P, over its own group of P.
-Wire counted(const Config& c, const Case& k) {
+Wire counted_at(const Config& c, const Case& k, int64_t stage) {
   parallel::RankCoords coords;
+  coords.pp = stage;
   const int64_t d = k.dp * k.cp, shards = (k.dp_shard > 0 ? k.dp_shard : k.dp) * k.cp;
   const std::map<std::string, int64_t> sizes{
       {"dp", d}, {"dp-cp", d}, {"dp-shard", shards}, {"dp-replicate", d / shards}};
@@ -65,6 +72,16 @@ Wire counted(const Config& c, const Case& k) {
     wire.calls += static_cast<double>(traffic.calls);
   }
   return wire;
+}
+
+// The most any pipeline stage's rank sends: what the plan counts.
+Wire counted(const Config& c, const Case& k) {
+  Wire most;
+  for (int64_t s = 0; s < k.pp; ++s) {
+    const Wire w = counted_at(c, k, s);
+    if (w.bytes > most.bytes) most = w;
+  }
+  return most;
 }
 
 Wire planned(const Config& c) {
@@ -81,8 +98,9 @@ Wire planned(const Config& c) {
 void check(const Case& k) {
   const Config c = small_gpt(k);
   INFO("ZeRO-" << k.zero << ", " << k.micro_batches << " micro-batches, dp " << k.dp << " tp " << k.tp << " cp " << k.cp
-               << " dp_shard " << k.dp_shard << ", " << to_string(k.precision) << ", reduced in " << to_string(k.reduce)
-               << ", " << to_string(k.optimizer) << ", mtp " << k.mtp);
+               << " pp " << k.pp << " tie " << k.tie << " schedule " << static_cast<int>(k.schedule) << " dp_shard "
+               << k.dp_shard << ", " << to_string(k.precision) << ", reduced in " << to_string(k.reduce) << ", "
+               << to_string(k.optimizer) << ", mtp " << k.mtp);
   const Wire truth = counted(c, k), plan = planned(c);
   REQUIRE(truth.bytes > 0);
   // The plan counts whole parameters; the trainer also sums the loss and the gradient norm's
@@ -102,6 +120,24 @@ TEST_CASE("the plan's dp bytes are the trainer's at every ZeRO stage, precision 
             if (zero >= 2 && reduce == GradReduceDtype::bf16) continue;  // refused: stages 2 and 3 reduce in fp32
             Case k;
             k.zero = zero, k.micro_batches = micro_batches, k.dp = dp, k.precision = precision, k.reduce = reduce;
+            check(k);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the plan's dp bytes and calls at pp 2 are the heavier end stage's", "[plan]") {
+  // The first stage holds the embeddings, the last the output layer (or the word embedding's tied
+  // copy) and multi-token prediction's modules; 1F1B and the split backward of zb-h1.
+  for (int64_t zero = 0; zero <= 3; ++zero) {
+    for (int64_t micro_batches : {2, 5}) {
+      for (const bool tie : {true, false}) {
+        for (int64_t mtp : {0, 1}) {
+          for (auto schedule : {PipelineSchedule::one_f_one_b, PipelineSchedule::zb_h1}) {
+            Case k;
+            k.zero = zero, k.micro_batches = micro_batches, k.pp = 2, k.tie = tie, k.mtp = mtp, k.schedule = schedule;
             check(k);
           }
         }
