@@ -21,7 +21,8 @@ DpWireBytes dp_wire_bytes(const Config& config, int64_t zero_stage);
 
 // What the passes depend on in the model at a layout, for the parameters a dp group reduces (the
 // dense ones; an MoE's routed experts go over expert-dp, all of them in blocks). Shares are of
-// those parameters; counts are a pipeline stage's (the stages' mean).
+// those parameters, on the heavier end stage when pp > 1 (layout_cost.h's parameters_per_rank);
+// counts are a pipeline stage's (the stages' mean).
 struct DpModel {
   double block_share = 1;      // in the transformer blocks (ZeRO 2/3: a unit each); the rest is the root unit
   int64_t blocks = 1;          // blocks on a stage
