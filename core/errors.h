@@ -2,6 +2,7 @@
 // boundary turns them into an exit code and one clear message.
 #pragma once
 
+#include <cerrno>
 #include <stdexcept>
 #include <string>
 
@@ -27,5 +28,19 @@ struct EnvironmentError : std::runtime_error {
 struct CommError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Whether a file system call that failed with the errno ERROR failed because of the machine: a
+// full disk or inode table, a quota, a file system remounted read-only or failing (EnvironmentError,
+// exit 75, so a requeue on a mended or another node may succeed), rather than because of a path the
+// user gave (no such directory, no permission: InputError, exit 2).
+inline bool machine_file_error(int error) {
+  return error == ENOSPC || error == EDQUOT || error == EROFS || error == EIO || error == ENFILE || error == EMFILE;
+}
+
+// MESSAGE as the error its ERROR (an errno) calls for.
+[[noreturn]] inline void throw_file_error(int error, const std::string& message) {
+  if (machine_file_error(error)) throw EnvironmentError(message);
+  throw InputError(message);
+}
 
 }  // namespace loom

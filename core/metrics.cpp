@@ -70,7 +70,7 @@ MetricsWriter::MetricsWriter(const std::string& path, std::unique_ptr<TensorBoar
     : path_(path), tensorboard_(std::move(tensorboard)) {
   cut_torn_tail(path);
   out_.open(path, std::ios::app | std::ios::binary);
-  if (!out_) throw InputError("cannot write metrics file '" + path + "'");
+  if (!out_) throw_file_error(errno, "cannot write metrics file '" + path + "': " + std::strerror(errno));
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {

@@ -130,10 +130,12 @@ std::string encode_session_start_event(double wall_time, int64_t step) {
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) throw InputError("log.tensorboard: cannot create directory '" + dir + "': " + error.message());
+  if (error)
+    throw_file_error(error.value(), "log.tensorboard: cannot create directory '" + dir + "': " + error.message());
   path_ = new_event_file(dir);
   out_.open(path_, std::ios::binary);
-  if (!out_) throw InputError("log.tensorboard: cannot write event file '" + path_ + "'");
+  if (!out_)
+    throw_file_error(errno, "log.tensorboard: cannot write event file '" + path_ + "': " + std::strerror(errno));
   write_record(encode_file_version_event(now_seconds()));
 }
 

@@ -96,14 +96,20 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
   save->path = (fs::path(dir) / checkpoint_name(state.step)).string();
   save->midway = midway;
   const int64_t rank = groups_.rank();
+  // Rank 0 makes the folder; every rank learns whether it could, so that none waits on it in the
+  // next collective until parallel.timeout_s (0: made; else the errno that stopped it).
+  std::error_code error;
   if (rank == 0) {
-    std::error_code error;
     fs::create_directories(dir, error);
     fs::remove_all(save->temporary, error);  // left by a job killed while saving this step
     fs::create_directories(save->temporary, error);
-    if (error) throw InputError("checkpoint.dir: cannot create '" + save->temporary + "': " + error.message());
   }
-  groups_.world_comm().barrier().wait();
+  auto made = torch::full({1}, static_cast<double>(error ? std::max(error.value(), 1) : 0), torch::kFloat64);
+  groups_.world_comm().all_reduce(made, parallel::ReduceOp::max).wait();
+  if (const int failed = static_cast<int>(made.item<double>()); failed != 0) {
+    throw_file_error(failed, "checkpoint.dir: cannot create '" + save->temporary + "': " +
+                                 (rank == 0 ? error.message() : std::string("rank 0 could not (see its error)")));
+  }
 
   const auto& coords = groups_.coords();
   const int64_t tp_size = groups_.tp().size();

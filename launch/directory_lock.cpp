@@ -7,9 +7,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/errors.h"
 #include "core/logging.h"
@@ -34,8 +37,33 @@ std::string scheduler_job() {
   return "";
 }
 
+// When process PID started, in clock ticks since the machine booted (/proc/PID/stat's 22nd field),
+// or empty when it is not running or cannot be read. With the boot's id it tells a process from a
+// later one given the same pid: after a reboot, or in a new container, where loom is often pid 1.
+std::string start_time(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto name_end = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (name_end == std::string::npos) return "";
+  std::istringstream fields(stat.substr(name_end + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 22) return field;
+  }
+  return "";
+}
+
+std::string boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  in >> id;
+  return id;
+}
+
 nlohmann::json this_process() {
-  return {{"host", host_name()}, {"pid", static_cast<int64_t>(::getpid())}, {"job", scheduler_job()}};
+  const auto pid = static_cast<int64_t>(::getpid());
+  return {
+      {"host", host_name()}, {"pid", pid}, {"job", scheduler_job()}, {"boot", boot_id()}, {"started", start_time(pid)}};
 }
 
 // Why the lock's holder is known to be gone, or empty when it may still be running. AGE_S: how long
@@ -54,8 +82,15 @@ std::string gone(const nlohmann::json& holder, double age_s) {
   if (holder.value("host", "") != me.at("host").get<std::string>()) return "";
   const auto pid = holder.value("pid", static_cast<int64_t>(0));
   if (pid <= 0) return "";
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
-    return "process " + std::to_string(pid) + ", no longer running";
+  const std::string process = "process " + std::to_string(pid);
+  // Locks written before loom recorded the boot and the start time name only a pid.
+  const std::string boot = holder.value("boot", ""), started = holder.value("started", "");
+  if (!boot.empty() && boot != me.at("boot").get<std::string>()) return process + ", of an earlier boot of this host";
+  // Not this job (it holds no lock yet): the same pid again, a restart in a new container.
+  if (pid == me.at("pid").get<int64_t>()) return process + ", which is now this job's (a restarted container)";
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return process + ", no longer running";
+  const std::string now = start_time(pid);
+  if (!started.empty() && !now.empty() && now != started) return process + ", no longer running (its pid is reused)";
   return "";
 }
 
@@ -63,7 +98,12 @@ bool create_exclusively(const fs::path& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (fd < 0) return false;
   const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int write_error = errno;
   ::close(fd);
+  if (!written) {
+    ::unlink(path.c_str());  // an empty lock would block the directory for the next job's first seconds
+    errno = write_error == EEXIST || write_error == 0 ? EIO : write_error;
+  }
   return written;
 }
 
@@ -78,8 +118,13 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& name, co
       return;
     }
     if (errno != EEXIST) {
-      throw InputError("cannot create the lock file '" + path.string() + "' of " + what + " '" + dir +
-                       "': " + std::strerror(errno));
+      // Before a job has written anything, a read-only file system is the path the user chose (a
+      // dataset's mount, say), not a failing machine: exit 2 rather than a requeue that meets it again.
+      const int error = errno;
+      const std::string message =
+          "cannot create the lock file '" + path.string() + "' of " + what + " '" + dir + "': " + std::strerror(error);
+      if (error == EROFS) throw InputError(message);
+      throw_file_error(error, message);
     }
     nlohmann::json holder;
     std::ifstream in(path);

@@ -1,10 +1,12 @@
 // One job per directory. Two jobs writing one run directory interleave their
 // metrics, and two writing one checkpoint directory delete each other's
 // checkpoints, so a job holds a lock file in each: DIR/.loom-NAME.lock,
-// holding the host and pid of its owner. A second job is refused (exit 2)
-// naming the holder. A lock left by a process that died -- on this host and
-// no longer running, or of the same scheduler job (a restart by torchrun or
-// SLURM) -- is taken over with a warning.
+// holding the host, pid, boot and start time of its owner. A second job is
+// refused (exit 2) naming the holder. A lock left by a process that died -- on
+// this host and no longer running (its pid gone, or now another process's, or
+// this job's own in a restarted container; or of an earlier boot), or of the
+// same scheduler job (a restart by torchrun or SLURM) -- is taken over with a
+// warning.
 #pragma once
 
 #include <string>

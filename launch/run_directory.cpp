@@ -29,7 +29,11 @@ std::string default_run_dir(const std::string& config_path) {
 void create_directory(const std::string& dir, const std::string& what) {
   std::error_code error;
   fs::create_directories(dir, error);
-  if (error) throw InputError("cannot create " + what + " '" + dir + "': " + error.message());
+  if (!error) return;
+  // A read-only file system at the start is the path the user chose (launch/directory_lock.cpp).
+  const std::string message = "cannot create " + what + " '" + dir + "': " + error.message();
+  if (error.value() == EROFS) throw InputError(message);
+  throw_file_error(error.value(), message);
 }
 
 // The run directory a resume without --run-dir continues: the one the checkpoint it will resume

@@ -11,7 +11,9 @@
 #     metrics.superseded.jsonl.
 #  4. A torn last row is cut on --resume (the log names metrics.jsonl); every row is JSON after.
 #  5. An empty lock file (a crash as it was taken) is taken over with a warning naming it, once it is
-#     10 s old (a younger one may be a job taking the lock right now: refused).
+#     10 s old (a younger one may be a job taking the lock right now: refused). So is a lock whose pid
+#     now runs a process that started later (a reused pid), and one naming pid 1 taken by loom as
+#     pid 1 of a new PID namespace (a restarted container); a live holder's is refused.
 #  6. A checkpoint folder without manifest.json is set aside, never deleted; when no checkpoint is
 #     left --resume auto refuses (exit 2) naming what it set aside.
 #  7. A resume without --run-dir continues the run directory of the run it resumes.
@@ -24,6 +26,8 @@
 #     and train.memory_check named); the run directory stays empty.
 # 11. A fresh run into a directory that holds the user's own config.yaml (not one loom wrote) is
 #     refused, naming it, and the file is kept; loom's own config.yaml there (a refused start's) is not.
+# 12. A file system out of inodes fails the run as the machine's fault (exit 75), a read-only one at
+#     the start as the user's path (exit 2).
 source "$(dirname "$0")/common.sh"
 ARGS=(--set train.steps=6 --set train.warmup_steps=1 --set log.tensorboard=true)
 train() { local name="$1"; shift; "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${ARGS[@]}" "$@" > "$WORK/$name.log" 2>&1; }
@@ -87,7 +91,31 @@ touch -d '1 minute ago' "$WORK/locked/.loom-run.lock"
 must_train locked
 grep -q "taking over the lock $WORK/locked/.loom-run.lock of run directory '$WORK/locked' left by no owner it names" \
   "$WORK/locked.log" || { cat "$WORK/locked.log"; fail "an empty lock should be taken over with a warning"; }
-echo "5. an empty lock taken over, named"
+# A lock naming a live process that started after the lock's holder did (its pid reused) is taken
+# over; one naming the live process itself is not.
+sleep 600 &
+sleeper=$!
+started="$(awk '{ sub(/.*\) /, ""); print $20 }' "/proc/$sleeper/stat")"
+lock() { printf '{"host": "%s", "pid": %s, "job": "", "boot": "%s", "started": "%s"}\n' "$(hostname)" "$1" \
+  "$(cat /proc/sys/kernel/random/boot_id)" "$2" > "$WORK/$3/.loom-run.lock"; }
+mkdir -p "$WORK/reused" "$WORK/held"
+lock "$sleeper" 1 reused
+must_train reused
+grep -q "left by process $sleeper, no longer running (its pid is reused)" "$WORK/reused.log" ||
+  { cat "$WORK/reused.log"; fail "a lock whose pid now runs another process should be taken over"; }
+lock "$sleeper" "$started" held
+code=0
+train held || code=$?
+expect 2 held "is in use by another loom job (host $(hostname), pid $sleeper)" $code
+kill "$sleeper"
+# A restarted container: loom is pid 1 again, and the lock of the killed attempt names pid 1.
+mkdir -p "$WORK/container"
+lock 1 1 container
+unshare --pid --fork --mount-proc "$LOOM" train "$TINY" --run-dir "$WORK/container" "${ARGS[@]}" > "$WORK/container.log" 2>&1 ||
+  { cat "$WORK/container.log"; fail "a restarted container's loom (pid 1 again) should take over its lock"; }
+grep -q "left by process 1, which is now this job's (a restarted container)" "$WORK/container.log" ||
+  { cat "$WORK/container.log"; fail "the container's lock was not taken over by name"; }
+echo "5. an empty lock taken over, named; a reused pid's too, a live holder's not"
 
 # 6.
 must_train nomanifest --set checkpoint.dir="$WORK/ck_nm" --set checkpoint.interval=2 --set checkpoint.keep=2 --set train.exit_after=4
@@ -167,4 +195,22 @@ must_train mine --overwrite-run-dir
 rm "$WORK/mine/metrics.jsonl"  # loom's config.yaml without metrics (a start refused later): no refusal
 must_train mine
 echo "11. the user's config.yaml in the run directory kept, refused naming it"
+
+# 12. A file system that fails the job is the machine's fault (exit 75, requeue), not bad input: a
+#     checkpoint.dir out of inodes when the lock is taken (2 inodes: the mount's root and the folder)
+#     or when the first save makes its folder (3: and the lock). A read-only one at the start is the
+#     path the user chose (exit 2). Each in a private mount namespace, on a tmpfs of its own.
+mkdir -p "$WORK/mnt"
+for case in "nr_inodes=2 75 cannot create the lock file '$WORK/mnt/ck/.loom-checkpoints.lock'.*No space left" \
+  "nr_inodes=3 75 checkpoint.dir: cannot create '$WORK/mnt/ck/.step_00000002.tmp': No space left" \
+  "ro 2 cannot create checkpoint.dir '$WORK/mnt/ck': Read-only file system"; do
+  read -r options want pattern <<< "$case"
+  name="fs_${options//[=,]/_}"
+  code=0
+  unshare -m sh -c 'mount -t tmpfs -o "size=8M,$1" tmpfs "$2" && shift 2 && exec "$@"' sh "$options" "$WORK/mnt" \
+    "$LOOM" train "$TINY" --run-dir "$WORK/$name" "${ARGS[@]}" --set checkpoint.dir="$WORK/mnt/ck" \
+    --set checkpoint.interval=2 > "$WORK/$name.log" 2>&1 || code=$?
+  expect "$want" "$name" "$pattern" $code
+done
+echo "12. a full file system's failures exit 75 (the lock, the first save's folder); a read-only one at the start 2"
 echo "run_dir_safety: ok"
