@@ -3,6 +3,7 @@
 // heads and vocabulary slice, the logits are gathered whole on every rank, and every
 // rank picks the same token with the same seeded sampler; rank 0 writes the text.
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -160,7 +161,10 @@ int generate(const GenerateArgs& args) {
                        "' (" + std::to_string(tokenizer->vocab_size()) +
                        " ids) cannot decode; give the tokenizer the model was trained with (--tokenizer)");
     }
-    if (id == tokenizer->eos_id()) {
+    const bool stop = model.stop_ids.empty()
+                          ? id == tokenizer->eos_id()
+                          : std::find(model.stop_ids.begin(), model.stop_ids.end(), id) != model.stop_ids.end();
+    if (stop) {
       stopped_at_eos = true;  // as Hugging Face's generate does; the EOS is in the ids, not the text
       break;
     }

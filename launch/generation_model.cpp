@@ -8,6 +8,7 @@
 #include "core/errors.h"
 #include "core/hf_config.h"
 #include "launch/checkpoint.h"
+#include "launch/hf_source.h"
 #include "launch/model_record.h"
 
 namespace loom::launch {
@@ -60,6 +61,7 @@ GenerationModel from_checkpoint(const std::string& path, const std::vector<std::
     model.tokenizer_record = manifest.at("tokenizer");
     model.tokenizer_vocab_size = model.tokenizer_record.value("vocab_size", int64_t{0});
   }
+  model.stop_ids = hf_stop_ids(manifest.value("hf_source", nlohmann::json()), source);
   return model;
 }
 
@@ -91,6 +93,7 @@ GenerationModel from_hugging_face(const std::string& dir, const std::vector<std:
     throw InputError(file.string() + ": \"" + key + "\" must be a positive integer, not " + positions.dump());
   }
   model.max_positions = positions.get<int64_t>();
+  model.stop_ids = hf_stop_ids(read_hf_source(dir), dir);
   for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
     if (fs::is_regular_file(fs::path(dir) / name)) {
       model.tokenizer = (fs::path(dir) / name).string();

@@ -24,6 +24,10 @@ struct GenerationModel {
   // none), and the ids that tokenizer knew (0: not recorded).
   nlohmann::json tokenizer_record;
   int64_t tokenizer_vocab_size = 0;
+  // The ids generation stops at, as Hugging Face's generate takes them from the model's
+  // generation_config.json or config.json (a checkpoint's: those of the directory it was
+  // initialised from); empty: the tokenizer's end-of-sequence token.
+  std::vector<int64_t> stop_ids;
 };
 
 // Reads MODEL's description, without its weights, and applies OVERRIDES. Throws InputError

@@ -61,4 +61,21 @@ nlohmann::ordered_json exported_generation_config(const nlohmann::ordered_json& 
   return out;
 }
 
+std::vector<int64_t> hf_stop_ids(const nlohmann::json& source, const std::string& where) {
+  if (!source.is_object()) return {};
+  const bool generation = source.contains("generation_config");
+  const nlohmann::json& file = generation ? source.at("generation_config") : source.value("config", nlohmann::json());
+  if (!file.is_object() || !file.contains("eos_token_id") || file.at("eos_token_id").is_null()) return {};
+  const auto& eos = file.at("eos_token_id");
+  std::vector<int64_t> ids;
+  for (const auto& id : eos.is_array() ? eos : nlohmann::json::array({eos})) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+      throw InputError(where + ": " + (generation ? "generation_config.json" : "config.json") +
+                       "'s eos_token_id must be a token id or a list of them, not " + eos.dump());
+    }
+    ids.push_back(id.get<int64_t>());
+  }
+  return ids;
+}
+
 }  // namespace loom::launch

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace loom::launch {
 
@@ -23,6 +24,10 @@ nlohmann::ordered_json exported_hf_config(const nlohmann::ordered_json& loom_con
                                           bool keep_architecture);
 
 // generation_config.json of an export: the source's, else the token ids CONFIG names.
+// The ids Hugging Face's generate stops at for SOURCE (read_hf_source): generation_config.json's
+// eos_token_id (an id or a list), else, without that file, config.json's; empty when neither names
+// one (or SOURCE is null). WHERE names SOURCE in errors.
+std::vector<int64_t> hf_stop_ids(const nlohmann::json& source, const std::string& where);
 nlohmann::ordered_json exported_generation_config(const nlohmann::ordered_json& config, const nlohmann::json& source);
 
 }  // namespace loom::launch

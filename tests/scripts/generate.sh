@@ -8,7 +8,8 @@
 # to 256 there: the padding row's logit must never be drawn). The streamed text is the
 # ids' bytes. Sampling with a seed repeats (at tp 2 too), another seed at a high temperature
 # gives other ids, top-k 1 is greedy; positions beyond the model, pp > 1, a changed model
-# key and a missing MODEL are refused with exit 2.
+# key and a missing MODEL are refused with exit 2. Generation stops at generation_config.json's
+# end-of-sequence ids (a list), else config.json's.
 source "$(dirname "$0")/common.sh"
 PY=python3  # the project venv's (first on PATH under ctest)
 cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
@@ -61,6 +62,31 @@ for arch in gpt llama; do
   done
   echo "$arch: greedy ids equal the reference's at tp 1 and 2, from the checkpoint and the export: $expected"
 done
+
+# Generation stops where Hugging Face's generate does: at any id of generation_config.json's
+# eos_token_id (a list, as Qwen3's releases give), else of config.json's; the stop id ends the ids.
+# Here the greedy chain's third id, then (config.json only) its second.
+cp -r "$WORK/hf_llama" "$WORK/hf_eos"
+"$PY" - "$WORK/hf_eos" "$(ids llama_hf1)" <<'PYEOF' || fail "writing the stop ids"
+import json, os, sys
+d, chain = sys.argv[1], json.loads(sys.argv[2])
+json.dump({"eos_token_id": [254, chain[2]]}, open(os.path.join(d, "generation_config.json"), "w"))
+config = json.load(open(os.path.join(d, "config.json")))
+config["eos_token_id"] = chain[1]
+json.dump(config, open(os.path.join(d, "config.json"), "w"))
+PYEOF
+stopped() {
+  "$LOOM" generate "$WORK/hf_eos" --prompt "$PROMPT" --max-new-tokens "$N" --ids --temperature 0 > "$WORK/eos.out" \
+    2> "$WORK/eos.err" || { cat "$WORK/eos.err"; fail "generate with stop ids"; }
+  tail -n 1 "$WORK/eos.out"
+}
+want=$("$PY" -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])[:3], separators=(",", ":")))' "$(ids llama_hf1)")
+[ "$(stopped)" = "$want" ] || fail "generation_config.json's stop ids: $(stopped), expected $want"
+grep -q "stopped at the end-of-sequence token" "$WORK/eos.err" || { cat "$WORK/eos.err"; fail "the stop was not said"; }
+rm "$WORK/hf_eos/generation_config.json"
+want=$("$PY" -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])[:2], separators=(",", ":")))' "$(ids llama_hf1)")
+[ "$(stopped)" = "$want" ] || fail "config.json's stop id: $(stopped), expected $want"
+echo "stop ids: generation_config.json's list, else config.json's"
 
 # Sampling repeats with its seed (and at tp 2); at temperature 3 over 256 tokens, 16 draws of two
 # seeds agreeing is out of the question; top-k 1 is the greedy chain.
