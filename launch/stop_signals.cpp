@@ -21,6 +21,14 @@ void install_stop_handlers() {
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
+  // SLURM's warning before a time limit (sbatch --signal=USR1@SECONDS, which mpirun passes on to
+  // the ranks) and a closed terminal: saved and stopped too, where their default ends the process
+  // with nothing saved. Only where nothing else chose their action: nohup ignores SIGHUP, and
+  // that run must go on.
+  for (int signal : {SIGUSR1, SIGHUP}) {
+    struct sigaction current {};
+    if (sigaction(signal, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) sigaction(signal, &action, nullptr);
+  }
 }
 
 int stop_signal() {

@@ -7,7 +7,7 @@
 #  3. A flipped byte, a truncated file and a missing file are refused naming the file (exit 2), and
 #     --resume auto falls back to the previous checkpoint.
 #  4. A job killed by SIGKILL while saving leaves the previous checkpoint loadable.
-#  5. SIGTERM finishes the step, saves and exits 0.
+#  5. SIGTERM (SIGUSR1, SIGHUP) finishes the step, saves and exits 0.
 source "$(dirname "$0")/common.sh"
 MODEL=(--set model.num_layers=4 --set train.global_batch_size=16 --set train.steps=40)
 L222=(--set parallel.tp=2 --set parallel.pp=2 --set parallel.zero_stage=1)
@@ -79,17 +79,21 @@ grep -q "resumed from .*step_00000010 at step 10" "$WORK/after_kill.log" || { ca
 echo -n "killed while saving step 20, resumed from step 10: "
 steps_equal after_kill nodrop 1e-5 11
 
-# 5. SIGTERM: the step in flight finishes, is saved, and the job exits 0.
-"$LOOM" train "$TINY" --run-dir "$WORK/term" "${MODEL[@]}" --set train.steps=100000 --set train.warmup_steps=1 \
-  --set checkpoint.dir="$WORK/ck_term" > "$WORK/term.log" 2>&1 &
-pid=$!
-for _ in $(seq 600); do [ -s "$WORK/term/metrics.jsonl" ] && [ "$(wc -l < "$WORK/term/metrics.jsonl")" -ge 3 ] && break; sleep 0.1; done
-kill -TERM "$pid"
-code=0
-wait "$pid" || code=$?
-[ "$code" = 0 ] || { cat "$WORK/term.log"; fail "SIGTERM: exit $code, expected 0"; }
-last=$(tail -1 "$WORK/term/metrics.jsonl" | python3 -c 'import json, sys; print(json.load(sys.stdin)["step"])')
-grep -q "stopped by a signal after step $last" "$WORK/term.log" && [ -f "$WORK/ck_term/step_$(printf %08d "$last")/manifest.json" ] ||
-  { cat "$WORK/term.log"; ls "$WORK/ck_term"; fail "SIGTERM did not save step $last"; }
-echo "SIGTERM after step $last: saved and exited 0"
+# 5. SIGTERM (and SLURM's USR1 warning, a closed terminal's HUP): the step in flight finishes, is
+#    saved, and the job exits 0.
+for sig in TERM USR1 HUP; do
+  "$LOOM" train "$TINY" --run-dir "$WORK/$sig" "${MODEL[@]}" --set train.steps=100000 --set train.warmup_steps=1 \
+    --set checkpoint.dir="$WORK/ck_$sig" > "$WORK/$sig.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do [ -s "$WORK/$sig/metrics.jsonl" ] && [ "$(wc -l < "$WORK/$sig/metrics.jsonl")" -ge 3 ] && break; sleep 0.1; done
+  kill -"$sig" "$pid"
+  code=0
+  wait "$pid" || code=$?
+  [ "$code" = 0 ] || { cat "$WORK/$sig.log"; fail "SIG$sig: exit $code, expected 0"; }
+  last=$(tail -1 "$WORK/$sig/metrics.jsonl" | python3 -c 'import json, sys; print(json.load(sys.stdin)["step"])')
+  grep -q "stopped by a signal after step $last" "$WORK/$sig.log" &&
+    [ -f "$WORK/ck_$sig/step_$(printf %08d "$last")/manifest.json" ] ||
+    { cat "$WORK/$sig.log"; ls "$WORK/ck_$sig"; fail "SIG$sig did not save step $last"; }
+  echo "SIG$sig after step $last: saved and exited 0"
+done
 echo "checkpoints: ok"
