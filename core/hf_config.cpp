@@ -6,6 +6,7 @@
 
 #include "core/config_fields.h"
 #include "core/errors.h"
+#include "core/logging.h"
 
 namespace loom {
 namespace {
@@ -458,6 +459,15 @@ void apply_hf_config(Config& config, const std::set<std::string>& overridden) {
     throw InputError(message + (conflicts.size() > 1 ? " (" + std::to_string(conflicts.size()) + " keys)" : "") +
                      ". The model keys come from config.json: leave them out of the config (configs/finetune_hf.yaml "
                      "sets none) or give config.json's values");
+  }
+  // Mixtral's training-time jitter is not read: loom's model.moe.router_jitter multiplies only the
+  // router's input, where transformers' Mixtral hands the jittered states to the experts too.
+  if (const auto jitter = json.value("router_jitter_noise", nlohmann::json(0.0));
+      jitter.is_number() && jitter.get<double>() > 0 && config.model.moe.router_jitter == 0) {
+    warn0(
+        "{}: router_jitter_noise = {} is not applied; loom trains without jitter unless "
+        "model.moe.router_jitter is set (noise on the router's input only)",
+        file, jitter.dump());
   }
   if (config.model.arch == ModelArch::gpt2) {
     const auto positions = json.value("n_positions", nlohmann::json(1024));

@@ -67,7 +67,7 @@ template <typename Refuse>
 nlohmann::ordered_json mixtral_config_of(const Config& config, const Refuse& refuse) {
   const auto& m = config.model;
   const auto& moe = m.moe;
-  if (m.bias || m.qkv_bias) throw refuse("bias", "true", "Mixtral has no biases");
+  if (m.bias || m.qkv_bias) throw refuse(m.bias ? "bias" : "qkv_bias", "true", "Mixtral has no biases");
   if (moe.score != "softmax") throw refuse("moe.score", moe.score, "Mixtral's router is a softmax");
   if (!moe.norm_topk_prob || moe.routed_scaling_factor != 1.0)
     throw refuse("moe.norm_topk_prob", moe.norm_topk_prob ? "true (scaled)" : "false",
@@ -110,7 +110,8 @@ template <typename Refuse>
 nlohmann::ordered_json qwen3_config_of(const Config& config, const Refuse& refuse) {
   const auto& m = config.model;
   const auto& moe = m.moe;
-  if (m.bias || m.qkv_bias) throw refuse("bias", "true", "Qwen3's linear layers have no biases here");
+  if (m.bias || m.qkv_bias)
+    throw refuse(m.bias ? "bias" : "qkv_bias", "true", "Qwen3's linear layers have no biases here");
   const bool sparse = moe.enabled();
   if (sparse) {
     if (moe.score != "softmax") throw refuse("moe.score", moe.score, "Qwen3-MoE's router is a softmax");
@@ -159,7 +160,8 @@ nlohmann::ordered_json deepseek_v3_config_of(const Config& config, const Refuse&
   const auto& m = config.model;
   const auto& moe = m.moe;
   const auto& a = m.mla;
-  if (m.bias || m.qkv_bias) throw refuse("bias", "true", "DeepSeek-V3's linear layers have no biases");
+  if (m.bias || m.qkv_bias)
+    throw refuse(m.bias ? "bias" : "qkv_bias", "true", "DeepSeek-V3's linear layers have no biases");
   if (!moe.enabled())
     throw refuse("moe.num_experts", "0", "DeepSeek-V3's blocks after first_k_dense_replace have experts");
   if (moe.score != "sigmoid") throw refuse("moe.score", moe.score, "DeepSeek-V3's router is a sigmoid");
@@ -204,7 +206,9 @@ nlohmann::ordered_json deepseek_v3_config_of(const Config& config, const Refuse&
 nlohmann::ordered_json hf_config_of(const Config& config, const std::string& format) {
   const auto& m = config.model;
   auto refuse = [&](const std::string& key, const std::string& value, const std::string& why) {
-    return InputError("--format " + format + " cannot represent model." + key + " = " + value + ": " + why);
+    // --format hf and no --format reach here as hf-llama: name the export, not a format not given.
+    const std::string exporter = format == "hf-gpt2" ? "--format hf-gpt2" : "the Hugging Face export";
+    return InputError(exporter + " cannot represent model." + key + " = " + value + ": " + why);
   };
   if (m.mtp.depth > 0 && format == "hf-gpt2")
     throw refuse("mtp.depth", std::to_string(m.mtp.depth), "GPT-2 has no multi-token prediction modules");

@@ -426,7 +426,12 @@ TEST_CASE("config.json out: what loom writes reads back to the same model", "[hf
   CHECK(error_of([&] { hf_config_of(llama, "hf-gpt2"); }) ==
         "--format hf-gpt2 cannot represent model.norm = rmsnorm: GPT-2 has LayerNorm");
   CHECK(error_of([&] { hf_config_of(gpt2, "hf-llama"); }) ==
-        "--format hf-llama cannot represent model.norm = layernorm: Llama has RMSNorm");
+        "the Hugging Face export cannot represent model.norm = layernorm: Llama has RMSNorm");
+  auto mixtral = tiny_llama();
+  mixtral.model.moe.num_experts = 4;
+  mixtral.model.qkv_bias = true;
+  CHECK_THAT(error_of([&] { hf_config_of(mixtral, "hf-llama"); }),
+             Catch::Contains("cannot represent model.qkv_bias = true: Mixtral has no biases"));
   CHECK_THAT(error_of([&] { hf_config_of(tiny_llama(true, false), "hf-llama"); }),
              Catch::Contains("cannot represent model.qkv_bias = false"));
   auto moe = gpt2;
