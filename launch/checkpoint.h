@@ -102,9 +102,19 @@ class Checkpointer {
 };
 
 // model.init_from: this rank's slices of a Hugging Face model directory (its
-// architecture already in CONFIG, core/hf_config.h) or a GPT-2 safetensors file.
-void init_from_pretrained(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
-                          int64_t tp_size);
+// architecture already in CONFIG, core/hf_config.h) or a GPT-2 safetensors file. Returns the
+// directory's tensors this rank read (none for a GPT-2, read whole).
+std::vector<std::string> init_from_pretrained(const Config& config,
+                                              const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
+                                              int64_t tp_size);
+
+// Says, once, which tensors of the Hugging Face directory model.init_from no rank read (READ_HERE:
+// this rank's), as transformers lists unexpected keys: a config.json that describes less than its
+// files hold (fewer experts, a dense block where the file has a router, no biases) would otherwise
+// train another model without a word. Leaves out what transformers also passes over: multi-token
+// prediction layers the model does not build, rotary inv_freq buffers. Collective over GROUPS' world.
+void warn_unused_hf_tensors(const Config& config, const std::vector<std::string>& read_here,
+                            parallel::ProcessGroups& groups);
 
 // The expert biases (launch/moe_metrics.h) of CONFIG's MoE blocks in the Hugging Face directory
 // model.init_from (DeepSeek-V3's mlp.gate.e_score_correction_bias), one list per MoE block in

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "core/errors.h"
 #include "core/hf_weights.h"
@@ -14,6 +15,7 @@
 #include "launch/moe_metrics.h"
 #include "models/gpt_hf.h"
 #include "models/llama_hf.h"
+#include "parallel/process_groups.h"
 
 namespace loom::launch {
 
@@ -63,14 +65,16 @@ void refuse_untied_output_of_tied_model(const HfWeights& weights, const Config& 
 
 }  // namespace
 
-void init_from_pretrained(const Config& config, const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
-                          int64_t tp_size) {
+std::vector<std::string> init_from_pretrained(const Config& config,
+                                              const std::vector<parallel::ParallelParameter>& params, int64_t tp_rank,
+                                              int64_t tp_size) {
   const std::string& source = config.model.init_from;
   const auto& m = config.model;
   // Each rank reads, tensor by tensor, only the whole tensors its parameters are slices of.
   std::function<std::optional<torch::Tensor>(const std::string&)> whole;
   std::optional<HfWeights> weights;
   std::map<std::string, torch::Tensor> gpt2;
+  std::set<std::string> read_names;
   std::string what = "a Hugging Face GPT-2 file";
   if (fs::is_directory(source)) {
     weights.emplace(source);
@@ -83,6 +87,7 @@ void init_from_pretrained(const Config& config, const std::vector<parallel::Para
                        "(config.json and model.safetensors)");
     }
     const models::HfTensorReader read = [&](const std::string& name, const std::vector<int64_t>& shape) {
+      read_names.insert(name);
       return weights->read(name, shape);
     };
     refuse_untied_output_of_tied_model(*weights, config);
@@ -138,6 +143,37 @@ void init_from_pretrained(const Config& config, const std::vector<parallel::Para
       },
       "model.init_from '" + source + "'");
   info0("initialised the model from {} ({})", source, what);
+  return {read_names.begin(), read_names.end()};
+}
+
+void warn_unused_hf_tensors(const Config& config, const std::vector<std::string>& read_here,
+                            parallel::ProcessGroups& groups) {
+  const std::string& source = config.model.init_from;
+  if (config.model.arch != ModelArch::llama || !fs::is_directory(source)) return;
+  std::vector<std::string> names = HfWeights(source).names();
+  std::sort(names.begin(), names.end());
+  const std::set<std::string> mine(read_here.begin(), read_here.end());
+  auto read = torch::zeros({static_cast<int64_t>(names.size())}, torch::kFloat32);
+  for (size_t i = 0; i < names.size(); ++i) read[static_cast<int64_t>(i)] = mine.count(names[i]) ? 1.0F : 0.0F;
+  groups.world_comm().all_reduce(read, parallel::ReduceOp::max).wait();
+  const int64_t layers = config.model.num_layers + config.model.mtp.depth;
+  std::vector<std::string> unused;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    if (read[static_cast<int64_t>(i)].item<float>() > 0) continue;
+    if (config.model.moe.expert_bias && name.find("e_score_correction_bias") != std::string::npos) continue;
+    if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    if (name.rfind("model.layers.", 0) == 0 && std::stoll(name.substr(13)) >= layers) continue;  // MTP layers
+    unused.push_back(name);
+  }
+  if (unused.empty()) return;
+  std::string named;
+  for (size_t i = 0; i < unused.size() && i < 8; ++i) named += (i ? ", " : "") + unused[i];
+  if (unused.size() > 8) named += " and " + std::to_string(unused.size() - 8) + " more";
+  warn0(
+      "model.init_from: {} tensor(s) of '{}' are not part of the model its config.json describes, and are not "
+      "used: {}. Check config.json against the weights (num_experts, mlp_only_layers, attention_bias, ...)",
+      unused.size(), source, named);
 }
 
 std::vector<std::vector<double>> expert_bias_from_pretrained(const Config& config) {

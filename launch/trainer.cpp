@@ -71,10 +71,12 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   TORCH_CHECK(tied.empty() || groups_.has(parallel::GroupKind::embedding), "rank ", groups_.rank(),
               " holds tied parameters but is in no embedding group");
   if (!m.init_from.empty()) {  // (replicas that read different bytes: refused in run() unless resumed)
+    std::vector<std::string> read;
     init_from_disagreement_ = load_on_every_rank(params, groups_, m.init_from, [&] {
-      init_from_pretrained(config_, params, coords.tp, groups_.tp().size());
+      read = init_from_pretrained(config_, params, coords.tp, groups_.tp().size());
       if (moe_monitor_) moe_monitor_->restore_expert_bias(expert_bias_from_pretrained(config_), "model.init_from");
     });
+    warn_unused_hf_tensors(config_, read, groups_);
   }
   const auto block_of = block_of_parameters(chunks_, params);
   sync_->attach(std::move(params), std::move(tied), block_of);

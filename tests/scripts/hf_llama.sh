@@ -5,7 +5,8 @@
 # Hugging Face's conventions, fed that directory, gives loom's first loss from model.init_from;
 # export -> init_from (at tp=2 pp=1) -> export is byte-identical; a sharded export holds the
 # same tensors with an index; what loom cannot or must not read is refused with exit 2, named,
-# and so is resuming the Llama's checkpoint as a GPT-2.
+# and so is resuming the Llama's checkpoint as a GPT-2; a tensor the config does not describe is
+# named as unused, and none of an export's is.
 source "$(dirname "$0")/common.sh"
 PY=python3  # the project venv's (first on PATH under ctest)
 cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
@@ -32,6 +33,22 @@ mpirun --oversubscribe -np 2 "$LOOM" train "$TINY" --run-dir "$WORK/b" "${BASE[@
 mpirun --oversubscribe -np 4 "$LOOM" train "$TINY" --run-dir "$WORK/c" "${BASE[@]}" --set parallel.tp=2 \
   --set parallel.pp=2 --set model.init_from="$WORK/hf_sharded" --set train.steps=1 --set train.warmup_steps=0 \
   > "$WORK/c.log" 2>&1 || { cat "$WORK/c.log"; fail "run c"; }
+# Every tensor of the directory was read by some rank, at tp 2 and at tp 2 x pp 2 from shards.
+! grep -q "are not part of the model" "$WORK/b.log" "$WORK/c.log" || fail "a tensor of the export was called unused"
+# A tensor the config does not describe (a q_proj bias under "attention_bias": false) is named, as
+# transformers lists an unexpected key.
+cp -r "$WORK/hf_a" "$WORK/hf_extra"
+"$PY" - "$WORK/hf_extra/model.safetensors" <<'PYEOF' || fail "adding a tensor"
+import sys, torch
+from safetensors.torch import load_file, save_file
+tensors = load_file(sys.argv[1])
+tensors["model.layers.1.self_attn.q_proj.bias"] = torch.zeros(64)
+save_file(tensors, sys.argv[1], metadata={"format": "pt"})
+PYEOF
+"$LOOM" train "$TINY" --run-dir "$WORK/extra" "${BASE[@]}" --set model.init_from="$WORK/hf_extra" --set train.steps=1 \
+  --set train.warmup_steps=0 > "$WORK/extra.log" 2>&1 || { cat "$WORK/extra.log"; fail "run extra"; }
+grep -q "1 tensor(s) of '$WORK/hf_extra' are not part of the model its config.json describes, and are not used: model.layers.1.self_attn.q_proj.bias" \
+  "$WORK/extra.log" || { cat "$WORK/extra.log"; fail "the tensor config.json does not describe was not named"; }
 
 # The same from a copy with q_proj and k_proj x 8: attention sharp enough that pairing RoPE's
 # features (2i, 2i+1) instead of rotating halves, or grouping query heads on kv heads round robin,
