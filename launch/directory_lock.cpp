@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -66,45 +67,65 @@ nlohmann::json this_process() {
       {"host", host_name()}, {"pid", pid}, {"job", scheduler_job()}, {"boot", boot_id()}, {"started", start_time(pid)}};
 }
 
+// flock on the lock file: the kernel's word on whether a live process holds it, whatever PID
+// namespace it runs in (a container beside this one can have the same pid). Released when the
+// holder exits, however it exits.
+enum class Held { no, yes, unknown };  // unknown: the file system does not support it (Lustre's noflock)
+
+Held try_flock(int fd) {
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return Held::no;
+  return errno == EWOULDBLOCK ? Held::yes : Held::unknown;
+}
+
 // Why the lock's holder is known to be gone, or empty when it may still be running. AGE_S: how long
-// ago the lock file was last written.
-std::string gone(const nlohmann::json& holder, double age_s) {
-  // Written in one call right after the file is created: a lock that names no owner some seconds
+// ago the lock file was last written; FLOCKED: whether this job could take the kernel lock on it.
+std::string gone(const nlohmann::json& holder, double age_s, Held flocked) {
+  // Written right after the file is created and locked: a lock that names no owner some seconds
   // after its creation was left by a process that died in between (or a full disk), and would
   // otherwise block the directory for good. A younger one may be a job taking it right now.
   if (!holder.is_object() || !holder.contains("host") || !holder.contains("pid")) {
-    if (age_s < 10.0) return "";
+    if (age_s < 10.0 || flocked == Held::yes) return "";
     return "no owner it names (the lock file is empty or garbled: a crash or a full disk as it was taken)";
   }
   const auto me = this_process();
+  // A scheduler restarts a job only once its earlier attempt is over, whatever lock a dead node's
+  // file system still keeps for it.
   const std::string job = holder.value("job", "");
   if (!job.empty() && job == me.at("job").get<std::string>()) return "an earlier attempt of this job (" + job + ")";
+  if (flocked == Held::yes) return "";  // a live process holds it, on this host or one sharing the file system
+  // Another host's process may hold a lock that the file system keeps per node (Lustre's localflock).
   if (holder.value("host", "") != me.at("host").get<std::string>()) return "";
   const auto pid = holder.value("pid", static_cast<int64_t>(0));
   if (pid <= 0) return "";
   const std::string process = "process " + std::to_string(pid);
-  // Locks written before loom recorded the boot and the start time name only a pid.
+  if (flocked == Held::no) return process + ", no longer running (it holds no lock on the file)";
+  // Without flock: what the pid says. Locks of loom before 2026-11-29 name only a pid.
   const std::string boot = holder.value("boot", ""), started = holder.value("started", "");
-  if (!boot.empty() && boot != me.at("boot").get<std::string>()) return process + ", of an earlier boot of this host";
-  // Not this job (it holds no lock yet): the same pid again, a restart in a new container.
-  if (pid == me.at("pid").get<int64_t>()) return process + ", which is now this job's (a restarted container)";
+  const std::string my_boot = me.at("boot").get<std::string>();
+  if (!boot.empty() && !my_boot.empty() && boot != my_boot) return process + ", of an earlier boot of this host";
   if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return process + ", no longer running";
   const std::string now = start_time(pid);
   if (!started.empty() && !now.empty() && now != started) return process + ", no longer running (its pid is reused)";
   return "";
 }
 
-bool create_exclusively(const fs::path& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-  if (fd < 0) return false;
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+// Writes TEXT over the file FD holds.
+bool write_all(int fd, const std::string& text) {
+  if (::ftruncate(fd, 0) != 0 || ::lseek(fd, 0, SEEK_SET) != 0) return false;
+  return ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+}
+
+// A new lock file at PATH, kernel-locked before TEXT is written into it; its descriptor, or -1 with errno set.
+int create_exclusively(const fs::path& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  (void)try_flock(fd);  // a new file: nobody else can hold it yet
+  if (write_all(fd, text)) return fd;
   const int write_error = errno;
+  ::unlink(path.c_str());  // an empty lock would block the directory for the next job's first seconds
   ::close(fd);
-  if (!written) {
-    ::unlink(path.c_str());  // an empty lock would block the directory for the next job's first seconds
-    errno = write_error == EEXIST || write_error == 0 ? EIO : write_error;
-  }
-  return written;
+  errno = write_error == EEXIST || write_error == 0 ? EIO : write_error;
+  return -1;
 }
 
 }  // namespace
@@ -113,32 +134,41 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& name, co
   const fs::path path = fs::path(dir) / (".loom-" + name + ".lock");
   const std::string text = this_process().dump() + "\n";
   for (int attempt = 0; attempt < 2; ++attempt) {
-    if (create_exclusively(path, text)) {
-      path_ = path.string();
+    if (const int fd = create_exclusively(path, text); fd >= 0) {
+      path_ = path.string(), fd_ = fd;
       return;
     }
     if (errno != EEXIST) {
-      // Before a job has written anything, a read-only file system is the path the user chose (a
-      // dataset's mount, say), not a failing machine: exit 2 rather than a requeue that meets it again.
+      // A read-only file system when a job starts (fresh or resumed) is taken as the path the user
+      // chose (a dataset's mount, say), not a failing machine: exit 2 rather than a requeue that
+      // meets it again.
       const int error = errno;
       const std::string message =
           "cannot create the lock file '" + path.string() + "' of " + what + " '" + dir + "': " + std::strerror(error);
       if (error == EROFS) throw InputError(message);
       throw_file_error(error, message);
     }
+    // The holder's record first: a job taking the lock locks the file before it writes it, so a
+    // record that is whole was written under the kernel lock.
     nlohmann::json holder;
-    std::ifstream in(path);
-    try {
-      in >> holder;
-    } catch (const nlohmann::json::exception&) {
-      holder = nlohmann::json::object();  // half-written by a process that died while taking it
+    {
+      std::ifstream in(path);
+      try {
+        in >> holder;
+      } catch (const nlohmann::json::exception&) {
+        holder = nlohmann::json::object();  // half-written by a process that died while taking it
+      }
     }
     std::error_code age_error;
     const auto written = fs::last_write_time(path, age_error);
     const double age_s =
         age_error ? 0.0 : std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count();
-    const std::string why = gone(holder, age_s);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) continue;  // removed since: its holder released it; try again
+    const Held flocked = try_flock(fd);
+    const std::string why = gone(holder, age_s, flocked);
     if (why.empty()) {
+      ::close(fd);
       if (!holder.is_object() || !holder.contains("pid")) {
         throw InputError(what + " '" + dir + "' is being locked by another loom job right now ('" + path.string() +
                          "' names no owner yet): give this job its own, or retry once that job is gone");
@@ -148,6 +178,19 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& name, co
                        "): give this job its own, or remove '" + path.string() + "' if that job is gone");
     }
     log::warn("taking over the lock {} of {} '{}' left by {}", path.string(), what, dir, why);
+    if (flocked == Held::no) {
+      // Taken over in place, under the kernel lock: a second job taking it over at the same moment
+      // finds it held, where removing and creating it again would let both through.
+      if (!write_all(fd, text)) {
+        const int error = errno;
+        ::close(fd);
+        throw_file_error(error, "cannot write the lock file '" + path.string() + "' of " + what + " '" + dir +
+                                    "': " + std::strerror(error));
+      }
+      path_ = path.string(), fd_ = fd;
+      return;
+    }
+    ::close(fd);
     std::error_code ignore;
     fs::remove(path, ignore);
   }
@@ -162,19 +205,24 @@ DirectoryLock::~DirectoryLock() {
 void DirectoryLock::release() {
   if (path_.empty()) return;
   std::error_code ignore;
-  fs::remove(path_, ignore);
+  fs::remove(path_, ignore);  // before the kernel lock goes, so that no job takes over a file being removed
+  if (fd_ >= 0) ::close(fd_);
   path_.clear();
+  fd_ = -1;
 }
 
-DirectoryLock::DirectoryLock(DirectoryLock&& other) noexcept : path_(std::move(other.path_)) {
+DirectoryLock::DirectoryLock(DirectoryLock&& other) noexcept : path_(std::move(other.path_)), fd_(other.fd_) {
   other.path_.clear();
+  other.fd_ = -1;
 }
 
 DirectoryLock& DirectoryLock::operator=(DirectoryLock&& other) noexcept {
   if (this != &other) {
     release();
     path_ = std::move(other.path_);
+    fd_ = other.fd_;
     other.path_.clear();
+    other.fd_ = -1;
   }
   return *this;
 }

@@ -1,12 +1,13 @@
 // One job per directory. Two jobs writing one run directory interleave their
 // metrics, and two writing one checkpoint directory delete each other's
 // checkpoints, so a job holds a lock file in each: DIR/.loom-NAME.lock,
-// holding the host, pid, boot and start time of its owner. A second job is
-// refused (exit 2) naming the holder. A lock left by a process that died -- on
-// this host and no longer running (its pid gone, or now another process's, or
-// this job's own in a restarted container; or of an earlier boot), or of the
-// same scheduler job (a restart by torchrun or SLURM) -- is taken over with a
-// warning.
+// holding the host, pid, boot and start time of its owner, who holds flock on
+// it while the job runs. A second job is refused (exit 2) naming the holder. A
+// lock left by a process that died -- one that no process holds the kernel lock
+// on (a dead holder's is released, in whatever container it ran), or, where the
+// file system has no flock, whose pid is gone or now another process's or of an
+// earlier boot of this host; or of the same scheduler job (a restart by torchrun
+// or SLURM) -- is taken over with a warning.
 #pragma once
 
 #include <string>
@@ -28,6 +29,7 @@ class DirectoryLock {
  private:
   void release();
   std::string path_;  // empty: holds nothing
+  int fd_ = -1;       // the lock file, flock-ed while this job runs
 };
 
 }  // namespace loom::launch

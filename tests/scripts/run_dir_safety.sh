@@ -11,9 +11,9 @@
 #     metrics.superseded.jsonl.
 #  4. A torn last row is cut on --resume (the log names metrics.jsonl); every row is JSON after.
 #  5. An empty lock file (a crash as it was taken) is taken over with a warning naming it, once it is
-#     10 s old (a younger one may be a job taking the lock right now: refused). So is a lock whose pid
-#     now runs a process that started later (a reused pid), and one naming pid 1 taken by loom as
-#     pid 1 of a new PID namespace (a restarted container); a live holder's is refused.
+#     10 s old (a younger one may be a job taking the lock right now: refused). So is a lock no process
+#     holds flock on, whatever pid it names (a reused pid; pid 1 of a restarted container); a held one
+#     is refused, also for a loom that is pid 1 of another PID namespace.
 #  6. A checkpoint folder without manifest.json is set aside, never deleted; when no checkpoint is
 #     left --resume auto refuses (exit 2) naming what it set aside.
 #  7. A resume without --run-dir continues the run directory of the run it resumes.
@@ -91,31 +91,43 @@ touch -d '1 minute ago' "$WORK/locked/.loom-run.lock"
 must_train locked
 grep -q "taking over the lock $WORK/locked/.loom-run.lock of run directory '$WORK/locked' left by no owner it names" \
   "$WORK/locked.log" || { cat "$WORK/locked.log"; fail "an empty lock should be taken over with a warning"; }
-# A lock naming a live process that started after the lock's holder did (its pid reused) is taken
-# over; one naming the live process itself is not.
-sleep 600 &
+# A lock names its holder, who holds flock on it while the job runs. One that names a live process
+# that holds no flock on it (its pid reused by a sleep here; pid 1, as in a restarted container where
+# loom is pid 1 again) is taken over; one held is refused, even when it names pid 1 and this job is
+# pid 1 of its own PID namespace (two containers beside each other).
+# (Background helpers write nowhere, so that ctest does not wait on them if a check fails first.)
+sleep 300 > /dev/null 2>&1 &
 sleeper=$!
-started="$(awk '{ sub(/.*\) /, ""); print $20 }' "/proc/$sleeper/stat")"
-lock() { printf '{"host": "%s", "pid": %s, "job": "", "boot": "%s", "started": "%s"}\n' "$(hostname)" "$1" \
-  "$(cat /proc/sys/kernel/random/boot_id)" "$2" > "$WORK/$3/.loom-run.lock"; }
-mkdir -p "$WORK/reused" "$WORK/held"
-lock "$sleeper" 1 reused
+lock() { printf '{"host": "%s", "pid": %s, "job": "", "boot": "%s", "started": "1"}\n' "$(hostname)" "$1" \
+  "$(cat /proc/sys/kernel/random/boot_id)" > "$WORK/$2/.loom-run.lock"; }
+mkdir -p "$WORK/reused" "$WORK/held" "$WORK/container" "$WORK/beside"
+lock "$sleeper" reused
 must_train reused
-grep -q "left by process $sleeper, no longer running (its pid is reused)" "$WORK/reused.log" ||
-  { cat "$WORK/reused.log"; fail "a lock whose pid now runs another process should be taken over"; }
-lock "$sleeper" "$started" held
-code=0
-train held || code=$?
-expect 2 held "is in use by another loom job (host $(hostname), pid $sleeper)" $code
+grep -q "left by process $sleeper, no longer running (it holds no lock on the file)" "$WORK/reused.log" ||
+  { cat "$WORK/reused.log"; fail "a lock that no process holds should be taken over"; }
 kill "$sleeper"
-# A restarted container: loom is pid 1 again, and the lock of the killed attempt names pid 1.
-mkdir -p "$WORK/container"
-lock 1 1 container
+lock 1 container
 unshare --pid --fork --mount-proc "$LOOM" train "$TINY" --run-dir "$WORK/container" "${ARGS[@]}" > "$WORK/container.log" 2>&1 ||
   { cat "$WORK/container.log"; fail "a restarted container's loom (pid 1 again) should take over its lock"; }
-grep -q "left by process 1, which is now this job's (a restarted container)" "$WORK/container.log" ||
+grep -q "left by process 1, no longer running" "$WORK/container.log" ||
   { cat "$WORK/container.log"; fail "the container's lock was not taken over by name"; }
-echo "5. an empty lock taken over, named; a reused pid's too, a live holder's not"
+for dir in held beside; do
+  lock 1 "$dir"
+  python3 -c 'import fcntl, sys, time; f = open(sys.argv[1], "a"); fcntl.flock(f, fcntl.LOCK_EX); time.sleep(300)' \
+    "$WORK/$dir/.loom-run.lock" > /dev/null 2>&1 &
+  holders+=($!)
+done
+for _ in $(seq 100); do flock -n "$WORK/held/.loom-run.lock" true || break; sleep 0.1; done
+for _ in $(seq 100); do flock -n "$WORK/beside/.loom-run.lock" true || break; sleep 0.1; done
+code=0
+train held || code=$?
+expect 2 held "is in use by another loom job (host $(hostname), pid 1)" $code
+code=0
+unshare --pid --fork --mount-proc "$LOOM" train "$TINY" --run-dir "$WORK/beside" "${ARGS[@]}" > "$WORK/beside.log" 2>&1 ||
+  code=$?
+expect 2 beside "is in use by another loom job (host $(hostname), pid 1)" $code
+kill "${holders[@]}"
+echo "5. an empty lock taken over, named; one no process holds too, a held one not (pid 1 beside pid 1 neither)"
 
 # 6.
 must_train nomanifest --set checkpoint.dir="$WORK/ck_nm" --set checkpoint.interval=2 --set checkpoint.keep=2 --set train.exit_after=4
