@@ -29,12 +29,27 @@ struct CommError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Whether a file system call that failed with the errno ERROR failed because of the machine: a
-// full disk or inode table, a quota, a file system remounted read-only or failing (EnvironmentError,
-// exit 75, so a requeue on a mended or another node may succeed), rather than because of a path the
-// user gave (no such directory, no permission: InputError, exit 2).
+// Whether a file system call that failed with the errno ERROR failed because of the machine (a
+// full disk, inode table or quota, a file system remounted read-only, failing, stale or gone: an
+// NFS handle, a FUSE mount's transport; EnvironmentError, exit 75, so a requeue on a mended or
+// another node may succeed) rather than because of the path the user gave or their limits (no
+// such file or directory, no permission, a name too long, too many open files for ulimit -n:
+// InputError, exit 2, the same on every node).
 inline bool machine_file_error(int error) {
-  return error == ENOSPC || error == EDQUOT || error == EROFS || error == EIO || error == ENFILE || error == EMFILE;
+  switch (error) {
+    case 0:  // no errno to go by: as before, the path's
+    case ENOENT:
+    case ENOTDIR:
+    case EISDIR:
+    case EACCES:
+    case EPERM:
+    case ENAMETOOLONG:
+    case ELOOP:
+    case EEXIST:
+    case EINVAL:
+    case EMFILE: return false;
+    default: return true;
+  }
 }
 
 // MESSAGE as the error its ERROR (an errno) calls for.

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "core/crc32c.h"
 #include "core/errors.h"
 #include "core/hf_weights.h"
 #include "core/logging.h"
@@ -150,8 +151,25 @@ void warn_unused_hf_tensors(const Config& config, const std::vector<std::string>
                             parallel::ProcessGroups& groups) {
   const std::string& source = config.model.init_from;
   if (config.model.arch != ModelArch::llama || !fs::is_directory(source)) return;
-  std::vector<std::string> names = HfWeights(source).names();
-  std::sort(names.begin(), names.end());
+  std::vector<std::string> names;
+  std::string joined;
+  try {
+    names = HfWeights(source).names();
+    std::sort(names.begin(), names.end());
+    for (const auto& name : names) joined += name + '\n';
+  } catch (const std::exception&) {
+    names.clear(), joined = "-";  // gone since the load: no list to compare, and no warning
+  }
+  // The ranks must hold the same list to compare their reads position by position (each reads its
+  // node's copy; a resume tolerates copies that differ): its size and CRC-32C, each with its
+  // negation so that one maximum gives both the largest and the smallest.
+  const auto size = static_cast<double>(joined == "-" ? -1 : static_cast<int64_t>(names.size()));
+  const auto crc = static_cast<double>(crc32c(joined));
+  auto agree = torch::tensor({size, -size, crc, -crc}, torch::kFloat64);
+  groups.world_comm().all_reduce(agree, parallel::ReduceOp::max).wait();
+  const bool same = agree[0].item<double>() == -agree[1].item<double>() &&
+                    agree[2].item<double>() == -agree[3].item<double>() && agree[0].item<double>() >= 0;
+  if (!same) return;
   const std::set<std::string> mine(read_here.begin(), read_here.end());
   auto read = torch::zeros({static_cast<int64_t>(names.size())}, torch::kFloat32);
   for (size_t i = 0; i < names.size(); ++i) read[static_cast<int64_t>(i)] = mine.count(names[i]) ? 1.0F : 0.0F;
@@ -163,7 +181,17 @@ void warn_unused_hf_tensors(const Config& config, const std::vector<std::string>
     if (read[static_cast<int64_t>(i)].item<float>() > 0) continue;
     if (config.model.moe.expert_bias && name.find("e_score_correction_bias") != std::string::npos) continue;
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
-    if (name.rfind("model.layers.", 0) == 0 && std::stoll(name.substr(13)) >= layers) continue;  // MTP layers
+    if (name.rfind("model.layers.", 0) == 0) {
+      const int64_t layer = std::stoll(name.substr(13));
+      if (layer >= layers) continue;  // multi-token prediction layers the model does not build
+      // A multi-token prediction layer's own copies of the embedding and the output layer: loom
+      // trains the main model's, and exports them as copies.
+      const bool copy =
+          name.find(".embed_tokens.") != std::string::npos || name.find(".shared_head.head.") != std::string::npos;
+      if (layer >= config.model.num_layers && copy) continue;
+    }
+    // A tied model saved with its output layer too: refuse_untied_output_of_tied_model found them equal.
+    if (config.model.tie_embeddings && name == "lm_head.weight") continue;
     unused.push_back(name);
   }
   if (unused.empty()) return;

@@ -15,6 +15,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kRefused = '\x01';  // starts the store's value when rank 0 refused the directory
+constexpr char kFailed = '\x02';   // ... or its file system failed it (EnvironmentError, exit 75)
 
 std::string default_run_dir(const std::string& config_path) {
   char stamp[32];
@@ -121,9 +122,14 @@ RunDirectory agree_on_run_dir(const TrainArgs& args, const Config& config, const
       if (env.store()) env.store()->set("run_dir", std::vector<uint8_t>(run.path.begin(), run.path.end()));
       return run;
     } catch (const InputError& e) {
-      // The other ranks are waiting for the directory: they fail with the same message rather than a timeout.
+      // The other ranks are waiting for the directory: they fail with the same message (and exit
+      // code) rather than a timeout.
       const std::string refusal = kRefused + std::string(e.what());
       if (env.store()) env.store()->set("run_dir", std::vector<uint8_t>(refusal.begin(), refusal.end()));
+      throw;
+    } catch (const EnvironmentError& e) {
+      const std::string failure = kFailed + std::string(e.what());
+      if (env.store()) env.store()->set("run_dir", std::vector<uint8_t>(failure.begin(), failure.end()));
       throw;
     }
   }
@@ -131,6 +137,7 @@ RunDirectory agree_on_run_dir(const TrainArgs& args, const Config& config, const
   RunDirectory run;
   run.path.assign(bytes.begin(), bytes.end());
   if (!run.path.empty() && run.path[0] == kRefused) throw InputError("rank 0: " + run.path.substr(1));
+  if (!run.path.empty() && run.path[0] == kFailed) throw EnvironmentError("rank 0: " + run.path.substr(1));
   return run;
 }
 

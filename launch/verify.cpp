@@ -124,12 +124,23 @@ int verify(const VerifyArgs& args, const models::PipelineModelFactory& make_mode
   runs.reference_dir = dir + "/reference";
 
   // Both runs: the same steps, no checkpoints (the user's checkpoint.dir is left alone), no profile.
+  // The schedule keeps a step to decay over, which wsd needs. No dropout: its masks are drawn per
+  // rank, so a layout draws other ones than one process does.
   std::vector<std::string> common = t.overrides;
-  for (const auto& set : {"train.steps=" + std::to_string(args.steps),
-                          "train.warmup_steps=" + std::to_string(std::min(config.train.warmup_steps, args.steps)),
-                          std::string("train.exit_after=-1"), std::string("checkpoint.dir="),
-                          std::string("log.profile_step_start=0"), std::string("log.profile_step_end=0")})
+  const int64_t warmup = std::min(config.train.warmup_steps, args.steps - 1);
+  for (const auto& set :
+       {"train.steps=" + std::to_string(args.steps), "train.warmup_steps=" + std::to_string(warmup),
+        std::string("train.exit_after=-1"), std::string("checkpoint.dir="), std::string("checkpoint.interval=0"),
+        std::string("model.dropout=0"), std::string("log.profile_step_start=0"), std::string("log.profile_step_end=0")})
     common.push_back(set);
+  if (config.train.lr_decay_style == LrDecayStyle::wsd && config.train.lr_decay_steps == 0) {
+    common.push_back("train.lr_wsd_decay_steps=" +
+                     std::to_string(std::min(config.train.lr_wsd_decay_steps, args.steps - warmup)));
+  }
+  if (config.model.dropout > 0 && launch.rank == 0) {
+    std::cout << "verify: both runs train with model.dropout = 0 (the config's " << config.model.dropout
+              << "): a layout draws its dropout masks per rank, so they differ from one process's\n";
+  }
   // The reference must fit one process of this machine; else both runs take fewer layers.
   std::vector<std::string> reference = common;
   reference.insert(reference.end(), kOneProcess.begin(), kOneProcess.end());

@@ -41,10 +41,12 @@ LrSchedule schedule_of(const TrainConfig& t, int64_t steps) {
 void report_schedule_change(const TrainConfig& t, int64_t saved_steps, int64_t step) {
   if (saved_steps <= 0 || saved_steps == t.steps) return;
   if (t.lr_decay_steps > 0) {
+    // Only the checkpoint's train.steps is known, not the schedule keys it was trained with: what
+    // can be said is that train.steps does not move this schedule.
     info0(
-        "train.steps changed from {} (the checkpoint's) to {}; the learning-rate schedule is unchanged "
-        "(train.lr_decay_steps = {})",
-        saved_steps, t.steps, t.lr_decay_steps);
+        "train.steps changed from {} (the checkpoint's) to {}; with train.lr_decay_steps = {} the learning-rate "
+        "schedule does not depend on train.steps (lr at step {}: {:.4g})",
+        saved_steps, t.steps, t.lr_decay_steps, step + 1, schedule_of(t, t.steps).at(step));
     return;
   }
   warn0(

@@ -80,11 +80,17 @@ stopped() {
     2> "$WORK/eos.err" || { cat "$WORK/eos.err"; fail "generate with stop ids"; }
   tail -n 1 "$WORK/eos.out"
 }
-want=$("$PY" -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])[:3], separators=(",", ":")))' "$(ids llama_hf1)")
+# The greedy chain up to and including its first id among STOP (a JSON list).
+upto() {
+  "$PY" -c 'import json, sys; c, s = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+n = next(i for i, t in enumerate(c) if t in s)
+print(json.dumps(c[:n + 1], separators=(",", ":")))' "$(ids llama_hf1)" "$1"
+}
+want=$(upto "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["eos_token_id"])' "$WORK/hf_eos/generation_config.json")")
 [ "$(stopped)" = "$want" ] || fail "generation_config.json's stop ids: $(stopped), expected $want"
 grep -q "stopped at the end-of-sequence token" "$WORK/eos.err" || { cat "$WORK/eos.err"; fail "the stop was not said"; }
 rm "$WORK/hf_eos/generation_config.json"
-want=$("$PY" -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])[:2], separators=(",", ":")))' "$(ids llama_hf1)")
+want=$(upto "[$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["eos_token_id"])' "$WORK/hf_eos/config.json")]")
 [ "$(stopped)" = "$want" ] || fail "config.json's stop id: $(stopped), expected $want"
 echo "stop ids: generation_config.json's list, else config.json's"
 

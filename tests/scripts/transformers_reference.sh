@@ -162,4 +162,8 @@ expect_exit 2 "sliding_window" "$LOOM" train "$TINY" --run-dir "$WORK/sw" "${BAS
 if "${HF[@]}" compare-loss "$WORK/qwen2" "$WORK/text.txt" "$WORK/llama_one" --seq-len 32 --sequences 8 > /dev/null 2>&1; then
   fail "transformers' Qwen2 loss compared equal to the Llama run"
 fi
+# Every tensor transformers saved, and every tensor of loom's exports (MTP layers' embedding and
+# head copies among them), is part of the model loom built from it: none is called unused.
+unused=$(grep -l "are not part of the model" "$WORK"/*.log || true)
+[ -z "$unused" ] || { cat $unused; fail "tensors called unused in: $unused"; }
 echo "transformers reference: ok"

@@ -46,6 +46,12 @@ expect_equal llama_tp2_pp2 4 --set model.arch=llama --set model.num_kv_heads=2 -
 expect_equal moe_ep2_tp2 8 --set model.moe.num_experts=4 --set model.moe.top_k=2 --set parallel.ep=2 \
   --set parallel.tp=2 --set parallel.expert_tp=2 --set train.seed=4321
 expect_equal bf16_tp2 2 --set parallel.tp=2 --set train.precision=bf16
+# A config that saves checkpoints, decays wsd over more steps than verify trains, and has dropout:
+# verified without checkpoints (its checkpoint.dir untouched), the schedule fitted, dropout off.
+expect_equal user_keys 2 --set model.dropout=0.1 --set checkpoint.dir="$WORK/ck_user" --set checkpoint.interval=2 \
+  --set train.lr_decay_style=wsd --set train.lr_wsd_decay_steps=4
+grep -q "both runs train with model.dropout = 0 (the config's 0.1)" "$WORK/user_keys.out" || fail "dropout was not said"
+[ ! -e "$WORK/ck_user" ] || fail "verify wrote into the config's checkpoint.dir"
 grep -q "relative (bf16)" "$WORK/bf16_tp2.out" || fail "the bf16 verdict does not state its tolerance's origin"
 # The verdict is the last line of standard output; the reference's log is kept beside the runs.
 [ "$(tail -1 "$WORK/tp2.out")" = "$(grep '^verdict:' "$WORK/tp2.out")" ] || fail "the verdict is not the last line"
