@@ -130,6 +130,11 @@ int create_exclusively(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
+void throw_start_file_error(int error, const std::string& message) {
+  if (error == EROFS) throw InputError(message);
+  throw_file_error(error, message);
+}
+
 DirectoryLock::DirectoryLock(const std::string& dir, const std::string& name, const std::string& what) {
   const fs::path path = fs::path(dir) / (".loom-" + name + ".lock");
   const std::string text = this_process().dump() + "\n";
@@ -138,15 +143,9 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& name, co
       path_ = path.string(), fd_ = fd;
       return;
     }
-    if (errno != EEXIST) {
-      // A read-only file system when a job starts (fresh or resumed) is taken as the path the user
-      // chose (a dataset's mount, say), not a failing machine: exit 2 rather than a requeue that
-      // meets it again.
-      const int error = errno;
-      const std::string message =
-          "cannot create the lock file '" + path.string() + "' of " + what + " '" + dir + "': " + std::strerror(error);
-      if (error == EROFS) throw InputError(message);
-      throw_file_error(error, message);
+    if (const int error = errno; error != EEXIST) {
+      throw_start_file_error(error, "cannot create the lock file '" + path.string() + "' of " + what + " '" + dir +
+                                        "': " + std::strerror(error));
     }
     // The holder's record first: a job taking the lock locks the file before it writes it, so a
     // record that is whole was written under the kernel lock.

@@ -14,6 +14,12 @@
 
 namespace loom::launch {
 
+// A file-system error where a job starts (its run directory, checkpoint.dir, their locks): as
+// throw_file_error (core/errors.h), except that a read-only file system is taken as the path the
+// user chose (a dataset's mount, say), not a failing machine: exit 2 rather than a requeue that
+// meets it again.
+[[noreturn]] void throw_start_file_error(int error, const std::string& message);
+
 class DirectoryLock {
  public:
   DirectoryLock() = default;

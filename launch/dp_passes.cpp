@@ -59,6 +59,15 @@ DpWireBytes dp_wire_bytes(const Config& config, int64_t zero_stage) {
   return wire;
 }
 
+double heavier_end_stage(const Config& config, const std::function<double(const models::ParameterShape&)>& count) {
+  const Shapes input = models::gpt_input_parameters(config);
+  double first = 0, last = 0;
+  for (const auto& p : input) first += count(p);
+  for (const auto& p : models::gpt_output_parameters(config)) last += count(p);
+  if (config.model.tie_embeddings || config.model.mtp.depth > 0) last += count(input.front());
+  return std::max(first, last);
+}
+
 double block_parameter_fraction(const Config& config) {
   return 1.0 - numel_of(root_parameters(config)) / dense_numel(config);
 }
@@ -76,16 +85,9 @@ DpModel dense_dp_model(const Config& config, int64_t tp, int64_t pp, int64_t mic
   for (const auto& p : block) block_local += static_cast<double>(p.local_numel(tp));
   for (const auto& p : root) root_local += static_cast<double>(p.local_numel(tp));
   block_local *= static_cast<double>(c.model.num_layers);
-  if (pp > 1) {
-    // The heavier end stage's (as layout_cost's parameters_per_rank counts it): a pp-th of the
-    // blocks, and the first stage's embeddings or the last's output, MTP modules and its copy of
-    // the word embedding (when tied, or when those modules embed).
-    double first = 0, last = 0;
-    for (const auto& p : input) first += static_cast<double>(p.local_numel(tp));
-    last = root_local - first;
-    if (c.model.tie_embeddings || c.model.mtp.depth > 0) last += static_cast<double>(input.front().local_numel(tp));
+  if (pp > 1) {  // the heavier end stage's: a pp-th of the blocks and its own
     block_local /= static_cast<double>(pp);
-    root_local = std::max(first, last);
+    root_local = heavier_end_stage(c, [tp](const auto& p) { return static_cast<double>(p.local_numel(tp)); });
   }
   model.block_share = c.model.moe.enabled() ? block_parameter_fraction(c) : block_local / (block_local + root_local);
   // Stage 0's gradient buckets, as the trainer packs them: its parameters in order of use.

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "core/config.h"
+#include "models/gpt_shapes.h"
 
 namespace loom::launch {
 
@@ -37,6 +39,12 @@ struct DpModel {
 
 // The dense parameters' DpModel at tp TP and pp PP with MICRO_BATCHES a step.
 DpModel dense_dp_model(const Config& config, int64_t tp, int64_t pp, int64_t micro_batches);
+
+// What the heavier end pipeline stage holds beyond its pp-th of the blocks, each shape counted by
+// COUNT: the first stage's embeddings, or the last stage's final norm, output layer, multi-token
+// prediction modules and its own copy of the word embedding (when tied, or when those modules embed
+// with it: models/gpt.cpp's tied_wte). (Config at its tp.)
+double heavier_end_stage(const Config& config, const std::function<double(const models::ParameterShape&)>& count);
 
 // The share of the dense parameters in the transformer blocks (ZeRO 2 and 3 reduce, and 3 gathers,
 // them micro-batch by micro-batch; the embeddings, the output and multi-token prediction's

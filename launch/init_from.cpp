@@ -171,14 +171,16 @@ void warn_unused_hf_tensors(const Config& config, const std::vector<std::string>
                     agree[2].item<double>() == -agree[3].item<double>() && agree[0].item<double>() >= 0;
   if (!same) return;
   const std::set<std::string> mine(read_here.begin(), read_here.end());
-  auto read = torch::zeros({static_cast<int64_t>(names.size())}, torch::kFloat32);
-  for (size_t i = 0; i < names.size(); ++i) read[static_cast<int64_t>(i)] = mine.count(names[i]) ? 1.0F : 0.0F;
+  std::vector<float> mask(names.size());
+  for (size_t i = 0; i < names.size(); ++i) mask[i] = mine.count(names[i]) ? 1.0F : 0.0F;
+  auto read = torch::tensor(mask);
   groups.world_comm().all_reduce(read, parallel::ReduceOp::max).wait();
+  const float* read_anywhere = read.data_ptr<float>();
   const int64_t layers = config.model.num_layers + config.model.mtp.depth;
   std::vector<std::string> unused;
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
-    if (read[static_cast<int64_t>(i)].item<float>() > 0) continue;
+    if (read_anywhere[i] > 0) continue;
     if (config.model.moe.expert_bias && name.find("e_score_correction_bias") != std::string::npos) continue;
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
     if (name.rfind("model.layers.", 0) == 0) {

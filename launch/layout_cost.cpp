@@ -114,16 +114,13 @@ double parameters_per_rank(const Config& config, int64_t tp, int64_t pp) {
   // The blocks split evenly over the stages; the first also holds the embeddings, the last the final
   // norm, the output layer, multi-token prediction's modules and, when tied or when those modules
   // embed, its own copy of the word embedding. A rank of the heavier end stage holds the most.
-  auto local = [tp](const std::vector<models::ParameterShape>& shapes) {
-    double total = 0;
-    for (const auto& s : shapes) total += static_cast<double>(s.numel()) / (s.tp_split_dim < 0 ? 1.0 : double(tp));
-    return total;
+  auto local = [tp](const models::ParameterShape& s) {
+    return static_cast<double>(s.numel()) / (s.tp_split_dim < 0 ? 1.0 : static_cast<double>(tp));
   };
-  const double input = local(models::gpt_input_parameters(c)), output = local(models::gpt_output_parameters(c));
-  const double blocks = (whole - input - output) / static_cast<double>(pp);
-  const bool copy = c.model.tie_embeddings || c.model.mtp.depth > 0;  // models/gpt.cpp's tied_wte
-  const double word_embedding_copy = copy ? local({models::gpt_input_parameters(c).front()}) : 0.0;
-  return blocks + std::max(input, output + word_embedding_copy);
+  double ends = 0;  // the input's and the output's, each once
+  for (const auto& s : models::gpt_input_parameters(c)) ends += local(s);
+  for (const auto& s : models::gpt_output_parameters(c)) ends += local(s);
+  return (whole - ends) / static_cast<double>(pp) + heavier_end_stage(c, local);
 }
 
 namespace {

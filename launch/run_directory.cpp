@@ -30,11 +30,7 @@ std::string default_run_dir(const std::string& config_path) {
 void create_directory(const std::string& dir, const std::string& what) {
   std::error_code error;
   fs::create_directories(dir, error);
-  if (!error) return;
-  // A read-only file system at the start is the path the user chose (launch/directory_lock.cpp).
-  const std::string message = "cannot create " + what + " '" + dir + "': " + error.message();
-  if (error.value() == EROFS) throw InputError(message);
-  throw_file_error(error.value(), message);
+  if (error) throw_start_file_error(error.value(), "cannot create " + what + " '" + dir + "': " + error.message());
 }
 
 // The run directory a resume without --run-dir continues: the one the checkpoint it will resume
@@ -117,19 +113,20 @@ RunDirectory open_on_rank0(const TrainArgs& args, const Config& config) {
 
 RunDirectory agree_on_run_dir(const TrainArgs& args, const Config& config, const parallel::LaunchEnv& env) {
   if (env.rank() == 0) {
+    auto publish = [&](const std::string& value) {
+      if (env.store()) env.store()->set("run_dir", std::vector<uint8_t>(value.begin(), value.end()));
+    };
+    // The other ranks are waiting for the directory: they fail with the same message (and exit
+    // code) rather than a timeout.
     try {
       RunDirectory run = open_on_rank0(args, config);
-      if (env.store()) env.store()->set("run_dir", std::vector<uint8_t>(run.path.begin(), run.path.end()));
+      publish(run.path);
       return run;
     } catch (const InputError& e) {
-      // The other ranks are waiting for the directory: they fail with the same message (and exit
-      // code) rather than a timeout.
-      const std::string refusal = kRefused + std::string(e.what());
-      if (env.store()) env.store()->set("run_dir", std::vector<uint8_t>(refusal.begin(), refusal.end()));
+      publish(kRefused + std::string(e.what()));
       throw;
     } catch (const EnvironmentError& e) {
-      const std::string failure = kFailed + std::string(e.what());
-      if (env.store()) env.store()->set("run_dir", std::vector<uint8_t>(failure.begin(), failure.end()));
+      publish(kFailed + std::string(e.what()));
       throw;
     }
   }
