@@ -17,18 +17,26 @@ DivergenceGuard::Verdict DivergenceGuard::judge(int64_t step, double loss, doubl
     last_bad_ = step;
     last_loss_ = loss;
     last_grad_norm_ = grad_norm;
+    overflow_at_floor_ = loss_finite;  // (diverging with a finite loss: only fp16 at its lowest scale does that)
   } else if (!verdict.skip) {
     streak_ = 0;
+    last_applied_ = step;
   }
   return verdict;
 }
 
 std::string DivergenceGuard::report() const {
+  // Steps an fp16 overflow skipped before the streak applied nothing either: name the last that did.
+  const std::string applied = last_applied_ < 0 ? "no update was applied in this run"
+                                                : fmt::format("no update was applied after step {}", last_applied_);
+  const std::string floor =
+      overflow_at_floor_ ? ": the gradients overflowed fp16 with the loss scale at its floor, train.min_loss_scale"
+                         : "";
   return fmt::format(
       "the run diverged: steps {} to {} had a non-finite loss or gradient norm ({} in a row, train.max_skipped_steps "
-      "is {}; the last had loss {} and gradient norm {}); no update was applied from step {} on. Resume from an "
-      "earlier checkpoint (--resume auto) with a lower train.lr or a tighter train.grad_clip",
-      first_bad_, last_bad_, streak_, max_skipped_, last_loss_, last_grad_norm_, first_bad_);
+      "is {}; the last had loss {} and gradient norm {}{}); {}. Resume from an earlier checkpoint (--resume auto) "
+      "with a lower train.lr or a tighter train.grad_clip",
+      first_bad_, last_bad_, streak_, max_skipped_, last_loss_, last_grad_norm_, floor, applied);
 }
 
 }  // namespace loom::launch

@@ -272,7 +272,7 @@ TrainSummary Trainer::run(const std::string& resume) {
     const auto step_start = Clock::now();
     clock_.begin_step();
     maybe_inject_fault(step);
-    const double lr = schedule_.at(step - 1);
+    const double lr = schedule_.at(step - 1 - (scaler_ ? scaler_->skipped_steps() : 0));  // (fp16: as Megatron-LM)
     optimizer_->zero_grad();
     sync_->start_step();
     if (step == first_step) CpuMemory::begin_window();

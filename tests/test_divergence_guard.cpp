@@ -22,7 +22,9 @@ TEST_CASE("divergence guard: non-finite steps in a row stop the run; a finite on
   CHECK(guard.state_trusted());
   for (int64_t step = 5; step <= 7; ++step) guard.judge(step, kInf, kNaN, false);
   CHECK(guard.diverged());
-  CHECK_THAT(guard.report(), Catch::Contains("steps 5 to 7") && Catch::Contains("3 in a row"));
+  CHECK_THAT(guard.report(), Catch::Contains("steps 5 to 7") && Catch::Contains("3 in a row") &&
+                                 Catch::Contains("no update was applied after step 4"));
+  CHECK_THAT(guard.report(), !Catch::Contains("min_loss_scale"));  // the loss itself was not finite
 }
 
 TEST_CASE("divergence guard: an fp16 overflow is the loss scale's to handle until the scale can drop no more",
@@ -37,4 +39,15 @@ TEST_CASE("divergence guard: an fp16 overflow is the loss scale's to handle unti
   guard.judge(11, 3.0, kInf, /*scale_can_drop=*/false);  // at its floor
   guard.judge(12, kNaN, kInf, /*scale_can_drop=*/true);  // a non-finite loss diverges whatever the scale
   CHECK(guard.diverged());
+  // Steps 1-10 applied nothing either: the report does not say "from step 11 on".
+  CHECK_THAT(guard.report(), Catch::Contains("steps 11 to 12") && Catch::Contains("no update was applied in this run"));
+}
+
+TEST_CASE("divergence guard: gradients overflowing at fp16's lowest scale name train.min_loss_scale", "[divergence]") {
+  DivergenceGuard guard(2);
+  guard.judge(1, 3.0, 1.0, false);
+  guard.judge(2, 3.0, kInf, /*scale_can_drop=*/false);
+  guard.judge(3, 3.0, kInf, /*scale_can_drop=*/false);
+  REQUIRE(guard.diverged());
+  CHECK_THAT(guard.report(), Catch::Contains("train.min_loss_scale") && Catch::Contains("after step 1"));
 }

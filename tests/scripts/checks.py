@@ -429,6 +429,9 @@ def fp16_skipped_step(args):
     scales = {x["step"]: x["loss_scale"] for x in r}
     assert all(scales[s] == scale for s in range(1, step + 1)) and all(scales[s] == scale // 2 for s in range(step + 1, args.last + 1)), f"loss scales {scales}"
     assert r[-1]["loss"] < r[0]["loss"] - 0.5, f"loss {r[0]['loss']} -> {r[-1]['loss']}"
+    # The skipped step does not advance the schedule (Megatron-LM): the next step trains at its rate.
+    lrs = {x["step"]: x["lr"] for x in r}
+    assert lrs[step - 1] != lrs[step] == lrs[step + 1] != lrs[step + 2], f"learning rates around step {step}: {lrs}"
 
     def tensors(at):
         d = f"{args.ckpt}/step_{at:08d}"

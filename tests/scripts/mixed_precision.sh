@@ -13,7 +13,8 @@
 #   ZeRO-3 16N/d (fp32 master shards, no persistent bf16 copy);
 # - fp16 with an overflow injected at step 3: that step is skipped (the
 #   checkpoints of steps 2 and 3 hold the same weights and moments), the
-#   loss scale halves, no other step is skipped, the loss falls, and a run
+#   loss scale halves, no other step is skipped, the schedule does not advance
+#   for it (step 4 trains at step 3's rate), the loss falls, and a run
 #   resumed after step 5 continues with the same scale and losses; the same
 #   with ZeRO-3 (tp=2 dp=2);
 # - bad input exits 2.
