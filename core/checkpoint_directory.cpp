@@ -143,6 +143,11 @@ std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
   return checkpoint_named(dir, first_word(dir, "latest"));
 }
 
+std::string latest_names_missing(const std::string& dir) {
+  const std::string name = first_word(dir, "latest");
+  return name.empty() || checkpoint_named(dir, name) ? std::string() : name;
+}
+
 std::optional<CheckpointInfo> announced_checkpoint(const std::string& dir) {
   std::ifstream in(fs::path(dir) / kAnnouncement);
   std::string name, word, after;

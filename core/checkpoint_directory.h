@@ -43,6 +43,9 @@ std::vector<std::string> remove_unfinished_saves(const std::string& dir);
 
 // The checkpoint `latest` names, when it is one of DIR's complete checkpoints.
 std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir);
+// What `latest` names when that is not one of DIR's complete checkpoints (set aside or removed
+// since a run saved it); "" when `latest` names one, or nothing.
+std::string latest_names_missing(const std::string& dir);
 
 // Points `latest` at the checkpoint at PATH (inside DIR), atomically; nothing is written when it
 // already does. Any announced publish (below) is then settled: its file is removed.

@@ -359,6 +359,16 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
                 found + "); resume one by hand with --resume PATH, or start afresh without --resume";
       choice.fill_(-2);
     }
+    // None here now, but `latest` says a run saved one (an earlier --resume auto set it aside): the
+    // same refusal, or a restart of the refused job would start afresh beside its metrics.
+    const std::string missing = resume == "auto" && choice.item<int64_t>() == -1 ? latest_names_missing(dir) : "";
+    if (!missing.empty()) {
+      refusal = "checkpoint.dir '" + dir + "' holds no usable checkpoint, but its 'latest' names " + missing +
+                ", which a run saved there (set aside or removed since); resume one by hand with --resume PATH, or "
+                "remove '" +
+                (fs::path(dir) / "latest").string() + "' to start afresh";
+      choice.fill_(-2);
+    }
     world.broadcast(choice, 0).wait();
     if (!refusal.empty()) throw InputError("--resume " + resume + ": " + refusal);
   } else {

@@ -139,8 +139,12 @@ std::vector<std::string> model_record_differences(const nlohmann::json& saved, c
     if (key.rfind("moe_", 0) == 0) return "moe." + key.substr(4);  // moe_num_experts: moe.num_experts
     return key;
   };
+  // A dense side has no expert settings to compare: the expert count's difference says it all
+  // (its other moe_ keys would read "none" against the MoE side's values).
+  const bool both_moe = saved.value("moe_num_experts", 0) > 0 && asked.value("moe_num_experts", 0) > 0;
   std::vector<std::string> differences;
   for (const auto& key : keys) {
+    if (!both_moe && key != "moe_num_experts" && key.rfind("moe_", 0) == 0) continue;
     const auto saved_value = saved.value(key, nlohmann::json("none"));
     const auto asked_value = asked.value(key, nlohmann::json("none"));
     if (saved_value != asked_value) {

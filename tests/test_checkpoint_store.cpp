@@ -267,7 +267,10 @@ TEST_CASE("checkpoint directory: latest is tried first; set-aside checkpoints ar
   CHECK(fs::exists(fs::path(moved) / "manifest.json"));  // renamed, never deleted
   CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{30, 10});
   CHECK_FALSE(latest_checkpoint(dir).has_value());  // latest names a checkpoint that is gone
+  CHECK(latest_names_missing(dir) == "step_00000020");
   CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{30, 10});
+  set_latest(dir, (fs::path(dir) / "step_00000030").string());
+  CHECK(latest_names_missing(dir).empty());
   save(dir, 20, t, 5);  // a step saved again beside its set-aside namesake
   CHECK(set_aside((fs::path(dir) / "step_00000020").string(), "corrupt") ==
         (fs::path(dir) / "step_00000020.corrupt.2").string());

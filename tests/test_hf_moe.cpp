@@ -124,6 +124,10 @@ TEST_CASE("the checkpoint record of an MoE and Qwen3's attention: one model, one
   const auto width = launch::model_record_differences(moe, launch::complete_model_record(launch::model_record(narrow)));
   REQUIRE(width.size() == 1);
   CHECK(width[0] == "model.moe.moe_intermediate_size = 96, the config 48");
+  // A dense checkpoint against an MoE config: the expert count, not the experts' settings as "none".
+  const auto dense_side = launch::model_record_differences(plain, moe);
+  REQUIRE(dense_side.size() == 1);
+  CHECK(dense_side[0] == "model.moe.num_experts = 0, the config 4");
   // The record gives the model back.
   const auto back = launch::config_of_model_record(launch::model_record(other), "manifest");
   CHECK(back.model.qk_norm);

@@ -144,7 +144,12 @@ train keep1 --set checkpoint.dir="$WORK/ck_k1" --set checkpoint.keep=1 --resume 
 expect 2 keep1 "--resume auto: checkpoint.dir '$WORK/ck_k1' holds no usable checkpoint: .*step_00000004.corrupt" $code
 [ -f "$WORK/ck_k1/step_00000004.corrupt/rank_00000.bin" ] || fail "its shards must stay"
 [ "$(rows "$WORK/keep1/metrics.jsonl")" = "1 2 3 4" ] || fail "a refused resume changed metrics.jsonl"
-echo "6. a folder without a manifest set aside; with nothing usable --resume auto refuses"
+# The same job restarted (a requeue): nothing left to set aside, but 'latest' names what was.
+code=0
+train keep1 --set checkpoint.dir="$WORK/ck_k1" --set checkpoint.keep=1 --resume auto || code=$?
+expect 2 keep1 "holds no usable checkpoint, but its 'latest' names step_00000004, .*remove '$WORK/ck_k1/latest'" $code
+[ "$(rows "$WORK/keep1/metrics.jsonl")" = "1 2 3 4" ] || fail "a restarted refused resume changed metrics.jsonl"
+echo "6. a folder without a manifest set aside; with nothing usable --resume auto refuses, and again when restarted"
 
 # 7.
 must_train origin --set checkpoint.dir="$WORK/ck_origin" --set checkpoint.interval=2 --set train.exit_after=4
