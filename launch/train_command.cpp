@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "core/config_inert.h"
 #include "core/cpu_memory.h"
 #include "core/device.h"
 #include "core/errors.h"
@@ -29,6 +30,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   const parallel::LaunchInfo launch = parallel::detect_launch();
   init_logging(launch.rank, launch.world);
   resolve_and_validate(config, launch.world);
+  for (const auto& warning : inert_key_warnings(config)) warn0("{}", warning);
   const torch::Device device = resolve_train_device(config.train.device, launch.local_rank, launch.local_world);
   use_device(device);
   require_supported(config, device, launch.world);

@@ -1,0 +1,40 @@
+#include "core/config_inert.h"
+
+namespace loom {
+
+std::vector<std::string> inert_key_warnings(const Config& config) {
+  const auto& t = config.train;
+  const auto& p = config.parallel;
+  // A family of keys (by prefix, or one key), whether the rest of the config turns it off, and why.
+  struct Rule {
+    std::string prefix;
+    bool off;
+    std::string because;
+  };
+  const std::vector<Rule> rules = {
+      {"train.muon.", t.optimizer != OptimizerKind::muon, "train.optimizer is " + to_string(t.optimizer)},
+      {"train.loss_scale", t.precision != TrainPrecision::fp16, "train.precision is " + to_string(t.precision)},
+      {"train.initial_loss_scale", t.precision != TrainPrecision::fp16, "train.precision is " + to_string(t.precision)},
+      {"train.loss_scale_window", t.precision != TrainPrecision::fp16, "train.precision is " + to_string(t.precision)},
+      {"train.min_loss_scale", t.precision != TrainPrecision::fp16, "train.precision is " + to_string(t.precision)},
+      {"train.lr_wsd_decay_steps", t.lr_decay_style != LrDecayStyle::wsd,
+       "train.lr_decay_style is " + to_string(t.lr_decay_style)},
+      {"parallel.powersgd.", p.grad_compression != GradCompression::powersgd,
+       "parallel.grad_compression is " + to_string(p.grad_compression)},
+      {"parallel.grad_compression_error_feedback", p.grad_compression == GradCompression::none,
+       "parallel.grad_compression is none"},
+      {"model.mtp.loss_weight", config.model.mtp.depth == 0, "model.mtp.depth is 0"},
+  };
+  std::vector<std::string> warnings;
+  for (const auto& key : config.set_keys) {
+    for (const auto& rule : rules) {
+      if (rule.off && key.rfind(rule.prefix, 0) == 0) {
+        warnings.push_back(key + " is set, but " + rule.because + ": it has no effect");
+        break;
+      }
+    }
+  }
+  return warnings;
+}
+
+}  // namespace loom

@@ -1,0 +1,41 @@
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "core/config.h"
+#include "core/config_inert.h"
+
+namespace {
+
+std::vector<std::string> warnings_for(const std::vector<std::string>& overrides) {
+  const auto path =
+      std::filesystem::temp_directory_path() / ("loom_test_config_inert_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(path) << "model:\n  num_layers: 2\ntrain:\n  steps: 4\n";
+  const auto config = loom::load_config(path.string(), overrides);
+  std::filesystem::remove(path);
+  return loom::inert_key_warnings(config);
+}
+
+}  // namespace
+
+TEST_CASE("keys the rest of the config turns off are named, with the key that decides", "[config]") {
+  CHECK(warnings_for({}).empty());
+  CHECK(warnings_for({"train.muon.lr=0.02"}) ==
+        std::vector<std::string>{"train.muon.lr is set, but train.optimizer is adamw: it has no effect"});
+  CHECK(warnings_for({"train.muon.lr=0.02", "train.optimizer=muon"}).empty());
+  CHECK(warnings_for({"train.min_loss_scale=4", "train.loss_scale_window=10"}) ==
+        std::vector<std::string>{"train.loss_scale_window is set, but train.precision is fp32: it has no effect",
+                                 "train.min_loss_scale is set, but train.precision is fp32: it has no effect"});
+  CHECK(warnings_for({"train.min_loss_scale=4", "train.precision=fp16"}).empty());
+  CHECK(warnings_for({"parallel.powersgd.rank=4", "parallel.grad_compression=int8"}) ==
+        std::vector<std::string>{
+            "parallel.powersgd.rank is set, but parallel.grad_compression is int8: it has no effect"});
+  CHECK(warnings_for({"parallel.powersgd.rank=4", "parallel.grad_compression=powersgd"}).empty());
+  CHECK(warnings_for({"parallel.grad_compression_error_feedback=false"}).size() == 1);
+  CHECK(warnings_for({"train.lr_wsd_decay_steps=2"}).size() == 1);
+  CHECK(warnings_for({"train.lr_wsd_decay_steps=2", "train.lr_decay_style=wsd"}).empty());
+  CHECK(warnings_for({"model.mtp.loss_weight=0.3"}).size() == 1);
+  CHECK(warnings_for({"model.mtp.loss_weight=0.3", "model.mtp.depth=1"}).empty());
+}
