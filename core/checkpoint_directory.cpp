@@ -61,6 +61,19 @@ std::vector<std::string> unreadable_checkpoints(const std::string& dir) {
   return out;
 }
 
+std::vector<std::string> corrupt_checkpoints(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return out;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const auto dot = name.find(".corrupt");
+    if (dot != std::string::npos && step_of_name(name.substr(0, dot))) out.push_back(entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<std::string> remove_unfinished_saves(const std::string& dir) {
   std::vector<std::string> removed;
   std::error_code error;

@@ -34,6 +34,9 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& dir);
 // deleted: `--resume auto` sets them aside, and a save of the same step moves them out of its way.
 std::vector<std::string> unreadable_checkpoints(const std::string& dir);
 
+// The checkpoints of DIR that `--resume auto` set aside as corrupt (step_N.corrupt, step_N.corrupt.2, ...).
+std::vector<std::string> corrupt_checkpoints(const std::string& dir);
+
 // Removes what saves left unfinished under DIR: their temporary folders (.step_NNNNNNNN.tmp, never
 // a checkpoint: a save renames its folder into place last), `latest.tmp` and a settled or stale
 // `latest.publishing` (after resume_candidates has read it). A save that failed (a

@@ -24,9 +24,14 @@ std::vector<std::string> inert_key_warnings(const Config& config) {
       {"parallel.grad_compression_error_feedback", p.grad_compression == GradCompression::none,
        "parallel.grad_compression is none"},
       {"model.mtp.loss_weight", config.model.mtp.depth == 0, "model.mtp.depth is 0"},
+      {"model.moe.", !config.model.moe.enabled(), "model.moe.num_experts is 0 (a dense model)"},
+      {"parallel.cp_comm", p.cp == 1, "parallel.cp is 1"},
+      {"checkpoint.keep", config.checkpoint.dir.empty(), "checkpoint.dir is not set"},
+      {"checkpoint.async", config.checkpoint.dir.empty(), "checkpoint.dir is not set"},
   };
   std::vector<std::string> warnings;
   for (const auto& key : config.set_keys) {
+    if (key == "model.moe.num_experts") continue;  // (the key that decides)
     for (const auto& rule : rules) {
       if (rule.off && key.rfind(rule.prefix, 0) == 0) {
         warnings.push_back(key + " is set, but " + rule.because + ": it has no effect");

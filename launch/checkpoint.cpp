@@ -322,6 +322,7 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   if (groups_.rank() == 0) {
     std::string refusal;
     std::vector<std::string> set_aside_now;  // what --resume auto found and could not use
+    const std::string missing = resume == "auto" ? latest_names_missing(dir) : "";  // (before the choice rewrites it)
     // (Only under auto: a user may be resuming a .step_N.tmp by hand.)
     for (const auto& unfinished : resume == "auto" ? remove_unfinished_saves(dir) : std::vector<std::string>{})
       log::warn("removed {}: a save that did not finish (a full disk, or a job stopped while saving)", unfinished);
@@ -359,15 +360,23 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
                 found + "); resume one by hand with --resume PATH, or start afresh without --resume";
       choice.fill_(-2);
     }
-    // None here now, but `latest` says a run saved one (an earlier --resume auto set it aside): the
-    // same refusal, or a restart of the refused job would start afresh beside its metrics.
-    const std::string missing = resume == "auto" && choice.item<int64_t>() == -1 ? latest_names_missing(dir) : "";
-    if (!missing.empty()) {
-      refusal = "checkpoint.dir '" + dir + "' holds no usable checkpoint, but its 'latest' names " + missing +
-                ", which a run saved there (set aside or removed since); resume one by hand with --resume PATH, or "
-                "remove '" +
-                (fs::path(dir) / "latest").string() + "' to start afresh";
-      choice.fill_(-2);
+    // None here now, but a run saved some (set aside; `latest` may name one): refused again, or a
+    // restart of the refused job would start afresh beside its metrics.
+    if (resume == "auto" && choice.item<int64_t>() == -1) {
+      std::string earlier = missing.empty() ? "" : "its 'latest' names " + missing + ", ";
+      for (const auto& corrupt : corrupt_checkpoints(dir)) earlier += corrupt + " (set aside), ";
+      if (!earlier.empty()) {
+        refusal = "checkpoint.dir '" + dir + "' holds no usable checkpoint, but a run saved there: " + earlier +
+                  "resume one by hand with --resume PATH, or move these away (and '" +
+                  (fs::path(dir) / "latest").string() + "') to start afresh";
+        choice.fill_(-2);
+      }
+    } else if (!missing.empty() && choice.item<int64_t>() >= 0 &&
+               std::none_of(set_aside_now.begin(), set_aside_now.end(), [&](const std::string& moved) {
+                 return moved.rfind((fs::path(dir) / missing).string() + ".", 0) == 0;  // said already
+               })) {
+      log::warn("checkpoint.dir '{}': 'latest' names '{}', which is not one of its checkpoints: resuming from {}", dir,
+                missing, candidates[static_cast<size_t>(choice.item<int64_t>())].path);
     }
     world.broadcast(choice, 0).wait();
     if (!refusal.empty()) throw InputError("--resume " + resume + ": " + refusal);

@@ -38,6 +38,13 @@ std::string scheduler_job() {
   return "";
 }
 
+// Which attempt of that job this is: the scheduler counts its restarts (0 for the first).
+int64_t scheduler_attempt() {
+  const char* count =
+      std::getenv("SLURM_JOB_ID") ? std::getenv("SLURM_RESTART_COUNT") : std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return count && *count ? std::atoll(count) : 0;
+}
+
 // When process PID started, in clock ticks since the machine booted (/proc/PID/stat's 22nd field),
 // or empty when it is not running or cannot be read. With the boot's id it tells a process from a
 // later one given the same pid: after a reboot, or in a new container, where loom is often pid 1.
@@ -63,8 +70,9 @@ std::string boot_id() {
 
 nlohmann::json this_process() {
   const auto pid = static_cast<int64_t>(::getpid());
-  return {
-      {"host", host_name()}, {"pid", pid}, {"job", scheduler_job()}, {"boot", boot_id()}, {"started", start_time(pid)}};
+  return {{"host", host_name()},    {"pid", pid},
+          {"job", scheduler_job()}, {"attempt", scheduler_attempt()},
+          {"boot", boot_id()},      {"started", start_time(pid)}};
 }
 
 // flock on the lock file: the kernel's word on whether a live process holds it, whatever PID
@@ -89,9 +97,14 @@ std::string gone(const nlohmann::json& holder, double age_s, Held flocked) {
   }
   const auto me = this_process();
   // A scheduler restarts a job only once its earlier attempt is over, whatever lock a dead node's
-  // file system still keeps for it.
+  // file system still keeps for it. But two launches inside one attempt (two srun steps of one
+  // sbatch script, two torchrun jobs given one rendezvous id) share the job's id and run together:
+  // a held lock of this same attempt is a live job's.
   const std::string job = holder.value("job", "");
-  if (!job.empty() && job == me.at("job").get<std::string>()) return "an earlier attempt of this job (" + job + ")";
+  if (!job.empty() && job == me.at("job").get<std::string>()) {
+    const bool earlier = holder.value("attempt", static_cast<int64_t>(-1)) < me.at("attempt").get<int64_t>();
+    if (flocked != Held::yes || earlier) return "an earlier attempt of this job (" + job + ")";
+  }
   if (flocked == Held::yes) return "";  // a live process holds it, on this host or one sharing the file system
   // Another host's process may hold a lock that the file system keeps per node (Lustre's localflock).
   if (holder.value("host", "") != me.at("host").get<std::string>()) return "";

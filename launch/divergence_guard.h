@@ -38,8 +38,8 @@ class DivergenceGuard {
   int64_t first_bad_ = 0;  // the first step of the streak
   int64_t last_bad_ = 0;
   int64_t last_applied_ = -1;  // the last step whose update was applied (-1: none in this run)
-  bool overflow_at_floor_ =
-      false;                // the streak's last step: a finite loss, gradients overflowing at fp16's lowest scale
+  // The streak's last step had a finite loss and gradients overflowing at fp16's lowest scale.
+  bool overflow_at_floor_ = false;
   double last_loss_ = 0.0;  // of the streak's last step
   double last_grad_norm_ = 0.0;
 };

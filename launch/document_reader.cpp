@@ -89,7 +89,7 @@ bool DocumentReader::next(Document& doc) {
       std::string line;
       if (std::getline(in_, line)) {
         ++line_;
-        bytes_read_ += static_cast<int64_t>(line.size()) + 1;
+        bytes_read_ += static_cast<int64_t>(line.size()) + (in_.eof() ? 0 : 1);  // a last line may have no newline
         if (blank(line)) continue;
         const std::string where = path_ + ":" + std::to_string(line_);
         nlohmann::json json;

@@ -1,5 +1,6 @@
 #include "launch/progress_bar.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -38,7 +39,9 @@ void ProgressBar::finish(int64_t documents, int64_t bytes) {
 
 void ProgressBar::draw(int64_t documents, int64_t bytes, bool last) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  const double fraction = total_bytes_ > 0 ? static_cast<double>(bytes) / static_cast<double>(total_bytes_) : 1.0;
+  // (Clamped: a file growing while it is read must not draw more than the whole bar.)
+  const double fraction =
+      total_bytes_ > 0 ? std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total_bytes_)) : 1.0;
   const int width = 30;
   const int filled = static_cast<int>(fraction * width);
   std::string bar = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";

@@ -25,6 +25,11 @@ namespace loom::launch {
 
 int train(const TrainArgs& args, const models::PipelineModelFactory& make_model) {
   Config config = load_config(args.config_path, args.overrides);
+  // Named first: the data check below would measure the data against a model never read.
+  if (std::error_code error; !config.model.init_from.empty() && !std::filesystem::exists(config.model.init_from, error))
+    throw InputError("model.init_from: '" + config.model.init_from +
+                     "' does not exist (a Hugging Face model directory "
+                     "or a .safetensors file)");
   // Every check that needs no peer comes before the rendezvous: a bad config then fails every rank
   // alike and at once, and no rank is left waiting on the store for ranks that already left.
   const parallel::LaunchInfo launch = parallel::detect_launch();

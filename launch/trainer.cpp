@@ -329,9 +329,9 @@ TrainSummary Trainer::run(const std::string& resume) {
     summary.last_step = step;
     nlohmann::json extra = nlohmann::json::object();
     const bool stop = !guard_.diverged() && checkpointing && signalled;
-    const bool save_due =
-        stop || step == t.exit_after ||
-        (config_.checkpoint.interval > 0 && (step % config_.checkpoint.interval == 0 || step == t.steps));
+    const bool save_due = stop || step == t.exit_after ||
+                          (checkpointing && step == t.steps) ||  // the end: as Megatron-LM, torchtitan
+                          (config_.checkpoint.interval > 0 && step % config_.checkpoint.interval == 0);
     stragglers_.add_step(step_s, groups_.stats()->blocked_seconds());
     const bool log_step = step == 1 || step % config_.log.interval == 0 || step == t.steps;
     log_epochs(step, consumed);

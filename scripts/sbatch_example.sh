@@ -29,8 +29,8 @@
 #   itself. Without it the job would be killed at the limit, losing the steps since the last save.
 # - --open-mode=append: a requeued run appends to the first run's output file.
 # A run that failed (a crashed rank, a dead peer) after saving a new checkpoint is requeued too,
-# at most MAX_REQUEUES (default 3) times; one that saved nothing (bad input, a crash at start-up)
-# would only fail again, and is not.
+# at most MAX_REQUEUES (default 3) times; one that saved nothing (a crash at start-up) would only
+# fail again, and is not, nor is loom's exit 2 (bad input) or 3 (the run diverged).
 #
 # Every start, the first and each requeue (SLURM_RESTART_COUNT 1, 2, ...), runs the same line:
 # --resume auto continues from the newest complete checkpoint, or starts fresh when there is none.
@@ -78,6 +78,10 @@ latest="$(cat "$checkpoint_dir/latest" 2> /dev/null || true)"
 if [ "$time_is_up" = 1 ] && [ "$status" = 0 ]; then
   echo "sbatch_example: saved before the time limit; requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"
+elif [ "$status" = 2 ] || [ "$status" = 3 ]; then
+  # loom's own verdicts (README, exit codes): bad input, or a run that diverged. A requeue would
+  # resume the same state and fail the same way: the user decides.
+  echo "sbatch_example: loom exited $status ($([ "$status" = 2 ] && echo "bad input" || echo "the run diverged")); not requeued"
 elif [ "$status" != 0 ] && [ "$latest" != "$latest_before" ] && [ "$restarts" -lt "${MAX_REQUEUES:-3}" ]; then
   echo "sbatch_example: srun failed with status $status after saving $latest; requeueing job $SLURM_JOB_ID" \
     "(restart $((restarts + 1)) of ${MAX_REQUEUES:-3})"

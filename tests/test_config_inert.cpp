@@ -38,4 +38,11 @@ TEST_CASE("keys the rest of the config turns off are named, with the key that de
   CHECK(warnings_for({"train.lr_wsd_decay_steps=2", "train.lr_decay_style=wsd"}).empty());
   CHECK(warnings_for({"model.mtp.loss_weight=0.3"}).size() == 1);
   CHECK(warnings_for({"model.mtp.loss_weight=0.3", "model.mtp.depth=1"}).empty());
+  CHECK(warnings_for({"model.moe.top_k=1", "model.moe.num_experts=0"}) ==
+        std::vector<std::string>{
+            "model.moe.top_k is set, but model.moe.num_experts is 0 (a dense model): it has no effect"});
+  CHECK(warnings_for({"model.moe.top_k=1", "model.moe.num_experts=4"}).empty());
+  CHECK(warnings_for({"checkpoint.keep=3", "checkpoint.async=true"}).size() == 2);
+  CHECK(warnings_for({"checkpoint.keep=3", "checkpoint.dir=/tmp/x"}).empty());
+  CHECK(warnings_for({"parallel.cp_comm=a2a"}).size() == 1);
 }

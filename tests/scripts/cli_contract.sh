@@ -49,7 +49,7 @@ expect_exit 2 "'parallel.virtual_stages'" "$LOOM" train "$TINY" --set parallel.s
 expect_exit 2 "12 layers would split; so would pp \* virtual_stages of 1, 2, 3 or 6" "$LOOM" topology "$TINY" --world 3 --set parallel.pp=3 --set model.num_layers=6 \
   --set parallel.virtual_stages=4 --set parallel.schedule=interleaved
 expect_exit 2 "checkpoint '$WORK/nope' has no manifest.json" "$LOOM" export "$WORK/nope" --output "$WORK/x.safetensors"
-expect_exit 2 "cannot read safetensors file '$WORK/none.safetensors'" "$LOOM" train "$TINY" --set model.init_from="$WORK/none.safetensors"
+expect_exit 2 "model.init_from: '$WORK/none.safetensors' does not exist" "$LOOM" train "$TINY" --set model.init_from="$WORK/none.safetensors"
 expect_exit 2 "'checkpoint.dir'" "$LOOM" train "$TINY" --set train.exit_after=3
 # This LibTorch is CPU-only: asking for a GPU or for NCCL is refused up front, naming the key.
 expect_exit 2 "'train.device': cuda, but this LibTorch sees no GPU" "$LOOM" train "$TINY" --set train.device=cuda

@@ -48,6 +48,10 @@ printf '{"body": "one", "id": 1}\n\n{"body": "two\\n\\nthree"}\n' > "$WORK/docs.
 expect_ids "$WORK/json" json "[list(s.encode()) for s in ['one', 'two\n\nthree', 'café 😀']]"
 "$LOOM" prepare --input "$WORK/docs.jsonl" --json-key body --split-paragraphs --output "$WORK/json_p" > /dev/null
 expect_ids "$WORK/json_p" json_paragraphs "[list(s.encode()) for s in ['one', 'two', 'three']]"
+# A short file whose last line has no newline (its byte count had passed the file's, and the progress line failed).
+printf '{"text":"ab"}' > "$WORK/short.jsonl"
+"$LOOM" prepare --input "$WORK/short.jsonl" --output "$WORK/short" > /dev/null
+expect_ids "$WORK/short" short_jsonl "[list(b'ab')]"
 
 # Bad JSON lines and keys name the file and line; nothing is written.
 printf '{"text": "fine"}\n{"text": broken\n' > "$WORK/bad.jsonl"

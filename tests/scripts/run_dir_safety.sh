@@ -126,6 +126,21 @@ code=0
 unshare --pid --fork --mount-proc "$LOOM" train "$TINY" --run-dir "$WORK/beside" "${ARGS[@]}" > "$WORK/beside.log" 2>&1 ||
   code=$?
 expect 2 beside "is in use by another loom job (host $(hostname), pid 1)" $code
+# Two launches of one scheduler job (two srun steps of one sbatch script): a held lock of the same
+# attempt is a live job's and is refused; a requeued attempt (SLURM_RESTART_COUNT 1) takes it over.
+mkdir -p "$WORK/step"
+printf '{"host": "%s", "pid": 1, "job": "slurm:4242", "attempt": 0, "boot": "%s", "started": "1"}\n' "$(hostname)" \
+  "$(cat /proc/sys/kernel/random/boot_id)" > "$WORK/step/.loom-run.lock"
+python3 -c 'import fcntl, sys, time; f = open(sys.argv[1], "a"); fcntl.flock(f, fcntl.LOCK_EX); time.sleep(300)' \
+  "$WORK/step/.loom-run.lock" > /dev/null 2>&1 &
+holders+=($!)
+for _ in $(seq 100); do flock -n "$WORK/step/.loom-run.lock" true || break; sleep 0.1; done
+code=0
+SLURM_JOB_ID=4242 train step || code=$?
+expect 2 step "is in use by another loom job" $code
+SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=1 must_train step
+grep -q "left by an earlier attempt of this job (slurm:4242)" "$WORK/step.log" ||
+  { cat "$WORK/step.log"; fail "a requeued attempt should take over its earlier attempt's lock"; }
 kill "${holders[@]}"
 echo "5. an empty lock taken over, named; one no process holds too, a held one not (pid 1 beside pid 1 neither)"
 
@@ -147,7 +162,12 @@ expect 2 keep1 "--resume auto: checkpoint.dir '$WORK/ck_k1' holds no usable chec
 # The same job restarted (a requeue): nothing left to set aside, but 'latest' names what was.
 code=0
 train keep1 --set checkpoint.dir="$WORK/ck_k1" --set checkpoint.keep=1 --resume auto || code=$?
-expect 2 keep1 "holds no usable checkpoint, but its 'latest' names step_00000004, .*remove '$WORK/ck_k1/latest'" $code
+expect 2 keep1 "holds no usable checkpoint, but a run saved there: its 'latest' names step_00000004, .*step_00000004.corrupt (set aside)" $code
+# ... and so without 'latest' (checkpoints copied without it): the set-aside folders say a run saved here.
+rm "$WORK/ck_k1/latest"
+code=0
+train keep1 --set checkpoint.dir="$WORK/ck_k1" --set checkpoint.keep=1 --resume auto || code=$?
+expect 2 keep1 "holds no usable checkpoint, but a run saved there: $WORK/ck_k1/step_00000002.corrupt (set aside)" $code
 [ "$(rows "$WORK/keep1/metrics.jsonl")" = "1 2 3 4" ] || fail "a restarted refused resume changed metrics.jsonl"
 echo "6. a folder without a manifest set aside; with nothing usable --resume auto refuses, and again when restarted"
 
