@@ -45,6 +45,67 @@ std::string nfc(const std::string& text) {
   return result;
 }
 
+// Whether the code point of UTF-8 TEXT starting at AT is a word character as Hugging Face's
+// single_word test has it: a letter, a digit (Rust's char::is_alphanumeric) or '_'.
+bool alphanumeric_at(const std::string& text, size_t at) {
+  if (at < text.size() && text[at] == '_') return true;
+  utf8proc_int32_t c = -1;
+  if (at >= text.size() || utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + at),
+                                            static_cast<utf8proc_ssize_t>(text.size() - at), &c) <= 0)
+    return false;
+  switch (utf8proc_category(c)) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO: return true;
+    default: return false;
+  }
+}
+bool word_character_at(const std::string& text, size_t at) {
+  return alphanumeric_at(text, at);
+}
+bool word_character_before(const std::string& text, size_t at) {
+  if (at == 0) return false;
+  size_t start = at - 1;
+  while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;  // back to the lead byte
+  return alphanumeric_at(text, start);
+}
+
+// Whether encoding a prompt the way Hugging Face's tokenizer does puts BOS (BOS_TOKEN) first: the
+// tokenizer_config.json's add_bos_token where it says, else the tokenizer.json's post-processor
+// (a TemplateProcessing, alone or in a Sequence, whose single template starts with it). GPT-2's
+// has a BOS token it never adds; Llama 3's template adds <|begin_of_text|>.
+bool template_starts_with(const nlohmann::json& processor, const std::string& bos_token) {
+  if (!processor.is_object()) return false;
+  if (processor.value("type", std::string()) == "Sequence" && processor.contains("processors")) {
+    for (const auto& step : processor["processors"])
+      if (template_starts_with(step, bos_token)) return true;
+    return false;
+  }
+  if (processor.value("type", std::string()) != "TemplateProcessing" || !processor.contains("single") ||
+      !processor["single"].is_array() || processor["single"].empty())
+    return false;
+  const auto& first = processor["single"][0];
+  return first.is_object() && first.contains("SpecialToken") &&
+         first["SpecialToken"].value("id", std::string()) == bos_token;
+}
+bool adds_bos_token(const nlohmann::json& json, const std::string& path, const std::string& bos_token) {
+  const auto config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+  std::error_code error;
+  if (std::filesystem::exists(config_path, error)) {
+    const nlohmann::json config = read_json(config_path.string());
+    if (config.is_object() && config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
+      return config["add_bos_token"].get<bool>();
+    // transformers' Llama tokenizer classes add BOS unless told not to.
+    if (config.is_object() && config.value("tokenizer_class", std::string()).rfind("Llama", 0) == 0) return true;
+  }
+  return template_starts_with(json.value("post_processor", nlohmann::json()), bos_token);
+}
+
 bool parse_normalizer(const nlohmann::json& config, const std::string& where) {
   if (config.is_null()) return false;
   const std::string type = config.value("type", std::string());
@@ -92,7 +153,8 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
     if (json.contains("added_tokens") && json["added_tokens"].is_array()) {
       for (const auto& token : json["added_tokens"]) {
         added_.push_back({token.at("content").get<std::string>(), token.at("id").get<int64_t>(),
-                          token.value("lstrip", false), token.value("rstrip", false)});
+                          token.value("lstrip", false), token.value("rstrip", false),
+                          token.value("single_word", false)});
       }
     }
     for (const auto& [token, id] : vocab_) vocab_size_ = std::max(vocab_size_, id + 1);
@@ -156,6 +218,7 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
   }
   bos_id_ = special_id("bos_token", {"<|begin_of_text|>", "<s>", "<|startoftext|>"});
   eos_id_ = special_id("eos_token", {"<|end_of_text|>", "<|endoftext|>", "</s>"});
+  adds_bos_ = bos_id_ >= 0 && adds_bos_token(json, path_, tokens_[static_cast<size_t>(bos_id_)]);
 }
 
 HfBpeTokenizer::~HfBpeTokenizer() = default;
@@ -289,6 +352,11 @@ std::vector<int64_t> HfBpeTokenizer::encode(const std::string& text) const {
         break;
       }
     }
+    // A single-word token inside a word is not one (Hugging Face's tokenizers: an alphanumeric
+    // character on either side vetoes the match).
+    if (match != nullptr && match->single_word &&
+        (word_character_before(text, at) || word_character_at(text, at + match->content.size())))
+      match = nullptr;
     if (match == nullptr) {
       ++at;
       continue;

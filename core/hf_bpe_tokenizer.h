@@ -30,6 +30,7 @@ class HfBpeTokenizer : public Tokenizer {
   std::string decode(const std::vector<int64_t>& ids) const override;
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t bos_id() const override { return bos_id_; }
+  bool adds_bos() const override { return adds_bos_; }
   int64_t eos_id() const override { return eos_id_; }
   std::string kind() const override { return "hf-bpe"; }
   std::string source() const override { return path_; }
@@ -39,6 +40,7 @@ class HfBpeTokenizer : public Tokenizer {
     std::string content;
     int64_t id;
     bool lstrip, rstrip;
+    bool single_word;  // matched only between non-word characters (not inside "tokens" or "xtoken")
   };
   struct Merge {
     int64_t rank;
@@ -63,6 +65,7 @@ class HfBpeTokenizer : public Tokenizer {
   int64_t unk_id_ = -1;
   int64_t vocab_size_ = 0;
   int64_t bos_id_ = -1, eos_id_ = -1;
+  bool adds_bos_ = false;
   // Words recur (" the", " of"): their BPE is computed once. Workers share it, hence the lock.
   mutable std::shared_mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;

@@ -23,6 +23,9 @@ class Tokenizer {
   // -1 when the tokenizer has none.
   virtual int64_t bos_id() const = 0;
   virtual int64_t eos_id() const = 0;
+  // Whether a prompt is encoded after BOS, as the reference library encodes one: a Hugging Face
+  // tokenizer says (GPT-2's has a BOS it never adds); SentencePiece models add theirs.
+  virtual bool adds_bos() const { return bos_id() >= 0; }
   // "byte", "sentencepiece" or "hf-bpe".
   virtual std::string kind() const = 0;
   // Where it was loaded from ("byte" for the byte tokenizer), for sidecars and messages.

@@ -6,17 +6,20 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include "core/checkpoint_store.h"
 #include "core/config.h"
 #include "core/errors.h"
 #include "core/hf_config.h"
 #include "core/hf_weights.h"
+#include "core/logging.h"
 #include "core/safetensors.h"
 #include "launch/commands.h"
 #include "launch/hf_source.h"
 #include "launch/model_record.h"
 #include "launch/moe_metrics.h"
+#include "launch/tokenizer_record.h"
 #include "models/gpt_hf.h"
 #include "models/llama_hf.h"
 
@@ -32,7 +35,37 @@ bool ends_with(const std::string& text, const std::string& end) {
 // What a directory that `loom export` may replace holds: an earlier export, nothing else.
 bool is_export_file(const std::string& name) {
   return name == "config.json" || name == "generation_config.json" || name == "model.safetensors.index.json" ||
-         (name.rfind("model", 0) == 0 && ends_with(name, ".safetensors"));
+         name == "tokenizer.json" || name == "tokenizer_config.json" || name == "special_tokens_map.json" ||
+         name == "tokenizer.model" || (name.rfind("model", 0) == 0 && ends_with(name, ".safetensors"));
+}
+
+// The files of the tokenizer the checkpoint's data was made with (its manifest's record), to go
+// beside the weights so that transformers' AutoTokenizer and `loom generate DIR` find it: a Hugging
+// Face tokenizer.json with its tokenizer_config.json and special_tokens_map.json, or a SentencePiece
+// model as tokenizer.model. Empty (with a warning) when the record names none, or a file gone or
+// changed since training: the weights are exported all the same.
+std::map<std::string, fs::path> tokenizer_files(const nlohmann::json& manifest, const std::string& checkpoint) {
+  std::map<std::string, fs::path> files;
+  const auto record = manifest.value("tokenizer", nlohmann::json());
+  const std::string kind = record.is_object() ? record.value("kind", std::string()) : std::string();
+  if (kind != "hf-bpe" && kind != "sentencepiece") return files;
+  std::string file;
+  try {
+    file = tokenizer_of_record(record, checkpoint);
+  } catch (const InputError& e) {
+    log::warn("loom export: the export has no tokenizer: {}", e.what());
+    return files;
+  }
+  if (kind == "sentencepiece") {
+    files["tokenizer.model"] = file;
+    return files;
+  }
+  files["tokenizer.json"] = file;
+  for (const char* beside : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    const fs::path path = fs::path(file).parent_path() / beside;
+    if (std::error_code error; fs::exists(path, error)) files[beside] = path;
+  }
+  return files;
 }
 
 // Writes the directory beside OUTPUT, then puts it in OUTPUT's place by renames,
@@ -144,7 +177,9 @@ int export_checkpoint(const ExportArgs& args) {
     return 0;
   }
   std::vector<std::string> files;
+  const auto tokenizer = tokenizer_files(manifest, args.checkpoint);
   publish_directory(args.output, [&](const std::string& dir) {
+    for (const auto& [name, from] : tokenizer) fs::copy_file(from, fs::path(dir) / name);
     std::ofstream out(fs::path(dir) / "config.json");
     out << hf_config.dump(2) << "\n";
     if (!out.flush()) throw InputError("cannot write '" + dir + "/config.json'");
@@ -155,7 +190,8 @@ int export_checkpoint(const ExportArgs& args) {
   });
   const std::string weights =
       files.size() == 1 ? files[0] : std::to_string(files.size() - 1) + " shards and " + files.back();
-  std::cout << "wrote " << args.output << " (config.json, " << weights << "): " << what << "\n";
+  std::cout << "wrote " << args.output << " (config.json, " << weights << (tokenizer.empty() ? "" : ", the tokenizer")
+            << "): " << what << "\n";
   return 0;
 }
 

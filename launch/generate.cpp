@@ -52,11 +52,13 @@ void require_tensor_parallel_only(Config& config, int64_t world) {
   }
 }
 
-// The prompt's ids, after the tokenizer's BOS when it has one, each inside the model's vocabulary.
+// The prompt's ids, after BOS when the tokenizer adds it (as Hugging Face's encodes a prompt; an
+// empty prompt starts from BOS, as transformers' generate does), each inside the model's vocabulary.
 std::vector<int64_t> prompt_ids(const Tokenizer& tokenizer, const std::string& prompt, int64_t vocab_size) {
   std::vector<int64_t> ids;
-  if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
+  if (tokenizer.adds_bos()) ids.push_back(tokenizer.bos_id());
   for (int64_t id : tokenizer.encode(prompt)) ids.push_back(id);
+  if (ids.empty() && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
   if (ids.empty())
     throw InputError("--prompt is empty and the tokenizer '" + tokenizer.source() + "' has no BOS token");
   for (int64_t id : ids) {

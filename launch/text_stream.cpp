@@ -21,7 +21,14 @@ size_t complete_utf8_prefix(const std::string& text) {
 void TextStream::add(int64_t id) {
   ids_.push_back(id);
   text_ = tokenizer_.decode(ids_);
-  write_up_to(complete_utf8_prefix(text_));
+  // A decoder that writes an incomplete tail as U+FFFD (SentencePiece's byte fallback: <0xC4> alone)
+  // replaces it once the next byte piece completes the character: those are held back too.
+  const std::string replacement = "\xEF\xBF\xBD";
+  size_t end = complete_utf8_prefix(text_);
+  while (end >= written_ + replacement.size() &&
+         text_.compare(end - replacement.size(), replacement.size(), replacement) == 0)
+    end -= replacement.size();
+  write_up_to(end);
 }
 
 void TextStream::finish() {

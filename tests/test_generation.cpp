@@ -99,3 +99,28 @@ TEST_CASE("Streamed text holds back a character whose bytes are not all there ye
   stream.finish();  // what is held back is written at the end, whole or not
   CHECK(out.str() == "h\xE2\x82\xAC\xC3");
 }
+
+// A stand-in for SentencePiece's byte fallback: a lone lead-byte piece decodes as U+FFFD until the
+// piece after it completes the character.
+class FallbackTokenizer : public ByteTokenizer {
+ public:
+  std::string decode(const std::vector<int64_t>& ids) const override {
+    std::string text = ByteTokenizer::decode(ids);
+    if (!text.empty() && static_cast<unsigned char>(text.back()) == 0xC4)
+      text.replace(text.size() - 1, 1, "\xEF\xBF\xBD");
+    return text;
+  }
+};
+
+TEST_CASE("Streamed text waits for a byte-fallback character its decoder shows as U+FFFD", "[sampler]") {
+  FallbackTokenizer tokenizer;
+  std::ostringstream out;
+  TextStream stream(tokenizer, out);
+  stream.add('a');
+  stream.add(0xC4);  // '\u0117' is C4 97: decoded alone, the lead byte is U+FFFD
+  CHECK(out.str() == "a");
+  stream.add(0x97);
+  stream.add('x');
+  stream.finish();
+  CHECK(out.str() == "a\xC4\x97x");  // the decoder's whole text, no U+FFFD, no byte lost
+}

@@ -157,3 +157,43 @@ TEST_CASE("SentencePiece: a model file's ids, specials and decode", "[tokenizer]
   CHECK(tokenizer->decode(ids) == text);
   CHECK(tokenizer->encode("").empty());
 }
+
+TEST_CASE("byte-level BPE: a prompt starts with BOS only where Hugging Face's tokenizer adds it", "[tokenizer]") {
+  const std::string dir = test::temp_dir("tokenizer_adds_bos");
+  auto json = tiny_bpe();
+  json["added_tokens"].push_back({{"id", 264}, {"content", "<|begin|>"}, {"special", true}});
+  const auto adds_bos = [&](const nlohmann::json& post_processor, const std::string& config) {
+    json["post_processor"] = post_processor;
+    write(dir, "tokenizer.json", json.dump());
+    write(dir, "tokenizer_config.json", config);
+    return load_tokenizer(dir)->adds_bos();
+  };
+  const std::string bos = R"("bos_token": "<|begin|>")";
+  CHECK_FALSE(adds_bos(nullptr, "{" + bos + "}"));  // GPT-2's: a BOS token, no template adding it
+  CHECK_FALSE(adds_bos(nullptr, "{" + bos + R"(, "add_bos_token": false})"));
+  CHECK(adds_bos(nullptr, "{" + bos + R"(, "add_bos_token": true})"));
+  CHECK(adds_bos(nullptr, "{" + bos + R"(, "tokenizer_class": "LlamaTokenizerFast"})"));
+  const nlohmann::json llama3 = {
+      // Llama 3's post-processor: ByteLevel, then a template with BOS first
+      {"type", "Sequence"},
+      {"processors",
+       {{{"type", "ByteLevel"}},
+        {{"type", "TemplateProcessing"},
+         {"single", {{{"SpecialToken", {{"id", "<|begin|>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}}}}}}}}}};
+  CHECK(adds_bos(llama3, "{" + bos + "}"));
+  CHECK_FALSE(adds_bos(llama3, "{" + bos + R"(, "add_bos_token": false})"));
+}
+
+TEST_CASE("byte-level BPE: a single_word added token matches only between non-word characters", "[tokenizer]") {
+  const std::string dir = test::temp_dir("tokenizer_single_word");
+  auto json = tiny_bpe();
+  json["added_tokens"].push_back({{"id", 264}, {"content", "he"}, {"single_word", true}, {"special", false}});
+  write(dir, "tokenizer.json", json.dump());
+  const auto tokenizer = load_tokenizer(dir);
+  // (Checked against Hugging Face's tokenizers: letters, digits and '_' on either side veto it.)
+  CHECK(tokenizer->encode("he") == std::vector<int64_t>{264});
+  CHECK(tokenizer->encode("he!") == std::vector<int64_t>{264, '!'});
+  CHECK(tokenizer->encode("hell") == std::vector<int64_t>{256, 259});
+  CHECK(tokenizer->encode("_he") == std::vector<int64_t>{'_', 256});
+  CHECK(tokenizer->encode("\xc3\xa9he") == std::vector<int64_t>{0xc3, 0xa9, 256});
+}

@@ -137,6 +137,14 @@ cp "$LOOM_SOURCE/tests/reference/tiny_unigram.model" "$WORK/sp.model"
   2> "$WORK/sp_gen.err" || { cat "$WORK/sp_gen.err"; fail "generate from the SentencePiece checkpoint"; }
 grep -q "tokenizer $WORK/sp.model" "$WORK/sp_gen.err" ||
   { cat "$WORK/sp_gen.err"; fail "the checkpoint's tokenizer should be used without --tokenizer"; }
+# Its export carries the tokenizer (as tokenizer.model), which generate then finds in the directory.
+"$LOOM" export "$WORK/ck_sp/step_00000004" --output "$WORK/ex_sp" > "$WORK/ex_sp.log" 2>&1 ||
+  { cat "$WORK/ex_sp.log"; fail "export of the SentencePiece checkpoint"; }
+cmp -s "$WORK/sp.model" "$WORK/ex_sp/tokenizer.model" || fail "the export should carry the data's tokenizer"
+"$LOOM" generate "$WORK/ex_sp" --prompt "$PROMPT" --max-new-tokens 4 --temperature 0 > "$WORK/ex_gen.out" \
+  2> "$WORK/ex_gen.err" || { cat "$WORK/ex_gen.err"; fail "generate from the export"; }
+grep -q "tokenizer $WORK/ex_sp/tokenizer.model" "$WORK/ex_gen.err" && cmp -s "$WORK/sp_gen.out" "$WORK/ex_gen.out" ||
+  { cat "$WORK/ex_gen.err"; fail "the export should generate what the checkpoint does, through its tokenizer"; }
 SP_GEN=("$LOOM" generate "$WORK/ck_sp" --prompt "$PROMPT" --max-new-tokens 4)
 expect_exit 2 "tokenizer 'byte' knows 257 ids, but $WORK/ck_sp/step_00000004 was trained on data tokenized with 300" \
   "${SP_GEN[@]}" --tokenizer byte
@@ -147,6 +155,6 @@ expect_exit 2 "tokenized by sentencepiece '$WORK/sp.model', which is no longer t
   2>&1 || fail "--tokenizer should stand in for a tokenizer that moved"
 { cat "$WORK/sp_moved.model"; printf x; } > "$WORK/sp.model"
 expect_exit 2 "which has changed since (its CRC-32C differs)" "${SP_GEN[@]}"
-echo "tokenizer: the checkpoint's SentencePiece model used, a smaller, a moved and a changed one refused"
+echo "tokenizer: the checkpoint's SentencePiece model used (and exported with it), a smaller, a moved and a changed one refused"
 
 echo "generate: ok"
