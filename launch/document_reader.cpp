@@ -48,8 +48,9 @@ void DocumentReader::queue(const std::string& text, int64_t first_line) {
     queued_.push_back({text, where});
     return;
   }
-  // A paragraph is a run of non-blank lines; its lines keep their newlines between them, not after the last.
-  std::string paragraph;
+  // A paragraph is a run of non-blank lines; its lines keep their newlines between them, not after the
+  // last (a CRLF line's "\r\n" whole: the last line's '\r' goes with its newline).
+  std::string paragraph, newline;
   int64_t line = first_line, paragraph_line = first_line;
   size_t at = 0;
   auto flush = [&] {
@@ -63,12 +64,15 @@ void DocumentReader::queue(const std::string& text, int64_t first_line) {
   while (at <= text.size()) {
     size_t end = text.find('\n', at);
     if (end == std::string::npos) end = text.size();
-    const std::string current = text.substr(at, end - at);
+    std::string current = text.substr(at, end - at);
     if (blank(current)) {
       flush();
     } else {
       if (paragraph.empty()) paragraph_line = json_lines_ ? line - first_line + 1 : line;
-      if (!paragraph.empty()) paragraph += '\n';
+      if (!paragraph.empty()) paragraph += newline;
+      const bool crlf = end < text.size() && !current.empty() && current.back() == '\r';
+      if (crlf) current.pop_back();
+      newline = crlf ? "\r\n" : "\n";
       paragraph += current;
     }
     at = end + 1;

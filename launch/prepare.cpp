@@ -61,6 +61,12 @@ void check_outputs(const std::string& prefix, const std::vector<std::string>& in
       }
     }
   }
+  // Its folder is made, as loom train makes its run directory (`--output data/corpus` in a fresh checkout).
+  const fs::path folder = fs::path(prefix).parent_path();
+  if (std::error_code error; !folder.empty() && !fs::is_directory(folder, error)) {
+    fs::create_directories(folder, error);
+    if (error) throw InputError("--output: cannot make the folder '" + folder.string() + "': " + error.message());
+  }
 }
 
 // Tokenizes BATCH into IDS (same order) with WORKERS threads. The error of the first

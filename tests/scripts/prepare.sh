@@ -41,6 +41,10 @@ expect_ids "$WORK/files" files "[list(open(p,'rb').read()) + [256] for p in ['$W
 "$LOOM" prepare --input "$WORK/a.txt" "$WORK/b.txt" --output "$WORK/paragraphs" --split-paragraphs > /dev/null
 expect_ids "$WORK/paragraphs" paragraphs \
   "[list(s.encode()) for s in ['first paragraph\nstill first', 'second', 'café 😀']]"
+# Windows line ends: a paragraph keeps its inner CRLF, and its last line's '\r' goes with the newline.
+printf 'line one\r\nline two\r\n\r\nthird\r\n' > "$WORK/crlf.txt"
+"$LOOM" prepare --input "$WORK/crlf.txt" --output "$WORK/new/folder/crlf" --split-paragraphs > /dev/null  # folders made
+expect_ids "$WORK/new/folder/crlf" crlf "[list(s.encode()) for s in ['line one\r\nline two', 'third']]"
 
 # JSON lines, the text under --json-key; a blank line is skipped, a document may hold paragraphs.
 printf '{"body": "one", "id": 1}\n\n{"body": "two\\n\\nthree"}\n' > "$WORK/docs.jsonl"
