@@ -392,7 +392,8 @@ std::vector<ConfigField> make_fields() {
       string_field("checkpoint", "dir", LOOM_MEMBER(checkpoint.dir),
                    "directory checkpoints are saved in and resumed from; empty: none"),
       int_field("checkpoint", "interval", LOOM_MEMBER(checkpoint.interval),
-                "save every this many steps; 0: only on train.exit_after or a signal"),
+                "save every this many steps; 0: none between (with checkpoint.dir the last step is always "
+                "saved, and on train.exit_after or a signal)"),
       int_field("checkpoint", "keep", LOOM_MEMBER(checkpoint.keep),
                 "newest checkpoints kept (and the newest verified one); older ones are removed"),
       bool_field("checkpoint", "async", LOOM_MEMBER(checkpoint.async),

@@ -1,5 +1,7 @@
 #include "core/config_inert.h"
 
+#include "core/config_fields.h"
+
 namespace loom {
 
 std::vector<std::string> inert_key_warnings(const Config& config) {
@@ -29,9 +31,16 @@ std::vector<std::string> inert_key_warnings(const Config& config) {
       {"checkpoint.keep", config.checkpoint.dir.empty(), "checkpoint.dir is not set"},
       {"checkpoint.async", config.checkpoint.dir.empty(), "checkpoint.dir is not set"},
   };
+  // Only a key set to another value than its default: a run's resolved config.yaml names every key.
+  const Config defaults;
+  const auto differs = [&](const std::string& key) {
+    for (const auto& field : config_fields())
+      if (field.name() == key) return field.print(config) != field.print(defaults);
+    return true;
+  };
   std::vector<std::string> warnings;
   for (const auto& key : config.set_keys) {
-    if (key == "model.moe.num_experts") continue;  // (the key that decides)
+    if (key == "model.moe.num_experts" || !differs(key)) continue;  // (the key that decides; a default)
     for (const auto& rule : rules) {
       if (rule.off && key.rfind(rule.prefix, 0) == 0) {
         warnings.push_back(key + " is set, but " + rule.because + ": it has no effect");

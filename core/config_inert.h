@@ -11,7 +11,8 @@
 
 namespace loom {
 
-// One line per such key the YAML file or an override set ("train.muon.lr is set, but ...").
+// One line per such key the YAML file or an override set to another value than its default
+// ("train.muon.lr is set, but ...").
 std::vector<std::string> inert_key_warnings(const Config& config);
 
 }  // namespace loom

@@ -46,22 +46,27 @@ std::string nfc(const std::string& text) {
 }
 
 // Whether the code point of UTF-8 TEXT starting at AT is a word character as Hugging Face's
-// single_word test has it: a letter, a digit (Rust's char::is_alphanumeric) or '_'.
+// single_word test has it: regex \w (letters, marks, decimal and letter numbers, connector
+// punctuation such as '_', and the zero-width joiners).
 bool alphanumeric_at(const std::string& text, size_t at) {
-  if (at < text.size() && text[at] == '_') return true;
   utf8proc_int32_t c = -1;
   if (at >= text.size() || utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + at),
                                             static_cast<utf8proc_ssize_t>(text.size() - at), &c) <= 0)
     return false;
+  // (The joiners, and the circled letters: symbols Unicode counts as alphabetic.)
+  if (c == 0x200C || c == 0x200D || (c >= 0x24B6 && c <= 0x24E9)) return true;
   switch (utf8proc_category(c)) {
     case UTF8PROC_CATEGORY_LU:
     case UTF8PROC_CATEGORY_LL:
     case UTF8PROC_CATEGORY_LT:
     case UTF8PROC_CATEGORY_LM:
     case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
     case UTF8PROC_CATEGORY_ND:
     case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO: return true;
+    case UTF8PROC_CATEGORY_PC: return true;
     default: return false;
   }
 }

@@ -38,11 +38,14 @@ std::string scheduler_job() {
   return "";
 }
 
-// Which attempt of that job this is: the scheduler counts its restarts (0 for the first).
+// Which attempt of that job this is: SLURM's restarts of the job, then torchrun's of its workers
+// (torchrun inside an srun step restarts within one SLURM attempt), as one increasing number.
 int64_t scheduler_attempt() {
-  const char* count =
-      std::getenv("SLURM_JOB_ID") ? std::getenv("SLURM_RESTART_COUNT") : std::getenv("TORCHELASTIC_RESTART_COUNT");
-  return count && *count ? std::atoll(count) : 0;
+  const auto count = [](const char* name) -> int64_t {
+    const char* value = std::getenv(name);
+    return value && *value ? std::atoll(value) : 0;
+  };
+  return count("SLURM_RESTART_COUNT") * 1000000 + count("TORCHELASTIC_RESTART_COUNT");
 }
 
 // When process PID started, in clock ticks since the machine booted (/proc/PID/stat's 22nd field),
@@ -102,8 +105,9 @@ std::string gone(const nlohmann::json& holder, double age_s, Held flocked) {
   // a held lock of this same attempt is a live job's.
   const std::string job = holder.value("job", "");
   if (!job.empty() && job == me.at("job").get<std::string>()) {
-    const bool earlier = holder.value("attempt", static_cast<int64_t>(-1)) < me.at("attempt").get<int64_t>();
-    if (flocked != Held::yes || earlier) return "an earlier attempt of this job (" + job + ")";
+    // (Where flock says nothing, a same-attempt holder goes through the checks below, as any other.)
+    if (holder.value("attempt", static_cast<int64_t>(-1)) < me.at("attempt").get<int64_t>())
+      return "an earlier attempt of this job (" + job + ")";
   }
   if (flocked == Held::yes) return "";  // a live process holds it, on this host or one sharing the file system
   // Another host's process may hold a lock that the file system keeps per node (Lustre's localflock).

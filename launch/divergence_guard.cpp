@@ -17,7 +17,7 @@ DivergenceGuard::Verdict DivergenceGuard::judge(int64_t step, double loss, doubl
     last_bad_ = step;
     last_loss_ = loss;
     last_grad_norm_ = grad_norm;
-    overflow_at_floor_ = loss_finite;  // (diverging with a finite loss: only fp16 at its lowest scale does that)
+    overflow_at_floor_ = loss_finite && dynamic_fp16_;  // a finite loss: the gradients overflowed at the floor
   } else if (!verdict.skip) {
     streak_ = 0;
     last_applied_ = step;

@@ -16,7 +16,9 @@ namespace loom::launch {
 
 class DivergenceGuard {
  public:
-  explicit DivergenceGuard(int64_t max_skipped_steps) : max_skipped_(max_skipped_steps) {}
+  // DYNAMIC_FP16: fp16 with a dynamic loss scale, whose floor (train.min_loss_scale) a report may blame.
+  explicit DivergenceGuard(int64_t max_skipped_steps, bool dynamic_fp16 = false)
+      : max_skipped_(max_skipped_steps), dynamic_fp16_(dynamic_fp16) {}
 
   struct Verdict {
     bool skip = false;       // the update is not applied
@@ -34,6 +36,7 @@ class DivergenceGuard {
 
  private:
   int64_t max_skipped_;
+  bool dynamic_fp16_;
   int64_t streak_ = 0;     // diverging steps in a row
   int64_t first_bad_ = 0;  // the first step of the streak
   int64_t last_bad_ = 0;

@@ -52,11 +52,14 @@ void require_tensor_parallel_only(Config& config, int64_t world) {
   }
 }
 
-// The prompt's ids, after BOS when the tokenizer adds it (as Hugging Face's encodes a prompt; an
-// empty prompt starts from BOS, as transformers' generate does), each inside the model's vocabulary.
-std::vector<int64_t> prompt_ids(const Tokenizer& tokenizer, const std::string& prompt, int64_t vocab_size) {
+// The prompt's ids, each inside the model's vocabulary. A Hugging Face directory's prompt starts with
+// BOS where its tokenizer adds it, as transformers encodes one (an empty prompt starts from BOS, as
+// its generate does); a loom checkpoint's with BOS whenever the tokenizer has one, as `loom prepare
+// --add-bos` made its data (the dataset does not record whether it did).
+std::vector<int64_t> prompt_ids(const Tokenizer& tokenizer, const std::string& prompt, int64_t vocab_size,
+                                bool hugging_face) {
   std::vector<int64_t> ids;
-  if (tokenizer.adds_bos()) ids.push_back(tokenizer.bos_id());
+  if (hugging_face ? tokenizer.adds_bos() : tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
   for (int64_t id : tokenizer.encode(prompt)) ids.push_back(id);
   if (ids.empty() && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
   if (ids.empty())
@@ -97,7 +100,7 @@ int generate(const GenerateArgs& args) {
                      " ids, but " + model.path + " was trained on data tokenized with " +
                      std::to_string(model.tokenizer_vocab_size) + " (its manifest's tokenizer record): give that one");
   }
-  const std::vector<int64_t> prompt = prompt_ids(*tokenizer, args.prompt, config.model.vocab_size);
+  const std::vector<int64_t> prompt = prompt_ids(*tokenizer, args.prompt, config.model.vocab_size, model.hugging_face);
   // The model's positions bound the prompt and the new tokens together (compared without adding: a
   // --max-new-tokens near 2^63 would overflow the sum).
   const auto prompt_size = static_cast<int64_t>(prompt.size());

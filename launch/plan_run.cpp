@@ -97,7 +97,10 @@ int compare_with_run(const std::string& run_dir) {
   int64_t saves = 0;
   for (int64_t s = first; s <= last; ++s) {
     const auto& ck = config.checkpoint;
-    if ((ck.interval > 0 && (s % ck.interval == 0 || s == config.train.steps)) || s == config.train.exit_after) ++saves;
+    // (With a checkpoint.dir the last step is always saved, whatever the interval.)
+    if ((!ck.dir.empty() && s == config.train.steps) || (ck.interval > 0 && s % ck.interval == 0) ||
+        s == config.train.exit_after)
+      ++saves;
   }
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp, p.dp_shard}, p.order);
   grid.require_even_hsdp();  // an uneven HSDP cut of an expert-dp group: exit 2 naming parallel.dp_shard

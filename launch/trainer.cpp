@@ -40,7 +40,8 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
       run_dir_(std::move(run_dir)),
       fault_(std::move(fault)),
       clock_(*groups.stats()),
-      guard_(config.train.max_skipped_steps) {
+      guard_(config.train.max_skipped_steps,
+             config.train.precision == TrainPrecision::fp16 && config.train.loss_scale <= 0) {
   const auto& m = config_.model;
   const auto& t = config_.train;
   const auto& p = config_.parallel;
@@ -113,8 +114,7 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
     auto out = piece.forward(input.defined() ? input : batch.tokens, batch.targets);
     if (!holds_loss || chunk != last_chunk) return out;
     loss_sum += out.detach().to(torch::kFloat64);
-    // Averaging over micro-batches here and over dp in the all-reduce makes the
-    // gradient that of the mean loss over the whole global batch.
+    // Averaging over micro-batches here and over dp in the all-reduce: the mean loss's gradient.
     return loss_scale == 1.0 ? out / static_cast<double>(micro_batches)
                              : out * (loss_scale / static_cast<double>(micro_batches));
   });

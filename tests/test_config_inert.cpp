@@ -22,6 +22,7 @@ std::vector<std::string> warnings_for(const std::vector<std::string>& overrides)
 
 TEST_CASE("keys the rest of the config turns off are named, with the key that decides", "[config]") {
   CHECK(warnings_for({}).empty());
+  CHECK(warnings_for({"train.muon.momentum=0.95", "train.min_loss_scale=1"}).empty());  // defaults, as config.yaml has
   CHECK(warnings_for({"train.muon.lr=0.02"}) ==
         std::vector<std::string>{"train.muon.lr is set, but train.optimizer is adamw: it has no effect"});
   CHECK(warnings_for({"train.muon.lr=0.02", "train.optimizer=muon"}).empty());

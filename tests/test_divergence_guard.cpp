@@ -44,7 +44,12 @@ TEST_CASE("divergence guard: an fp16 overflow is the loss scale's to handle unti
 }
 
 TEST_CASE("divergence guard: gradients overflowing at fp16's lowest scale name train.min_loss_scale", "[divergence]") {
-  DivergenceGuard guard(2);
+  DivergenceGuard bf16(2);  // the same steps without fp16's dynamic scale: no loss scale to blame
+  bf16.judge(1, 3.0, kInf, false);
+  bf16.judge(2, 3.0, kInf, false);
+  REQUIRE(bf16.diverged());
+  CHECK_THAT(bf16.report(), !Catch::Contains("min_loss_scale"));
+  DivergenceGuard guard(2, /*dynamic_fp16=*/true);
   guard.judge(1, 3.0, 1.0, false);
   guard.judge(2, 3.0, kInf, /*scale_can_drop=*/false);
   guard.judge(3, 3.0, kInf, /*scale_can_drop=*/false);
