@@ -7,6 +7,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "core/errors.h"
 
@@ -25,6 +26,17 @@ std::optional<int64_t> step_of_name(const std::string& name) {
   if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); }))
     return std::nullopt;
   return std::stoll(digits);
+}
+
+// The entries of DIR (none when it is no directory) that KEEP accepts, sorted by path.
+std::vector<std::string> entries_where(const std::string& dir, const std::function<bool(const fs::path&)>& keep) {
+  std::vector<std::string> out;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return out;
+  for (const auto& entry : fs::directory_iterator(dir, error))
+    if (keep(entry.path())) out.push_back(entry.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace
@@ -49,29 +61,18 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& dir) {
 }
 
 std::vector<std::string> unreadable_checkpoints(const std::string& dir) {
-  std::vector<std::string> out;
-  std::error_code error;
-  if (!fs::is_directory(dir, error)) return out;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
-    if (step_of_name(entry.path().filename().string()) && !fs::exists(entry.path() / "manifest.json", error)) {
-      out.push_back(entry.path().string());
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+  return entries_where(dir, [](const fs::path& path) {
+    std::error_code error;
+    return step_of_name(path.filename().string()) && !fs::exists(path / "manifest.json", error);
+  });
 }
 
 std::vector<std::string> corrupt_checkpoints(const std::string& dir) {
-  std::vector<std::string> out;
-  std::error_code error;
-  if (!fs::is_directory(dir, error)) return out;
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
+  return entries_where(dir, [](const fs::path& path) {
+    const std::string name = path.filename().string();
     const auto dot = name.find(".corrupt");
-    if (dot != std::string::npos && step_of_name(name.substr(0, dot))) out.push_back(entry.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+    return dot != std::string::npos && step_of_name(name.substr(0, dot));
+  });
 }
 
 std::vector<std::string> remove_unfinished_saves(const std::string& dir) {

@@ -7,6 +7,8 @@ namespace loom {
 std::vector<std::string> inert_key_warnings(const Config& config) {
   const auto& t = config.train;
   const auto& p = config.parallel;
+  const bool fp16 = t.precision == TrainPrecision::fp16;
+  const std::string precision = "train.precision is " + to_string(t.precision);
   // A family of keys (by prefix, or one key), whether the rest of the config turns it off, and why.
   struct Rule {
     std::string prefix;
@@ -15,10 +17,9 @@ std::vector<std::string> inert_key_warnings(const Config& config) {
   };
   const std::vector<Rule> rules = {
       {"train.muon.", t.optimizer != OptimizerKind::muon, "train.optimizer is " + to_string(t.optimizer)},
-      {"train.loss_scale", t.precision != TrainPrecision::fp16, "train.precision is " + to_string(t.precision)},
-      {"train.initial_loss_scale", t.precision != TrainPrecision::fp16, "train.precision is " + to_string(t.precision)},
-      {"train.loss_scale_window", t.precision != TrainPrecision::fp16, "train.precision is " + to_string(t.precision)},
-      {"train.min_loss_scale", t.precision != TrainPrecision::fp16, "train.precision is " + to_string(t.precision)},
+      {"train.loss_scale", !fp16, precision},  // (and train.loss_scale_window)
+      {"train.initial_loss_scale", !fp16, precision},
+      {"train.min_loss_scale", !fp16, precision},
       {"train.lr_wsd_decay_steps", t.lr_decay_style != LrDecayStyle::wsd,
        "train.lr_decay_style is " + to_string(t.lr_decay_style)},
       {"parallel.powersgd.", p.grad_compression != GradCompression::powersgd,

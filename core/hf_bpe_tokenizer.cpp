@@ -48,7 +48,7 @@ std::string nfc(const std::string& text) {
 // Whether the code point of UTF-8 TEXT starting at AT is a word character as Hugging Face's
 // single_word test has it: regex \w (letters, marks, decimal and letter numbers, connector
 // punctuation such as '_', and the zero-width joiners).
-bool alphanumeric_at(const std::string& text, size_t at) {
+bool word_character_at(const std::string& text, size_t at) {
   utf8proc_int32_t c = -1;
   if (at >= text.size() || utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + at),
                                             static_cast<utf8proc_ssize_t>(text.size() - at), &c) <= 0)
@@ -70,14 +70,11 @@ bool alphanumeric_at(const std::string& text, size_t at) {
     default: return false;
   }
 }
-bool word_character_at(const std::string& text, size_t at) {
-  return alphanumeric_at(text, at);
-}
 bool word_character_before(const std::string& text, size_t at) {
   if (at == 0) return false;
   size_t start = at - 1;
   while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;  // back to the lead byte
-  return alphanumeric_at(text, start);
+  return word_character_at(text, start);
 }
 
 // Whether encoding a prompt the way Hugging Face's tokenizer does puts BOS (BOS_TOKEN) first: the
@@ -98,17 +95,22 @@ bool template_starts_with(const nlohmann::json& processor, const std::string& bo
   return first.is_object() && first.contains("SpecialToken") &&
          first["SpecialToken"].value("id", std::string()) == bos_token;
 }
-bool adds_bos_token(const nlohmann::json& json, const std::string& path, const std::string& bos_token) {
+// CONFIG: tokenizer_config.json (an object; empty when there is none).
+bool adds_bos_token(const nlohmann::json& json, const nlohmann::json& config, const std::string& bos_token) {
+  if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
+    return config["add_bos_token"].get<bool>();
+  // transformers' Llama tokenizer classes add BOS unless told not to.
+  if (config.value("tokenizer_class", std::string()).rfind("Llama", 0) == 0) return true;
+  return template_starts_with(json.value("post_processor", nlohmann::json()), bos_token);
+}
+
+// The tokenizer_config.json beside the tokenizer.json at PATH, or an empty object.
+nlohmann::json tokenizer_config(const std::string& path) {
   const auto config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
   std::error_code error;
-  if (std::filesystem::exists(config_path, error)) {
-    const nlohmann::json config = read_json(config_path.string());
-    if (config.is_object() && config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
-      return config["add_bos_token"].get<bool>();
-    // transformers' Llama tokenizer classes add BOS unless told not to.
-    if (config.is_object() && config.value("tokenizer_class", std::string()).rfind("Llama", 0) == 0) return true;
-  }
-  return template_starts_with(json.value("post_processor", nlohmann::json()), bos_token);
+  if (!std::filesystem::exists(config_path, error)) return nlohmann::json::object();
+  nlohmann::json config = read_json(config_path.string());
+  return config.is_object() ? config : nlohmann::json::object();
 }
 
 bool parse_normalizer(const nlohmann::json& config, const std::string& where) {
@@ -221,32 +223,29 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
   } catch (const nlohmann::json::exception& e) {
     throw InputError(where + " is not a tokenizer.json loom can read: " + e.what());
   }
-  bos_id_ = special_id("bos_token", {"<|begin_of_text|>", "<s>", "<|startoftext|>"});
-  eos_id_ = special_id("eos_token", {"<|end_of_text|>", "<|endoftext|>", "</s>"});
-  adds_bos_ = bos_id_ >= 0 && adds_bos_token(json, path_, tokens_[static_cast<size_t>(bos_id_)]);
+  const nlohmann::json config = tokenizer_config(path_);
+  bos_id_ = special_id(config, "bos_token", {"<|begin_of_text|>", "<s>", "<|startoftext|>"});
+  eos_id_ = special_id(config, "eos_token", {"<|end_of_text|>", "<|endoftext|>", "</s>"});
+  adds_bos_ = bos_id_ >= 0 && adds_bos_token(json, config, tokens_[static_cast<size_t>(bos_id_)]);
 }
 
 HfBpeTokenizer::~HfBpeTokenizer() = default;
 
-int64_t HfBpeTokenizer::special_id(const std::string& config_key, const std::vector<std::string>& conventions) const {
+int64_t HfBpeTokenizer::special_id(const nlohmann::json& config, const std::string& config_key,
+                                   const std::vector<std::string>& conventions) const {
   auto id_of = [&](const std::string& token) -> int64_t {
     for (const auto& added : added_)
       if (added.content == token) return added.id;
     const auto found = vocab_.find(token);
     return found == vocab_.end() ? -1 : found->second;
   };
-  const auto config_path = std::filesystem::path(path_).parent_path() / "tokenizer_config.json";
-  std::error_code error;
-  if (std::filesystem::exists(config_path, error)) {
-    const nlohmann::json config = read_json(config_path.string());
-    if (config.is_object() && config.contains(config_key)) {
-      const auto& value = config[config_key];
-      std::string token;
-      if (value.is_string()) token = value.get<std::string>();
-      if (value.is_object() && value.contains("content") && value["content"].is_string())
-        token = value["content"].get<std::string>();
-      if (!token.empty() && id_of(token) >= 0) return id_of(token);
-    }
+  if (config.contains(config_key)) {
+    const auto& value = config[config_key];
+    std::string token;
+    if (value.is_string()) token = value.get<std::string>();
+    if (value.is_object() && value.contains("content") && value["content"].is_string())
+      token = value["content"].get<std::string>();
+    if (!token.empty() && id_of(token) >= 0) return id_of(token);
   }
   for (const auto& token : conventions)
     if (id_of(token) >= 0) return id_of(token);

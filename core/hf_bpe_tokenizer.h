@@ -10,6 +10,7 @@
 
 #include <array>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -50,7 +51,9 @@ class HfBpeTokenizer : public Tokenizer {
   void encode_word(const std::string& word, std::vector<int64_t>& ids) const;
   void encode_plain(const std::string& text, std::vector<int64_t>& ids) const;
   std::vector<int64_t> merge(const std::string& word) const;
-  int64_t special_id(const std::string& config_key, const std::vector<std::string>& conventions) const;
+  // CONFIG: tokenizer_config.json (an empty object when there is none).
+  int64_t special_id(const nlohmann::json& config, const std::string& config_key,
+                     const std::vector<std::string>& conventions) const;
 
   std::string path_;
   std::unordered_map<std::string, int64_t> vocab_;

@@ -104,11 +104,10 @@ std::string gone(const nlohmann::json& holder, double age_s, Held flocked) {
   // sbatch script, two torchrun jobs given one rendezvous id) share the job's id and run together:
   // a held lock of this same attempt is a live job's.
   const std::string job = holder.value("job", "");
-  if (!job.empty() && job == me.at("job").get<std::string>()) {
-    // (Where flock says nothing, a same-attempt holder goes through the checks below, as any other.)
-    if (holder.value("attempt", static_cast<int64_t>(-1)) < me.at("attempt").get<int64_t>())
-      return "an earlier attempt of this job (" + job + ")";
-  }
+  // (Where flock says nothing, a same-attempt holder goes through the checks below, as any other.)
+  if (!job.empty() && job == me.at("job").get<std::string>() &&
+      holder.value("attempt", static_cast<int64_t>(-1)) < me.at("attempt").get<int64_t>())
+    return "an earlier attempt of this job (" + job + ")";
   if (flocked == Held::yes) return "";  // a live process holds it, on this host or one sharing the file system
   // Another host's process may hold a lock that the file system keeps per node (Lustre's localflock).
   if (holder.value("host", "") != me.at("host").get<std::string>()) return "";
