@@ -13,9 +13,11 @@
         with --export, EXPORT (a loom export of DIR) loads with from_pretrained with no missing,
         unexpected or mismatched key and gives DIR's logits within 1e-5 on a fixed batch (one
         process for all: transformers imports slowly).
-    hf_models.py greedy DIR... --prompt TEXT --max-new-tokens N
+    hf_models.py greedy DIR... --prompt TEXT --max-new-tokens N [--out FILE]
         transformers' greedy generate from the prompt's UTF-8 bytes: the new ids as a JSON list, a
-        line for each DIR.
+        line for each DIR (into FILE, if given).
+
+Every command also runs inside tests/reference/batch.py, several in one process.
 """
 import argparse
 import json
@@ -166,12 +168,17 @@ def check_export(directory, reference, same_architecture):
 
 
 def greedy(args):
+    lines = []
     for directory in args.dir:  # one line each, in one process: transformers imports slowly
         model = load(directory)
         ids = torch.tensor([list(args.prompt.encode("utf-8"))])
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.max_new_tokens,
                              do_sample=False, eos_token_id=None, pad_token_id=0)
-        print(json.dumps(out[0, ids.shape[1]:].tolist()))
+        lines.append(json.dumps(out[0, ids.shape[1]:].tolist()))
+    if args.out:
+        pathlib.Path(args.out).write_text("".join(line + "\n" for line in lines))
+    else:
+        print("\n".join(lines))
 
 
 def main():
@@ -200,6 +207,7 @@ def main():
     p.add_argument("dir", nargs="+")
     p.add_argument("--prompt", required=True)
     p.add_argument("--max-new-tokens", type=int, required=True)
+    p.add_argument("--out", help="write the lines to this file instead of stdout")
     p.set_defaults(func=greedy)
     args = parser.parse_args()
     torch.set_num_threads(1)

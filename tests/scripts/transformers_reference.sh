@@ -11,15 +11,25 @@
 # equals transformers' generate token for token (the MoEs' too).
 source "$(dirname "$0")/common.sh"
 PY=python3  # the project venv's (first on PATH under ctest), with transformers
-HF=("$PY" "$LOOM_SOURCE/tests/reference/hf_models.py")
+REF="$LOOM_SOURCE/tests/reference"
+# The reference commands run in two batches (tests/reference/batch.py), one Python process each:
+# transformers imports in 8-9 s here, and one process per command spent most of this test on it.
+MAKE="$WORK/make.txt"    # phase 1: the models transformers draws
+CHECK="$WORK/check.txt"  # phase 3: transformers' losses, logits and ids against loom's runs of phase 2
+for arch in gpt2 llama mistral qwen2 qwen3 mixtral qwen3_moe deepseek_v3; do
+  echo "hf_models.py make $arch $WORK/$arch" >> "$MAKE"
+done
+echo "hf_models.py make mistral $WORK/mistral_sw --sliding-window 16" >> "$MAKE"
+"$PY" "$REF/batch.py" "$MAKE" > /dev/null || fail "making the models"
+
 cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
 "$LOOM" prepare --input "$WORK/text.txt" --output "$WORK/ds" > /dev/null || fail "prepare"
 BASE=(--set model.num_layers=2 --set model.hidden_size=64 --set model.num_heads=4 --set model.vocab_size=256
   --set data.path="$WORK/ds" --set model.dropout=0)
 ONE_STEP=(--set train.steps=1 --set train.warmup_steps=0)
+COMPARE="--seq-len 32 --sequences 8"
 
 for arch in gpt2 llama mistral qwen2 qwen3; do
-  "${HF[@]}" make "$arch" "$WORK/$arch" > /dev/null || fail "making the $arch model"
   "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_one" "${BASE[@]}" "${ONE_STEP[@]}" --set model.init_from="$WORK/$arch" \
     > "$WORK/${arch}_one.log" 2>&1 || { cat "$WORK/${arch}_one.log"; fail "$arch in one process"; }
   mpirun --oversubscribe -np 4 "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_tp2pp2" "${BASE[@]}" "${ONE_STEP[@]}" \
@@ -34,9 +44,9 @@ for arch in gpt2 llama mistral qwen2 qwen3; do
   # bos/eos ids, rope settings, sliding_window) and its generation_config.json.
   "$LOOM" export "$WORK/${arch}_ck/step_00000000" --format hf --output "$WORK/${arch}_export" > /dev/null ||
     fail "$arch: export"
-  "${HF[@]}" compare-loss "$WORK/$arch" "$WORK/text.txt" "$WORK/${arch}_one" "$WORK/${arch}_tp2pp2" --seq-len 32 \
-    --sequences 8 --export "$WORK/${arch}_export" --same-architecture ||
-    fail "$arch: loom's first loss differs from transformers', or its export does not load to the same logits and fields"
+  # Phase 3 checks loom's first losses against transformers', and the export's logits and fields.
+  echo "hf_models.py compare-loss $WORK/$arch $WORK/text.txt $WORK/${arch}_one $WORK/${arch}_tp2pp2 $COMPARE" \
+    "--export $WORK/${arch}_export --same-architecture" >> "$CHECK"
 done
 # Mixtral (a mixture of experts in every block), Qwen3-MoE (q/k norms, head_dim 32 at hidden 64,
 # block 0 dense, the top two weights not renormalised) and DeepSeek-V3 (latent attention with a query
@@ -47,7 +57,6 @@ done
 # each rank reading its slices of the experts' tensors), and the export of the initial state loads as the same class with the same
 # logits. A Mixtral config.json with a sliding window is refused naming it.
 for arch in mixtral qwen3_moe deepseek_v3; do
-  "${HF[@]}" make "$arch" "$WORK/$arch" > /dev/null || fail "making the $arch model"
   MOE_RUN=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001)
   # DeepSeek-V3's four blocks (block 0 dense): pp 2 takes two each.
   [ "$arch" = deepseek_v3 ] && MOE_RUN+=(--set model.num_layers=4)
@@ -64,9 +73,8 @@ for arch in mixtral qwen3_moe deepseek_v3; do
     { cat "$WORK/${arch}_save.log"; fail "$arch: saving the initial state"; }
   "$LOOM" export "$WORK/${arch}_ck/step_00000000" --format hf --output "$WORK/${arch}_export" > /dev/null ||
     fail "$arch: export"
-  "${HF[@]}" compare-loss "$WORK/$arch" "$WORK/text.txt" "$WORK/${arch}_one" "$WORK/${arch}_tp2ep2pp2" --seq-len 32 \
-    --sequences 8 --export "$WORK/${arch}_export" --same-architecture ||
-    fail "$arch: loom's first loss differs from transformers', or its export does not load to the same logits"
+  echo "hf_models.py compare-loss $WORK/$arch $WORK/text.txt $WORK/${arch}_one $WORK/${arch}_tp2ep2pp2 $COMPARE" \
+    "--export $WORK/${arch}_export --same-architecture" >> "$CHECK"
 done
 # DeepSeek-V3's multi-token prediction (model.mtp.depth 2, its modules drawn by loom on top of the
 # directory, which has none): step 1's mtp_loss equals the one transformers' own DeepSeek-V3 layers
@@ -84,8 +92,7 @@ MTP_RUN=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001 
 mpirun --oversubscribe -np 8 "$LOOM" train "$TINY" --run-dir "$WORK/mtp_read_tp2ep2pp2" "${BASE[@]}" "${ONE_STEP[@]}" \
   "${MTP_RUN[@]}" --set parallel.tp=2 --set parallel.ep=2 --set parallel.pp=2 --set parallel.sequence_parallel=true \
   --set model.init_from="$WORK/mtp_export" > "$WORK/mtp_read.log" 2>&1 || { cat "$WORK/mtp_read.log"; fail "MTP read back"; }
-"$PY" "$LOOM_SOURCE/tests/reference/deepseek_mtp.py" "$WORK/mtp_export" "$WORK/text.txt" "$WORK/mtp_one" \
-  "$WORK/mtp_read_tp2ep2pp2" --seq-len 32 --sequences 8 || fail "MTP: loom's mtp_loss differs from transformers' layers'"
+echo "deepseek_mtp.py $WORK/mtp_export $WORK/text.txt $WORK/mtp_one $WORK/mtp_read_tp2ep2pp2 $COMPARE" >> "$CHECK"
 
 cp -r "$WORK/mixtral" "$WORK/mixtral_sw"
 python3 -c 'import json, sys; f = sys.argv[1]; j = json.load(open(f)); j["sliding_window"] = 16; json.dump(j, open(f, "w"))' \
@@ -100,8 +107,7 @@ expect_exit 2 "$WORK/mixtral_sw/config.json: \"sliding_window\" is 16" "$LOOM" t
   --set data.path="$WORK/ds" --set data.order=sequential --set model.seq_len=32 --set train.global_batch_size=8 \
   --set train.micro_batch_size=8 --set train.steps=2 --set train.warmup_steps=0 --set checkpoint.dir="$WORK/finetune_ck" \
   > "$WORK/finetune.log" 2>&1 || { cat "$WORK/finetune.log"; fail "configs/finetune_hf.yaml"; }
-"${HF[@]}" compare-loss "$WORK/llama" "$WORK/text.txt" "$WORK/finetune" --seq-len 32 --sequences 8 ||
-  fail "configs/finetune_hf.yaml: the first loss differs from transformers'"
+echo "hf_models.py compare-loss $WORK/llama $WORK/text.txt $WORK/finetune $COMPARE" >> "$CHECK"
 code=0
 "$LOOM" train "$TINY" --run-dir "$WORK/conflicts" --set model.init_from="$WORK/llama" > "$WORK/conflicts.log" 2>&1 ||
   code=$?
@@ -114,56 +120,54 @@ code=0
 "$LOOM" export "$WORK/mistral_ck/step_00000000" --format hf-llama --output "$WORK/mistral_as_llama" > /dev/null ||
   fail "mistral: export as hf-llama"
 grep -q '"LlamaForCausalLM"' "$WORK/mistral_as_llama/config.json" || fail "--format hf-llama should write LlamaForCausalLM"
-"${HF[@]}" compare-loss "$WORK/mistral" "$WORK/text.txt" --seq-len 32 --sequences 8 --export "$WORK/mistral_as_llama" ||
-  fail "mistral exported as hf-llama"
-# A hand-changed reference field fails the check.
-python3 - "$WORK/llama_export/config.json" << 'EOF'
-import json, sys
-config = json.load(open(sys.argv[1]))
-config["max_position_embeddings"] = 32
-json.dump(config, open(sys.argv[1], "w"))
-EOF
-if "${HF[@]}" compare-loss "$WORK/llama" "$WORK/text.txt" --seq-len 32 --sequences 8 --export "$WORK/llama_export" \
-  > /dev/null 2>&1; then
-  fail "an export with max_position_embeddings changed by hand passed the check"
-fi
+echo "hf_models.py compare-loss $WORK/mistral $WORK/text.txt $COMPARE --export $WORK/mistral_as_llama" >> "$CHECK"
+# A hand-changed reference field fails the check (a `!` line: batch.py expects it to fail).
+cp -r "$WORK/llama_export" "$WORK/llama_export_changed"
+python3 -c 'import json, sys; f = sys.argv[1]; j = json.load(open(f)); j["max_position_embeddings"] = 32; json.dump(j, open(f, "w"))' \
+  "$WORK/llama_export_changed/config.json"
+echo "!hf_models.py compare-loss $WORK/llama $WORK/text.txt $COMPARE --export $WORK/llama_export_changed" >> "$CHECK"
+# A hand-changed reference: a loss compared against another model's run fails.
+echo "!hf_models.py compare-loss $WORK/qwen2 $WORK/text.txt $WORK/llama_one $COMPARE" >> "$CHECK"
 
-# Greedy generation (temperature 0; loom samples at 1 by default, transformers is greedy): loom's ids equal transformers' generate.
+# Greedy generation (temperature 0; loom samples at 1 by default, transformers is greedy): loom's ids
+# equal transformers' generate, compared after phase 3.
 GREEDY=(gpt2 llama mixtral qwen3_moe deepseek_v3)
+PROMPT="Tensor parallelism splits"
 dirs=()
 for arch in "${GREEDY[@]}"; do dirs+=("$WORK/$arch"); done
-"${HF[@]}" greedy "${dirs[@]}" --prompt "Tensor parallelism splits" --max-new-tokens 12 > "$WORK/hf_greedy.txt" ||
-  fail "transformers' greedy generate"
+echo "hf_models.py greedy ${dirs[*]} --prompt '$PROMPT' --max-new-tokens 12 --out $WORK/hf_greedy.txt" >> "$CHECK"
+for arch in "${GREEDY[@]}"; do
+  "$LOOM" generate "$WORK/$arch" --prompt "$PROMPT" --max-new-tokens 12 --temperature 0 --ids \
+    > "$WORK/${arch}_gen.txt" 2> "$WORK/${arch}_gen.log" || { cat "$WORK/${arch}_gen.log"; fail "$arch: loom generate"; }
+  # The MoEs also from loom's checkpoint of them (the router's settings from its manifest): its 32
+  # positions (the trained seq_len) hold the 25-token prompt and the first 7 of transformers' ids.
+  case "$arch" in mixtral | qwen3_moe | deepseek_v3)
+    "$LOOM" generate "$WORK/${arch}_ck/step_00000000" --prompt "$PROMPT" --max-new-tokens 7 \
+      --temperature 0 --ids > "$WORK/${arch}_ck_gen.txt" 2> "$WORK/${arch}_ck_gen.log" ||
+      { cat "$WORK/${arch}_ck_gen.log"; fail "$arch: loom generate from the checkpoint"; } ;;
+  esac
+done
+
+# Mistral with a sliding window shorter than the sequence: refused, naming the key.
+expect_exit 2 "sliding_window" "$LOOM" train "$TINY" --run-dir "$WORK/sw" "${BASE[@]}" "${ONE_STEP[@]}" \
+  --set model.init_from="$WORK/mistral_sw"
+# Every tensor transformers saved, and every tensor of loom's exports (MTP layers' embedding and
+# head copies among them), is part of the model loom built from it: none is called unused.
+unused=$(grep -l "are not part of the model" "$WORK"/*.log || true)
+[ -z "$unused" ] || { cat $unused; fail "tensors called unused in: $unused"; }
+
+# Phase 3: every reference check at once.
+"$PY" "$REF/batch.py" "$CHECK" || fail "a check against transformers (above)"
 line=0
 for arch in "${GREEDY[@]}"; do
   line=$((line + 1))
   hf_ids=$(sed -n "${line}p" "$WORK/hf_greedy.txt" | tr -d ' ')
-  "$LOOM" generate "$WORK/$arch" --prompt "Tensor parallelism splits" --max-new-tokens 12 --temperature 0 --ids \
-    > "$WORK/${arch}_gen.txt" 2> "$WORK/${arch}_gen.log" || { cat "$WORK/${arch}_gen.log"; fail "$arch: loom generate"; }
   loom_ids=$(tail -1 "$WORK/${arch}_gen.txt" | tr -d ' ')
   [ -n "$hf_ids" ] && [ "$loom_ids" = "$hf_ids" ] || fail "$arch: loom generate gave $loom_ids, transformers $hf_ids"
-  # The MoEs also from loom's checkpoint of them (the router's settings from its manifest): its 32
-  # positions (the trained seq_len) hold the 25-token prompt and the first 7 of transformers' ids.
   case "$arch" in mixtral | qwen3_moe | deepseek_v3)
-    "$LOOM" generate "$WORK/${arch}_ck/step_00000000" --prompt "Tensor parallelism splits" --max-new-tokens 7 \
-      --temperature 0 --ids > "$WORK/${arch}_ck_gen.txt" 2> "$WORK/${arch}_ck_gen.log" ||
-      { cat "$WORK/${arch}_ck_gen.log"; fail "$arch: loom generate from the checkpoint"; }
     ck_ids=$(tail -1 "$WORK/${arch}_ck_gen.txt" | tr -d ' ')
     hf_first=$(python3 -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])[:7]).replace(" ", ""))' "$hf_ids")
     [ "$ck_ids" = "$hf_first" ] || fail "$arch: loom generate from the checkpoint gave $ck_ids, transformers $hf_first" ;;
   esac
 done
-
-# Mistral with a sliding window shorter than the sequence: refused, naming the key.
-"${HF[@]}" make mistral "$WORK/mistral_sw" --sliding-window 16 > /dev/null
-expect_exit 2 "sliding_window" "$LOOM" train "$TINY" --run-dir "$WORK/sw" "${BASE[@]}" "${ONE_STEP[@]}" \
-  --set model.init_from="$WORK/mistral_sw"
-# A hand-changed reference: a loss compared against another model's run fails.
-if "${HF[@]}" compare-loss "$WORK/qwen2" "$WORK/text.txt" "$WORK/llama_one" --seq-len 32 --sequences 8 > /dev/null 2>&1; then
-  fail "transformers' Qwen2 loss compared equal to the Llama run"
-fi
-# Every tensor transformers saved, and every tensor of loom's exports (MTP layers' embedding and
-# head copies among them), is part of the model loom built from it: none is called unused.
-unused=$(grep -l "are not part of the model" "$WORK"/*.log || true)
-[ -z "$unused" ] || { cat $unused; fail "tensors called unused in: $unused"; }
 echo "transformers reference: ok"
