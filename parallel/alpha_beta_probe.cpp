@@ -7,6 +7,7 @@
 
 #include "parallel/hierarchical_communicator.h"
 #include "parallel/line_fit.h"
+#include "parallel/ring_all_reduce_scope.h"
 
 namespace loom::parallel {
 namespace {
@@ -88,6 +89,9 @@ nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& devi
                                 const AlphaBetaProbeOptions& options) {
   TORCH_CHECK(options.sizes_bytes.size() >= 2 && options.repeats >= 1,
               "probe_alpha_beta: a line needs two sizes or more, each measured at least once");
+  // The ring at every size, the algorithm the fit below models (over Gloo, small all-reduces take
+  // one all-to-all otherwise). HSDP's replica steps run on a thread of their own and keep it.
+  RingAllReduceScope ring;
   nlohmann::json out = nlohmann::json::array();
   std::vector<int64_t> first_member;   // per row: the global rank that heads this rank's group
   std::vector<size_t> slot;            // per row: its kind's place in kAllGroupKinds

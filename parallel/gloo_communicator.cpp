@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "parallel/ring_all_reduce_scope.h"
+
 namespace loom::parallel {
 namespace {
 
@@ -62,14 +64,16 @@ torch::Tensor reduce_rows(const torch::Tensor& rows, ReduceOp op) {
   return wide.sum(0);
 }
 
-// Below this size an all-reduce (or all-gather) is one all-to-all of the whole tensor to every peer and a local
-// reduction (a "one-shot" all-reduce), not Gloo's ring. The ring sends each chunk with its own
-// notifications, 2(P-1) rounds of them, so a small all-reduce costs its latency alone: 2.3-2.9 ms
-// from 1 KiB to 256 KiB at two ranks of a 2-core machine and 6.5-6.9 ms at four, against 0.5-1.2
-// and 2.8-4.5 ms for the one exchange (bench/README.md, "Small all-reduces over Gloo"). From
-// 1 MiB on, the ring's 2(P-1)/P of the tensor per rank beats the exchange's P-1. The traffic
-// counters keep the ring's bytes: they model the collective as NCCL runs it on the GPUs.
-constexpr int64_t kOneShotAllReduceBytes = 256 * 1024;
+// Small all-reduces and all-gathers are one all-to-all of the whole tensor to every peer (and, for
+// an all-reduce, a local reduction: a "one-shot" all-reduce), not Gloo's ring. The ring sends each
+// chunk with its own notifications, 2(P-1) rounds of them, so a small all-reduce costs its latency
+// alone: 2.4-3.2 ms from 1 KiB to 256 KiB at two ranks of a 2-core machine and 6.9-7.3 ms at four,
+// against 0.8-1.6 and 2.5-3.7 ms for the one exchange (bench/README.md, "Small all-reduces over
+// Gloo"). The exchange sends each rank P-1 copies of the tensor where the ring sends 2(P-1)/P of
+// it (the same at two ranks; an all-gather sends the same either way), so it is taken while a
+// rank's bytes sent stay within this bound: where they cost little beside the latency saved, on
+// a slow link too. The traffic counters keep the ring's bytes: they model NCCL's collectives.
+constexpr int64_t kOneShotSentBytes = 256 * 1024;
 
 }  // namespace
 
@@ -82,7 +86,8 @@ GlooCommunicator::GlooCommunicator(std::string name, std::vector<int64_t> ranks,
 
 std::unique_ptr<PendingOp> GlooCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
   const int64_t n = tensor.numel();
-  if (n > 0 && n * static_cast<int64_t>(tensor.element_size()) <= kOneShotAllReduceBytes) {
+  const int64_t sent_bytes = (size() - 1) * n * static_cast<int64_t>(tensor.element_size());
+  if (n > 0 && !RingAllReduceScope::active() && sent_bytes <= kOneShotSentBytes) {
     auto sent = tensor.reshape({1, n}).expand({size(), n}).contiguous();
     auto received = torch::empty_like(sent);
     auto wire_received = as_wire(received).view({-1});
@@ -105,7 +110,8 @@ std::unique_ptr<PendingOp> GlooCommunicator::do_all_reduce(torch::Tensor& tensor
 
 std::unique_ptr<PendingOp> GlooCommunicator::do_all_gather(torch::Tensor& output, torch::Tensor& input) {
   const int64_t n = input.numel();
-  if (n > 0 && output.numel() * static_cast<int64_t>(output.element_size()) <= kOneShotAllReduceBytes) {
+  if (n > 0 && !RingAllReduceScope::active() &&
+      (size() - 1) * n * static_cast<int64_t>(input.element_size()) <= kOneShotSentBytes) {
     // Small: one all-to-all of the input to every peer lands each rank's part in place, in rank
     // order; Gloo's ring all-gather costs P-1 rounds of latency (the same bytes either way).
     auto sent = input.reshape({1, n}).expand({size(), n}).contiguous();

@@ -3,11 +3,13 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "multirank_world.h"
 #include "parallel/hierarchical_communicator.h"
 #include "parallel/hsdp_communicator.h"
+#include "parallel/ring_all_reduce_scope.h"
 
 using namespace loom::parallel;
 
@@ -386,27 +388,32 @@ TEST_CASE("two levels refuse nodes holding unequal shares of a group", "[comm]")
   CHECK(group_levels({0, 2, 1, 3}, {0, 0, 1, 1}).nodes == std::vector<std::vector<int>>{{0, 2}, {1, 3}});
 }
 
-// Gloo's communicator changes algorithm at 256 KiB (one all-to-all below, Gloo's ring above):
-// both sides of the line give the same exact results, in bf16 too, and the same on every rank.
-// (Last: the byte counts of the world's group checked above assume the small calls before.)
-TEST_CASE("all_reduce and all_gather are exact on either side of the one-shot size", "[comm]") {
+// Gloo's communicator all-reduces and all-gathers small tensors in one all-to-all and large ones by
+// Gloo's ring (the line: 256 KiB sent per rank), and the alpha-beta probe forces the ring
+// (RingAllReduceScope): every dtype gives the same exact results on either path, the same on every
+// rank. (Last: the byte counts of the world's group checked above assume the small calls before.)
+TEST_CASE("all_reduce and all_gather are exact on both of Gloo's paths", "[comm]") {
   auto& comm = g_world->groups.world_comm();
   const int n = comm.size(), r = comm.rank();
-  for (int64_t numel : {int64_t{65536}, int64_t{65537}, int64_t{131072}}) {  // fp32: 256 KiB, just over, 512 KiB
-    for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
-      auto t = torch::arange(numel, torch::kFloat).remainder(7).add(r).to(dtype);
-      comm.all_reduce(t).wait();
-      const auto want = torch::arange(numel, torch::kFloat).remainder(7).mul(n).add(n * (n - 1) / 2.0);
-      CHECK(torch::equal(t.to(torch::kFloat), want));
-      auto top = torch::full({numel}, static_cast<float>(r)).to(dtype);
-      comm.all_reduce(top, ReduceOp::max).wait();
-      CHECK(torch::equal(top.to(torch::kFloat), torch::full({numel}, static_cast<float>(n - 1))));
+  for (bool ring : {false, true}) {
+    std::optional<RingAllReduceScope> scope;
+    if (ring) scope.emplace();
+    // 1000 elements take one all-to-all (at 2-4 ranks), 300000 Gloo's ring, in every dtype.
+    for (int64_t numel : {int64_t{1000}, int64_t{300000}}) {
+      for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kDouble, torch::kLong}) {
+        auto t = torch::arange(numel, torch::kLong).remainder(7).add(r).to(dtype);
+        comm.all_reduce(t).wait();
+        const auto want = torch::arange(numel, torch::kLong).remainder(7).mul(n).add(n * (n - 1) / 2);
+        CHECK(torch::equal(t.to(torch::kLong), want));
+        auto top = torch::full({numel}, r, torch::kLong).to(dtype);
+        comm.all_reduce(top, ReduceOp::max).wait();
+        CHECK(torch::equal(top.to(torch::kLong), torch::full({numel}, n - 1, torch::kLong)));
+      }
+      auto input = torch::full({numel}, static_cast<float>(r));
+      auto output = torch::empty({numel * n});
+      comm.all_gather(output, input).wait();
+      CHECK(torch::equal(output, torch::arange(n, torch::kFloat).repeat_interleave(numel)));
     }
-    const int64_t part = numel / n;  // all_gather: the output of this size
-    auto input = torch::full({part}, static_cast<float>(r));
-    auto output = torch::empty({part * n});
-    comm.all_gather(output, input).wait();
-    CHECK(torch::equal(output, torch::arange(n, torch::kFloat).repeat_interleave(part)));
   }
 }
 
