@@ -75,6 +75,25 @@ torch::Tensor reduce_rows(const torch::Tensor& rows, ReduceOp op) {
 // a slow link too. The traffic counters keep the ring's bytes: they model NCCL's collectives.
 constexpr int64_t kOneShotSentBytes = 256 * 1024;
 
+bool takes_one_shot(int64_t ranks, const torch::Tensor& t) {
+  return t.numel() > 0 && !RingAllReduceScope::active() &&
+         (ranks - 1) * t.numel() * static_cast<int64_t>(t.element_size()) <= kOneShotSentBytes;
+}
+
+// The one-shot's exchange: INPUT to every rank of GROUP in one all-to-all, every rank's landing in
+// RECEIVED (RANKS x INPUT's elements) in rank order. Returns the work and the copy it sends, which
+// must live until the work completes.
+std::pair<c10d_compat::WorkPtr, torch::Tensor> send_to_every_rank(c10d_compat::GlooGroup& group, int64_t ranks,
+                                                                  const torch::Tensor& input,
+                                                                  const torch::Tensor& received) {
+  const int64_t n = input.numel();
+  auto sent = input.reshape({1, n}).expand({ranks, n}).contiguous();
+  auto wire_sent = as_wire(sent).view({-1});
+  auto wire_received = as_wire(received).view({-1});
+  std::vector<int64_t> splits(static_cast<size_t>(ranks), n);
+  return {group.alltoall_base(wire_received, wire_sent, splits, splits), sent};
+}
+
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(std::string name, std::vector<int64_t> ranks, int rank,
@@ -85,17 +104,12 @@ GlooCommunicator::GlooCommunicator(std::string name, std::vector<int64_t> ranks,
 }
 
 std::unique_ptr<PendingOp> GlooCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
-  const int64_t n = tensor.numel();
-  const int64_t sent_bytes = (size() - 1) * n * static_cast<int64_t>(tensor.element_size());
-  if (n > 0 && !RingAllReduceScope::active() && sent_bytes <= kOneShotSentBytes) {
-    auto sent = tensor.reshape({1, n}).expand({size(), n}).contiguous();
-    auto received = torch::empty_like(sent);
-    auto wire_received = as_wire(received).view({-1});
-    auto wire_sent = as_wire(sent).view({-1});
-    std::vector<int64_t> splits(static_cast<size_t>(size()), n);
-    auto work = group_->alltoall_base(wire_received, wire_sent, splits, splits);
-    return pending(
-        work, [tensor, sent, received, op]() mutable { tensor.copy_(reduce_rows(received, op).view(tensor.sizes())); });
+  if (takes_one_shot(size(), tensor)) {
+    auto received = torch::empty({size(), tensor.numel()}, tensor.options());
+    auto exchange = send_to_every_rank(*group_, size(), tensor, received);
+    return pending(exchange.first, [tensor, sent = exchange.second, received, op]() mutable {
+      tensor.copy_(reduce_rows(received, op).view(tensor.sizes()));
+    });
   }
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
@@ -109,16 +123,11 @@ std::unique_ptr<PendingOp> GlooCommunicator::do_all_reduce(torch::Tensor& tensor
 }
 
 std::unique_ptr<PendingOp> GlooCommunicator::do_all_gather(torch::Tensor& output, torch::Tensor& input) {
-  const int64_t n = input.numel();
-  if (n > 0 && !RingAllReduceScope::active() &&
-      (size() - 1) * n * static_cast<int64_t>(input.element_size()) <= kOneShotSentBytes) {
-    // Small: one all-to-all of the input to every peer lands each rank's part in place, in rank
-    // order; Gloo's ring all-gather costs P-1 rounds of latency (the same bytes either way).
-    auto sent = input.reshape({1, n}).expand({size(), n}).contiguous();
-    auto wire_sent = as_wire(sent).view({-1});
-    auto wire_output = as_wire(output).view({-1});
-    std::vector<int64_t> splits(static_cast<size_t>(size()), n);
-    return pending(group_->alltoall_base(wire_output, wire_sent, splits, splits), [sent] {});
+  if (takes_one_shot(size(), input)) {
+    // Small: each rank's part lands in place, in rank order; Gloo's ring all-gather costs P-1
+    // rounds of latency (the same bytes either way).
+    auto exchange = send_to_every_rank(*group_, size(), input, output);
+    return pending(exchange.first, [sent = exchange.second] {});
   }
   // Gloo has no flat all-gather; it fills one output per rank, here views into OUTPUT.
   std::vector<std::vector<at::Tensor>> outputs(1);
