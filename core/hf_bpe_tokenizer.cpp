@@ -32,8 +32,29 @@ nlohmann::json read_json(const std::string& path) {
   }
 }
 
-bool is_ascii_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+// The code point of UTF-8 TEXT starting at AT (-1 past the end or on a bad sequence); LENGTH gets
+// its bytes.
+utf8proc_int32_t code_point_at(const std::string& text, size_t at, size_t* length = nullptr) {
+  utf8proc_int32_t c = -1;
+  const utf8proc_ssize_t read = at >= text.size()
+                                    ? 0
+                                    : utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + at),
+                                                       static_cast<utf8proc_ssize_t>(text.size() - at), &c);
+  if (length != nullptr) *length = read > 0 ? static_cast<size_t>(read) : 1;
+  return read > 0 ? c : -1;
+}
+// Where the code point ending just before AT starts.
+size_t code_point_start_before(const std::string& text, size_t at) {
+  size_t start = at - 1;
+  while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;  // back to the lead byte
+  return start;
+}
+
+// Unicode's White_Space, which lstrip and rstrip absorb in Hugging Face's tokenizers (Rust's
+// char::is_whitespace): not only ASCII's, also no-break and ideographic spaces.
+bool is_white_space(utf8proc_int32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 // NFC needs the text whole (combining marks reorder), so it is applied before pre-tokenization.
@@ -49,10 +70,8 @@ std::string nfc(const std::string& text) {
 // single_word test has it: regex \w (letters, marks, decimal and letter numbers, connector
 // punctuation such as '_', and the zero-width joiners).
 bool word_character_at(const std::string& text, size_t at) {
-  utf8proc_int32_t c = -1;
-  if (at >= text.size() || utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + at),
-                                            static_cast<utf8proc_ssize_t>(text.size() - at), &c) <= 0)
-    return false;
+  const utf8proc_int32_t c = code_point_at(text, at);
+  if (c < 0) return false;
   // (The joiners, and the circled letters: symbols Unicode counts as alphabetic.)
   if (c == 0x200C || c == 0x200D || (c >= 0x24B6 && c <= 0x24E9)) return true;
   switch (utf8proc_category(c)) {
@@ -71,10 +90,7 @@ bool word_character_at(const std::string& text, size_t at) {
   }
 }
 bool word_character_before(const std::string& text, size_t at) {
-  if (at == 0) return false;
-  size_t start = at - 1;
-  while (start > 0 && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;  // back to the lead byte
-  return word_character_at(text, start);
+  return at > 0 && word_character_at(text, code_point_start_before(text, at));
 }
 
 // Whether encoding a prompt the way Hugging Face's tokenizer does puts BOS (BOS_TOKEN) first: the
@@ -159,26 +175,33 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
     }
     if (json.contains("added_tokens") && json["added_tokens"].is_array()) {
       for (const auto& token : json["added_tokens"]) {
-        added_.push_back({token.at("content").get<std::string>(), token.at("id").get<int64_t>(),
-                          token.value("lstrip", false), token.value("rstrip", false),
-                          token.value("single_word", false)});
+        const bool special = token.value("special", false);
+        // (The library writes "normalized" always; absent, it is what its own default would be.)
+        auto& set = token.value("normalized", !special) ? normalized_added_ : raw_added_;
+        set.tokens.push_back({token.at("content").get<std::string>(), token.at("id").get<int64_t>(),
+                              token.value("lstrip", false), token.value("rstrip", false),
+                              token.value("single_word", false)});
       }
     }
     for (const auto& [token, id] : vocab_) vocab_size_ = std::max(vocab_size_, id + 1);
-    for (const auto& token : added_) vocab_size_ = std::max(vocab_size_, token.id + 1);
+    for (const auto* set : {&raw_added_, &normalized_added_})
+      for (const auto& token : set->tokens) vocab_size_ = std::max(vocab_size_, token.id + 1);
     tokens_.assign(vocab_size_, "");
     is_added_.assign(vocab_size_, false);
     for (const auto& [token, id] : vocab_) tokens_[id] = token;
-    for (const auto& token : added_) {
-      tokens_[token.id] = token.content;
-      is_added_[token.id] = true;
+    for (auto* set : {&raw_added_, &normalized_added_}) {
+      auto& tokens = set->tokens;
+      for (const auto& token : tokens) {
+        tokens_[token.id] = token.content;
+        is_added_[token.id] = true;
+      }
+      // Leftmost-longest matching: at a position, the longest added token wins.
+      std::stable_sort(tokens.begin(), tokens.end(),
+                       [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+      tokens.erase(std::remove_if(tokens.begin(), tokens.end(), [](const AddedToken& t) { return t.content.empty(); }),
+                   tokens.end());
+      for (const auto& token : tokens) set->starts[static_cast<unsigned char>(token.content[0])] = true;
     }
-    // Leftmost-longest matching: at a position, the longest added token wins.
-    std::stable_sort(added_.begin(), added_.end(),
-                     [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
-    added_.erase(std::remove_if(added_.begin(), added_.end(), [](const AddedToken& t) { return t.content.empty(); }),
-                 added_.end());
-    for (const auto& token : added_) starts_added_[static_cast<unsigned char>(token.content[0])] = true;
 
     for (int b = 0; b < 256; ++b) {
       if (!vocab_.count(byte_level::symbol(static_cast<unsigned char>(b))))
@@ -234,8 +257,9 @@ HfBpeTokenizer::~HfBpeTokenizer() = default;
 int64_t HfBpeTokenizer::special_id(const nlohmann::json& config, const std::string& config_key,
                                    const std::vector<std::string>& conventions) const {
   auto id_of = [&](const std::string& token) -> int64_t {
-    for (const auto& added : added_)
-      if (added.content == token) return added.id;
+    for (const auto* set : {&raw_added_, &normalized_added_})
+      for (const auto& added : set->tokens)
+        if (added.content == token) return added.id;
     const auto found = vocab_.find(token);
     return found == vocab_.end() ? -1 : found->second;
   };
@@ -338,43 +362,55 @@ void HfBpeTokenizer::encode_word(const std::string& word, std::vector<int64_t>& 
 
 void HfBpeTokenizer::encode_plain(const std::string& text, std::vector<int64_t>& ids) const {
   if (text.empty()) return;
-  for (const auto& piece : pre_tokenizer_->split(nfc_ ? nfc(text) : text)) encode_word(byte_level::encode(piece), ids);
+  for (const auto& piece : pre_tokenizer_->split(text)) encode_word(byte_level::encode(piece), ids);
 }
 
-std::vector<int64_t> HfBpeTokenizer::encode(const std::string& text) const {
-  std::vector<int64_t> ids;
+void HfBpeTokenizer::split_at_added(const std::string& text, const AddedTokenSet& set, std::vector<int64_t>& ids,
+                                    const std::function<void(const std::string&)>& plain) {
   size_t plain_begin = 0;
   for (size_t at = 0; at < text.size();) {
     const AddedToken* match = nullptr;
-    if (!starts_added_[static_cast<unsigned char>(text[at])]) {
-      ++at;
-      continue;
-    }
-    for (const auto& token : added_) {
-      if (text.compare(at, token.content.size(), token.content) == 0) {
-        match = &token;
-        break;
+    if (set.starts[static_cast<unsigned char>(text[at])]) {
+      for (const auto& token : set.tokens) {
+        if (text.compare(at, token.content.size(), token.content) == 0) {
+          match = &token;
+          break;
+        }
       }
     }
-    // A single-word token inside a word is not one (Hugging Face's tokenizers: an alphanumeric
-    // character on either side vetoes the match).
-    if (match != nullptr && match->single_word &&
-        (word_character_before(text, at) || word_character_at(text, at + match->content.size())))
-      match = nullptr;
     if (match == nullptr) {
       ++at;
       continue;
     }
-    size_t plain_end = at, next = at + match->content.size();
+    const size_t end = at + match->content.size();
+    // A single-word token inside a word is not one: a word character on either side vetoes it. The
+    // library's matches do not overlap, so the text the vetoed one covered is not searched again
+    // ("ab" vetoed in "xabc" leaves no "bc" to find).
+    if (match->single_word && (word_character_before(text, at) || word_character_at(text, end))) {
+      at = end;
+      continue;
+    }
+    size_t start = at, next = end;
     if (match->lstrip)
-      while (plain_end > plain_begin && is_ascii_space(text[plain_end - 1])) --plain_end;
-    if (match->rstrip)
-      while (next < text.size() && is_ascii_space(text[next])) ++next;
-    encode_plain(text.substr(plain_begin, plain_end - plain_begin), ids);
+      while (start > plain_begin && is_white_space(code_point_at(text, code_point_start_before(text, start))))
+        start = code_point_start_before(text, start);
+    if (match->rstrip) {
+      size_t length = 1;
+      while (next < text.size() && is_white_space(code_point_at(text, next, &length))) next += length;
+    }
+    if (start > plain_begin) plain(text.substr(plain_begin, start - plain_begin));
     ids.push_back(match->id);
     plain_begin = at = next;
   }
-  encode_plain(text.substr(plain_begin), ids);
+  if (plain_begin < text.size()) plain(text.substr(plain_begin));
+}
+
+std::vector<int64_t> HfBpeTokenizer::encode(const std::string& text) const {
+  std::vector<int64_t> ids;
+  split_at_added(text, raw_added_, ids, [&](const std::string& raw) {
+    split_at_added(nfc_ ? nfc(raw) : raw, normalized_added_, ids,
+                   [&](const std::string& normalized) { encode_plain(normalized, ids); });
+  });
   return ids;
 }
 

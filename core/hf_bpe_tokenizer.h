@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <shared_mutex>
@@ -43,12 +44,22 @@ class HfBpeTokenizer : public Tokenizer {
     bool lstrip, rstrip;
     bool single_word;  // matched only between non-word characters (not inside "tokens" or "xtoken")
   };
+  // The added tokens matched in one pass, longest first.
+  struct AddedTokenSet {
+    std::vector<AddedToken> tokens;
+    std::array<bool, 256> starts{};  // by byte: whether one of them starts with it
+  };
   struct Merge {
     int64_t rank;
     int64_t merged;
   };
   // BPE of one pre-token (already in the byte alphabet), appended to IDS; cached per word.
   void encode_word(const std::string& word, std::vector<int64_t>& ids) const;
+  // Cuts TEXT at the tokens of SET as Hugging Face's tokenizers do (leftmost-longest, without
+  // overlaps): PLAIN gets each stretch between matches, in order, and each match's id joins IDS.
+  static void split_at_added(const std::string& text, const AddedTokenSet& set, std::vector<int64_t>& ids,
+                             const std::function<void(const std::string&)>& plain);
+  // TEXT already normalized: pre-tokenized, then BPE.
   void encode_plain(const std::string& text, std::vector<int64_t>& ids) const;
   std::vector<int64_t> merge(const std::string& word) const;
   // CONFIG: tokenizer_config.json (an empty object when there is none).
@@ -60,8 +71,9 @@ class HfBpeTokenizer : public Tokenizer {
   std::vector<std::string> tokens_;             // by id; "" for ids no token has
   std::vector<bool> is_added_;                  // by id: written as its text by decode
   std::unordered_map<uint64_t, Merge> merges_;  // key: left id << 32 | right id
-  std::vector<AddedToken> added_;               // longest first
-  std::array<bool, 256> starts_added_{};        // by byte: whether an added token starts with it
+  // Hugging Face's two passes: the tokens marked "normalized": false (the special ones) cut the raw
+  // text first, the others each normalized piece after.
+  AddedTokenSet raw_added_, normalized_added_;
   std::unique_ptr<HfPreTokenizer> pre_tokenizer_;
   bool nfc_ = false;
   bool ignore_merges_ = false;

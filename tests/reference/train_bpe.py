@@ -1,10 +1,12 @@
 """Writes small byte-level BPE tokenizer.json files for tests/scripts/tokenizers.sh.
 
 Learns MERGES merges from a text (counting adjacent symbol pairs over its words, as
-BPE training does), then writes three variants that differ in what loom must get
+BPE training does), then writes four variants that differ in what loom must get
 right: GPT-2's ByteLevel regex with merges as "a b" strings; Llama 3's Split regex,
 merges as [a, b] pairs and ignore_merges; SmolLM's Digits + ByteLevel with an NFC
-normalizer. Usage: train_bpe.py TEXT MERGES OUTDIR (writes OUTDIR/{gpt2,llama3,smollm}/).
+normalizer; and "added": SmolLM's shape with added tokens of every kind (single_word,
+lstrip, rstrip, normalized or not, overlapping one another). Usage: train_bpe.py TEXT
+MERGES OUTDIR (writes OUTDIR/{gpt2,llama3,smollm,added}/).
 """
 import collections
 import json
@@ -57,9 +59,32 @@ def learn(text, count):
     return vocab, merges
 
 
-def added(content, token_id, special=True):
-    return {"id": token_id, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
-            "normalized": not special, "special": special}
+def added(content, token_id, special=True, normalized=None, **flags):
+    token = {"id": token_id, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": not special if normalized is None else normalized, "special": special}
+    token.update(flags)
+    return token
+
+
+# Added tokens that test the library's matching: the special ones cut the raw text before the
+# normalizer runs ("x<" loses to "<|e|>"), a vetoed single_word match is passed over whole ("ab"
+# in "xabc" leaves no "bc"), lstrip and rstrip take any Unicode whitespace, and a normalized
+# token matches the NFC form of decomposed text ("café"). A token already in the vocabulary keeps
+# its id there, as the library's own files have it.
+def tricky_added_tokens(vocab):
+    tokens = [("<|endoftext|>", {}), ("<|e|>", {}), ("x<", dict(special=False)),
+              ("ab", dict(special=False, single_word=True)), ("bc", dict(special=False)),
+              ("[L]", dict(special=False, lstrip=True)), ("[R]", dict(special=False, normalized=False, rstrip=True)),
+              ("the", dict(special=False, single_word=True)), ("cde", dict(special=False, single_word=True)),
+              ("caf\u00e9", dict(special=False)), ("[B]", dict(special=False, lstrip=True, rstrip=True))]
+    result, next_id = [], len(vocab)
+    for content, flags in tokens:
+        if content in vocab:
+            result.append(added(content, vocab[content], **flags))
+        else:
+            result.append(added(content, next_id, **flags))
+            next_id += 1
+    return result
 
 
 def main():
@@ -84,6 +109,10 @@ def main():
                        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]},
                    {"type": "NFC"}, [f"{a} {b}" for a, b in merges], False,
                    [added("<|endoftext|>", 0 + n), added("<|im_start|>", n + 1)], None),
+        "added": ({"type": "Sequence", "pretokenizers": [
+                      {"type": "Digits", "individual_digits": True},
+                      {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]},
+                  {"type": "NFC"}, [f"{a} {b}" for a, b in merges], False, tricky_added_tokens(vocab), None),
     }
     for name, (pre, normalizer, merge_list, ignore, added_tokens, config) in variants.items():
         os.makedirs(os.path.join(outdir, name), exist_ok=True)

@@ -48,9 +48,21 @@ for type in bpe unigram; do
 done
 
 "$PY" "$REF/train_bpe.py" "$WORK/train.txt" 400 "$WORK/hf"
-for shape in gpt2 llama3 smollm; do
+for shape in gpt2 llama3 smollm added; do
   reference "hf_$shape" "$WORK/hf/$shape" "$PY" "$REF/hf_encode.py" "$WORK/hf/$shape"
 done
+# Added tokens where they overlap, sit inside words or beside odd whitespace (train_bpe.py says
+# which is which).
+"$PY" - "$WORK/added.jsonl" << 'EOF'
+import json, sys
+docs = ["xabc", "abc", "ab bc", "ab", "aab", "_ab!", "x<|e|>", "x<y", "a\u00a0[L]b", "a \u3000[L]",
+        "[R]\u00a0\u2003z", "a[R] [L]b", "the other theme, the end", "bathe", "cafe\u0301 and caf\u00e9",
+        "zcde cde", "cde", "ab<|e|>ab", " [B] \u2028x[B]\u3000", "[L][L] [R] [R]"]
+with open(sys.argv[1], "w", encoding="utf-8") as f:
+    f.writelines(json.dumps({"text": d}) + "\n" for d in docs)
+EOF
+"$PY" "$REF/hf_encode.py" "$WORK/hf/added" "$WORK/added.jsonl" > "$WORK/hf_added_tricky.ref"
+check hf_added_tricky "$WORK/hf/added" "$WORK/hf_added_tricky.ref" "$WORK/added.jsonl"
 
 # One dataset per vocabulary and text set, compared with both references.
 for pair in gpt2:gpt2 cl100k-llama3-form:cl100k_base o200k:o200k_base; do
