@@ -6,6 +6,7 @@
 
 #include "core/config_fields.h"
 #include "core/errors.h"
+#include "core/hf_architecture.h"
 #include "core/logging.h"
 
 namespace loom {
@@ -404,10 +405,15 @@ const ConfigField& field_named(const std::string& name) {
 
 Keys model_keys_of_hf_config(const nlohmann::json& json, const std::string& file) {
   const HfJson hf(json, file);
-  const auto& list = hf.at("architectures");
-  if (!list.is_array() || list.size() != 1 || !list[0].is_string())
-    throw hf.refused("architectures", "must list one architecture, not " + list.dump());
-  const std::string architecture = list[0].get<std::string>();
+  const std::string architecture = hf_architecture(json);
+  if (architecture.empty() && hf.has("architectures"))
+    throw hf.refused("architectures", "must list one architecture, not " + json["architectures"].dump());
+  if (architecture.empty()) {
+    throw hf.refused("architectures", "is missing, and model_type " +
+                                          (json.contains("model_type") ? json["model_type"].dump() : "too") +
+                                          (json.contains("model_type") ? " is not one loom reads" : "") +
+                                          " (llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, deepseek_v3, gpt2)");
+  }
   if (architecture == "LlamaForCausalLM" || architecture == "MistralForCausalLM" ||
       architecture == "Qwen2ForCausalLM" || architecture == "MixtralForCausalLM" ||
       architecture == "Qwen3ForCausalLM" || architecture == "Qwen3MoeForCausalLM") {

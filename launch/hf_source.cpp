@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "core/errors.h"
+#include "core/hf_architecture.h"
 
 namespace loom::launch {
 namespace {
@@ -43,6 +44,9 @@ nlohmann::ordered_json exported_hf_config(const nlohmann::ordered_json& loom_con
     if ((key == "rope_theta" || key == "rope_scaling") && given.contains("rope_parameters")) continue;
     if (key == "torch_dtype" && given.contains("dtype")) continue;  // transformers 5's name, below
     out[key] = kept && given.contains(key) ? nlohmann::ordered_json(given.at(key)) : value;
+    // A source that named its class only through model_type gets that class written out.
+    if (key == "architectures" && keep_architecture && !given.contains(key) && !hf_architecture(given).empty())
+      out[key] = {hf_architecture(given)};
   }
   for (const auto& [key, value] : given.items()) {
     if (!out.contains(key)) out[key] = value;

@@ -9,10 +9,12 @@
 
 #include "core/crc32c.h"
 #include "core/errors.h"
+#include "core/hf_architecture.h"
 #include "core/hf_weights.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
 #include "launch/checkpoint.h"
+#include "launch/hf_source.h"
 #include "launch/moe_metrics.h"
 #include "models/gpt_hf.h"
 #include "models/llama_hf.h"
@@ -79,7 +81,12 @@ std::vector<std::string> init_from_pretrained(const Config& config,
   std::string what = "a Hugging Face GPT-2 file";
   if (fs::is_directory(source)) {
     weights.emplace(source);
-    what = "a Hugging Face " + std::string(m.arch == ModelArch::llama ? "Llama" : "GPT-2") + " directory";
+    // Named by its class (MixtralForCausalLM, DeepseekV3ForCausalLM), not only the family loom builds.
+    const auto hf_source = read_hf_source(source);
+    const std::string architecture = hf_source.is_null() ? "" : hf_architecture(hf_source.at("config"));
+    what = "a Hugging Face " +
+           (architecture.empty() ? std::string(m.arch == ModelArch::llama ? "Llama" : "GPT-2") : architecture) +
+           " directory";
   }
   if (m.arch == ModelArch::llama) {
     if (!weights) {

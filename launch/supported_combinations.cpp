@@ -51,6 +51,23 @@ void check_fault_injection(const FaultInjection& fault, const Config& config, co
   if (fault.rank >= grid.world()) {
     throw InputError("--inject-fault rank " + std::to_string(fault.rank) + " is not below the world size");
   }
+  // A fault that can never fire would pass as a test of nothing.
+  const std::string named =
+      "--inject-fault " + std::to_string(fault.rank) + ":" + std::to_string(fault.step) + ":" + fault.kind + ": ";
+  if (fault.step > config.train.steps) {
+    throw InputError(named + "step " + std::to_string(fault.step) +
+                     " is past the run's last (train.steps = " + std::to_string(config.train.steps) + ")");
+  }
+  if (fault.kind == "kill_in_save" || fault.kind == "fail_save") {
+    const auto& c = config.checkpoint;
+    const bool saves = !c.dir.empty() && (fault.step == config.train.steps || fault.step == config.train.exit_after ||
+                                          (c.interval > 0 && fault.step % c.interval == 0));
+    if (!saves) {
+      throw InputError(named + "step " + std::to_string(fault.step) + " saves no checkpoint (checkpoint.dir '" + c.dir +
+                       "', checkpoint.interval = " + std::to_string(c.interval) + ", train.steps = " +
+                       std::to_string(config.train.steps) + "); pick a step that saves, or the fault never fires");
+    }
+  }
   if (fault.kind == "scale" || fault.kind == "delay") {
     const auto& s = grid.sizes();
     const int64_t size = fault.group == "tp"   ? s.tp

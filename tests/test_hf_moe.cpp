@@ -1,12 +1,14 @@
 // config.json of the mixtures of experts loom reads (Mixtral, Qwen3-MoE) and of Qwen3's attention:
-// the keys they give and what is refused. transformers' own models are the reference end to end
-// (tests/scripts/transformers_reference.sh).
+// the keys they give and what is refused; and the class a config.json without "architectures" names. transformers' own
+// models are the reference end to end (tests/scripts/transformers_reference.sh).
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
+#include "core/hf_architecture.h"
 #include "hf_config_json.h"
+#include "launch/hf_source.h"
 #include "launch/model_record.h"
 
 using namespace loom;
@@ -253,4 +255,49 @@ TEST_CASE("config.json: DeepSeek-V3's latent attention, router and YaRN; FP8 ref
   CHECK(back.model.mtp.depth == 2);
   const auto plain = launch::complete_model_record(launch::model_record(Config{}));
   CHECK(launch::complete_model_record(launch::model_record(back)) != plain);
+}
+
+TEST_CASE("config.json without architectures: model_type names the class, as AutoModelForCausalLM reads it", "[hf]") {
+  auto qwen2 = llama_json();
+  qwen2["architectures"] = {"Qwen2ForCausalLM"};
+  qwen2["model_type"] = "qwen2";
+  auto untyped = qwen2;
+  untyped.erase("architectures");
+  CHECK(hf_architecture(untyped) == "Qwen2ForCausalLM");
+  CHECK(keys_of(untyped) == keys_of(qwen2));  // the biases on q, k, v among them
+  untyped["architectures"] = nullptr;
+  CHECK(keys_of(untyped) == keys_of(qwen2));
+  // "architectures" says first where both are there.
+  auto both = qwen2;
+  both["model_type"] = "llama";
+  CHECK(hf_architecture(both) == "Qwen2ForCausalLM");
+  for (const auto& [type, architecture] :
+       std::vector<std::pair<std::string, std::string>>{{"llama", "LlamaForCausalLM"},
+                                                        {"mistral", "MistralForCausalLM"},
+                                                        {"qwen3", "Qwen3ForCausalLM"},
+                                                        {"mixtral", "MixtralForCausalLM"},
+                                                        {"qwen3_moe", "Qwen3MoeForCausalLM"},
+                                                        {"deepseek_v3", "DeepseekV3ForCausalLM"},
+                                                        {"gpt2", "GPT2LMHeadModel"}})
+    CHECK(hf_architecture({{"model_type", type}}) == architecture);
+
+  untyped.erase("architectures");
+  untyped["model_type"] = "bert";
+  CHECK(keys_error(untyped) ==
+        "DIR/config.json: \"architectures\" is missing, and model_type \"bert\" is not one loom reads (llama, mistral, "
+        "qwen2, qwen3, mixtral, qwen3_moe, deepseek_v3, gpt2)");
+  untyped.erase("model_type");
+  CHECK_THAT(keys_error(untyped), Catch::Contains("\"architectures\" is missing, and model_type too"));
+  qwen2["architectures"] = {"Qwen2ForCausalLM", "LlamaForCausalLM"};
+  CHECK_THAT(keys_error(qwen2), Catch::Contains("must list one architecture"));
+
+  // Its export (--format hf) names the class model_type implies; with a list, the list's.
+  const nlohmann::ordered_json loom_config = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}};
+  const nlohmann::json mistral_source = {{"config", {{"model_type", "mistral"}}}};
+  auto exported = launch::exported_hf_config(loom_config, mistral_source, true);
+  CHECK(exported.at("architectures") == nlohmann::ordered_json::array({"MistralForCausalLM"}));
+  CHECK(exported.at("model_type") == "mistral");
+  CHECK(launch::exported_hf_config(loom_config, mistral_source, false).at("architectures")[0] == "LlamaForCausalLM");
+  const nlohmann::json listed = {{"config", {{"model_type", "mistral"}, {"architectures", {"MistralForCausalLM"}}}}};
+  CHECK(launch::exported_hf_config(loom_config, listed, true).at("architectures")[0] == "MistralForCausalLM");
 }

@@ -26,6 +26,11 @@ expect_exit 2 "loom train: --set: 1 required KEY=VALUE missing" "$LOOM" train "$
 expect_exit 2 "loom train: CONFIG.yaml is required" "$LOOM" train --set train.steps=2
 expect_exit 2 "unknown flag '--set'" "$LOOM" --set train.steps=2
 expect_exit 2 "--world expects an integer of at least 1, got 'x'" "$LOOM" topology "$TINY" --world x
+# A fault that could never fire is refused, not silently left out of the run.
+expect_exit 2 "--inject-fault 0:21:kill: step 21 is past the run's last (train.steps = 20)" "$LOOM" train "$TINY" --inject-fault 0:21:kill
+expect_exit 2 "--inject-fault 0:3:kill_in_save: step 3 saves no checkpoint (checkpoint.dir '$WORK/never', checkpoint.interval = 2, train.steps = 20); pick a step that saves, or the fault never fires" \
+  "$LOOM" train "$TINY" --set checkpoint.dir="$WORK/never" --set checkpoint.interval=2 --inject-fault 0:3:kill_in_save
+expect_exit 2 "--inject-fault 0:20:fail_save: step 20 saves no checkpoint (checkpoint.dir ''" "$LOOM" train "$TINY" --inject-fault 0:20:fail_save
 expect_exit 2 "--inject-fault KIND must be kill, hang, kill_in_save, fail_save, overflow, slow, scale:GROUP:EPS, delay:GROUP:MS, slow-data:MS or straggler:RANK:MS" "$LOOM" train "$TINY" --inject-fault 0:1:boom
 expect_exit 2 "needs GROUP tp, cp, dp, pp or ep" "$LOOM" train "$TINY" --inject-fault 0:1:scale:xp:1e-3
 expect_exit 2 "scale:tp:EPS needs a number above -1" "$LOOM" train "$TINY" --inject-fault 0:1:scale:tp:big
