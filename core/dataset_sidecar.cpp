@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "core/errors.h"
 
@@ -14,16 +15,18 @@ std::string sidecar_path(const std::string& prefix) {
 }
 
 void write_sidecar(const std::string& prefix, const DatasetSidecar& s) {
-  const nlohmann::json json{{"format", "loom-dataset-1"},
-                            {"tokenizer", s.tokenizer},
-                            {"tokenizer_source", s.tokenizer_source},
-                            {"vocab_size", s.vocab_size},
-                            {"bos_id", s.bos_id},
-                            {"eos_id", s.eos_id},
-                            {"max_token_id", s.max_token_id},
-                            {"documents", s.documents},
-                            {"tokens", s.tokens},
-                            {"dtype", s.dtype}};
+  nlohmann::json json{{"format", "loom-dataset-1"},
+                      {"tokenizer", s.tokenizer},
+                      {"tokenizer_source", s.tokenizer_source},
+                      {"vocab_size", s.vocab_size},
+                      {"bos_id", s.bos_id},
+                      {"eos_id", s.eos_id},
+                      {"max_token_id", s.max_token_id},
+                      {"documents", s.documents},
+                      {"tokens", s.tokens},
+                      {"dtype", s.dtype}};
+  if (s.add_bos) json["add_bos"] = *s.add_bos;
+  if (s.append_eod) json["append_eod"] = *s.append_eod;
   const std::string path = sidecar_path(prefix);
   const std::string tmp = path + ".tmp";
   {
@@ -73,6 +76,12 @@ std::optional<DatasetSidecar> read_sidecar(const std::string& prefix) {
   s.documents = integer("documents", false);
   s.tokens = integer("tokens", false);
   s.dtype = text("dtype");
+  for (auto [key, value] : {std::pair{"add_bos", &s.add_bos}, std::pair{"append_eod", &s.append_eod}}) {
+    if (!json.contains(key)) continue;
+    if (!json[key].is_boolean())
+      throw InputError("dataset sidecar '" + path + "': key '" + key + "' is not true or false");
+    *value = json[key].get<bool>();
+  }
   return s;
 }
 

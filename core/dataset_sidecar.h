@@ -18,6 +18,9 @@ struct DatasetSidecar {
   int64_t documents = 0;
   int64_t tokens = 0;
   std::string dtype;  // "uint16" or "int32"
+  // Whether each document starts with BOS (--add-bos) and ends with EOS (--append-eod); nullopt in
+  // a sidecar written before they were recorded.
+  std::optional<bool> add_bos, append_eod;
 };
 
 std::string sidecar_path(const std::string& prefix);

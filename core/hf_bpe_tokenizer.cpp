@@ -13,6 +13,7 @@
 #include "core/byte_level.h"
 #include "core/errors.h"
 #include "core/hf_pre_tokenizer.h"
+#include "core/tokenizer_config.h"
 
 namespace loom {
 
@@ -94,9 +95,11 @@ bool word_character_before(const std::string& text, size_t at) {
 }
 
 // Whether encoding a prompt the way Hugging Face's tokenizer does puts BOS (BOS_TOKEN) first: the
-// tokenizer_config.json's add_bos_token where it says, else the tokenizer.json's post-processor
-// (a TemplateProcessing, alone or in a Sequence, whose single template starts with it). GPT-2's
-// has a BOS token it never adds; Llama 3's template adds <|begin_of_text|>.
+// tokenizer.json's post-processor says (a TemplateProcessing, alone or in a Sequence, whose single
+// template starts with it). GPT-2's has a BOS token it never adds; Llama 3's template adds
+// <|begin_of_text|>. transformers 5 reads nothing else for a tokenizer.json: tokenizer_config.json's
+// add_bos_token and tokenizer_class (LlamaTokenizer) change no id (tried with 5.17, in
+// tests/reference/hf_adds_bos.py).
 bool template_starts_with(const nlohmann::json& processor, const std::string& bos_token) {
   if (!processor.is_object()) return false;
   if (processor.value("type", std::string()) == "Sequence" && processor.contains("processors")) {
@@ -110,23 +113,6 @@ bool template_starts_with(const nlohmann::json& processor, const std::string& bo
   const auto& first = processor["single"][0];
   return first.is_object() && first.contains("SpecialToken") &&
          first["SpecialToken"].value("id", std::string()) == bos_token;
-}
-// CONFIG: tokenizer_config.json (an object; empty when there is none).
-bool adds_bos_token(const nlohmann::json& json, const nlohmann::json& config, const std::string& bos_token) {
-  if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
-    return config["add_bos_token"].get<bool>();
-  // transformers' Llama tokenizer classes add BOS unless told not to.
-  if (config.value("tokenizer_class", std::string()).rfind("Llama", 0) == 0) return true;
-  return template_starts_with(json.value("post_processor", nlohmann::json()), bos_token);
-}
-
-// The tokenizer_config.json beside the tokenizer.json at PATH, or an empty object.
-nlohmann::json tokenizer_config(const std::string& path) {
-  const auto config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
-  std::error_code error;
-  if (!std::filesystem::exists(config_path, error)) return nlohmann::json::object();
-  nlohmann::json config = read_json(config_path.string());
-  return config.is_object() ? config : nlohmann::json::object();
 }
 
 bool parse_normalizer(const nlohmann::json& config, const std::string& where) {
@@ -246,10 +232,11 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
   } catch (const nlohmann::json::exception& e) {
     throw InputError(where + " is not a tokenizer.json loom can read: " + e.what());
   }
-  const nlohmann::json config = tokenizer_config(path_);
+  const nlohmann::json config = tokenizer_config_beside(path_);
   bos_id_ = special_id(config, "bos_token", {"<|begin_of_text|>", "<s>", "<|startoftext|>"});
   eos_id_ = special_id(config, "eos_token", {"<|end_of_text|>", "<|endoftext|>", "</s>"});
-  adds_bos_ = bos_id_ >= 0 && adds_bos_token(json, config, tokens_[static_cast<size_t>(bos_id_)]);
+  adds_bos_ = bos_id_ >= 0 && template_starts_with(json.value("post_processor", nlohmann::json()),
+                                                   tokens_[static_cast<size_t>(bos_id_)]);
 }
 
 HfBpeTokenizer::~HfBpeTokenizer() = default;

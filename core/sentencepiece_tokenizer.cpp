@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/errors.h"
+#include "core/tokenizer_config.h"
 
 namespace loom {
 
@@ -67,6 +68,9 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path) : path_(
     vocab_size_ = info(processor_, 0);
     bos_id_ = info(processor_, 1);
     eos_id_ = info(processor_, 2);
+    // transformers' Llama tokenizers add BOS unless tokenizer_config.json says add_bos_token false
+    // (as loom export writes for a model whose data had none).
+    adds_bos_ = bos_id_ >= 0 && add_bos_token(tokenizer_config_beside(path)).value_or(true);
   } catch (...) {
     dlclose(library_);
     throw;

@@ -23,6 +23,7 @@ class SentencePieceTokenizer : public Tokenizer {
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t bos_id() const override { return bos_id_; }
   int64_t eos_id() const override { return eos_id_; }
+  bool adds_bos() const override { return adds_bos_; }
   std::string kind() const override { return "sentencepiece"; }
   std::string source() const override { return path_; }
 
@@ -41,6 +42,7 @@ class SentencePieceTokenizer : public Tokenizer {
   Release release_ = nullptr;
   Free free_ = nullptr;
   int64_t vocab_size_ = 0, bos_id_ = -1, eos_id_ = -1;
+  bool adds_bos_ = false;
 };
 
 }  // namespace loom

@@ -15,6 +15,7 @@
 #include "core/hf_weights.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
+#include "core/tokenizer_config.h"
 #include "launch/commands.h"
 #include "launch/hf_source.h"
 #include "launch/model_record.h"
@@ -44,7 +45,13 @@ bool is_export_file(const std::string& name) {
 // Face tokenizer.json with its tokenizer_config.json and special_tokens_map.json, or a SentencePiece
 // model as tokenizer.model. Empty (with a warning) when the record names none, or a file gone or
 // changed since training: the weights are exported all the same.
-std::map<std::string, fs::path> tokenizer_files(const nlohmann::json& manifest, const std::string& checkpoint) {
+// TOKENIZER_CONFIG gets the tokenizer_config.json to write instead of copying one (null: none): for
+// a SentencePiece model, the source's with add_bos_token set as the data had it, so that `loom
+// generate DIR` (and transformers' Llama tokenizer) start prompts as training did. (A tokenizer.json's
+// post-processor decides that by itself, in transformers 5 and in loom.)
+std::map<std::string, fs::path> tokenizer_files(const nlohmann::json& manifest, const std::string& checkpoint,
+                                                nlohmann::json& tokenizer_config) {
+  tokenizer_config = nullptr;
   std::map<std::string, fs::path> files;
   const auto record = manifest.value("tokenizer", nlohmann::json());
   const std::string kind = record.is_object() ? record.value("kind", std::string()) : std::string();
@@ -56,14 +63,15 @@ std::map<std::string, fs::path> tokenizer_files(const nlohmann::json& manifest, 
     log::warn("loom export: the export has no tokenizer: {}", e.what());
     return files;
   }
-  if (kind == "sentencepiece") {
-    files["tokenizer.model"] = file;
-    return files;
-  }
-  files["tokenizer.json"] = file;
+  files[kind == "sentencepiece" ? "tokenizer.model" : "tokenizer.json"] = file;
   for (const char* beside : {"tokenizer_config.json", "special_tokens_map.json"}) {
     const fs::path path = fs::path(file).parent_path() / beside;
     if (std::error_code error; fs::exists(path, error)) files[beside] = path;
+  }
+  if (kind == "sentencepiece" && record.contains("add_bos") && record["add_bos"].is_boolean()) {
+    tokenizer_config = tokenizer_config_beside(file);
+    tokenizer_config["add_bos_token"] = record["add_bos"];
+    files.erase("tokenizer_config.json");
   }
   return files;
 }
@@ -177,9 +185,15 @@ int export_checkpoint(const ExportArgs& args) {
     return 0;
   }
   std::vector<std::string> files;
-  const auto tokenizer = tokenizer_files(manifest, args.checkpoint);
+  nlohmann::json tokenizer_config;
+  const auto tokenizer = tokenizer_files(manifest, args.checkpoint, tokenizer_config);
   publish_directory(args.output, [&](const std::string& dir) {
     for (const auto& [name, from] : tokenizer) fs::copy_file(from, fs::path(dir) / name);
+    if (!tokenizer_config.is_null()) {
+      std::ofstream out(fs::path(dir) / "tokenizer_config.json");
+      out << tokenizer_config.dump(2) << "\n";
+      if (!out.flush()) throw InputError("cannot write '" + dir + "/tokenizer_config.json'");
+    }
     std::ofstream out(fs::path(dir) / "config.json");
     out << hf_config.dump(2) << "\n";
     if (!out.flush()) throw InputError("cannot write '" + dir + "/config.json'");

@@ -52,14 +52,24 @@ void require_tensor_parallel_only(Config& config, int64_t world) {
   }
 }
 
-// The prompt's ids, each inside the model's vocabulary. A Hugging Face directory's prompt starts with
-// BOS where its tokenizer adds it, as transformers encodes one (an empty prompt starts from BOS, as
-// its generate does); a loom checkpoint's with BOS whenever the tokenizer has one, as `loom prepare
-// --add-bos` made its data (the dataset does not record whether it did).
-std::vector<int64_t> prompt_ids(const Tokenizer& tokenizer, const std::string& prompt, int64_t vocab_size,
-                                bool hugging_face) {
+// Whether the prompt starts with BOS. A Hugging Face directory's does where its tokenizer adds it, as
+// transformers encodes one; a loom checkpoint's as its data's documents did (`loom prepare
+// --add-bos`, recorded in the manifest), and, for data that did not record it, whenever the tokenizer
+// has a BOS.
+bool starts_with_bos(const Tokenizer& tokenizer, const GenerationModel& model) {
+  if (tokenizer.bos_id() < 0) return false;
+  if (model.hugging_face) return tokenizer.adds_bos();
+  const auto& record = model.tokenizer_record;
+  if (record.is_object() && record.contains("add_bos") && record["add_bos"].is_boolean())
+    return record["add_bos"].get<bool>();
+  return true;
+}
+
+// The prompt's ids, each inside the model's vocabulary (an empty prompt starts from BOS, as
+// transformers' generate does).
+std::vector<int64_t> prompt_ids(const Tokenizer& tokenizer, const std::string& prompt, int64_t vocab_size, bool bos) {
   std::vector<int64_t> ids;
-  if (hugging_face ? tokenizer.adds_bos() : tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
+  if (bos) ids.push_back(tokenizer.bos_id());
   for (int64_t id : tokenizer.encode(prompt)) ids.push_back(id);
   if (ids.empty() && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
   if (ids.empty())
@@ -100,7 +110,8 @@ int generate(const GenerateArgs& args) {
                      " ids, but " + model.path + " was trained on data tokenized with " +
                      std::to_string(model.tokenizer_vocab_size) + " (its manifest's tokenizer record): give that one");
   }
-  const std::vector<int64_t> prompt = prompt_ids(*tokenizer, args.prompt, config.model.vocab_size, model.hugging_face);
+  const bool bos = starts_with_bos(*tokenizer, model);
+  const std::vector<int64_t> prompt = prompt_ids(*tokenizer, args.prompt, config.model.vocab_size, bos);
   // The model's positions bound the prompt and the new tokens together (compared without adding: a
   // --max-new-tokens near 2^63 would overflow the sum).
   const auto prompt_size = static_cast<int64_t>(prompt.size());
@@ -143,9 +154,9 @@ int generate(const GenerateArgs& args) {
   }
   gpt->to(device);
   gpt->eval();
-  info0("loom generate: {} ({} layers, hidden {}, vocabulary {}) at tp {}, tokenizer {}, {} prompt tokens", model.path,
-        config.model.num_layers, config.model.hidden_size, config.model.vocab_size, p.tp, tokenizer->source(),
-        prompt.size());
+  info0("loom generate: {} ({} layers, hidden {}, vocabulary {}) at tp {}, tokenizer {}, {} prompt tokens{}",
+        model.path, config.model.num_layers, config.model.hidden_size, config.model.vocab_size, p.tp,
+        tokenizer->source(), prompt.size(), bos ? " (BOS first)" : "");
 
   torch::NoGradGuard no_grad;
   models::KVCache cache(config.model.num_layers, positions);

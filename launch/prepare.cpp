@@ -121,6 +121,8 @@ int prepare(const PrepareArgs& args) {
   sidecar.vocab_size = tokenizer->vocab_size();
   sidecar.bos_id = tokenizer->bos_id();
   sidecar.eos_id = tokenizer->eos_id();
+  sidecar.add_bos = args.add_bos;
+  sidecar.append_eod = args.append_eod;
   const bool narrow = tokenizer->vocab_size() <= 65536;
   sidecar.dtype = narrow ? "uint16" : "int32";
 

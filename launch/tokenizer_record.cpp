@@ -41,8 +41,11 @@ nlohmann::json tokenizer_record(const Config& config) {
   if (!blend.empty()) {
     const auto sidecar = read_sidecar(blend.front().prefix);
     if (!sidecar || sidecar->tokenizer.empty()) return nullptr;
-    if (sidecar->tokenizer == "byte") return {{"kind", "byte"}, {"vocab_size", sidecar->vocab_size}};
-    return file_record(sidecar->tokenizer, tokenizer_file(sidecar->tokenizer_source), sidecar->vocab_size);
+    auto record = sidecar->tokenizer == "byte"
+                      ? nlohmann::json{{"kind", "byte"}, {"vocab_size", sidecar->vocab_size}}
+                      : file_record(sidecar->tokenizer, tokenizer_file(sidecar->tokenizer_source), sidecar->vocab_size);
+    if (!record.is_null() && sidecar->add_bos) record["add_bos"] = *sidecar->add_bos;
+    return record;
   }
   const std::string& dir = config.model.init_from;
   if (dir.empty() || !fs::is_directory(dir)) return nullptr;

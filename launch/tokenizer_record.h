@@ -13,7 +13,8 @@
 namespace loom::launch {
 
 // {"kind": "byte" | "sentencepiece" | "hf-bpe", "file": ABSOLUTE PATH, "crc32c": N, "vocab_size": N
-// (the ids the tokenizer knows, from the dataset's sidecar; 0: not known)}
+// (the ids the tokenizer knows, from the dataset's sidecar; 0: not known), "add_bos": whether the
+// data's documents start with BOS (where the sidecar says)}
 // ("file" and "crc32c" for a file-backed tokenizer): from the sidecar of data.path's first dataset
 // (loom prepare's PREFIX.json), else model.init_from's tokenizer.json or tokenizer.model; null when
 // neither says (the built-in synthetic corpus, a dataset made elsewhere).

@@ -145,6 +145,21 @@ cmp -s "$WORK/sp.model" "$WORK/ex_sp/tokenizer.model" || fail "the export should
   2> "$WORK/ex_gen.err" || { cat "$WORK/ex_gen.err"; fail "generate from the export"; }
 grep -q "tokenizer $WORK/ex_sp/tokenizer.model" "$WORK/ex_gen.err" && cmp -s "$WORK/sp_gen.out" "$WORK/ex_gen.out" ||
   { cat "$WORK/ex_gen.err"; fail "the export should generate what the checkpoint does, through its tokenizer"; }
+# The prompt starts as the data's documents did: these had no BOS (prepare without --add-bos), so
+# neither the checkpoint's prompt nor its export's (tokenizer_config.json: add_bos_token false)
+# starts with one, though the model has a BOS; data made with --add-bos gives prompts that do.
+grep -q "prompt tokens (BOS first)" "$WORK/sp_gen.err" "$WORK/ex_gen.err" &&
+  fail "a model trained on documents without BOS should get a prompt without BOS"
+"$PY" -c "import json,sys; assert json.load(open(sys.argv[1]))['add_bos_token'] is False" \
+  "$WORK/ex_sp/tokenizer_config.json" || fail "the export's tokenizer_config.json should say add_bos_token false"
+"$LOOM" prepare --input "$WORK/text.txt" --tokenizer "$WORK/sp.model" --output "$WORK/ds_sp_bos" --add-bos > /dev/null ||
+  fail "prepare with SentencePiece and --add-bos"
+"$LOOM" train "$LOOM_SOURCE/configs/gpt_tiny.yaml" --run-dir "$WORK/sp_bos" "${SHAPE[@]}" --set data.path="$WORK/ds_sp_bos" \
+  --set model.vocab_size=300 --set train.steps=2 --set train.warmup_steps=1 --set checkpoint.interval=2 \
+  --set checkpoint.dir="$WORK/ck_sp_bos" > "$WORK/sp_bos.log" 2>&1 || { cat "$WORK/sp_bos.log"; fail "train on data with BOS"; }
+"$LOOM" generate "$WORK/ck_sp_bos" --prompt "$PROMPT" --max-new-tokens 1 > /dev/null 2> "$WORK/sp_bos_gen.err" &&
+  grep -q "prompt tokens (BOS first)" "$WORK/sp_bos_gen.err" ||
+  { cat "$WORK/sp_bos_gen.err"; fail "a model trained on documents that start with BOS should get a prompt with BOS"; }
 SP_GEN=("$LOOM" generate "$WORK/ck_sp" --prompt "$PROMPT" --max-new-tokens 4)
 expect_exit 2 "tokenizer 'byte' knows 257 ids, but $WORK/ck_sp/step_00000004 was trained on data tokenized with 300" \
   "${SP_GEN[@]}" --tokenizer byte

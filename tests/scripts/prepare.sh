@@ -87,6 +87,10 @@ assert len(seqs) == 3, seqs
 assert all(s[0] == $bos and s[-1] == $eos and len(s) > 2 for s in seqs), seqs
 " || fail "every document starts with BOS $bos and ends with EOS $eos"
 [ "$(sidecar "$WORK/bpe" tokenizer)" = hf-bpe ] || fail "sidecar tokenizer"
+[ "$(sidecar "$WORK/bpe" add_bos):$(sidecar "$WORK/bpe" append_eod)" = True:True ] ||
+  fail "the sidecar should record --add-bos and --append-eod"
+[ "$(sidecar "$WORK/paragraphs" add_bos):$(sidecar "$WORK/paragraphs" append_eod)" = False:False ] ||
+  fail "the sidecar should record that neither was given"
 # A tokenizer without an EOS cannot end documents with one.
 mkdir "$WORK/no_eos"
 "$PY" -c "

@@ -75,6 +75,20 @@ for pair in gpt2:gpt2 cl100k-llama3-form:cl100k_base o200k:o200k_base; do
   done
 done
 
+# Whether a prompt starts with BOS: loom generate against transformers' AutoTokenizer, for a
+# tokenizer.json with and without a template adding BOS, under four tokenizer_config.json files.
+"$PY" "$REF/hf_adds_bos.py" "$WORK/hf/llama3" "$WORK/bos" > "$WORK/bos.ref" 2> "$WORK/bos.log" ||
+  { cat "$WORK/bos.log"; fail "hf_adds_bos.py"; }
+[ "$(grep -c " yes$" "$WORK/bos.ref"):$(grep -c " no$" "$WORK/bos.ref")" = 4:4 ] ||
+  { cat "$WORK/bos.ref"; fail "transformers should add BOS in the 4 template cases only"; }
+while read -r name expected; do
+  "$LOOM" generate "$WORK/bos/$name" --prompt "hello world" --max-new-tokens 1 --temperature 0 > /dev/null \
+    2> "$WORK/bos_$name.err" || { cat "$WORK/bos_$name.err"; fail "generate from $name"; }
+  got=no
+  grep -q "prompt tokens (BOS first)" "$WORK/bos_$name.err" && got=yes
+  [ "$got" = "$expected" ] || fail "$name: transformers starts the prompt with BOS: $expected; loom: $got"
+done < "$WORK/bos.ref"
+
 # The comparison can fail: one reference id changed by hand is caught.
 "$PY" - "$WORK/o200k_base_texts.tiktoken" "$WORK/changed.ref" << 'EOF'
 import json, sys
@@ -87,4 +101,4 @@ EOF
 if "$PY" "$REF/compare_ids.py" "$WORK/o200k_base_texts" "$WORK/changed.ref" changed > "$WORK/changed.log" 2>&1; then
   fail "a reference with one id changed by hand still compared equal"
 fi
-echo "tokenizers: all equal their references (sentencepiece, tokenizers, tiktoken)"
+echo "tokenizers: all equal their references (sentencepiece, tokenizers, tiktoken); BOS as transformers adds it"

@@ -1,0 +1,30 @@
+#include "core/tokenizer_config.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/errors.h"
+
+namespace loom {
+
+nlohmann::json tokenizer_config_beside(const std::string& tokenizer_file) {
+  const auto path = std::filesystem::path(tokenizer_file).parent_path() / "tokenizer_config.json";
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return nlohmann::json::object();
+  std::ifstream in(path);
+  if (!in) throw InputError("cannot read tokenizer file '" + path.string() + "'");
+  try {
+    const auto config = nlohmann::json::parse(in);
+    return config.is_object() ? config : nlohmann::json::object();
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError("tokenizer file '" + path.string() + "' is not valid JSON: " + e.what());
+  }
+}
+
+std::optional<bool> add_bos_token(const nlohmann::json& config) {
+  if (config.is_object() && config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
+    return config["add_bos_token"].get<bool>();
+  return std::nullopt;
+}
+
+}  // namespace loom

@@ -1,0 +1,19 @@
+// tokenizer_config.json, which Hugging Face keeps beside a tokenizer's files: what transformers'
+// tokenizer classes read besides the vocabulary. loom reads whether a prompt starts with BOS.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace loom {
+
+// The tokenizer_config.json in the directory of TOKENIZER_FILE (a tokenizer.json or
+// tokenizer.model), or an empty object when there is none. An InputError naming it when it is
+// not valid JSON.
+nlohmann::json tokenizer_config_beside(const std::string& tokenizer_file);
+
+// CONFIG's add_bos_token when it says (true or false); nullopt when it does not.
+std::optional<bool> add_bos_token(const nlohmann::json& config);
+
+}  // namespace loom
