@@ -31,7 +31,9 @@ class PendingOp {
  public:
   virtual ~PendingOp() = default;
   virtual void wait(std::chrono::milliseconds timeout) = 0;
-  // Whether wait() would return at once, its result in place (Work::isCompleted in c10d).
+  // Whether wait() would return without waiting on a peer (Work::isCompleted in c10d). The result
+  // may still be unwritten: wait() can finish it locally (Gloo's one-shot sums the rows received,
+  // bf16 is cast back), so it is read only after wait().
   virtual bool ready() const = 0;
 };
 
@@ -44,7 +46,8 @@ class CommHandle {
   void wait();
   // No operation left to wait for (waited already, or done at launch).
   bool done() const { return op_ == nullptr; }
-  // wait() would not block: done, or its operation complete (without waiting for it).
+  // wait() would not block on a peer: done, or its operation's messages all in (read the result
+  // only after wait(), which may still write it).
   bool ready() const { return op_ == nullptr || op_->ready(); }
 
  private:
