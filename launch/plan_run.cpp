@@ -82,6 +82,17 @@ int compare_with_run(const std::string& run_dir) {
                      ", whose exchange the step's cost model does not predict call by call (it does for none and "
                      "bf16); loom plan --cluster gives its bytes per step, and traffic.json has the counters");
   }
+  // Evaluations run forward passes, ZeRO-3's gathers and loss reductions that the step's model
+  // leaves out: a comparison would only say DIFFERS.
+  if (std::ifstream metrics(dir / "metrics.jsonl"); metrics) {
+    for (std::string line; std::getline(metrics, line);) {
+      if (line.find("\"val_loss\"") == std::string::npos) continue;
+      throw InputError("loom plan --run: '" + run_dir +
+                       "' evaluated on validation data (metrics.jsonl has val_loss), whose forward passes the step's "
+                       "cost model does not predict; traffic.json has the counters. A run without validation data "
+                       "(no data.valid_path, no validation part in data.split) compares call by call");
+    }
+  }
   nlohmann::json traffic;
   try {
     std::ifstream(traffic_path) >> traffic;

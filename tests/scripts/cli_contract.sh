@@ -132,6 +132,12 @@ cp -r "$WORK/run" "$WORK/run_damaged"
 echo '[]' > "$WORK/run_damaged/traffic.json"
 expect_exit 2 "'$WORK/run_damaged/traffic.json' is not a traffic report as loom writes it" "$LOOM" plan --run \
   "$WORK/run_damaged"
+# A run that evaluated is refused (the cost model has no evaluation), not reported as differing.
+"$LOOM" train "$TINY" --run-dir "$WORK/run_eval" --set train.steps=2 --set train.warmup_steps=1 --set data.split=90,10,0 \
+  --set eval.steps=1 > "$WORK/run_eval.log" 2>&1 || { cat "$WORK/run_eval.log"; fail "training with evaluation"; }
+expect_exit 2 "'$WORK/run_eval' evaluated on validation data (metrics.jsonl has val_loss)" "$LOOM" plan --run "$WORK/run_eval"
+"$LOOM" plan --run "$WORK/run" > "$WORK/plan_run.out" && grep -q "predicted traffic equals the counters" "$WORK/plan_run.out" ||
+  { cat "$WORK/plan_run.out"; fail "loom plan --run of a run without evaluation should compare equal"; }
 expect_exit 2 "outside model.vocab_size = 256" "$LOOM" train "$TINY" --run-dir "$WORK/run2" --set data.path="$WORK/ds" \
   --set model.vocab_size=256
 
