@@ -1,6 +1,8 @@
 #include "core/config_inert.h"
 
 #include "core/config_fields.h"
+#include "core/data_blend.h"
+#include "core/errors.h"
 
 namespace loom {
 
@@ -9,6 +11,13 @@ std::vector<std::string> inert_key_warnings(const Config& config) {
   const auto& p = config.parallel;
   const bool fp16 = t.precision == TrainPrecision::fp16;
   const std::string precision = "train.precision is " + to_string(t.precision);
+  // Evaluations need validation data: data.valid_path, or a validation part of data.split.
+  bool validates = !config.data.valid_path.empty();
+  try {
+    validates = validates || (!config.data.split.empty() && parse_split(config.data.split, "data.split").valid > 0.0);
+  } catch (const InputError&) {
+    validates = true;  // a bad split is refused where it is read, not guessed at here
+  }
   // A family of keys (by prefix, or one key), whether the rest of the config turns it off, and why.
   struct Rule {
     std::string prefix;
@@ -31,6 +40,8 @@ std::vector<std::string> inert_key_warnings(const Config& config) {
       {"parallel.cp_comm", p.cp == 1, "parallel.cp is 1"},
       {"checkpoint.keep", config.checkpoint.dir.empty(), "checkpoint.dir is not set"},
       {"checkpoint.async", config.checkpoint.dir.empty(), "checkpoint.dir is not set"},
+      {"eval.", !validates,
+       "there is no validation data (data.valid_path is empty, data.split has no validation part)"},
   };
   // Only a key set to another value than its default: a run's resolved config.yaml names every key.
   const Config defaults;

@@ -38,6 +38,14 @@ TEST_CASE("keys the rest of the config turns off are named, with the key that de
   CHECK(warnings_for({"train.lr_wsd_decay_steps=2"}).size() == 1);
   CHECK(warnings_for({"train.lr_wsd_decay_steps=2", "train.lr_decay_style=wsd"}).empty());
   CHECK(warnings_for({"model.mtp.loss_weight=0.3"}).size() == 1);
+  CHECK(warnings_for({"eval.interval=5", "eval.steps=2"}) ==
+        std::vector<std::string>{"eval.interval is set, but there is no validation data (data.valid_path is empty, "
+                                 "data.split has no validation part): it has no effect",
+                                 "eval.steps is set, but there is no validation data (data.valid_path is empty, "
+                                 "data.split has no validation part): it has no effect"});
+  CHECK(warnings_for({"eval.interval=5", "data.split=98,2,0"}).empty());
+  CHECK(warnings_for({"eval.interval=5", "data.valid_path=somewhere"}).empty());
+  CHECK(warnings_for({"eval.interval=5", "data.split=100,0,0"}).size() == 1);
   CHECK(warnings_for({"model.mtp.loss_weight=0.3", "model.mtp.depth=1"}).empty());
   CHECK(warnings_for({"model.moe.top_k=1", "model.moe.num_experts=0"}) ==
         std::vector<std::string>{
