@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -403,7 +404,10 @@ int dispatch(int argc, char** argv) {
 // Leaves without running destructors: after a failed collective, communicator
 // threads may still wait on a dead peer, and joining them would hang the exit.
 // Under mpirun it ends the whole job, so that no rank waits on this one.
+// A rank that has its verdict leaves with it: srun --kill-on-bad-exit sends SIGTERM to the ranks
+// still exiting once the first has gone, which would turn their exit 3 into 143.
 [[noreturn]] void die(int code, const std::string& message) {
+  for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) std::signal(signal, SIG_IGN);
   std::cout.flush();
   std::fprintf(stderr, "loom: error: %s\n", message.c_str());
   std::fflush(stderr);
