@@ -82,7 +82,7 @@ expect_line bad "SLURM_STEP_TASKS_PER_NODE='3' adds up to 3 tasks, but SLURM_NTA
 # has gone ignore the SIGTERM srun sends them, which would make srun's status 143.
 code=0
 "${SRUN[@]}" -n 4 "$LOOM" train "$TINY" --run-dir "$WORK/diverged" --set parallel.dp=4 --set train.lr=1e30 \
-  --set train.max_skipped_steps=1 --set train.steps=4 > "$WORK/diverged.log" 2>&1 < /dev/null || code=$?
+  --set train.max_skipped_steps=1 --set train.steps=4 --set train.warmup_steps=1 > "$WORK/diverged.log" 2>&1 < /dev/null || code=$?
 [ "$code" = 3 ] || { cat "$WORK/diverged.log"; fail "a diverged run under srun: exit $code, expected 3"; }
 echo "MASTER_ADDR/MASTER_PORT, torchrun and mpirun win over SLURM's variables; a contradiction exits 2 naming it;" \
   "divergence exits 3 through srun"
