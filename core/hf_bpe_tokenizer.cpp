@@ -59,10 +59,14 @@ bool is_white_space(utf8proc_int32_t c) {
 }
 
 // NFC needs the text whole (combining marks reorder), so it is applied before pre-tokenization.
+// (By length, not to the first NUL: a document may hold U+0000, which the library keeps.)
 std::string nfc(const std::string& text) {
-  utf8proc_uint8_t* out = utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(text.c_str()));
-  if (out == nullptr) throw InputError("the text is not valid UTF-8 (the NFC normalizer cannot read it)");
-  std::string result(reinterpret_cast<const char*>(out));
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t length =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                   &out, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (length < 0) throw InputError("the text is not valid UTF-8 (the NFC normalizer cannot read it)");
+  std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(length));
   std::free(out);
   return result;
 }
@@ -175,12 +179,18 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
     tokens_.assign(vocab_size_, "");
     is_added_.assign(vocab_size_, false);
     for (const auto& [token, id] : vocab_) tokens_[id] = token;
-    for (auto* set : {&raw_added_, &normalized_added_}) {
-      auto& tokens = set->tokens;
-      for (const auto& token : tokens) {
-        tokens_[token.id] = token.content;
+    for (const auto* set : {&raw_added_, &normalized_added_}) {
+      for (const auto& token : set->tokens) {
+        tokens_[token.id] = token.content;  // (decoded as given)
         is_added_[token.id] = true;
       }
+    }
+    // The library normalizes a normalized token's content too: it is matched in normalized text.
+    nfc_ = parse_normalizer(json.value("normalizer", nlohmann::json()), where);
+    if (nfc_)
+      for (auto& token : normalized_added_.tokens) token.content = nfc(token.content);
+    for (auto* set : {&raw_added_, &normalized_added_}) {
+      auto& tokens = set->tokens;
       // Leftmost-longest matching: at a position, the longest added token wins.
       std::stable_sort(tokens.begin(), tokens.end(),
                        [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
@@ -225,7 +235,6 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
       const auto unk = vocab_.find(model["unk_token"].get<std::string>());
       if (unk != vocab_.end()) unk_id_ = unk->second;
     }
-    nfc_ = parse_normalizer(json.value("normalizer", nlohmann::json()), where);
     pre_tokenizer_ = std::make_unique<HfPreTokenizer>(json.value("pre_tokenizer", nlohmann::json()), where);
     if (!pre_tokenizer_->byte_level())
       throw InputError(where + ": the pre_tokenizer has no ByteLevel step: not a byte-level BPE tokenizer");
@@ -378,9 +387,14 @@ void HfBpeTokenizer::split_at_added(const std::string& text, const AddedTokenSet
       continue;
     }
     size_t start = at, next = end;
-    if (match->lstrip)
-      while (start > plain_begin && is_white_space(code_point_at(text, code_point_start_before(text, start))))
-        start = code_point_start_before(text, start);
+    // (Only whole code points ending at START: a stray continuation byte stops it, kept as text.)
+    while (match->lstrip && start > plain_begin) {
+      const size_t before = code_point_start_before(text, start);
+      size_t length = 0;
+      if (before < plain_begin || !is_white_space(code_point_at(text, before, &length)) || before + length != start)
+        break;
+      start = before;
+    }
     if (match->rstrip) {
       size_t length = 1;
       while (next < text.size() && is_white_space(code_point_at(text, next, &length))) next += length;

@@ -50,6 +50,16 @@ F symbol(void* library, const char* name) {
   return reinterpret_cast<F>(address);
 }
 
+// A model file may sit anywhere, beside anything: a tokenizer_config.json there that is not JSON is
+// not this tokenizer's business, and leaves the default (as before such files were read).
+bool adds_bos_beside(const std::string& path) {
+  try {
+    return add_bos_token(tokenizer_config_beside(path)).value_or(true);
+  } catch (const InputError&) {
+    return true;
+  }
+}
+
 }  // namespace
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path) : path_(path) {
@@ -70,7 +80,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path) : path_(
     eos_id_ = info(processor_, 2);
     // transformers' Llama tokenizers add BOS unless tokenizer_config.json says add_bos_token false
     // (as loom export writes for a model whose data had none).
-    adds_bos_ = bos_id_ >= 0 && add_bos_token(tokenizer_config_beside(path)).value_or(true);
+    adds_bos_ = bos_id_ >= 0 && adds_bos_beside(path);
   } catch (...) {
     dlclose(library_);
     throw;

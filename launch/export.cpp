@@ -69,7 +69,12 @@ std::map<std::string, fs::path> tokenizer_files(const nlohmann::json& manifest, 
     if (std::error_code error; fs::exists(path, error)) files[beside] = path;
   }
   if (kind == "sentencepiece" && record.contains("add_bos") && record["add_bos"].is_boolean()) {
-    tokenizer_config = tokenizer_config_beside(file);
+    try {
+      tokenizer_config = tokenizer_config_beside(file);
+    } catch (const InputError& e) {  // an unreadable one is not carried; the setting still is
+      log::warn("loom export: {}; the export's tokenizer_config.json has add_bos_token alone", e.what());
+      tokenizer_config = nlohmann::json::object();
+    }
     tokenizer_config["add_bos_token"] = record["add_bos"];
     files.erase("tokenizer_config.json");
   }

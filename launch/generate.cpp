@@ -52,17 +52,15 @@ void require_tensor_parallel_only(Config& config, int64_t world) {
   }
 }
 
-// Whether the prompt starts with BOS. A Hugging Face directory's does where its tokenizer adds it, as
-// transformers encodes one; a loom checkpoint's as its data's documents did (`loom prepare
-// --add-bos`, recorded in the manifest), and, for data that did not record it, whenever the tokenizer
-// has a BOS.
+// Whether the prompt starts with BOS: a loom checkpoint's as its data's documents did (`loom prepare
+// --add-bos`, recorded in the manifest); else (a Hugging Face directory, data that recorded nothing)
+// where the tokenizer adds it, as transformers encodes a prompt.
 bool starts_with_bos(const Tokenizer& tokenizer, const GenerationModel& model) {
   if (tokenizer.bos_id() < 0) return false;
-  if (model.hugging_face) return tokenizer.adds_bos();
   const auto& record = model.tokenizer_record;
-  if (record.is_object() && record.contains("add_bos") && record["add_bos"].is_boolean())
+  if (!model.hugging_face && record.is_object() && record.contains("add_bos") && record["add_bos"].is_boolean())
     return record["add_bos"].get<bool>();
-  return true;
+  return tokenizer.adds_bos();
 }
 
 // The prompt's ids, each inside the model's vocabulary (an empty prompt starts from BOS, as

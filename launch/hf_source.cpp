@@ -43,9 +43,10 @@ nlohmann::ordered_json exported_hf_config(const nlohmann::ordered_json& loom_con
     // transformers 5 writes rope_theta and the scaling inside rope_parameters; two forms could disagree.
     if ((key == "rope_theta" || key == "rope_scaling") && given.contains("rope_parameters")) continue;
     if (key == "torch_dtype" && given.contains("dtype")) continue;  // transformers 5's name, below
-    out[key] = kept && given.contains(key) ? nlohmann::ordered_json(given.at(key)) : value;
+    const bool given_here = given.contains(key) && !given.at(key).is_null();
+    out[key] = kept && given_here ? nlohmann::ordered_json(given.at(key)) : value;
     // A source that named its class only through model_type gets that class written out.
-    if (key == "architectures" && keep_architecture && !given.contains(key) && !hf_architecture(given).empty())
+    if (key == "architectures" && keep_architecture && !given_here && !hf_architecture(given).empty())
       out[key] = {hf_architecture(given)};
   }
   for (const auto& [key, value] : given.items()) {

@@ -58,6 +58,11 @@ void check_fault_injection(const FaultInjection& fault, const Config& config, co
     throw InputError(named + "step " + std::to_string(fault.step) +
                      " is past the run's last (train.steps = " + std::to_string(config.train.steps) + ")");
   }
+  if (config.train.exit_after > 0 && fault.step > config.train.exit_after) {
+    throw InputError(named + "step " + std::to_string(fault.step) +
+                     " is past where the run stops (train.exit_after = " + std::to_string(config.train.exit_after) +
+                     ")");
+  }
   if (fault.kind == "kill_in_save" || fault.kind == "fail_save") {
     const auto& c = config.checkpoint;
     const bool saves = !c.dir.empty() && (fault.step == config.train.steps || fault.step == config.train.exit_after ||

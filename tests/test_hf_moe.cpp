@@ -300,4 +300,6 @@ TEST_CASE("config.json without architectures: model_type names the class, as Aut
   CHECK(launch::exported_hf_config(loom_config, mistral_source, false).at("architectures")[0] == "LlamaForCausalLM");
   const nlohmann::json listed = {{"config", {{"model_type", "mistral"}, {"architectures", {"MistralForCausalLM"}}}}};
   CHECK(launch::exported_hf_config(loom_config, listed, true).at("architectures")[0] == "MistralForCausalLM");
+  const nlohmann::json null_list = {{"config", {{"model_type", "mistral"}, {"architectures", nullptr}}}};
+  CHECK(launch::exported_hf_config(loom_config, null_list, true).at("architectures")[0] == "MistralForCausalLM");
 }

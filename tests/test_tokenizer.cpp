@@ -199,3 +199,20 @@ TEST_CASE("byte-level BPE: a single_word added token matches only between non-wo
   CHECK(tokenizer->encode("_he") == std::vector<int64_t>{'_', 256});
   CHECK(tokenizer->encode("\xc3\xa9he") == std::vector<int64_t>{0xc3, 0xa9, 256});
 }
+
+TEST_CASE("byte-level BPE: lstrip takes whole whitespace code points only, and NFC keeps a NUL", "[tokenizer]") {
+  const std::string dir = test::temp_dir("tokenizer_lstrip_bytes");
+  auto json = tiny_bpe();
+  json["added_tokens"].push_back({{"id", 264}, {"content", "[L]"}, {"lstrip", true}, {"special", false}});
+  write(dir, "tokenizer.json", json.dump());
+  const auto tokenizer = load_tokenizer(dir);
+  CHECK(tokenizer->encode("A  [L]") == std::vector<int64_t>{'A', 264});
+  // A stray continuation byte before the spaces is text, not a space to strip: it stays in the text
+  // before the token, which is refused as not UTF-8 (it was dropped without a word).
+  CHECK_THROWS_WITH(tokenizer->encode("A \x80 [L]"), Catch::Contains("not valid UTF-8"));
+  // NFC by length: what follows a NUL is still there.
+  json["normalizer"] = {{"type", "NFC"}};
+  write(dir, "tokenizer.json", json.dump());
+  const std::string nul("a\0b", 3);
+  CHECK(load_tokenizer(dir)->encode(nul) == std::vector<int64_t>{'a', 0, 'b'});
+}

@@ -69,14 +69,16 @@ def added(content, token_id, special=True, normalized=None, **flags):
 # Added tokens that test the library's matching: the special ones cut the raw text before the
 # normalizer runs ("x<" loses to "<|e|>"), a vetoed single_word match is passed over whole ("ab"
 # in "xabc" leaves no "bc"), lstrip and rstrip take any Unicode whitespace, and a normalized
-# token matches the NFC form of decomposed text ("café"). A token already in the vocabulary keeps
+# token matches the NFC form of decomposed text ("café"), and a normalized token given decomposed
+# ("résumé" in NFD) is normalized itself. A token already in the vocabulary keeps
 # its id there, as the library's own files have it.
 def tricky_added_tokens(vocab):
     tokens = [("<|endoftext|>", {}), ("<|e|>", {}), ("x<", dict(special=False)),
               ("ab", dict(special=False, single_word=True)), ("bc", dict(special=False)),
               ("[L]", dict(special=False, lstrip=True)), ("[R]", dict(special=False, normalized=False, rstrip=True)),
               ("the", dict(special=False, single_word=True)), ("cde", dict(special=False, single_word=True)),
-              ("caf\u00e9", dict(special=False)), ("[B]", dict(special=False, lstrip=True, rstrip=True))]
+              ("caf\u00e9", dict(special=False)), ("[B]", dict(special=False, lstrip=True, rstrip=True)),
+              ("re\u0301sume\u0301", dict(special=False))]
     result, next_id = [], len(vocab)
     for content, flags in tokens:
         if content in vocab:

@@ -12,7 +12,7 @@ REF="$LOOM_SOURCE/tests/reference"
 DATA="$LOOM_SOURCE/tests/data/tokenizers"
 TEXTS="$REF/texts.jsonl"
 PY=python3  # the project venv's (first on PATH under ctest), with the references
-"$PY" -c "import sentencepiece, tokenizers, tiktoken" 2> /dev/null ||
+"$PY" -c "import sentencepiece, tokenizers, tiktoken, transformers" 2> /dev/null ||
   fail "the reference tokenizers are not installed: run scripts/setup.sh --tests"
 
 # check NAME TOKENIZER REFERENCE_IDS DOCS: loom's ids for DOCS equal REFERENCE_IDS.
@@ -57,7 +57,8 @@ done
 import json, sys
 docs = ["xabc", "abc", "ab bc", "ab", "aab", "_ab!", "x<|e|>", "x<y", "a\u00a0[L]b", "a \u3000[L]",
         "[R]\u00a0\u2003z", "a[R] [L]b", "the other theme, the end", "bathe", "cafe\u0301 and caf\u00e9",
-        "zcde cde", "cde", "ab<|e|>ab", " [B] \u2028x[B]\u3000", "[L][L] [R] [R]"]
+        "zcde cde", "cde", "ab<|e|>ab", " [B] \u2028x[B]\u3000", "[L][L] [R] [R]",
+        "r\u00e9sum\u00e9 and re\u0301sume\u0301", "nul\u0000inside, after the NUL too"]
 with open(sys.argv[1], "w", encoding="utf-8") as f:
     f.writelines(json.dumps({"text": d}) + "\n" for d in docs)
 EOF
