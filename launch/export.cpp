@@ -81,6 +81,13 @@ std::map<std::string, fs::path> tokenizer_files(const nlohmann::json& manifest, 
   return files;
 }
 
+// DIR/NAME holding TEXT and a newline; an InputError naming it when it cannot be written.
+void write_json(const std::string& dir, const std::string& name, const std::string& text) {
+  std::ofstream out(fs::path(dir) / name);
+  out << text << "\n";
+  if (!out.flush()) throw InputError("cannot write '" + dir + "/" + name + "'");
+}
+
 // Writes the directory beside OUTPUT, then puts it in OUTPUT's place by renames,
 // so that OUTPUT is never half written: an interrupted export leaves the old one.
 void publish_directory(const std::string& output, const std::function<void(const std::string&)>& write) {
@@ -194,17 +201,9 @@ int export_checkpoint(const ExportArgs& args) {
   const auto tokenizer = tokenizer_files(manifest, args.checkpoint, tokenizer_config);
   publish_directory(args.output, [&](const std::string& dir) {
     for (const auto& [name, from] : tokenizer) fs::copy_file(from, fs::path(dir) / name);
-    if (!tokenizer_config.is_null()) {
-      std::ofstream out(fs::path(dir) / "tokenizer_config.json");
-      out << tokenizer_config.dump(2) << "\n";
-      if (!out.flush()) throw InputError("cannot write '" + dir + "/tokenizer_config.json'");
-    }
-    std::ofstream out(fs::path(dir) / "config.json");
-    out << hf_config.dump(2) << "\n";
-    if (!out.flush()) throw InputError("cannot write '" + dir + "/config.json'");
-    std::ofstream generation(fs::path(dir) / "generation_config.json");
-    generation << generation_config.dump(2) << "\n";
-    if (!generation.flush()) throw InputError("cannot write '" + dir + "/generation_config.json'");
+    if (!tokenizer_config.is_null()) write_json(dir, "tokenizer_config.json", tokenizer_config.dump(2));
+    write_json(dir, "config.json", hf_config.dump(2));
+    write_json(dir, "generation_config.json", generation_config.dump(2));
     files = write_hf_weights(dir, hf, max_shard, metadata);
   });
   const std::string weights =

@@ -46,8 +46,9 @@ nlohmann::ordered_json exported_hf_config(const nlohmann::ordered_json& loom_con
     const bool given_here = given.contains(key) && !given.at(key).is_null();
     out[key] = kept && given_here ? nlohmann::ordered_json(given.at(key)) : value;
     // A source that named its class only through model_type gets that class written out.
-    if (key == "architectures" && keep_architecture && !given_here && !hf_architecture(given).empty())
-      out[key] = {hf_architecture(given)};
+    if (key == "architectures" && keep_architecture && !given_here) {
+      if (const std::string architecture = hf_architecture(given); !architecture.empty()) out[key] = {architecture};
+    }
   }
   for (const auto& [key, value] : given.items()) {
     if (!out.contains(key)) out[key] = value;
