@@ -3,8 +3,6 @@
 #include <utf8proc.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -22,16 +20,6 @@ namespace {
 // Enough for every frequent word of a corpus; rare long tails are recomputed rather than kept forever.
 constexpr size_t kCacheWords = 500000;
 constexpr size_t kCacheWordBytes = 256;
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("cannot read tokenizer file '" + path + "'");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError("tokenizer file '" + path + "' is not valid JSON: " + e.what());
-  }
-}
 
 // The code point of UTF-8 TEXT starting at AT (-1 past the end or on a bad sequence); LENGTH gets
 // its bytes.
@@ -134,7 +122,7 @@ bool parse_normalizer(const nlohmann::json& config, const std::string& where) {
 }  // namespace
 
 HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
-  const nlohmann::json json = read_json(path);
+  const nlohmann::json json = read_tokenizer_file(path);
   const std::string where = "tokenizer file '" + path + "'";
   try {
     if (!json.is_object() || !json.contains("model")) throw InputError(where + " has no key 'model'");

@@ -7,18 +7,22 @@
 
 namespace loom {
 
+nlohmann::json read_tokenizer_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("cannot read tokenizer file '" + path + "'");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError("tokenizer file '" + path + "' is not valid JSON: " + e.what());
+  }
+}
+
 nlohmann::json tokenizer_config_beside(const std::string& tokenizer_file) {
   const auto path = std::filesystem::path(tokenizer_file).parent_path() / "tokenizer_config.json";
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return nlohmann::json::object();
-  std::ifstream in(path);
-  if (!in) throw InputError("cannot read tokenizer file '" + path.string() + "'");
-  try {
-    const auto config = nlohmann::json::parse(in);
-    return config.is_object() ? config : nlohmann::json::object();
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError("tokenizer file '" + path.string() + "' is not valid JSON: " + e.what());
-  }
+  const auto config = read_tokenizer_file(path.string());
+  return config.is_object() ? config : nlohmann::json::object();
 }
 
 std::optional<bool> add_bos_token(const nlohmann::json& config) {

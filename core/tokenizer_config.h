@@ -8,6 +8,10 @@
 
 namespace loom {
 
+// The JSON of a tokenizer's file (tokenizer.json, tokenizer_config.json); an InputError naming it
+// when it cannot be read or is not JSON.
+nlohmann::json read_tokenizer_file(const std::string& path);
+
 // The tokenizer_config.json in the directory of TOKENIZER_FILE (a tokenizer.json or
 // tokenizer.model), or an empty object when there is none. An InputError naming it when it is
 // not valid JSON.
