@@ -66,6 +66,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   CpuMemory::keep_freed_memory();
 
   auto stats = std::make_shared<parallel::CommStats>();
+  heartbeat.watch(stats->presence());  // so that a timeout can name a live rank stuck outside its collectives
   try {
     const auto factory = communicator_factory(env, device, stats, timeout);
     parallel::ProcessGroups groups(grid, env.rank(), factory, stats);
@@ -100,7 +101,8 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
     // loom verify's runs keep theirs in diagnosis.json: its own verdict is the one to read.
     write_diagnosis(summary, run_dir, /*print=*/args.dump_first_step.empty());
   } catch (const CommError& e) {
-    // A timeout cannot say which peer it waited for; the heartbeats can, three beats apart.
+    // A timeout cannot say which peer it waited for; the heartbeats can, three beats apart: a rank
+    // that stopped beating, or one that beats but is in no collective.
     const std::string silent = heartbeat.silent_ranks(std::chrono::seconds(3));
     if (silent.empty()) throw;
     throw CommError(std::string(e.what()) + "; " + silent);

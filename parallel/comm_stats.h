@@ -15,11 +15,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "parallel/collective_presence.h"
 
 namespace loom::parallel {
 
@@ -61,6 +64,9 @@ class CommStats {
   // {"dp": {"all_reduce": {"calls": .., "bytes": .., "sent": .., "seconds": ..}}, ...}
   nlohmann::json to_json() const;
   void reset();
+  // Whether this process is inside a collective now, which its communicators keep and the
+  // heartbeat publishes (parallel/heartbeat.h); not cleared by reset.
+  const std::shared_ptr<CollectivePresence>& presence() const { return presence_; }
 
  private:
   struct Regression {
@@ -73,6 +79,7 @@ class CommStats {
   std::map<std::string, Regression> regressions_;
   double blocked_s_ = 0.0;
   std::map<std::pair<std::string, std::string>, double> blocked_by_op_;
+  std::shared_ptr<CollectivePresence> presence_ = std::make_shared<CollectivePresence>();
 };
 
 }  // namespace loom::parallel

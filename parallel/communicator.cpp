@@ -52,6 +52,7 @@ void CommHandle::wait() {
   if (!op_) return;
   const auto blocked_from = std::chrono::steady_clock::now();
   try {
+    InsideCollective inside(comm_->stats_ ? comm_->stats_->presence().get() : nullptr);
     op_->wait(comm_->timeout());
   } catch (const std::exception& e) {
     op_.reset();
@@ -119,6 +120,7 @@ CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vecto
   handle.start_ = std::chrono::steady_clock::now();
   const bool counted = counted_ && size() > 1;
   if (counted) stats_->record_call(name_, op, bytes, sends);
+  InsideCollective inside(stats_ ? stats_->presence().get() : nullptr);  // an issue can block too
   if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
   try {
     handle.op_ = issue();

@@ -13,20 +13,33 @@ namespace loom::parallel {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// What a check found.
+struct Verdict {
+  std::vector<int> silent;    // no heartbeat through the window: stopped or dead
+  std::vector<int> stuck;     // beating, but outside every collective through the window
+  bool all_published = true;  // every live rank said whether it was inside a collective
+};
+
+}  // namespace
+
 struct Heartbeat::State {
   c10d_compat::StorePtr store;
   int rank = 0;
   int world = 1;
   int server_rank = 0;
   std::chrono::milliseconds period{0};
+  int64_t published = 0;  // the presence reading this rank's last beat put in the store (the thread's own)
 
   std::mutex mutex;
+  std::shared_ptr<const CollectivePresence> presence;  // null until watched
   std::condition_variable changed;
   bool stop = false;
   bool running = true;                             // until the thread returns
   std::string failure;                             // the store's error that ended the thread
   std::optional<std::chrono::milliseconds> asked;  // a check's window, until the thread takes it up
-  std::optional<std::vector<int>> silent;          // the check's answer
+  std::optional<Verdict> verdict;                  // the check's answer
 };
 
 namespace {
@@ -37,6 +50,32 @@ std::string count_key(int rank) {
 
 std::string checked_key(int rank) {
   return "heartbeat_checked/" + std::to_string(rank);
+}
+
+// Set when a rank starts a check: from then on it is outside its collectives because it saw a failure.
+std::string checking_key(int rank) {
+  return "heartbeat_checking/" + std::to_string(rank);
+}
+
+// The presence reading plus one, so that 0 means a rank that publishes none.
+std::string presence_key(int rank) {
+  return "heartbeat_presence/" + std::to_string(rank);
+}
+
+// One beat: the count, and the presence reading when it changed (by the difference: add is the
+// store's only write that a reader never waits on).
+void beat_once(Heartbeat::State& s) {
+  s.store->add(count_key(s.rank), 1);
+  std::shared_ptr<const CollectivePresence> presence;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    presence = s.presence;
+  }
+  if (!presence) return;
+  const int64_t reading = presence->reading() + 1;
+  if (reading == s.published) return;
+  s.store->add(presence_key(s.rank), reading - s.published);
+  s.published = reading;
 }
 
 // add(key, 0) reads a number without waiting for a rank that never wrote it (it is then 0).
@@ -56,34 +95,49 @@ bool beat_until(Heartbeat::State& s, Clock::time_point until) {
       if (s.stop) return false;
     }
     if (Clock::now() >= until) return true;
-    s.store->add(count_key(s.rank), 1);
+    beat_once(s);
   }
 }
 
-// Two readings of every count, WINDOW apart: the ranks whose count did not move and that did not
-// mark a check of their own. Then this rank marks its check; the rank serving the store waits for
-// the ranks still beating to mark theirs, at most one more WINDOW and two periods.
-std::vector<int> check(Heartbeat::State& s, std::chrono::milliseconds window) {
+// Two readings of every count and presence, WINDOW apart: the ranks whose count did not move and
+// that did not mark a check of their own (silent), and the live ranks whose presence stayed the
+// same and outside a collective that are not checking (stuck). Then this rank marks its check; the
+// rank serving the store waits for the ranks still beating to mark theirs, at most one more WINDOW
+// and two periods.
+Verdict check(Heartbeat::State& s, std::chrono::milliseconds window) {
+  s.store->add(checking_key(s.rank), 1);
   const std::vector<int64_t> before = read_all(*s.store, s.world, count_key);
+  const std::vector<int64_t> present_before = read_all(*s.store, s.world, presence_key);
   if (!beat_until(s, Clock::now() + window)) return {};
   const std::vector<int64_t> after = read_all(*s.store, s.world, count_key);
+  const std::vector<int64_t> present_after = read_all(*s.store, s.world, presence_key);
+  const std::vector<int64_t> checking = read_all(*s.store, s.world, checking_key);
   std::vector<int64_t> checked = read_all(*s.store, s.world, checked_key);
-  std::vector<int> silent;
+  Verdict verdict;
   for (int r = 0; r < s.world; ++r) {
     const auto i = static_cast<size_t>(r);
-    if (after[i] == before[i] && checked[i] == 0) silent.push_back(r);
+    if (after[i] == before[i]) {
+      if (checked[i] == 0) verdict.silent.push_back(r);
+      continue;
+    }
+    if (r == s.rank || checking[i] > 0) continue;
+    if (present_after[i] == 0) {
+      verdict.all_published = false;
+    } else if (present_after[i] == present_before[i] && (present_after[i] - 1) % 2 == 0) {
+      verdict.stuck.push_back(r);
+    }
   }
   s.store->add(checked_key(s.rank), 1);
-  if (s.rank != s.server_rank) return silent;
+  if (s.rank != s.server_rank) return verdict;
   const Clock::time_point until = Clock::now() + window + 2 * s.period;
   for (;;) {
     checked = read_all(*s.store, s.world, checked_key);
     bool all = true;
     for (int r = 0; r < s.world; ++r) {
-      const bool beating = std::find(silent.begin(), silent.end(), r) == silent.end();
+      const bool beating = std::find(verdict.silent.begin(), verdict.silent.end(), r) == verdict.silent.end();
       all = all && (!beating || r == s.rank || checked[static_cast<size_t>(r)] > 0);
     }
-    if (all || Clock::now() >= until || !beat_until(s, std::min(until, Clock::now() + s.period))) return silent;
+    if (all || Clock::now() >= until || !beat_until(s, std::min(until, Clock::now() + s.period))) return verdict;
   }
 }
 
@@ -98,18 +152,37 @@ std::string reason(const std::exception& e) {
   return e.what();
 }
 
-std::string describe(const std::vector<int>& silent, std::chrono::milliseconds window) {
-  if (silent.empty()) {
-    return "no rank stopped answering (each heartbeat moves, or its rank saw this failure too): one is stuck in "
-           "its own work or waits on another group";
-  }
+// "rank 2 " or "ranks 1, 3 ", at most 16 named.
+std::string name_ranks(const std::vector<int>& ranks) {
   constexpr size_t kNamed = 16;
   std::ostringstream s;
-  s << (silent.size() == 1 ? "rank " : "ranks ");
-  for (size_t i = 0; i < silent.size() && i < kNamed; ++i) s << (i ? ", " : "") << silent[i];
-  if (silent.size() > kNamed) s << " and " << silent.size() - kNamed << " more";
-  s << " stopped answering: no heartbeat in " << seconds(window) << " (a process stopped or dead, or a host down)";
+  s << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size() && i < kNamed; ++i) s << (i ? ", " : "") << ranks[i];
+  if (ranks.size() > kNamed) s << " and " << ranks.size() - kNamed << " more";
+  s << " ";
   return s.str();
+}
+
+std::string describe(const Verdict& verdict, std::chrono::milliseconds window) {
+  std::vector<std::string> clauses;
+  if (!verdict.silent.empty()) {
+    clauses.push_back(name_ranks(verdict.silent) + "stopped answering: no heartbeat in " + seconds(window) +
+                      " (a process stopped or dead, or a host down)");
+  }
+  if (!verdict.stuck.empty()) {
+    clauses.push_back(name_ranks(verdict.stuck) + (verdict.stuck.size() == 1 ? "is" : "are") +
+                      " alive but in no collective for " + seconds(window) +
+                      ": stuck in its own work (a deadlock, a hung device or file system, a very slow step), "
+                      "not waiting on a peer");
+  }
+  if (!clauses.empty()) return clauses.size() == 1 ? clauses[0] : clauses[0] + "; " + clauses[1];
+  if (verdict.all_published) {
+    return "no rank stopped answering, and every live rank waits inside a collective (or saw this failure too): "
+           "they wait on each other (collectives issued in different orders on different ranks, or a link that "
+           "stopped carrying data)";
+  }
+  return "no rank stopped answering (each heartbeat moves, or its rank saw this failure too): one is stuck in "
+         "its own work or waits on another group";
 }
 
 }  // namespace
@@ -119,7 +192,7 @@ std::string describe(const std::vector<int>& silent, std::chrono::milliseconds w
 void Heartbeat::beat(const std::shared_ptr<State>& s) {
   try {
     for (;;) {
-      s->store->add(count_key(s->rank), 1);
+      beat_once(*s);
       std::optional<std::chrono::milliseconds> window;
       {
         std::unique_lock<std::mutex> lock(s->mutex);
@@ -128,9 +201,9 @@ void Heartbeat::beat(const std::shared_ptr<State>& s) {
         std::swap(window, s->asked);
       }
       if (!window) continue;
-      std::vector<int> silent = check(*s, *window);
+      Verdict verdict = check(*s, *window);
       std::lock_guard<std::mutex> lock(s->mutex);
-      s->silent = std::move(silent);
+      s->verdict = std::move(verdict);
       s->changed.notify_all();
     }
   } catch (const std::exception& e) {
@@ -168,6 +241,12 @@ Heartbeat::~Heartbeat() {
   }
 }
 
+void Heartbeat::watch(std::shared_ptr<const CollectivePresence> presence) {
+  if (!state_) return;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->presence = std::move(presence);
+}
+
 std::string Heartbeat::silent_ranks(std::chrono::milliseconds window) {
   if (!state_) return "";
   State& s = *state_;
@@ -176,10 +255,10 @@ std::string Heartbeat::silent_ranks(std::chrono::milliseconds window) {
       window + 4 * s.period + (serves ? window + 2 * s.period : std::chrono::milliseconds(0));
   std::unique_lock<std::mutex> lock(s.mutex);
   s.asked = window;
-  s.silent.reset();
+  s.verdict.reset();
   s.changed.notify_all();
-  s.changed.wait_for(lock, deadline, [&] { return s.silent.has_value() || !s.running; });
-  if (s.silent) return describe(*s.silent, window);
+  s.changed.wait_for(lock, deadline, [&] { return s.verdict.has_value() || !s.running; });
+  if (s.verdict) return describe(*s.verdict, window);
   const std::string server = s.server_rank >= 0 ? "rank " + std::to_string(s.server_rank) : "the torchrun agent";
   const std::string store = "the rendezvous store, which " + server + " serves, ";
   if (!s.running) return store + "failed (" + s.failure + "), so " + server + " has left or died";

@@ -4,8 +4,10 @@
 // own. A collective's timeout says only that some peer did not answer; the rank that saw it then
 // reads every rank's count twice, a window apart. A rank whose count did not move has stopped
 // answering (its process is stopped or dead, or its host is down), unless it marked that it left
-// after such a check of its own; one whose count moved is alive, so it is stuck in its own work or
-// waits on yet another rank.
+// after such a check of its own; one whose count moved is alive. Each beat also carries whether
+// the rank is inside a collective (parallel/collective_presence.h): a live rank that stayed outside
+// every collective through the window, and is not checking on a failure of its own, is stuck in
+// its own work; one inside a collective waits on yet another rank.
 #pragma once
 
 #include <chrono>
@@ -14,6 +16,7 @@
 #include <thread>
 
 #include "parallel/c10d_compat.h"
+#include "parallel/collective_presence.h"
 
 namespace loom::parallel {
 
@@ -30,8 +33,13 @@ class Heartbeat {
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
-  // One clause for an error message: the ranks whose counts did not move during WINDOW, or that
-  // none did, or that the store itself did not answer. Marks this rank as having checked, since it
+  // From now on each beat carries whether this process is inside a collective (its communicators'
+  // CommStats::presence). Without it this rank is never named as stuck in its own work.
+  void watch(std::shared_ptr<const CollectivePresence> presence);
+
+  // One clause for an error message: the ranks whose counts did not move during WINDOW, the live
+  // ranks that stayed outside every collective through it, or that there are none of either, or
+  // that the store itself did not answer. Marks this rank as having checked, since it
   // leaves next. The rank that serves the store, whose leaving takes the store away, first waits
   // (one more WINDOW at most) for the ranks still beating to finish their own checks. Returns in
   // bounded time whatever the store does; empty for a world of 1.

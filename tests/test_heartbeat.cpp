@@ -1,13 +1,17 @@
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <thread>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "parallel/heartbeat.h"
 
 using Catch::Matchers::StartsWith;
+using loom::parallel::CollectivePresence;
 using loom::parallel::Heartbeat;
+using loom::parallel::InsideCollective;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -105,6 +109,59 @@ TEST_CASE("a store that stops answering is reported in bounded time, naming its 
   heartbeat.reset();
   CHECK(Clock::now() - destroyed < 2s);
   store->resume();
+}
+
+TEST_CASE("a live rank outside every collective is named as stuck; one inside a collective is not", "[heartbeat]") {
+  auto store = shared_store();
+  auto rank0 = rank(store, 0, 3), rank1 = rank(store, 1, 3), rank2 = rank(store, 2, 3);
+  auto waiting = std::make_shared<CollectivePresence>(), working = std::make_shared<CollectivePresence>();
+  waiting->inside = 1;
+  rank1->watch(waiting);
+  rank2->watch(working);
+  std::this_thread::sleep_for(100ms);  // a few beats: both readings in the store
+  CHECK_THAT(rank0->silent_ranks(300ms),
+             StartsWith("rank 2 is alive but in no collective for 0.3 s: stuck in its own work"));
+}
+
+TEST_CASE("a rank checking on a failure of its own, or whose collectives move, is not stuck", "[heartbeat]") {
+  auto store = shared_store();
+  auto rank0 = rank(store, 0, 3), rank1 = rank(store, 1, 3), rank2 = rank(store, 2, 3);
+  auto failed0 = std::make_shared<CollectivePresence>(), failed1 = std::make_shared<CollectivePresence>();
+  auto busy = std::make_shared<CollectivePresence>();
+  rank0->watch(failed0);
+  rank1->watch(failed1);
+  rank2->watch(busy);
+  std::atomic<bool> done{false};
+  std::thread collectives([&] {  // rank 2 goes in and out of short collectives
+    while (!done) {
+      InsideCollective inside(busy.get());
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  std::this_thread::sleep_for(100ms);
+  auto said0 = std::async(std::launch::async, [&] { return rank0->silent_ranks(300ms); });
+  const std::string said1 = rank1->silent_ranks(300ms);
+  done = true;
+  collectives.join();
+  CHECK_THAT(said1, StartsWith("no rank stopped answering, and every live rank waits inside a collective"));
+  CHECK(said0.get() == said1);
+}
+
+TEST_CASE("a collective inside another is counted once", "[heartbeat]") {
+  CollectivePresence presence;
+  CHECK(presence.reading() == 0);
+  {
+    InsideCollective outer(&presence);
+    CHECK(presence.reading() == 1);
+    {
+      InsideCollective inner(&presence);
+      CHECK(presence.reading() == 1);
+    }
+    CHECK(presence.reading() == 1);
+  }
+  CHECK(presence.reading() == 2);
+  InsideCollective nothing(nullptr);  // counts nothing
+  CHECK(presence.reading() == 2);
 }
 
 TEST_CASE("a world of one has no heartbeat to report", "[heartbeat]") {

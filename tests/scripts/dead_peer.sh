@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A rank that dies (kill) or stops answering (hang) at step 3 makes the other
 # ranks exit 1 with an error naming the group, the op and the ranks, instead of
-# hanging, and saying whether a rank stopped (kill: rank 2 named) or all still
-# run (hang). Ranks are started directly with RANK/WORLD_SIZE/MASTER_* (no
+# hanging, and naming rank 2 as stopped (kill) or as alive but stuck outside
+# its collectives (hang). Ranks are started directly with RANK/WORLD_SIZE/MASTER_* (no
 # launcher that would kill the survivors for us).
 # Usage: dead_peer.sh kill|hang
 source "$(dirname "$0")/common.sh"
@@ -32,7 +32,9 @@ for rank in 0 1; do
   if [ "$kind" = kill ]; then
     grep -q "; rank 2 stopped answering: no heartbeat in" "$WORK/rank$rank.log" || fail "rank $rank's error does not name rank 2"
   else
-    grep -q "; no rank stopped answering" "$WORK/rank$rank.log" || fail "rank $rank's error names a rank as stopped"
+    # Rank 2 sleeps in its own work (outside any collective) while its heartbeat goes on.
+    grep -q "; rank 2 is alive but in no collective for 3 s: stuck in its own work" "$WORK/rank$rank.log" ||
+      fail "rank $rank's error does not name rank 2 as stuck in its own work"
   fi
 done
 if [ "$kind" = hang ]; then
