@@ -51,12 +51,14 @@ F symbol(void* library, const char* name) {
 }
 
 // A model file may sit anywhere, beside anything: a tokenizer_config.json there that is not JSON is
-// not this tokenizer's business, and leaves the default (as before such files were read).
+// not this tokenizer's business, and leaves the default: no BOS, as the sentencepiece library
+// encodes and as transformers 5.17's LlamaTokenizer does without add_bos_token (its docstring
+// says true; its code and tests/reference/sp_adds_bos.py say false).
 bool adds_bos_beside(const std::string& path) {
   try {
-    return add_bos_token(tokenizer_config_beside(path)).value_or(true);
+    return add_bos_token(tokenizer_config_beside(path)).value_or(false);
   } catch (const InputError&) {
-    return true;
+    return false;
   }
 }
 
@@ -78,8 +80,8 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path) : path_(
     vocab_size_ = info(processor_, 0);
     bos_id_ = info(processor_, 1);
     eos_id_ = info(processor_, 2);
-    // transformers' Llama tokenizers add BOS unless tokenizer_config.json says add_bos_token false
-    // (as loom export writes for a model whose data had none).
+    // transformers' Llama tokenizer adds BOS when tokenizer_config.json says add_bos_token true (as
+    // Llama 2's releases do, and loom export for a model whose data had it).
     adds_bos_ = bos_id_ >= 0 && adds_bos_beside(path);
   } catch (...) {
     dlclose(library_);

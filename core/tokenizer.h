@@ -24,8 +24,8 @@ class Tokenizer {
   virtual int64_t bos_id() const = 0;
   virtual int64_t eos_id() const = 0;
   // Whether a prompt is encoded after BOS, as the reference library encodes one: a Hugging Face
-  // tokenizer says (GPT-2's has a BOS it never adds); SentencePiece models add theirs unless a
-  // tokenizer_config.json beside says add_bos_token false.
+  // tokenizer says (GPT-2's has a BOS it never adds); SentencePiece models add theirs when a
+  // tokenizer_config.json beside says add_bos_token true.
   virtual bool adds_bos() const { return bos_id() >= 0; }
   // "byte", "sentencepiece" or "hf-bpe".
   virtual std::string kind() const = 0;

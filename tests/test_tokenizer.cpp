@@ -186,6 +186,24 @@ TEST_CASE("byte-level BPE: a prompt starts with BOS only where Hugging Face's to
   CHECK(adds_bos(llama3, "{" + bos + R"(, "add_bos_token": false})"));
 }
 
+// As transformers 5.17's LlamaTokenizer (tests/scripts/tokenizers.sh compares the two).
+TEST_CASE("SentencePiece: a prompt starts with BOS only where tokenizer_config.json says add_bos_token true",
+          "[tokenizer]") {
+  const std::string dir = test::temp_dir("tokenizer_sp_adds_bos");
+  std::filesystem::copy_file(std::string(LOOM_SOURCE_DIR) + "/tests/reference/tiny_unigram.model",
+                             dir + "/tokenizer.model");
+  const auto adds_bos = [&] { return load_tokenizer(dir + "/tokenizer.model")->adds_bos(); };
+  CHECK_FALSE(adds_bos());  // nothing beside it
+  write(dir, "tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizer"})");
+  CHECK_FALSE(adds_bos());
+  write(dir, "tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizer", "add_bos_token": true})");
+  CHECK(adds_bos());
+  write(dir, "tokenizer_config.json", R"({"add_bos_token": false})");
+  CHECK_FALSE(adds_bos());
+  write(dir, "tokenizer_config.json", "not json");
+  CHECK_FALSE(adds_bos());  // not this tokenizer's business
+}
+
 TEST_CASE("byte-level BPE: a single_word added token matches only between non-word characters", "[tokenizer]") {
   const std::string dir = test::temp_dir("tokenizer_single_word");
   auto json = tiny_bpe();

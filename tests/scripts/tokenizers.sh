@@ -90,6 +90,22 @@ while read -r name expected; do
   [ "$got" = "$expected" ] || fail "$name: transformers starts the prompt with BOS: $expected; loom: $got"
 done < "$WORK/bos.ref"
 
+# The same for a SentencePiece tokenizer.model against transformers' LlamaTokenizer: no
+# tokenizer_config.json, one naming only the class, add_bos_token true or false.
+"$PY" "$REF/sp_adds_bos.py" "$REF/tiny_unigram.model" "$WORK/sp_bos" > "$WORK/sp_bos.ref" 2> "$WORK/sp_bos.log" ||
+  { cat "$WORK/sp_bos.log"; fail "sp_adds_bos.py"; }
+[ "$(grep -c " yes$" "$WORK/sp_bos.ref"):$(grep -c " no$" "$WORK/sp_bos.ref")" = 1:3 ] ||
+  { cat "$WORK/sp_bos.ref"; fail "transformers should add BOS only where add_bos_token is true"; }
+while read -r name expected; do
+  "$LOOM" generate "$WORK/sp_bos/$name" --prompt "hello world" --max-new-tokens 1 --temperature 0 > /dev/null \
+    2> "$WORK/sp_bos_$name.err" || { cat "$WORK/sp_bos_$name.err"; fail "generate from sp_bos/$name"; }
+  grep -q "tokenizer $WORK/sp_bos/$name/tokenizer.model" "$WORK/sp_bos_$name.err" ||
+    { cat "$WORK/sp_bos_$name.err"; fail "sp_bos/$name: generate should use the directory's tokenizer.model"; }
+  got=no
+  grep -q "prompt tokens (BOS first)" "$WORK/sp_bos_$name.err" && got=yes
+  [ "$got" = "$expected" ] || fail "sp_bos/$name: transformers starts the prompt with BOS: $expected; loom: $got"
+done < "$WORK/sp_bos.ref"
+
 # The comparison can fail: one reference id changed by hand is caught.
 "$PY" - "$WORK/o200k_base_texts.tiktoken" "$WORK/changed.ref" << 'EOF'
 import json, sys
