@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "launch/commands.h"
+#include "launch/stop_signals.h"
 #include "models/gpt.h"
 #include "models/gpt_flops.h"
 #include "parallel/launch_env.h"
@@ -396,7 +397,10 @@ int dispatch(int argc, char** argv) {
   check_command(loom, argv[1]);
   if (int code = parse(loom, argc, argv); code >= 0) return code;
   for (const auto& [name, run] : commands) {
-    if (loom.got_subcommand(name)) return run();
+    if (!loom.got_subcommand(name)) continue;
+    // train holds a stop signal until its input is checked (launch/train_command.cpp).
+    if (name != "train") release_held_stop_signals();
+    return run();
   }
   throw InputError("no command given (see 'loom --help')");
 }

@@ -2,12 +2,15 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 
 namespace loom::launch {
 namespace {
 
 // A handler can only reach a variable with static storage; nothing else in loom is global.
 std::atomic<int> g_stop_signal{0};
+// The signals hold_stop_signals took over, as bits (1 << signal), until released.
+std::atomic<unsigned> g_held{0};
 
 extern "C" void record_stop_signal(int signal) {
   g_stop_signal.store(signal);
@@ -33,6 +36,39 @@ void install_stop_handlers() {
 
 int stop_signal() {
   return g_stop_signal.load();
+}
+
+// Only async-signal-safe calls and no allocation: it runs before libstdc++ and LibTorch are set up.
+void hold_stop_signals() {
+  struct sigaction action {};
+  action.sa_handler = record_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigset_t unblock;
+  sigemptyset(&unblock);
+  unsigned held = 0;
+  for (int signal : {SIGTERM, SIGINT}) {
+    // An ignored SIGINT (a background job of a script) stays ignored.
+    struct sigaction current {};
+    if (sigaction(signal, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) continue;
+    sigaction(signal, &action, nullptr);
+    sigaddset(&unblock, signal);
+    held |= 1u << signal;
+  }
+  g_held.store(held);
+  // One sent before this process began and held pending by the launcher's mask comes in now.
+  sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
+}
+
+void release_held_stop_signals() {
+  const unsigned held = g_held.exchange(0);
+  if (held == 0) return;
+  for (int signal : {SIGTERM, SIGINT}) {
+    if ((held & (1u << signal)) != 0) std::signal(signal, SIG_DFL);
+  }
+  if (const int signal = g_stop_signal.exchange(0); signal != 0) {
+    std::fflush(nullptr);
+    std::raise(signal);
+  }
 }
 
 }  // namespace loom::launch

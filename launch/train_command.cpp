@@ -14,6 +14,7 @@
 #include "launch/memory_check.h"
 #include "launch/run_directory.h"
 #include "launch/step_report.h"
+#include "launch/stop_signals.h"
 #include "launch/supported_combinations.h"
 #include "launch/thread_policy.h"
 #include "launch/trainer.h"
@@ -58,6 +59,8 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   }
 
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000.0));
+  // Every check that needs no peer is done: a stop signal that came meanwhile ends the process now.
+  release_held_stop_signals();
   parallel::LaunchEnv env(timeout);
   parallel::Heartbeat heartbeat(env.connect_store(), env.rank(), env.world(), env.store_server_rank());
   agree_on_config(config, !args.resume.empty(), env);  // before any collective: a different shape would fail inside one

@@ -126,6 +126,22 @@ case "$mode" in
       MASTER_PORT="$(free_port)" "$LOOM" train "$TINY" --run-dir "$WORK/env" --set parallel.timeout_s=2
     unset RANK LOCAL_RANK MASTER_ADDR
     echo "launch environment: a bad port or world size refused, a rank that never came named"
+    # A stop signal that comes while a rank starts (srun --kill-on-bad-exit ending the job after
+    # another rank's config error) is held until the rank has judged its input: a config error
+    # still exits 2, a good config dies by the signal before it connects or trains. The signal is
+    # sent blocked before exec, so that it is pending the moment loom begins.
+    pending_term() {
+      python3 -c 'import os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+os.kill(os.getpid(), signal.SIGTERM)
+os.execv(sys.argv[1], sys.argv[1:])' "$@"
+    }
+    expect_exit 2 "loom: error: --set model.hiden_size=3: unknown key" pending_term "$LOOM" train "$TINY" \
+      --run-dir "$WORK/held" --set model.hiden_size=3
+    expect_exit 143 "" pending_term "$LOOM" train "$TINY" --run-dir "$WORK/held" --set train.steps=1 --set train.warmup_steps=1
+    ! grep -q "step 1" "$WORK/out" || { cat "$WORK/out"; fail "a run with a held SIGTERM trained"; }
+    expect_exit 143 "" pending_term "$LOOM" topology "$TINY" --world 4
+    echo "a SIGTERM held through start-up: a config error exits 2, a good config dies by the signal (143)"
     ;;
   *) fail "usage: config_error.sh mpirun|plain" ;;
 esac

@@ -7,7 +7,7 @@
 #  2. MASTER_ADDR and MASTER_PORT win over SLURM's variables; mpirun and torchrun inside an srun
 #     step win over the step's variables.
 #  3. A SLURM variable that contradicts the others is refused naming it: exit 2, through srun; a
-#     diverged run exits 3 through srun --kill-on-bad-exit.
+#     bad config exits 2 and a diverged run 3 through srun --kill-on-bad-exit.
 #  4. loom run straight from a batch script (no srun) is one process, not task 0 of SLURM_NTASKS.
 #  5. scripts/sbatch_example.sh: a rank killed at step 13 on the first start fails the job, which
 #     requeues itself; the second start (SLURM_RESTART_COUNT 1, no fault) resumes from step 10 and
@@ -78,6 +78,16 @@ srun -n 2 env SLURM_STEP_TASKS_PER_NODE=3 "$LOOM" train "$TINY" --run-dir "$WORK
   code=$?
 [ "$code" = 2 ] || { cat "$WORK/bad.log"; fail "contradicting SLURM_STEP_TASKS_PER_NODE: exit $code, expected 2"; }
 expect_line bad "SLURM_STEP_TASKS_PER_NODE='3' adds up to 3 tasks, but SLURM_NTASKS is 2"
+# A bad config through srun --kill-on-bad-exit=1 exits 2: the first rank to refuse it ends the
+# step, and the SIGTERM srun sends the others, some still loading LibTorch, is held until each has
+# refused it too (launch/stop_signals.h). Three tries: the others' start-up is what varies.
+for try in 1 2 3; do
+  code=0
+  "${SRUN[@]}" -n 4 "$LOOM" train "$TINY" --run-dir "$WORK/bad_k" --set parallel.tp=3 > "$WORK/bad_k.log" 2>&1 \
+    < /dev/null || code=$?
+  [ "$code" = 2 ] || { cat "$WORK/bad_k.log"; fail "a bad config under srun -K1: exit $code, expected 2 (try $try)"; }
+  expect_line bad_k "loom: error: config key 'parallel.tp'"
+done
 # A diverged run exits 3 through srun --kill-on-bad-exit=1: the ranks still exiting when the first
 # has gone ignore the SIGTERM srun sends them, which would make srun's status 143.
 code=0
@@ -85,7 +95,7 @@ code=0
   --set train.max_skipped_steps=1 --set train.steps=4 --set train.warmup_steps=1 > "$WORK/diverged.log" 2>&1 < /dev/null || code=$?
 [ "$code" = 3 ] || { cat "$WORK/diverged.log"; fail "a diverged run under srun: exit $code, expected 3"; }
 echo "MASTER_ADDR/MASTER_PORT, torchrun and mpirun win over SLURM's variables; a contradiction exits 2 naming it;" \
-  "divergence exits 3 through srun"
+  "a bad config exits 2 and divergence 3 through srun -K1"
 
 # 4. The batch script itself is no task of a step.
 must batch_plain sbatch --wait --ntasks=2 --output="$WORK/batch_plain.out" \
