@@ -27,5 +27,9 @@ int main(int argc, char** argv) {
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
+#if defined(__SANITIZE_ADDRESS__)
+  return code;  // LeakSanitizer checks at the exit _Exit would skip
+#else
   std::_Exit(code);
+#endif
 }

@@ -43,6 +43,9 @@ void hold_stop_signals() {
   struct sigaction action {};
   action.sa_handler = record_stop_signal;
   sigemptyset(&action.sa_mask);
+  // A start-up's slow system call in flight (a read, a library's set-up) goes on rather than fail
+  // with EINTR: the signal is only held.
+  action.sa_flags = SA_RESTART;
   sigset_t unblock;
   sigemptyset(&unblock);
   unsigned held = 0;

@@ -1,5 +1,7 @@
 #include "parallel/collective_presence.h"
 
+#include <exception>
+
 namespace loom::parallel {
 namespace {
 
@@ -8,13 +10,14 @@ thread_local int t_depth = 0;
 
 }  // namespace
 
-InsideCollective::InsideCollective(CollectivePresence* presence) : presence_(t_depth++ == 0 ? presence : nullptr) {
+InsideCollective::InsideCollective(CollectivePresence* presence)
+    : presence_(t_depth++ == 0 ? presence : nullptr), uncaught_(std::uncaught_exceptions()) {
   if (presence_) presence_->inside.fetch_add(1);
 }
 
 InsideCollective::~InsideCollective() {
   --t_depth;
-  if (!presence_) return;
+  if (!presence_ || std::uncaught_exceptions() > uncaught_) return;
   presence_->exits.fetch_add(1);  // first, so that a reading taken between the two still moved
   presence_->inside.fetch_sub(1);
 }

@@ -17,7 +17,9 @@ struct CollectivePresence {
 };
 
 // Counts the calling thread in PRESENCE for its lifetime; a collective entered inside another
-// (a composite's steps) is not counted again. A null PRESENCE counts nothing.
+// (a composite's steps) is not counted again. A null PRESENCE counts nothing. One left by an
+// exception (the collective failed) keeps its thread counted inside: that rank is then a victim
+// of the failure, not stuck in its own work, however long it takes to wind down.
 class InsideCollective {
  public:
   explicit InsideCollective(CollectivePresence* presence);
@@ -27,6 +29,7 @@ class InsideCollective {
 
  private:
   CollectivePresence* presence_;
+  int uncaught_;  // exceptions in flight at entry
 };
 
 }  // namespace loom::parallel

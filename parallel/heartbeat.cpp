@@ -171,13 +171,13 @@ std::string describe(const Verdict& verdict, std::chrono::milliseconds window) {
   }
   if (!verdict.stuck.empty()) {
     clauses.push_back(name_ranks(verdict.stuck) + (verdict.stuck.size() == 1 ? "is" : "are") +
-                      " alive but in no collective for " + seconds(window) +
+                      " alive but in no collective through the " + seconds(window) + " check" +
                       ": stuck in its own work (a deadlock, a hung device or file system, a very slow step), "
                       "not waiting on a peer");
   }
   if (!clauses.empty()) return clauses.size() == 1 ? clauses[0] : clauses[0] + "; " + clauses[1];
   if (verdict.all_published) {
-    return "no rank stopped answering, and every live rank waits inside a collective (or saw this failure too): "
+    return "no rank stopped answering, and none stayed outside its collectives (or each saw this failure too): "
            "they wait on each other (collectives issued in different orders on different ranks, or a link that "
            "stopped carrying data)";
   }

@@ -33,7 +33,7 @@ for rank in 0 1; do
     grep -q "; rank 2 stopped answering: no heartbeat in" "$WORK/rank$rank.log" || fail "rank $rank's error does not name rank 2"
   else
     # Rank 2 sleeps in its own work (outside any collective) while its heartbeat goes on.
-    grep -q "; rank 2 is alive but in no collective for 3 s: stuck in its own work" "$WORK/rank$rank.log" ||
+    grep -q "; rank 2 is alive but in no collective through the 3 s check: stuck in its own work" "$WORK/rank$rank.log" ||
       fail "rank $rank's error does not name rank 2 as stuck in its own work"
   fi
 done
