@@ -76,35 +76,33 @@ for pair in gpt2:gpt2 cl100k-llama3-form:cl100k_base o200k:o200k_base; do
   done
 done
 
-# Whether a prompt starts with BOS: loom generate against transformers' AutoTokenizer, for a
-# tokenizer.json with and without a template adding BOS, under four tokenizer_config.json files.
-"$PY" "$REF/hf_adds_bos.py" "$WORK/hf/llama3" "$WORK/bos" > "$WORK/bos.ref" 2> "$WORK/bos.log" ||
-  { cat "$WORK/bos.log"; fail "hf_adds_bos.py"; }
-[ "$(grep -c " yes$" "$WORK/bos.ref"):$(grep -c " no$" "$WORK/bos.ref")" = 4:4 ] ||
-  { cat "$WORK/bos.ref"; fail "transformers should add BOS in the 4 template cases only"; }
-while read -r name expected; do
-  "$LOOM" generate "$WORK/bos/$name" --prompt "hello world" --max-new-tokens 1 --temperature 0 > /dev/null \
-    2> "$WORK/bos_$name.err" || { cat "$WORK/bos_$name.err"; fail "generate from $name"; }
-  got=no
-  grep -q "prompt tokens (BOS first)" "$WORK/bos_$name.err" && got=yes
-  [ "$got" = "$expected" ] || fail "$name: transformers starts the prompt with BOS: $expected; loom: $got"
-done < "$WORK/bos.ref"
-
-# The same for a SentencePiece tokenizer.model against transformers' LlamaTokenizer: no
-# tokenizer_config.json, one naming only the class, add_bos_token true or false.
-"$PY" "$REF/sp_adds_bos.py" "$REF/tiny_unigram.model" "$WORK/sp_bos" > "$WORK/sp_bos.ref" 2> "$WORK/sp_bos.log" ||
-  { cat "$WORK/sp_bos.log"; fail "sp_adds_bos.py"; }
-[ "$(grep -c " yes$" "$WORK/sp_bos.ref"):$(grep -c " no$" "$WORK/sp_bos.ref")" = 1:3 ] ||
-  { cat "$WORK/sp_bos.ref"; fail "transformers should add BOS only where add_bos_token is true"; }
-while read -r name expected; do
-  "$LOOM" generate "$WORK/sp_bos/$name" --prompt "hello world" --max-new-tokens 1 --temperature 0 > /dev/null \
-    2> "$WORK/sp_bos_$name.err" || { cat "$WORK/sp_bos_$name.err"; fail "generate from sp_bos/$name"; }
-  grep -q "tokenizer $WORK/sp_bos/$name/tokenizer.model" "$WORK/sp_bos_$name.err" ||
-    { cat "$WORK/sp_bos_$name.err"; fail "sp_bos/$name: generate should use the directory's tokenizer.model"; }
-  got=no
-  grep -q "prompt tokens (BOS first)" "$WORK/sp_bos_$name.err" && got=yes
-  [ "$got" = "$expected" ] || fail "sp_bos/$name: transformers starts the prompt with BOS: $expected; loom: $got"
-done < "$WORK/sp_bos.ref"
+# Whether a prompt starts with BOS: loom generate against transformers.
+# compare_bos NAME YES:NO TOKENIZER_FILE SCRIPT ARGS...: SCRIPT writes $WORK/NAME/CASE directories
+# and prints "CASE yes|no" for each (transformers' ids start with BOS or not), YES:NO of them;
+# loom generate from each must use the directory's TOKENIZER_FILE and agree.
+compare_bos() {
+  local name="$1" counts="$2" file="$3" case expected got
+  shift 3
+  "$PY" "$@" "$WORK/$name" > "$WORK/$name.ref" 2> "$WORK/$name.log" || { cat "$WORK/$name.log"; fail "$name: $*"; }
+  [ "$(grep -c " yes$" "$WORK/$name.ref"):$(grep -c " no$" "$WORK/$name.ref")" = "$counts" ] ||
+    { cat "$WORK/$name.ref"; fail "$name: transformers should add BOS in $counts (yes:no) cases"; }
+  while read -r case expected; do
+    local err="$WORK/${name}_$case.err"
+    "$LOOM" generate "$WORK/$name/$case" --prompt "hello world" --max-new-tokens 1 --temperature 0 > /dev/null \
+      2> "$err" || { cat "$err"; fail "generate from $name/$case"; }
+    grep -q "tokenizer $WORK/$name/$case/$file" "$err" ||
+      { cat "$err"; fail "$name/$case: generate should use the directory's $file"; }
+    got=no
+    grep -q "prompt tokens (BOS first)" "$err" && got=yes
+    [ "$got" = "$expected" ] || fail "$name/$case: transformers starts the prompt with BOS: $expected; loom: $got"
+  done < "$WORK/$name.ref"
+}
+# A tokenizer.json with and without a template adding BOS, under four tokenizer_config.json files
+# (AutoTokenizer): BOS in the 4 template cases only.
+compare_bos bos 4:4 tokenizer.json "$REF/hf_adds_bos.py" "$WORK/hf/llama3"
+# A SentencePiece tokenizer.model (LlamaTokenizer): no tokenizer_config.json, one naming only the
+# class, add_bos_token true or false: BOS where it is true only.
+compare_bos sp_bos 1:3 tokenizer.model "$REF/sp_adds_bos.py" "$REF/tiny_unigram.model"
 
 # The comparison can fail: one reference id changed by hand is caught.
 "$PY" - "$WORK/o200k_base_texts.tiktoken" "$WORK/changed.ref" << 'EOF'
