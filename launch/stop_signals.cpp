@@ -16,12 +16,22 @@ extern "C" void record_stop_signal(int signal) {
   g_stop_signal.store(signal);
 }
 
-}  // namespace
+// The signals held at start-up.
+constexpr int kHeldSignals[] = {SIGTERM, SIGINT};
 
-void install_stop_handlers() {
+// An action that records the signal, with FLAGS.
+struct sigaction recording(int flags) {
   struct sigaction action {};
   action.sa_handler = record_stop_signal;
   sigemptyset(&action.sa_mask);
+  action.sa_flags = flags;
+  return action;
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  const struct sigaction action = recording(0);
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
   // SLURM's warning before a time limit (sbatch --signal=USR1@SECONDS, which mpirun passes on to
@@ -40,16 +50,13 @@ int stop_signal() {
 
 // Only async-signal-safe calls and no allocation: it runs before libstdc++ and LibTorch are set up.
 void hold_stop_signals() {
-  struct sigaction action {};
-  action.sa_handler = record_stop_signal;
-  sigemptyset(&action.sa_mask);
   // A start-up's slow system call in flight (a read, a library's set-up) goes on rather than fail
   // with EINTR: the signal is only held.
-  action.sa_flags = SA_RESTART;
+  const struct sigaction action = recording(SA_RESTART);
   sigset_t unblock;
   sigemptyset(&unblock);
   unsigned held = 0;
-  for (int signal : {SIGTERM, SIGINT}) {
+  for (int signal : kHeldSignals) {
     // An ignored SIGINT (a background job of a script) stays ignored.
     struct sigaction current {};
     if (sigaction(signal, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) continue;
@@ -65,7 +72,7 @@ void hold_stop_signals() {
 void release_held_stop_signals() {
   const unsigned held = g_held.exchange(0);
   if (held == 0) return;
-  for (int signal : {SIGTERM, SIGINT}) {
+  for (int signal : kHeldSignals) {
     if ((held & (1u << signal)) != 0) std::signal(signal, SIG_DFL);
   }
   if (const int signal = g_stop_signal.exchange(0); signal != 0) {
