@@ -31,14 +31,15 @@ struct sigaction recording(int flags) {
 }  // namespace
 
 void install_stop_handlers() {
-  const struct sigaction action = recording(0);
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
-  // SLURM's warning before a time limit (sbatch --signal=USR1@SECONDS, which mpirun passes on to
-  // the ranks) and a closed terminal: saved and stopped too, where their default ends the process
-  // with nothing saved. Only where nothing else chose their action: nohup ignores SIGHUP, and
-  // that run must go on.
-  for (int signal : {SIGUSR1, SIGHUP}) {
+  // A write or a read in flight when the signal comes (a checkpoint's file, a socket) goes on
+  // rather than fail with EINTR: the step finishes and is saved as usual.
+  const struct sigaction action = recording(SA_RESTART);
+  // The scheduler's stop, a Ctrl-C, SLURM's warning before a time limit (sbatch
+  // --signal=USR1@SECONDS, which mpirun passes on to the ranks) and a closed terminal: saved and
+  // stopped, where their default ends the process with nothing saved. Only where nothing else
+  // chose their action: nohup ignores SIGHUP, a script's background job SIGINT (so that a Ctrl-C
+  // meant for the script's foreground command leaves it alone), and those runs must go on.
+  for (int signal : {SIGTERM, SIGINT, SIGUSR1, SIGHUP}) {
     struct sigaction current {};
     if (sigaction(signal, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) sigaction(signal, &action, nullptr);
   }

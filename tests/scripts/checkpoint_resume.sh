@@ -96,4 +96,22 @@ for sig in TERM USR1 HUP; do
     { cat "$WORK/$sig.log"; ls "$WORK/ck_$sig"; fail "SIG$sig did not save step $last"; }
   echo "SIG$sig after step $last: saved and exited 0"
 done
+
+# 6. A script's background job ignores SIGINT (bash sets it so: a Ctrl-C is for the foreground
+#    command), and the run keeps it ignored: it trains on through one, and still stops on SIGTERM.
+"$LOOM" train "$TINY" --run-dir "$WORK/INT" "${MODEL[@]}" --set train.steps=100000 --set train.warmup_steps=1 \
+  --set checkpoint.dir="$WORK/ck_INT" > "$WORK/INT.log" 2>&1 &
+pid=$!
+rows() { wc -l < "$WORK/INT/metrics.jsonl" 2> /dev/null || echo 0; }
+for _ in $(seq 600); do [ "$(rows)" -ge 3 ] && break; sleep 0.1; done
+kill -INT "$pid"
+at_int=$(rows)
+for _ in $(seq 600); do [ "$(rows)" -ge $((at_int + 3)) ] || ! kill -0 "$pid" 2> /dev/null && break; sleep 0.1; done
+kill -0 "$pid" 2> /dev/null || { wait "$pid"; cat "$WORK/INT.log"; fail "an ignored SIGINT stopped the run at row $(rows)"; }
+kill -TERM "$pid"
+code=0
+wait "$pid" || code=$?
+[ "$code" = 0 ] && grep -q "stopped by a signal after step" "$WORK/INT.log" || { cat "$WORK/INT.log"; fail "SIGTERM after an ignored SIGINT: exit $code"; }
+[ "$(rows)" -ge $((at_int + 3)) ] || { cat "$WORK/INT.log"; fail "the run stopped within 3 steps of the ignored SIGINT"; }
+echo "an ignored SIGINT at row $at_int: trained on to row $(rows), then SIGTERM saved and exited 0"
 echo "checkpoints: ok"
