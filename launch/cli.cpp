@@ -398,8 +398,9 @@ int dispatch(int argc, char** argv) {
   if (int code = parse(loom, argc, argv); code >= 0) return code;
   for (const auto& [name, run] : commands) {
     if (!loom.got_subcommand(name)) continue;
-    // train holds a stop signal until its input is checked (launch/train_command.cpp).
-    if (name != "train") release_held_stop_signals();
+    // train holds a stop signal until its input is checked (launch/train_command.cpp), and so does
+    // verify, whose layout run is a train: under srun -K1 its bad config exits 2 on every rank too.
+    if (name != "train" && name != "verify") release_held_stop_signals();
     return run();
   }
   throw InputError("no command given (see 'loom --help')");
