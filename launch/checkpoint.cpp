@@ -11,6 +11,7 @@
 #include "core/checkpoint_store.h"
 #include "core/errors.h"
 #include "core/logging.h"
+#include "launch/data_record.h"
 #include "launch/hf_source.h"
 #include "launch/model_record.h"
 #include "launch/tokenizer_record.h"
@@ -53,7 +54,8 @@ Checkpointer::Checkpointer(const Config& config, parallel::ProcessGroups& groups
       sync_(sync),
       run_dir_(std::move(run_dir)),
       hf_source_(read_hf_source(config.model.init_from)),
-      tokenizer_(tokenizer_record(config)) {}
+      tokenizer_(tokenizer_record(config)),
+      data_(data_record(config)) {}
 
 // A save whose files are being written: this rank's slices, copied to host memory, and on rank 0 the
 // manifest's header, taken when the state was.
@@ -164,6 +166,7 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     if (config_.model.moe.enabled()) header["moe_router"] = moe_router_record(config_);
     if (!hf_source_.is_null()) header["hf_source"] = hf_source_;
     if (!tokenizer_.is_null()) header["tokenizer"] = tokenizer_;
+    header["data"] = data_;
     if (!run_dir_.empty()) header["run_dir"] = fs::absolute(run_dir_).lexically_normal().string();
   }
   return save;
@@ -307,7 +310,7 @@ void Checkpointer::continue_lineage_from(const std::string& path, int64_t step) 
   if (in_checkpoint_dir(path)) set_latest(dir, path);
 }
 
-std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
+std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool allow_data_change) {
   auto& world = groups_.world_comm();
   const std::string& dir = config_.checkpoint.dir;
   // Rank 0 chooses (reading every file once for the checksums) and tells the others.
@@ -397,18 +400,15 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume) {
   auto characters = torch::zeros({length.item<int64_t>()}, torch::kInt64);  // int64: the dtype proven here
   for (size_t i = 0; i < chosen.size(); ++i) characters[static_cast<int64_t>(i)] = static_cast<int64_t>(chosen[i]);
   world.broadcast(characters, 0).wait();
-  std::string path;
-  for (int64_t c :
-       std::vector<int64_t>(characters.data_ptr<int64_t>(), characters.data_ptr<int64_t>() + characters.numel()))
-    path.push_back(static_cast<char>(c));
+  const int64_t* codes = characters.data_ptr<int64_t>();
+  const std::string path(codes, codes + characters.numel());
   const auto manifest = read_manifest(path);
-  const auto differences = model_record_differences(complete_model_record(manifest.at("model")),
-                                                    complete_model_record(model_record(config_)));
-  if (!differences.empty()) {
-    std::string joined;
-    for (const auto& d : differences) joined += (joined.empty() ? "" : "; ") + d;
-    throw InputError("--resume " + path + ": the checkpoint has " + joined);
-  }
+  std::string joined;
+  for (const auto& d : model_record_differences(complete_model_record(manifest.at("model")),
+                                                complete_model_record(model_record(config_))))
+    joined += (joined.empty() ? "" : "; ") + d;
+  if (!joined.empty()) throw InputError("--resume " + path + ": the checkpoint has " + joined);
+  require_data_continues(manifest, data_, "--resume " + path, allow_data_change);
 
   // The moments mean what their optimizer made them: AdamW's exp_avg is not Muon's momentum.
   const std::string saved_optimizer = manifest.value("optimizer", std::string("adamw"));

@@ -65,7 +65,9 @@ class Checkpointer {
   // set aside; nullopt when there is none) or a checkpoint's path (refused
   // with exit 2 when broken). Checkpoints of checkpoint.dir newer than the one
   // loaded belong to an abandoned run (a rollback) and are set aside.
-  std::optional<TrainingState> load(const std::string& resume);
+  // Data that would not continue the checkpoint's order (launch/data_record.h) is refused unless
+  // ALLOW_DATA_CHANGE.
+  std::optional<TrainingState> load(const std::string& resume, bool allow_data_change = false);
 
   // A step trained from the present state had a finite loss: the checkpoint it
   // was saved as or loaded from is verified (core/checkpoint_directory.h). Rank 0.
@@ -99,6 +101,7 @@ class Checkpointer {
   std::string run_dir_;
   nlohmann::json hf_source_;  // launch/hf_source.h: from model.init_from, or the resumed checkpoint
   nlohmann::json tokenizer_;  // launch/tokenizer_record.h: from the data, or the resumed checkpoint
+  nlohmann::json data_;       // launch/data_record.h: this run's data
 };
 
 // model.init_from: this rank's slices of a Hugging Face model directory (its

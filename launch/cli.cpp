@@ -65,6 +65,10 @@ std::function<TrainArgs()> add_train_flags(CLI::App& command) {
                    "start a fresh run in a --run-dir that holds another run's metrics.jsonl, replacing it");
   command.add_option("--resume", args->resume, "continue from the newest checkpoint in checkpoint.dir, or CHECKPOINT")
       ->type_name("auto|CHECKPOINT");
+  command.add_flag("--allow-data-change", args->allow_data_change,
+                   "resume even though the data (data.path, its weights or datasets, data.split, data.order, the "
+                   "shuffle's train.seed) differs from the checkpoint's: go on at its count of consumed samples in "
+                   "the new order");
   command
       .add_option("--inject-fault", *fault,
                   "for tests: rank RANK fails at step STEP by KIND (kill, hang, kill_in_save, fail_save, overflow; "

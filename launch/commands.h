@@ -38,6 +38,7 @@ struct TrainArgs {
   FaultInjection fault;
   std::string resume;              // "auto", a checkpoint path, or empty
   bool overwrite_run_dir = false;  // a fresh run may replace the records of another run in run_dir
+  bool allow_data_change = false;  // a resume may go on over other data than its checkpoint's (launch/data_record.h)
   // The model's training FLOPs per token, for the MFU line (models/gpt_flops.h); empty: not reported.
   std::function<double(const Config&)> flops_per_token;
   // For `loom verify`: where the first step's gradients and updated weights go (launch/step_dump.h).

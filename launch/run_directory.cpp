@@ -1,5 +1,7 @@
 #include "launch/run_directory.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -55,6 +57,16 @@ std::string resumed_run_dir(const TrainArgs& args, const Config& config) {
   return fs::is_directory(recorded, error) ? recorded : "";
 }
 
+// The checkpoint.dir in the config.yaml an earlier run wrote into its run directory; empty if none.
+std::string recorded_checkpoint_dir(const fs::path& config_yaml) {
+  try {
+    const YAML::Node dir = YAML::LoadFile(config_yaml.string())["checkpoint"]["dir"];
+    return dir && dir.IsScalar() ? dir.as<std::string>() : "";
+  } catch (const YAML::Exception&) {
+    return "";
+  }
+}
+
 // Every start-up check of the directories, and nothing written into them but the locks: a refused
 // run leaves what a user saved as it was (the trainer writes config.yaml and starts metrics.jsonl
 // once the checkpoint, if any, has loaded).
@@ -90,6 +102,18 @@ RunDirectory open_on_rank0(const TrainArgs& args, const Config& config) {
                      (fs::path(run.path) / "run").string() + ") or pass --overwrite-run-dir to replace it");
   }
   if (!config.checkpoint.dir.empty()) {
+    if (args.resume == "auto" && !fs::is_directory(config.checkpoint.dir, error) && has_metrics &&
+        !args.overwrite_run_dir) {
+      // A typo, or a relative checkpoint.dir under a requeue started in another folder: starting
+      // fresh would train the run again from step 0 over its own curves.
+      const std::string earlier = recorded_checkpoint_dir(config_yaml);
+      throw InputError("--resume auto: checkpoint.dir '" + config.checkpoint.dir + "' (" +
+                       fs::absolute(config.checkpoint.dir).lexically_normal().string() +
+                       ") does not exist, but run directory '" + run.path + "' holds an earlier run's metrics.jsonl" +
+                       (earlier.empty() ? std::string() : ", whose config.yaml has checkpoint.dir '" + earlier + "'") +
+                       ": nothing here would continue that run. Give the checkpoint.dir it saved to, or pass "
+                       "--overwrite-run-dir to train anew from step 0 in this directory");
+    }
     if (args.resume == "auto" && !fs::is_directory(config.checkpoint.dir, error)) {
       log::warn(
           "--resume auto: checkpoint.dir '{}' does not exist, so there is nothing to resume: starting fresh (if this "

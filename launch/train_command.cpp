@@ -88,7 +88,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
     Trainer trainer(config, groups, run_dir, make_model, args.fault, device);
     if (!args.dump_first_step.empty()) trainer.dump_first_step(args.dump_first_step);
     log_job_start(config, env, threads, run_dir, device);
-    TrainSummary summary = trainer.run(args.resume);
+    TrainSummary summary = trainer.run(args.resume, args.allow_data_change);
     const auto traffic = write_traffic_reports(groups, *stats, grid, summary, run_dir, env.info().local_world, config);
     note_inter_node(summary.diagnosis, traffic);
     groups.world_comm().barrier().wait();

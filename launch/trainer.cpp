@@ -227,7 +227,7 @@ void Trainer::log_epochs(int64_t step, int64_t consumed) {
   epochs_ = epochs;
 }
 
-TrainSummary Trainer::run(const std::string& resume) {
+TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
   const auto& t = config_.train;
   const int64_t tokens_per_step = t.global_batch_size * config_.model.seq_len;
   TrainSummary summary;
@@ -237,7 +237,7 @@ TrainSummary Trainer::run(const std::string& resume) {
   bool resumed = false;
   if (!resume.empty()) {
     sync_->gather_all();
-    if (auto loaded = checkpointer_->load(resume)) {
+    if (auto loaded = checkpointer_->load(resume, allow_data_change)) {
       state = *loaded;
       resumed = true;
     }

@@ -41,7 +41,8 @@ class Trainer {
           const models::PipelineModelFactory& make_model, FaultInjection fault = {},
           torch::Device device = torch::kCPU);
   // RESUME: "auto", a checkpoint path, or empty for a fresh start.
-  TrainSummary run(const std::string& resume = "");
+  // ALLOW_DATA_CHANGE: resume over other data than the checkpoint's (launch/data_record.h).
+  TrainSummary run(const std::string& resume = "", bool allow_data_change = false);
   // For `loom verify`: the run's first step writes its reduced gradients (before clipping) and its
   // weights after the update into DIR (launch/step_dump.h). Before run().
   void dump_first_step(std::string dir) { dump_dir_ = std::move(dir); }

@@ -8,6 +8,10 @@
 #  3. A dataset holding an id the model cannot embed is refused before step 1 (exit 2), by its sidecar or
 #     by a scan, in one process and under mpirun; bad blends, splits and paths name their key (exit 2).
 #  4. A validation set smaller than eval.steps global batches is said once.
+#  5. A resume whose data would not continue the checkpoint's order (another shuffle seed, the blend's
+#     datasets listed the other way round) is refused naming what changed, unless --allow-data-change;
+#     --resume auto whose checkpoint.dir does not exist, in a run directory holding that run's
+#     metrics, is refused rather than training it again from step 0.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
 
@@ -86,4 +90,17 @@ expect_refusal tiny_valid 1 "its validation part: .* holds 0 tokens" --set model
 run_loom 1 no_valid --set model.vocab_size=256 --set "data.path=$WORK/b" --set data.split=100,0,0 --set train.steps=2 \
   --set train.warmup_steps=1 || { cat "$WORK/no_valid.log"; fail "data.split 100,0,0"; }
 grep -q "validation" "$WORK/no_valid.log" && { cat "$WORK/no_valid.log"; fail "data.split 100,0,0 announced a validation"; }
+
+# 5. Resumed over other data (the checkpoints of section 2's blend).
+expect_refusal data_seed 1 "the data would not continue the checkpoint's order (train.seed (the shuffle's) was" \
+  "${BLEND[@]}" --set checkpoint.dir="$WORK/ck_half" --resume auto --set train.seed=7
+expect_refusal data_swapped 1 "(data.path was '0.3 $WORK/a 0.7 $WORK/b' and is '0.7 $WORK/b 0.3 $WORK/a')" \
+  "${BLEND[@]}" --set "data.path=0.7 $WORK/b 0.3 $WORK/a" --set checkpoint.dir="$WORK/ck_half" --resume auto
+run_loom 1 data_allowed "${BLEND[@]}" --set checkpoint.dir="$WORK/ck_half" --resume auto --set train.seed=7 \
+  --allow-data-change || { cat "$WORK/data_allowed.log"; fail "--allow-data-change"; }
+grep -q -- "--allow-data-change: the data changed (train.seed" "$WORK/data_allowed.log" ||
+  { cat "$WORK/data_allowed.log"; fail "--allow-data-change should say what changed"; }
+expect_refusal blend_first 1 "checkpoint.dir '$WORK/nowhere' ($WORK/nowhere) does not exist, but run directory" \
+  "${BLEND[@]}" --set checkpoint.dir="$WORK/nowhere" --resume auto
+[ ! -e "$WORK/nowhere" ] || fail "a refused --resume auto created its checkpoint.dir"
 echo "data_validation: all checks passed"
