@@ -7,151 +7,17 @@
 #include "core/config_fields.h"
 #include "core/errors.h"
 #include "core/hf_architecture.h"
+#include "core/hf_json.h"
+#include "core/hf_rope_config.h"
 #include "core/logging.h"
 
 namespace loom {
 namespace {
 
-using Keys = std::vector<std::pair<std::string, std::string>>;
-
-// config.json's values, each refusal naming the file and the key.
-class HfJson {
- public:
-  HfJson(const nlohmann::json& json, const std::string& file) : json_(json), file_(file) {}
-
-  bool has(const std::string& key) const { return json_.contains(key) && !json_[key].is_null(); }
-  const nlohmann::json& at(const std::string& key) const {
-    if (!has(key)) throw refused(key, "is missing");
-    return json_[key];
-  }
-  std::string integer(const std::string& key) const { return integer_of_at_least(key, 1, "a positive integer"); }
-  std::string integer(const std::string& key, int64_t fallback) const {
-    return has(key) ? integer(key) : std::to_string(fallback);
-  }
-  // A count that may be 0 (shared experts, dense first layers).
-  std::string count(const std::string& key, int64_t fallback) const {
-    return has(key) ? integer_of_at_least(key, 0, "an integer of at least 0") : std::to_string(fallback);
-  }
-  std::string number(const nlohmann::json& holder, const std::string& key, const std::string& where) const {
-    if (!holder.contains(key) || !holder[key].is_number()) throw refused(where + key, "must be a number");
-    return holder[key].dump();
-  }
-  std::string number(const std::string& key, double fallback) const {
-    if (!has(key)) return nlohmann::json(fallback).dump();
-    return number(json_, key, "");
-  }
-  bool boolean(const std::string& key, bool fallback) const {
-    if (!has(key)) return fallback;
-    if (!json_[key].is_boolean()) throw refused(key, "must be true or false, not " + json_[key].dump());
-    return json_[key].get<bool>();
-  }
-  std::string text(const std::string& key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    if (!json_[key].is_string()) throw refused(key, "must be a string, not " + json_[key].dump());
-    return json_[key].get<std::string>();
-  }
-  InputError refused(const std::string& key, const std::string& why) const {
-    return InputError(file_ + ": \"" + key + "\" " + why);
-  }
-
- private:
-  std::string integer_of_at_least(const std::string& key, int64_t least, const std::string& what) const {
-    const auto& v = at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < least) throw refused(key, "must be " + what + ", not " + v.dump());
-    return std::to_string(v.get<int64_t>());
-  }
-
-  const nlohmann::json& json_;
-  const std::string& file_;
-};
+using Keys = HfKeys;
 
 const char* bool_text(bool value) {
   return value ? "true" : "false";
-}
-
-// YaRN's fields (rope_type yarn) as transformers reads them: factor (absent: max_position_embeddings
-// over the original length), beta_fast 32 and beta_slow 1 by default, mscale, mscale_all_dim and
-// attention_factor absent as 0 (derived); truncate false (an unrounded ramp) is refused.
-void add_yarn(const HfJson& hf, const nlohmann::json& json, const nlohmann::json& scaling, const std::string& where,
-              Keys& keys) {
-  // Absent, transformers takes max_position_embeddings.
-  const auto& original =
-      scaling.value("original_max_position_embeddings", json.value("max_position_embeddings", nlohmann::json()));
-  if (!original.is_number_integer() || original.get<int64_t>() < 1)
-    throw hf.refused(where + ".original_max_position_embeddings", "must be a positive integer");
-  keys.emplace_back("model.rope_scaling.type", "yarn");
-  keys.emplace_back("model.rope_scaling.original_max_position_embeddings", std::to_string(original.get<int64_t>()));
-  if (scaling.contains("factor") && !scaling["factor"].is_null()) {
-    keys.emplace_back("model.rope_scaling.factor", hf.number(scaling, "factor", where + "."));
-  } else {
-    const auto& positions = json.value("max_position_embeddings", nlohmann::json());
-    if (!positions.is_number_integer())
-      throw hf.refused(where + ".factor", "is missing, and there is no max_position_embeddings to derive it from");
-    keys.emplace_back("model.rope_scaling.factor", nlohmann::json(static_cast<double>(positions.get<int64_t>()) /
-                                                                  static_cast<double>(original.get<int64_t>()))
-                                                       .dump());
-  }
-  for (const auto& [key, fallback] :
-       {std::pair{"beta_fast", 32.0}, std::pair{"beta_slow", 1.0}, std::pair{"mscale", 0.0},
-        std::pair{"mscale_all_dim", 0.0}, std::pair{"attention_factor", 0.0}}) {
-    const bool given = scaling.contains(key) && !scaling[key].is_null();
-    keys.emplace_back(std::string("model.rope_scaling.") + key,
-                      given ? hf.number(scaling, key, where + ".") : nlohmann::json(fallback).dump());
-  }
-  if (scaling.value("truncate", true) != true)
-    throw hf.refused(where + ".truncate", "is false; loom's YaRN rounds its ramp's ends (truncate true)");
-}
-
-// The rotary settings, in either of transformers' forms: 4.x's top-level rope_theta and
-// rope_scaling, or 5.x's rope_parameters (rope_theta and the scaling's fields in one object,
-// which 5.x writes instead). rope_type default or Llama 3's (llama3); anything else would
-// change the positions silently, so it is refused, as is a file whose two forms disagree. A file
-// with neither gets DEFAULT_THETA, its transformers class's default.
-void add_rope(const HfJson& hf, const nlohmann::json& json, Keys& keys, double default_theta) {
-  const bool v5 = hf.has("rope_parameters");
-  const nlohmann::json* scaling = nullptr;
-  std::string where = "rope_scaling";
-  if (v5) {
-    const auto& parameters = json["rope_parameters"];
-    if (!parameters.is_object()) throw hf.refused("rope_parameters", "must be an object, not " + parameters.dump());
-    const std::string theta = hf.number(parameters, "rope_theta", "rope_parameters.");
-    if (hf.has("rope_theta") && json["rope_theta"].is_number() &&
-        json["rope_theta"].get<double>() != parameters["rope_theta"].get<double>()) {
-      throw hf.refused("rope_theta", "is " + json["rope_theta"].dump() + " but rope_parameters.rope_theta is " + theta +
-                                         ": the file contradicts itself");
-    }
-    keys.emplace_back("model.rope_theta", theta);
-    scaling = &parameters;
-    where = "rope_parameters";
-  } else {
-    keys.emplace_back("model.rope_theta", hf.number("rope_theta", default_theta));
-    if (hf.has("rope_scaling")) {
-      scaling = &json["rope_scaling"];
-      if (!scaling->is_object()) throw hf.refused("rope_scaling", "must be null or an object, not " + scaling->dump());
-    }
-  }
-  const std::string type =
-      scaling ? scaling->value("rope_type", scaling->value("type", std::string("default"))) : std::string("default");
-  if (type == "default") {
-    keys.emplace_back("model.rope_scaling.type", "none");
-    return;
-  }
-  if (type == "yarn") {
-    add_yarn(hf, json, *scaling, where, keys);
-    return;
-  }
-  if (type != "llama3") {
-    throw hf.refused(
-        where + ".rope_type",
-        "is '" + type + "'; loom's rotary embeddings know Llama 3's scaling (llama3), YaRN (yarn) or none");
-  }
-  keys.emplace_back("model.rope_scaling.type", "llama3");
-  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor"})
-    keys.emplace_back(std::string("model.rope_scaling.") + key, hf.number(*scaling, key, where + "."));
-  const auto& original = scaling->value("original_max_position_embeddings", nlohmann::json());
-  if (!original.is_number_integer())
-    throw hf.refused(where + ".original_max_position_embeddings", "must be an integer");
-  keys.emplace_back("model.rope_scaling.original_max_position_embeddings", std::to_string(original.get<int64_t>()));
 }
 
 // transformers 5.x lists each layer's attention (Qwen2's layer_types): loom's is full everywhere.

@@ -100,6 +100,31 @@ python3 -c 'import json, sys; f = sys.argv[1]; j = json.load(open(f)); j["slidin
 expect_exit 2 "$WORK/mixtral_sw/config.json: \"sliding_window\" is 16" "$LOOM" train "$TINY" --run-dir "$WORK/mixtral_sw_run" \
   "${BASE[@]}" "${ONE_STEP[@]}" --set model.init_from="$WORK/mixtral_sw"
 
+# config.json forms transformers reads its own way, each of which loom once read differently and
+# trained 1e-4 to 4e-3 off: a rope_theta inside 4.x's rope_scaling (transformers takes rope_scaling
+# for rope_parameters); a top-level original_max_position_embeddings beside YaRN's own (the top-level
+# one wins, 8 over 16); null for norm_topk_prob and rope_interleave (false, as Python's truth value).
+# Their first losses are transformers'. rope_scaling beside rope_parameters (transformers 5 would
+# drop rope_parameters' theta for the class default) is refused naming it.
+edit_config() {  # edit_config SOURCE DEST PYTHON: DEST is SOURCE with PYTHON run on its config.json as j
+  cp -r "$WORK/$1" "$WORK/$2"
+  python3 -c "import json, sys; f = sys.argv[1]; j = json.load(open(f)); $3; json.dump(j, open(f, 'w'))" \
+    "$WORK/$2/config.json"
+}
+edit_config qwen3_moe qwen3_moe_v4 'j["rope_scaling"] = j.pop("rope_parameters")'
+edit_config deepseek_v3 deepseek_v3_forms \
+  'j["original_max_position_embeddings"] = 8; j["norm_topk_prob"] = None; j["rope_interleave"] = None'
+for arch in qwen3_moe_v4 deepseek_v3_forms; do
+  FORMS_RUN=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001)
+  [ "$arch" = deepseek_v3_forms ] && FORMS_RUN+=(--set model.num_layers=4)
+  "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_one" "${BASE[@]}" "${ONE_STEP[@]}" "${FORMS_RUN[@]}" \
+    --set model.init_from="$WORK/$arch" > "$WORK/${arch}_one.log" 2>&1 || { cat "$WORK/${arch}_one.log"; fail "$arch"; }
+  echo "hf_models.py compare-loss $WORK/$arch $WORK/text.txt $WORK/${arch}_one $COMPARE" >> "$CHECK"
+done
+edit_config qwen3_moe qwen3_moe_both 'j["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}'
+expect_exit 2 "$WORK/qwen3_moe_both/config.json: \"rope_scaling\" is given beside rope_parameters" "$LOOM" train "$TINY" \
+  --run-dir "$WORK/qwen3_moe_both_run" "${BASE[@]}" "${ONE_STEP[@]}" --set model.init_from="$WORK/qwen3_moe_both"
+
 # configs/finetune_hf.yaml, as the README's fine-tuning section runs it: the model keys all from
 # config.json, its first loss transformers'. A config written for another model is refused naming
 # every key that differs, not only the first.
