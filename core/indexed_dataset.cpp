@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "core/errors.h"
 
@@ -155,15 +156,24 @@ void IndexedDataset::read(size_t seq, int64_t offset, int64_t count, int64_t* ou
   }
 }
 
-int64_t IndexedDataset::max_token_id() const {
-  int64_t high = -1;
+std::pair<int64_t, int64_t> IndexedDataset::token_id_range() const {
+  int64_t low = 0, high = -1;
   std::vector<int64_t> buffer;
   for (size_t seq = 0; seq < lengths_.size(); ++seq) {
     buffer.resize(static_cast<size_t>(lengths_[seq]));
     read(seq, 0, lengths_[seq], buffer.data());
-    for (int64_t id : buffer) high = std::max(high, id);
+    for (int64_t id : buffer) {
+      low = std::min(low, id);
+      high = std::max(high, id);
+    }
   }
-  return high;
+  return {low, high};
+}
+
+bool is_indexed_dataset(const std::string& prefix) {
+  std::ifstream in(prefix + ".idx", std::ios::binary);
+  char magic[9] = {};
+  return in.read(magic, 9) && std::memcmp(magic, kMagic, 9) == 0;
 }
 
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)
@@ -180,6 +190,12 @@ IndexedDatasetWriter::~IndexedDatasetWriter() {
 }
 
 void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
+  // The index keeps each length in 32 bits: a longer document would wrap to a shorter one.
+  if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    throw InputError("a document of " + std::to_string(tokens.size()) +
+                     " tokens is longer than an indexed dataset holds (2^31 - 1): split it (--split-paragraphs, or "
+                     "documents of their own)");
+  }
   const size_t item = dtype_size(dtype_);
   std::vector<uint8_t> bytes(tokens.size() * item);
   for (size_t i = 0; i < tokens.size(); ++i) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom {
@@ -39,7 +40,9 @@ class IndexedDataset {
   // Copies COUNT tokens of sequence SEQ starting at token OFFSET into OUT, widened to int64.
   void read(size_t seq, int64_t offset, int64_t count, int64_t* out) const;
   // The largest token id of every sequence (-1 when empty): one pass over the mapped file.
-  int64_t max_token_id() const;
+  int64_t max_token_id() const { return token_id_range().second; }
+  // The smallest and largest token ids ({0, -1} when empty): one pass over the mapped file.
+  std::pair<int64_t, int64_t> token_id_range() const;
   size_t bin_bytes() const { return data_bytes_; }
 
  private:
@@ -51,6 +54,9 @@ class IndexedDataset {
   const uint8_t* data_ = nullptr;
   size_t data_bytes_ = 0;
 };
+
+// Whether PREFIX.idx exists and starts as a Megatron-LM index does (its magic).
+bool is_indexed_dataset(const std::string& prefix);
 
 // Writes a dataset in the same format; each add_document call is one document of one sequence.
 class IndexedDatasetWriter {

@@ -1,5 +1,7 @@
 #include "core/training_data.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -7,6 +9,7 @@
 #include "core/data_blend.h"
 #include "core/dataset_sidecar.h"
 #include "core/errors.h"
+#include "core/indexed_dataset.h"
 #include "core/logging.h"
 
 namespace loom {
@@ -35,9 +38,33 @@ std::vector<BlendComponent> components_of(const std::string& spec, const std::st
   return blend;
 }
 
+// A sidecar describes the dataset it was written with: one that names other counts or another
+// dtype than PREFIX.idx is stale (the dataset replaced, or a prepare stopped between its renames),
+// and its max_token_id would let ids the model cannot embed through unchecked.
+void check_sidecar_matches(const std::string& prefix, const std::string& key, const DatasetSidecar& sidecar) {
+  const IndexedDataset dataset(prefix);
+  int64_t tokens = 0;
+  for (int32_t length : dataset.sequence_lengths()) tokens += length;
+  const std::string dtype = dataset.dtype() == TokenDtype::u16   ? "uint16"
+                            : dataset.dtype() == TokenDtype::i32 ? "int32"
+                                                                 : "";
+  const bool counts_differ =
+      (sidecar.documents > 0 && sidecar.documents != static_cast<int64_t>(dataset.num_sequences())) ||
+      (sidecar.tokens > 0 && sidecar.tokens != tokens);
+  const bool dtype_differs = !sidecar.dtype.empty() && sidecar.dtype != dtype;
+  if (!counts_differ && !dtype_differs) return;
+  throw InputError(fmt::format(
+      "{} '{}': its sidecar {} describes {} documents, {} tokens ({}), but {}.idx holds {} documents, {} tokens ({}): "
+      "the sidecar is stale (the dataset replaced, or a loom prepare stopped before it finished). Prepare the "
+      "dataset again, or remove {} to have its ids scanned",
+      key, prefix, sidecar_path(prefix), sidecar.documents, sidecar.tokens, sidecar.dtype, prefix,
+      dataset.num_sequences(), tokens, dtype.empty() ? "another dtype" : dtype, sidecar_path(prefix)));
+}
+
 void check_vocabulary(const std::string& prefix, const std::string& key, int64_t vocab_size) {
   if (prefix.empty()) return;
   if (const auto sidecar = read_sidecar(prefix)) {
+    check_sidecar_matches(prefix, key, *sidecar);
     // The largest id written decides (the byte tokenizer's vocabulary of 257 holds 256 only with --append-eod);
     // a sidecar without it is judged by the tokenizer's vocabulary.
     if (sidecar->max_token_id >= vocab_size) {
@@ -62,7 +89,11 @@ void check_vocabulary(const std::string& prefix, const std::string& key, int64_t
         key, prefix, sidecar_path(prefix));
     return;
   }
-  const int64_t high = dataset.max_token_id();
+  const auto [low, high] = dataset.token_id_range();
+  if (low < 0) {
+    throw InputError(key + " '" + prefix + "' holds token id " + std::to_string(low) +
+                     ", which no embedding row has (a padding value written by the tool that made it?)");
+  }
   if (high >= vocab_size) {
     throw InputError(key + " '" + prefix + "' holds token id " + std::to_string(high) +
                      ", outside model.vocab_size = " + std::to_string(vocab_size) +
@@ -139,10 +170,28 @@ TrainingData::TrainingData(const Config& config) {
 void check_data(const Config& config) {
   const auto& d = config.data;
   if (!d.split.empty()) parse_split(d.split, "data.split");
+  // The tokenizer of the first dataset whose sidecar names one: every other must name the same, or
+  // the run would learn one id as two tokens (a blend), or validate on ids of another meaning.
+  std::string first_prefix, first_tokenizer;
   for (const auto& [spec, key] : {std::pair{d.path, "data.path"}, std::pair{d.valid_path, "data.valid_path"}}) {
     for (const auto& component : parse_blend(spec, key)) {
       open_component(component, key, config);
       check_vocabulary(component.prefix, key, config.model.vocab_size);
+      const auto sidecar = component.prefix.empty() ? std::nullopt : read_sidecar(component.prefix);
+      if (!sidecar || sidecar->tokenizer.empty()) continue;
+      const std::string tokenizer =
+          fmt::format("{} tokenizer of vocabulary {}", sidecar->tokenizer, sidecar->vocab_size) +
+          (sidecar->tokenizer == "byte" ? "" : " ('" + sidecar->tokenizer_source + "')");
+      if (first_prefix.empty()) {
+        first_prefix = component.prefix;
+        first_tokenizer = tokenizer;
+      } else if (sidecar->tokenizer != read_sidecar(first_prefix)->tokenizer ||
+                 sidecar->vocab_size != read_sidecar(first_prefix)->vocab_size) {
+        throw InputError(fmt::format(
+            "{} '{}' was made with the {} (says {}), but '{}' with the {}: one run's datasets share a tokenizer, "
+            "or the same id means different text in each",
+            key, component.prefix, tokenizer, sidecar_path(component.prefix), first_prefix, first_tokenizer));
+      }
     }
   }
 }

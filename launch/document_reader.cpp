@@ -1,5 +1,6 @@
 #include "launch/document_reader.h"
 
+#include <cctype>
 #include <iterator>
 #include <nlohmann/json.hpp>
 
@@ -20,7 +21,9 @@ bool blank(const std::string& line) {
 }  // namespace
 
 bool is_json_lines(const std::string& path) {
-  return ends_with(path, ".jsonl") || ends_with(path, ".json");
+  std::string lower = path;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ends_with(lower, ".jsonl") || ends_with(lower, ".json") || ends_with(lower, ".ndjson");
 }
 
 DocumentReader::DocumentReader(std::vector<std::string> inputs, bool split_paragraphs, std::string json_key)

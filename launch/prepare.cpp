@@ -8,7 +8,9 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/dataset_sidecar.h"
@@ -16,6 +18,7 @@
 #include "core/indexed_dataset.h"
 #include "core/tokenizer.h"
 #include "launch/commands.h"
+#include "launch/directory_lock.h"
 #include "launch/document_reader.h"
 #include "launch/progress_bar.h"
 
@@ -60,6 +63,23 @@ void check_outputs(const std::string& prefix, const std::vector<std::string>& in
                          "': choose another prefix");
       }
     }
+  }
+  // Only a dataset is written over: a PREFIX.json that is no sidecar, or a PREFIX.bin or .idx
+  // beside no Megatron-LM index, is someone's file (`--input train.jsonl --output train` would
+  // replace a train.json corpus beside it).
+  std::error_code error;
+  if (fs::exists(prefix + ".json", error)) {
+    std::ifstream in(prefix + ".json");
+    const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!json.is_object() || json.value("format", std::string()) != "loom-dataset-1") {
+      throw InputError("--output " + prefix + " would write its sidecar over '" + prefix +
+                       ".json', which is not one loom prepare wrote (your file?): choose another prefix");
+    }
+  }
+  if ((fs::exists(prefix + ".bin", error) || fs::exists(prefix + ".idx", error)) && !is_indexed_dataset(prefix)) {
+    throw InputError("--output " + prefix + " would write over '" + prefix + ".bin' or '" + prefix +
+                     ".idx', which are not a dataset (no Megatron-LM index beside them; your files?): choose "
+                     "another prefix");
   }
   // Its folder is made, as loom train makes its run directory (`--output data/corpus` in a fresh checkout).
   const fs::path folder = fs::path(prefix).parent_path();
@@ -109,6 +129,11 @@ int prepare(const PrepareArgs& args) {
   if (args.workers < 1) throw InputError("--workers must be at least 1 (got " + std::to_string(args.workers) + ")");
   const int64_t total_bytes = check_inputs(args.inputs);
   check_outputs(args.output_prefix, args.inputs);
+  // One prepare per prefix at a time: two would share the temporary files and could publish one's
+  // index beside the other's tokens.
+  const auto output = std::filesystem::path(args.output_prefix);
+  const DirectoryLock lock(output.has_parent_path() ? output.parent_path().string() : ".",
+                           "prepare-" + output.filename().string(), "--output folder");
   const auto tokenizer = load_tokenizer(args.tokenizer);
   if (args.add_bos && tokenizer->bos_id() < 0)
     throw InputError("--add-bos: tokenizer '" + args.tokenizer + "' has no BOS token");

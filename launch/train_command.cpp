@@ -37,6 +37,12 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   init_logging(launch.rank, launch.world);
   resolve_and_validate(config, launch.world);
   for (const auto& warning : inert_key_warnings(config)) warn0("{}", warning);
+  if (!args.resume.empty() && args.resume != "auto" && config.checkpoint.dir.empty()) {
+    warn0(
+        "--resume {}: checkpoint.dir is not set, so this run saves no checkpoint of its own progress (set "
+        "checkpoint.dir to keep it)",
+        args.resume);
+  }
   const torch::Device device = resolve_train_device(config.train.device, launch.local_rank, launch.local_world);
   use_device(device);
   require_supported(config, device, launch.world);

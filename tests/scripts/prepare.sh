@@ -108,9 +108,9 @@ expect_exit2 "latin1.txt:3: the text is not valid UTF-8" prepare --input "$WORK/
 "$PY" -c "
 import json; t = json.load(open('$TOK/tokenizer.json'))
 t['added_tokens'].append({'id': 70000, 'content': '<|big|>', 'special': True})
-json.dump(t, open('$WORK/big.json', 'w'))"
+json.dump(t, open('$WORK/big_tokenizer.json', 'w'))"
 printf 'x<|big|>y' > "$WORK/big.txt"
-"$LOOM" prepare --input "$WORK/big.txt" --tokenizer "$WORK/big.json" --output "$WORK/big" > /dev/null
+"$LOOM" prepare --input "$WORK/big.txt" --tokenizer "$WORK/big_tokenizer.json" --output "$WORK/big" > /dev/null
 [ "$(sidecar "$WORK/big" dtype)" = int32 ] || fail "a 70001-id vocabulary is not int32"
 [ "$(sidecar "$WORK/big" vocab_size)" = 70001 ] || fail "sidecar vocab_size"
 "$PY" -c "
@@ -131,4 +131,49 @@ for workers in 1 4; do
 done
 for ext in bin idx json; do cmp "$WORK/w1.$ext" "$WORK/w4.$ext" || fail "--workers 4 changed PREFIX.$ext"; done
 grep -q "documents/s" "$WORK/w4.log" || fail "no progress line"
+
+# Only a dataset is written over: a train.json of the user's own beside train.jsonl, or a notes.bin
+# beside no index, is refused and left as it was; an .NDJSON file (any case) is JSON lines.
+printf '{"text": "alpha"}\n{"text": "beta"}\n' > "$WORK/train.jsonl"
+printf '{"text": "my own corpus"}\n' > "$WORK/train.json"
+expect_exit2 "would write its sidecar over '$WORK/train.json', which is not one loom prepare wrote" \
+  prepare --input "$WORK/train.jsonl" --output "$WORK/train"
+grep -q "my own corpus" "$WORK/train.json" || fail "the user's train.json was written over"
+echo important > "$WORK/notes.bin"
+expect_exit2 "would write over '$WORK/notes.bin' or '$WORK/notes.idx', which are not a dataset" \
+  prepare --input "$WORK/train.jsonl" --output "$WORK/notes"
+grep -q important "$WORK/notes.bin" || fail "the user's notes.bin was written over"
+cp "$WORK/train.jsonl" "$WORK/train.NDJSON"
+"$LOOM" prepare --input "$WORK/train.NDJSON" --output "$WORK/nd" > /dev/null || fail "prepare .NDJSON"
+[ "$(sidecar "$WORK/nd" documents)" = 2 ] || fail "an .NDJSON file was not read as JSON lines"
+"$LOOM" prepare --input "$WORK/train.jsonl" --output "$WORK/nd" > /dev/null || fail "preparing a dataset again"
+# Two prepares to one prefix: the second is refused while the first holds the prefix's lock.
+# (The holder is the sleep itself, the lock on its descriptor 9, its output nowhere: killing it
+# releases the lock and leaves nothing holding this script's pipes.)
+(
+  exec 9> "$WORK/.loom-prepare-held.lock"
+  flock 9
+  exec sleep 600
+) > /dev/null 2>&1 &
+holder=$!
+for _ in $(seq 100); do flock -n "$WORK/.loom-prepare-held.lock" true 2> /dev/null || break; sleep 0.1; done
+expect_exit2 "is being locked by another loom job" prepare --input "$WORK/train.jsonl" --output "$WORK/held"
+kill "$holder" 2> /dev/null || true
+[ ! -e "$WORK/held.bin" ] || fail "a refused prepare wrote its dataset"
+
+# Before step 1, loom train refuses: a negative id (padding from another tool) in a dataset without
+# a sidecar, found by the scan; a sidecar that describes another index (stale); datasets of one run
+# made with different tokenizers (a blend, or validation data).
+TRAIN=(train "$LOOM_SOURCE/tests/configs/tiny.yaml" --set train.steps=1 --set train.warmup_steps=0)
+cp "$WORK/big.bin" "$WORK/neg.bin" && cp "$WORK/big.idx" "$WORK/neg.idx"
+"$PY" -c "
+import struct; p = '$WORK/neg.bin'; b = bytearray(open(p, 'rb').read())
+i = b.index(struct.pack('<i', 70000)); b[i:i + 4] = struct.pack('<i', -1); open(p, 'wb').write(b)"
+expect_exit2 "data.path '$WORK/neg' holds token id -1, which no embedding row has" "${TRAIN[@]}" \
+  --run-dir "$WORK/neg_run" --set model.vocab_size=70001 --set data.path="$WORK/neg"
+cp "$WORK/files.bin" "$WORK/stale.bin" && cp "$WORK/files.idx" "$WORK/stale.idx" && cp "$WORK/nd.json" "$WORK/stale.json"
+expect_exit2 "its sidecar $WORK/stale.json describes 2 documents" "${TRAIN[@]}" --run-dir "$WORK/stale_run" \
+  --set model.vocab_size=257 --set data.path="$WORK/stale"
+expect_exit2 "one run's datasets share a tokenizer" "${TRAIN[@]}" --run-dir "$WORK/mixed_run" \
+  --set model.vocab_size=128256 --set "data.path=0.5 $WORK/files 0.5 $WORK/w1"
 echo "prepare: all checks passed"
