@@ -37,21 +37,38 @@ esac
 
 rm -f "$output" "$output.sum"
 "$ccache" "$@"
-if [ -n "$depfile" ] && [ -f "$depfile" ]; then
-  # The depfile: "TARGET: DEP DEP \" lines; every word after the first colon is a header read.
-  # Each header counts by its bytes alone (the clone's folder taken out of the few that name it,
-  # such as CMake's cmake_pch.hxx), once per distinct content: GCC's #pragma once takes two equal
-  # files with equal times for one, so a second copy is listed in one clone and not in another.
-  headers=$(mktemp)
-  trap 'rm -f "$headers"' EXIT
-  sed -e 's/\\$//' -e '1s/^[^:]*://' "$depfile" | tr ' ' '\n' | sed '/^$/d' | sort -u >"$headers"
-  {
-    printf '%s\n' "$@" | sed -e "s#$base_dir/#./#g" -e "s#$base_dir\$#.#"
-    {
-      xargs -d '\n' -r grep -L -F -e "$base_dir/" -- <"$headers" | xargs -d '\n' -r sha256sum -- | cut -d' ' -f1
-      xargs -d '\n' -r grep -l -F -e "$base_dir/" -- <"$headers" | while IFS= read -r header; do
-        sed "s#$base_dir/#./#g" "$header" | sha256sum | cut -d' ' -f1
-      done
-    } | sort -u
-  } | sha256sum | cut -d' ' -f1 >"$output.sum"
-fi
+# Anything short of every header hashed leaves no sum: ccache then hashes the .gch itself, slower
+# across clones but never stale. (dash has no pipefail, so each step is checked by its output.)
+[ -n "$depfile" ] && [ -f "$depfile" ] || exit 0
+for tool in sha256sum xargs awk sort; do command -v "$tool" >/dev/null 2>&1 || exit 0; done
+export LC_ALL=C
+work=$(mktemp -d) || exit 0
+trap 'rm -rf "$work"' EXIT
+trap 'exit 1' INT TERM
+# The depfile: "TARGET: DEP DEP \" lines; every word after the first colon is a header read.
+sed -e 's/\\$//' -e '1s/^[^:]*://' "$depfile" | tr ' ' '\n' | sed '/^$/d' | sort -u >"$work/headers"
+# The clone's folder taken out, literally (awk's index, not a pattern): BASE/ becomes ./, and BASE
+# ending a line (-IBASE) becomes .
+relative() {
+  awk -v base="$base_dir" '{
+    while ((i = index($0, base "/")) > 0) $0 = substr($0, 1, i - 1) "./" substr($0, i + length(base) + 1)
+    n = length($0) - length(base)
+    if (n >= 0 && substr($0, n + 1) == base) $0 = substr($0, 1, n) "."
+    print
+  }'
+}
+# Hashed in batches (thousands of headers); the few that name the clone's folder (CMake's
+# cmake_pch.hxx) one by one, without it.
+xargs -d '\n' grep -L -F -e "$base_dir/" -- <"$work/headers" >"$work/plain" 2>/dev/null || true
+xargs -d '\n' grep -l -F -e "$base_dir/" -- <"$work/headers" >"$work/named" 2>/dev/null || true
+{
+  [ -s "$work/plain" ] && xargs -d '\n' sha256sum -- <"$work/plain" | cut -d' ' -f1
+  while IFS= read -r header; do relative <"$header" | sha256sum | cut -d' ' -f1; done <"$work/named"
+} >"$work/each" 2>/dev/null || true
+# Every header hashed once, or no sum at all (a path the split above broke, a tool that differs).
+[ "$(grep -c -x '[0-9a-f]\{64\}' "$work/each")" = "$(wc -l <"$work/headers")" ] || exit 0
+{
+  printf '%s\n' "$@" | relative
+  sort -u "$work/each"
+} | sha256sum | cut -d' ' -f1 >"$work/sum"
+grep -q -x '[0-9a-f]\{64\}' "$work/sum" && mv "$work/sum" "$output.sum"

@@ -177,7 +177,19 @@ void check_manifest_keys(const nlohmann::json& manifest, const std::string& file
 nlohmann::json read_manifest(const std::string& path) {
   const fs::path file = fs::path(path) / "manifest.json";
   std::ifstream in(file);
-  if (!in) throw InputError("checkpoint '" + path + "' has no manifest.json (not a checkpoint, or an unfinished one)");
+  if (!in) {
+    // The usual slips: the manifest itself, or checkpoint.dir (or its `latest`) for a step folder.
+    std::error_code error;
+    std::string hint;
+    if (fs::path(path).filename() == "manifest.json" && fs::is_regular_file(path, error)) {
+      hint = ": give the step folder that holds it, '" + fs::path(path).parent_path().string() + "'";
+    } else if (fs::exists(fs::path(path) / "latest", error) || fs::path(path).filename() == "latest") {
+      hint =
+          ": that is checkpoint.dir (or its `latest`); give a step folder inside it (step_N), or, to resume, set "
+          "checkpoint.dir to it and pass --resume auto";
+    }
+    throw InputError("checkpoint '" + path + "' has no manifest.json (not a checkpoint, or an unfinished one)" + hint);
+  }
   nlohmann::json manifest;
   try {
     manifest = nlohmann::json::parse(in);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #include "core/errors.h"
@@ -25,6 +26,8 @@ std::vector<BlendComponent> parse_blend(const std::string& spec, const std::stri
   if (words.empty() && !spec.empty()) throw InputError("config key '" + key + "' holds only blanks");
   if (words.empty()) return {};
   if (words.size() == 1) return {{1.0, words[0]}};
+  // A dataset whose path holds a blank ("my data/corpus") is one prefix, not a blend.
+  if (std::error_code error; std::filesystem::exists(spec + ".idx", error)) return {{1.0, spec}};
   if (words.size() % 2 != 0) {
     throw InputError("config key '" + key + "': a blend is weight and prefix pairs (\"0.3 A 0.7 B\"), got " +
                      std::to_string(words.size()) + " words in '" + spec + "'");

@@ -42,6 +42,9 @@ std::optional<DatasetSidecar> read_sidecar(const std::string& prefix) {
   const std::string path = sidecar_path(prefix);
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return std::nullopt;
+  if (std::filesystem::is_directory(path, error)) {
+    throw InputError("dataset sidecar '" + path + "' is a directory, where loom prepare writes a file");
+  }
   std::ifstream in(path);
   if (!in) throw InputError("cannot read dataset sidecar '" + path + "'");
   nlohmann::json json;

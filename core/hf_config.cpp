@@ -37,9 +37,11 @@ void refuse_sliding_layers(const HfJson& hf, const nlohmann::json& json) {
 // SPARSE_STEP and DENSE_LAYERS leave sparse. The auxiliary losses' coefficients are training
 // settings, loom's own (model.moe.aux_loss_coeff, z_loss_coeff). A renormalised single choice
 // weights its expert by 1, where loom keeps the router's score (its only gradient): refused.
+// DEFAULT_TOP_K: the transformers class's num_experts_per_tok where config.json has none.
 void add_softmax_moe(const HfJson& hf, Keys& keys, const std::string& model, const std::string& experts, bool norm,
-                     const std::string& width, const std::string& sparse_step, const std::string& dense_layers) {
-  const std::string top_k = hf.integer("num_experts_per_tok");
+                     const std::string& width, const std::string& sparse_step, const std::string& dense_layers,
+                     int64_t default_top_k) {
+  const std::string top_k = hf.integer("num_experts_per_tok", default_top_k);
   if (top_k == "1" && norm) {
     throw hf.refused("num_experts_per_tok", "is 1 with the weights renormalised: " + model +
                                                 " then weights the expert by 1, where loom keeps the router's score "
@@ -99,6 +101,11 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
   bool bias = false, qkv_bias = true;
   if (architecture != "Qwen2ForCausalLM") {
     const bool attention_bias = hf.boolean("attention_bias", false), mlp_bias = hf.boolean("mlp_bias", false);
+    if (attention_bias && !hf.has("mlp_bias")) {  // Qwen3, Mixtral, Qwen3-MoE: no mlp_bias to pair it with
+      throw hf.refused("attention_bias",
+                       "is true; loom's model.bias puts biases on the attention and the MLP "
+                       "together, and this model's MLP has none");
+    }
     if (attention_bias != mlp_bias) {
       throw hf.refused("mlp_bias", std::string("is ") + bool_text(mlp_bias) + " and attention_bias " +
                                        bool_text(attention_bias) +
@@ -142,11 +149,11 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
     add_softmax_moe(hf, keys, "Qwen3-MoE",
                     hf.has("num_experts") ? hf.integer("num_experts") : hf.integer("num_local_experts"),
                     hf.boolean("norm_topk_prob", false), hf.integer("moe_intermediate_size"),
-                    hf.integer("decoder_sparse_step", 1), dense_layers);
+                    hf.integer("decoder_sparse_step", 1), dense_layers, /*default_top_k=*/8);
   }
   if (architecture == "MixtralForCausalLM") {
     // Every block's MLP is num_local_experts SwiGLU experts of intermediate_size (the one width).
-    add_softmax_moe(hf, keys, "Mixtral", hf.integer("num_local_experts"), true, "0", "1", "");
+    add_softmax_moe(hf, keys, "Mixtral", hf.integer("num_local_experts"), true, "0", "1", "", /*default_top_k=*/2);
   }
   return keys;
 }

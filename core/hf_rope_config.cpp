@@ -63,7 +63,8 @@ void add_rope(const HfJson& hf, const nlohmann::json& json, HfKeys& keys, double
   const bool v5 = hf.has("rope_parameters");
   // transformers 5 reads a non-empty rope_scaling in place of rope_parameters, dropping its
   // rope_theta too (the class default takes it): a file with both is refused, not read either way.
-  if (v5 && hf.has("rope_scaling") && !(json["rope_scaling"].is_object() && json["rope_scaling"].empty())) {
+  if (v5 && hf.has("rope_scaling") && !(json["rope_scaling"].is_object() && json["rope_scaling"].empty()) &&
+      json["rope_parameters"].is_object()) {
     throw hf.refused("rope_scaling",
                      "is given beside rope_parameters; transformers 5 would read rope_scaling alone and drop "
                      "rope_parameters (its rope_theta " +

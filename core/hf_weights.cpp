@@ -75,8 +75,20 @@ std::vector<std::string> HfWeights::names() const {
 const std::string& HfWeights::file_of(const std::string& name) const {
   auto it = file_of_.find(name);
   if (it == file_of_.end()) {
+    // transformers 5 can save a mixture of experts' experts fused, a tensor per layer
+    // (save_pretrained(..., save_original_format=False)), which loom does not read.
+    std::string fused;
+    for (const auto& [stored, file] : file_of_) {
+      if (stored.find(".experts.gate_up_proj") != std::string::npos) {
+        fused = "; it stores each layer's experts fused ('" + stored +
+                "'), transformers 5's own layout, where loom reads one tensor per expert, the layout "
+                "save_pretrained writes by default (save_original_format=True): load it with transformers and save "
+                "it again that way";
+        break;
+      }
+    }
     throw InputError("Hugging Face model directory '" + dir_ + "' has no tensor '" + name + "' (" + layout_ +
-                     " does not list it)");
+                     " does not list it)" + fused);
   }
   return it->second->path();
 }

@@ -170,6 +170,20 @@ std::pair<int64_t, int64_t> IndexedDataset::token_id_range() const {
   return {low, high};
 }
 
+IndexHeader read_index_header(const std::string& prefix) {
+  const std::string idx = prefix + ".idx";
+  std::ifstream in(idx, std::ios::binary);
+  char magic[9] = {};
+  if (!in.read(magic, 9) || std::memcmp(magic, kMagic, 9) != 0) {
+    throw InputError("'" + idx + "' is not a Megatron-LM indexed dataset (bad magic)");
+  }
+  read_scalar<uint64_t>(in, idx);  // the version
+  IndexHeader header;
+  header.dtype = static_cast<TokenDtype>(read_scalar<uint8_t>(in, idx));
+  header.sequences = read_scalar<uint64_t>(in, idx);
+  return header;
+}
+
 bool is_indexed_dataset(const std::string& prefix) {
   std::ifstream in(prefix + ".idx", std::ios::binary);
   char magic[9] = {};

@@ -55,6 +55,13 @@ class IndexedDataset {
   size_t data_bytes_ = 0;
 };
 
+// PREFIX.idx's header alone, no array read (cheap for any size): its dtype and sequence count.
+struct IndexHeader {
+  TokenDtype dtype = TokenDtype::u16;
+  uint64_t sequences = 0;
+};
+IndexHeader read_index_header(const std::string& prefix);
+
 // Whether PREFIX.idx exists and starts as a Megatron-LM index does (its magic).
 bool is_indexed_dataset(const std::string& prefix);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "core/data_blend.h"
@@ -41,24 +42,23 @@ std::vector<BlendComponent> components_of(const std::string& spec, const std::st
 // A sidecar describes the dataset it was written with: one that names other counts or another
 // dtype than PREFIX.idx is stale (the dataset replaced, or a prepare stopped between its renames),
 // and its max_token_id would let ids the model cannot embed through unchecked.
+// (The index's header and the .bin's size: no index is read whole, whatever its size.)
 void check_sidecar_matches(const std::string& prefix, const std::string& key, const DatasetSidecar& sidecar) {
-  const IndexedDataset dataset(prefix);
-  int64_t tokens = 0;
-  for (int32_t length : dataset.sequence_lengths()) tokens += length;
-  const std::string dtype = dataset.dtype() == TokenDtype::u16   ? "uint16"
-                            : dataset.dtype() == TokenDtype::i32 ? "int32"
-                                                                 : "";
-  const bool counts_differ =
-      (sidecar.documents > 0 && sidecar.documents != static_cast<int64_t>(dataset.num_sequences())) ||
-      (sidecar.tokens > 0 && sidecar.tokens != tokens);
+  const IndexHeader header = read_index_header(prefix);
+  std::error_code error;
+  const auto bin_bytes = std::filesystem::file_size(prefix + ".bin", error);
+  const int64_t tokens = error ? -1 : static_cast<int64_t>(bin_bytes / dtype_size(header.dtype));
+  const std::string dtype = header.dtype == TokenDtype::u16 ? "uint16" : header.dtype == TokenDtype::i32 ? "int32" : "";
+  const bool counts_differ = (sidecar.documents > 0 && sidecar.documents != static_cast<int64_t>(header.sequences)) ||
+                             (sidecar.tokens > 0 && sidecar.tokens != tokens);
   const bool dtype_differs = !sidecar.dtype.empty() && sidecar.dtype != dtype;
   if (!counts_differ && !dtype_differs) return;
   throw InputError(fmt::format(
       "{} '{}': its sidecar {} describes {} documents, {} tokens ({}), but {}.idx holds {} documents, {} tokens ({}): "
       "the sidecar is stale (the dataset replaced, or a loom prepare stopped before it finished). Prepare the "
       "dataset again, or remove {} to have its ids scanned",
-      key, prefix, sidecar_path(prefix), sidecar.documents, sidecar.tokens, sidecar.dtype, prefix,
-      dataset.num_sequences(), tokens, dtype.empty() ? "another dtype" : dtype, sidecar_path(prefix)));
+      key, prefix, sidecar_path(prefix), sidecar.documents, sidecar.tokens, sidecar.dtype, prefix, header.sequences,
+      tokens, dtype.empty() ? "another dtype" : dtype, sidecar_path(prefix)));
 }
 
 void check_vocabulary(const std::string& prefix, const std::string& key, int64_t vocab_size) {

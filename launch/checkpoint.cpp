@@ -14,6 +14,7 @@
 #include "launch/data_record.h"
 #include "launch/hf_source.h"
 #include "launch/model_record.h"
+#include "launch/resume_checks.h"
 #include "launch/tokenizer_record.h"
 #include "parallel/grad_compression.h"
 
@@ -54,8 +55,12 @@ Checkpointer::Checkpointer(const Config& config, parallel::ProcessGroups& groups
       sync_(sync),
       run_dir_(std::move(run_dir)),
       hf_source_(read_hf_source(config.model.init_from)),
-      tokenizer_(tokenizer_record(config)),
-      data_(data_record(config)) {}
+      tokenizer_(tokenizer_record(config)) {}
+
+const nlohmann::json& Checkpointer::data_now() {
+  if (data_.is_null()) data_ = data_record(config_);
+  return data_;
+}
 
 // A save whose files are being written: this rank's slices, copied to host memory, and on rank 0 the
 // manifest's header, taken when the state was.
@@ -166,7 +171,7 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     if (config_.model.moe.enabled()) header["moe_router"] = moe_router_record(config_);
     if (!hf_source_.is_null()) header["hf_source"] = hf_source_;
     if (!tokenizer_.is_null()) header["tokenizer"] = tokenizer_;
-    header["data"] = data_;
+    header["data"] = data_now();
     if (!run_dir_.empty()) header["run_dir"] = fs::absolute(run_dir_).lexically_normal().string();
   }
   return save;
@@ -340,7 +345,11 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
       if (problem.empty()) {
         choice.fill_(static_cast<int64_t>(i));
         try {  // (a refusal here, e.g. a 'latest' that is a directory, reaches every rank below)
-          continue_lineage_from(candidates[i].path, read_manifest(candidates[i].path).at("step").get<int64_t>());
+          const auto manifest = read_manifest(candidates[i].path);
+          // Refused before checkpoint.dir is touched: a refused resume sets no newer checkpoint aside.
+          refusal = resume_refusal(manifest, config_, data_now(), allow_data_change);
+          if (!refusal.empty()) throw InputError(candidates[i].path + ": " + refusal);
+          continue_lineage_from(candidates[i].path, manifest.at("step").get<int64_t>());
         } catch (const InputError& e) {
           refusal = e.what();
           choice.fill_(-2);
@@ -403,31 +412,11 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
   const int64_t* codes = characters.data_ptr<int64_t>();
   const std::string path(codes, codes + characters.numel());
   const auto manifest = read_manifest(path);
-  std::string joined;
-  for (const auto& d : model_record_differences(complete_model_record(manifest.at("model")),
-                                                complete_model_record(model_record(config_))))
-    joined += (joined.empty() ? "" : "; ") + d;
-  if (!joined.empty()) throw InputError("--resume " + path + ": the checkpoint has " + joined);
-  require_data_continues(manifest, data_, "--resume " + path, allow_data_change);
-
-  // The moments mean what their optimizer made them: AdamW's exp_avg is not Muon's momentum.
-  const std::string saved_optimizer = manifest.value("optimizer", std::string("adamw"));
-  if (saved_optimizer != to_string(config_.train.optimizer)) {
-    throw InputError("--resume " + path + ": the checkpoint was trained with train.optimizer = " + saved_optimizer +
-                     ", the config has " + to_string(config_.train.optimizer) +
-                     "; its optimizer state would be read as the other's");
-  }
-  if (config_.train.optimizer == OptimizerKind::muon) {
-    // Which weights Muon trains decides what each saved moment means.
-    const auto groups = manifest.value("muon_groups", nlohmann::json::object());
-    for (const auto& [key, now] :
-         {std::pair{"include", config_.train.muon.include}, std::pair{"exclude", config_.train.muon.exclude}}) {
-      const auto saved = groups.value(key, std::string());
-      if (saved != now) {
-        throw InputError("--resume " + path + ": the checkpoint was trained with train.muon." + key + " = '" + saved +
-                         "', the config has '" + now + "'; its optimizer state would be read as the other group's");
-      }
-    }
+  if (const auto refusal = resume_refusal(manifest, config_, data_now(), allow_data_change); !refusal.empty())
+    throw InputError("--resume " + path + ": " + refusal);
+  if (const auto changed = data_change(manifest, data_now()); !changed.empty()) {
+    warn0("--resume {}: --allow-data-change: the data changed ({}); training goes on after sample {} of the new order",
+          path, changed, manifest.at("consumed_samples").get<int64_t>());
   }
 
   const auto& coords = groups_.coords();

@@ -82,6 +82,8 @@ class Checkpointer {
   std::unique_ptr<PendingSave> snapshot(const TrainingState& state, const std::function<void()>& midway);
   // Rank 0, once every rank's files are written: the manifest, the rename, `latest`, retention.
   void publish(PendingSave& save);
+  // This run's data record (launch/data_record.h), read when a save or a resume first needs it.
+  const nlohmann::json& data_now();
   // Whether PATH is a checkpoint of checkpoint.dir (and so loom's to mark, rename or set aside).
   bool in_checkpoint_dir(const std::string& path) const;
   // parallel.grad_compression's state from checkpoint PATH, when it has this rank's (SAME_LAYOUT) of this kind.
@@ -101,7 +103,7 @@ class Checkpointer {
   std::string run_dir_;
   nlohmann::json hf_source_;  // launch/hf_source.h: from model.init_from, or the resumed checkpoint
   nlohmann::json tokenizer_;  // launch/tokenizer_record.h: from the data, or the resumed checkpoint
-  nlohmann::json data_;       // launch/data_record.h: this run's data
+  nlohmann::json data_;       // launch/data_record.h: this run's data, once data_now() has read it
 };
 
 // model.init_from: this rank's slices of a Hugging Face model directory (its

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "core/crc32c.h"
 #include "core/data_blend.h"
 #include "core/errors.h"
+#include "launch/data_record.h"
 
 namespace loom::launch {
 namespace {
@@ -59,31 +59,6 @@ std::string text_of(const std::map<std::string, std::string>& keys) {
   return text;
 }
 
-// PREFIX.bin's and PREFIX.idx's sizes and the CRC-32C of the index's first and last MiB: cheap,
-// and different for another dataset or another tokenization of the same text.
-std::string fingerprint(const std::string& prefix) {
-  std::string out;
-  for (const char* suffix : {".bin", ".idx"}) {
-    std::error_code error;
-    const auto size = std::filesystem::file_size(prefix + suffix, error);
-    out += std::string(out.empty() ? "" : ", ") + suffix + " " + (error ? "missing" : std::to_string(size) + " bytes");
-  }
-  std::ifstream in(prefix + ".idx", std::ios::binary);
-  if (!in) return out;
-  std::vector<char> buffer(1 << 20);
-  uint32_t crc = 0;
-  in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-  crc = crc32c(buffer.data(), static_cast<size_t>(in.gcount()), crc);
-  in.clear();
-  in.seekg(-static_cast<std::streamoff>(buffer.size()), std::ios::end);
-  if (!in) in.clear(), in.seekg(0);
-  in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-  crc = crc32c(buffer.data(), static_cast<size_t>(in.gcount()), crc);
-  char hex[16];
-  std::snprintf(hex, sizeof(hex), "%08x", crc);
-  return out + ", index crc32c " + hex;
-}
-
 // What every rank must have alike: the config's keys, and whether the rank was told to resume (a
 // rank that resumes waits in the checkpoint's broadcast for ranks that never join it).
 std::map<std::string, std::string> agreed_keys(const Config& config, bool resuming) {
@@ -100,7 +75,7 @@ std::map<std::string, std::string> agreed_keys(const Config& config, bool resumi
       continue;  // refused later, on every rank alike, naming the key
     }
     for (const auto& component : blend)
-      keys[std::string(key) + " files " + component.prefix] = fingerprint(component.prefix);
+      keys[std::string(key) + " files " + component.prefix] = dataset_fingerprint(component.prefix);
   }
   return keys;
 }

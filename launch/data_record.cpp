@@ -3,12 +3,13 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <vector>
 
+#include "core/crc32c.h"
 #include "core/data_blend.h"
-#include "core/errors.h"
-#include "core/indexed_dataset.h"
-#include "core/logging.h"
 
 namespace loom::launch {
 namespace {
@@ -31,49 +32,73 @@ bool shuffled(const nlohmann::json& record) {
   return record.value("order", std::string()) == "shuffled";
 }
 
+// The same dataset at the same place in the blend with the same weight: by its files where both
+// records have them, else (a record without) by its path.
+bool same_dataset(const nlohmann::json& saved, const nlohmann::json& now) {
+  if (std::abs(saved.value("weight", 1.0) - now.value("weight", 1.0)) > 1e-12) return false;
+  if (saved.contains("fingerprint") && now.contains("fingerprint")) return saved["fingerprint"] == now["fingerprint"];
+  return saved.value("prefix", std::string()) == now.value("prefix", std::string());
+}
+
 }  // namespace
+
+std::string dataset_fingerprint(const std::string& prefix) {
+  std::string out;
+  for (const char* suffix : {".bin", ".idx"}) {
+    std::error_code error;
+    const auto size = fs::file_size(prefix + suffix, error);
+    out += std::string(out.empty() ? "" : ", ") + suffix + " " + (error ? "missing" : std::to_string(size) + " bytes");
+  }
+  std::ifstream in(prefix + ".idx", std::ios::binary);
+  if (!in) return out;
+  std::vector<char> buffer(1 << 20);
+  uint32_t crc = 0;
+  in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+  crc = crc32c(buffer.data(), static_cast<size_t>(in.gcount()), crc);
+  in.clear();
+  in.seekg(-static_cast<std::streamoff>(buffer.size()), std::ios::end);
+  if (!in) in.clear(), in.seekg(0);
+  in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+  crc = crc32c(buffer.data(), static_cast<size_t>(in.gcount()), crc);
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "%08x", crc);
+  return out + ", index crc32c " + hex;
+}
 
 nlohmann::json data_record(const Config& config) {
   nlohmann::json path = nlohmann::json::array();
   for (const auto& component : parse_blend(config.data.path, "data.path")) {
-    const IndexedDataset dataset(component.prefix);
     path.push_back({{"prefix", fs::absolute(component.prefix).lexically_normal().string()},
                     {"weight", component.weight},
-                    {"sequences", static_cast<int64_t>(dataset.num_sequences())},
-                    {"bin_bytes", static_cast<int64_t>(dataset.bin_bytes())}});
+                    {"fingerprint", dataset_fingerprint(component.prefix)}});
   }
+  const DataSplit split = config.data.split.empty() ? DataSplit{} : parse_split(config.data.split, "data.split");
   return {{"path", path},
           {"split", config.data.split},
+          {"split_fractions", {split.train, split.valid, split.test}},
           {"order", to_string(config.data.order)},
           {"seed", config.train.seed}};
 }
 
-std::vector<std::string> data_record_differences(const nlohmann::json& saved, const nlohmann::json& now) {
+std::string data_change(const nlohmann::json& manifest, const nlohmann::json& now) {
+  if (!manifest.contains("data")) return "";
+  const auto& saved = manifest.at("data");
   std::vector<std::string> differences;
   const auto saved_path = saved.value("path", nlohmann::json::array());
   const auto now_path = now.value("path", nlohmann::json::array());
   bool same_blend = saved_path.size() == now_path.size();
-  for (size_t i = 0; same_blend && i < saved_path.size(); ++i) {
-    same_blend = saved_path[i].value("prefix", std::string()) == now_path[i].value("prefix", std::string()) &&
-                 std::abs(saved_path[i].value("weight", 1.0) - now_path[i].value("weight", 1.0)) < 1e-12;
-  }
+  for (size_t i = 0; same_blend && i < saved_path.size(); ++i) same_blend = same_dataset(saved_path[i], now_path[i]);
   if (!same_blend) {
-    differences.push_back("data.path was '" + blend_text(saved_path) + "' and is '" + blend_text(now_path) + "'");
-  } else {
-    for (size_t i = 0; i < saved_path.size(); ++i) {
-      const auto& before = saved_path[i];
-      const auto& after = now_path[i];
-      if (before.value("sequences", int64_t{0}) != after.value("sequences", int64_t{0}) ||
-          before.value("bin_bytes", int64_t{0}) != after.value("bin_bytes", int64_t{0})) {
-        differences.push_back(fmt::format(
-            "data.path's dataset '{}' held {} documents in {} bytes and now holds {} in {} (prepared again?)",
-            after.value("prefix", std::string()), before.value("sequences", int64_t{0}),
-            before.value("bin_bytes", int64_t{0}), after.value("sequences", int64_t{0}),
-            after.value("bin_bytes", int64_t{0})));
-      }
-    }
+    differences.push_back("data.path was '" + blend_text(saved_path) + "' and is '" + blend_text(now_path) + "'" +
+                          (blend_text(saved_path) == blend_text(now_path) ? " (its files have changed since)" : ""));
   }
-  if (saved.value("split", std::string()) != now.value("split", std::string())) {
+  const auto fractions = [](const nlohmann::json& record) {
+    return record.value("split_fractions", std::vector<double>{1.0, 0.0, 0.0});
+  };
+  const auto before = fractions(saved), after = fractions(now);
+  bool same_split = before.size() == after.size();
+  for (size_t i = 0; same_split && i < before.size(); ++i) same_split = std::abs(before[i] - after[i]) < 1e-12;
+  if (!same_split) {
     differences.push_back("data.split was '" + saved.value("split", std::string()) + "' and is '" +
                           now.value("split", std::string()) + "'");
   }
@@ -85,25 +110,9 @@ std::vector<std::string> data_record_differences(const nlohmann::json& saved, co
     differences.push_back(fmt::format("train.seed (the shuffle's) was {} and is {}", saved.value("seed", int64_t{0}),
                                       now.value("seed", int64_t{0})));
   }
-  return differences;
-}
-
-void require_data_continues(const nlohmann::json& manifest, const nlohmann::json& now, const std::string& source,
-                            bool allow_data_change) {
-  if (!manifest.contains("data")) return;
-  std::string changed;
-  for (const auto& d : data_record_differences(manifest.at("data"), now)) changed += (changed.empty() ? "" : "; ") + d;
-  if (changed.empty()) return;
-  const auto consumed = manifest.value("consumed_samples", int64_t{0});
-  if (!allow_data_change) {
-    throw InputError(fmt::format(
-        "{}: the data would not continue the checkpoint's order ({}): going on after its {} consumed samples, some "
-        "samples would be trained twice and others never. Resume with the data it was trained on, or pass "
-        "--allow-data-change to go on at that count in the new order (a new mixture, say)",
-        source, changed, consumed));
-  }
-  warn0("{}: --allow-data-change: the data changed ({}); training goes on after sample {} of the new order", source,
-        changed, consumed);
+  std::string joined;
+  for (const auto& d : differences) joined += (joined.empty() ? "" : "; ") + d;
+  return joined;
 }
 
 }  // namespace loom::launch

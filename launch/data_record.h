@@ -2,29 +2,30 @@
 // checkpoint's count of consumed samples, which continues the run only in the same order over the
 // same data. Another seed, order, split or blend (its weights, or its datasets in another order),
 // or a dataset prepared again, would train some samples twice and skip others, with nothing said.
+// A dataset is known by its files (dataset_fingerprint), not its path: the same files copied to a
+// node's local disk, or reached through another mount, continue the run.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
-#include <vector>
 
 #include "core/config.h"
 
 namespace loom::launch {
 
-// {"path": [{"prefix": ABSOLUTE, "weight": W, "sequences": N, "bin_bytes": N}, ...] (data.path's
-// datasets in its order; empty: the built-in corpus), "split": data.split, "order": data.order,
-// "seed": train.seed}.
+// PREFIX.bin's and PREFIX.idx's sizes and the CRC-32C of the index's first and last MiB: cheap
+// (no index is read whole), and different for another dataset or another tokenization of the same
+// text.
+std::string dataset_fingerprint(const std::string& prefix);
+
+// {"path": [{"prefix": ABSOLUTE, "weight": W, "fingerprint": F}, ...] (data.path's datasets in its
+// order; empty: the built-in corpus), "split": data.split, "split_fractions": [TRAIN, VALID, TEST],
+// "order": data.order, "seed": train.seed}.
 nlohmann::json data_record(const Config& config);
 
-// What would not continue: a sentence for each difference between the record a checkpoint SAVED
-// and this run's (NOW); empty when the order goes on. The seed counts only when either is shuffled.
-std::vector<std::string> data_record_differences(const nlohmann::json& saved, const nlohmann::json& now);
-
-// A resume from checkpoint MANIFEST (SOURCE names it) over this run's data NOW: an InputError saying
-// what changed unless ALLOW_DATA_CHANGE (--allow-data-change), which warns instead. Nothing for a
-// checkpoint saved before the data was recorded.
-void require_data_continues(const nlohmann::json& manifest, const nlohmann::json& now, const std::string& source,
-                            bool allow_data_change);
+// What would not continue, a clause per difference between the record of checkpoint MANIFEST and
+// this run's (NOW), joined with "; "; empty when the order goes on, or when the checkpoint was saved
+// before the data was recorded. The seed counts only when either is shuffled.
+std::string data_change(const nlohmann::json& manifest, const nlohmann::json& now);
 
 }  // namespace loom::launch

@@ -71,7 +71,7 @@ void check_outputs(const std::string& prefix, const std::vector<std::string>& in
   if (fs::exists(prefix + ".json", error)) {
     std::ifstream in(prefix + ".json");
     const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!json.is_object() || json.value("format", std::string()) != "loom-dataset-1") {
+    if (!json.is_object() || !json.contains("format") || json["format"] != "loom-dataset-1") {
       throw InputError("--output " + prefix + " would write its sidecar over '" + prefix +
                        ".json', which is not one loom prepare wrote (your file?): choose another prefix");
     }
@@ -79,7 +79,8 @@ void check_outputs(const std::string& prefix, const std::vector<std::string>& in
   if ((fs::exists(prefix + ".bin", error) || fs::exists(prefix + ".idx", error)) && !is_indexed_dataset(prefix)) {
     throw InputError("--output " + prefix + " would write over '" + prefix + ".bin' or '" + prefix +
                      ".idx', which are not a dataset (no Megatron-LM index beside them; your files?): choose "
-                     "another prefix");
+                     "another prefix (a loom prepare stopped between its renames leaves a .bin alone: delete it "
+                     "to prepare there again)");
   }
   // Its folder is made, as loom train makes its run directory (`--output data/corpus` in a fresh checkout).
   const fs::path folder = fs::path(prefix).parent_path();

@@ -34,12 +34,15 @@ void install_stop_handlers() {
   // A write or a read in flight when the signal comes (a checkpoint's file, a socket) goes on
   // rather than fail with EINTR: the step finishes and is saved as usual.
   const struct sigaction action = recording(SA_RESTART);
-  // The scheduler's stop, a Ctrl-C, SLURM's warning before a time limit (sbatch
-  // --signal=USR1@SECONDS, which mpirun passes on to the ranks) and a closed terminal: saved and
-  // stopped, where their default ends the process with nothing saved. Only where nothing else
-  // chose their action: nohup ignores SIGHUP, a script's background job SIGINT (so that a Ctrl-C
-  // meant for the script's foreground command leaves it alone), and those runs must go on.
-  for (int signal : {SIGTERM, SIGINT, SIGUSR1, SIGHUP}) {
+  // The scheduler's stop (scancel, preemption), always: a SIGTERM ignored would end in the SIGKILL
+  // that follows it, with nothing saved.
+  sigaction(SIGTERM, &action, nullptr);
+  // A Ctrl-C, SLURM's warning before a time limit (sbatch --signal=USR1@SECONDS, which mpirun
+  // passes on to the ranks) and a closed terminal: saved and stopped, where their default ends the
+  // process with nothing saved. Only where nothing else chose their action: nohup ignores SIGHUP, a
+  // script's background job SIGINT (so that a Ctrl-C meant for the script's foreground command
+  // leaves it alone), and those runs must go on.
+  for (int signal : {SIGINT, SIGUSR1, SIGHUP}) {
     struct sigaction current {};
     if (sigaction(signal, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) sigaction(signal, &action, nullptr);
   }

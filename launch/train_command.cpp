@@ -37,6 +37,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   init_logging(launch.rank, launch.world);
   resolve_and_validate(config, launch.world);
   for (const auto& warning : inert_key_warnings(config)) warn0("{}", warning);
+  if (args.allow_data_change && args.resume.empty()) warn0("--allow-data-change does nothing without --resume");
   if (!args.resume.empty() && args.resume != "auto" && config.checkpoint.dir.empty()) {
     warn0(
         "--resume {}: checkpoint.dir is not set, so this run saves no checkpoint of its own progress (set "

@@ -216,17 +216,6 @@ double Trainer::evaluate() {
   return loss.item<double>() / static_cast<double>(groups_.dp_cp().size());
 }
 
-void Trainer::log_epochs(int64_t step, int64_t consumed) {
-  const auto epochs = data_->train().epochs_at(consumed);
-  if (epochs_.empty()) epochs_.assign(epochs.size(), 1);
-  for (size_t d = 0; d < epochs.size(); ++d) {
-    if (epochs[d] > epochs_[d]) {
-      info0("{} wrapped around: epoch {} of it started during step {}", data_->describe(d), epochs[d], step);
-    }
-  }
-  epochs_ = epochs;
-}
-
 TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
   const auto& t = config_.train;
   const int64_t tokens_per_step = t.global_batch_size * config_.model.seq_len;
@@ -255,6 +244,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
           state.step, t.steps);
   }
   int64_t consumed = state.consumed_samples;
+  epochs_ = data_->train().epochs_at(consumed);  // a resumed run's wraps count from where it was
   const bool checkpointing = !config_.checkpoint.dir.empty();
   if (checkpointing) install_stop_handlers();
   summary.last_step = state.step;

@@ -1,10 +1,13 @@
 // What the Trainer writes into the run directory: config.yaml and metrics.jsonl (with TensorBoard's
-// events), opened once start-up has passed, and each step's row.
+// events), opened once start-up has passed, and each step's row; and the log's line when a dataset
+// wraps around.
 #include <exception>
 #include <filesystem>
 #include <fstream>
 
 #include "core/errors.h"
+#include "core/logging.h"
+#include "core/training_data.h"
 #include "launch/run_directory.h"
 #include "launch/step_dump.h"
 #include "launch/trainer.h"
@@ -106,6 +109,23 @@ void Trainer::dump_weights() {
   for (const auto& p : sync_->parameters()) weights.push_back(p.tensor);
   write_rank_tensors(dump_dir_, "weights", sync_->parameters(), weights, groups_);
   sync_->release_all(/*loaded=*/false);
+}
+
+void Trainer::log_epochs(int64_t step, int64_t consumed) {
+  const auto epochs = data_->train().epochs_at(consumed);
+  if (epochs_.size() != epochs.size()) epochs_.assign(epochs.size(), 1);
+  // Said at epochs 2 to 4 and then at powers of two: a small dataset of a blend can wrap every
+  // step, and a line each time would fill a long run's log.
+  auto said = [](int64_t epoch) { return epoch <= 4 || (epoch & (epoch - 1)) == 0; };
+  for (size_t d = 0; d < epochs.size(); ++d) {
+    for (int64_t epoch = epochs[d]; epoch > epochs_[d]; --epoch) {  // the newest to say, if any
+      if (!said(epoch)) continue;
+      info0("{} wrapped around: epoch {} of it started during step {}{}", data_->describe(d), epoch, step,
+            epoch >= 4 ? " (said again at the next power of two)" : "");
+      break;
+    }
+  }
+  epochs_ = epochs;
 }
 
 }  // namespace loom::launch

@@ -11,7 +11,8 @@
 #  5. A resume whose data would not continue the checkpoint's order (another shuffle seed, the blend's
 #     datasets listed the other way round) is refused naming what changed, unless --allow-data-change;
 #     --resume auto whose checkpoint.dir does not exist, in a run directory holding that run's
-#     metrics, is refused rather than training it again from step 0.
+#     metrics, is refused rather than training it again from step 0. A refused resume sets no newer
+#     checkpoint aside; the same files at another path (whose name holds a blank) continue the run.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
 
@@ -103,4 +104,24 @@ grep -q -- "--allow-data-change: the data changed (train.seed" "$WORK/data_allow
 expect_refusal blend_first 1 "checkpoint.dir '$WORK/nowhere' ($WORK/nowhere) does not exist, but run directory" \
   "${BLEND[@]}" --set checkpoint.dir="$WORK/nowhere" --resume auto
 [ ! -e "$WORK/nowhere" ] || fail "a refused --resume auto created its checkpoint.dir"
+# A refused resume of an older checkpoint sets none of the newer ones aside; the manifest itself
+# given for its folder is named so.
+expect_refusal older_refused 1 "the data would not continue the checkpoint's order" "${BLEND[@]}" \
+  --set checkpoint.dir="$WORK/ck_half" --resume "$WORK/ck_half/step_00000006" --set train.seed=7
+[ -d "$WORK/ck_half/step_00000012" ] || { ls "$WORK/ck_half"; fail "a refused resume set step 12 aside"; }
+expect_refusal manifest_given 1 "give the step folder that holds it, '$WORK/ck_half/step_00000006'" "${BLEND[@]}" \
+  --set checkpoint.dir="$WORK/ck_half" --resume "$WORK/ck_half/step_00000006/manifest.json"
+# The same files at another path (a node's local disk, another mount), in a folder whose name holds
+# a blank, continue the run.
+mkdir -p "$WORK/local copy"
+cp "$WORK"/a.* "$WORK"/b.* "$WORK/local copy/"
+run_loom 1 moved "${BLEND[@]}" --set "data.path=$WORK/local copy/b" --set "data.valid_path=" \
+  --set checkpoint.dir="$WORK/ck_one" --set train.exit_after=1 --set train.steps=2 --set train.warmup_steps=1 ||
+  { cat "$WORK/moved.log"; fail "a path with a blank"; }
+cp -r "$WORK/local copy" "$WORK/elsewhere"
+run_loom 1 moved_resumed "${BLEND[@]}" --set "data.path=$WORK/elsewhere/b" --set "data.valid_path=" \
+  --set checkpoint.dir="$WORK/ck_one" --resume auto --set train.steps=2 --set train.warmup_steps=1 ||
+  { cat "$WORK/moved_resumed.log"; fail "the same files at another path should continue the run"; }
+grep -q "resumed from .*step_00000001 at step 1" "$WORK/moved_resumed.log" ||
+  { cat "$WORK/moved_resumed.log"; fail "the run at another path did not resume step 1"; }
 echo "data_validation: all checks passed"

@@ -114,7 +114,8 @@ edit_config() {  # edit_config SOURCE DEST PYTHON: DEST is SOURCE with PYTHON ru
 edit_config qwen3_moe qwen3_moe_v4 'j["rope_scaling"] = j.pop("rope_parameters")'
 edit_config deepseek_v3 deepseek_v3_forms \
   'j["original_max_position_embeddings"] = 8; j["norm_topk_prob"] = None; j["rope_interleave"] = None'
-for arch in qwen3_moe_v4 deepseek_v3_forms; do
+edit_config mixtral mixtral_top_k 'del j["num_experts_per_tok"]'  # (transformers' Mixtral default: 2)
+for arch in qwen3_moe_v4 deepseek_v3_forms mixtral_top_k; do
   FORMS_RUN=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001)
   [ "$arch" = deepseek_v3_forms ] && FORMS_RUN+=(--set model.num_layers=4)
   "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_one" "${BASE[@]}" "${ONE_STEP[@]}" "${FORMS_RUN[@]}" \
@@ -124,6 +125,9 @@ done
 edit_config qwen3_moe qwen3_moe_both 'j["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}'
 expect_exit 2 "$WORK/qwen3_moe_both/config.json: \"rope_scaling\" is given beside rope_parameters" "$LOOM" train "$TINY" \
   --run-dir "$WORK/qwen3_moe_both_run" "${BASE[@]}" "${ONE_STEP[@]}" --set model.init_from="$WORK/qwen3_moe_both"
+edit_config qwen3_moe qwen3_moe_bias 'j["attention_bias"] = True'
+expect_exit 2 "$WORK/qwen3_moe_bias/config.json: \"attention_bias\" is true" "$LOOM" train "$TINY" \
+  --run-dir "$WORK/qwen3_moe_bias_run" "${BASE[@]}" "${ONE_STEP[@]}" --set model.init_from="$WORK/qwen3_moe_bias"
 
 # configs/finetune_hf.yaml, as the README's fine-tuning section runs it: the model keys all from
 # config.json, its first loss transformers'. A config written for another model is refused naming
