@@ -36,7 +36,7 @@ bool DocumentReader::open_next_input() {
   in_ = std::ifstream(path_, std::ios::binary);
   if (!in_) throw InputError("cannot read input file '" + path_ + "'");
   line_ = 0;
-  if (!json_lines_) {
+  if (!json_lines_ && !split_paragraphs_) {  // one document: read whole
     std::string text((std::istreambuf_iterator<char>(in_)), std::istreambuf_iterator<char>());
     bytes_read_ += static_cast<int64_t>(text.size());
     in_.close();
@@ -84,6 +84,23 @@ void DocumentReader::queue(const std::string& text, int64_t first_line) {
   flush();
 }
 
+void DocumentReader::queue_next_lines() {
+  constexpr size_t kChunkBytes = 16 << 20;
+  const int64_t first_line = line_ + 1;
+  std::string chunk, line;
+  while (std::getline(in_, line)) {
+    ++line_;
+    const bool last = in_.eof();  // a last line without its newline
+    bytes_read_ += static_cast<int64_t>(line.size()) + (last ? 0 : 1);
+    chunk += line;
+    if (!last) chunk += '\n';
+    if (!last && chunk.size() >= kChunkBytes && blank(line)) break;
+  }
+  if (in_.bad()) throw InputError("cannot read input file '" + path_ + "'");
+  if (!in_) in_.close();
+  queue(chunk, first_line);
+}
+
 bool DocumentReader::next(Document& doc) {
   while (true) {
     if (queued_at_ < queued_.size()) {
@@ -92,6 +109,10 @@ bool DocumentReader::next(Document& doc) {
     }
     queued_.clear();
     queued_at_ = 0;
+    if (!json_lines_ && in_.is_open()) {
+      queue_next_lines();
+      continue;
+    }
     if (json_lines_ && in_.is_open()) {
       std::string line;
       if (std::getline(in_, line)) {

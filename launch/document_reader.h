@@ -27,6 +27,10 @@ class DocumentReader {
   bool open_next_input();
   // Queues TEXT as one document, or its paragraphs; FIRST_LINE numbers the origins.
   void queue(const std::string& text, int64_t first_line);
+  // A plain text file read by paragraphs: queues its next lines, up to a blank line once they hold
+  // enough bytes (so no paragraph is cut), and closes the file at its end. Memory stays flat
+  // whatever the file's size.
+  void queue_next_lines();
 
   std::vector<std::string> inputs_;
   bool split_paragraphs_;

@@ -132,6 +132,37 @@ done
 for ext in bin idx json; do cmp "$WORK/w1.$ext" "$WORK/w4.$ext" || fail "--workers 4 changed PREFIX.$ext"; done
 grep -q "documents/s" "$WORK/w4.log" || fail "no progress line"
 
+# A plain file is read by paragraphs in chunks of 16 MB cut at blank lines: 20 MB of paragraphs
+# (LF and CRLF, blank lines with spaces) give the same documents as the text read whole would.
+"$PY" - "$WORK" << 'PY'
+import hashlib, json, random, sys
+import numpy
+work = sys.argv[1]
+random.seed(5)
+words = "alpha beta gamma delta epsilon zeta eta theta".split()
+paragraphs, size = [], 0
+with open(f"{work}/paragraphs.txt", "w", newline="") as f:
+    while size < 20_000_000:
+        lines = [" ".join(random.choice(words) for _ in range(random.randint(1, 30))) for _ in range(random.randint(1, 4))]
+        separator = random.choice(["\n\n", "\n \n", "\r\n\r\n", "\n\n\n"])
+        paragraph = ("\r\n" if separator.startswith("\r") else "\n").join(lines)
+        f.write(paragraph + separator)
+        paragraphs.append(paragraph)
+        size += len(paragraph) + len(separator)
+expected = numpy.frombuffer("".join(paragraphs).encode(), dtype=numpy.uint8).astype("<u2")  # a byte, a uint16
+json.dump({"documents": len(paragraphs), "bin_sha256": hashlib.sha256(expected.tobytes()).hexdigest()},
+          open(f"{work}/paragraphs.expected", "w"))
+PY
+"$LOOM" prepare --input "$WORK/paragraphs.txt" --output "$WORK/paragraphs" --split-paragraphs > /dev/null ||
+  fail "prepare 20 MB of paragraphs"
+"$PY" -c "
+import hashlib, json, sys
+e = json.load(open('$WORK/paragraphs.expected'))
+got = hashlib.sha256(open('$WORK/paragraphs.bin', 'rb').read()).hexdigest()
+docs = json.load(open('$WORK/paragraphs.json'))['documents']
+sys.exit(0 if (got, docs) == (e['bin_sha256'], e['documents']) else f'paragraphs: {docs} documents, bin {got}; expected {e}')" ||
+  fail "20 MB of paragraphs read in chunks differ from the text's paragraphs"
+
 # Only a dataset is written over: a train.json of the user's own beside train.jsonl, or a notes.bin
 # beside no index, is refused and left as it was; an .NDJSON file (any case) is JSON lines.
 printf '{"text": "alpha"}\n{"text": "beta"}\n' > "$WORK/train.jsonl"
