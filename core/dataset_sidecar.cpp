@@ -9,13 +9,24 @@
 #include "core/errors.h"
 
 namespace loom {
+namespace {
+
+constexpr const char* kFormat = "loom-dataset-1";  // the "format" of every sidecar loom prepare writes
+
+}  // namespace
 
 std::string sidecar_path(const std::string& prefix) {
   return prefix + ".json";
 }
 
+bool is_dataset_sidecar(const std::string& prefix) {
+  std::ifstream in(sidecar_path(prefix));
+  const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return json.is_object() && json.contains("format") && json["format"] == kFormat;
+}
+
 void write_sidecar(const std::string& prefix, const DatasetSidecar& s) {
-  nlohmann::json json{{"format", "loom-dataset-1"},
+  nlohmann::json json{{"format", kFormat},
                       {"tokenizer", s.tokenizer},
                       {"tokenizer_source", s.tokenizer_source},
                       {"vocab_size", s.vocab_size},

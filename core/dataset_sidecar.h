@@ -24,6 +24,8 @@ struct DatasetSidecar {
 };
 
 std::string sidecar_path(const std::string& prefix);
+// Whether PREFIX.json is a sidecar loom prepare wrote (its "format"), and so a dataset's to replace.
+bool is_dataset_sidecar(const std::string& prefix);
 // Written through a temporary and a rename: a sidecar is whole or absent.
 void write_sidecar(const std::string& prefix, const DatasetSidecar& sidecar);
 // nullopt when PREFIX.json does not exist (datasets made elsewhere); an InputError naming the file

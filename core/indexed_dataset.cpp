@@ -178,16 +178,21 @@ IndexHeader read_index_header(const std::string& prefix) {
     throw InputError("'" + idx + "' is not a Megatron-LM indexed dataset (bad magic)");
   }
   read_scalar<uint64_t>(in, idx);  // the version
+  const auto code = read_scalar<uint8_t>(in, idx);
+  if (code < 1 || code > 8) throw InputError("'" + idx + "' has unknown dtype code " + std::to_string(code));
   IndexHeader header;
-  header.dtype = static_cast<TokenDtype>(read_scalar<uint8_t>(in, idx));
+  header.dtype = static_cast<TokenDtype>(code);
   header.sequences = read_scalar<uint64_t>(in, idx);
   return header;
 }
 
 bool is_indexed_dataset(const std::string& prefix) {
-  std::ifstream in(prefix + ".idx", std::ios::binary);
-  char magic[9] = {};
-  return in.read(magic, 9) && std::memcmp(magic, kMagic, 9) == 0;
+  try {
+    read_index_header(prefix);
+    return true;
+  } catch (const InputError&) {
+    return false;
+  }
 }
 
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)

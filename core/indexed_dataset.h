@@ -62,7 +62,7 @@ struct IndexHeader {
 };
 IndexHeader read_index_header(const std::string& prefix);
 
-// Whether PREFIX.idx exists and starts as a Megatron-LM index does (its magic).
+// Whether PREFIX.idx exists and has a Megatron-LM index's header (read_index_header reads it).
 bool is_indexed_dataset(const std::string& prefix);
 
 // Writes a dataset in the same format; each add_document call is one document of one sequence.

@@ -173,6 +173,7 @@ void check_data(const Config& config) {
   // The tokenizer of the first dataset whose sidecar names one: every other must name the same, or
   // the run would learn one id as two tokens (a blend), or validate on ids of another meaning.
   std::string first_prefix, first_tokenizer;
+  std::optional<DatasetSidecar> first;
   for (const auto& [spec, key] : {std::pair{d.path, "data.path"}, std::pair{d.valid_path, "data.valid_path"}}) {
     for (const auto& component : parse_blend(spec, key)) {
       open_component(component, key, config);
@@ -182,11 +183,11 @@ void check_data(const Config& config) {
       const std::string tokenizer =
           fmt::format("{} tokenizer of vocabulary {}", sidecar->tokenizer, sidecar->vocab_size) +
           (sidecar->tokenizer == "byte" ? "" : " ('" + sidecar->tokenizer_source + "')");
-      if (first_prefix.empty()) {
+      if (!first) {
+        first = sidecar;
         first_prefix = component.prefix;
         first_tokenizer = tokenizer;
-      } else if (sidecar->tokenizer != read_sidecar(first_prefix)->tokenizer ||
-                 sidecar->vocab_size != read_sidecar(first_prefix)->vocab_size) {
+      } else if (sidecar->tokenizer != first->tokenizer || sidecar->vocab_size != first->vocab_size) {
         throw InputError(fmt::format(
             "{} '{}' was made with the {} (says {}), but '{}' with the {}: one run's datasets share a tokenizer, "
             "or the same id means different text in each",

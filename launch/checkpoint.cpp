@@ -349,6 +349,12 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
           // Refused before checkpoint.dir is touched: a refused resume sets no newer checkpoint aside.
           refusal = resume_refusal(manifest, config_, data_now(), allow_data_change);
           if (!refusal.empty()) throw InputError(candidates[i].path + ": " + refusal);
+          if (const auto changed = data_change(manifest, data_now()); !changed.empty()) {
+            log::warn(
+                "--resume {}: --allow-data-change: the data changed ({}); training goes on after sample {} of "
+                "the new order",
+                candidates[i].path, changed, manifest.at("consumed_samples").get<int64_t>());
+          }
           continue_lineage_from(candidates[i].path, manifest.at("step").get<int64_t>());
         } catch (const InputError& e) {
           refusal = e.what();
@@ -411,13 +417,8 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
   world.broadcast(characters, 0).wait();
   const int64_t* codes = characters.data_ptr<int64_t>();
   const std::string path(codes, codes + characters.numel());
+  // (rank 0 checked it can continue this run, resume_refusal, before choosing it)
   const auto manifest = read_manifest(path);
-  if (const auto refusal = resume_refusal(manifest, config_, data_now(), allow_data_change); !refusal.empty())
-    throw InputError("--resume " + path + ": " + refusal);
-  if (const auto changed = data_change(manifest, data_now()); !changed.empty()) {
-    warn0("--resume {}: --allow-data-change: the data changed ({}); training goes on after sample {} of the new order",
-          path, changed, manifest.at("consumed_samples").get<int64_t>());
-  }
 
   const auto& coords = groups_.coords();
   const int64_t tp_size = groups_.tp().size();

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/dataset_sidecar.h"
@@ -68,13 +67,9 @@ void check_outputs(const std::string& prefix, const std::vector<std::string>& in
   // beside no Megatron-LM index, is someone's file (`--input train.jsonl --output train` would
   // replace a train.json corpus beside it).
   std::error_code error;
-  if (fs::exists(prefix + ".json", error)) {
-    std::ifstream in(prefix + ".json");
-    const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!json.is_object() || !json.contains("format") || json["format"] != "loom-dataset-1") {
-      throw InputError("--output " + prefix + " would write its sidecar over '" + prefix +
-                       ".json', which is not one loom prepare wrote (your file?): choose another prefix");
-    }
+  if (fs::exists(sidecar_path(prefix), error) && !is_dataset_sidecar(prefix)) {
+    throw InputError("--output " + prefix + " would write its sidecar over '" + sidecar_path(prefix) +
+                     "', which is not one loom prepare wrote (your file?): choose another prefix");
   }
   if ((fs::exists(prefix + ".bin", error) || fs::exists(prefix + ".idx", error)) && !is_indexed_dataset(prefix)) {
     throw InputError("--output " + prefix + " would write over '" + prefix + ".bin' or '" + prefix +
