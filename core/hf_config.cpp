@@ -32,6 +32,12 @@ void refuse_sliding_layers(const HfJson& hf, const nlohmann::json& json) {
   }
 }
 
+// The SwiGLU MLP's activation: transformers' ACT2FN maps "swish" to the same SiLU.
+void require_silu(const HfJson& hf) {
+  const std::string act = hf.text("hidden_act", "silu");
+  if (act != "silu" && act != "swish") throw hf.refused("hidden_act", "is '" + act + "'; loom's SwiGLU MLP is silu");
+}
+
 // The MoE keys of a softmax router whose top num_experts_per_tok weights are renormalised if
 // NORM (Mixtral, Qwen3-MoE), over EXPERTS experts of WIDTH (0: the MLP's) in the blocks
 // SPARSE_STEP and DENSE_LAYERS leave sparse. The auxiliary losses' coefficients are training
@@ -84,8 +90,7 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
     throw hf.refused("use_sliding_window", "is true: loom's attention has no sliding window");
   }
   refuse_sliding_layers(hf, json);
-  const std::string act = hf.text("hidden_act", "silu");
-  if (act != "silu") throw hf.refused("hidden_act", "is '" + act + "'; loom's SwiGLU MLP is silu");
+  require_silu(hf);
   const auto heads = std::stoll(hf.integer("num_attention_heads")), hidden = std::stoll(hf.integer("hidden_size"));
   // head_dim may differ from hidden_size / num_attention_heads (Qwen3's 128 at hidden 2048 and 32
   // heads): model.head_dim then says so; 0 keeps loom's hidden_size / num_heads.
@@ -169,8 +174,7 @@ Keys deepseek_v3_keys(const HfJson& hf, const nlohmann::json& json) {
                          ": loom reads BF16 or F32 weights; convert an FP8 checkpoint (weights in blocks scaled by "
                          "weight_scale_inv) to BF16 first");
   }
-  const std::string act = hf.text("hidden_act", "silu");
-  if (act != "silu") throw hf.refused("hidden_act", "is '" + act + "'; loom's SwiGLU MLP is silu");
+  require_silu(hf);
   if (hf.boolean("attention_bias", false))
     throw hf.refused("attention_bias", "is true; loom's latent attention has no biases (nor has DeepSeek-V3's)");
   if (hf.text("topk_method", "noaux_tc") != "noaux_tc")

@@ -415,10 +415,21 @@ int dispatch(int argc, char** argv) {
 // Under mpirun it ends the whole job, so that no rank waits on this one.
 // A rank that has its verdict leaves with it: srun --kill-on-bad-exit sends SIGTERM to the ranks
 // still exiting once the first has gone, which would turn their exit 3 into 143.
+// The ranks of a job write into one log (mpirun's, srun's, torchrun's): a rank of several names
+// itself after its message, so that the one whose data or disk failed mid-run is known.
+std::string rank_of_several() {
+  try {
+    const auto launch = parallel::detect_launch();
+    if (launch.world > 1) return " (rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world) + ")";
+  } catch (const std::exception&) {  // the launcher's variables are what failed: no rank to name
+  }
+  return "";
+}
+
 [[noreturn]] void die(int code, const std::string& message) {
   for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) std::signal(signal, SIG_IGN);
   std::cout.flush();
-  std::fprintf(stderr, "loom: error: %s\n", message.c_str());
+  std::fprintf(stderr, "loom: error: %s%s\n", message.c_str(), rank_of_several().c_str());
   std::fflush(stderr);
   parallel::end_job(code);
 }

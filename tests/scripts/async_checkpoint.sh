@@ -41,6 +41,9 @@ run_loom 4 failed "${ARGS[@]}" --set checkpoint.dir="$WORK/ck_failed" --set chec
   --inject-fault 1:10:fail_save || code=$?
 [ "$code" = 75 ] && grep -q "writing checkpoint .*step_00000010 in the background failed on" "$WORK/failed.log" ||
   { cat "$WORK/failed.log"; fail "a failed background write: exit $code, expected 75 (an environment failure) naming the checkpoint"; }
+# The four ranks write into one log: the rank whose write failed names itself.
+grep -q "loom: error: .*injected fault: writing this rank's checkpoint files failed.* (rank 1 of 4)$" "$WORK/failed.log" ||
+  { cat "$WORK/failed.log"; fail "the failed rank's error does not name rank 1 of 4"; }
 last=$(tail -1 "$WORK/failed/metrics.jsonl" | python3 -c 'import json, sys; print(json.load(sys.stdin)["step"])')
 [ "$last" -le 11 ] || fail "the job went on to step $last after the failed write of step 10"
 [ ! -d "$WORK/ck_failed/step_00000010" ] && [ "$(cat "$WORK/ck_failed/latest")" = step_00000005 ] ||

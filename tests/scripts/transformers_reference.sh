@@ -114,7 +114,9 @@ edit_config() {  # edit_config SOURCE DEST PYTHON: DEST is SOURCE with PYTHON ru
 edit_config qwen3_moe qwen3_moe_v4 'j["rope_scaling"] = j.pop("rope_parameters")'
 edit_config deepseek_v3 deepseek_v3_forms \
   'j["original_max_position_embeddings"] = 8; j["norm_topk_prob"] = None; j["rope_interleave"] = None'
-edit_config mixtral mixtral_top_k 'del j["num_experts_per_tok"]'  # (transformers' Mixtral default: 2)
+# A Mixtral without num_experts_per_tok (transformers' default: 2) whose hidden_act is "swish"
+# (transformers' other name for SiLU; loom once refused it).
+edit_config mixtral mixtral_top_k 'del j["num_experts_per_tok"]; j["hidden_act"] = "swish"'
 for arch in qwen3_moe_v4 deepseek_v3_forms mixtral_top_k; do
   FORMS_RUN=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001)
   [ "$arch" = deepseek_v3_forms ] && FORMS_RUN+=(--set model.num_layers=4)
