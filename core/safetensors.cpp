@@ -73,7 +73,13 @@ SafetensorsReader::SafetensorsReader(std::string path)
   }
   const uint64_t data_start = 8 + length;
   for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__") continue;
+    if (name == "__metadata__") {
+      if (info.is_object()) {
+        for (const auto& [key, value] : info.items())
+          if (value.is_string()) metadata_[key] = value.get<std::string>();
+      }
+      continue;
+    }
     try {
       Entry e;
       e.dtype = dtype_of(info.at("dtype").get<std::string>(), path_, name);

@@ -34,6 +34,8 @@ class SafetensorsReader {
   const std::vector<int64_t>& shape(const std::string& name) const;
   // NAME as float32 (F32, F16 and BF16 are read).
   torch::Tensor read(const std::string& name) const;
+  // The header's __metadata__ (string to string; empty when absent).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
   struct Entry {
@@ -45,6 +47,7 @@ class SafetensorsReader {
 
   std::string path_;
   std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> metadata_;
   std::unique_ptr<std::ifstream> in_;
 };
 

@@ -3,10 +3,13 @@
 // --max-shard-size) that transformers' from_pretrained loads, or as one GPT-2
 // .safetensors file. A model fine-tuned from a Hugging Face directory keeps its
 // architecture and config fields (launch/hf_source.h).
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "core/checkpoint_store.h"
 #include "core/config.h"
@@ -33,11 +36,52 @@ bool ends_with(const std::string& text, const std::string& end) {
   return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
 }
 
-// What a directory that `loom export` may replace holds: an earlier export, nothing else.
-bool is_export_file(const std::string& name) {
-  return name == "config.json" || name == "generation_config.json" || name == "model.safetensors.index.json" ||
-         name == "tokenizer.json" || name == "tokenizer_config.json" || name == "special_tokens_map.json" ||
-         name == "tokenizer.model" || (name.rfind("model", 0) == 0 && ends_with(name, ".safetensors"));
+bool is_weights_file(const std::string& name) {
+  return name.rfind("model", 0) == 0 && ends_with(name, ".safetensors");
+}
+
+// Refuses (InputError naming the file) to replace OUTPUT unless it is absent, empty, or an earlier
+// loom export whose every file the new export writes again: the directory is replaced whole, so a
+// file left out would be deleted. An earlier export is told by its weights' metadata (source: loom),
+// so that a model downloaded from the Hub, whose file names are the same, is never written over.
+// WRITTEN: the names the new export writes besides config.json, generation_config.json and weights.
+void check_replaceable(const std::string& output, const std::set<std::string>& written) {
+  const fs::path target(output);
+  std::error_code error;
+  if (!fs::exists(fs::symlink_status(target, error))) return;
+  if (fs::is_symlink(fs::symlink_status(target)))
+    throw InputError("--output '" + output + "' is a symbolic link; give the directory itself");
+  if (!fs::is_directory(target)) throw InputError("--output '" + output + "' exists and is not a directory");
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(target)) names.push_back(entry.path().filename().string());
+  if (names.empty()) return;
+  bool loom_weights = false;
+  for (const auto& name : names) {
+    if (!is_weights_file(name)) continue;
+    std::string source;
+    try {
+      const SafetensorsReader reader((target / name).string());
+      const auto it = reader.metadata().find("source");
+      if (it != reader.metadata().end()) source = it->second;
+    } catch (const InputError&) {
+    }
+    if (source != "loom") {
+      throw InputError("--output '" + output + "' holds '" + name +
+                       "', weights that no loom export wrote, which an export would replace; choose a new "
+                       "or empty directory");
+    }
+    loom_weights = true;
+  }
+  for (const auto& name : names) {
+    const bool rewritten = name == "config.json" || name == "generation_config.json" ||
+                           name == "model.safetensors.index.json" || is_weights_file(name) || written.count(name);
+    if (!rewritten || !loom_weights) {
+      throw InputError(
+          "--output '" + output + "' holds '" + name + "', which " +
+          (loom_weights ? "this export does not write and would delete" : "is not part of an earlier loom export") +
+          "; choose a new or empty directory, or move the file");
+    }
+  }
 }
 
 // The files of the tokenizer the checkpoint's data was made with (its manifest's record), to go
@@ -97,24 +141,22 @@ void publish_directory(const std::string& output, const std::function<void(const
     throw InputError("--output '" + output + "' is a symbolic link; give the directory itself");
   const fs::path parent = target.has_filename() ? target.parent_path() : target.parent_path().parent_path();
   const std::string name = (target.has_filename() ? target : target.parent_path()).filename().string();
-  if (fs::exists(target)) {
-    if (!fs::is_directory(target)) throw InputError("--output '" + output + "' exists and is not a directory");
-    for (const auto& entry : fs::directory_iterator(target)) {
-      const std::string file = entry.path().filename().string();
-      if (!is_export_file(file)) {
-        throw InputError("--output '" + output + "' holds '" + file +
-                         "', which an export would delete; choose a new or empty directory");
-      }
-    }
-  }
   std::error_code error;
   fs::create_directories(parent, error);
-  const fs::path temporary = parent / ("." + name + ".tmp"), old = parent / ("." + name + ".old");
-  fs::remove_all(temporary);
-  fs::create_directories(temporary, error);
-  if (error) throw InputError("--output: cannot create '" + temporary.string() + "': " + error.message());
-  write(temporary.string());
-  fs::remove_all(old);
+  // Names of this process's own, so that nothing of the user's beside OUTPUT is removed (a folder
+  // named .NAME.tmp may be anyone's); an export killed midway leaves them for the user to see.
+  const std::string own = "." + name + ".export-" + std::to_string(::getpid());
+  const fs::path temporary = parent / (own + ".tmp"), old = parent / (own + ".old");
+  if (fs::exists(fs::symlink_status(temporary)) || fs::exists(fs::symlink_status(old)))
+    throw InputError("--output: '" + temporary.string() + "' or its .old exists; remove it and export again");
+  if (!fs::create_directory(temporary, error) || error)
+    throw InputError("--output: cannot create '" + temporary.string() + "': " + error.message());
+  try {
+    write(temporary.string());
+  } catch (...) {
+    fs::remove_all(temporary, error);
+    throw;
+  }
   if (fs::exists(target)) fs::rename(target, old);
   fs::rename(temporary, parent / name);
   fs::remove_all(old);
@@ -199,6 +241,10 @@ int export_checkpoint(const ExportArgs& args) {
   std::vector<std::string> files;
   nlohmann::json tokenizer_config;
   const auto tokenizer = tokenizer_files(manifest, args.checkpoint, tokenizer_config);
+  std::set<std::string> written;
+  for (const auto& [name, from] : tokenizer) written.insert(name);
+  if (!tokenizer_config.is_null()) written.insert("tokenizer_config.json");
+  check_replaceable(args.output, written);
   publish_directory(args.output, [&](const std::string& dir) {
     for (const auto& [name, from] : tokenizer) fs::copy_file(from, fs::path(dir) / name);
     if (!tokenizer_config.is_null()) write_json(dir, "tokenizer_config.json", tokenizer_config.dump(2));

@@ -74,6 +74,30 @@ set -e
 ln -s "$WORK/nowhere" "$WORK/link"
 expect_exit 2 "--output '$WORK/link' is a symbolic link" "$LOOM" export "$WORK/ck_a/step_00000005" --output "$WORK/link"
 
+# A directory is replaced whole, so only an earlier loom export whose every file is written again:
+# an export over it succeeds (and leaves alone the folders beside it that are named like its
+# temporaries); a file it would not write (a tokenizer put there by hand) or weights no loom export
+# wrote (a model from the Hub, same names) are refused, exit 2 naming the file, the bytes kept.
+mkdir -p "$WORK/.a_dir.tmp" "$WORK/.a_dir.old" && echo mine > "$WORK/.a_dir.tmp/notes" && echo mine > "$WORK/.a_dir.old/notes"
+"$LOOM" export "$WORK/ck_a/step_00000005" --format hf-gpt2 --output "$WORK/a_dir" > /dev/null || fail "export over an earlier export"
+cmp "$WORK/a.safetensors" "$WORK/a_dir/model.safetensors" || fail "the re-export's model.safetensors"
+[ -f "$WORK/.a_dir.tmp/notes" ] && [ -f "$WORK/.a_dir.old/notes" ] || fail "an export removed a folder beside its output"
+ls -a "$WORK" | grep -q "export-" && fail "an export left its temporaries: $(ls -a "$WORK")"
+echo '{"model": {}}' > "$WORK/a_dir/tokenizer.json"
+expect_exit 2 "holds 'tokenizer.json', which this export does not write and would delete" \
+  "$LOOM" export "$WORK/ck_a/step_00000005" --format hf-gpt2 --output "$WORK/a_dir"
+grep -q '"model"' "$WORK/a_dir/tokenizer.json" || fail "the refused export touched tokenizer.json"
+mkdir "$WORK/hub" && cp "$WORK/a_dir/config.json" "$WORK/hub/"
+"$PY" -c "import torch, sys; from safetensors.torch import save_file; save_file({'wte.weight': torch.ones(2, 2)}, sys.argv[1], metadata={'format': 'pt'})" \
+  "$WORK/hub/model.safetensors"
+before=$(md5sum < "$WORK/hub/model.safetensors")
+expect_exit 2 "holds 'model.safetensors', weights that no loom export wrote" \
+  "$LOOM" export "$WORK/ck_a/step_00000005" --format hf-gpt2 --output "$WORK/hub"
+[ "$(md5sum < "$WORK/hub/model.safetensors")" = "$before" ] || fail "the refused export touched the Hub model"
+mkdir "$WORK/configs_only" && cp "$WORK/a_dir/config.json" "$WORK/configs_only/"
+expect_exit 2 "holds 'config.json', which is not part of an earlier loom export" \
+  "$LOOM" export "$WORK/ck_a/step_00000005" --format hf-gpt2 --output "$WORK/configs_only"
+
 "$PY" "$SCRIPTS/checks.py" hf-gpt2-layout "$WORK/a.safetensors" "$WORK/b.safetensors" ||
   fail "safetensors / Hugging Face layout check"
 "$PY" "$SCRIPTS/checks.py" hf-gpt2-loss "$WORK/a.safetensors" "$WORK/text.txt" "$WORK/c" ||
