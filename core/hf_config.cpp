@@ -278,6 +278,18 @@ const ConfigField& field_named(const std::string& name) {
   throw std::logic_error("no config field " + name);
 }
 
+// transformers' AutoModelForCausalLM builds the class of model_type and never reads architectures:
+// where the two disagree, either choice would train a model other than the one somebody meant.
+void refuse_disagreeing_model_type(const HfJson& hf, const nlohmann::json& json, const std::string& architecture) {
+  nlohmann::json by_type = json;
+  by_type.erase("architectures");
+  const std::string typed = hf_architecture(by_type);
+  if (typed.empty() || typed == architecture) return;
+  throw hf.refused("architectures", "is " + architecture + " but model_type " + json["model_type"].dump() + " is " +
+                                        typed +
+                                        ", which transformers' AutoModelForCausalLM builds; make the two agree");
+}
+
 }  // namespace
 
 Keys model_keys_of_hf_config(const nlohmann::json& json, const std::string& file) {
@@ -294,10 +306,13 @@ Keys model_keys_of_hf_config(const nlohmann::json& json, const std::string& file
   if (architecture == "LlamaForCausalLM" || architecture == "MistralForCausalLM" ||
       architecture == "Qwen2ForCausalLM" || architecture == "MixtralForCausalLM" ||
       architecture == "Qwen3ForCausalLM" || architecture == "Qwen3MoeForCausalLM") {
+    refuse_disagreeing_model_type(hf, json, architecture);
     return llama_keys(hf, json, architecture);
   }
-  if (architecture == "GPT2LMHeadModel") return gpt2_keys(hf);
-  if (architecture == "DeepseekV3ForCausalLM") return deepseek_v3_keys(hf, json);
+  if (architecture == "GPT2LMHeadModel" || architecture == "DeepseekV3ForCausalLM") {
+    refuse_disagreeing_model_type(hf, json, architecture);
+    return architecture == "GPT2LMHeadModel" ? gpt2_keys(hf) : deepseek_v3_keys(hf, json);
+  }
   throw hf.refused("architectures",
                    "is " + architecture +
                        "; loom reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "

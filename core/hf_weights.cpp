@@ -163,6 +163,9 @@ int64_t parse_byte_size(const std::string& text, const std::string& what) {
                      "' is not a size: write bytes, or a number with KB, MB, GB (10^3, 10^6, 10^9) "
                      "or KiB, MiB, GiB (2^10, 2^20, 2^30), like 5GB");
   }
+  // Past 2^62 (4.6 EB) llround overflows (to a negative number, read as one shard per tensor).
+  if (!(value * it->second <= 4611686018427387904.0))
+    throw InputError(what + " '" + text + "' is larger than 4 EiB (2^62 bytes); no shard gets that big");
   return static_cast<int64_t>(std::llround(value * it->second));
 }
 

@@ -206,6 +206,10 @@ TEST_CASE("the size of --max-shard-size is read as transformers writes it", "[hf
   for (const std::string bad : {"", "GB", "5 GB", "5XB", "0", "-1MB"})
     CHECK_THAT(error_of([&] { parse_byte_size(bad, "--max-shard-size"); }),
                Catch::Contains("--max-shard-size '" + bad + "' is not a size"));
+  CHECK(parse_byte_size("4194304TiB", "s") == int64_t{1} << 62);
+  for (const std::string huge : {"9223372036854775808", "4194305TiB", "99999999999999999999999TB"})
+    CHECK_THAT(error_of([&] { parse_byte_size(huge, "--max-shard-size"); }),
+               Catch::Contains("--max-shard-size '" + huge + "' is larger than 4 EiB"));
 }
 
 using test::keys_error;
@@ -229,6 +233,7 @@ TEST_CASE("config.json: Llama, Mistral and Qwen2 give the llama keys, GPT-2 the 
 
   auto mistral = llama_json();
   mistral["architectures"] = {"MistralForCausalLM"};
+  mistral["model_type"] = "mistral";
   mistral["sliding_window"] = nullptr;
   mistral.erase("num_key_value_heads");  // defaults to num_attention_heads
   mistral["rope_scaling"] = nullptr;
@@ -238,6 +243,7 @@ TEST_CASE("config.json: Llama, Mistral and Qwen2 give the llama keys, GPT-2 the 
 
   auto qwen2 = llama_json();
   qwen2["architectures"] = {"Qwen2ForCausalLM"};
+  qwen2["model_type"] = "qwen2";
   qwen2["use_sliding_window"] = false;
   qwen2["sliding_window"] = 4096;  // unused without use_sliding_window
   keys = keys_of(qwen2);
@@ -311,6 +317,7 @@ TEST_CASE("config.json: transformers 5's rope_parameters give the theta and scal
 
   auto qwen2 = llama_json();
   qwen2["architectures"] = {"Qwen2ForCausalLM"};
+  qwen2["model_type"] = "qwen2";
   qwen2["layer_types"] = {"full_attention", "sliding_attention"};
   CHECK_THAT(keys_error(qwen2), Catch::Contains("\"layer_types\" has \"sliding_attention\""));
 }
@@ -326,11 +333,13 @@ TEST_CASE("config.json: what loom cannot represent is refused naming the key", "
         "Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM (without sliding windows), "
         "DeepseekV3ForCausalLM and GPT2LMHeadModel");
   auto mistral = with("architectures", {"MistralForCausalLM"});
+  mistral["model_type"] = "mistral";
   mistral["sliding_window"] = 4096;
   CHECK_THAT(keys_error(mistral), Catch::Contains("\"sliding_window\" is 4096"));
   mistral.erase("sliding_window");
   CHECK_THAT(keys_error(mistral), Catch::Contains("\"sliding_window\" is missing"));
   auto qwen2 = with("architectures", {"Qwen2ForCausalLM"});
+  qwen2["model_type"] = "qwen2";
   qwen2["use_sliding_window"] = true;
   CHECK_THAT(keys_error(qwen2), Catch::Contains("\"use_sliding_window\" is true"));
   CHECK_THAT(keys_error(with("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}})),

@@ -20,6 +20,7 @@ using test::llama_json;
 TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral's experts", "[hf]") {
   auto qwen3 = llama_json();
   qwen3["architectures"] = {"Qwen3ForCausalLM"};
+  qwen3["model_type"] = "qwen3";
   qwen3["head_dim"] = 128;  // hidden 64 / 4 heads would be 16
   auto keys = keys_of(qwen3);
   CHECK(keys.at("model.head_dim") == "128");
@@ -34,6 +35,7 @@ TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral'
 
   auto moe = llama_json();
   moe["architectures"] = {"Qwen3MoeForCausalLM"};
+  moe["model_type"] = "qwen3_moe";
   moe["num_local_experts"] = 8;  // transformers 5's name; released checkpoints write num_experts
   moe["num_experts_per_tok"] = 2;
   moe["moe_intermediate_size"] = 24;
@@ -59,6 +61,7 @@ TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral'
 
   auto mixtral = llama_json();
   mixtral["architectures"] = {"MixtralForCausalLM"};
+  mixtral["model_type"] = "mixtral";
   mixtral["num_local_experts"] = 8;
   mixtral["num_experts_per_tok"] = 2;
   mixtral["sliding_window"] = nullptr;
@@ -261,13 +264,14 @@ TEST_CASE("config.json without architectures: model_type names the class, as Aut
   auto qwen2 = llama_json();
   qwen2["architectures"] = {"Qwen2ForCausalLM"};
   qwen2["model_type"] = "qwen2";
+  qwen2["model_type"] = "qwen2";
   auto untyped = qwen2;
   untyped.erase("architectures");
   CHECK(hf_architecture(untyped) == "Qwen2ForCausalLM");
   CHECK(keys_of(untyped) == keys_of(qwen2));  // the biases on q, k, v among them
   untyped["architectures"] = nullptr;
   CHECK(keys_of(untyped) == keys_of(qwen2));
-  // "architectures" says first where both are there.
+  // "architectures" says first where both are there (and the keys are refused when they disagree).
   auto both = qwen2;
   both["model_type"] = "llama";
   CHECK(hf_architecture(both) == "Qwen2ForCausalLM");
@@ -290,6 +294,10 @@ TEST_CASE("config.json without architectures: model_type names the class, as Aut
   CHECK_THAT(keys_error(untyped), Catch::Contains("\"architectures\" is missing, and model_type too"));
   qwen2["architectures"] = {"Qwen2ForCausalLM", "LlamaForCausalLM"};
   CHECK_THAT(keys_error(qwen2), Catch::Contains("must list one architecture"));
+  // A class that model_type contradicts: transformers builds model_type's, so neither is guessed.
+  qwen2["architectures"] = {"LlamaForCausalLM"};
+  CHECK_THAT(keys_error(qwen2), Catch::Contains("\"architectures\" is LlamaForCausalLM but model_type \"qwen2\" is "
+                                                "Qwen2ForCausalLM, which transformers' AutoModelForCausalLM builds"));
 
   // Its export (--format hf) names the class model_type implies; with a list, the list's.
   const nlohmann::ordered_json loom_config = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}};

@@ -84,6 +84,10 @@ expect_exit 2 "_proj.weight' in '$WORK/misshapen/model.safetensors' has shape" \
   "${ONE[@]}" --set model.init_from="$WORK/misshapen"
 cp -r "$WORK/hf_a" "$WORK/mistral"
 edit_json "$WORK/mistral/config.json" 'j.update(architectures=["MistralForCausalLM"], sliding_window=4096)'
+# The class named against model_type's (transformers builds model_type's): refused, not guessed.
+expect_exit 2 "$WORK/mistral/config.json: \"architectures\" is MistralForCausalLM but model_type \"llama\" is LlamaForCausalLM" \
+  "${ONE[@]}" --set model.init_from="$WORK/mistral"
+edit_json "$WORK/mistral/config.json" 'j.update(model_type="mistral")'
 expect_exit 2 "$WORK/mistral/config.json: \"sliding_window\" is 4096" "${ONE[@]}" --set model.init_from="$WORK/mistral"
 # hf_a is untied: said tied, its own lm_head.weight would be dropped for the embedding. Refused.
 cp -r "$WORK/hf_a" "$WORK/said_tied"
