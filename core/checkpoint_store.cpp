@@ -181,6 +181,22 @@ nlohmann::json read_manifest(const std::string& path) {
     // The usual slips: the manifest itself, or checkpoint.dir (or its `latest`) for a step folder.
     std::error_code error;
     std::string hint;
+    if (!fs::exists(path, error)) {
+      // Most often a step that checkpoint.keep has since deleted: say which ones are there.
+      const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+      std::vector<std::string> steps;
+      for (const auto& entry : fs::directory_iterator(parent, error)) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("step_", 0) == 0 && entry.is_directory(error)) steps.push_back(name);
+      }
+      std::sort(steps.begin(), steps.end());
+      std::string listed;
+      for (const auto& step : steps) listed += (listed.empty() ? "" : ", ") + step;
+      throw InputError(
+          "checkpoint '" + path + "' does not exist" +
+          (steps.empty() ? std::string()
+                         : " (checkpoint.keep deletes older steps; '" + parent.string() + "' holds " + listed + ")"));
+    }
     if (fs::path(path).filename() == "manifest.json" && fs::is_regular_file(path, error)) {
       hint = ": give the step folder that holds it, '" + fs::path(path).parent_path().string() + "'";
     } else if (fs::exists(fs::path(path) / "latest", error) || fs::path(path).filename() == "latest") {

@@ -50,25 +50,32 @@ CLI::Option* add_config(CLI::App& command, std::string& path) {
   return command.add_option("CONFIG.yaml", path, "the job's config")->type_name("");
 }
 
-// `loom train`'s flags, which a user's own program (train_main) takes too. Returns what gives the
-// TrainArgs once they are parsed (converting --inject-fault).
-std::function<TrainArgs()> add_train_flags(CLI::App& command) {
+// `loom train`'s flags, which a user's own program (train_main) takes too, and `loom verify`'s
+// (VERIFY: its own --run-dir, and none of a resume's: both of its runs start from the config).
+// Returns what gives the TrainArgs once they are parsed (converting --inject-fault).
+std::function<TrainArgs()> add_train_flags(CLI::App& command, bool verify = false) {
   auto args = std::make_shared<TrainArgs>();
   auto fault = std::make_shared<std::string>();
   add_config(command, args->config_path)->required();
   add_overrides(command, args->overrides);
   command
       .add_option("--run-dir", args->run_dir,
-                  "where config.yaml, metrics.jsonl and comm_rankR.json go (default runs/CONFIGNAME-DATE-TIME)")
+                  verify
+                      ? "where the two runs go, as DIR/layout and DIR/reference (default runs/verify-CONFIGNAME, "
+                        "replaced by each verify)"
+                      : "where config.yaml, metrics.jsonl and comm_rankR.json go (default runs/CONFIGNAME-DATE-TIME)")
       ->type_name("DIR");
-  command.add_flag("--overwrite-run-dir", args->overwrite_run_dir,
-                   "start a fresh run in a --run-dir that holds another run's metrics.jsonl, replacing it");
-  command.add_option("--resume", args->resume, "continue from the newest checkpoint in checkpoint.dir, or CHECKPOINT")
-      ->type_name("auto|CHECKPOINT");
-  command.add_flag("--allow-data-change", args->allow_data_change,
-                   "resume even though the data (data.path, its weights or datasets, data.split, data.order, the "
-                   "shuffle's train.seed) differs from the checkpoint's: go on at its count of consumed samples in "
-                   "the new order");
+  if (!verify) {
+    command.add_flag("--overwrite-run-dir", args->overwrite_run_dir,
+                     "start a fresh run in a --run-dir that holds another run's metrics.jsonl, replacing it");
+    command
+        .add_option("--resume", args->resume, "continue from the newest checkpoint in checkpoint.dir, or CHECKPOINT")
+        ->type_name("auto|CHECKPOINT");
+    command.add_flag("--allow-data-change", args->allow_data_change,
+                     "resume even though the data (data.path, its weights or datasets, data.split, data.order, the "
+                     "shuffle's train.seed) differs from the checkpoint's: go on at its count of consumed samples in "
+                     "the new order");
+  }
   command
       .add_option("--inject-fault", *fault,
                   "for tests: rank RANK fails at step STEP by KIND (kill, hang, kill_in_save, fail_save, overflow; "
@@ -113,7 +120,7 @@ Command add_verify(CLI::App& loom) {
       "verify",
       "train CONFIG's layout and a one-process reference from the same weights and data, and compare their losses "
       "and first step's gradients and weights: exit 0 equal, 4 not");
-  auto parsed = add_train_flags(command);
+  auto parsed = add_train_flags(command, true);
   auto steps = std::make_shared<std::string>("5"), rtol = std::make_shared<std::string>("0");
   command.add_option("--steps", *steps, "steps both runs train")->type_name("N")->capture_default_str();
   command.add_option("--rtol", *rtol, "relative tolerance; 0: 1e-5 in fp32, 2e-2 under bf16")->type_name("R");

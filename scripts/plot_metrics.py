@@ -1,13 +1,13 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Draws a loom run's training loss and validation curves to a PNG.
 
-    /usr/bin/python3 scripts/plot_metrics.py RUN_DIR [--output FILE] [--log-scale]
+    .venv/bin/python scripts/plot_metrics.py RUN_DIR [--output FILE] [--log-scale]
 
 Reads RUN_DIR/metrics.jsonl (one JSON object per line, written by `loom train`) and writes
 RUN_DIR/metrics.png unless --output names another file. The top panel has the per-step loss
 (`loss`), its running mean where the run records one (`avg_loss`) and the validation loss
-(`val_loss`) where present; the bottom panel the learning rate. Needs matplotlib (Debian's
-python3-matplotlib; scripts/setup.sh installs it).
+(`val_loss`) where present; the bottom panel the learning rate. Needs matplotlib, which
+`scripts/setup.sh --tests` installs into the project's .venv (or Debian's python3-matplotlib).
 """
 import argparse
 import json

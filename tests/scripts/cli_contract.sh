@@ -55,7 +55,11 @@ expect_exit 2 "data.path" "$LOOM" train "$TINY" --set data.path="$WORK/missing"
 expect_exit 2 "'parallel.virtual_stages'" "$LOOM" train "$TINY" --set parallel.schedule=interleaved
 expect_exit 2 "12 layers would split; so would pp \* virtual_stages of 1, 2, 3 or 6" "$LOOM" topology "$TINY" --world 3 --set parallel.pp=3 --set model.num_layers=6 \
   --set parallel.virtual_stages=4 --set parallel.schedule=interleaved
-expect_exit 2 "checkpoint '$WORK/nope' has no manifest.json" "$LOOM" export "$WORK/nope" --output "$WORK/x.safetensors"
+expect_exit 2 "checkpoint '$WORK/nope' does not exist" "$LOOM" export "$WORK/nope" --output "$WORK/x.safetensors"
+mkdir -p "$WORK/ck_list/step_00000150" "$WORK/ck_list/step_00000200"
+expect_exit 2 "checkpoint '$WORK/ck_list/step_00000050' does not exist (checkpoint.keep deletes older steps; '$WORK/ck_list' holds step_00000150, step_00000200)" \
+  "$LOOM" train "$TINY" --resume "$WORK/ck_list/step_00000050"
+expect_exit 2 "checkpoint '$WORK/ck_list/step_00000150' has no manifest.json" "$LOOM" export "$WORK/ck_list/step_00000150" --output "$WORK/x"
 expect_exit 2 "model.init_from: '$WORK/none.safetensors' does not exist" "$LOOM" train "$TINY" --set model.init_from="$WORK/none.safetensors"
 expect_exit 2 "'checkpoint.dir'" "$LOOM" train "$TINY" --set train.exit_after=3
 # This LibTorch is CPU-only: asking for a GPU or for NCCL is refused up front, naming the key.
