@@ -72,6 +72,11 @@ run_loom 4 fp16_z3_resumed "${FP16_Z3[@]}" --resume "$WORK/fp16_z3_ckpt/step_000
 compare_resumed "$WORK/fp16_z3_resumed" "$WORK/fp16_z3" 6 20 "fp16 ZeRO-3 resumed after step 5"
 python3 "$SCRIPTS/checks.py" steps-agree "$WORK/fp16_resumed" "$WORK/fp16" --key loss_scale --rtol 0 ||
   fail "resumed loss scale"
+# fp16 weights with fp32 arithmetic: the embedding's tp sum is in fp16, the rest in fp32.
+for run in fp16 fp16_z3; do
+  "$LOOM" plan --run "$WORK/$run" > "$WORK/plan_$run.log" || { cat "$WORK/plan_$run.log"; fail "plan --run $run"; }
+  grep -q "every rank's predicted traffic equals the counters" "$WORK/plan_$run.log" || { cat "$WORK/plan_$run.log"; fail "$run traffic"; }
+done
 
 expect_bad() {  # expect_bad PATTERN ARGS...: loom train exits 2 and names PATTERN
   local pattern="$1" code=0
