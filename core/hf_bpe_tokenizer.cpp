@@ -229,7 +229,7 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
   } catch (const nlohmann::json::exception& e) {
     throw InputError(where + " is not a tokenizer.json loom can read: " + e.what());
   }
-  const nlohmann::json config = tokenizer_config_beside(path_);
+  const nlohmann::json config = special_tokens_beside(path_);
   bos_id_ = special_id(config, "bos_token", {"<|begin_of_text|>", "<s>", "<|startoftext|>"});
   eos_id_ = special_id(config, "eos_token", {"<|end_of_text|>", "<|endoftext|>", "</s>"});
   adds_bos_ = bos_id_ >= 0 && template_starts_with(json.value("post_processor", nlohmann::json()),

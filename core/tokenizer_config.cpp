@@ -25,6 +25,19 @@ nlohmann::json tokenizer_config_beside(const std::string& tokenizer_file) {
   return config.is_object() ? config : nlohmann::json::object();
 }
 
+nlohmann::json special_tokens_beside(const std::string& tokenizer_file) {
+  nlohmann::json config = tokenizer_config_beside(tokenizer_file);
+  const auto path = std::filesystem::path(tokenizer_file).parent_path() / "special_tokens_map.json";
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return config;
+  const auto map = read_tokenizer_file(path.string());
+  if (!map.is_object()) return config;
+  for (const auto& [key, value] : map.items()) {
+    if (value.is_string() || value.is_object()) config[key] = value;
+  }
+  return config;
+}
+
 std::optional<bool> add_bos_token(const nlohmann::json& config) {
   if (config.is_object() && config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
     return config["add_bos_token"].get<bool>();

@@ -17,6 +17,11 @@ nlohmann::json read_tokenizer_file(const std::string& path);
 // not valid JSON.
 nlohmann::json tokenizer_config_beside(const std::string& tokenizer_file);
 
+// tokenizer_config_beside's, with the special tokens (bos_token, eos_token, ...) of a
+// special_tokens_map.json in the same directory put over its own, as transformers' from_pretrained
+// reads the pair (seen in 5.17: the map's eos_token wins where both name one).
+nlohmann::json special_tokens_beside(const std::string& tokenizer_file);
+
 // CONFIG's add_bos_token when it says (true or false); nullopt when it does not.
 std::optional<bool> add_bos_token(const nlohmann::json& config);
 

@@ -111,6 +111,11 @@ TEST_CASE("byte-level BPE: ignore_merges, a Llama-3-style Split, tokenizer_confi
   // \p{N}{1,3} cuts "12345" into "123" and "45": the "3 4" merge cannot apply.
   CHECK(tokenizer->encode("12345") == std::vector<int64_t>{'1', '2', '3', '4', '5'});
   CHECK(tokenizer->encode("<|begin|>he") == std::vector<int64_t>{264, 256});
+  // special_tokens_map.json beside it names the special tokens over tokenizer_config.json's, as
+  // transformers 5.17 reads the pair (its eos_token wins where both name one).
+  write(dir, "special_tokens_map.json", R"({"eos_token": {"content": "<|begin|>", "lstrip": false}})");
+  CHECK(load_tokenizer(dir + "/tokenizer.json")->eos_id() == 264);
+  CHECK(load_tokenizer(dir + "/tokenizer.json")->bos_id() == 264);
 }
 
 TEST_CASE("tokenizer specs and files that cannot be used are InputErrors naming them", "[tokenizer]") {
