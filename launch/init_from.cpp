@@ -160,8 +160,10 @@ void warn_unused_hf_tensors(const Config& config, const std::vector<std::string>
   if (config.model.arch != ModelArch::llama || !fs::is_directory(source)) return;
   std::vector<std::string> names;
   std::string joined;
+  std::optional<HfWeights> weights;
   try {
-    names = HfWeights(source).names();
+    weights.emplace(source);
+    names = weights->names();
     std::sort(names.begin(), names.end());
     for (const auto& name : names) joined += name + '\n';
   } catch (const std::exception&) {
@@ -190,6 +192,14 @@ void warn_unused_hf_tensors(const Config& config, const std::vector<std::string>
     if (read_anywhere[i] > 0) continue;
     if (config.model.moe.expert_bias && name.find("e_score_correction_bias") != std::string::npos) continue;
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    // transformers builds DeepSeek-V3's shared experts even when n_shared_experts is 0, as tensors of
+    // no rows or columns, which save_pretrained writes: nothing to use.
+    if (name.find(".shared_experts.") != std::string::npos && config.model.moe.n_shared_experts == 0) {
+      try {
+        if (weights->read(name).numel() == 0) continue;
+      } catch (const std::exception&) {
+      }
+    }
     if (name.rfind("model.layers.", 0) == 0) {
       const int64_t layer = std::stoll(name.substr(13));
       if (layer >= layers) continue;  // multi-token prediction layers the model does not build

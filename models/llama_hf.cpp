@@ -137,6 +137,19 @@ std::vector<std::pair<std::string, torch::Tensor>> llama_to_hf(const std::map<st
                        split.select(1, p).reshape(t.hf[static_cast<size_t>(p)].shape).contiguous());
     }
   }
+  // transformers' DeepSeek-V3 has shared experts even when n_shared_experts is 0: tensors of no rows
+  // or columns, which from_pretrained would otherwise list as missing.
+  const auto& m = config.model;
+  if (m.mla.enabled() && m.moe.enabled() && m.moe.n_shared_experts == 0) {
+    const int64_t H = m.hidden_size;
+    for (int64_t i = 0; i < m.num_layers + m.mtp.depth; ++i) {
+      if (!moe_block(m.moe, i)) continue;
+      const std::string shared = "model.layers." + std::to_string(i) + ".mlp.shared_experts.";
+      out.emplace_back(shared + "gate_proj.weight", torch::zeros({0, H}));
+      out.emplace_back(shared + "up_proj.weight", torch::zeros({0, H}));
+      out.emplace_back(shared + "down_proj.weight", torch::zeros({H, 0}));
+    }
+  }
   return out;
 }
 

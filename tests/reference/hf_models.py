@@ -72,7 +72,8 @@ def make(args):
             config = transformers.DeepseekV3Config(
                 **{**common, "num_hidden_layers": 4, "num_key_value_heads": 4}, first_k_dense_replace=1,
                 n_routed_experts=8, moe_intermediate_size=32, num_experts_per_tok=2, n_group=4, topk_group=2,
-                n_shared_experts=1, norm_topk_prob=True, routed_scaling_factor=2.5, q_lora_rank=48, kv_lora_rank=32,
+                n_shared_experts=args.n_shared_experts, norm_topk_prob=True, routed_scaling_factor=2.5, q_lora_rank=48,
+                kv_lora_rank=32,
                 qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=20, rope_interleave=True, attention_bias=False,
                 rope_parameters=dict(rope_type="yarn", rope_theta=30000.0, factor=4.0,
                                      original_max_position_embeddings=16, beta_fast=32, beta_slow=1, mscale=0.8,
@@ -190,6 +191,7 @@ def main():
     p.add_argument("arch")
     p.add_argument("dir")
     p.add_argument("--sliding-window", type=int, default=None)
+    p.add_argument("--n-shared-experts", type=int, default=1, help="deepseek_v3's (0: transformers' empty ones)")
     p.set_defaults(func=make)
     for name, fn in (("loss", loss), ("compare-loss", compare_loss)):
         p = sub.add_parser(name)

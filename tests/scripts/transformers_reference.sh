@@ -20,6 +20,7 @@ for arch in gpt2 llama mistral qwen2 qwen3 mixtral qwen3_moe deepseek_v3; do
   echo "hf_models.py make $arch $WORK/$arch" >> "$MAKE"
 done
 echo "hf_models.py make mistral $WORK/mistral_sw --sliding-window 16" >> "$MAKE"
+echo "hf_models.py make deepseek_v3 $WORK/deepseek_v3_unshared --n-shared-experts 0" >> "$MAKE"
 "$PY" "$REF/batch.py" "$MAKE" > /dev/null || fail "making the models"
 
 cat "$LOOM_SOURCE/README.md" "$LOOM_SOURCE/CMakeLists.txt" > "$WORK/text.txt"
@@ -76,6 +77,19 @@ for arch in mixtral qwen3_moe deepseek_v3; do
   echo "hf_models.py compare-loss $WORK/$arch $WORK/text.txt $WORK/${arch}_one $WORK/${arch}_tp2ep2pp2 $COMPARE" \
     "--export $WORK/${arch}_export --same-architecture" >> "$CHECK"
 done
+# A DeepSeek-V3 with n_shared_experts 0, whose shared experts transformers still builds and saves as
+# tensors of no rows: read with no warning of unused tensors, exported with them (no missing keys).
+U=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001 --set model.num_layers=4
+  --set model.init_from="$WORK/deepseek_v3_unshared")
+"$LOOM" train "$TINY" --run-dir "$WORK/unshared_one" "${BASE[@]}" "${ONE_STEP[@]}" "${U[@]}" \
+  > "$WORK/unshared_one.log" 2>&1 || { cat "$WORK/unshared_one.log"; fail "unshared"; }
+grep -q "not used" "$WORK/unshared_one.log" && { cat "$WORK/unshared_one.log"; fail "unshared: tensors said unused"; }
+"$LOOM" train "$TINY" --run-dir "$WORK/unshared_save" "${BASE[@]}" "${U[@]}" --set checkpoint.dir="$WORK/unshared_ck" \
+  --set train.exit_after=0 > "$WORK/unshared_save.log" 2>&1 || { cat "$WORK/unshared_save.log"; fail "unshared: save"; }
+"$LOOM" export "$WORK/unshared_ck/step_00000000" --format hf --output "$WORK/unshared_export" > /dev/null ||
+  fail "unshared: export"
+echo "hf_models.py compare-loss $WORK/deepseek_v3_unshared $WORK/text.txt $WORK/unshared_one $COMPARE" \
+  "--export $WORK/unshared_export --same-architecture" >> "$CHECK"
 # DeepSeek-V3's multi-token prediction (model.mtp.depth 2, its modules drawn by loom on top of the
 # directory, which has none): step 1's mtp_loss equals the one transformers' own DeepSeek-V3 layers
 # compute from loom's export (tests/reference/deepseek_mtp.py: the modules as layers 4 and 5 in the
