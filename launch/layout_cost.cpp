@@ -21,6 +21,15 @@ double model_state_bytes(double parameters, int64_t zero_stage, int64_t dp, cons
   }
 }
 
+double loom_state_bytes(double n, int64_t zero, int64_t dp, bool mixed, double moment_bytes) {
+  if (!mixed) return model_state_bytes(n, zero, dp, StateBytes{4, 4, moment_bytes});
+  const double d = static_cast<double>(dp);
+  if (zero == 0) return n * (10.0 + moment_bytes);
+  if (zero == 1) return n * (10.0 + moment_bytes / d);
+  if (zero == 2) return n * (2.0 + (8.0 + moment_bytes) / d);
+  return n * (8.0 + moment_bytes) / d;
+}
+
 double ring_all_reduce_time(double n, int64_t p, double alpha, double beta) {
   if (p < 2) return 0;
   const double q = static_cast<double>(p);
@@ -223,13 +232,17 @@ LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster,
     expert_params = experts.expert_parameters;
     e.parameters_per_rank += expert_params - all_experts / static_cast<double>(l.tp * l.pp);
   }
+  e.expert_parameters_per_rank = expert_params;
   const double dense_params = e.parameters_per_rank - expert_params;
   // The dp passes of the dense parameters (launch/dp_passes.h); the experts' below.
   const DpModel dense_model = dense_dp_model(config, l.tp, l.pp, micro_batches);
   e.dp_passes = dp_passes(config, l.zero_stage, micro_batches, dense_model);
   const DpPasses& dense_passes = e.dp_passes;
-  e.state_bytes = model_state_bytes(dense_params, l.zero_stage, shard_ranks, bytes) +
-                  model_state_bytes(expert_params, l.zero_stage, expert_ranks, bytes);
+  // What loom holds (its memory report's figures), not the textbook's 2 + 2 + 12 bytes: under mixed
+  // precision its gradients and master weights are fp32 and stage 1 keeps the masters whole.
+  const double moments = bytes.optimizer - (mixed ? 4.0 : 0.0);
+  e.state_bytes = loom_state_bytes(dense_params, l.zero_stage, shard_ranks, mixed, moments) +
+                  loom_state_bytes(expert_params, l.zero_stage, expert_ranks, mixed, moments);
   // 1F1B keeps up to pp micro-batches in flight on the first stage; interleaving adds (p-1)/(p v).
   const double in_flight =
       static_cast<double>(std::min(l.pp, micro_batches)) *

@@ -27,6 +27,11 @@ struct StateBytes {
   double param = 2, grad = 2, optimizer = 12;  // mixed-precision Adam: bf16 param and grad, fp32 master + m + v
 };
 double model_state_bytes(double parameters, int64_t zero_stage, int64_t dp, const StateBytes& b);
+// What this version of loom holds per parameter, as its memory report measures it (and what a
+// layout must fit): fp32 follows the textbook. Under mixed precision: 16-bit parameters, fp32
+// gradients, fp32 master weights and the optimizer's MOMENT_BYTES (Adam's two: 8); stage 1 shards
+// the moments, stage 2 the masters and gradients too, stage 3 everything (no 16-bit copy kept).
+double loom_state_bytes(double parameters, int64_t zero_stage, int64_t dp, bool mixed, double moment_bytes = 8);
 
 // Ring collectives over P ranks of N bytes on a link of latency ALPHA (s) and BETA (s/byte).
 double ring_all_reduce_time(double n, int64_t p, double alpha, double beta);  // 2(P-1)/P n beta + 2(P-1) alpha
@@ -92,6 +97,7 @@ struct GroupTraffic {
 struct LayoutEstimate {
   Layout layout;
   double parameters_per_rank = 0;
+  double expert_parameters_per_rank = 0;  // of parameters_per_rank, the routed experts' (sharded over expert-dp x cp)
   double state_bytes = 0, activation_bytes = 0, memory_bytes = 0;
   std::vector<GroupTraffic> traffic;
   double compute_s = 0, bubble = 0, exposed_comm_s = 0, step_s = 0, mfu = 0;

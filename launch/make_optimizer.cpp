@@ -60,7 +60,8 @@ void check_patterns_used(const Config& config, const std::vector<parallel::Paral
     }
     if (counts[k].item<double>() > 0) continue;
     throw InputError("config key 'train.muon." + key + "': '" + pattern +
-                     "' matches no parameter of the model (names as in `loom export`, e.g. h.0.attn.proj.weight)");
+                     "' matches no parameter of the model (names as the model registers them, the same at every "
+                     "layout: e.g. h.0.attn.proj.weight, h.*.mlp.fc.weight, wte, lm_head)");
   }
 }
 

@@ -38,7 +38,10 @@ void MoEMonitor::hand_out_expert_bias() {
 }
 
 void MoEMonitor::restore_expert_bias(const std::vector<std::vector<double>>& saved, const std::string& source) {
-  if (saved.empty()) return;  // saved without biases: a run that starts using them starts at zero
+  if (saved.empty()) {  // saved without biases: a run that starts using them (balancing turned on) starts at zero
+    if (!expert_bias_.empty()) info0("{} holds no expert biases: they start at zero", source);
+    return;
+  }
   if (expert_bias_.empty()) {
     throw InputError(source + " holds expert biases; the config has neither model.moe.bias_update_rate > 0 nor " +
                      "model.moe.expert_bias, and would route without them");

@@ -5,6 +5,7 @@
 // Without --cluster: the model-state bytes per rank of each ZeRO stage.
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <map>
 
 #include "core/config.h"
@@ -28,31 +29,27 @@ std::string with_commas(int64_t n) {
   return out;
 }
 
-// What this version of loom holds per parameter, as its memory report measures
-// it: fp32 follows the textbook. Under mixed precision: bf16 parameters, fp32
-// gradients, fp32 master weights and Adam moments; stage 1 shards the moments,
-// stage 2 the masters and gradients too, stage 3 everything (no bf16 copy kept).
-double loom_state_bytes(double n, int64_t zero, int64_t dp, bool mixed) {
-  if (!mixed) return model_state_bytes(n, zero, dp, StateBytes{4, 4, 8});
-  const double d = static_cast<double>(dp);
-  if (zero == 0) return 18.0 * n;
-  if (zero == 1) return n * (10.0 + 8.0 / d);
-  if (zero == 2) return n * (2.0 + 16.0 / d);
-  return 16.0 * n / d;
-}
-
-void print_state_bytes(const Config& config, int64_t world) {
+void print_state_bytes(Config config, int64_t world) {
+  // The layout as a run would take it: one that cannot be (a world tp does not divide, pp over more
+  // stages than layers) is refused naming the key, as train would. The batch does not change the
+  // state, so it is taken as one micro-batch per dp rank rather than checked.
+  const auto& given = config.parallel;
+  const int64_t model_ranks = given.tp * given.cp * given.pp;
+  if (model_ranks > 0 && world % model_ranks == 0)
+    config.train.global_batch_size = config.train.micro_batch_size * (world / model_ranks);
+  resolve_and_validate(config, world);
   const auto& p = config.parallel;
-  // ZeRO shards over dp x cp, or under HSDP over its shard group (parallel.dp_shard dp ranks x cp).
-  // (The config is not resolved here: dp is the rest of the world.)
-  const int64_t grad_ranks = std::max<int64_t>(1, world / (p.tp * p.pp));
-  const bool hsdp = p.dp_shard > 0 && p.dp_shard * p.cp < grad_ranks;
-  if (hsdp && grad_ranks % (p.dp_shard * p.cp) != 0) {
-    throw InputError("config key 'parallel.dp_shard': " + std::to_string(p.dp_shard) + " does not divide dp = " +
-                     std::to_string(grad_ranks / p.cp) + " on a world of " + std::to_string(world));
-  }
+  // ZeRO shards over dp x cp, or under HSDP over its shard group (parallel.dp_shard dp ranks x cp);
+  // a mixture of experts' routed experts over the expert-dp (dp / ep) x cp ranks that share them.
+  const int64_t grad_ranks = p.dp * p.cp;
+  const bool hsdp = p.dp_shard > 0 && p.dp_shard < p.dp;
   const int64_t dp = hsdp ? p.dp_shard * p.cp : grad_ranks;
-  const double n = parameters_per_rank(config, p.tp, p.pp);
+  const int64_t expert_ranks = p.dp / std::max<int64_t>(p.ep, 1) * p.cp;
+  parallel::ClusterSpec unbounded;  // only the parameter counts are read
+  unbounded.memory_bytes = std::numeric_limits<double>::infinity();
+  unbounded.peak_flops = unbounded.intra_bandwidth = unbounded.inter_bandwidth = 1e12;
+  const auto estimate = estimate_layout(config, unbounded, layout_of(config));
+  const double n = estimate.parameters_per_rank, experts = estimate.expert_parameters_per_rank;
   const bool mixed = config.train.precision != TrainPrecision::fp32;
   const StateBytes bytes = mixed ? StateBytes{2, 2, 12} : StateBytes{4, 4, 8};
   std::printf(
@@ -61,12 +58,21 @@ void print_state_bytes(const Config& config, int64_t world) {
       n, with_commas(models::model_num_parameters(config)).c_str(), static_cast<long long>(p.tp),
       static_cast<long long>(p.pp), static_cast<long long>(dp), to_string(config.train.precision).c_str(), bytes.param,
       bytes.grad, bytes.optimizer);
+  if (experts > 0) {
+    std::printf(
+        "  (of them %.4g the routed experts' at ep=%lld, whose state ZeRO shards over the %lld ranks that share "
+        "them)\n",
+        experts, static_cast<long long>(p.ep), static_cast<long long>(expert_ranks));
+  }
   if (hsdp) {
     std::printf("  (HSDP: ZeRO shards over parallel.dp_shard x cp = %lld ranks, replicated %lld times across)\n",
                 static_cast<long long>(dp), static_cast<long long>(grad_ranks / dp));
   }
   for (int64_t zero = 0; zero <= 3; ++zero) {
-    const double textbook = model_state_bytes(n, zero, dp, bytes), held = loom_state_bytes(n, zero, dp, mixed);
+    const double textbook =
+        model_state_bytes(n - experts, zero, dp, bytes) + model_state_bytes(experts, zero, expert_ranks, bytes);
+    const double held =
+        loom_state_bytes(n - experts, zero, dp, mixed) + loom_state_bytes(experts, zero, expert_ranks, mixed);
     std::printf("  zero_stage %lld: %12.0f bytes (%.3f GB)", static_cast<long long>(zero), textbook, textbook / 1e9);
     std::printf(" | loom holds %12.0f bytes (%.3f GB)\n", held, held / 1e9);
   }

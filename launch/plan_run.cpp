@@ -153,6 +153,12 @@ int compare_with_run(const std::string& run_dir) {
       rows[key].first.calls += value.calls * saves;
       rows[key].first.bytes += value.bytes * saves;
     }
+    if (traffic.value("resumed", false)) {
+      for (const auto& [key, value] : models::predict_gpt_resume_traffic(config, grid.coords(rank))) {
+        rows[key].first.calls += value.calls;
+        rows[key].first.bytes += value.bytes;
+      }
+    }
     std::map<std::pair<std::string, std::string>, std::array<int64_t, 3>> sent;  // sent, intra, inter
     for (const auto& [group, ops] : measured.items()) {
       if (group == "world") continue;

@@ -160,6 +160,7 @@ nlohmann::json write_traffic_reports(parallel::ProcessGroups& groups, const para
   if (report.is_null()) return report;
   report["diagnostics"] = parallel::traffic_diagnostics(report, grid);
   report["last_step"] = summary.last_step;
+  report["resumed"] = summary.resume_requested;
   std::ofstream(run_dir + "/traffic.json") << report.dump(1) << "\n";
   if (groups.world() > 1) std::cout << parallel::format_traffic_table(report) << std::flush;
   return report;

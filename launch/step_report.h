@@ -23,7 +23,8 @@ namespace loom::launch {
 struct TrainSummary {
   int64_t steps = 0;  // run in this job
   int64_t last_step = 0;
-  bool stopped_early = false;  // by a signal or train.exit_after
+  bool resume_requested = false;  // --resume given: ZeRO-3 gathered its units to read a checkpoint into
+  bool stopped_early = false;     // by a signal or train.exit_after
   double first_loss = 0.0;
   double last_loss = 0.0;
   double seconds = 0.0;

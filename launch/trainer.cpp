@@ -224,6 +224,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
   double timed_seconds = 0.0;  // all steps but the first, which pays for warm-up
   TrainingState state;
   bool resumed = false;
+  summary.resume_requested = !resume.empty();
   if (!resume.empty()) {
     sync_->gather_all();
     if (auto loaded = checkpointer_->load(resume, allow_data_change)) {

@@ -131,7 +131,8 @@ int verify(const VerifyArgs& args, const models::PipelineModelFactory& make_mode
   for (const auto& set :
        {"train.steps=" + std::to_string(args.steps), "train.warmup_steps=" + std::to_string(warmup),
         std::string("train.exit_after=-1"), std::string("checkpoint.dir="), std::string("checkpoint.interval=0"),
-        std::string("model.dropout=0"), std::string("log.profile_step_start=0"), std::string("log.profile_step_end=0")})
+        std::string("model.dropout=0"), std::string("model.moe.router_jitter=0"),
+        std::string("log.profile_step_start=0"), std::string("log.profile_step_end=0")})
     common.push_back(set);
   if (config.train.lr_decay_style == LrDecayStyle::wsd && config.train.lr_decay_steps == 0) {
     common.push_back("train.lr_wsd_decay_steps=" +
@@ -140,6 +141,21 @@ int verify(const VerifyArgs& args, const models::PipelineModelFactory& make_mode
   if (config.model.dropout > 0 && launch.rank == 0) {
     std::cout << "verify: both runs train with model.dropout = 0 (the config's " << config.model.dropout
               << "): a layout draws its dropout masks per rank, so they differ from one process's\n";
+  }
+  if (config.model.moe.enabled() && config.model.moe.router_jitter > 0 && launch.rank == 0) {
+    std::cout << "verify: both runs train with model.moe.router_jitter = 0 (the config's "
+              << config.model.moe.router_jitter
+              << "): a layout draws the router's noise per rank, so it differs from one process's\n";
+  }
+  // Capacity is applied to the tokens a rank routes: under cp or sequence parallelism a part of each
+  // sequence, so the layout drops other choices than one process does, by design.
+  if (config.model.moe.enabled() && config.model.moe.capacity_factor > 0 &&
+      (config.parallel.cp > 1 || config.parallel.sequence_parallel)) {
+    throw InputError("loom verify: config key 'model.moe.capacity_factor' is " +
+                     std::to_string(config.model.moe.capacity_factor) + " under " +
+                     (config.parallel.cp > 1 ? "cp" : "sequence parallelism") +
+                     ", where each rank drops by its own part of the sequence, so the layout's numbers differ from one "
+                     "process's by design; verify the layout with model.moe.capacity_factor=0 (dropless)");
   }
   // The reference must fit one process of this machine; else both runs take fewer layers.
   std::vector<std::string> reference = common;

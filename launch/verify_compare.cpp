@@ -233,7 +233,7 @@ VerifyVerdict compare_verify_runs(const VerifyRuns& runs) {
   int64_t loss_differs = 0, flip = 0;
   bool rounded_apart = false;  // the flip: routing moved by the layout's rounding of step 1's update
   double worst_loss = 0.0;
-  int64_t worst_loss_step = 1;
+  int64_t worst_loss_step = 1, compared = 0;
   for (int64_t step = 1; step <= runs.steps; ++step) {
     if (!layout_steps.count(step) || !reference_steps.count(step))
       throw InputError("loom verify: step " + std::to_string(step) + " is missing from a run's metrics.jsonl");
@@ -255,10 +255,12 @@ VerifyVerdict compare_verify_runs(const VerifyRuns& runs) {
     const double d = std::abs(a.loss - b.loss) / std::max(std::abs(b.loss), 1e-30);
     if (d > worst_loss) worst_loss = d, worst_loss_step = step;
     if (d > runs.rtol && !loss_differs) loss_differs = step;
+    ++compared;
   }
-  const int64_t compared = flip ? flip - 1 : runs.steps;
-  v.report.push_back("losses: " + std::to_string(compared) + " steps compared, largest difference " + sci(worst_loss) +
-                     " at step " + std::to_string(worst_loss_step));
+  // Only the steps before the routing differed were compared (none when it differed at step 1).
+  v.report.push_back(compared == 0 ? std::string("losses: none compared (the routing differed at step 1)")
+                                   : "losses: " + std::to_string(compared) + " steps compared, largest difference " +
+                                         sci(worst_loss) + " at step " + std::to_string(worst_loss_step));
 
   // Step 1's gradients and updated weights (not comparable after a flip at step 1).
   Dump layout = read_dump(runs.layout_dir);

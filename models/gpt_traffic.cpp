@@ -378,6 +378,29 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
   return out;
 }
 
+std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_resume_traffic(
+    const Config& c, const parallel::RankCoords& coords) {
+  std::map<std::pair<std::string, std::string>, PredictedTraffic> out;
+  const Layout l(c);
+  if (l.d == 1 || l.shards == 1 || !works_by_units(c)) return out;
+  const auto precision = Precision::of(c.train.precision);
+  const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(precision.params));
+  for (const auto& unit : gpt_sharded_units(c, coords)) {
+    const int64_t padded = (unit.numel() + l.shards - 1) / l.shards * l.shards;
+    if (c.parallel.zero_stage == 3) {
+      auto& p = out[{l.shard_group, "all_gather"}];
+      p.calls += 1;
+      p.bytes += padded * param_bytes;
+    }
+    if (precision.mixed()) {
+      auto& p = out[{l.shard_group, "all_gather"}];
+      p.calls += 1;
+      p.bytes += padded * kFloat;
+    }
+  }
+  return out;
+}
+
 std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_checkpoint_traffic(
     const Config& c, const parallel::RankCoords& coords) {
   std::map<std::pair<std::string, std::string>, PredictedTraffic> out;

@@ -26,6 +26,12 @@ struct PredictedTraffic {
 std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step_traffic(
     const Config& config, const parallel::RankCoords& coords);
 
+// What a run started with --resume adds, once: ZeRO-3 gathers every unit's parameters (in the model's
+// dtype), and ZeRO-2/3 under mixed precision their fp32 master weights, for the checkpoint to be read
+// into (whether or not one is found).
+std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_resume_traffic(
+    const Config& config, const parallel::RankCoords& coords);
+
 // What one checkpoint save adds (ZeRO gathers the sharded moments).
 std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_checkpoint_traffic(
     const Config& config, const parallel::RankCoords& coords);

@@ -39,42 +39,54 @@ ClusterSpec load_cluster(const std::string& path) {
   if (!root.IsMap()) throw InputError("cluster file '" + path + "' must be a mapping of keys");
   std::set<std::string> seen;
   for (const auto& entry : root) {
+    if (!entry.first.IsScalar()) throw InputError("cluster file '" + path + "': a key that is not a name");
     const auto key = entry.first.as<std::string>();
     if (!keys.count(key)) throw InputError("cluster file '" + path + "': unknown key '" + key + "'");
     // yaml-cpp keeps the first of two; which one the writer meant is not ours to guess.
     if (!seen.insert(key).second) throw InputError("cluster file '" + path + "': key '" + key + "' is given twice");
   }
-  auto number = [&](const std::string& key, double min) {
+  auto bad = [&](const std::string& key, const std::string& what) {
+    return InputError("cluster file '" + path + "': key '" + key + "' " + what);
+  };
+  // A number within [LOW, HIGH]: the bounds keep the cost model's sums finite and meaningful (a
+  // negative latency or a bandwidth of 1e-300 gave negative or 300-digit step times).
+  auto number = [&](const std::string& key, double low, double high, const std::string& range) {
     if (!root[key]) throw InputError("cluster file '" + path + "': missing key '" + key + "'");
     double value = 0;
     try {
+      if (!root[key].IsScalar()) throw bad(key, "must be a number");
       value = root[key].as<double>();
     } catch (const YAML::Exception&) {
-      throw InputError("cluster file '" + path + "': key '" + key + "' must be a number");
+      throw bad(key, "must be a number");
     }
-    if (!(value > min) || !std::isfinite(value)) {
-      throw InputError("cluster file '" + path + "': key '" + key + "' must be a finite number above " +
-                       std::to_string(min));
-    }
+    if (!(value >= low && value <= high)) throw bad(key, "must be " + range + ", not " + root[key].as<std::string>());
     return value;
   };
+  auto count = [&](const std::string& key) {
+    const double value = number(key, 1, 1e6, "a whole number from 1 to 1000000");
+    if (value != std::floor(value)) throw bad(key, "must be a whole number, not " + root[key].as<std::string>());
+    return static_cast<int64_t>(value);
+  };
+  auto text = [&](const std::string& key) {
+    if (!root[key].IsScalar()) throw bad(key, "must be a word, not a list or a mapping");
+    return root[key].as<std::string>();
+  };
   ClusterSpec c;
-  c.name = root["name"] ? root["name"].as<std::string>() : path;
-  c.gpus_per_node = static_cast<int64_t>(number("gpus_per_node", 0));
-  c.nodes = static_cast<int64_t>(number("nodes", 0));
-  c.peak_flops = number("peak_bf16_tflops", 0) * 1e12;
-  c.memory_bytes = number("memory_gb", 0) * 1e9;
-  c.intra_bandwidth = number("intra_node_bandwidth_GBps", 0) * 1e9;
-  c.intra_latency = number("intra_node_latency_us", -1) * 1e-6;
-  c.inter_bandwidth = number("inter_node_bandwidth_GBps", 0) * 1e9;
-  c.inter_latency = number("inter_node_latency_us", -1) * 1e-6;
-  c.compute_efficiency = root["compute_efficiency"] ? number("compute_efficiency", 0) : 0.5;
-  if (c.compute_efficiency > 1.0) {
-    throw InputError("cluster file '" + path + "': key 'compute_efficiency' is the share of peak compute reached, " +
-                     "at most 1 (got " + std::to_string(c.compute_efficiency) + ")");
-  }
+  c.name = root["name"] ? text("name") : path;
+  c.gpus_per_node = count("gpus_per_node");
+  c.nodes = count("nodes");
+  c.peak_flops = number("peak_bf16_tflops", 1e-3, 1e6, "from 0.001 to 1000000 (TFLOP/s)") * 1e12;
+  c.memory_bytes = number("memory_gb", 1e-3, 1e6, "from 0.001 to 1000000 (GB)") * 1e9;
+  const std::string bandwidth = "from 0.001 to 1000000 (GB/s)", latency = "from 0 to 1000000 (microseconds)";
+  c.intra_bandwidth = number("intra_node_bandwidth_GBps", 1e-3, 1e6, bandwidth) * 1e9;
+  c.intra_latency = number("intra_node_latency_us", 0, 1e6, latency) * 1e-6;
+  c.inter_bandwidth = number("inter_node_bandwidth_GBps", 1e-3, 1e6, bandwidth) * 1e9;
+  c.inter_latency = number("inter_node_latency_us", 0, 1e6, latency) * 1e-6;
+  c.compute_efficiency = root["compute_efficiency"] ? number("compute_efficiency", 1e-3, 1.0,
+                                                             "the share of peak compute reached, from 0.001 to 1")
+                                                    : 0.5;
   if (root["inter_node_nic"]) {
-    const auto nic = root["inter_node_nic"].as<std::string>();
+    const auto nic = text("inter_node_nic");
     if (nic != "per_gpu" && nic != "shared") {
       throw InputError("cluster file '" + path + "': key 'inter_node_nic' must be per_gpu or shared, not '" + nic +
                        "'");
@@ -82,7 +94,7 @@ ClusterSpec load_cluster(const std::string& path) {
     c.inter_nic_shared = nic == "shared";
   }
   if (root["backend"]) {
-    c.backend = root["backend"].as<std::string>();
+    c.backend = text("backend");
     if (c.backend != "nccl" && c.backend != "gloo") {
       throw InputError("cluster file '" + path + "': key 'backend' must be nccl or gloo, not '" + c.backend + "'");
     }

@@ -54,4 +54,13 @@ TEST_CASE("keys the rest of the config turns off are named, with the key that de
   CHECK(warnings_for({"checkpoint.keep=3", "checkpoint.async=true"}).size() == 2);
   CHECK(warnings_for({"checkpoint.keep=3", "checkpoint.dir=/tmp/x"}).empty());
   CHECK(warnings_for({"parallel.cp_comm=a2a"}).size() == 1);
+  CHECK(warnings_for({"model.rope_theta=500000"}) ==
+        std::vector<std::string>{"model.rope_theta is set, but model.position is learned: it has no effect"});
+  CHECK(warnings_for({"model.rope_theta=500000", "model.arch=llama"}).empty());
+  CHECK(warnings_for({"model.mla.v_head_dim=16"}).size() == 1);
+  CHECK(warnings_for({"model.moe.num_experts=4", "model.moe.aux_loss_type=none", "model.moe.aux_loss_coeff=0.1"}) ==
+        std::vector<std::string>{
+            "model.moe.aux_loss_coeff is set, but model.moe.aux_loss_type is none: it has no effect"});
+  CHECK(warnings_for({"train.lr_decay_style=constant", "train.min_lr=0.00005", "train.lr_decay_steps=3"}).size() == 2);
+  CHECK(warnings_for({"train.min_lr=0.0001", "train.lr_decay_steps=3"}).empty());
 }

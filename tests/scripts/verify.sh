@@ -45,6 +45,15 @@ expect_equal llama_tp2_pp2 4 --set model.arch=llama --set model.num_kv_heads=2 -
   --set parallel.tp=2 --set parallel.pp=2
 expect_equal moe_ep2_tp2 8 --set model.moe.num_experts=4 --set model.moe.top_k=2 --set parallel.ep=2 \
   --set parallel.tp=2 --set parallel.expert_tp=2 --set train.seed=4321
+# The router's noise is drawn per rank, as dropout's masks are: verified without it, and said (it
+# once gave exit 4 blaming the pp collectives). Capacity under cp drops by each rank's part of the
+# sequence: refused, naming the key (it once blamed the cp collectives).
+expect_equal moe_jitter_pp2 2 --set model.moe.num_experts=4 --set model.moe.router_jitter=0.3 --set parallel.pp=2 \
+  --set train.seed=4321
+grep -q "both runs train with model.moe.router_jitter = 0 (the config's 0.3)" "$WORK/moe_jitter_pp2.out" ||
+  fail "the router's jitter was not said"
+expect_exit 2 "config key 'model.moe.capacity_factor' is 1.0* under cp" mpirun -np 2 "$LOOM" verify "$TINY" \
+  --run-dir "$WORK/moe_capacity_cp2" --set model.moe.num_experts=4 --set model.moe.capacity_factor=1.0 --set parallel.cp=2
 expect_equal bf16_tp2 2 --set parallel.tp=2 --set train.precision=bf16
 # A config that saves checkpoints, decays wsd over more steps than verify trains, and has dropout:
 # verified without checkpoints (its checkpoint.dir untouched), the schedule fitted, dropout off.
