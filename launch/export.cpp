@@ -53,7 +53,9 @@ void check_replaceable(const std::string& output, const std::set<std::string>& w
     throw InputError("--output '" + output + "' is a symbolic link; give the directory itself");
   if (!fs::is_directory(target)) throw InputError("--output '" + output + "' exists and is not a directory");
   std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(target)) names.push_back(entry.path().filename().string());
+  for (fs::directory_iterator it(target, error), end; !error && it != end; it.increment(error))
+    names.push_back(it->path().filename().string());
+  if (error) throw InputError("--output '" + output + "' cannot be read: " + error.message());
   if (names.empty()) return;
   bool loom_weights = false;
   for (const auto& name : names) {

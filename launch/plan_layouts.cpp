@@ -32,11 +32,11 @@ std::string with_commas(int64_t n) {
 void print_state_bytes(Config config, int64_t world) {
   // The layout as a run would take it: one that cannot be (a world tp does not divide, pp over more
   // stages than layers) is refused naming the key, as train would. The batch does not change the
-  // state, so it is taken as one micro-batch per dp rank rather than checked.
+  // state, so it is taken as pp micro-batches per dp rank (what every schedule takes) rather than checked.
   const auto& given = config.parallel;
   const int64_t model_ranks = given.tp * given.cp * given.pp;
   if (model_ranks > 0 && world % model_ranks == 0)
-    config.train.global_batch_size = config.train.micro_batch_size * (world / model_ranks);
+    config.train.global_batch_size = config.train.micro_batch_size * (world / model_ranks) * given.pp;
   resolve_and_validate(config, world);
   const auto& p = config.parallel;
   // ZeRO shards over dp x cp, or under HSDP over its shard group (parallel.dp_shard dp ranks x cp);

@@ -379,10 +379,11 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
   checkpointer_->finish_pending();
   if (config_.log.trace) {
     const std::string trace = run_dir_ + "/trace_rank" + std::to_string(groups_.rank()) + ".json";
+    std::filesystem::remove(trace);  // an earlier run's in this run directory is not this one's
     sync_->write_trace(trace, summary.last_step);
     // Only the bucketed data-parallel reduction records events: say so rather than write nothing silently.
     if (!std::filesystem::exists(trace))
-      warn0("log.trace: no trace written; this layout reduces no gradient buckets (dp 1, or ZeRO 3)");
+      warn0("log.trace: no trace written; this layout reduces no gradient buckets (dp 1, or ZeRO 2 or 3)");
   }
   summary.diagnosis = clock_.diagnose(groups_.world_comm(), groups_.coords().pp, config_);
   summary.steps = summary.last_step - state.step;

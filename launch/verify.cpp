@@ -147,10 +147,11 @@ int verify(const VerifyArgs& args, const models::PipelineModelFactory& make_mode
               << config.model.moe.router_jitter
               << "): a layout draws the router's noise per rank, so it differs from one process's\n";
   }
-  // Capacity is applied to the tokens a rank routes: under cp or sequence parallelism a part of each
-  // sequence, so the layout drops other choices than one process does, by design.
+  // Capacity is applied to the tokens a rank routes: under cp, or sequence parallelism without
+  // expert_tp (which gathers the whole sequence to route it), a part of each sequence, so the layout
+  // drops other choices than one process does, by design.
   if (config.model.moe.enabled() && config.model.moe.capacity_factor > 0 &&
-      (config.parallel.cp > 1 || config.parallel.sequence_parallel)) {
+      (config.parallel.cp > 1 || (config.parallel.sequence_parallel && config.parallel.expert_tp <= 1))) {
     throw InputError("loom verify: config key 'model.moe.capacity_factor' is " +
                      std::to_string(config.model.moe.capacity_factor) + " under " +
                      (config.parallel.cp > 1 ? "cp" : "sequence parallelism") +

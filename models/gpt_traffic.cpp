@@ -219,21 +219,23 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     // Each multi-token prediction module (models/mtp.h) on the last piece: its block (never
     // recomputed whole), its embedding of the shifted tokens and its logits.
     const int64_t mtp = last ? c.model.mtp.depth : 0;
-    const int64_t crossings = 4 * layers + recomputed + (last ? 1 : 0) + 6 * mtp;
-    // The vocab-parallel embedding's sum is of its weight's dtype, before the cast to the
-    // activations' (fp16 parameters with fp32 arithmetic: half an activation's bytes).
+    const int64_t crossings = 4 * layers + recomputed + (last ? 1 : 0) + 5 * mtp;
+    // The vocab-parallel embeddings' sums (the first piece's, and each MTP module's of the shifted
+    // tokens) are of the weight's dtype, before the cast to the activations' (fp16 parameters with
+    // fp32 arithmetic: half an activation's bytes).
+    const int64_t embeddings = (first ? 1 : 0) + mtp;
     const int64_t embedded =
         b * s * h * static_cast<int64_t>(c10::elementSize(Precision::of(c.train.precision).params));
     if (l.sp) {
       add("tp", "all_gather", m * crossings, activation);
       add("tp", "reduce_scatter", m * crossings, activation);
-      if (first) {
-        add("tp", "all_gather", m, embedded);
-        add("tp", "reduce_scatter", m, embedded);
+      if (embeddings > 0) {
+        add("tp", "all_gather", m * embeddings, embedded);
+        add("tp", "reduce_scatter", m * embeddings, embedded);
       }
     } else {
       add("tp", "all_reduce", m * crossings, activation);
-      if (first) add("tp", "all_reduce", m, embedded);
+      if (embeddings > 0) add("tp", "all_reduce", m * embeddings, embedded);
     }
     if (last) {  // the vocab-parallel loss (and each MTP module's): the max, then the exp-sum and target logit together
       add("tp", "all_reduce", m * (1 + mtp), b * s * kFloat);

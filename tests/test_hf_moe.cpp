@@ -264,7 +264,6 @@ TEST_CASE("config.json without architectures: model_type names the class, as Aut
   auto qwen2 = llama_json();
   qwen2["architectures"] = {"Qwen2ForCausalLM"};
   qwen2["model_type"] = "qwen2";
-  qwen2["model_type"] = "qwen2";
   auto untyped = qwen2;
   untyped.erase("architectures");
   CHECK(hf_architecture(untyped) == "Qwen2ForCausalLM");
@@ -308,6 +307,10 @@ TEST_CASE("config.json without architectures: model_type names the class, as Aut
   CHECK(launch::exported_hf_config(loom_config, mistral_source, false).at("architectures")[0] == "LlamaForCausalLM");
   const nlohmann::json listed = {{"config", {{"model_type", "mistral"}, {"architectures", {"MistralForCausalLM"}}}}};
   CHECK(launch::exported_hf_config(loom_config, listed, true).at("architectures")[0] == "MistralForCausalLM");
+  // A source naming its class only through architectures: the export's model_type is that class's,
+  // so that the pair agrees (loom refuses one that does not).
+  const nlohmann::json untyped_source = {{"config", {{"architectures", {"Qwen2ForCausalLM"}}}}};
+  CHECK(launch::exported_hf_config(loom_config, untyped_source, true).at("model_type") == "qwen2");
   const nlohmann::json null_list = {{"config", {{"model_type", "mistral"}, {"architectures", nullptr}}}};
   CHECK(launch::exported_hf_config(loom_config, null_list, true).at("architectures")[0] == "MistralForCausalLM");
 }

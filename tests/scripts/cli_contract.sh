@@ -73,6 +73,8 @@ expect_exit 2 "cannot read cluster file '$WORK': a directory" "$LOOM" plan "$TIN
 expect_exit 0 "decision order check: tp inside a node: yes" "$LOOM" plan "$LOOM_SOURCE/configs/gpt3_175b.yaml" \
   --cluster "$LOOM_SOURCE/configs/clusters/h100_sxm_8x_ib.yaml" --world 1024
 expect_exit 0 "zero_stage 3: " "$LOOM" plan "$TINY" --world 8
+expect_exit 0 "zero_stage 3: " "$LOOM" plan "$TINY" --world 8 --set parallel.pp=2
+expect_exit 2 "world size 3 is not divisible by tp \* cp \* pp = 2" "$LOOM" plan "$TINY" --world 3 --set parallel.tp=2
 # The config's own layout at a world whose dp does not divide its batch: said, not weighed as NaN.
 CLOUD="$LOOM_SOURCE/configs/clusters/cloud_8x_a100_100gbe.yaml"
 expect_exit 0 "global_batch_size 8 is not a multiple of micro_batch_size 2 x dp 16" "$LOOM" plan "$TINY" \

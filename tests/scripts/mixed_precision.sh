@@ -72,8 +72,12 @@ run_loom 4 fp16_z3_resumed "${FP16_Z3[@]}" --resume "$WORK/fp16_z3_ckpt/step_000
 compare_resumed "$WORK/fp16_z3_resumed" "$WORK/fp16_z3" 6 20 "fp16 ZeRO-3 resumed after step 5"
 python3 "$SCRIPTS/checks.py" steps-agree "$WORK/fp16_resumed" "$WORK/fp16" --key loss_scale --rtol 0 ||
   fail "resumed loss scale"
-# fp16 weights with fp32 arithmetic: the embedding's tp sum is in fp16, the rest in fp32.
-for run in fp16 fp16_z3; do
+# fp16 weights with fp32 arithmetic: the embeddings' tp sums are in fp16 (the model's, and a
+# multi-token prediction module's of the shifted tokens, here with sequence parallelism), the rest in fp32.
+run_loom 2 fp16_mtp --set train.precision=fp16 --set parallel.tp=2 --set parallel.sequence_parallel=true \
+  --set model.arch=llama --set model.mtp.depth=1 --set train.steps=3 --set train.warmup_steps=1 ||
+  { cat "$WORK/fp16_mtp.log"; fail "fp16 with MTP"; }
+for run in fp16 fp16_z3 fp16_mtp; do
   "$LOOM" plan --run "$WORK/$run" > "$WORK/plan_$run.log" || { cat "$WORK/plan_$run.log"; fail "plan --run $run"; }
   grep -q "every rank's predicted traffic equals the counters" "$WORK/plan_$run.log" || { cat "$WORK/plan_$run.log"; fail "$run traffic"; }
 done
