@@ -196,7 +196,8 @@ void warn_unused_hf_tensors(const Config& config, const std::vector<std::string>
     // no rows or columns, which save_pretrained writes: nothing to use.
     if (name.find(".shared_experts.") != std::string::npos && config.model.moe.n_shared_experts == 0) {
       try {
-        const auto& shape = SafetensorsReader(weights->file_of(name)).shape(name);
+        const std::vector<int64_t> shape =
+            SafetensorsReader(weights->file_of(name)).shape(name);  // a copy: the reader goes
         if (std::find(shape.begin(), shape.end(), 0) != shape.end()) continue;
       } catch (const std::exception&) {
       }
