@@ -12,4 +12,9 @@ namespace loom {
 // neither says.
 std::string hf_architecture(const nlohmann::json& config);
 
+// The causal-LM class AutoModelForCausalLM builds for MODEL_TYPE ("" for one loom does not read), and
+// back: the model_type of such a class ("" likewise).
+std::string causal_lm_of_model_type(const std::string& model_type);
+std::string model_type_of_causal_lm(const std::string& architecture);
+
 }  // namespace loom

@@ -281,9 +281,8 @@ const ConfigField& field_named(const std::string& name) {
 // transformers' AutoModelForCausalLM builds the class of model_type and never reads architectures:
 // where the two disagree, either choice would train a model other than the one somebody meant.
 void refuse_disagreeing_model_type(const HfJson& hf, const nlohmann::json& json, const std::string& architecture) {
-  nlohmann::json by_type = json;
-  by_type.erase("architectures");
-  const std::string typed = hf_architecture(by_type);
+  if (!json.contains("model_type") || !json["model_type"].is_string()) return;
+  const std::string typed = causal_lm_of_model_type(json["model_type"].get<std::string>());
   if (typed.empty() || typed == architecture) return;
   throw hf.refused("architectures", "is " + architecture + " but model_type " + json["model_type"].dump() + " is " +
                                         typed +

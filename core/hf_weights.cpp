@@ -93,6 +93,11 @@ const std::string& HfWeights::file_of(const std::string& name) const {
   return it->second->path();
 }
 
+const std::vector<int64_t>& HfWeights::shape(const std::string& name) const {
+  file_of(name);  // names the directory when the tensor is missing
+  return file_of_.at(name)->shape(name);
+}
+
 torch::Tensor HfWeights::read(const std::string& name) const {
   file_of(name);  // names the directory when the tensor is missing
   return file_of_.at(name)->read(name);

@@ -28,6 +28,8 @@ class HfWeights {
   bool contains(const std::string& name) const { return file_of_.count(name) > 0; }
   // The path of the file holding NAME.
   const std::string& file_of(const std::string& name) const;
+  // NAME's stored shape (from the header read up front).
+  const std::vector<int64_t>& shape(const std::string& name) const;
   // NAME as float32; with SHAPE, refused unless the stored tensor has that shape.
   torch::Tensor read(const std::string& name) const;
   torch::Tensor read(const std::string& name, const std::vector<int64_t>& shape) const;

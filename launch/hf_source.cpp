@@ -56,10 +56,9 @@ nlohmann::ordered_json exported_hf_config(const nlohmann::ordered_json& loom_con
   // A source that named its class only through architectures: the model_type of that class, so that
   // the export's two agree (transformers builds model_type's class; loom refuses a pair that differs).
   if (keep_architecture && !given.contains("model_type") && out.contains("architectures") &&
-      out["architectures"].is_array() && out["architectures"].size() == 1) {
-    for (const char* type : {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gpt2", "deepseek_v3"}) {
-      if (hf_architecture({{"model_type", type}}) == out["architectures"][0]) out["model_type"] = type;
-    }
+      out["architectures"].is_array() && out["architectures"].size() == 1 && out["architectures"][0].is_string()) {
+    const std::string type = model_type_of_causal_lm(out["architectures"][0].get<std::string>());
+    if (!type.empty()) out["model_type"] = type;
   }
   if (out.contains("dtype")) out["dtype"] = "float32";  // the weights written are float32
   return out;

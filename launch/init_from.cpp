@@ -196,8 +196,7 @@ void warn_unused_hf_tensors(const Config& config, const std::vector<std::string>
     // no rows or columns, which save_pretrained writes: nothing to use.
     if (name.find(".shared_experts.") != std::string::npos && config.model.moe.n_shared_experts == 0) {
       try {
-        const std::vector<int64_t> shape =
-            SafetensorsReader(weights->file_of(name)).shape(name);  // a copy: the reader goes
+        const auto& shape = weights->shape(name);
         if (std::find(shape.begin(), shape.end(), 0) != shape.end()) continue;
       } catch (const std::exception&) {
       }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "core/muon_groups.h"
 #include "launch/expert_plan.h"
@@ -28,6 +29,13 @@ double loom_state_bytes(double n, int64_t zero, int64_t dp, bool mixed, double m
   if (zero == 1) return n * (10.0 + moment_bytes / d);
   if (zero == 2) return n * (2.0 + (8.0 + moment_bytes) / d);
   return n * (8.0 + moment_bytes) / d;
+}
+
+ClusterSpec memory_only_cluster() {
+  ClusterSpec cluster;
+  cluster.memory_bytes = std::numeric_limits<double>::infinity();
+  cluster.peak_flops = cluster.intra_bandwidth = cluster.inter_bandwidth = 1e12;
+  return cluster;
 }
 
 double ring_all_reduce_time(double n, int64_t p, double alpha, double beta) {

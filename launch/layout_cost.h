@@ -116,6 +116,10 @@ struct LayoutEstimate {
 
 LayoutEstimate estimate_layout(const Config& config, const ClusterSpec& cluster, const Layout& layout);
 
+// A cluster for estimates whose memory and parameter counts alone are read: unbounded memory, and
+// links and a peak that keep the rest of the arithmetic finite.
+ClusterSpec memory_only_cluster();
+
 // Whether GROUP reduces gradients over data parallelism (dp, dp-cp, HSDP's dp-shard and dp-replicate,
 // expert-dp, expert-dp-cp): hidden behind backward in part, not on the critical path.
 bool is_gradient_group(const std::string& group);

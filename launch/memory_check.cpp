@@ -62,10 +62,7 @@ MemoryEstimate estimate_rank_memory(const Config& config, bool scores_kept) {
   const Recompute recompute = !scores_kept && t.recompute == Recompute::none ? Recompute::selective : t.recompute;
   Layout layout = layout_of(config);
   layout.recompute = recompute;
-  parallel::ClusterSpec unbounded;  // only the memory is read; the links and peak keep the arithmetic finite
-  unbounded.memory_bytes = std::numeric_limits<double>::infinity();
-  unbounded.peak_flops = unbounded.intra_bandwidth = unbounded.inter_bandwidth = 1e12;
-  const auto plan = estimate_layout(config, unbounded, layout);
+  const auto plan = estimate_layout(config, memory_only_cluster(), layout);
   e.parameters = static_cast<double>(models::model_num_parameters(config));
   // (The plan holds num_experts / ep of each MoE block's routed experts on a rank, of its busiest
   // pipeline stage, split over tp only where parallel.expert_tp splits them.)

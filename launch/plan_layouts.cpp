@@ -5,7 +5,6 @@
 // Without --cluster: the model-state bytes per rank of each ZeRO stage.
 #include <chrono>
 #include <cstdio>
-#include <limits>
 #include <map>
 
 #include "core/config.h"
@@ -45,10 +44,7 @@ void print_state_bytes(Config config, int64_t world) {
   const bool hsdp = p.dp_shard > 0 && p.dp_shard < p.dp;
   const int64_t dp = hsdp ? p.dp_shard * p.cp : grad_ranks;
   const int64_t expert_ranks = p.dp / std::max<int64_t>(p.ep, 1) * p.cp;
-  parallel::ClusterSpec unbounded;  // only the parameter counts are read
-  unbounded.memory_bytes = std::numeric_limits<double>::infinity();
-  unbounded.peak_flops = unbounded.intra_bandwidth = unbounded.inter_bandwidth = 1e12;
-  const auto estimate = estimate_layout(config, unbounded, layout_of(config));
+  const auto estimate = estimate_layout(config, memory_only_cluster(), layout_of(config));
   const double n = estimate.parameters_per_rank, experts = estimate.expert_parameters_per_rank;
   const bool mixed = config.train.precision != TrainPrecision::fp32;
   const StateBytes bytes = mixed ? StateBytes{2, 2, 12} : StateBytes{4, 4, 8};

@@ -380,26 +380,42 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
   return out;
 }
 
-std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_resume_traffic(
-    const Config& c, const parallel::RankCoords& coords) {
-  std::map<std::pair<std::string, std::string>, PredictedTraffic> out;
+namespace {
+
+// ZeRO-2/3's gather of every unit whole (FullyShardedParameters::gather_all, before a checkpoint is
+// read or written): with ZeRO-3 its parameters in the model's dtype, and under mixed precision its
+// fp32 master weights; with MOMENTS (a save) both of the optimizer's moments too.
+void add_unit_gathers(std::map<std::pair<std::string, std::string>, PredictedTraffic>& out, const Config& c,
+                      const parallel::RankCoords& coords, bool moments) {
   const Layout l(c);
-  if (l.d == 1 || l.shards == 1 || !works_by_units(c)) return out;
   const auto precision = Precision::of(c.train.precision);
   const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(precision.params));
+  auto& p = out[{l.shard_group, "all_gather"}];
   for (const auto& unit : gpt_sharded_units(c, coords)) {
     const int64_t padded = (unit.numel() + l.shards - 1) / l.shards * l.shards;
+    if (moments) {
+      p.calls += 2;
+      p.bytes += 2 * padded * kFloat;
+    }
     if (c.parallel.zero_stage == 3) {
-      auto& p = out[{l.shard_group, "all_gather"}];
       p.calls += 1;
       p.bytes += padded * param_bytes;
     }
     if (precision.mixed()) {
-      auto& p = out[{l.shard_group, "all_gather"}];
       p.calls += 1;
       p.bytes += padded * kFloat;
     }
   }
+  if (p.calls == 0) out.erase({l.shard_group, "all_gather"});
+}
+
+}  // namespace
+
+std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_resume_traffic(
+    const Config& c, const parallel::RankCoords& coords) {
+  std::map<std::pair<std::string, std::string>, PredictedTraffic> out;
+  const Layout l(c);
+  if (l.d > 1 && l.shards > 1 && works_by_units(c)) add_unit_gathers(out, c, coords, /*moments=*/false);
   return out;
 }
 
@@ -416,24 +432,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
     p.bytes += weight.shape.local_numel(l.t) * kFloat;
   }
   if (works_by_units(c)) {
-    // Both moments of every unit are gathered before saving, with ZeRO-3 its parameters (in the
-    // model's dtype), and under mixed precision its fp32 master weights.
-    const auto precision = Precision::of(c.train.precision);
-    const int64_t param_bytes = static_cast<int64_t>(c10::elementSize(precision.params));
-    auto& p = out[{l.shard_group, "all_gather"}];
-    for (const auto& unit : gpt_sharded_units(c, coords)) {
-      const int64_t padded = (unit.numel() + l.shards - 1) / l.shards * l.shards;
-      p.calls += 2;
-      p.bytes += 2 * padded * kFloat;
-      if (c.parallel.zero_stage == 3) {
-        p.calls += 1;
-        p.bytes += padded * param_bytes;
-      }
-      if (precision.mixed()) {
-        p.calls += 1;
-        p.bytes += padded * kFloat;
-      }
-    }
+    add_unit_gathers(out, c, coords, /*moments=*/true);  // both moments of every unit, and gather_all's
     return out;
   }
   // A sharded optimizer gathers both moments of every bucket before saving.
