@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,11 +33,19 @@ constexpr const char* kExitCodes =
     "non-finite steps in a row), 4 loom verify found the layout's numbers differ, 75 the machine failed the run\n"
     "(disk full, file system error: requeue), 1 anything else";
 
-int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min) {
+// No job has more ranks: a larger --world only overflows the sizes planned from it.
+constexpr int64_t kMaxWorld = int64_t{1} << 30;
+
+int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min,
+                      int64_t max = std::numeric_limits<int64_t>::max()) {
   char* end = nullptr;
+  errno = 0;
   long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || value < min) {
-    throw InputError(flag + " expects an integer of at least " + std::to_string(min) + ", got '" + text + "'");
+  // (strtoll saturates past its range, and says so only in errno.)
+  if (text.empty() || *end != '\0' || errno == ERANGE || value < min || value > max) {
+    throw InputError(flag + " expects an integer of at least " + std::to_string(min) +
+                     (max < std::numeric_limits<int64_t>::max() ? " and at most " + std::to_string(max) : "") +
+                     ", got '" + text + "'");
   }
   return value;
 }
@@ -160,7 +170,7 @@ Command add_topology(CLI::App& loom) {
   command.add_option("--world", *world, "ranks in the job")->type_name("N")->required();
   add_overrides(command, args->overrides);
   return [args, world] {
-    args->world = parse_integer("--world", *world, 1);
+    args->world = parse_integer("--world", *world, 1, kMaxWorld);
     return topology(*args);
   };
 }
@@ -173,7 +183,7 @@ Command add_schedule(CLI::App& loom) {
   command.add_option("--world", *world, "ranks in the job (default tp x pp x dp of the config)")->type_name("N");
   add_overrides(command, args->overrides);
   return [args, world] {
-    if (!world->empty()) args->world = parse_integer("--world", *world, 1);
+    if (!world->empty()) args->world = parse_integer("--world", *world, 1, kMaxWorld);
     return schedule(*args);
   };
 }
@@ -208,7 +218,7 @@ Command add_plan(CLI::App& loom) {
     if (args->config_path.empty()) {
       throw InputError("loom plan: CONFIG.yaml or --run RUN_DIR is required (see 'loom plan --help')");
     }
-    if (!world->empty()) args->world = parse_integer("--world", *world, 1);
+    if (!world->empty()) args->world = parse_integer("--world", *world, 1, kMaxWorld);
     args->top = parse_integer("--top", *top, 1);
     return plan(*args);
   };
