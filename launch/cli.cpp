@@ -41,12 +41,12 @@ int64_t parse_integer(const std::string& flag, const std::string& text, int64_t 
   char* end = nullptr;
   errno = 0;
   long long value = std::strtoll(text.c_str(), &end, 10);
-  // (strtoll saturates past its range, and says so only in errno.)
-  if (text.empty() || *end != '\0' || errno == ERANGE || value < min || value > max) {
-    throw InputError(flag + " expects an integer of at least " + std::to_string(min) +
-                     (max < std::numeric_limits<int64_t>::max() ? " and at most " + std::to_string(max) : "") +
-                     ", got '" + text + "'");
+  if (text.empty() || *end != '\0' || value < min) {
+    throw InputError(flag + " expects an integer of at least " + std::to_string(min) + ", got '" + text + "'");
   }
+  // (strtoll saturates past its range, and says so only in errno.)
+  if (errno == ERANGE || value > max)
+    throw InputError(flag + " expects an integer of at most " + std::to_string(max) + ", got '" + text + "'");
   return value;
 }
 
