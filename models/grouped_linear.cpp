@@ -97,19 +97,33 @@ bool one_after_another(at::TensorList weights) {
   return true;
 }
 
+// The weights of KINDS kinds, kind-major (the G groups' of the first kind, then the second's), as
+// one tensor [G, KINDS x out, in]: each group's weights of every kind one above another. A view
+// where they lie so in one storage (pack_into_one_storage given them group-major), else a copy.
+torch::Tensor stacked_kinds(at::TensorList weights, int64_t kinds) {
+  if (kinds == 1) return stacked_weights(weights);
+  const auto groups = static_cast<int64_t>(weights.size()) / kinds;
+  std::vector<torch::Tensor> group_major;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t k = 0; k < kinds; ++k) group_major.push_back(weights[static_cast<size_t>(k * groups + g)]);
+  const auto all = stacked_weights(group_major);  // [G x KINDS, out, in], contiguous
+  return all.view({groups, kinds * all.size(1), all.size(2)});
+}
+
 // The experts' weights come in one by one and are stacked inside (no autograd node of their own):
 // what backward keeps is the parameters themselves, not a stacked copy per micro-batch in flight.
 struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
   // WEIGHTS as a TensorList: autograd's argument extraction takes each tensor of an ArrayRef as an
-  // input of its own (a std::vector would count as one non-tensor argument).
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, at::TensorList weights,
+  // input of its own (a std::vector would count as one non-tensor argument). KINDS kinds of G each.
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, at::TensorList weights, int64_t kinds,
                                const parallel::GroupRows& rows) {
     auto offs = rows.offsets(x.device());
     variable_list saved{x, offs};
     saved.insert(saved.end(), weights.begin(), weights.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["total"] = rows.total();
-    auto y = grouped_mm(x, stacked_weights(weights).transpose(1, 2), offs, rows);
+    ctx->saved_data["kinds"] = kinds;
+    auto y = grouped_mm(x, stacked_kinds(weights, kinds).transpose(1, 2), offs, rows);
     // Read for a product group by group: backward needs it too, and need not read it again.
     if (rows.on_host()) ctx->saved_data["rows"] = torch::IntArrayRef(rows.host());
     return y;
@@ -118,19 +132,26 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &offs = saved[1];
     const variable_list weights(saved.begin() + 2, saved.end());
+    const auto kinds = ctx->saved_data["kinds"].toInt();
     const auto rows = rows_from(offs, ctx->saved_data["total"].toInt(), ctx->saved_data["rows"]);
     const auto grad = grads[0].contiguous();
     variable_list out{torch::Tensor()};
-    if (ctx->needs_input_grad(0)) out[0] = grouped_mm(grad, stacked_weights(weights), offs, rows);
+    if (ctx->needs_input_grad(0)) out[0] = grouped_mm(grad, stacked_kinds(weights, kinds), offs, rows);
     // Each expert's gradient is its rows' grad^T x: an expert with no rows gets zeros.
     bool any_weight = false;
     for (size_t g = 0; g < weights.size(); ++g) any_weight = any_weight || ctx->needs_input_grad(1 + g);
     if (any_weight) {
-      auto grad_w = grouped_mm(grad.t(), x, offs, rows).unbind(0);
-      out.insert(out.end(), grad_w.begin(), grad_w.end());
+      // [G, KINDS x out, in]: kind k's gradients are the rows k x out onwards of each group's.
+      const auto grad_w = grouped_mm(grad.t(), x, offs, rows);
+      const int64_t width = grad_w.size(1) / kinds;
+      for (int64_t k = 0; k < kinds; ++k) {
+        auto of_kind = grad_w.narrow(1, k * width, width).unbind(0);
+        out.insert(out.end(), of_kind.begin(), of_kind.end());
+      }
     } else {
       out.resize(1 + weights.size());
     }
+    out.emplace_back();  // kinds
     out.emplace_back();  // rows
     return out;
   }
@@ -165,18 +186,30 @@ torch::Tensor add_grouped_biases(torch::Tensor y, const torch::Tensor& biases, c
 
 torch::Tensor grouped_linear(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
                              const torch::Tensor& biases, const parallel::GroupRows& rows) {
+  return add_grouped_biases(grouped_linear_kinds(x, {weights}, rows), biases, rows);
+}
+
+torch::Tensor grouped_linear_kinds(const torch::Tensor& x, const std::vector<std::vector<torch::Tensor>>& kinds,
+                                   const parallel::GroupRows& rows) {
   const auto groups = static_cast<size_t>(rows.groups());
-  TORCH_CHECK(x.dim() == 2 && weights.size() == groups && !weights.empty() && weights[0].dim() == 2 &&
-                  weights[0].size(1) == x.size(1),
-              "grouped_linear: x ", x.sizes(), ", ", weights.size(), " weights of ",
-              weights.empty() ? torch::IntArrayRef{} : weights[0].sizes(), ", ", groups, " groups");
+  std::vector<torch::Tensor> all;
+  for (const auto& weights : kinds) {
+    TORCH_CHECK(x.dim() == 2 && weights.size() == groups && !weights.empty() && weights[0].dim() == 2 &&
+                    weights[0].sizes() == kinds.front().front().sizes() && weights[0].size(1) == x.size(1),
+                "grouped_linear: x ", x.sizes(), ", ", weights.size(), " weights of ",
+                weights.empty() ? torch::IntArrayRef{} : weights[0].sizes(), ", ", groups, " groups");
+    all.insert(all.end(), weights.begin(), weights.end());
+  }
   TORCH_CHECK(rows.total() == x.size(0), "grouped_linear: the ", groups, " groups' rows do not add up to x's ",
               x.size(0));
   // _grouped_mm wants contiguous rows. No rows at all need no product: an empty one still gives
   // x and every weight a (zero) gradient.
-  auto y = x.size(0) == 0 ? torch::matmul(x, torch::stack(weights).sum(0).t())
-                          : GroupedLinear::apply(x.contiguous(), at::TensorList(weights), rows);
-  return add_grouped_biases(y, biases, rows);
+  if (x.size(0) == 0) {
+    std::vector<torch::Tensor> sums;
+    for (const auto& weights : kinds) sums.push_back(torch::stack(weights).sum(0));
+    return torch::matmul(x, torch::cat(sums, 0).t());
+  }
+  return GroupedLinear::apply(x.contiguous(), at::TensorList(all), static_cast<int64_t>(kinds.size()), rows);
 }
 
 torch::Tensor grouped_linear_loop(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,

@@ -269,13 +269,18 @@ torch::Tensor MoELayerImpl::grouped_experts(const torch::Tensor& tokens, const p
     // backward, whose training takes a product per expert) an evaluation, which saves nothing.
     // Elsewhere they stay apart (ZeRO-2/3 on the CPU frees and regrows each parameter's own
     // storage), and so do weights that are views into a buffer of someone else's.
-    for (auto member : {&Expert::fc_w, &Expert::gate_w, &Expert::up_w, &Expert::proj_w}) {
-      const auto& first = experts_.front().*member;
+    // Gate and up go in together, expert by expert (gate 0, up 0, gate 1, ...), as their fused
+    // product stacks them.
+    using Members = std::vector<torch::Tensor Expert::*>;
+    for (const auto& members :
+         {Members{&Expert::fc_w}, Members{&Expert::gate_w, &Expert::up_w}, Members{&Expert::proj_w}}) {
+      const auto& first = experts_.front().*members.front();
       if (!first.defined() || !first.is_cuda() || first.scalar_type() != torch::kBFloat16 ||
           tokens.scalar_type() != torch::kBFloat16)
         continue;
       std::vector<torch::Tensor> weights;
-      for (const auto& x : experts_) weights.push_back(x.*member);
+      for (const auto& x : experts_)
+        for (auto member : members) weights.push_back(x.*member);
       pack_into_one_storage(weights);
     }
   }
@@ -291,9 +296,17 @@ torch::Tensor MoELayerImpl::grouped_experts(const torch::Tensor& tokens, const p
     const bool bias = (experts_.front().*b).defined() && !(options_.expert_tp && b == &Expert::proj_b);
     return grouped_linear(input, each(w), bias ? torch::stack(each(b)) : torch::Tensor(), rows);
   };
-  auto hidden = experts_.front().fc_w.defined() ? torch::gelu(linear(tokens, &Expert::fc_w, &Expert::fc_b), "tanh")
-                                                : swiglu(linear(tokens, &Expert::gate_w, &Expert::gate_b),
-                                                         linear(tokens, &Expert::up_w, &Expert::up_b));
+  // SwiGLU's gate and up as one grouped product, each expert's two weights one above the other.
+  auto gate_up = [&] {
+    auto both = grouped_linear_kinds(tokens, {each(&Expert::gate_w), each(&Expert::up_w)}, rows);
+    if (experts_.front().gate_b.defined())
+      both = add_grouped_biases(
+          both, torch::cat({torch::stack(each(&Expert::gate_b)), torch::stack(each(&Expert::up_b))}, 1), rows);
+    const int64_t width = both.size(1) / 2;
+    return swiglu(both.narrow(1, 0, width), both.narrow(1, width, width));
+  };
+  auto hidden =
+      experts_.front().fc_w.defined() ? torch::gelu(linear(tokens, &Expert::fc_w, &Expert::fc_b), "tanh") : gate_up();
   return linear(hidden, &Expert::proj_w, &Expert::proj_b);
 }
 

@@ -166,3 +166,66 @@ TEST_CASE("experts' weights that are views into another buffer are not packed", 
   CHECK(tied[0].data_ptr() == shared.data_ptr());
   CHECK(tied[2].data_ptr() == shared.data_ptr());
 }
+
+TEST_CASE("gate and up as one grouped product equal a product per kind, forward and backward", "[moe][grouped]") {
+  // grouped_linear_kinds stacks each expert's weights of two kinds one above the other: its output
+  // columns are the first kind's product then the second's, and each weight gets its own gradient.
+  using loom::models::grouped_linear_kinds;
+  torch::manual_seed(13);
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{24, 40}, {6, 10}})
+    for (const auto& rows : std::vector<std::vector<int64_t>>{{3, 0, 5, 2}, {0, 0, 0, 0}})
+      for (auto dtype : {torch::kFloat32, torch::kFloat64}) {
+        int64_t total = 0;
+        for (auto r : rows) total += r;
+        INFO("rows " << torch::IntArrayRef(rows) << ", " << in << " -> " << out << ", " << dtype);
+        const auto x0 = torch::randn({total, in}).to(dtype);
+        const auto gate0 = (torch::randn({4, out, in}) * 0.2).to(dtype),
+                   up0 = (torch::randn({4, out, in}) * 0.2).to(dtype);
+        const auto upstream = torch::randn({total, 2 * out}).to(dtype);
+        auto once = [&](bool fused) {
+          auto x = x0.clone().requires_grad_(true);
+          auto gate = gate0.clone().requires_grad_(true), up = up0.clone().requires_grad_(true);
+          auto y = fused ? grouped_linear_kinds(x, {gate.unbind(0), up.unbind(0)}, rows)
+                         : torch::cat({grouped_linear_loop(x, gate.unbind(0), {}, rows),
+                                       grouped_linear_loop(x, up.unbind(0), {}, rows)},
+                                      1);
+          (y * upstream).sum().backward();
+          return std::vector<torch::Tensor>{y.detach(), x.grad(), gate.grad(), up.grad()};
+        };
+        const auto fused = once(true), apart = once(false);
+        for (size_t i = 0; i < fused.size(); ++i)
+          check_close(fused[i], apart[i], dtype == torch::kFloat32 ? 1e-5 : 1e-12);
+      }
+  auto x = torch::randn({5, 4});
+  std::vector<torch::Tensor> narrow{torch::randn({3, 4}), torch::randn({3, 4})},
+      wide{torch::randn({6, 4}), torch::randn({6, 4})};
+  CHECK_THROWS_WITH(grouped_linear_kinds(x, {narrow, wide}, std::vector<int64_t>{2, 3}),
+                    Catch::Contains("grouped_linear"));
+}
+
+TEST_CASE("gate and up packed expert by expert are viewed as one stack", "[moe][grouped]") {
+  // The MoE layer packs gate 0, up 0, gate 1, ... into one storage on a GPU: the fused product then
+  // reads the weights where they lie and gives what it gives unpacked.
+  using loom::models::grouped_linear_kinds;
+  using loom::models::pack_into_one_storage;
+  torch::manual_seed(14);
+  const std::vector<int64_t> rows = {3, 0, 5};
+  auto x = torch::randn({8, 16}), upstream = torch::randn({8, 48});
+  std::vector<torch::Tensor> gate, up, interleaved;
+  for (int g = 0; g < 3; ++g) {
+    gate.push_back((torch::randn({24, 16}) * 0.2).requires_grad_(true));
+    up.push_back((torch::randn({24, 16}) * 0.2).requires_grad_(true));
+    interleaved.insert(interleaved.end(), {gate.back(), up.back()});
+  }
+  auto products = [&] {
+    for (auto& w : interleaved) w.mutable_grad().reset();
+    auto y = grouped_linear_kinds(x, {gate, up}, rows);
+    (y * upstream).sum().backward();
+    return std::vector<torch::Tensor>{y.detach(), gate[1].grad(), up[2].grad()};
+  };
+  const auto before = products();
+  pack_into_one_storage(interleaved);
+  CHECK(up[0].data_ptr() == static_cast<char*>(gate[0].data_ptr()) + gate[0].numel() * gate[0].element_size());
+  const auto after = products();
+  for (size_t i = 0; i < before.size(); ++i) CHECK(torch::equal(before[i], after[i]));
+}
