@@ -30,6 +30,17 @@ bool all_finite(const torch::Tensor& t) {
   return torch::isfinite(t).all().item<bool>();
 }
 
+// The columns of M (n x r) made orthonormal, in place: Gram-Schmidt up to rank 2, Householder QR
+// beyond, which keeps them orthonormal however ill-conditioned M is (gradients often are), where
+// Gram-Schmidt loses that beyond a couple of columns (PyTorch's hook makes the same choice).
+void orthonormalize(torch::Tensor& m) {
+  if (m.size(1) <= 2) {
+    orthogonalize_columns(m);
+  } else {
+    m.copy_(std::get<0>(torch::linalg_qr(m, "reduced")));
+  }
+}
+
 }  // namespace
 
 torch::Tensor pack_tensors(const std::vector<torch::Tensor>& tensors) {
@@ -201,6 +212,10 @@ std::function<void()> BucketCompressor::start_powersgd(const torch::Tensor& buff
       continue;
     }
     matrices.push_back(k);
+    // Q orthonormal before P = M Q, as PyTorch's hook makes it (the first, random, and each warm
+    // start): the span P gets is the same, but M Q of a Q whose columns differ in length as M's
+    // singular values do is conditioned as their square, and fp32 loses the weakest directions.
+    orthonormalize(q_[k]);
     ps.push_back(values.view({slot.shape.front(), -1}).mm(q_[k]).view({-1}));
   }
   auto p_all = ps.empty() ? torch::zeros({0}, buffer.options()) : torch::cat(ps);
@@ -218,13 +233,7 @@ std::function<void()> BucketCompressor::start_powersgd(const torch::Tensor& buff
       const int64_t n = slots_[k].shape.front(), rank = q_[k].size(1);
       auto p = p_all.narrow(0, at, n * rank).view({n, rank});
       at += n * rank;
-      // Householder QR keeps P orthonormal however ill-conditioned M Q is (gradients often are);
-      // Gram-Schmidt loses that beyond a couple of columns (PyTorch's hook makes the same choice).
-      if (rank <= 2) {
-        orthogonalize_columns(p);
-      } else {
-        p.copy_(std::get<0>(torch::linalg_qr(p, "reduced")));
-      }
+      orthonormalize(p);
       p_of.push_back(p);
       auto m = flat.narrow(0, slots_[k].offset, numel_of(slots_[k].shape)).view({n, -1});
       qs.push_back(m.t().mm(p).reshape({-1}));

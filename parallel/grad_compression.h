@@ -7,10 +7,10 @@
 //    does: each rank's quantised chunks exchanged all-to-all, summed in fp32 by the chunk's owner,
 //    re-quantised, and gathered: a quarter of fp32's bytes plus the scales.
 //  - powersgd: each matrix M (n x m, its first dimension by the rest) as a rank-r product P Q^T
-//    (Vogels et al., as PyTorch's PowerSGD hook defines it): P = M Q summed over the group and
-//    orthonormalised (Gram-Schmidt up to rank 2, Householder QR beyond), Q = M^T P summed and averaged, the result P
-//    Q^T; Q kept for the next step (warm start); vectors all-reduced uncompressed; before powersgd.start_step a plain
-//    all-reduce. (m + n) r 4 bytes per matrix instead of n m 4.
+//    (Vogels et al., as PyTorch's PowerSGD hook defines it): Q orthonormalised, P = M Q summed over the
+//    group and orthonormalised (Gram-Schmidt up to rank 2, Householder QR beyond), Q = M^T P summed and averaged, the
+//    result P Q^T; Q kept for the next step (warm start); vectors all-reduced uncompressed; before powersgd.start_step
+//    a plain all-reduce. (m + n) r 4 bytes per matrix instead of n m 4.
 // Error feedback (on by default): what the compression lost this step, the input minus what was
 // sent (bf16, int8's first quantisation) or, for PowerSGD's matrices, the part of each rank's M
 // outside the shared P (summed over ranks, PyTorch's hook's error: see the .cpp), is added to the

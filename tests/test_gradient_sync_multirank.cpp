@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 
 #include "check_close.h"
@@ -23,6 +25,12 @@ using parallel::GradientSyncOptions;
 using parallel::ParallelParameter;
 
 namespace {
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
 
 test::MultiRankWorld* g_world = nullptr;  // set once in main
 constexpr int64_t kMicroBatches = 2;
@@ -244,6 +252,60 @@ TEST_CASE("compressed bucket reductions: bf16, int8 and PowerSGD against the exa
     const auto back = parallel::unpack_tensors(parallel::pack_tensors(state));
     REQUIRE(back.size() == state.size());
     for (size_t i = 0; i < state.size(); ++i) CHECK(torch::equal(back[i], state[i].reshape({-1})));
+  }
+}
+
+// PowerSGD step by step beside PyTorch's own hook (tests/scripts/powersgd_reference.sh runs this
+// hidden case under mpirun, then tests/scripts/powersgd_reference.py the hook on the same inputs):
+// this rank's gradient of each step, the mean each step delivers, and the first Q of every matrix,
+// written as a list of tensors to $LOOM_POWERSGD_DUMP/rank_R.pt for torch.load.
+TEST_CASE("PowerSGD's steps, written for PyTorch's hook to replay", "[.powersgd_reference]") {
+  const char* dump = std::getenv("LOOM_POWERSGD_DUMP");
+  REQUIRE(dump != nullptr);
+  auto& comm = g_world->groups.dp();
+  const int ranks = comm.size(), r = comm.rank();
+  // Matrices of distinct shapes (the hook's bucket order is the slots'), a 3-d one seen as its
+  // first dimension by the rest, and vectors between them.
+  const std::vector<parallel::BucketSlot> slots = {{0, {12, 9}},      {108, {7}}, {115, {5, 16}},
+                                                   {195, {10, 3, 2}}, {255, {4}}, {259, {8, 6}}};
+  const int64_t numel = 307, steps = 8;
+  for (int64_t rank_of_p : {1, 3}) {
+    parallel::GradCompressionOptions options;
+    options.kind = loom::GradCompression::powersgd;
+    options.powersgd_rank = rank_of_p;
+    options.powersgd_start_step = 2;
+    options.seed = 17;
+    parallel::BucketCompressor compressor(options, slots, ranks, 0);
+    c10::List<torch::Tensor> out;
+    const auto first = compressor.state();  // count, error, then each slot's Q (empty for vectors)
+    for (size_t k = 2; k < first.size(); ++k) out.push_back(first[k].clone());
+    // Each matrix's gradient: as many strong directions as the rank keeps (singular values 3, 2,
+    // 1.5, the same on every rank and step), plus each rank's noise. Where the kept directions are
+    // not well apart from the rest, the subspace a step finds turns on rounding, and two exact
+    // computations part by more each step (seen: noise alone at rank 3, 8.7e-6 after 6 steps).
+    auto fixed = at::make_generator<at::CPUGeneratorImpl>(900 + rank_of_p);
+    auto strong = torch::zeros({numel});
+    for (const auto& slot : slots) {
+      if (slot.shape.size() < 2) continue;
+      const int64_t n = slot.shape.front(), m = numel_of(slot.shape) / n;
+      auto u = std::get<0>(torch::linalg_qr(torch::randn({n, rank_of_p}, fixed)));
+      auto v = std::get<0>(torch::linalg_qr(torch::randn({m, rank_of_p}, fixed)));
+      auto s = torch::tensor({3.0f, 2.0f, 1.5f}).narrow(0, 0, rank_of_p);
+      strong.narrow(0, slot.offset, n * m).copy_((u * s).mm(v.t()).view({-1}));
+    }
+    for (int64_t step = 0; step < steps; ++step) {
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(700 + 10 * r + step);
+      auto gradient = strong + torch::randn({numel}, generator) * 0.05;
+      auto buffer = gradient.clone();
+      compressor.start(buffer, comm)();
+      out.push_back(gradient);
+      out.push_back(buffer / ranks);
+    }
+    const auto bytes = torch::pickle_save(c10::IValue(out));
+    const auto path = std::string(dump) + "/rank" + std::to_string(r) + "_r" + std::to_string(rank_of_p) + ".pt";
+    std::ofstream file(path, std::ios::binary);
+    file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    REQUIRE(file.good());
   }
 }
 
