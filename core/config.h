@@ -298,6 +298,10 @@ struct Config {
   // The keys the YAML file or an override set ("model.norm"): the others keep their
   // defaults, which model.arch or a Hugging Face config.json may choose.
   std::set<std::string> set_keys;
+  // The keys model.init_from's config.json gave (core/hf_config.h), and that file: a refusal of
+  // one of them says where its value came from, which the user's config does not show.
+  std::set<std::string> hf_keys;
+  std::string hf_file;
 
   // model.ffn_hidden_size, or its default: 4 h for GELU; Llama's 2/3 of 4 h rounded up to a multiple of 256 for SwiGLU.
   int64_t ffn_size() const {

@@ -187,8 +187,8 @@ std::vector<ConfigField> make_fields() {
       float_field("model", "rope_scaling.mscale", LOOM_MEMBER(model.rope_scaling.mscale),
                   "yarn: the attention factor's numerator 0.1 mscale ln(factor) + 1 (0: as 1, with mscale_all_dim 0)"),
       float_field("model", "rope_scaling.mscale_all_dim", LOOM_MEMBER(model.rope_scaling.mscale_all_dim),
-                  "yarn: the attention factor's denominator 0.1 mscale_all_dim ln(factor) + 1, and latent "
-                  "attention's softmax scale times its square; 0: none"),
+                  "yarn: the attention factor's denominator 0.1 mscale_all_dim ln(factor) + 1; yarn and llama3: "
+                  "latent attention's softmax scale times its square; 0: none"),
       float_field("model", "rope_scaling.attention_factor", LOOM_MEMBER(model.rope_scaling.attention_factor),
                   "yarn: cos and sin times this; 0: derived from factor, mscale and mscale_all_dim"),
       bool_field("model", "rope_interleave", LOOM_MEMBER(model.rope_interleave),

@@ -127,13 +127,15 @@ void check_model_shape(const Config& c) {
             "must be above model.rope_scaling.low_freq_factor, which is positive");
     require(scaling.original_max_position_embeddings >= 1, "model.rope_scaling.original_max_position_embeddings",
             "must be positive");
+    require(scaling.mscale_all_dim >= 0, "model.rope_scaling.mscale_all_dim", "must be 0 or positive");
   }
   if (scaling.type == RopeScalingKind::yarn) {
     require(m.position == PositionKind::rope, "model.rope_scaling.type",
             "scales rotary embeddings: needs model.position: rope");
     require(scaling.factor >= 1, "model.rope_scaling.factor", "must be at least 1");
-    require(scaling.beta_slow > 0 && scaling.beta_fast > scaling.beta_slow, "model.rope_scaling.beta_fast",
-            "must be above model.rope_scaling.beta_slow, which is positive");
+    // Equal betas (Kimi-K2's 1 and 1) make the ramp a step, as transformers' does.
+    require(scaling.beta_slow > 0 && scaling.beta_fast >= scaling.beta_slow, "model.rope_scaling.beta_fast",
+            "must be at least model.rope_scaling.beta_slow, which is positive");
     require(scaling.original_max_position_embeddings >= 1, "model.rope_scaling.original_max_position_embeddings",
             "must be positive");
     require(scaling.mscale >= 0, "model.rope_scaling.mscale", "must be 0 or positive");
@@ -202,7 +204,8 @@ void check_count_bounds(const Config& c, int64_t world) {
 
 }  // namespace
 
-void resolve_and_validate(Config& c, int64_t world) {
+// Every check, naming loom's key (resolve_and_validate adds where a config.json gave it).
+static void validate(Config& c, int64_t world) {
   require(world >= 1, "world", "must be at least 1");
   check_count_bounds(c, world);
   const auto& m = c.model;
@@ -446,6 +449,19 @@ void resolve_and_validate(Config& c, int64_t world) {
   require(c.eval.steps >= 1, "eval.steps", "must be at least 1");
   require(c.data.split.empty() || c.data.valid_path.empty(), "data.split",
           "and data.valid_path both give validation data: set one of them");
+}
+
+void resolve_and_validate(Config& c, int64_t world) {
+  try {
+    validate(c, world);
+  } catch (const InputError& e) {
+    const std::string message = e.what(), head = "config key '";
+    const auto end = message.find('\'', head.size());
+    if (message.rfind(head, 0) != 0 || end == std::string::npos) throw;
+    const std::string key = message.substr(head.size(), end - head.size());
+    if (!c.hf_keys.count(key)) throw;
+    throw InputError(message + " (" + key + " is read from " + c.hf_file + ")");
+  }
 }
 
 }  // namespace loom

@@ -86,17 +86,29 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
   // What a key left out of config.json means is its transformers class's default: 1e-6 and 10000
   // for every class loom reads but Mixtral's (1e-5 and 1e6).
   const bool mixtral = architecture == "MixtralForCausalLM";
-  if ((architecture == "Qwen2ForCausalLM" || qwen3) && hf.boolean("use_sliding_window", false)) {
+  // Given use_sliding_window and a sliding_window (absent: transformers' 4096; null: none), Qwen3-MoE
+  // slides it in every layer, Qwen2 and Qwen3 in layers max_window_layers (28) on, unless a
+  // layer_types list says it layer by layer (refuse_sliding_layers).
+  const bool window =
+      hf.boolean("use_sliding_window", false) && !(json.contains("sliding_window") && json["sliding_window"].is_null());
+  if (window && architecture == "Qwen3MoeForCausalLM")
     throw hf.refused("use_sliding_window", "is true: loom's attention has no sliding window");
+  if (window && (architecture == "Qwen2ForCausalLM" || architecture == "Qwen3ForCausalLM") && !hf.has("layer_types") &&
+      std::stoll(hf.integer("max_window_layers", 28)) < std::stoll(hf.integer("num_hidden_layers"))) {
+    throw hf.refused("use_sliding_window",
+                     "is true, and layers from max_window_layers = " + hf.integer("max_window_layers", 28) +
+                         " on attend within sliding_window: loom's attention has no sliding window");
   }
   refuse_sliding_layers(hf, json);
   require_silu(hf);
   const auto heads = std::stoll(hf.integer("num_attention_heads")), hidden = std::stoll(hf.integer("hidden_size"));
   // head_dim may differ from hidden_size / num_attention_heads (Qwen3's 128 at hidden 2048 and 32
   // heads): model.head_dim then says so; 0 keeps loom's hidden_size / num_heads.
+  // Left out, Qwen3's is 128 (Qwen3Config's default); the other classes' hidden_size / heads.
   std::string head_dim = "0";
-  if (hf.has("head_dim")) {
-    const auto d = std::stoll(hf.integer("head_dim"));
+  const bool head_dim_given = hf.has("head_dim") || (architecture == "Qwen3ForCausalLM" && !json.contains("head_dim"));
+  if (head_dim_given) {
+    const auto d = std::stoll(hf.integer("head_dim", 128));
     if (d * heads != hidden) head_dim = std::to_string(d);
   } else if (hidden % heads != 0) {
     throw hf.refused("num_attention_heads",
@@ -349,7 +361,9 @@ void apply_hf_config(Config& config, const std::set<std::string>& overridden) {
     }
     field.parse(config, text);
     config.set_keys.insert(key);
+    config.hf_keys.insert(key);
   }
+  config.hf_file = file;
   if (!conflicts.empty()) {
     std::string message;
     for (const auto& c : conflicts) message += (message.empty() ? "" : "; ") + c;

@@ -25,11 +25,13 @@ nlohmann::json rope_scaling_json(const Config& config) {
     return yarn;
   }
   if (s.type != RopeScalingKind::llama3) return nullptr;
-  return {{"rope_type", "llama3"},
-          {"factor", s.factor},
-          {"low_freq_factor", s.low_freq_factor},
-          {"high_freq_factor", s.high_freq_factor},
-          {"original_max_position_embeddings", s.original_max_position_embeddings}};
+  nlohmann::json llama3 = {{"rope_type", "llama3"},
+                           {"factor", s.factor},
+                           {"low_freq_factor", s.low_freq_factor},
+                           {"high_freq_factor", s.high_freq_factor},
+                           {"original_max_position_embeddings", s.original_max_position_embeddings}};
+  if (s.mscale_all_dim > 0) llama3["mscale_all_dim"] = s.mscale_all_dim;  // latent attention's softmax scale
+  return llama3;
 }
 
 // The fields every Llama-family config.json starts with, in transformers' order.

@@ -76,8 +76,12 @@ void add_rope(const HfJson& hf, const nlohmann::json& json, HfKeys& keys, double
   if (v5) {
     const auto& parameters = json["rope_parameters"];
     if (!parameters.is_object()) throw hf.refused("rope_parameters", "must be an object, not " + parameters.dump());
-    const std::string theta = hf.number(parameters, "rope_theta", "rope_parameters.");
-    if (hf.has("rope_theta") && json["rope_theta"].is_number() &&
+    // Without its own rope_theta, rope_parameters takes the top-level one (standardize_rope_params).
+    const bool own_theta = parameters.contains("rope_theta") && !parameters["rope_theta"].is_null();
+    const std::string theta = own_theta || !hf.has("rope_theta")
+                                  ? hf.number(parameters, "rope_theta", "rope_parameters.")
+                                  : hf.number(json, "rope_theta", "");
+    if (own_theta && hf.has("rope_theta") && json["rope_theta"].is_number() &&
         json["rope_theta"].get<double>() != parameters["rope_theta"].get<double>()) {
       throw hf.refused("rope_theta", "is " + json["rope_theta"].dump() + " but rope_parameters.rope_theta is " + theta +
                                          ": the file contradicts itself");
@@ -124,6 +128,10 @@ void add_rope(const HfJson& hf, const nlohmann::json& json, HfKeys& keys, double
   const auto& original = original_positions(json, *scaling);
   if (!original.is_number_integer()) throw hf.refused(original_positions_key(json, where), "must be an integer");
   keys.emplace_back("model.rope_scaling.original_max_position_embeddings", std::to_string(original.get<int64_t>()));
+  // DeepSeek-V3's attention multiplies its softmax scale by (0.1 mscale_all_dim ln(factor) + 1)^2
+  // under any scaling, llama3's too (yarn_apply_mscale); the Llama family never reads it.
+  if (scaling->contains("mscale_all_dim") && !(*scaling)["mscale_all_dim"].is_null())
+    keys.emplace_back("model.rope_scaling.mscale_all_dim", hf.number(*scaling, "mscale_all_dim", where + "."));
 }
 
 }  // namespace loom

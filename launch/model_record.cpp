@@ -80,6 +80,8 @@ nlohmann::json model_record(const Config& c) {
                                    {"low_freq_factor", s.low_freq_factor},
                                    {"high_freq_factor", s.high_freq_factor},
                                    {"original_max_position_embeddings", s.original_max_position_embeddings}});
+      // Only where set: records written before llama3 read it have none.
+      if (s.mscale_all_dim > 0) arch["rope_scaling"]["mscale_all_dim"] = s.mscale_all_dim;
     }
     if (m.rope_scaling.type == RopeScalingKind::yarn) {
       const auto& s = m.rope_scaling;
@@ -206,6 +208,7 @@ Config config_of_model_record(const nlohmann::json& record, const std::string& s
       m.rope_scaling.low_freq_factor = scaling.at("low_freq_factor").get<double>();
       m.rope_scaling.high_freq_factor = scaling.at("high_freq_factor").get<double>();
       m.rope_scaling.original_max_position_embeddings = scaling.at("original_max_position_embeddings").get<int64_t>();
+      m.rope_scaling.mscale_all_dim = scaling.value("mscale_all_dim", 0.0);
     }
     if (m.rope_scaling.type == RopeScalingKind::yarn) {
       auto& s = m.rope_scaling;

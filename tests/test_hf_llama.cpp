@@ -280,6 +280,16 @@ TEST_CASE("config.json: transformers 5's rope_parameters give the theta and scal
   CHECK(keys.at("model.rope_scaling.type") == "llama3");
   CHECK(keys.at("model.rope_scaling.factor") == "8.0");
   CHECK(keys.at("model.rope_scaling.original_max_position_embeddings") == "64");
+  CHECK(keys.count("model.rope_scaling.mscale_all_dim") == 0);
+  // DeepSeek-V3's latent attention reads mscale_all_dim under llama3 too (yarn_apply_mscale).
+  v5["rope_parameters"]["mscale_all_dim"] = 1.0;
+  CHECK(keys_of(v5).at("model.rope_scaling.mscale_all_dim") == "1.0");
+  v5["rope_parameters"].erase("mscale_all_dim");
+  // Without its own rope_theta, rope_parameters takes the top-level one, as transformers does.
+  v5["rope_parameters"].erase("rope_theta");
+  v5["rope_theta"] = 40000.0;
+  CHECK(keys_of(v5).at("model.rope_theta") == "40000.0");
+  v5.erase("rope_theta");
 
   // YaRN: beta_fast and beta_slow default to 32 and 1, the mscales and attention factor to 0 (derived).
   v5["rope_parameters"] = {{"rope_type", "yarn"},
@@ -338,10 +348,7 @@ TEST_CASE("config.json: what loom cannot represent is refused naming the key", "
   CHECK_THAT(keys_error(mistral), Catch::Contains("\"sliding_window\" is 4096"));
   mistral.erase("sliding_window");
   CHECK_THAT(keys_error(mistral), Catch::Contains("\"sliding_window\" is missing"));
-  auto qwen2 = with("architectures", {"Qwen2ForCausalLM"});
-  qwen2["model_type"] = "qwen2";
-  qwen2["use_sliding_window"] = true;
-  CHECK_THAT(keys_error(qwen2), Catch::Contains("\"use_sliding_window\" is true"));
+  // Qwen2's and Qwen3's sliding windows: tests/test_hf_moe.cpp.
   CHECK_THAT(keys_error(with("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}})),
              Catch::Contains("\"rope_scaling.rope_type\" is 'dynamic'"));
   CHECK_THAT(keys_error(with("hidden_act", "gelu")), Catch::Contains("\"hidden_act\" is 'gelu'"));
@@ -393,6 +400,15 @@ TEST_CASE("model.init_from a directory takes config.json's keys and refuses a co
             " but " + json + " says 2 (2 keys)" + hint);
   // An explicit value equal to config.json's, or a derived one that comes out the same, is no contradiction.
   CHECK(error_of([&] { load("  arch: llama\n  hidden_size: 64\n  ffn_hidden_size: 96\n"); }) == "no error");
+  // A value config.json gives that the checks refuse names the file it came from.
+  auto odd = llama_json();
+  odd["rope_scaling"]["low_freq_factor"] = 4.0;
+  write_text(fs::path(dir) / "config.json", odd.dump());
+  auto refused = load("  seq_len: 48\n");
+  CHECK(error_of([&] { resolve_and_validate(refused, 1); }) ==
+        "config key 'model.rope_scaling.high_freq_factor': must be above model.rope_scaling.low_freq_factor, which is "
+        "positive (model.rope_scaling.high_freq_factor is read from " +
+            json + ")");
   auto mha = llama_json();
   mha["num_key_value_heads"] = 4;
   write_text(fs::path(dir) / "config.json", mha.dump());

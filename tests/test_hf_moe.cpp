@@ -17,6 +17,34 @@ using test::keys_error;
 using test::keys_of;
 using test::llama_json;
 
+TEST_CASE("config.json: Qwen2's and Qwen3's sliding windows as transformers lays them out, Qwen3's head_dim", "[hf]") {
+  auto qwen2 = llama_json();
+  qwen2["architectures"] = {"Qwen2ForCausalLM"};
+  qwen2["model_type"] = "qwen2";
+  qwen2["use_sliding_window"] = true;
+  qwen2["num_hidden_layers"] = 30;  // past max_window_layers' default, 28; the window's default 4096
+  CHECK_THAT(keys_error(qwen2),
+             Catch::Contains("\"use_sliding_window\" is true, and layers from max_window_layers = 28"));
+  qwen2["num_hidden_layers"] = 2;
+  qwen2["sliding_window"] = 4096;
+  qwen2["max_window_layers"] = 1;
+  CHECK_THAT(keys_error(qwen2), Catch::Contains("layers from max_window_layers = 1 on"));
+  // No layer slides where max_window_layers covers them all (as transformers lays them out), or without a window.
+  qwen2["max_window_layers"] = 2;
+  CHECK(keys_error(qwen2) == "no error");
+  qwen2["max_window_layers"] = 1;
+  qwen2["sliding_window"] = nullptr;
+  CHECK(keys_error(qwen2) == "no error");
+  // Qwen3 without head_dim: Qwen3Config's 128, not hidden_size / heads; null: hidden_size / heads.
+  auto qwen3 = llama_json();
+  qwen3["architectures"] = {"Qwen3ForCausalLM"};
+  qwen3["model_type"] = "qwen3";
+  qwen3.erase("head_dim");
+  CHECK(keys_of(qwen3).at("model.head_dim") == "128");
+  qwen3["head_dim"] = nullptr;
+  CHECK(keys_of(qwen3).at("model.head_dim") == "0");
+}
+
 TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral's experts", "[hf]") {
   auto qwen3 = llama_json();
   qwen3["architectures"] = {"Qwen3ForCausalLM"};
@@ -30,6 +58,7 @@ TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral'
   qwen3["head_dim"] = 16;  // as hidden / heads: loom's own rule
   CHECK(keys_of(qwen3).at("model.head_dim") == "0");
   qwen3["use_sliding_window"] = true;
+  qwen3["max_window_layers"] = 1;
   CHECK_THAT(keys_error(qwen3), Catch::Contains("\"use_sliding_window\" is true"));
   CHECK(keys_of(llama_json()).at("model.qk_norm") == "false");
 
@@ -53,6 +82,13 @@ TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral'
   keys = keys_of(moe);
   CHECK(keys.at("model.moe.num_experts") == "16");
   CHECK(keys.at("model.moe.norm_topk_prob") == "true");
+  // Qwen3-MoE slides its window in every layer (max_window_layers is not its), 4096 by default.
+  moe["use_sliding_window"] = true;
+  moe["max_window_layers"] = 28;
+  CHECK_THAT(keys_error(moe), Catch::Contains("\"use_sliding_window\" is true"));
+  moe["sliding_window"] = nullptr;
+  CHECK(keys_error(moe) == "no error");
+  moe.erase("use_sliding_window");
   moe["mlp_only_layers"] = {"a"};
   CHECK_THAT(keys_error(moe), Catch::Contains("\"mlp_only_layers\" must be a list of layer indices"));
   moe["mlp_only_layers"] = nlohmann::json::array();

@@ -131,9 +131,21 @@ edit_config deepseek_v3 deepseek_v3_forms \
 # A Mixtral without num_experts_per_tok (transformers' default: 2) whose hidden_act is "swish"
 # (transformers' other name for SiLU; loom once refused it).
 edit_config mixtral mixtral_top_k 'del j["num_experts_per_tok"]; j["hidden_act"] = "swish"'
-for arch in qwen3_moe_v4 deepseek_v3_forms mixtral_top_k; do
+# DeepSeek-V3 under llama3 scaling with mscale_all_dim, which its attention's softmax scale takes
+# under any scaling (loom once read it under YaRN only: 4.3e-3 off); Kimi-K2's YaRN, whose
+# beta_fast equals beta_slow (a step for a ramp; loom once refused it), in 4.x's rope_scaling; a
+# Qwen2 with use_sliding_window whose max_window_layers covers every layer (none slides).
+edit_config deepseek_v3 deepseek_v3_llama3 'j["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 20000.0,
+  "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+  "mscale_all_dim": 1.0}'
+edit_config deepseek_v3 deepseek_v3_kimi 'j.pop("rope_parameters"); j["rope_theta"] = 50000.0; j["rope_scaling"] = {
+  "type": "yarn", "factor": 32.0, "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+  "original_max_position_embeddings": 16}'
+edit_config qwen2 qwen2_window \
+  'j.pop("layer_types"); j["use_sliding_window"] = True; j["sliding_window"] = 8; j["max_window_layers"] = 2'
+for arch in qwen3_moe_v4 deepseek_v3_forms mixtral_top_k deepseek_v3_llama3 deepseek_v3_kimi qwen2_window; do
   FORMS_RUN=(--set model.moe.aux_loss_coeff=0.01 --set model.moe.z_loss_coeff=0.001)
-  [ "$arch" = deepseek_v3_forms ] && FORMS_RUN+=(--set model.num_layers=4)
+  case "$arch" in deepseek_v3_*) FORMS_RUN+=(--set model.num_layers=4) ;; qwen2_*) FORMS_RUN=() ;; esac
   "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_one" "${BASE[@]}" "${ONE_STEP[@]}" "${FORMS_RUN[@]}" \
     --set model.init_from="$WORK/$arch" > "$WORK/${arch}_one.log" 2>&1 || { cat "$WORK/${arch}_one.log"; fail "$arch"; }
   echo "hf_models.py compare-loss $WORK/$arch $WORK/text.txt $WORK/${arch}_one $COMPARE" >> "$CHECK"
