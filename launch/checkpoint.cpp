@@ -42,6 +42,18 @@ nlohmann::json layout_of(const Config& c, int64_t world) {
   return layout;
 }
 
+// Rank 0's TEXT on every rank of WORLD (the others' TEXT is not read).
+std::string text_of_rank0(parallel::Communicator& world, const std::string& text) {
+  auto length = torch::full({1}, static_cast<int64_t>(text.size()), torch::kInt64);
+  world.broadcast(length, 0).wait();
+  auto characters = torch::zeros({length.item<int64_t>()}, torch::kInt64);  // int64: the dtype proven here
+  if (world.rank() == 0)
+    for (size_t i = 0; i < text.size(); ++i) characters[static_cast<int64_t>(i)] = static_cast<int64_t>(text[i]);
+  world.broadcast(characters, 0).wait();
+  const int64_t* codes = characters.data_ptr<int64_t>();
+  return std::string(codes, codes + characters.numel());
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(const Config& config, parallel::ProcessGroups& groups,
@@ -148,20 +160,13 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
 
   if (rank == 0) {
     auto& header = save->header;
-    header["step"] = state.step;
-    header["consumed_samples"] = state.consumed_samples;
+    write_training_state(state, header);
     header["optimizer_steps"] = optimizer_.steps_taken();
     header["optimizer"] = to_string(config_.train.optimizer);
     if (config_.train.optimizer == OptimizerKind::muon)
       header["muon_groups"] = {{"include", config_.train.muon.include}, {"exclude", config_.train.muon.exclude}};
     header["train_steps"] = config_.train.steps;
     header["grad_compression"] = to_string(config_.parallel.grad_compression);
-    if (!state.expert_bias.empty()) header["expert_bias"] = state.expert_bias;
-    if (state.loss_scale > 0) {
-      header["loss_scaler"] = {{"scale", state.loss_scale},
-                               {"clean_steps", state.loss_scale_clean_steps},
-                               {"skipped_steps", state.skipped_steps}};
-    }
     // The lineage: the checkpoint this state descends from, by name when it is in the same directory.
     header["parent"] = parent_.empty()              ? ""
                        : in_checkpoint_dir(parent_) ? fs::path(parent_).filename().string()
@@ -300,8 +305,9 @@ std::string Checkpointer::set_aside_diverged() {
       fs::remove(fs::path(dir) / "latest", ignore);
     }
   }
-  groups_.world_comm().barrier().wait();
-  return advice;
+  // Rank 0's advice on every rank: each rank's error is printed, and the first to print must not
+  // send the user to start afresh while checkpoints wait.
+  return text_of_rank0(groups_.world_comm(), advice);
 }
 
 void Checkpointer::continue_lineage_from(const std::string& path, int64_t step) {
@@ -409,14 +415,8 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
   }
   // Rank 0's choice by path, not by index: the others listed the folder while rank 0 may have been
   // setting corrupt checkpoints aside, so their lists can be shorter than the one the index is into.
-  const std::string chosen = groups_.rank() == 0 ? candidates[static_cast<size_t>(index)].path : std::string();
-  auto length = torch::full({1}, static_cast<int64_t>(chosen.size()), torch::kInt64);
-  world.broadcast(length, 0).wait();
-  auto characters = torch::zeros({length.item<int64_t>()}, torch::kInt64);  // int64: the dtype proven here
-  for (size_t i = 0; i < chosen.size(); ++i) characters[static_cast<int64_t>(i)] = static_cast<int64_t>(chosen[i]);
-  world.broadcast(characters, 0).wait();
-  const int64_t* codes = characters.data_ptr<int64_t>();
-  const std::string path(codes, codes + characters.numel());
+  const std::string path =
+      text_of_rank0(world, groups_.rank() == 0 ? candidates[static_cast<size_t>(index)].path : std::string());
   // (rank 0 checked it can continue this run, resume_refusal, before choosing it)
   const auto manifest = read_manifest(path);
 
@@ -461,25 +461,7 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
   if (manifest.contains("hf_source")) hf_source_ = manifest.at("hf_source");
   // This run's data names its tokenizer; when it says nothing, the model keeps the one it was trained with.
   if (tokenizer_.is_null() && manifest.contains("tokenizer")) tokenizer_ = manifest.at("tokenizer");
-  TrainingState state{manifest.at("step").get<int64_t>(), manifest.at("consumed_samples").get<int64_t>()};
-  state.saved_train_steps = manifest.value("train_steps", int64_t{0});
-  if (manifest.contains("expert_bias")) {
-    try {
-      state.expert_bias = manifest.at("expert_bias").get<std::vector<std::vector<double>>>();
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError(source + ": manifest.json's expert_bias is not a list of lists of numbers: " + e.what());
-    }
-  }
-  if (manifest.contains("loss_scaler")) {
-    try {
-      const auto& scaler = manifest.at("loss_scaler");
-      state.loss_scale = scaler.at("scale").get<double>();
-      state.loss_scale_clean_steps = scaler.at("clean_steps").get<int64_t>();
-      state.skipped_steps = scaler.at("skipped_steps").get<int64_t>();
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError(source + ": manifest.json's loss_scaler is incomplete: " + e.what());
-    }
-  }
+  const TrainingState state = read_training_state(manifest, source);
   info0("resumed from {} at step {} ({} samples consumed)", path, state.step, state.consumed_samples);
   parent_ = path;
   parent_verified_ = is_verified(path);

@@ -15,6 +15,7 @@
 
 #include "core/config.h"
 #include "launch/parameter_slices.h"
+#include "launch/training_state.h"
 #include "optim/optimizer.h"
 #include "parallel/gradient_sync.h"
 #include "parallel/parallel_parameter.h"
@@ -22,17 +23,6 @@
 #include "parallel/tp_rng.h"
 
 namespace loom::launch {
-
-struct TrainingState {
-  int64_t step = 0;
-  int64_t consumed_samples = 0;
-  // fp16's dynamic loss scale: its value (0: not fp16), clean steps since it last changed, skipped steps.
-  double loss_scale = 0.0;
-  int64_t loss_scale_clean_steps = 0;
-  int64_t skipped_steps = 0;
-  int64_t saved_train_steps = 0;                 // train.steps of the run that saved it (0: not recorded)
-  std::vector<std::vector<double>> expert_bias;  // MoE layers' expert biases (launch/moe_metrics.h); empty: none
-};
 
 struct PendingSave;  // a save whose files are being written (checkpoint.cpp)
 

@@ -36,6 +36,7 @@ bool shuffled(const nlohmann::json& record) {
 // records have them, else (a record without) by its path.
 bool same_dataset(const nlohmann::json& saved, const nlohmann::json& now) {
   if (std::abs(saved.value("weight", 1.0) - now.value("weight", 1.0)) > 1e-12) return false;
+  if (saved.contains("content") && now.contains("content") && saved["content"] != now["content"]) return false;
   if (saved.contains("fingerprint") && now.contains("fingerprint")) return saved["fingerprint"] == now["fingerprint"];
   return saved.value("prefix", std::string()) == now.value("prefix", std::string());
 }
@@ -65,12 +66,40 @@ std::string dataset_fingerprint(const std::string& prefix) {
   return out + ", index crc32c " + hex;
 }
 
+std::string dataset_content_fingerprint(const std::string& prefix) {
+  constexpr int64_t kBlock = 64 << 10, kBlocks = 64, kWhole = 64 << 20;
+  std::string out;
+  for (const char* suffix : {".bin", ".idx"}) {
+    std::ifstream in(prefix + suffix, std::ios::binary);
+    std::error_code error;
+    const auto size = static_cast<int64_t>(fs::file_size(prefix + suffix, error));
+    if (!in || error) return "";  // missing: the sizes' fingerprint says so
+    // Whole (the index up to 64 MiB, anything of 64 blocks or less), else 64 blocks evenly spread, the last at the end.
+    const bool whole = size <= kBlock * kBlocks || (std::string(suffix) == ".idx" && size <= kWhole);
+    std::vector<char> buffer(static_cast<size_t>(kBlock));
+    uint32_t crc = 0;
+    for (int64_t i = 0, at = 0; whole ? at < size : i < kBlocks; ++i) {
+      if (!whole) at = (size - kBlock) * i / (kBlocks - 1);
+      in.seekg(at);
+      in.read(buffer.data(), kBlock);
+      const auto got = in.gcount();
+      if (got <= 0) break;
+      crc = crc32c(buffer.data(), static_cast<size_t>(got), crc);
+      in.clear();
+      at += got;
+    }
+    out += fmt::format("{}{} {:08x}", out.empty() ? "" : ", ", suffix, crc);
+  }
+  return out;
+}
+
 nlohmann::json data_record(const Config& config) {
   nlohmann::json path = nlohmann::json::array();
   for (const auto& component : parse_blend(config.data.path, "data.path")) {
     path.push_back({{"prefix", fs::absolute(component.prefix).lexically_normal().string()},
                     {"weight", component.weight},
-                    {"fingerprint", dataset_fingerprint(component.prefix)}});
+                    {"fingerprint", dataset_fingerprint(component.prefix)},
+                    {"content", dataset_content_fingerprint(component.prefix)}});
   }
   const DataSplit split = config.data.split.empty() ? DataSplit{} : parse_split(config.data.split, "data.split");
   return {{"path", path},
@@ -106,8 +135,12 @@ std::string data_change(const nlohmann::json& manifest, const nlohmann::json& no
     differences.push_back("data.order was " + saved.value("order", std::string()) + " and is " +
                           now.value("order", std::string()));
   }
-  if ((shuffled(saved) || shuffled(now)) && saved.value("seed", int64_t{0}) != now.value("seed", int64_t{0})) {
-    differences.push_back(fmt::format("train.seed (the shuffle's) was {} and is {}", saved.value("seed", int64_t{0}),
+  // The built-in corpus is drawn from train.seed (core/training_data.h): another seed, other text.
+  const bool generated = saved_path.empty() && now_path.empty();
+  if ((shuffled(saved) || shuffled(now) || generated) &&
+      saved.value("seed", int64_t{0}) != now.value("seed", int64_t{0})) {
+    differences.push_back(fmt::format("train.seed (the {}) was {} and is {}",
+                                      generated ? "built-in corpus's" : "shuffle's", saved.value("seed", int64_t{0}),
                                       now.value("seed", int64_t{0})));
   }
   std::string joined;

@@ -18,14 +18,22 @@ namespace loom::launch {
 // text.
 std::string dataset_fingerprint(const std::string& prefix);
 
-// {"path": [{"prefix": ABSOLUTE, "weight": W, "fingerprint": F}, ...] (data.path's datasets in its
+// A checksum of what PREFIX holds, for a resume to tell a dataset prepared again with the same
+// sizes (the text in another case, one document's words changed for others of the same length)
+// from the one it trained on: the index whole up to 64 MiB, and 64 blocks of 64 KiB spread evenly
+// over the tokens (over a larger index too), about 4 MiB read, on rank 0 only. A rewrite of the
+// text changes every block; a change inside one document of a larger file may fall between them.
+std::string dataset_content_fingerprint(const std::string& prefix);
+
+// {"path": [{"prefix": ABSOLUTE, "weight": W, "fingerprint": F, "content": C}, ...] (data.path's datasets in its
 // order; empty: the built-in corpus), "split": data.split, "split_fractions": [TRAIN, VALID, TEST],
 // "order": data.order, "seed": train.seed}.
 nlohmann::json data_record(const Config& config);
 
 // What would not continue, a clause per difference between the record of checkpoint MANIFEST and
 // this run's (NOW), joined with "; "; empty when the order goes on, or when the checkpoint was saved
-// before the data was recorded. The seed counts only when either is shuffled.
+// before the data was recorded. The seed counts only when either is shuffled or draws the built-in
+// corpus (which it generates); contents only where both records have them (not before 2026-12).
 std::string data_change(const nlohmann::json& manifest, const nlohmann::json& now);
 
 }  // namespace loom::launch

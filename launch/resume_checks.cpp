@@ -34,6 +34,16 @@ std::string resume_refusal(const nlohmann::json& manifest, const Config& config,
     }
   }
 
+  // A requeued job given the same exit_after would resume, train nothing and save again, for ever;
+  // one below the checkpoint would be passed by silently and train on to train.steps.
+  const auto step = manifest.value("step", int64_t{0});
+  if (config.train.exit_after >= 0 && config.train.exit_after <= step) {
+    return fmt::format(
+        "train.exit_after = {} is not past the checkpoint's step {}: the run would stop before training a step "
+        "(give a later step, or -1 to train to train.steps)",
+        config.train.exit_after, step);
+  }
+
   const std::string changed = data_change(manifest, data_now);
   if (!changed.empty() && !allow_data_change) {
     return fmt::format(

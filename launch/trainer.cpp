@@ -160,6 +160,7 @@ TrainingState Trainer::state_after(int64_t step, int64_t consumed) const {
     state.skipped_steps = scaler_->skipped_steps();
   }
   if (moe_monitor_) state.expert_bias = moe_monitor_->expert_bias();
+  state.interval_losses = interval_losses_;
   return state;
 }
 
@@ -230,6 +231,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     if (auto loaded = checkpointer_->load(resume, allow_data_change)) {
       state = *loaded;
       resumed = true;
+      interval_losses_ = state.interval_losses;
     }
     sync_->release_all(/*loaded=*/true);
     if (scaler_ && state.loss_scale > 0)

@@ -12,7 +12,9 @@
 #     datasets listed the other way round) is refused naming what changed, unless --allow-data-change;
 #     --resume auto whose checkpoint.dir does not exist, in a run directory holding that run's
 #     metrics, is refused rather than training it again from step 0. A refused resume sets no newer
-#     checkpoint aside; the same files at another path (whose name holds a blank) continue the run.
+#     checkpoint aside; the same files at another path (whose name holds a blank) continue the run;
+#     files prepared again with the same sizes (upper-cased text) are refused, and so is another
+#     train.seed over the built-in corpus (which it draws).
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
 
@@ -124,4 +126,16 @@ run_loom 1 moved_resumed "${BLEND[@]}" --set "data.path=$WORK/elsewhere/b" --set
   { cat "$WORK/moved_resumed.log"; fail "the same files at another path should continue the run"; }
 grep -q "resumed from .*step_00000001 at step 1" "$WORK/moved_resumed.log" ||
   { cat "$WORK/moved_resumed.log"; fail "the run at another path did not resume step 1"; }
+# Prepared again with the same sizes (the text upper-cased: the same documents' lengths, other
+# tokens): its sizes and index agree with the checkpoint's record, its contents do not. Refused.
+tr 'a-z' 'A-Z' < "$WORK/b.txt" > "$WORK/b_upper.txt"
+"$LOOM" prepare --input "$WORK/b_upper.txt" --output "$WORK/elsewhere/b" > /dev/null
+expect_refusal reprepared 1 "is '$WORK/elsewhere/b' (its files have changed since)" "${BLEND[@]}" \
+  --set "data.path=$WORK/elsewhere/b" --set "data.valid_path=" --set checkpoint.dir="$WORK/ck_one" --resume auto \
+  --set train.steps=2 --set train.warmup_steps=1
+# The built-in corpus is drawn from train.seed: another seed is other data.
+run_loom 1 generated --set checkpoint.dir="$WORK/ck_generated" --set train.exit_after=1 --set train.steps=2 \
+  --set train.warmup_steps=1 || { cat "$WORK/generated.log"; fail "the built-in corpus"; }
+expect_refusal generated_seed 1 "train.seed (the built-in corpus's) was" --set checkpoint.dir="$WORK/ck_generated" \
+  --resume auto --set train.seed=7 --set train.steps=2 --set train.warmup_steps=1
 echo "data_validation: all checks passed"

@@ -11,6 +11,8 @@
 #     --resume auto follows the run going on. A job stopped between a save's rename and latest's
 #     update (latest still naming the save before, latest.publishing the new one) resumes from the
 #     new save, nothing set aside.
+#     The same command again with train.exit_after at or before the checkpoint's step is refused
+#     (exit 2): it would train nothing and save again for ever, or train past the limit.
 #  4. An edited manifest (one byte offset, a removed key) is refused naming manifest.json, exit 2,
 #     and --resume auto falls back.
 #  5. A second job in a run directory or checkpoint.dir in use exits 2 naming the holder's host and
@@ -38,6 +40,9 @@ train 2 div --set checkpoint.dir="$WORK/ck_div" --set checkpoint.interval=1 --se
   --set train.lr=1e30 --set train.min_lr=0 --resume auto || code=$?
 expect_code 3 div "the run diverged: steps 10 to 14 had a non-finite loss or gradient norm (5 in a row" $code
 grep -q "rank 1.*step 14: loss .*not finite; the update is skipped" "$WORK/div.log" || fail "rank 1 did not skip step 14"
+# Every rank's error gives rank 0's advice: a checkpoint is left, nobody is told to start afresh.
+[ "$(grep -c "the run diverged.*--resume auto continues from .*step_00000008" "$WORK/div.log")" = 2 ] &&
+  ! grep -q "start afresh" "$WORK/div.log" || { cat "$WORK/div.log"; fail "a rank's advice was not rank 0's"; }
 [ -d "$WORK/ck_div/step_00000009.diverged" ] && [ -f "$WORK/ck_div/step_00000008/verified" ] &&
   [ "$(cat "$WORK/ck_div/latest")" = step_00000008 ] && [ "$(ls "$WORK/ck_div" | grep -c '^step_........$')" = 1 ] ||
   { ls -R "$WORK/ck_div"; fail "after the divergence: step_9 set aside, step_8 kept, verified and latest"; }
@@ -59,6 +64,13 @@ for precision in bf16 fp16; do
   expect_code 3 "div_$precision" "the run diverged: steps .* (3 in a row, train.max_skipped_steps is 3" $code
 done
 echo "bf16 and fp16 stop alike"
+
+# avg_loss after a resume between log lines (step 15, log.interval 10): the mean of steps 11-20 as
+# in the straight run (the checkpoint keeps the losses since the last log line), not of 16-20.
+must_train 1 avg_first --set checkpoint.dir="$WORK/ck_avg" --set checkpoint.interval=5 --set train.exit_after=15
+must_train 1 avg_second --set checkpoint.dir="$WORK/ck_avg" --resume auto
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/avg_second" "$WORK/straight" --rtol 1e-5 --first 20 --key avg_loss \
+  --label "avg_loss after a resume at step 15" || fail "avg_loss after a resume differs"
 
 # 2. keep 1 and a corrupt newest checkpoint.
 must_train 1 keep1 --set checkpoint.dir="$WORK/ck_keep1" --set checkpoint.interval=2 --set checkpoint.keep=1 --set train.exit_after=6
@@ -91,6 +103,15 @@ grep -q "resumed from .*step_00000004 at step 4" "$WORK/window.log" || { cat "$W
 ls -d "$WORK"/ck_window/step_*.* 2> /dev/null && fail "a checkpoint was set aside"
 [ -e "$WORK/ck_window/latest.publishing" ] && fail "the announcement was left"
 echo "stopped before latest moved to step 4: --resume auto continued from step 4"
+# The same command again (a requeued job): train.exit_after 6 is the checkpoint's step, and 5 before
+# it; each would train nothing, or pass the limit by. Refused, exit 2, no checkpoint saved again.
+for at in 6 5; do
+  code=0
+  train 1 window_again --set checkpoint.dir="$WORK/ck_window" --set train.exit_after=$at --resume auto || code=$?
+  expect_code 2 window_again "train.exit_after = $at is not past the checkpoint's step 6" "$code"
+done
+ls -d "$WORK"/ck_window/step_*.* 2> /dev/null && fail "a checkpoint was saved again"
+echo "train.exit_after at or before the checkpoint's step: refused, nothing saved again"
 
 # 4. Edited manifests.
 must_train 1 edit --set checkpoint.dir="$WORK/ck_edit" --set checkpoint.interval=2 --set checkpoint.keep=3 --set train.exit_after=4
