@@ -11,6 +11,7 @@
 #include "core/byte_level.h"
 #include "core/errors.h"
 #include "core/hf_pre_tokenizer.h"
+#include "core/logging.h"
 #include "core/tokenizer_config.h"
 
 namespace loom {
@@ -65,8 +66,10 @@ std::string nfc(const std::string& text) {
 bool word_character_at(const std::string& text, size_t at) {
   const utf8proc_int32_t c = code_point_at(text, at);
   if (c < 0) return false;
-  // (The joiners, and the circled letters: symbols Unicode counts as alphabetic.)
-  if (c == 0x200C || c == 0x200D || (c >= 0x24B6 && c <= 0x24E9)) return true;
+  // (The joiners, and the circled, squared and negative circled letters: symbols Unicode counts as alphabetic.)
+  if (c == 0x200C || c == 0x200D || (c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) ||
+      (c >= 0x1F150 && c <= 0x1F169) || (c >= 0x1F170 && c <= 0x1F189))
+    return true;
   switch (utf8proc_category(c)) {
     case UTF8PROC_CATEGORY_LU:
     case UTF8PROC_CATEGORY_LL:
@@ -152,14 +155,44 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
       vocab_[token] = id.get<int64_t>();
     }
     if (json.contains("added_tokens") && json["added_tokens"].is_array()) {
+      // Ids as the library gives them reading the file, in list order: a token already in the
+      // vocabulary (or added before) keeps that id, another takes the next past model.vocab and
+      // the added tokens before it. The "id" beside it is not read: written otherwise (a gap, or
+      // another token's id), the library renumbers it with a warning, and so does loom.
+      std::unordered_map<std::string, int64_t> added_ids;
+      const auto model_size = static_cast<int64_t>(vocab_.size());
+      int64_t largest = -1;
+      std::string renumbered;
       for (const auto& token : json["added_tokens"]) {
         const bool special = token.value("special", false);
+        const auto content = token.at("content").get<std::string>();
+        if (content.empty()) continue;  // (the library passes it over: it matches nothing and takes no id)
+        int64_t id = 0;
+        if (const auto added = added_ids.find(content); added != added_ids.end()) {
+          id = added->second;
+        } else if (const auto known = vocab_.find(content); known != vocab_.end()) {
+          id = known->second;
+        } else {
+          id = largest < 0 ? model_size : (largest >= model_size || model_size == 0 ? largest + 1 : model_size);
+        }
+        added_ids[content] = id;
+        largest = std::max(largest, id);
+        if (token.contains("id") && token["id"].is_number_integer() && token["id"].get<int64_t>() != id &&
+            renumbered.size() < 300) {
+          renumbered += (renumbered.empty() ? "" : ", ") + std::string("'") + content + "' written as " +
+                        std::to_string(token["id"].get<int64_t>()) + " is " + std::to_string(id);
+          // A vocabulary with gaps can give the next id to a token of its own: both then encode to it.
+          for (const auto& [other, other_id] : vocab_)
+            if (other_id == id && other != content) renumbered += " (model.vocab's '" + other + "' too)";
+        }
         // (The library writes "normalized" always; absent, it is what its own default would be.)
         auto& set = token.value("normalized", !special) ? normalized_added_ : raw_added_;
-        set.tokens.push_back({token.at("content").get<std::string>(), token.at("id").get<int64_t>(),
-                              token.value("lstrip", false), token.value("rstrip", false),
+        set.tokens.push_back({content, id, token.value("lstrip", false), token.value("rstrip", false),
                               token.value("single_word", false)});
       }
+      if (!renumbered.empty())
+        warn0("{}: added tokens numbered as the tokenizers library numbers them, not by their \"id\": {}", where,
+              renumbered);
     }
     for (const auto& [token, id] : vocab_) vocab_size_ = std::max(vocab_size_, id + 1);
     for (const auto* set : {&raw_added_, &normalized_added_})
@@ -214,9 +247,10 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
       if (l == vocab_.end() || r == vocab_.end() || m == vocab_.end())
         throw InputError(where + ": merge " + std::to_string(rank) + " ('" + left + "', '" + right +
                          "') names a token that is not in model.vocab");
-      // The first of duplicate merges keeps its rank, as in the Rust library.
-      merges_.emplace((static_cast<uint64_t>(l->second) << 32) | static_cast<uint64_t>(r->second),
-                      Merge{rank, m->second});
+      // The last of duplicate merges gives the rank, as in the Rust library (its map is collected
+      // from the list in order, each later pair overwriting).
+      merges_.insert_or_assign((static_cast<uint64_t>(l->second) << 32) | static_cast<uint64_t>(r->second),
+                               Merge{rank, m->second});
       ++rank;
     }
     if (model.contains("unk_token") && model["unk_token"].is_string()) {
