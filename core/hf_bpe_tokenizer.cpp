@@ -423,7 +423,11 @@ void HfBpeTokenizer::split_at_added(const std::string& text, const AddedTokenSet
     }
     if (start > plain_begin) plain(text.substr(plain_begin, start - plain_begin));
     ids.push_back(match->id);
-    plain_begin = at = next;
+    // The library finds its matches first and strips after: the search goes on where the token
+    // ended, so an added token inside the whitespace rstrip took is still matched ("[R]\n" with
+    // "\n" added gives both), and the text after it starts where that one ends.
+    plain_begin = next;
+    at = end;
   }
   if (plain_begin < text.size()) plain(text.substr(plain_begin));
 }

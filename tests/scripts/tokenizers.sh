@@ -77,10 +77,15 @@ t["model"]["merges"] = t["model"]["merges"] + t["model"]["merges"][:40]
 for content, written in [("<|gap|>", 600), ("<|clash|>", 100), ("<|second|>", 9001), ("<|first|>", 9000)]:
     t["added_tokens"].append({"id": written, "content": content, "single_word": False, "lstrip": False,
                               "rstrip": False, "normalized": False, "special": True})
+# An rstrip token whose whitespace holds added tokens: the library matches them all the same.
+for content, rstrip in [("[R]", True), (" y", False), ("\n", False)]:
+    t["added_tokens"].append({"id": 0, "content": content, "single_word": False, "lstrip": False,
+                              "rstrip": rstrip, "normalized": False, "special": False})
 os.makedirs(out, exist_ok=True)
 json.dump(t, open(f"{out}/tokenizer.json", "w"))
 with open(docs, "w") as f:
-    for d in ["a<|gap|>b", "d<|clash|>", "x<|second|>y<|first|>z", "the other theme, in the end"]:
+    for d in ["a<|gap|>b", "d<|clash|>", "x<|second|>y<|first|>z", "the other theme, in the end", "[R]\n",
+              "[R]\n\nz", "[R] y", "[R]\n \nz", "a [R]  [R]\t\nb"]:
         f.write(json.dumps({"text": d}) + "\n")
 EOF
 cat "$WORK/readme.jsonl" >> "$WORK/edited.jsonl"
