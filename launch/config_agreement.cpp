@@ -61,9 +61,10 @@ std::string text_of(const std::map<std::string, std::string>& keys) {
 
 // What every rank must have alike: the config's keys, and whether the rank was told to resume (a
 // rank that resumes waits in the checkpoint's broadcast for ranks that never join it).
-std::map<std::string, std::string> agreed_keys(const Config& config, bool resuming) {
+std::map<std::string, std::string> agreed_keys(const Config& config, bool resuming, int world) {
   auto keys = keys_of(to_yaml(config));
   keys["--resume"] = resuming ? "given" : "not given";
+  keys["WORLD_SIZE"] = std::to_string(world);  // (a rank told another waits for ranks that never come)
   // The same data.path may name different files on different ranks (a relative path from another
   // working directory, a node's own copy): each dataset's sizes and a checksum of its index's ends.
   for (const auto& [spec, key] :
@@ -89,7 +90,7 @@ std::vector<uint8_t> bytes_of(const std::string& text) {
 void agree_on_config(const Config& config, bool resuming, const parallel::LaunchEnv& env) {
   if (env.world() == 1 || !env.store()) return;
   const auto& store = env.store();
-  const auto here = agreed_keys(config, resuming);
+  const auto here = agreed_keys(config, resuming, env.world());
   const std::string mine = text_of(here);
   // Two processes given one RANK: the second to come says so (the other then waits for the rank
   // nobody was given, and says that).
@@ -113,9 +114,12 @@ void agree_on_config(const Config& config, bool resuming, const parallel::Launch
   const std::string rank0(rank0_bytes.begin(), rank0_bytes.end());
   // Every rank reads every rank's, so that all reach the same verdict and leave together.
   std::vector<int> differing;
+  std::string first_different;  // the first differing rank's, which every rank names the keys of
   for (int r = 1; r < env.world(); ++r) {
     const auto theirs = config_of(r);
-    if (std::string(theirs.begin(), theirs.end()) != rank0) differing.push_back(r);
+    if (std::string(theirs.begin(), theirs.end()) == rank0) continue;
+    if (differing.empty()) first_different.assign(theirs.begin(), theirs.end());
+    differing.push_back(r);
   }
   store->set("config_read/" + std::to_string(env.rank()), bytes_of("1"));
   if (differing.empty()) return;
@@ -126,7 +130,7 @@ void agree_on_config(const Config& config, bool resuming, const parallel::Launch
     std::vector<std::string> read;
     for (int r = 1; r < env.world(); ++r) read.push_back("config_read/" + std::to_string(r));
     try {
-      store->wait(read, std::chrono::seconds(30));
+      store->wait(read, std::chrono::milliseconds(static_cast<int64_t>(config.parallel.timeout_s * 1000)));
     } catch (const std::exception&) {
       // A rank that never reads (dead, or stuck elsewhere) does not keep this one from its verdict.
     }
@@ -136,17 +140,20 @@ void agree_on_config(const Config& config, bool resuming, const parallel::Launch
   std::string message = "the ranks were started with different configs: " +
                         (differing.size() > 1 ? "ranks " + ranks + " differ" : "rank " + ranks + " differs") +
                         " from rank 0";
-  if (mine != rank0) {
-    // This rank names the keys: its value against rank 0's.
-    const auto there = keys_of_text(rank0);
-    std::string keys;
-    for (const auto& [key, value] : here) {
-      const auto it = there.find(key);
-      const std::string other = it == there.end() ? "(none)" : it->second;
-      if (other != value) keys += (keys.empty() ? "" : ", ") + key + " = " + value + " here, " + other + " on rank 0";
-    }
-    message += " (" + keys + ")";
+  // The keys: this rank's values against rank 0's, or (rank 0, and ranks that agree with it) the
+  // first differing rank's.
+  const bool mine_differs = mine != rank0;
+  const auto there = keys_of_text(rank0);
+  const auto compared = mine_differs ? here : keys_of_text(first_different);
+  const std::string who = mine_differs ? "here" : "on rank " + std::to_string(differing.front());
+  std::string keys;
+  for (const auto& [key, value] : compared) {
+    const auto it = there.find(key);
+    const std::string other = it == there.end() ? "(none)" : it->second;
+    if (other != value)
+      keys += (keys.empty() ? "" : ", ") + key + " = " + value + " " + who + ", " + other + " on rank 0";
   }
+  message += " (" + keys + ")";
   throw InputError(message + "; start every rank with the same config file, --set flags, --resume and data files");
 }
 

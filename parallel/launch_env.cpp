@@ -28,18 +28,23 @@ namespace {
 
 // MPI_Init and the collectives right after it have no timeout: a rank stopped while it starts
 // (before its own MPI_Init returns) left the others waiting in theirs for ever, out of reach of
-// parallel.timeout_s and the heartbeat, which start later. This ends the waiting rank after
-// TIMEOUT (exit 1, a stuck peer's code), and mpirun then ends the rest.
+// parallel.timeout_s and the heartbeat, which start later. Nor has c10d's first exchange with the
+// store it connects to: a port that accepts and never answers (rank 0 stopped once it listened,
+// another program on MASTER_PORT) held every other rank for ever, under any launcher but mpirun.
+// This ends the waiting rank after TIMEOUT (exit 1, a stuck peer's code), saying STEP and WHY; the
+// launcher then ends the rest.
 class StartupWatchdog {
  public:
-  StartupWatchdog(std::chrono::milliseconds timeout, const char* step)
-      : thread_([this, timeout, step] {
+  // SLACK: waited beyond TIMEOUT, for a library's own timeout (and its message) to come first.
+  StartupWatchdog(std::chrono::milliseconds timeout, std::string step,
+                  std::string why = "another rank of the job has not started (stopped, or too slow to start)",
+                  std::chrono::milliseconds slack = std::chrono::milliseconds(0))
+      : thread_([this, timeout, slack, step = std::move(step), why = std::move(why)] {
           std::unique_lock<std::mutex> lock(mutex_);
-          if (done_changed_.wait_for(lock, timeout, [this] { return done_; })) return;
+          if (done_changed_.wait_for(lock, timeout + slack, [this] { return done_; })) return;
           std::fprintf(stderr,
-                       "loom: error: %s did not finish within parallel.timeout_s = %.0f s: another rank of the job "
-                       "has not started (stopped, or too slow to start); ending this rank\n",
-                       step, std::chrono::duration<double>(timeout).count());
+                       "loom: error: %s did not finish within parallel.timeout_s = %.0f s: %s; ending this rank\n",
+                       step.c_str(), std::chrono::duration<double>(timeout).count(), why.c_str());
           std::fflush(stderr);
           std::_Exit(1);
         }) {}
@@ -92,8 +97,18 @@ std::string host_name() {
 
 // The store at ADDRESS:PORT, served by this process when SERVE (port 0: one the kernel picks), or a
 // CommError naming the rank and the address when it cannot be served or reached within TIMEOUT.
+// c10d retries a refused connection past TIMEOUT (three times it, seen) and waits for a silent
+// one's answer for ever: the watchdog holds it to TIMEOUT and a second.
 c10d_compat::StorePtr open_store(const std::string& address, int port, bool serve, int rank, int world,
                                  std::chrono::milliseconds timeout) {
+  const std::string where = address + (port ? ":" + std::to_string(port) : std::string());
+  const StartupWatchdog watchdog(
+      timeout,
+      "rank " + std::to_string(rank) + (serve ? " serving" : " connecting to") + " the rendezvous store at " + where,
+      serve ? "the other ranks did not all connect (not started, stopped, or given another MASTER_ADDR or MASTER_PORT)"
+            : "nothing there answers as rank 0's store (rank 0 not started or stopped, another program holding "
+              "MASTER_PORT, or a wrong MASTER_ADDR)",
+      std::chrono::seconds(1));
   try {
     return c10d_compat::make_tcp_store(address, static_cast<uint16_t>(port), serve, world, timeout);
   } catch (const std::exception& e) {
@@ -164,6 +179,11 @@ LaunchInfo detect_launch() {
     info.store_prefix = "loom/attempt_" + std::to_string(env_int("TORCHELASTIC_RESTART_COUNT", 0)) + "/";
   } else if (started_by_srun(env)) {
     info = slurm_launch(env);
+  } else if (env("RANK")) {
+    // One of several processes whose WORLD_SIZE was left out would train alone, as a job of one.
+    throw InputError(std::string("RANK=") + env("RANK") +
+                     " is set but WORLD_SIZE is not: give every process of the job WORLD_SIZE (and MASTER_ADDR, "
+                     "MASTER_PORT), or unset RANK to run one process");
   }
   if (info.world < 1) throw InputError("world size must be at least 1");
   if (info.rank >= info.world) {
