@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include <memory>
+#include <optional>
 
 #include "core/errors.h"
 
@@ -43,6 +44,10 @@ std::vector<std::pair<size_t, size_t>> Pcre2Regex::find_all(const std::string& t
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;
   uint32_t options = 0;
+  // Empty matches count, as in Hugging Face's tokenizers (Oniguruma's find_iter): a Split whose
+  // pattern can match nothing cuts the text there. As there, an empty match where the previous
+  // match ended is passed over, the search going on one character later.
+  std::optional<size_t> previous_end;
   while (start <= text.size()) {
     const int rc = pcre2_match(code_, subject, text.size(), start, options, data.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
@@ -56,14 +61,15 @@ std::vector<std::pair<size_t, size_t>> Pcre2Regex::find_all(const std::string& t
     options = PCRE2_NO_UTF_CHECK;
     const PCRE2_SIZE* vector = pcre2_get_ovector_pointer(data.get());
     const size_t begin = vector[0], end = vector[1];
-    if (end > begin) {
-      matches.emplace_back(begin, end);
-      start = end;
-    } else {
-      // An empty match: step over one whole character so the next search starts on a boundary.
+    if (end == begin && previous_end == end) {
+      // Step over one whole character so the next search starts on a boundary.
       start = end + 1;
       while (start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) ++start;
+      continue;
     }
+    matches.emplace_back(begin, end);
+    previous_end = end;
+    start = end;
   }
   return matches;
 }

@@ -19,7 +19,8 @@ class Pcre2Regex {
   Pcre2Regex(const Pcre2Regex&) = delete;
   Pcre2Regex& operator=(const Pcre2Regex&) = delete;
 
-  // The non-empty, non-overlapping matches in TEXT, left to right, as byte ranges [begin, end).
+  // The non-overlapping matches in TEXT, left to right, as byte ranges [begin, end), empty ones
+  // too (Oniguruma's order: none empty where the one before ended).
   // Text that is not valid UTF-8 is an InputError.
   std::vector<std::pair<size_t, size_t>> find_all(const std::string& text) const;
 
