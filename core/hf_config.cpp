@@ -94,9 +94,9 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
   if (window && architecture == "Qwen3MoeForCausalLM")
     throw hf.refused("use_sliding_window", "is true: loom's attention has no sliding window");
   if (window && (architecture == "Qwen2ForCausalLM" || architecture == "Qwen3ForCausalLM") && !hf.has("layer_types") &&
-      std::stoll(hf.integer("max_window_layers", 28)) < std::stoll(hf.integer("num_hidden_layers"))) {
+      std::stoll(hf.count("max_window_layers", 28)) < std::stoll(hf.integer("num_hidden_layers"))) {
     throw hf.refused("use_sliding_window",
-                     "is true, and layers from max_window_layers = " + hf.integer("max_window_layers", 28) +
+                     "is true, and layers from max_window_layers = " + hf.count("max_window_layers", 28) +
                          " on attend within sliding_window: loom's attention has no sliding window");
   }
   refuse_sliding_layers(hf, json);
@@ -113,6 +113,19 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
   } else if (hidden % heads != 0) {
     throw hf.refused("num_attention_heads",
                      "does not divide hidden_size = " + std::to_string(hidden) + " and there is no head_dim");
+  }
+  // Left out, num_key_value_heads is the class's default (Mistral's and Mixtral's 8, Qwen2's and
+  // Qwen3's 32, Qwen3-MoE's 4); null, or Llama's left out, num_attention_heads.
+  std::string kv_heads = std::to_string(heads);
+  if (hf.has("num_key_value_heads")) {
+    kv_heads = hf.integer("num_key_value_heads");
+  } else if (!json.contains("num_key_value_heads")) {
+    for (const auto& [name, count] : {std::pair{"MistralForCausalLM", 8},
+                                      {"MixtralForCausalLM", 8},
+                                      {"Qwen2ForCausalLM", 32},
+                                      {"Qwen3ForCausalLM", 32},
+                                      {"Qwen3MoeForCausalLM", 4}})
+      if (architecture == name) kv_heads = std::to_string(count);
   }
   // Qwen2 has biases on q, k and v only; Llama's attention_bias covers q, k, v and o, mlp_bias the MLP.
   bool bias = false, qkv_bias = true;
@@ -137,7 +150,7 @@ Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string&
                {"model.num_layers", hf.integer("num_hidden_layers")},
                {"model.hidden_size", hf.integer("hidden_size")},
                {"model.num_heads", hf.integer("num_attention_heads")},
-               {"model.num_kv_heads", hf.integer("num_key_value_heads", heads)},
+               {"model.num_kv_heads", kv_heads},
                {"model.ffn_hidden_size", hf.integer("intermediate_size")},
                {"model.vocab_size", hf.integer("vocab_size")},
                {"model.norm_eps", hf.number("rms_norm_eps", mixtral ? 1e-5 : 1e-6)},

@@ -147,7 +147,9 @@ void agree_on_config(const Config& config, bool resuming, const parallel::Launch
   const auto compared = mine_differs ? here : keys_of_text(first_different);
   const std::string who = mine_differs ? "here" : "on rank " + std::to_string(differing.front());
   std::string keys;
-  for (const auto& [key, value] : compared) {
+  auto all = compared;
+  for (const auto& entry : there) all.emplace(entry.first, "(none)");  // keys rank 0 alone has
+  for (const auto& [key, value] : all) {
     const auto it = there.find(key);
     const std::string other = it == there.end() ? "(none)" : it->second;
     if (other != value)

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -66,20 +67,24 @@ std::string dataset_fingerprint(const std::string& prefix) {
   return out + ", index crc32c " + hex;
 }
 
-std::string dataset_content_fingerprint(const std::string& prefix) {
-  constexpr int64_t kBlock = 64 << 10, kBlocks = 64, kWhole = 64 << 20;
+std::string dataset_content_fingerprint(const std::string& prefix, int64_t budget) {
+  constexpr int64_t kBlock = 64 << 10;
+  // Per file: the index whole while it fits the budget, else (and the tokens) blocks spread evenly.
+  const int64_t blocks = std::clamp<int64_t>(budget / 2 / kBlock, 2, 64);
+  const int64_t whole_up_to = std::min<int64_t>(budget / 2, 64 << 20);
   std::string out;
   for (const char* suffix : {".bin", ".idx"}) {
     std::ifstream in(prefix + suffix, std::ios::binary);
     std::error_code error;
     const auto size = static_cast<int64_t>(fs::file_size(prefix + suffix, error));
     if (!in || error) return "";  // missing: the sizes' fingerprint says so
-    // Whole (the index up to 64 MiB, anything of 64 blocks or less), else 64 blocks evenly spread, the last at the end.
-    const bool whole = size <= kBlock * kBlocks || (std::string(suffix) == ".idx" && size <= kWhole);
+    // Whole (the index up to WHOLE_UP_TO, anything of BLOCKS blocks or less), else BLOCKS blocks evenly spread, the
+    // last at the end.
+    const bool whole = size <= kBlock * blocks || (std::string(suffix) == ".idx" && size <= whole_up_to);
     std::vector<char> buffer(static_cast<size_t>(kBlock));
     uint32_t crc = 0;
-    for (int64_t i = 0, at = 0; whole ? at < size : i < kBlocks; ++i) {
-      if (!whole) at = (size - kBlock) * i / (kBlocks - 1);
+    for (int64_t i = 0, at = 0; whole ? at < size : i < blocks; ++i) {
+      if (!whole) at = (size - kBlock) * i / (blocks - 1);
       in.seekg(at);
       in.read(buffer.data(), kBlock);
       const auto got = in.gcount();
@@ -95,11 +100,15 @@ std::string dataset_content_fingerprint(const std::string& prefix) {
 
 nlohmann::json data_record(const Config& config) {
   nlohmann::json path = nlohmann::json::array();
-  for (const auto& component : parse_blend(config.data.path, "data.path")) {
+  const auto blend = parse_blend(config.data.path, "data.path");
+  // Rank 0 reads it while the others wait in the save's collectives: 256 MiB at most over the blend.
+  const int64_t budget =
+      std::max<int64_t>((int64_t{256} << 20) / std::max<int64_t>(1, static_cast<int64_t>(blend.size())), 256 << 10);
+  for (const auto& component : blend) {
     path.push_back({{"prefix", fs::absolute(component.prefix).lexically_normal().string()},
                     {"weight", component.weight},
                     {"fingerprint", dataset_fingerprint(component.prefix)},
-                    {"content", dataset_content_fingerprint(component.prefix)}});
+                    {"content", dataset_content_fingerprint(component.prefix, budget)}});
   }
   const DataSplit split = config.data.split.empty() ? DataSplit{} : parse_split(config.data.split, "data.split");
   return {{"path", path},

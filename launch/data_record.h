@@ -20,10 +20,11 @@ std::string dataset_fingerprint(const std::string& prefix);
 
 // A checksum of what PREFIX holds, for a resume to tell a dataset prepared again with the same
 // sizes (the text in another case, one document's words changed for others of the same length)
-// from the one it trained on: the index whole up to 64 MiB, and 64 blocks of 64 KiB spread evenly
-// over the tokens (over a larger index too), about 4 MiB read, on rank 0 only. A rewrite of the
+// from the one it trained on, reading at most BUDGET bytes (data_record gives each dataset its
+// share of 256 MiB): the index whole up to 64 MiB (and half the budget), and up to 64 blocks of 64
+// KiB spread evenly over the tokens (over a larger index too), on rank 0 only. A rewrite of the
 // text changes every block; a change inside one document of a larger file may fall between them.
-std::string dataset_content_fingerprint(const std::string& prefix);
+std::string dataset_content_fingerprint(const std::string& prefix, int64_t budget = int64_t{256} << 20);
 
 // {"path": [{"prefix": ABSOLUTE, "weight": W, "fingerprint": F, "content": C}, ...] (data.path's datasets in its
 // order; empty: the built-in corpus), "split": data.split, "split_fractions": [TRAIN, VALID, TEST],

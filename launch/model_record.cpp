@@ -80,8 +80,8 @@ nlohmann::json model_record(const Config& c) {
                                    {"low_freq_factor", s.low_freq_factor},
                                    {"high_freq_factor", s.high_freq_factor},
                                    {"original_max_position_embeddings", s.original_max_position_embeddings}});
-      // Only where set: records written before llama3 read it have none.
-      if (s.mscale_all_dim > 0) arch["rope_scaling"]["mscale_all_dim"] = s.mscale_all_dim;
+      // Only where latent attention reads it, and set: records written before llama3 read it have none.
+      if (s.mscale_all_dim > 0 && m.mla.enabled()) arch["rope_scaling"]["mscale_all_dim"] = s.mscale_all_dim;
     }
     if (m.rope_scaling.type == RopeScalingKind::yarn) {
       const auto& s = m.rope_scaling;

@@ -235,8 +235,11 @@ TEST_CASE("config.json: Llama, Mistral and Qwen2 give the llama keys, GPT-2 the 
   mistral["architectures"] = {"MistralForCausalLM"};
   mistral["model_type"] = "mistral";
   mistral["sliding_window"] = nullptr;
-  mistral.erase("num_key_value_heads");  // defaults to num_attention_heads
+  mistral.erase("num_key_value_heads");  // MistralConfig's default, 8 (Qwen2's and Qwen3's 32, Llama's the heads)
   mistral["rope_scaling"] = nullptr;
+  keys = keys_of(mistral);
+  CHECK(keys.at("model.num_kv_heads") == "8");
+  mistral["num_key_value_heads"] = nullptr;  // null: num_attention_heads
   keys = keys_of(mistral);
   CHECK(keys.at("model.num_kv_heads") == "4");
   CHECK(keys.at("model.rope_scaling.type") == "none");

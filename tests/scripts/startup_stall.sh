@@ -27,9 +27,10 @@ echo "startup stall: the job ended $seconds s after start (parallel.timeout_s $t
 # parallel.timeout_s and a second, naming the store's address (the bound checked, timeout_s + 20,
 # leaves room for a loaded machine and still tells it from the hang).
 port=$(free_port)
-python3 -c "import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', $port)); s.listen(); time.sleep(60)" &
+python3 -c "import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', $port)); s.listen()
+open('$WORK/listening', 'w').close(); time.sleep(60)" &
 listener=$!
-sleep 1
+for _ in $(seq 300); do [ -e "$WORK/listening" ] && break; sleep 0.1; done
 start=$(date +%s)
 code=0
 RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 60 "$LOOM" train "$TINY" --run-dir "$WORK/silent" \

@@ -40,8 +40,9 @@ train 2 div --set checkpoint.dir="$WORK/ck_div" --set checkpoint.interval=1 --se
   --set train.lr=1e30 --set train.min_lr=0 --resume auto || code=$?
 expect_code 3 div "the run diverged: steps 10 to 14 had a non-finite loss or gradient norm (5 in a row" $code
 grep -q "rank 1.*step 14: loss .*not finite; the update is skipped" "$WORK/div.log" || fail "rank 1 did not skip step 14"
-# Every rank's error gives rank 0's advice: a checkpoint is left, nobody is told to start afresh.
-[ "$(grep -c "the run diverged.*--resume auto continues from .*step_00000008" "$WORK/div.log")" = 2 ] &&
+# Every rank's error gives rank 0's advice: a checkpoint is left, nobody is told to start afresh
+# (the first rank to print may end the job before the other prints).
+[ "$(grep -c "the run diverged.*--resume auto continues from .*step_00000008" "$WORK/div.log")" -ge 1 ] &&
   ! grep -q "start afresh" "$WORK/div.log" || { cat "$WORK/div.log"; fail "a rank's advice was not rank 0's"; }
 [ -d "$WORK/ck_div/step_00000009.diverged" ] && [ -f "$WORK/ck_div/step_00000008/verified" ] &&
   [ "$(cat "$WORK/ck_div/latest")" = step_00000008 ] && [ "$(ls "$WORK/ck_div" | grep -c '^step_........$')" = 1 ] ||
