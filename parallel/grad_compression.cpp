@@ -116,6 +116,18 @@ BucketCompressor::BucketCompressor(const GradCompressionOptions& options, std::v
   }
 }
 
+void BucketCompressor::redraw_zero_columns(torch::Tensor& q, size_t slot) const {
+  const auto norms = q.norm(2, 0);
+  if (!(norms == 0).any().item<bool>()) return;
+  // Seeded by the options' seed, the bucket, the matrix and the reduction: the same on every rank.
+  auto generator = at::detail::createCPUGenerator(options_.seed + 1000003ULL * static_cast<uint64_t>(index_) +
+                                                  7919ULL * static_cast<uint64_t>(slot) +
+                                                  104729ULL * static_cast<uint64_t>(reductions_));
+  const auto fresh = at::normal(0.0, 1.0, q.sizes(), generator).to(q.device(), q.scalar_type());
+  for (int64_t c = 0; c < q.size(1); ++c)
+    if (norms[c].item<double>() == 0) q.narrow(1, c, 1).copy_(fresh.narrow(1, c, 1));
+}
+
 void BucketCompressor::keep_error(const torch::Tensor& error) {
   if (all_finite(error)) error_ = error;  // else the previous one stays for the step after the skipped one
 }
@@ -212,6 +224,10 @@ std::function<void()> BucketCompressor::start_powersgd(const torch::Tensor& buff
       continue;
     }
     matrices.push_back(k);
+    // A column of Q that is zero (a step whose summed gradient was zero: an expert no rank routed
+    // to) would stay zero, P = M Q with it, and the matrix would send nothing in that direction
+    // again (PyTorch's hook keeps it so): drawn again, alike on every rank.
+    redraw_zero_columns(q_[k], k);
     // Q orthonormal before P = M Q, as PyTorch's hook makes it (the first, random, and each warm
     // start): the span P gets is the same, but M Q of a Q whose columns differ in length as M's
     // singular values do is conditioned as their square, and fp32 loses the weakest directions.

@@ -255,6 +255,35 @@ TEST_CASE("compressed bucket reductions: bf16, int8 and PowerSGD against the exa
   }
 }
 
+// A step whose summed gradient is zero (an MoE expert no rank routed to) leaves PowerSGD's Q zero;
+// kept so (Gram-Schmidt, ranks 1 and 2, keeps a zero column zero), every later P = M Q would be
+// zero and the matrix would never send its gradient again. The step after must give the exact sum:
+// at rank 2 of a 2 x 5 matrix, and at rank 1 of a sum of rank 1 (every rank's a multiple of u v^T).
+TEST_CASE("PowerSGD goes on after a step whose gradient was zero", "[gradient_sync]") {
+  auto& comm = g_world->groups.dp();
+  const int ranks = comm.size(), r = comm.rank();
+  if (ranks < 2) return;  // (one rank reduces nothing)
+  for (int64_t rank_of_p : {1, 2}) {
+    INFO("PowerSGD rank " << rank_of_p);
+    parallel::GradCompressionOptions options;
+    options.kind = loom::GradCompression::powersgd;
+    options.powersgd_rank = rank_of_p;
+    options.powersgd_start_step = 0;
+    const int64_t n = rank_of_p == 1 ? 4 : 2, m = 5;
+    parallel::BucketCompressor compressor(options, {{0, {n, m}}}, ranks, 0);
+    auto zero = torch::zeros({n * m});
+    compressor.start(zero, comm)();
+    CHECK(zero.abs().max().item<double>() == 0.0);
+    auto shared = at::make_generator<at::CPUGeneratorImpl>(300);
+    auto buffer = rank_of_p == 1 ? (torch::randn({n, 1}, shared).mm(torch::randn({1, m}, shared)) * (r + 1)).view({-1})
+                                 : torch::randn({n * m}, at::make_generator<at::CPUGeneratorImpl>(310 + r));
+    auto exact = buffer.clone();
+    comm.all_reduce(exact).wait();
+    compressor.start(buffer, comm)();
+    check_close(buffer, exact, "the step after a zero one", 1e-4);
+  }
+}
+
 // PowerSGD step by step beside PyTorch's own hook (tests/scripts/powersgd_reference.sh runs this
 // hidden case under mpirun, then tests/scripts/powersgd_reference.py the hook on the same inputs):
 // this rank's gradient of each step, the mean each step delivers, and the first Q of every matrix,
