@@ -13,8 +13,15 @@
 namespace loom {
 namespace {
 
+// A refusal of one key, which resolve_and_validate can say the source of.
+struct ConfigKeyError : InputError {
+  ConfigKeyError(const std::string& key_, const std::string& message)
+      : InputError("config key '" + key_ + "': " + message), key(key_) {}
+  std::string key;
+};
+
 void require(bool ok, const std::string& key, const std::string& message) {
-  if (!ok) throw InputError("config key '" + key + "': " + message);
+  if (!ok) throw ConfigKeyError(key, message);
 }
 
 // parallel.order: a permutation of tp, cp, ep, dp, pp joined by '-' (cp and ep may be left out).
@@ -454,13 +461,9 @@ static void validate(Config& c, int64_t world) {
 void resolve_and_validate(Config& c, int64_t world) {
   try {
     validate(c, world);
-  } catch (const InputError& e) {
-    const std::string message = e.what(), head = "config key '";
-    const auto end = message.find('\'', head.size());
-    if (message.rfind(head, 0) != 0 || end == std::string::npos) throw;
-    const std::string key = message.substr(head.size(), end - head.size());
-    if (!c.hf_keys.count(key)) throw;
-    throw InputError(message + " (" + key + " is read from " + c.hf_file + ")");
+  } catch (const ConfigKeyError& e) {
+    if (!c.hf_keys.count(e.key)) throw;
+    throw InputError(std::string(e.what()) + " (" + e.key + " is read from " + c.hf_file + ")");
   }
 }
 

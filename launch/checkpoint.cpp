@@ -46,9 +46,9 @@ nlohmann::json layout_of(const Config& c, int64_t world) {
 std::string text_of_rank0(parallel::Communicator& world, const std::string& text) {
   auto length = torch::full({1}, static_cast<int64_t>(text.size()), torch::kInt64);
   world.broadcast(length, 0).wait();
-  auto characters = torch::zeros({length.item<int64_t>()}, torch::kInt64);  // int64: the dtype proven here
-  if (world.rank() == 0)
-    for (size_t i = 0; i < text.size(); ++i) characters[static_cast<int64_t>(i)] = static_cast<int64_t>(text[i]);
+  // int64: the dtype proven here
+  auto characters = world.rank() == 0 ? torch::tensor(std::vector<int64_t>(text.begin(), text.end()), torch::kInt64)
+                                      : torch::zeros({length.item<int64_t>()}, torch::kInt64);
   world.broadcast(characters, 0).wait();
   const int64_t* codes = characters.data_ptr<int64_t>();
   return std::string(codes, codes + characters.numel());

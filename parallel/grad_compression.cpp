@@ -117,15 +117,12 @@ BucketCompressor::BucketCompressor(const GradCompressionOptions& options, std::v
 }
 
 void BucketCompressor::redraw_zero_columns(torch::Tensor& q, size_t slot) const {
-  const auto norms = q.norm(2, 0);
-  if (!(norms == 0).any().item<bool>()) return;
   // Seeded by the options' seed, the bucket, the matrix and the reduction: the same on every rank.
   auto generator = at::detail::createCPUGenerator(options_.seed + 1000003ULL * static_cast<uint64_t>(index_) +
                                                   7919ULL * static_cast<uint64_t>(slot) +
                                                   104729ULL * static_cast<uint64_t>(reductions_));
   const auto fresh = at::normal(0.0, 1.0, q.sizes(), generator).to(q.device(), q.scalar_type());
-  for (int64_t c = 0; c < q.size(1); ++c)
-    if (norms[c].item<double>() == 0) q.narrow(1, c, 1).copy_(fresh.narrow(1, c, 1));
+  q = torch::where(q.abs().sum(0) == 0, fresh, q);
 }
 
 void BucketCompressor::keep_error(const torch::Tensor& error) {
@@ -224,10 +221,6 @@ std::function<void()> BucketCompressor::start_powersgd(const torch::Tensor& buff
       continue;
     }
     matrices.push_back(k);
-    // A column of Q that is zero (a step whose summed gradient was zero: an expert no rank routed
-    // to) would stay zero, P = M Q with it, and the matrix would send nothing in that direction
-    // again (PyTorch's hook keeps it so): drawn again, alike on every rank.
-    redraw_zero_columns(q_[k], k);
     // Q orthonormal before P = M Q, as PyTorch's hook makes it (the first, random, and each warm
     // start): the span P gets is the same, but M Q of a Q whose columns differ in length as M's
     // singular values do is conditioned as their square, and fp32 loses the weakest directions.
@@ -280,11 +273,23 @@ std::function<void()> BucketCompressor::start_powersgd(const torch::Tensor& buff
       new_q[k] = q_sum / static_cast<double>(average_over_);
       m.copy_(approx_sum.view({-1}));
     }
-    bool finite = q_all.numel() == 0 || all_finite(q_all);
-    if (error.defined()) finite = finite && all_finite(error);
+    // One read on the host for the bucket: whether Q and the error are finite, and whether a
+    // column of a new Q is zero.
+    std::vector<torch::Tensor> flags{torch::isfinite(q_all).all()};
+    if (error.defined()) flags.push_back(torch::isfinite(error).all());
+    auto zero_column = torch::zeros({}, q_all.options().dtype(torch::kBool));
+    for (size_t k : matrices) zero_column = zero_column | (new_q[k].abs().sum(0) == 0).any();
+    flags.push_back(zero_column);
+    const auto host = torch::stack(flags).cpu();
+    const bool finite = host.narrow(0, 0, host.numel() - 1).all().item<bool>();
     if (finite) {
       if (error.defined()) error_ = error;
       for (size_t k : matrices) q_[k] = new_q[k];
+      // A column of Q that is zero (a step whose summed gradient was zero: an expert no rank
+      // routed to) would stay zero, and P = M Q with it: the matrix would send nothing in that
+      // direction again (PyTorch's hook keeps it so). Drawn again, alike on every rank.
+      if (host[host.numel() - 1].item<bool>())
+        for (size_t k : matrices) redraw_zero_columns(q_[k], k);
     }
     if (v_summed) {
       v_summed->wait();

@@ -64,7 +64,7 @@ class BucketCompressor {
 
  private:
   void keep_error(const torch::Tensor& error);
-  // PowerSGD: the zero columns of Q (of matrix SLOT) drawn again, alike on every rank.
+  // PowerSGD: the zero columns of Q (of matrix SLOT) drawn again, alike on every rank; the others kept.
   void redraw_zero_columns(torch::Tensor& q, size_t slot) const;
   std::function<void()> start_bf16(const torch::Tensor& buffer, Communicator& group);
   std::function<void()> start_int8(const torch::Tensor& buffer, Communicator& group);
