@@ -116,6 +116,13 @@ def add_training_arguments(parser):
                         help="under DDP: PyTorch's PowerSGD comm hook at this rank (0: plain all-reduce)")
     parser.add_argument("--powersgd-start", type=int, default=10, help="PowerSGDState's start_powerSGD_iter")
     parser.add_argument("--no-error-feedback", action="store_true", help="PowerSGDState(use_error_feedback=False)")
+    parser.add_argument("--loom-order", action="store_true",
+                        help="with --data: loom's samples in loom's order (data.order: shuffled at --seed, "
+                             "core/batch_sampler.cpp) split over the ranks as loom splits them, and each "
+                             "step's loss the mean over the ranks (loom's metrics.jsonl loss)")
+    parser.add_argument("--save-init", default="",
+                        help="write the initial weights as a GPT-2 .safetensors (Hugging Face's names) "
+                             "for loom's model.init_from, so that both start from the same weights")
     parser.add_argument("--manual-attention", action="store_true",
                         help="attention as matmul, mask, softmax, matmul instead of scaled_dot_product_attention")
 
@@ -128,6 +135,58 @@ def loom_lr(step, args):
     decay_steps = max(1, args.steps - 1 - args.lr_warmup_steps)
     progress = min(1.0, (step - args.lr_warmup_steps) / decay_steps)
     return args.min_lr + 0.5 * (args.lr - args.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def mt19937_64(seed):
+    """The C++ standard's std::mt19937_64, whose outputs the standard fixes: loom shuffles with it."""
+    mask, n, m = (1 << 64) - 1, 312, 156
+    state = [seed & mask]
+    for i in range(1, n):
+        state.append((6364136223846793005 * (state[-1] ^ (state[-1] >> 62)) + i) & mask)
+    index = n
+    while True:
+        if index >= n:
+            for i in range(n):
+                x = (state[i] & 0xFFFFFFFF80000000) | (state[(i + 1) % n] & 0x7FFFFFFF)
+                state[i] = state[(i + m) % n] ^ (x >> 1) ^ (0xB5026F5AA96619E9 if x & 1 else 0)
+            index = 0
+        y = state[index]
+        index += 1
+        y ^= (y >> 29) & 0x5555555555555555
+        y ^= (y << 17) & 0x71D67FFFEDA60000
+        y ^= (y << 37) & 0xFFF7EEE000000000
+        yield (y ^ (y >> 43)) & mask
+
+
+def loom_epoch_order(num_samples, seed):
+    """data.order: shuffled's first epoch as loom draws it (core/batch_sampler.cpp's Fisher-Yates)."""
+    draws = mt19937_64(seed ^ ((0xD1B54A32D192ED03 * 1) & ((1 << 64) - 1)))
+    order = list(range(num_samples))
+    for i in range(num_samples - 1, 0, -1):
+        j = next(draws) % (i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def save_gpt2_safetensors(model, heads, path):
+    """The model's weights under GPT-2's names and Conv1D layout ([in, out]) for loom's
+    model.init_from. GPT-2's c_attn holds q, k, v one after the other where this model's qkv
+    (as loom's) holds each head's q, k, v together."""
+    from safetensors.torch import save_file
+    out = {"wte.weight": model.wte.weight, "wpe.weight": model.wpe, "ln_f.weight": model.ln_f.weight,
+           "ln_f.bias": model.ln_f.bias}
+    for i, block in enumerate(model.blocks):
+        h = f"h.{i}."
+        hidden = block.proj.weight.size(0)
+        qkv_w = block.qkv.weight.view(heads, 3, hidden // heads, hidden).transpose(0, 1).reshape(3 * hidden, hidden)
+        qkv_b = block.qkv.bias.view(heads, 3, hidden // heads).transpose(0, 1).reshape(3 * hidden)
+        out.update({h + "ln_1.weight": block.ln_1.weight, h + "ln_1.bias": block.ln_1.bias,
+                    h + "attn.c_attn.weight": qkv_w.t(), h + "attn.c_attn.bias": qkv_b,
+                    h + "attn.c_proj.weight": block.proj.weight.t(), h + "attn.c_proj.bias": block.proj.bias,
+                    h + "ln_2.weight": block.ln_2.weight, h + "ln_2.bias": block.ln_2.bias,
+                    h + "mlp.c_fc.weight": block.fc.weight.t(), h + "mlp.c_fc.bias": block.fc.bias,
+                    h + "mlp.c_proj.weight": block.fc_proj.weight.t(), h + "mlp.c_proj.bias": block.fc_proj.bias})
+    save_file({k: v.detach().contiguous().clone() for k, v in out.items()}, path)
 
 
 def peak_rss_bytes():
@@ -159,6 +218,8 @@ def train(args, build_model):
     torch.manual_seed(args.seed)
     fused_attention = hasattr(F, "scaled_dot_product_attention") and not args.manual_attention
     model = build_model(fused_attention).to(device)
+    if args.save_init and rank == 0:
+        save_gpt2_safetensors(model, args.heads, args.save_init)
     parameters = sum(p.numel() for p in model.parameters())  # unique: a tied weight counts once
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -188,6 +249,8 @@ def train(args, build_model):
     if args.data:
         import numpy
         tokens = torch.from_numpy(numpy.fromfile(args.data + ".bin", dtype=numpy.uint16).astype(numpy.int64))
+        if args.loom_order:
+            order = loom_epoch_order((len(tokens) - 1) // args.seq_len, args.seed)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     rates, losses, graphs_after_warmup = [], [], 0
     profile_first, profile_last = (map(int, args.profile_steps.split("-")) if args.profile_steps else (0, 0))
@@ -202,6 +265,10 @@ def train(args, build_model):
         start = time.perf_counter()
         if tokens is None:
             data = torch.randint(args.vocab, (batch, args.seq_len + 1), generator=generator).to(device)
+        elif args.loom_order:  # this rank's share of global batch STEP (core/batch_sampler.h)
+            first_position = step * args.global_batch + rank * batch
+            starts = [order[p] * args.seq_len for p in range(first_position, first_position + batch)]
+            data = torch.stack([tokens[i:i + args.seq_len + 1] for i in starts]).to(device)
         else:
             starts = torch.randint(len(tokens) - args.seq_len - 1, (batch,), generator=generator)
             data = torch.stack([tokens[i:i + args.seq_len + 1] for i in starts.tolist()]).to(device)
@@ -222,6 +289,10 @@ def train(args, build_model):
         if cuda:
             torch.cuda.synchronize()
         rates.append(args.global_batch * args.seq_len / (time.perf_counter() - start))
+        if args.loom_order and world > 1:
+            mean = torch.tensor([step_loss / world])
+            torch.distributed.all_reduce(mean)
+            step_loss = mean.item()
         losses.append(step_loss)
         if profiler is not None and step + 1 == profile_last:
             profiler.__exit__(None, None, None)
