@@ -17,17 +17,27 @@ void Checkpointer::restore_compression_state(const std::string& path, const nloh
   if (same_layout && saved == to_string(kind)) {
     bytes = read_checkpoint_bytes(path, manifest, "grad_compression/rank_" + std::to_string(groups_.rank()));
   }
+  // A fresh state counts the steps already done: PowerSGD keeps to the run's powersgd.start_step.
+  const int64_t done = manifest.at("step").get<int64_t>();
+  const std::string afresh =
+      kind == GradCompression::powersgd
+          ? fmt::format("error feedback and PowerSGD's Q start afresh (PowerSGD still from step {})",
+                        std::max(done, config_.parallel.powersgd.start_step) + 1)
+          : std::string("error feedback starts afresh");
   if (!bytes) {
     info0(
-        "gradient compression state not restored (the checkpoint has grad_compression {} at layout {}; this run "
-        "{}{}): error feedback and PowerSGD's Q start afresh",
-        saved, manifest.at("layout").dump(), to_string(kind), same_layout ? "" : " at another layout");
+        "gradient compression state not restored (the checkpoint has grad_compression {} at layout {}; this run {}{}): "
+        "{}",
+        saved, manifest.at("layout").dump(), to_string(kind), same_layout ? "" : " at another layout", afresh);
+    sync_->set_compression_reductions(done);
     return;
   }
   if (!sync_->set_compression_state(parallel::unpack_tensors(*bytes))) {
     info0(
-        "gradient compression state not restored: the checkpoint's buckets or PowerSGD ranks differ from this "
-        "run's (parallel.bucket_mb or parallel.powersgd.rank changed): error feedback and PowerSGD's Q start afresh");
+        "gradient compression state not restored: the checkpoint's buckets, PowerSGD ranks or expert split differ "
+        "from this run's (parallel.bucket_mb, parallel.powersgd.rank or parallel.expert_tp changed): {}",
+        afresh);
+    sync_->set_compression_reductions(done);
   }
 }
 

@@ -153,7 +153,9 @@ void Trainer::save_if_trusted(int64_t step, int64_t consumed) {
 }
 
 TrainingState Trainer::state_after(int64_t step, int64_t consumed) const {
-  TrainingState state{step, consumed};
+  TrainingState state;
+  state.step = step;
+  state.consumed_samples = consumed;
   if (scaler_) {
     state.loss_scale = scaler_->scale();
     state.loss_scale_clean_steps = scaler_->clean_steps();

@@ -216,6 +216,12 @@ class BucketedSync : public GradientSync {
     return true;
   }
 
+  void set_compression_reductions(int64_t done) override {
+    for (auto& part : parts_) {
+      if (part.buckets) part.buckets->set_compression_reductions(done);
+    }
+  }
+
   ModelStateBytes state_bytes() const override {
     ModelStateBytes bytes;
     for (const auto& p : params_) {

@@ -95,8 +95,10 @@ void GradientBuckets::compress(const GradCompressionOptions& options) {
     auto& b = buckets_[index];
     b.wire = torch::Tensor();
     std::vector<BucketSlot> slots;
-    for (size_t j = 0; j < b.layout.params.size(); ++j)
-      slots.push_back({b.layout.flat.offset(j), params_[b.layout.params[j]].sizes().vec()});
+    for (size_t j = 0; j < b.layout.params.size(); ++j) {
+      const auto& param = params_[b.layout.params[j]];
+      slots.push_back({b.layout.flat.offset(j), param.sizes().vec(), parameter_key(param)});
+    }
     b.compressor =
         std::make_unique<BucketCompressor>(options, std::move(slots), average_over_, static_cast<int64_t>(index));
   }
@@ -109,6 +111,12 @@ std::vector<torch::Tensor> GradientBuckets::compression_state() const {
     for (auto& t : b.compressor->state()) out.push_back(t);
   }
   return out;
+}
+
+void GradientBuckets::set_compression_reductions(int64_t done) {
+  for (auto& b : buckets_) {
+    if (b.compressor) b.compressor->set_reductions(done);
+  }
 }
 
 bool GradientBuckets::compression_state_fits(const std::vector<torch::Tensor>& tensors, size_t& next) const {

@@ -67,6 +67,8 @@ class GradientBuckets {
   // The compressors' state, every bucket's in turn (empty: none), and back.
   std::vector<torch::Tensor> compression_state() const;
   void set_compression_state(const std::vector<torch::Tensor>& tensors, size_t& next);
+  // A fresh compression state in a run resumed after DONE steps (BucketCompressor::set_reductions).
+  void set_compression_reductions(int64_t done);
   // Whether TENSORS from NEXT on are this object's compression state (the same buckets, sizes and
   // ranks); moves NEXT past it when they are.
   bool compression_state_fits(const std::vector<torch::Tensor>& tensors, size_t& next) const;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <memory>
 
+#include "core/crc32c.h"
+
 namespace loom::parallel {
 namespace {
 
@@ -26,10 +28,6 @@ std::shared_ptr<CommHandle> shared(CommHandle handle) {
 
 // Whether every element of T is finite: a non-finite step (an fp16 overflow, a divergence the
 // trainer will skip) must not become the next step's error feedback.
-bool all_finite(const torch::Tensor& t) {
-  return torch::isfinite(t).all().item<bool>();
-}
-
 // The columns of M (n x r) made orthonormal, in place: Gram-Schmidt up to rank 2, Householder QR
 // beyond, which keeps them orthonormal however ill-conditioned M is (gradients often are), where
 // Gram-Schmidt loses that beyond a couple of columns (PyTorch's hook makes the same choice).
@@ -42,6 +40,19 @@ void orthonormalize(torch::Tensor& m) {
 }
 
 }  // namespace
+
+uint64_t parameter_key(const torch::Tensor& parameter) {
+  torch::NoGradGuard no_grad;
+  const auto flat = parameter.detach().reshape({-1});
+  const int64_t n = flat.numel(), ends = std::min<int64_t>(32, n);
+  // One small host read, once per parameter when the buckets are made.
+  const auto values =
+      torch::cat({flat.narrow(0, 0, ends), flat.narrow(0, n - ends, ends)}).to(torch::kCPU, torch::kDouble);
+  const auto shape = parameter.sizes().vec();
+  const uint32_t low = crc32c(shape.data(), shape.size() * sizeof(int64_t));
+  const uint32_t high = crc32c(values.data_ptr<double>(), static_cast<size_t>(values.numel()) * sizeof(double), low);
+  return (static_cast<uint64_t>(high) << 32) | low;
+}
 
 torch::Tensor pack_tensors(const std::vector<torch::Tensor>& tensors) {
   std::vector<torch::Tensor> parts;
@@ -103,8 +114,8 @@ BucketCompressor::BucketCompressor(const GradCompressionOptions& options, std::v
                                    int64_t average_over, int64_t index)
     : options_(options), slots_(std::move(slots)), average_over_(average_over), index_(index) {
   if (options_.kind != GradCompression::powersgd) return;
-  // The first Q, alike on every rank of the group: P = M Q is summed over it.
-  auto generator = at::detail::createCPUGenerator(options_.seed + 1000003ULL * static_cast<uint64_t>(index_));
+  // The first Q, alike on every rank of the group (P = M Q is summed over it) and on every copy of
+  // the parameter elsewhere (the tied embedding on the first and last stages: seeded by its key).
   for (const auto& slot : slots_) {
     if (!is_matrix(slot)) {
       q_.emplace_back();
@@ -112,21 +123,23 @@ BucketCompressor::BucketCompressor(const GradCompressionOptions& options, std::v
     }
     const int64_t n = slot.shape.front(), m = numel_of(slot.shape) / n;
     const int64_t rank = std::min({options_.powersgd_rank, n, m});
+    auto generator = at::detail::createCPUGenerator(options_.seed ^ slot.key);
     q_.push_back(at::normal(0.0, 1.0, {m, rank}, generator));
   }
 }
 
 void BucketCompressor::redraw_zero_columns(torch::Tensor& q, size_t slot) const {
-  // Seeded by the options' seed, the bucket, the matrix and the reduction: the same on every rank.
-  auto generator = at::detail::createCPUGenerator(options_.seed + 1000003ULL * static_cast<uint64_t>(index_) +
-                                                  7919ULL * static_cast<uint64_t>(slot) +
+  // Seeded by the options' seed, the matrix's key and the reduction: the same on every rank and copy.
+  auto generator = at::detail::createCPUGenerator((options_.seed ^ slots_[slot].key) +
                                                   104729ULL * static_cast<uint64_t>(reductions_));
   const auto fresh = at::normal(0.0, 1.0, q.sizes(), generator).to(q.device(), q.scalar_type());
   q = torch::where(q.abs().sum(0) == 0, fresh, q);
 }
 
-void BucketCompressor::keep_error(const torch::Tensor& error) {
-  if (all_finite(error)) error_ = error;  // else the previous one stays for the step after the skipped one
+void BucketCompressor::keep_error(const torch::Tensor& error, const torch::Tensor& sum) {
+  // Only when the group's sum is finite too: a step another rank overflowed is skipped on every
+  // rank, and each keeps the error it had before it (one host read for both).
+  if (torch::stack({torch::isfinite(error).all(), torch::isfinite(sum).all()}).all().item<bool>()) error_ = error;
 }
 
 std::function<void()> BucketCompressor::start(const torch::Tensor& buffer, Communicator& group) {
@@ -156,7 +169,8 @@ std::function<void()> BucketCompressor::start_bf16(const torch::Tensor& buffer, 
   input.narrow(0, 0, n).copy_(buffer.view({-1}));
   if (options_.error_feedback && error_.defined()) input.narrow(0, 0, n).add_(error_);
   auto wire = input.to(torch::kBFloat16);
-  if (options_.error_feedback) keep_error((input - wire.to(input.scalar_type())).narrow(0, 0, n).clone());
+  torch::Tensor error;
+  if (options_.error_feedback) error = (input - wire.to(input.scalar_type())).narrow(0, 0, n).clone();
   // Chunk r of every rank to rank r, summed there in fp32 (a bf16 ring would round every partial
   // sum), rounded once more and gathered: the ring all-reduce's bytes, in bf16.
   const std::vector<int64_t> splits(static_cast<size_t>(ranks), chunk);
@@ -169,19 +183,55 @@ std::function<void()> BucketCompressor::start_bf16(const torch::Tensor& buffer, 
     auto all = torch::empty_like(wire);
     group.all_gather(all, mine).wait();
     buffer.view({-1}).copy_(all.narrow(0, 0, n));
+    if (error.defined()) keep_error(error, all);
   };
+}
+
+int64_t BucketCompressor::int8_layout_numel() const {
+  const int64_t block = options_.int8_block;
+  int64_t total = 0;
+  for (const auto& slot : slots_) total += (numel_of(slot.shape) + block - 1) / block * block;
+  return total;
 }
 
 std::function<void()> BucketCompressor::start_int8(const torch::Tensor& buffer, Communicator& group) {
   const int64_t n = buffer.numel(), ranks = group.size(), block = options_.int8_block;
-  // Each rank owns a chunk of whole blocks; the buffer padded to ranks such chunks.
-  const int64_t chunk = (n + ranks * block - 1) / (ranks * block) * block;
+  const bool per_parameter = options_.int8_blocks_per_parameter;
+  // Each rank owns a chunk of whole blocks; the buffer (or its per-parameter layout) padded to ranks such chunks.
+  const int64_t laid_out = per_parameter ? int8_layout_numel() : n;
+  const int64_t chunk = (laid_out + ranks * block - 1) / (ranks * block) * block;
+  auto flat = buffer.view({-1});
   auto input = torch::zeros({chunk * ranks}, buffer.options());
-  input.narrow(0, 0, n).copy_(buffer.view({-1}));
-  if (options_.error_feedback && error_.defined()) input.narrow(0, 0, n).add_(error_);
+  // Runs FN(buffer offset, layout offset, length) over what the layout holds: the whole buffer, or
+  // each parameter from a block boundary.
+  const auto each_run = [this, n, per_parameter, block](const auto& fn) {
+    if (!per_parameter) return fn(int64_t{0}, int64_t{0}, n);
+    int64_t at = 0;
+    for (const auto& slot : slots_) {
+      const int64_t length = numel_of(slot.shape);
+      fn(slot.offset, at, length);
+      at += (length + block - 1) / block * block;
+    }
+  };
+  each_run([&](int64_t from, int64_t to, int64_t length) {
+    input.narrow(0, to, length).copy_(flat.narrow(0, from, length));
+  });
+  if (options_.error_feedback && error_.defined()) {
+    each_run([&](int64_t from, int64_t to, int64_t length) {
+      input.narrow(0, to, length).add_(error_.narrow(0, from, length));
+    });
+  }
   const auto quantized = quantize_int8(input, block);
   const auto codes = quantized.first, scales = quantized.second;
-  if (options_.error_feedback) keep_error((input - dequantize_int8(codes, scales, block)).narrow(0, 0, n).clone());
+  torch::Tensor error;
+  if (options_.error_feedback) {
+    // In the buffer's layout (a checkpoint's error fits whichever layout quantises it).
+    const auto lost = input - dequantize_int8(codes, scales, block);
+    error = torch::zeros({n}, buffer.options());
+    each_run([&](int64_t from, int64_t to, int64_t length) {
+      error.narrow(0, from, length).copy_(lost.narrow(0, to, length));
+    });
+  }
   // Chunk r of every rank to rank r: codes and scales.
   const std::vector<int64_t> code_splits(static_cast<size_t>(ranks), chunk);
   const std::vector<int64_t> scale_splits(static_cast<size_t>(ranks), chunk / block);
@@ -203,7 +253,11 @@ std::function<void()> BucketCompressor::start_int8(const torch::Tensor& buffer, 
     auto gathered_scales = group.all_gather(all_scales, my_scales);
     gathered_codes.wait();
     gathered_scales.wait();
-    buffer.view({-1}).copy_(dequantize_int8(all_codes, all_scales, block).narrow(0, 0, n));
+    const auto sum = dequantize_int8(all_codes, all_scales, block);
+    each_run([&](int64_t from, int64_t to, int64_t length) {
+      flat.narrow(0, from, length).copy_(sum.narrow(0, to, length));
+    });
+    if (error.defined()) keep_error(error, sum);
   };
 }
 
@@ -224,8 +278,10 @@ std::function<void()> BucketCompressor::start_powersgd(const torch::Tensor& buff
     // Q orthonormal before P = M Q, as PyTorch's hook makes it (the first, random, and each warm
     // start): the span P gets is the same, but M Q of a Q whose columns differ in length as M's
     // singular values do is conditioned as their square, and fp32 loses the weakest directions.
-    orthonormalize(q_[k]);
-    ps.push_back(values.view({slot.shape.front(), -1}).mm(q_[k]).view({-1}));
+    // (A copy: a skipped step leaves Q as it was.)
+    auto q = q_[k].clone();
+    orthonormalize(q);
+    ps.push_back(values.view({slot.shape.front(), -1}).mm(q).view({-1}));
   }
   auto p_all = ps.empty() ? torch::zeros({0}, buffer.options()) : torch::cat(ps);
   auto v_all = vectors.empty() ? torch::zeros({0}, buffer.options()) : torch::cat(vectors);

@@ -36,13 +36,25 @@ struct GradCompressionOptions {
   int64_t powersgd_start_step = 1000;  // plain all-reduces before PowerSGD's first (PyTorch's start_powerSGD_iter)
   int64_t int8_block = 256;            // elements per absmax scale
   uint64_t seed = 0;                   // PowerSGD's first Q, alike on every rank
+  // int8: each parameter quantised in blocks of its own, starting at a block boundary. Needed where
+  // a parameter has copies outside the dp group (tp-replicated ones, the tied embedding of the first
+  // and last pipeline stages): their buckets differ, and a block shared with a neighbour would scale
+  // each copy differently, so that the copies, and the checkpoint's one, drift apart.
+  bool int8_blocks_per_parameter = false;
 };
 
 // Where one parameter's gradient lies in its bucket's buffer.
 struct BucketSlot {
   int64_t offset = 0;
   std::vector<int64_t> shape;
+  // Seeds PowerSGD's first Q of this matrix: the same for every copy of one parameter whatever
+  // bucket each lies in (parameter_key: its shape and first and last values).
+  uint64_t key = 0;
 };
+
+// A key shared by the copies of one parameter (equal tensors) on any rank: its shape and up to 32
+// of its first and 32 of its last values.
+uint64_t parameter_key(const torch::Tensor& parameter);
 
 class BucketCompressor {
  public:
@@ -61,11 +73,17 @@ class BucketCompressor {
   // Whether TENSORS from NEXT on are a state of this bucket (of BUFFER_NUMEL elements, the same
   // matrices and rank); moves NEXT past it when they are.
   bool fits(const std::vector<torch::Tensor>& tensors, size_t& next, int64_t buffer_numel) const;
+  // A fresh state in a run resumed after DONE steps (its checkpoint's state did not fit): counted
+  // from there, so that PowerSGD starts at powersgd.start_step of the run, not of the resume.
+  void set_reductions(int64_t done) { reductions_ = done; }
 
  private:
-  void keep_error(const torch::Tensor& error);
+  // The error of this step, kept if it and the group's SUM are finite (else the step is skipped).
+  void keep_error(const torch::Tensor& error, const torch::Tensor& sum);
   // PowerSGD: the zero columns of Q (of matrix SLOT) drawn again, alike on every rank; the others kept.
   void redraw_zero_columns(torch::Tensor& q, size_t slot) const;
+  // int8 with blocks per parameter: where each slot starts in the quantised layout, and its length.
+  int64_t int8_layout_numel() const;
   std::function<void()> start_bf16(const torch::Tensor& buffer, Communicator& group);
   std::function<void()> start_int8(const torch::Tensor& buffer, Communicator& group);
   std::function<void()> start_powersgd(const torch::Tensor& buffer, Communicator& group);

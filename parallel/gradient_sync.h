@@ -117,6 +117,9 @@ class GradientSync {
   // False, leaving the state as it is, when TENSORS are not this layout's (other buckets, sizes or
   // PowerSGD ranks: parallel.bucket_mb or parallel.powersgd.rank changed).
   virtual bool set_compression_state(const std::vector<torch::Tensor>& /*tensors*/) { return false; }
+  // A checkpoint's compression state did not fit: the fresh one counts from the DONE steps resumed,
+  // so that PowerSGD still starts at the run's powersgd.start_step.
+  virtual void set_compression_reductions(int64_t /*done*/) {}
 
   virtual ModelStateBytes state_bytes() const = 0;
   // log.trace: this step's bucket events (bucketed only).
