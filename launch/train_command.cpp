@@ -29,8 +29,11 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   // Named first: the data check below would measure the data against a model never read.
   if (std::error_code error; !config.model.init_from.empty() && !std::filesystem::exists(config.model.init_from, error))
     throw InputError("model.init_from: '" + config.model.init_from +
-                     "' does not exist (a Hugging Face model directory "
-                     "or a .safetensors file)");
+                     "' does not exist (a Hugging Face model directory or a .safetensors file)" +
+                     (args.resume.empty() ? std::string()
+                                          : "; a resume still reads the model's shape from it: to resume without "
+                                            "the original, point model.init_from at `loom export CHECKPOINT "
+                                            "--format hf --output DIR`, which writes it again from the checkpoint"));
   // Every check that needs no peer comes before the rendezvous: a bad config then fails every rank
   // alike and at once, and no rank is left waiting on the store for ranks that already left.
   const parallel::LaunchInfo launch = parallel::detect_launch();

@@ -126,4 +126,22 @@ rm -rf "$WORK/dp2"
 OTHER_COPY[5]="$WORK/hf_cut"
 expect_exit 2 "model.init_from: rank 1 could not load '$WORK/hf_a'" timeout 120 \
   mpirun --oversubscribe -np 1 "${TWO[@]}" : -np 1 "${OTHER_COPY[@]}" "${TWO[@]}"
+
+# The directory a run started from, deleted before its resume: the resume still reads the model's
+# shape from it, so it exits 2 saying how to write it again from the checkpoint; from that export
+# the run goes on with the uninterrupted run's losses.
+cp -r "$WORK/hf_a" "$WORK/hf_gone"
+FOUR=("$LOOM" train "$TINY" "${BASE[@]}" --set train.steps=4 --set train.warmup_steps=1)
+"${FOUR[@]}" --run-dir "$WORK/gone_straight" --set model.init_from="$WORK/hf_a" > "$WORK/gone.log" 2>&1 ||
+  { cat "$WORK/gone.log"; fail "4 steps from hf_a"; }
+"${FOUR[@]}" --run-dir "$WORK/gone" --set model.init_from="$WORK/hf_gone" --set checkpoint.dir="$WORK/ck_gone" --set checkpoint.interval=2 \
+  --set train.exit_after=2 > "$WORK/gone.log" 2>&1 || { cat "$WORK/gone.log"; fail "2 steps from hf_gone"; }
+rm -rf "$WORK/hf_gone"
+expect_exit 2 "point model.init_from at \`loom export CHECKPOINT --format hf --output DIR\`" "${FOUR[@]}" \
+  --run-dir "$WORK/gone" --set model.init_from="$WORK/hf_gone" --set checkpoint.dir="$WORK/ck_gone" --resume auto
+"$LOOM" export "$WORK/ck_gone/step_00000002" --format hf --output "$WORK/hf_again" > /dev/null || fail "export ck_gone"
+"${FOUR[@]}" --run-dir "$WORK/gone_resumed" --set model.init_from="$WORK/hf_again" --set checkpoint.dir="$WORK/ck_gone" --set checkpoint.interval=2 \
+  --resume auto > "$WORK/gone.log" 2>&1 || { cat "$WORK/gone.log"; fail "the resume from the checkpoint's export"; }
+compare_resumed "$WORK/gone_resumed" "$WORK/gone_straight" 3 4 "resumed with init_from written again by export" ||
+  fail "the resume from the checkpoint's export differs"
 echo "hf llama: ok"
