@@ -333,8 +333,8 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
     candidates.push_back({-1, resume});
   }
   auto choice = torch::full({1}, -1, torch::kInt64);  // index into candidates; -1 none, -2 refused
+  std::string refusal;                                // rank 0's reason for -2
   if (groups_.rank() == 0) {
-    std::string refusal;
     std::vector<std::string> set_aside_now;  // what --resume auto found and could not use
     const std::string missing = resume == "auto" ? latest_names_missing(dir) : "";  // (before the choice rewrites it)
     // (Only under auto: a user may be resuming a .step_N.tmp by hand.)
@@ -403,12 +403,15 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
                 missing, candidates[static_cast<size_t>(choice.item<int64_t>())].path);
     }
     world.broadcast(choice, 0).wait();
-    if (!refusal.empty()) throw InputError("--resume " + resume + ": " + refusal);
   } else {
     world.broadcast(choice, 0).wait();
   }
   const int64_t index = choice.item<int64_t>();
-  if (index == -2) throw InputError("--resume " + resume + ": refused by rank 0 (see its message)");
+  // Every rank says why: the first rank to exit may end the job (mpirun) before rank 0 has printed.
+  if (index == -2) {
+    const std::string why = text_of_rank0(world, refusal);
+    throw InputError("--resume " + resume + ": " + (groups_.rank() == 0 ? "" : "rank 0 refused it: ") + why);
+  }
   if (index == -1) {
     warn0("--resume auto: no complete checkpoint in checkpoint.dir '{}': starting fresh", dir);
     return std::nullopt;
