@@ -116,6 +116,8 @@ def add_training_arguments(parser):
                         help="under DDP: PyTorch's PowerSGD comm hook at this rank (0: plain all-reduce)")
     parser.add_argument("--powersgd-start", type=int, default=10, help="PowerSGDState's start_powerSGD_iter")
     parser.add_argument("--no-error-feedback", action="store_true", help="PowerSGDState(use_error_feedback=False)")
+    parser.add_argument("--powersgd-seed", type=int, default=None,
+                        help="PowerSGDState's random_seed (its first Q); default: --seed")
     parser.add_argument("--loom-order", action="store_true",
                         help="with --data: loom's samples in loom's order (data.order: shuffled at --seed, "
                              "core/batch_sampler.cpp) split over the ranks as loom splits them, and each "
@@ -123,6 +125,9 @@ def add_training_arguments(parser):
     parser.add_argument("--save-init", default="",
                         help="write the initial weights as a GPT-2 .safetensors (Hugging Face's names) "
                              "for loom's model.init_from, so that both start from the same weights")
+    parser.add_argument("--init-from", default="",
+                        help="start from a GPT-2 .safetensors (Hugging Face's names: loom export --format "
+                             "hf-gpt2 of a checkpoint, e.g. loom's own initial weights at train.exit_after 0)")
     parser.add_argument("--manual-attention", action="store_true",
                         help="attention as matmul, mask, softmax, matmul instead of scaled_dot_product_attention")
 
@@ -189,6 +194,29 @@ def save_gpt2_safetensors(model, heads, path):
     save_file({k: v.detach().contiguous().clone() for k, v in out.items()}, path)
 
 
+def load_gpt2_safetensors(model, heads, path):
+    """The inverse of save_gpt2_safetensors: every weight of the model from PATH."""
+    from safetensors.torch import load_file
+    saved = {k.removeprefix("transformer."): v for k, v in load_file(path).items()}
+    with torch.no_grad():
+        model.wte.weight.copy_(saved["wte.weight"])
+        model.wpe.copy_(saved["wpe.weight"][: model.wpe.size(0)])
+        model.ln_f.weight.copy_(saved["ln_f.weight"])
+        model.ln_f.bias.copy_(saved["ln_f.bias"])
+        for i, block in enumerate(model.blocks):
+            h = f"h.{i}."
+            hidden = block.proj.weight.size(0)
+            qkv_w = saved[h + "attn.c_attn.weight"].t().reshape(3, heads, hidden // heads, hidden).transpose(0, 1)
+            block.qkv.weight.copy_(qkv_w.reshape(3 * hidden, hidden))
+            block.qkv.bias.copy_(saved[h + "attn.c_attn.bias"].view(3, heads, hidden // heads).transpose(0, 1).reshape(-1))
+            for mine, theirs in ((block.proj, "attn.c_proj"), (block.fc, "mlp.c_fc"), (block.fc_proj, "mlp.c_proj")):
+                mine.weight.copy_(saved[h + theirs + ".weight"].t())
+                mine.bias.copy_(saved[h + theirs + ".bias"])
+            for mine, theirs in ((block.ln_1, "ln_1"), (block.ln_2, "ln_2")):
+                mine.weight.copy_(saved[h + theirs + ".weight"])
+                mine.bias.copy_(saved[h + theirs + ".bias"])
+
+
 def peak_rss_bytes():
     """This process's peak resident set size so far (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -218,6 +246,8 @@ def train(args, build_model):
     torch.manual_seed(args.seed)
     fused_attention = hasattr(F, "scaled_dot_product_attention") and not args.manual_attention
     model = build_model(fused_attention).to(device)
+    if args.init_from:
+        load_gpt2_safetensors(model, args.heads, args.init_from)
     if args.save_init and rank == 0:
         save_gpt2_safetensors(model, args.heads, args.save_init)
     parameters = sum(p.numel() for p in model.parameters())  # unique: a tied weight counts once
@@ -238,7 +268,8 @@ def train(args, build_model):
             state = powerSGD_hook.PowerSGDState(
                 process_group=None, matrix_approximation_rank=args.powersgd_rank,
                 start_powerSGD_iter=args.powersgd_start, use_error_feedback=not args.no_error_feedback,
-                warm_start=True, random_seed=args.seed)
+                warm_start=True,
+                random_seed=args.seed if args.powersgd_seed is None else args.powersgd_seed)
             model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     if args.compile:
         model = torch.compile(model)
