@@ -174,8 +174,7 @@ Batch Trainer::this_rank_part(Batch batch) {
              parallel::context_parallel_slice(batch.targets, cp, rank).contiguous()};
   }
   if (!device_.is_cpu()) {
-    // From pinned memory without waiting: a copy from pageable memory would make the host wait
-    // for the GPU to finish the previous micro-batch before queueing this one.
+    // From pinned memory without waiting: from pageable memory the host waits for the GPU's last micro-batch.
     batch.tokens = batch.tokens.pin_memory().to(device_, /*non_blocking=*/true);
     batch.targets = batch.targets.pin_memory().to(device_, /*non_blocking=*/true);
   }
@@ -285,6 +284,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     const bool scale_can_drop = scaler_ && t.loss_scale <= 0 && scaler_->scale() > t.min_loss_scale;
     const auto verdict = guard_.judge(step, loss, grad_norm, scale_can_drop);
     const bool skipped = verdict.skip;
+    sync_->end_step(!skipped);  // (compression keeps its new state only for an applied update)
     if (scaler_) scaler_->update(skipped);
     if (verdict.diverging) {
       log::warn(

@@ -216,6 +216,12 @@ class BucketedSync : public GradientSync {
     return true;
   }
 
+  void end_step(bool applied) override {
+    for (auto& part : parts_) {
+      if (part.buckets) part.buckets->end_compression_step(applied);
+    }
+  }
+
   void set_compression_reductions(int64_t done) override {
     for (auto& part : parts_) {
       if (part.buckets) part.buckets->set_compression_reductions(done);

@@ -113,6 +113,12 @@ std::vector<torch::Tensor> GradientBuckets::compression_state() const {
   return out;
 }
 
+void GradientBuckets::end_compression_step(bool applied) {
+  for (auto& b : buckets_) {
+    if (b.compressor) b.compressor->end_step(applied);
+  }
+}
+
 void GradientBuckets::set_compression_reductions(int64_t done) {
   for (auto& b : buckets_) {
     if (b.compressor) b.compressor->set_reductions(done);

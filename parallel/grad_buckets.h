@@ -69,6 +69,8 @@ class GradientBuckets {
   void set_compression_state(const std::vector<torch::Tensor>& tensors, size_t& next);
   // A fresh compression state in a run resumed after DONE steps (BucketCompressor::set_reductions).
   void set_compression_reductions(int64_t done);
+  // Whether this step's update was applied: only then is its compression state kept.
+  void end_compression_step(bool applied);
   // Whether TENSORS from NEXT on are this object's compression state (the same buckets, sizes and
   // ranks); moves NEXT past it when they are.
   bool compression_state_fits(const std::vector<torch::Tensor>& tensors, size_t& next) const;

@@ -136,10 +136,28 @@ void BucketCompressor::redraw_zero_columns(torch::Tensor& q, size_t slot) const 
   q = torch::where(q.abs().sum(0) == 0, fresh, q);
 }
 
-void BucketCompressor::keep_error(const torch::Tensor& error, const torch::Tensor& sum) {
-  // Only when the group's sum is finite too: a step another rank overflowed is skipped on every
-  // rank, and each keeps the error it had before it (one host read for both).
-  if (torch::stack({torch::isfinite(error).all(), torch::isfinite(sum).all()}).all().item<bool>()) error_ = error;
+void BucketCompressor::end_step(bool applied) {
+  if (applied && pending_error_.defined()) error_ = pending_error_;
+  bool new_q = false;
+  for (size_t k = 0; k < pending_q_.size(); ++k) {
+    if (!applied || !pending_q_[k].defined()) continue;
+    q_[k] = pending_q_[k];
+    new_q = true;
+  }
+  pending_error_ = torch::Tensor();
+  pending_q_.clear();
+  if (!new_q) return;
+  // A column of Q that is zero (a step whose summed gradient was zero: an expert no rank routed
+  // to) would stay zero, and P = M Q with it: the matrix would send nothing in that direction
+  // again (PyTorch's hook keeps it so). Drawn again, alike on every rank (one host read a bucket).
+  auto zero_column = torch::zeros({}, torch::kBool);
+  for (const auto& q : q_) {
+    if (q.defined()) zero_column = zero_column | (q.abs().sum(0) == 0).any().cpu();
+  }
+  if (!zero_column.item<bool>()) return;
+  for (size_t k = 0; k < q_.size(); ++k) {
+    if (q_[k].defined()) redraw_zero_columns(q_[k], k);
+  }
 }
 
 std::function<void()> BucketCompressor::start(const torch::Tensor& buffer, Communicator& group) {
@@ -183,7 +201,7 @@ std::function<void()> BucketCompressor::start_bf16(const torch::Tensor& buffer, 
     auto all = torch::empty_like(wire);
     group.all_gather(all, mine).wait();
     buffer.view({-1}).copy_(all.narrow(0, 0, n));
-    if (error.defined()) keep_error(error, all);
+    pending_error_ = error;
   };
 }
 
@@ -257,7 +275,7 @@ std::function<void()> BucketCompressor::start_int8(const torch::Tensor& buffer, 
     each_run([&](int64_t from, int64_t to, int64_t length) {
       flat.narrow(0, from, length).copy_(sum.narrow(0, to, length));
     });
-    if (error.defined()) keep_error(error, sum);
+    pending_error_ = error;
   };
 }
 
@@ -329,24 +347,9 @@ std::function<void()> BucketCompressor::start_powersgd(const torch::Tensor& buff
       new_q[k] = q_sum / static_cast<double>(average_over_);
       m.copy_(approx_sum.view({-1}));
     }
-    // One read on the host for the bucket: whether Q and the error are finite, and whether a
-    // column of a new Q is zero.
-    std::vector<torch::Tensor> flags{torch::isfinite(q_all).all()};
-    if (error.defined()) flags.push_back(torch::isfinite(error).all());
-    auto zero_column = torch::zeros({}, q_all.options().dtype(torch::kBool));
-    for (size_t k : matrices) zero_column = zero_column | (new_q[k].abs().sum(0) == 0).any();
-    flags.push_back(zero_column);
-    const auto host = torch::stack(flags).cpu();
-    const bool finite = host.narrow(0, 0, host.numel() - 1).all().item<bool>();
-    if (finite) {
-      if (error.defined()) error_ = error;
-      for (size_t k : matrices) q_[k] = new_q[k];
-      // A column of Q that is zero (a step whose summed gradient was zero: an expert no rank
-      // routed to) would stay zero, and P = M Q with it: the matrix would send nothing in that
-      // direction again (PyTorch's hook keeps it so). Drawn again, alike on every rank.
-      if (host[host.numel() - 1].item<bool>())
-        for (size_t k : matrices) redraw_zero_columns(q_[k], k);
-    }
+    // Kept once the step is known to be applied (end_step).
+    pending_error_ = error;
+    pending_q_ = std::move(new_q);
     if (v_summed) {
       v_summed->wait();
       int64_t offset = 0;

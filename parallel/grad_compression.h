@@ -76,10 +76,12 @@ class BucketCompressor {
   // A fresh state in a run resumed after DONE steps (its checkpoint's state did not fit): counted
   // from there, so that PowerSGD starts at powersgd.start_step of the run, not of the resume.
   void set_reductions(int64_t done) { reductions_ = done; }
+  // After each reduction, once the world knows whether the step's update is APPLIED: only then
+  // does this step's error and PowerSGD's Q replace the last ones. A step skipped anywhere (an fp16
+  // overflow on any rank, in any bucket) leaves every copy's state as it was.
+  void end_step(bool applied);
 
  private:
-  // The error of this step, kept if it and the group's SUM are finite (else the step is skipped).
-  void keep_error(const torch::Tensor& error, const torch::Tensor& sum);
   // PowerSGD: the zero columns of Q (of matrix SLOT) drawn again, alike on every rank; the others kept.
   void redraw_zero_columns(torch::Tensor& q, size_t slot) const;
   // int8 with blocks per parameter: where each slot starts in the quantised layout, and its length.
@@ -93,7 +95,9 @@ class BucketCompressor {
   int64_t average_over_;
   int64_t index_;
   int64_t reductions_ = 0;
-  torch::Tensor error_;           // error feedback: beside the buffer, fp32
+  torch::Tensor error_;          // error feedback: beside the buffer, fp32
+  torch::Tensor pending_error_;  // this step's, until end_step
+  std::vector<torch::Tensor> pending_q_;
   std::vector<torch::Tensor> q_;  // PowerSGD: one m x r per matrix slot (undefined for vectors)
 };
 

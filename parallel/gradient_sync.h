@@ -120,6 +120,10 @@ class GradientSync {
   // A checkpoint's compression state did not fit: the fresh one counts from the DONE steps resumed,
   // so that PowerSGD still starts at the run's powersgd.start_step.
   virtual void set_compression_reductions(int64_t /*done*/) {}
+  // Once the world has judged the step: APPLIED (its update made) or skipped (an fp16 overflow or a
+  // non-finite loss on any rank). Compression keeps this step's error and Q only when applied, so
+  // that every copy of a parameter, in whatever bucket, keeps the same state.
+  virtual void end_step(bool /*applied*/) {}
 
   virtual ModelStateBytes state_bytes() const = 0;
   // log.trace: this step's bucket events (bucketed only).

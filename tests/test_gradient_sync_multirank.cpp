@@ -201,6 +201,7 @@ TEST_CASE("compressed bucket reductions: bf16, int8 and PowerSGD against the exa
     auto buffer = local(r);
     stats->reset();
     compressor.start(buffer, comm)();
+    compressor.end_step(true);
     const auto error = compressor.state()[1];
     const auto counters = stats->counters();
     const auto bytes = [&](const std::string& op) {
@@ -240,12 +241,13 @@ TEST_CASE("compressed bucket reductions: bf16, int8 and PowerSGD against the exa
       lost.narrow(0, 30, 7).zero_();
       CHECK(torch::allclose(lost_sum, lost, 1e-4, 1e-5));
     }
-    // A non-finite step (an fp16 overflow the trainer skips) leaves the error and Q as they were,
-    // on every rank: here rank 0's gradient alone overflows.
+    // A step the trainer skips (an fp16 overflow anywhere: here rank 0's gradient alone) leaves the
+    // error and Q as they were, on every rank.
     const auto before = compressor.state();
     auto overflowed = local(r);
     if (r == 0) overflowed[3] = std::numeric_limits<float>::infinity();
     compressor.start(overflowed, comm)();
+    compressor.end_step(false);
     const auto after = compressor.state();
     for (size_t i = 1; i < before.size(); ++i) CHECK(torch::equal(after[i], before[i]));
     // The state survives a checkpoint's bytes (flat: set_state gives Q its shape back).
@@ -282,6 +284,8 @@ TEST_CASE("a parameter's copies in two buckets are reduced alike", "[gradient_sy
       auto in_a = torch::cat({mine, neighbour(80 + r)}), in_b = torch::cat({neighbour(90 + r) * 3, mine});
       a.start(in_a, comm)();
       b.start(in_b, comm)();
+      a.end_step(true);
+      b.end_step(true);
       const bool alike = torch::equal(in_a.narrow(0, 0, 12), in_b.narrow(0, 5, 12));
       if (kind == loom::GradCompression::powersgd || per_parameter) {
         CHECK(alike);
@@ -310,6 +314,7 @@ TEST_CASE("PowerSGD goes on after a step whose gradient was zero", "[gradient_sy
     parallel::BucketCompressor compressor(options, {{0, {n, m}}}, ranks, 0);
     auto zero = torch::zeros({n * m});
     compressor.start(zero, comm)();
+    compressor.end_step(true);
     CHECK(zero.abs().max().item<double>() == 0.0);
     auto shared = at::make_generator<at::CPUGeneratorImpl>(300);
     auto buffer = rank_of_p == 1 ? (torch::randn({n, 1}, shared).mm(torch::randn({1, m}, shared)) * (r + 1)).view({-1})
@@ -317,6 +322,7 @@ TEST_CASE("PowerSGD goes on after a step whose gradient was zero", "[gradient_sy
     auto exact = buffer.clone();
     comm.all_reduce(exact).wait();
     compressor.start(buffer, comm)();
+    compressor.end_step(true);
     check_close(buffer, exact, "the step after a zero one", 1e-4);
   }
 }
@@ -364,6 +370,7 @@ TEST_CASE("PowerSGD's steps, written for PyTorch's hook to replay", "[.powersgd_
       auto gradient = strong + torch::randn({numel}, generator) * 0.05;
       auto buffer = gradient.clone();
       compressor.start(buffer, comm)();
+      compressor.end_step(true);
       out.push_back(gradient);
       out.push_back(buffer / ranks);
     }
