@@ -91,16 +91,14 @@ void GradientBuckets::reduce_in(torch::ScalarType wire_dtype) {
 }
 
 void GradientBuckets::compress(const GradCompressionOptions& options) {
-  for (size_t index = 0; index < buckets_.size(); ++index) {
-    auto& b = buckets_[index];
+  for (auto& b : buckets_) {
     b.wire = torch::Tensor();
     std::vector<BucketSlot> slots;
     for (size_t j = 0; j < b.layout.params.size(); ++j) {
       const auto& param = params_[b.layout.params[j]];
       slots.push_back({b.layout.flat.offset(j), param.sizes().vec(), parameter_key(param)});
     }
-    b.compressor =
-        std::make_unique<BucketCompressor>(options, std::move(slots), average_over_, static_cast<int64_t>(index));
+    b.compressor = std::make_unique<BucketCompressor>(options, std::move(slots), average_over_);
   }
 }
 

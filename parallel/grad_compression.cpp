@@ -26,8 +26,6 @@ std::shared_ptr<CommHandle> shared(CommHandle handle) {
   return std::make_shared<CommHandle>(std::move(handle));
 }
 
-// Whether every element of T is finite: a non-finite step (an fp16 overflow, a divergence the
-// trainer will skip) must not become the next step's error feedback.
 // The columns of M (n x r) made orthonormal, in place: Gram-Schmidt up to rank 2, Householder QR
 // beyond, which keeps them orthonormal however ill-conditioned M is (gradients often are), where
 // Gram-Schmidt loses that beyond a couple of columns (PyTorch's hook makes the same choice).
@@ -111,8 +109,8 @@ void orthogonalize_columns(torch::Tensor& m) {
 }
 
 BucketCompressor::BucketCompressor(const GradCompressionOptions& options, std::vector<BucketSlot> slots,
-                                   int64_t average_over, int64_t index)
-    : options_(options), slots_(std::move(slots)), average_over_(average_over), index_(index) {
+                                   int64_t average_over)
+    : options_(options), slots_(std::move(slots)), average_over_(average_over) {
   if (options_.kind != GradCompression::powersgd) return;
   // The first Q, alike on every rank of the group (P = M Q is summed over it) and on every copy of
   // the parameter elsewhere (the tied embedding on the first and last stages: seeded by its key).
@@ -137,24 +135,22 @@ void BucketCompressor::redraw_zero_columns(torch::Tensor& q, size_t slot) const 
 }
 
 void BucketCompressor::end_step(bool applied) {
-  if (applied && pending_error_.defined()) error_ = pending_error_;
-  bool new_q = false;
-  for (size_t k = 0; k < pending_q_.size(); ++k) {
-    if (!applied || !pending_q_[k].defined()) continue;
-    q_[k] = pending_q_[k];
-    new_q = true;
-  }
-  pending_error_ = torch::Tensor();
+  const auto error = std::move(pending_error_);  // (leaves it undefined)
+  const auto new_q = std::move(pending_q_);
   pending_q_.clear();
-  if (!new_q) return;
+  if (!applied) return;
+  if (error.defined()) error_ = error;
   // A column of Q that is zero (a step whose summed gradient was zero: an expert no rank routed
   // to) would stay zero, and P = M Q with it: the matrix would send nothing in that direction
   // again (PyTorch's hook keeps it so). Drawn again, alike on every rank (one host read a bucket).
-  auto zero_column = torch::zeros({}, torch::kBool);
-  for (const auto& q : q_) {
-    if (q.defined()) zero_column = zero_column | (q.abs().sum(0) == 0).any().cpu();
+  torch::Tensor zero_column;
+  for (size_t k = 0; k < new_q.size(); ++k) {
+    if (!new_q[k].defined()) continue;
+    q_[k] = new_q[k];
+    const auto zero = (q_[k].abs().sum(0) == 0).any();
+    zero_column = zero_column.defined() ? zero_column | zero : zero;
   }
-  if (!zero_column.item<bool>()) return;
+  if (!zero_column.defined() || !zero_column.item<bool>()) return;
   for (size_t k = 0; k < q_.size(); ++k) {
     if (q_[k].defined()) redraw_zero_columns(q_[k], k);
   }
@@ -231,14 +227,11 @@ std::function<void()> BucketCompressor::start_int8(const torch::Tensor& buffer, 
       at += (length + block - 1) / block * block;
     }
   };
+  const bool add_error = options_.error_feedback && error_.defined();
   each_run([&](int64_t from, int64_t to, int64_t length) {
-    input.narrow(0, to, length).copy_(flat.narrow(0, from, length));
+    auto part = input.narrow(0, to, length).copy_(flat.narrow(0, from, length));
+    if (add_error) part.add_(error_.narrow(0, from, length));
   });
-  if (options_.error_feedback && error_.defined()) {
-    each_run([&](int64_t from, int64_t to, int64_t length) {
-      input.narrow(0, to, length).add_(error_.narrow(0, from, length));
-    });
-  }
   const auto quantized = quantize_int8(input, block);
   const auto codes = quantized.first, scales = quantized.second;
   torch::Tensor error;

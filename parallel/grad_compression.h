@@ -58,10 +58,9 @@ uint64_t parameter_key(const torch::Tensor& parameter);
 
 class BucketCompressor {
  public:
-  // SLOTS: the bucket's parameters; AVERAGE_OVER: what the sum is divided by afterwards (the
-  // error of PowerSGD is taken against that average); INDEX: the bucket's place (seeds its Q).
-  BucketCompressor(const GradCompressionOptions& options, std::vector<BucketSlot> slots, int64_t average_over,
-                   int64_t index);
+  // SLOTS: the bucket's parameters (their keys seed PowerSGD's Qs); AVERAGE_OVER: what the sum is
+  // divided by afterwards (the error of PowerSGD is taken against that average).
+  BucketCompressor(const GradCompressionOptions& options, std::vector<BucketSlot> slots, int64_t average_over);
   // Starts reducing BUFFER (this rank's gradient) over GROUP; the function returned waits for
   // the rest, after which BUFFER holds the group's sum as the compression delivers it.
   std::function<void()> start(const torch::Tensor& buffer, Communicator& group);
@@ -93,7 +92,6 @@ class BucketCompressor {
   GradCompressionOptions options_;
   std::vector<BucketSlot> slots_;
   int64_t average_over_;
-  int64_t index_;
   int64_t reductions_ = 0;
   torch::Tensor error_;          // error feedback: beside the buffer, fp32
   torch::Tensor pending_error_;  // this step's, until end_step

@@ -197,7 +197,7 @@ TEST_CASE("compressed bucket reductions: bf16, int8 and PowerSGD against the exa
     options.powersgd_rank = c.rank;
     options.powersgd_start_step = 0;
     options.int8_block = 8;
-    parallel::BucketCompressor compressor(options, slots, ranks, 0);
+    parallel::BucketCompressor compressor(options, slots, ranks);
     auto buffer = local(r);
     stats->reset();
     compressor.start(buffer, comm)();
@@ -279,8 +279,8 @@ TEST_CASE("a parameter's copies in two buckets are reduced alike", "[gradient_sy
       options.int8_block = 8;
       options.int8_blocks_per_parameter = per_parameter;
       // Bucket A: the parameter, then a vector; bucket B: another vector, then the parameter.
-      parallel::BucketCompressor a(options, {{0, {4, 3}, key}, {12, {5}, 1}}, ranks, 0);
-      parallel::BucketCompressor b(options, {{0, {5}, 2}, {5, {4, 3}, key}}, ranks, 1);
+      parallel::BucketCompressor a(options, {{0, {4, 3}, key}, {12, {5}, 1}}, ranks);
+      parallel::BucketCompressor b(options, {{0, {5}, 2}, {5, {4, 3}, key}}, ranks);
       auto in_a = torch::cat({mine, neighbour(80 + r)}), in_b = torch::cat({neighbour(90 + r) * 3, mine});
       a.start(in_a, comm)();
       b.start(in_b, comm)();
@@ -311,7 +311,7 @@ TEST_CASE("PowerSGD goes on after a step whose gradient was zero", "[gradient_sy
     options.powersgd_rank = rank_of_p;
     options.powersgd_start_step = 0;
     const int64_t n = rank_of_p == 1 ? 4 : 2, m = 5;
-    parallel::BucketCompressor compressor(options, {{0, {n, m}}}, ranks, 0);
+    parallel::BucketCompressor compressor(options, {{0, {n, m}}}, ranks);
     auto zero = torch::zeros({n * m});
     compressor.start(zero, comm)();
     compressor.end_step(true);
@@ -347,7 +347,7 @@ TEST_CASE("PowerSGD's steps, written for PyTorch's hook to replay", "[.powersgd_
     options.powersgd_rank = rank_of_p;
     options.powersgd_start_step = 2;
     options.seed = 17;
-    parallel::BucketCompressor compressor(options, slots, ranks, 0);
+    parallel::BucketCompressor compressor(options, slots, ranks);
     c10::List<torch::Tensor> out;
     const auto first = compressor.state();  // count, error, then each slot's Q (empty for vectors)
     for (size_t k = 2; k < first.size(); ++k) out.push_back(first[k].clone());
