@@ -20,11 +20,27 @@ LOOM_SHAPE=(--set model.num_layers=2 --set model.hidden_size=64 --set model.num_
   --set train.grad_clip=1.0 --set data.path="$WORK/ds" --set data.order=shuffled --set train.seed=7
   --set model.init_from="$WORK/init.safetensors")
 
-pytorch() {  # pytorch NAME [args...]: reference_gpt.py at dp 4; its result line in $WORK/NAME.json
+# One PyTorch run at dp 4 under torchrun, its ranks' stderr in $WORK/NAME.err. Gloo binds loopback
+# (GLOO_SOCKET_IFNAME=lo), as loom's own single-host groups do, not whatever the host name resolves to.
+torch_dp4() {
   local name="$1"
   shift
-  "$PY" -m torch.distributed.run --nproc_per_node 4 --master_port "$(free_port)" "$LOOM_SOURCE/bench/reference_gpt.py" \
-    "${SHAPE[@]}" --loom-order "$@" > "$WORK/$name.out" 2> "$WORK/$name.err" || { tail -20 "$WORK/$name.err"; fail "$name"; }
+  GLOO_SOCKET_IFNAME=lo "$PY" -m torch.distributed.run --nproc_per_node 4 --master_port "$(free_port)" \
+    "$LOOM_SOURCE/bench/reference_gpt.py" "${SHAPE[@]}" --loom-order "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"
+}
+# pytorch NAME [args...]: reference_gpt.py at dp 4; its result line in $WORK/NAME.json. A reference
+# rank killed by a signal (once in CI, 2026-12-03: rank 2 aborted 14 s in, under the whole suite's
+# load; its message was cut off) is PyTorch's process failing, not a result: it is shown in full and
+# the run is made once more. A second crash, or any ordinary error, fails the test.
+pytorch() {
+  local name="$1"
+  shift
+  if ! torch_dp4 "$name" "$@"; then
+    grep -v '^\s*$' "$WORK/$name.err" | head -60
+    grep -q 'Signal [0-9]* (SIG' "$WORK/$name.err" || fail "$name"
+    echo "$name: a PyTorch rank died of a signal (above); running the reference once more"
+    torch_dp4 "$name" "$@" || { grep -v '^\s*$' "$WORK/$name.err" | head -60; fail "$name, twice"; }
+  fi
   grep '^{"side"' "$WORK/$name.out" > "$WORK/$name.json" || { cat "$WORK/$name.out"; fail "$name printed no result"; }
 }
 pytorch torch_ref --save-init "$WORK/init.safetensors"
