@@ -97,7 +97,10 @@ DpModel dense_dp_model(const Config& config, int64_t tp, int64_t pp, int64_t mic
     for (const auto& p : block) bytes.push_back(p.local_numel(tp) * 4);
   }
   const auto bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
-  model.buckets = static_cast<double>(parallel::GradientBuckets::plan(bytes, bucket_bytes).size());
+  // The embedding held by the last stage too (tied, or multi-token prediction's) has a bucket of its own.
+  std::vector<bool> alone(bytes.size(), false);
+  alone[0] = pp > 1 && (c.model.tie_embeddings || c.model.mtp.depth > 0);
+  model.buckets = static_cast<double>(parallel::GradientBuckets::plan(bytes, bucket_bytes, alone).size());
   // Muon: its weights, and the units that hold one (every block, if a block's do; the root when
   // train.muon.include names one of its weights or multi-token prediction's blocks are in it).
   const auto [block_weights, block_numel] = muon_part(c, block);

@@ -42,8 +42,9 @@ struct Layout {
 // One parameter this rank holds, in the trainer's order (order of use).
 struct LocalParameter {
   int64_t numel;
-  bool tp_summed;      // its gradient is summed over tp after backward (ParallelParameter::sequence_parallel)
-  int64_t block = -1;  // the layer of the block holding it; -1: outside the blocks
+  bool tp_summed;          // its gradient is summed over tp after backward (ParallelParameter::sequence_parallel)
+  int64_t block = -1;      // the layer of the block holding it; -1: outside the blocks
+  bool tied_copy = false;  // the word embedding held by the first and last pipeline pieces both
 };
 
 // Calls ADD(shapes, block) for the parameters this rank holds, in the trainer's order (order of
@@ -66,11 +67,26 @@ void for_each_local_shape(const Config& c, const parallel::RankCoords& coords, A
 
 std::vector<LocalParameter> local_parameters(const Config& c, const parallel::RankCoords& coords) {
   const Layout l(c);
+  const bool copies = l.pieces() > 1 && (c.model.tie_embeddings || c.model.mtp.depth > 0);
+  const std::string embedding = gpt_input_parameters(c).front().name;
   std::vector<LocalParameter> out;
   for_each_local_shape(c, coords, [&](const std::vector<ParameterShape>& shapes, int64_t block) {
-    for (const auto& s : shapes) out.push_back({s.local_numel(l.t), s.tp_summed, block});
+    for (const auto& s : shapes)
+      out.push_back({s.local_numel(l.t), s.tp_summed, block, copies && block < 0 && s.name == embedding});
   });
   return out;
+}
+
+// This rank's gradient buckets as the trainer packs them (the tied copy in a bucket of its own);
+// BYTES: each parameter's fp32 gradient bytes.
+std::vector<std::vector<size_t>> local_gradient_buckets(const Config& c, const parallel::RankCoords& coords,
+                                                        std::vector<int64_t>& bytes) {
+  std::vector<bool> alone;
+  for (const auto& p : local_parameters(c, coords)) {
+    bytes.push_back(p.numel * kFloat);
+    alone.push_back(p.tied_copy);
+  }
+  return parallel::GradientBuckets::plan(bytes, static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024), alone);
 }
 
 }  // namespace
@@ -311,10 +327,8 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     const bool to_shards = c.parallel.zero_stage > 0 && c.parallel.grad_compression == GradCompression::none &&
                            c.train.optimizer != OptimizerKind::muon;
     std::vector<int64_t> bytes;
-    for (int64_t n : gpt_local_parameter_sizes(c, coords)) bytes.push_back(n * kFloat);
-    const auto bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
     const int64_t zero = c.parallel.zero_stage;
-    for (const auto& bucket : parallel::GradientBuckets::plan(bytes, bucket_bytes)) {
+    for (const auto& bucket : local_gradient_buckets(c, coords, bytes)) {
       int64_t sum = 0;
       for (size_t i : bucket) sum += bytes[i];
       if (zero > 0) sum = (sum / kFloat + l.shards - 1) / l.shards * l.shards * kFloat;  // padded to equal shards
@@ -437,9 +451,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_chec
   }
   // A sharded optimizer gathers both moments of every bucket before saving.
   std::vector<int64_t> bytes;
-  for (int64_t n : gpt_local_parameter_sizes(c, coords)) bytes.push_back(n * kFloat);
-  for (const auto& bucket :
-       parallel::GradientBuckets::plan(bytes, static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024))) {
+  for (const auto& bucket : local_gradient_buckets(c, coords, bytes)) {
     int64_t sum = 0;
     for (size_t i : bucket) sum += bytes[i];
     sum = (sum / kFloat + l.shards - 1) / l.shards * l.shards * kFloat;

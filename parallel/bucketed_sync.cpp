@@ -50,7 +50,7 @@ class BucketedSync : public GradientSync {
       const int64_t average_over = groups_.dp_cp().size();
       parts_[0].buckets =
           std::make_unique<GradientBuckets>(parts_[0].tensors, dense, options_.bucket_bytes, options_.micro_batches,
-                                            zero_stage_, average_over, &groups_.dp_shard());
+                                            zero_stage_, average_over, &groups_.dp_shard(), tied);
       // The tied copies' gradients change after backward (their sum): their buckets wait for finish().
       parts_[0].buckets->defer(tied);
       if (!parts_[1].tensors.empty()) {

@@ -1,21 +1,27 @@
 #include "parallel/grad_buckets.h"
 
+#include <algorithm>
+
 #include "parallel/grad_hooks.h"
 
 namespace loom::parallel {
 GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes,
                                  int64_t accumulations, int64_t zero_stage, int64_t average_over,
-                                 const Communicator* shards)
+                                 const Communicator* shards, const std::vector<torch::Tensor>& own_buckets)
     : params_(std::move(params)),
       dp_(dp),
       accumulations_(accumulations),
       average_over_(average_over > 0 ? average_over : dp.size()) {
   bucket_of_.assign(params_.size(), 0);
   std::vector<int64_t> bytes;
-  for (const auto& p : params_) bytes.push_back(p.numel() * static_cast<int64_t>(p.element_size()));
+  std::vector<bool> alone;
+  for (const auto& p : params_) {
+    bytes.push_back(p.numel() * static_cast<int64_t>(p.element_size()));
+    alone.push_back(std::any_of(own_buckets.begin(), own_buckets.end(), [&p](const auto& t) { return t.is_same(p); }));
+  }
   if (!shards) shards = &dp;
   torch::NoGradGuard no_grad;
-  for (auto& group : plan(bytes, bucket_bytes)) {
+  for (auto& group : plan(bytes, bucket_bytes, alone)) {
     Bucket bucket;
     auto& l = bucket.layout;
     std::vector<torch::Tensor> members;
@@ -43,17 +49,27 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, Communicator
 GradientBuckets::~GradientBuckets() = default;
 
 std::vector<std::vector<size_t>> GradientBuckets::plan(const std::vector<int64_t>& bytes_in_use_order,
-                                                       int64_t bucket_bytes) {
+                                                       int64_t bucket_bytes, const std::vector<bool>& alone) {
   // Reverse order of use: the last layers' gradients are ready first.
+  // A parameter alone takes a bucket of its own where it comes, and the bucket being filled goes on
+  // past it (a bucket's parameters need not be neighbours in the order of use).
   std::vector<std::vector<size_t>> groups;
   int64_t bytes = 0;
+  size_t filling = 0;
+  bool any_filling = false;
   for (size_t i = bytes_in_use_order.size(); i-- > 0;) {
+    if (i < alone.size() && alone[i]) {
+      groups.push_back({i});
+      continue;
+    }
     const int64_t b = bytes_in_use_order[i];
-    if (groups.empty() || (bucket_bytes > 0 && bytes > 0 && bytes + b > bucket_bytes)) {
+    if (!any_filling || (bucket_bytes > 0 && bytes > 0 && bytes + b > bucket_bytes)) {
       groups.emplace_back();
+      filling = groups.size() - 1;
+      any_filling = true;
       bytes = 0;
     }
-    groups.back().push_back(i);
+    groups[filling].push_back(i);
     bytes += b;
   }
   return groups;

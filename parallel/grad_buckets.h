@@ -51,8 +51,11 @@ class GradientBuckets {
   // Parameters outside autograd (fp32 master weights) have no accumulator to
   // hook: whoever fills their gradient calls gradient_arrived().
   // SHARDS: the group ZeRO-1's shards are laid out over (HSDP's shard group; null: DP itself).
+  // OWN_BUCKETS: parameters (of PARAMS) that each get a bucket of their own: the tied embedding's
+  // copies at pp > 1, which must be reduced alike in the first and last stages (plan()).
   GradientBuckets(std::vector<torch::Tensor> params, Communicator& dp, int64_t bucket_bytes, int64_t accumulations,
-                  int64_t zero_stage = 0, int64_t average_over = 0, const Communicator* shards = nullptr);
+                  int64_t zero_stage = 0, int64_t average_over = 0, const Communicator* shards = nullptr,
+                  const std::vector<torch::Tensor>& own_buckets = {});
   // Reduce in WIRE_DTYPE (bf16: parallel.grad_reduce_dtype) instead of the buffers' dtype.
   void reduce_in(torch::ScalarType wire_dtype);
   // ZeRO-1 (Megatron-LM's distributed optimizer): each bucket reduce-scattered into this rank's
@@ -87,7 +90,12 @@ class GradientBuckets {
 
   // Which parameters share a bucket, given their bytes in order of use:
   // buckets fill in reverse order, each closed before it would pass BUCKET_BYTES.
-  static std::vector<std::vector<size_t>> plan(const std::vector<int64_t>& bytes_in_use_order, int64_t bucket_bytes);
+  // A parameter with ALONE[i] set gets a bucket of its own. A parameter held by two ranks of
+  // different dp groups (the tied embedding in the first and last pipeline stages) is summed in
+  // the same order by both only at the same offset of a bucket of the same size: a ring sums each
+  // chunk of a bucket from another rank, so its neighbours in the bucket would set its bits.
+  static std::vector<std::vector<size_t>> plan(const std::vector<int64_t>& bytes_in_use_order, int64_t bucket_bytes,
+                                               const std::vector<bool>& alone = {});
 
   void start_step();
   // Records EVENT in this step's trace (the trainer marks the end of backward).

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "optim/make_adamw.h"
+#include "parallel/grad_buckets.h"
 #include "parallel/gradient_sync.h"
 
 using namespace loom;
@@ -151,4 +152,19 @@ TEST_CASE("gradient sync (bucketed, world 1, fp32): the model's own parameters, 
   optimizer->step(0.125);
   sync->after_update();
   CHECK(torch::allclose(w, old - 0.125 * torch::sign(tensor_of(kInput1).reshape({2, 3})), 0, 1e-6));
+}
+
+TEST_CASE("bucket plan: the last parameters first, each bucket within its bytes, a marked parameter alone",
+          "[gradient_sync]") {
+  using Plan = std::vector<std::vector<size_t>>;
+  const std::vector<int64_t> bytes{4, 4, 4, 4};
+  CHECK(parallel::GradientBuckets::plan(bytes, 8) == Plan{{3, 2}, {1, 0}});
+  CHECK(parallel::GradientBuckets::plan(bytes, 0) == Plan{{3, 2, 1, 0}});
+  // The tied embedding (first in use) alone: the same offset, in a bucket of the same size, in the
+  // first and last stages, whatever its neighbours there.
+  CHECK(parallel::GradientBuckets::plan(bytes, 8, {true, false, false, false}) == Plan{{3, 2}, {1}, {0}});
+  // ... and the bucket being filled goes on past it (the last stage's final norm joins its blocks).
+  CHECK(parallel::GradientBuckets::plan(bytes, 0, {false, true, false, false}) == Plan{{3, 2, 0}, {1}});
+  CHECK(parallel::GradientBuckets::plan(bytes, 0, {false, false, false, true}) == Plan{{3}, {2, 1, 0}});
+  CHECK(parallel::GradientBuckets::plan(bytes, 8, {false, false, true, false}) == Plan{{3, 1}, {2}, {0}});
 }
