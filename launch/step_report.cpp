@@ -151,10 +151,32 @@ std::vector<int64_t> job_nodes(parallel::ProcessGroups& groups, int64_t local_wo
   return parallel::discover_nodes(groups.world_comm(), host_name(), local_world, config.parallel.ranks_per_node);
 }
 
+namespace {
+
+// Removes RUN_DIR/comm_rankN.json for the ranks N >= WORLD: an earlier run in the directory at more
+// ranks (one resumed at fewer) left them, and they would read as this run's.
+void remove_other_worlds_counters(const std::string& run_dir, int64_t world) {
+  const std::string prefix = "comm_rank", suffix = ".json";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(run_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    if (std::stoll(digits) >= world) std::filesystem::remove(entry.path(), error);
+  }
+}
+
+}  // namespace
+
 nlohmann::json write_traffic_reports(parallel::ProcessGroups& groups, const parallel::CommStats& stats,
                                      const parallel::RankGrid& grid, const TrainSummary& summary,
                                      const std::string& run_dir, int64_t local_world, const Config& config) {
   std::ofstream(run_dir + "/comm_rank" + std::to_string(groups.rank()) + ".json") << stats.to_json().dump(2) << "\n";
+  if (groups.rank() == 0) remove_other_worlds_counters(run_dir, groups.world());
   auto report = parallel::gather_traffic_report(groups, stats, summary.steps, host_name(), local_world,
                                                 config.parallel.ranks_per_node);
   if (report.is_null()) return report;

@@ -12,7 +12,7 @@
 #  7. Exact resume at pp=2 dp=3 with the tied embedding in buckets past Gloo's one-shot size: the two
 #     stages' copies of the embedding stay equal (each in a bucket of its own), so the checkpoint's
 #     one copy resumes both bit for bit (2e-8 off before: Gloo's ring sums an element in an order set by
-#     where it lies in its bucket).
+#     where it lies in its bucket). Resumed again there at fewer ranks, the others' comm_rankN.json go.
 source "$(dirname "$0")/common.sh"
 MODEL=(--set model.num_layers=4 --set train.global_batch_size=16 --set train.steps=40)
 L222=(--set parallel.tp=2 --set parallel.pp=2 --set parallel.zero_stage=1)
@@ -127,4 +127,9 @@ must_train 6 tied_resumed "${TIED[@]}" --set checkpoint.dir="$WORK/ck_tied" --re
   --set checkpoint.interval=0
 echo -n "exact resume, pp=2 dp=3, tied embedding: "
 steps_equal tied_resumed tied_straight 0 11 || fail "resumed at pp 2 dp 3 differs: the tied embedding's copies drifted"
+# Resumed again in the same run directory at 2 ranks: the 6-rank run's comm_rank2..5.json go.
+must_train 2 tied_resumed "${TIED[@]}" --set checkpoint.dir="$WORK/ck_tied" --resume "$WORK/ck_tied/step_00000010" \
+  --set checkpoint.interval=0
+[ "$(cd "$WORK/tied_resumed" && ls comm_rank*.json | tr '\n' ' ')" = "comm_rank0.json comm_rank1.json " ] ||
+  { ls "$WORK/tied_resumed"; fail "a run at 2 ranks left the 6-rank run's comm_rankN.json"; }
 echo "checkpoints: ok"
