@@ -113,6 +113,10 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
     }
     // loom verify's runs keep theirs in diagnosis.json: its own verdict is the one to read.
     write_diagnosis(summary, run_dir, /*print=*/args.dump_first_step.empty());
+    // Every rank's heartbeat stops before any rank leaves: a beat that reached the store after its
+    // rank had exited printed c10d's "recvValue failed" trace at the end of a finished run.
+    heartbeat.stop();
+    groups.world_comm().barrier().wait();
   } catch (const CommError& e) {
     // A timeout cannot say which peer it waited for; the heartbeats can, three beats apart: a rank
     // that stopped beating, or one that beats but is in no collective.

@@ -228,7 +228,11 @@ Heartbeat::Heartbeat(c10d_compat::StorePtr store, int rank, int world, int serve
 }
 
 Heartbeat::~Heartbeat() {
-  if (!state_) return;
+  stop();
+}
+
+void Heartbeat::stop() {
+  if (!state_ || !thread_.joinable()) return;
   std::unique_lock<std::mutex> lock(state_->mutex);
   state_->stop = true;
   state_->changed.notify_all();
