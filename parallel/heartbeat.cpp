@@ -258,6 +258,7 @@ std::string Heartbeat::silent_ranks(std::chrono::milliseconds window) {
   const std::chrono::milliseconds deadline =
       window + 4 * s.period + (serves ? window + 2 * s.period : std::chrono::milliseconds(0));
   std::unique_lock<std::mutex> lock(s.mutex);
+  if (s.stop) return "";  // stopped (stop()): it no longer knows who beats
   s.asked = window;
   s.verdict.reset();
   s.changed.notify_all();

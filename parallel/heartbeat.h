@@ -32,7 +32,7 @@ class Heartbeat {
   ~Heartbeat();
   // The same, before the end of its scope: no beat reaches the store after it returns (a job ends
   // with every rank's stop before any rank leaves, so that the rank serving the store takes it
-  // away from nobody). silent_ranks() after it says nothing new. Once is enough; again, nothing.
+  // away from nobody). silent_ranks() after it returns empty. Once is enough; again, nothing.
   void stop();
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;

@@ -178,3 +178,15 @@ TEST_CASE("a world of one has no heartbeat to report", "[heartbeat]") {
   Heartbeat alone({}, 0, 1, 0);
   CHECK(alone.silent_ranks(300ms).empty());
 }
+
+TEST_CASE("a stopped heartbeat writes no more beats and reports nothing", "[heartbeat]") {
+  auto store = shared_store();
+  auto rank0 = rank(store, 0, 2);
+  std::this_thread::sleep_for(60ms);  // (a few beats; the check below needs only that none follow the stop)
+  rank0->stop();
+  const int64_t beats = store->add("heartbeat/0", 0);
+  std::this_thread::sleep_for(60ms);
+  CHECK(store->add("heartbeat/0", 0) == beats);
+  CHECK(rank0->silent_ranks(300ms).empty());
+  rank0->stop();  // again: nothing
+}
