@@ -64,7 +64,7 @@ double heavier_end_stage(const Config& config, const std::function<double(const 
   double first = 0, last = 0;
   for (const auto& p : input) first += count(p);
   for (const auto& p : models::gpt_output_parameters(config)) last += count(p);
-  if (config.model.tie_embeddings || config.model.mtp.depth > 0) last += count(input.front());
+  if (models::shares_word_embedding(config)) last += count(input.front());
   return std::max(first, last);
 }
 
@@ -99,7 +99,7 @@ DpModel dense_dp_model(const Config& config, int64_t tp, int64_t pp, int64_t mic
   const auto bucket_bytes = static_cast<int64_t>(c.parallel.bucket_mb * 1024 * 1024);
   // The embedding held by the last stage too (tied, or multi-token prediction's) has a bucket of its own.
   std::vector<bool> alone(bytes.size(), false);
-  alone[0] = pp > 1 && (c.model.tie_embeddings || c.model.mtp.depth > 0);
+  alone[0] = pp > 1 && models::shares_word_embedding(c);
   model.buckets = static_cast<double>(parallel::GradientBuckets::plan(bytes, bucket_bytes, alone).size());
   // Muon: its weights, and the units that hold one (every block, if a block's do; the root when
   // train.muon.include names one of its weights or multi-token prediction's blocks are in it).

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <regex>
 
 #include "core/data_blend.h"
 #include "core/device.h"
@@ -156,17 +157,12 @@ namespace {
 // Removes RUN_DIR/comm_rankN.json for the ranks N >= WORLD: an earlier run in the directory at more
 // ranks (one resumed at fewer) left them, and they would read as this run's.
 void remove_other_worlds_counters(const std::string& run_dir, int64_t world) {
-  const std::string prefix = "comm_rank", suffix = ".json";
+  static const std::regex counters(R"(comm_rank(\d{1,9})\.json)");
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(run_dir, error)) {
+    std::smatch rank;
     const std::string name = entry.path().filename().string();
-    if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
-    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      continue;
-    if (std::stoll(digits) >= world) std::filesystem::remove(entry.path(), error);
+    if (std::regex_match(name, rank, counters) && std::stoll(rank[1]) >= world) std::filesystem::remove(entry, error);
   }
 }
 

@@ -36,6 +36,11 @@ bool kv_replicated(const Config& config);
 
 // wte and, with learned positions, wpe (first pipeline piece).
 std::vector<ParameterShape> gpt_input_parameters(const Config& config);
+// Whether the last pipeline piece holds a copy of the word embedding (tied output, or multi-token
+// prediction's embedding): models/gpt_options.h's shares_word_embedding, from the config.
+inline bool shares_word_embedding(const Config& config) {
+  return config.model.tie_embeddings || config.model.mtp.depth > 0;
+}
 // Block LAYER's parameters (a dense block; an MoE block's experts are counted by model_num_parameters).
 std::vector<ParameterShape> gpt_block_parameters(const Config& config, int64_t layer);
 // ln_f, untied lm_head, and multi-token prediction's modules, their blocks as dense ones (last

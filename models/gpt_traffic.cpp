@@ -59,7 +59,7 @@ void for_each_local_shape(const Config& c, const parallel::RankCoords& coords, A
       add(gpt_block_parameters(c, layer), layer);
     if (k == l.pieces() - 1) {
       // A last piece that is not the first holds its own copy of a tied word embedding, ahead of the output stage.
-      if (k != 0 && (c.model.tie_embeddings || c.model.mtp.depth > 0)) add({gpt_input_parameters(c).front()}, -1);
+      if (k != 0 && shares_word_embedding(c)) add({gpt_input_parameters(c).front()}, -1);
       add(gpt_output_parameters(c), -1);
     }
   }
@@ -67,7 +67,7 @@ void for_each_local_shape(const Config& c, const parallel::RankCoords& coords, A
 
 std::vector<LocalParameter> local_parameters(const Config& c, const parallel::RankCoords& coords) {
   const Layout l(c);
-  const bool copies = l.pieces() > 1 && (c.model.tie_embeddings || c.model.mtp.depth > 0);
+  const bool copies = l.pieces() > 1 && shares_word_embedding(c);
   const std::string embedding = gpt_input_parameters(c).front().name;
   std::vector<LocalParameter> out;
   for_each_local_shape(c, coords, [&](const std::vector<ParameterShape>& shapes, int64_t block) {
@@ -276,8 +276,7 @@ std::map<std::pair<std::string, std::string>, PredictedTraffic> predict_gpt_step
     // The loss (and multi-token prediction's) and every stage's timing.
     add("pp", "all_gather", 1, l.p * (c.model.mtp.depth > 0 ? 4 : 3) * kDouble);
     // The tied word embedding's two copies sum their gradients; an untied lm_head has no twin.
-    if ((first || last) && (c.model.tie_embeddings || c.model.mtp.depth > 0))
-      add("embedding", "all_reduce", 1, l.vocab_shard * h * kFloat);
+    if ((first || last) && shares_word_embedding(c)) add("embedding", "all_reduce", 1, l.vocab_shard * h * kFloat);
   }
   if (l.d > 1 && works_by_units(c)) {
     // ZeRO-3: the root unit is gathered and reduce-scattered once per step; each

@@ -1,6 +1,7 @@
 #include "parallel/grad_buckets.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "parallel/grad_hooks.h"
 
@@ -55,21 +56,19 @@ std::vector<std::vector<size_t>> GradientBuckets::plan(const std::vector<int64_t
   // past it (a bucket's parameters need not be neighbours in the order of use).
   std::vector<std::vector<size_t>> groups;
   int64_t bytes = 0;
-  size_t filling = 0;
-  bool any_filling = false;
+  std::optional<size_t> filling;  // the bucket being filled, once there is one
   for (size_t i = bytes_in_use_order.size(); i-- > 0;) {
     if (i < alone.size() && alone[i]) {
       groups.push_back({i});
       continue;
     }
     const int64_t b = bytes_in_use_order[i];
-    if (!any_filling || (bucket_bytes > 0 && bytes > 0 && bytes + b > bucket_bytes)) {
+    if (!filling || (bucket_bytes > 0 && bytes > 0 && bytes + b > bucket_bytes)) {
+      filling = groups.size();
       groups.emplace_back();
-      filling = groups.size() - 1;
-      any_filling = true;
       bytes = 0;
     }
-    groups[filling].push_back(i);
+    groups[*filling].push_back(i);
     bytes += b;
   }
   return groups;
