@@ -1,6 +1,7 @@
 #include "models/norm.h"
 
 #include "core/precision.h"
+#include "models/rms_norm_cpu.h"
 
 namespace loom::models {
 
@@ -21,7 +22,9 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   // LibTorch's own RMSNorm: one fused kernel each way on a GPU, where the composition
   // (upcast, square, mean, rsqrt, multiply, downcast, scale) took seven passes over the
   // activations forward and more back. It computes in fp32 and rounds once, after the
-  // weight (Hugging Face's Llama rounds before it: the same in fp32).
+  // weight (Hugging Face's Llama rounds before it: the same in fp32). On the CPU in fp32, loom's
+  // own (models/rms_norm_cpu.h), where LibTorch's is a composition there too.
+  if (rms_norm_cpu_takes(x, weight)) return rms_norm_cpu(x, weight, eps);
   return at::rms_norm(x, {x.size(-1)}, weight, eps);
 }
 

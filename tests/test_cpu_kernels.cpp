@@ -7,6 +7,7 @@
 
 #include "core/cpu_threads.h"
 #include "models/gelu.h"
+#include "models/rms_norm_cpu.h"
 #include "optim/adamw.h"
 
 using namespace loom;
@@ -106,6 +107,40 @@ TEST_CASE("GELU gives the same bits on any number of threads, and LibTorch's val
   want.backward(grad_x);
   CHECK(torch::equal(out[1], want.detach()));
   CHECK(torch::equal(grad[1], input.grad()));
+}
+
+TEST_CASE("RMSNorm on the CPU gives LibTorch's values and gradients, the same bits on any number of threads",
+          "[kernels]") {
+  torch::manual_seed(11);
+  // Widths with and without a tail off the eight running sums; rows in one block, and in several
+  // with a part block (64 rows a block).
+  for (auto shape :
+       {std::vector<int64_t>{3, 5, 7}, std::vector<int64_t>{130, 64}, std::vector<int64_t>{2, 150, 4, 37}}) {
+    auto x = torch::randn(shape) * 3 + 0.5, grad_y = torch::randn(shape);
+    auto w0 = torch::rand({shape.back()}) + 0.5;
+    torch::Tensor y[2], gx[2], gw[2];
+    for (int threads : {1, 2}) {
+      PoolThreads scope(threads);
+      auto input = x.clone().requires_grad_(true), weight = w0.clone().requires_grad_(true);
+      y[threads - 1] = models::rms_norm_cpu(input, weight, 1e-6);
+      y[threads - 1].backward(grad_y);
+      gx[threads - 1] = input.grad(), gw[threads - 1] = weight.grad();
+    }
+    CHECK(torch::equal(y[0], y[1]));
+    CHECK(torch::equal(gx[0], gx[1]));
+    CHECK(torch::equal(gw[0], gw[1]));
+    auto input = x.clone().requires_grad_(true), weight = w0.clone().requires_grad_(true);
+    auto want = at::rms_norm(input, {shape.back()}, weight, 1e-6);
+    want.backward(grad_y);
+    CHECK(max_diff(y[0], want) < 1e-5);
+    CHECK(max_diff(gx[0], input.grad()) < 1e-5);
+    CHECK(max_diff(gw[0], weight.grad()) < 1e-5 * static_cast<double>(x.numel() / shape.back()));
+  }
+  // Only the input wants a gradient (a frozen weight), and no rows at all.
+  auto input = torch::randn({4, 9}).requires_grad_(true);
+  models::rms_norm_cpu(input, torch::ones({9}), 1e-6).sum().backward();
+  CHECK(input.grad().defined());
+  CHECK(models::rms_norm_cpu(torch::zeros({0, 9}), torch::ones({9}), 1e-6).numel() == 0);
 }
 
 TEST_CASE("the fused AdamW update gives the same bits on any number of threads", "[kernels]") {
