@@ -302,8 +302,7 @@ torch::Tensor MoELayerImpl::grouped_experts(const torch::Tensor& tokens, const p
     if (experts_.front().gate_b.defined())
       both = add_grouped_biases(
           both, torch::cat({torch::stack(each(&Expert::gate_b)), torch::stack(each(&Expert::up_b))}, 1), rows);
-    const int64_t width = both.size(1) / 2;
-    return swiglu(both.narrow(1, 0, width), both.narrow(1, width, width));
+    return swiglu_halves(both);
   };
   auto hidden =
       experts_.front().fc_w.defined() ? torch::gelu(linear(tokens, &Expert::fc_w, &Expert::fc_b), "tanh") : gate_up();

@@ -12,4 +12,11 @@ namespace loom::models {
 // silu(GATE) * UP, silu(g) = g * sigmoid(g).
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
+// The same of GATE_UP [rows, 2F], gate in its first F columns and up in the rest (the experts'
+// fused gate and up product, models/grouped_linear.h) -> [rows, F]. Its gradient is one
+// [rows, 2F] tensor: where two halves' views would be copied to contiguous gate and up forward and
+// each half's gradient padded with zeros to the whole width and summed back (on the MoE benchmark
+// 25 of 1250 ms a step on the CPU). Each row computed as a row of swiglu() is.
+torch::Tensor swiglu_halves(const torch::Tensor& gate_up);
+
 }  // namespace loom::models

@@ -8,6 +8,7 @@
 #include "core/cpu_threads.h"
 #include "models/gelu.h"
 #include "models/rms_norm_cpu.h"
+#include "models/swiglu.h"
 #include "optim/adamw.h"
 
 using namespace loom;
@@ -141,6 +142,29 @@ TEST_CASE("RMSNorm on the CPU gives LibTorch's values and gradients, the same bi
   models::rms_norm_cpu(input, torch::ones({9}), 1e-6).sum().backward();
   CHECK(input.grad().defined());
   CHECK(models::rms_norm_cpu(torch::zeros({0, 9}), torch::ones({9}), 1e-6).numel() == 0);
+}
+
+TEST_CASE("SwiGLU of one [rows, 2F] tensor gives the halves' values and one gradient, the same bits on any threads",
+          "[kernels]") {
+  torch::manual_seed(12);
+  for (int64_t width : {128, 37}) {
+    auto gate_up = torch::randn({300, 2 * width}) * 2, grad_y = torch::randn({300, width});
+    torch::Tensor y[2], grad[2];
+    for (int threads : {1, 2}) {
+      PoolThreads scope(threads);
+      auto input = gate_up.clone().requires_grad_(true);
+      y[threads - 1] = models::swiglu_halves(input);
+      y[threads - 1].backward(grad_y);
+      grad[threads - 1] = input.grad();
+    }
+    CHECK(torch::equal(y[0], y[1]));
+    CHECK(torch::equal(grad[0], grad[1]));
+    auto input = gate_up.clone().requires_grad_(true);
+    auto want = torch::silu(input.narrow(1, 0, width)) * input.narrow(1, width, width);
+    want.backward(grad_y);
+    CHECK(max_diff(y[0], want) < 1e-5);
+    CHECK(max_diff(grad[0], input.grad()) < 1e-5);
+  }
 }
 
 TEST_CASE("the fused AdamW update gives the same bits on any number of threads", "[kernels]") {
