@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 
 #include "parallel/flat_layout.h"
 
@@ -82,32 +83,48 @@ parallel::GroupRows rows_from(const torch::Tensor& offs, int64_t total, const c1
       ends - torch::cat({torch::zeros({1}, ends.options()), ends.narrow(0, 0, ends.size(0) - 1)}), total);
 }
 
-// Whether W lies where a stack of FIRST's shape would put it G places after FIRST.
-bool follows(const torch::Tensor& first, const torch::Tensor& w, int64_t g) {
-  return w.sizes() == first.sizes() && w.scalar_type() == first.scalar_type() && w.is_contiguous() &&
-         w.storage().is_alias_of(first.storage()) && w.storage_offset() == first.storage_offset() + g * first.numel();
-}
-
-// Whether WEIGHTS lie one after another in one storage, as a stack of them would.
-bool one_after_another(at::TensorList weights) {
-  const auto& first = weights.front();
-  if (!first.is_contiguous() || first.dim() != 2) return false;
-  for (size_t g = 1; g < weights.size(); ++g)
-    if (!follows(first, weights[g], static_cast<int64_t>(g))) return false;
-  return true;
+// The distance, in elements, from each group's weights to the next's where GROUP_MAJOR (each
+// group's KINDS weights, then the next group's) lie in one storage with each group's kinds back to
+// back and the groups one fixed distance apart, at least their own length: then the stack of them
+// is a view. So they lie after pack_into_one_storage (the distance is their own length), and in
+// AdamW's flat buffer (optim/adamw.h), where an expert's gate, up and proj lie one after another
+// and each kind's weights are one expert's parameters apart. Else nullopt.
+std::optional<int64_t> group_distance(at::TensorList group_major, int64_t kinds) {
+  const auto& first = group_major.front();
+  if (!first.is_contiguous() || first.dim() != 2) return std::nullopt;
+  const int64_t numel = first.numel(), groups = static_cast<int64_t>(group_major.size()) / kinds;
+  const int64_t distance =
+      groups > 1 ? group_major[static_cast<size_t>(kinds)].storage_offset() - first.storage_offset() : kinds * numel;
+  if (distance < kinds * numel) return std::nullopt;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t k = 0; k < kinds; ++k) {
+      const auto& w = group_major[static_cast<size_t>(g * kinds + k)];
+      if (w.sizes() != first.sizes() || w.scalar_type() != first.scalar_type() || !w.is_contiguous() ||
+          !w.storage().is_alias_of(first.storage()) ||
+          w.storage_offset() != first.storage_offset() + g * distance + k * numel)
+        return std::nullopt;
+    }
+  return distance;
 }
 
 // The weights of KINDS kinds, kind-major (the G groups' of the first kind, then the second's), as
 // one tensor [G, KINDS x out, in]: each group's weights of every kind one above another. A view
-// where they lie so in one storage (pack_into_one_storage given them group-major), else a copy.
+// where they lie so in one storage (group_distance), else a copy.
 torch::Tensor stacked_kinds(at::TensorList weights, int64_t kinds) {
-  if (kinds == 1) return stacked_weights(weights);
   const auto groups = static_cast<int64_t>(weights.size()) / kinds;
   std::vector<torch::Tensor> group_major;
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t k = 0; k < kinds; ++k) group_major.push_back(weights[static_cast<size_t>(k * groups + g)]);
-  const auto all = stacked_weights(group_major);  // [G x KINDS, out, in], contiguous
-  return all.view({groups, kinds * all.size(1), all.size(2)});
+  const auto& first = group_major.front();
+  if (const auto distance = group_distance(group_major, kinds))
+    return first.as_strided({groups, kinds * first.size(0), first.size(1)}, {*distance, first.size(1), 1});
+  return torch::stack(group_major).view({groups, kinds * first.size(0), first.size(1)});
+}
+
+// Whether WEIGHTS lie one after another in one storage, as a stack of them would.
+bool one_after_another(at::TensorList weights) {
+  const auto distance = group_distance(weights, 1);
+  return distance && *distance == weights.front().numel();
 }
 
 // The experts' weights come in one by one and are stacked inside (no autograd node of their own):
@@ -160,10 +177,7 @@ struct GroupedLinear : torch::autograd::Function<GroupedLinear> {
 }  // namespace
 
 torch::Tensor stacked_weights(at::TensorList weights) {
-  if (!one_after_another(weights)) return torch::stack(weights);
-  const auto& first = weights.front();
-  return first.as_strided({static_cast<int64_t>(weights.size()), first.size(0), first.size(1)},
-                          {first.numel(), first.size(1), 1});
+  return stacked_kinds(weights, 1);
 }
 
 void pack_into_one_storage(const std::vector<torch::Tensor>& weights) {

@@ -33,8 +33,9 @@ torch::Tensor grouped_linear(const torch::Tensor& x, const std::vector<torch::Te
 torch::Tensor grouped_linear_kinds(const torch::Tensor& x, const std::vector<std::vector<torch::Tensor>>& kinds,
                                    const parallel::GroupRows& rows);
 
-// The G weights [out, in] as one tensor [G, out, in]: a view where they lie one after another in
-// one storage (as pack_into_one_storage leaves them), else a stacked copy.
+// The G weights [out, in] as one tensor [G, out, in]: a view where they lie in one storage one
+// fixed distance apart (as pack_into_one_storage leaves them, or AdamW's flat buffer: one expert's
+// parameters apart), else a stacked copy.
 torch::Tensor stacked_weights(at::TensorList weights);
 
 // Moves WEIGHTS (parameters of one shape, type and device) into one storage, one after another,

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "models/grouped_linear.h"
+#include "optim/adamw.h"
 
 using loom::models::grouped_linear;
 using loom::models::grouped_linear_loop;
@@ -228,4 +229,46 @@ TEST_CASE("gate and up packed expert by expert are viewed as one stack", "[moe][
   CHECK(up[0].data_ptr() == static_cast<char*>(gate[0].data_ptr()) + gate[0].numel() * gate[0].element_size());
   const auto after = products();
   for (size_t i = 0; i < before.size(); ++i) CHECK(torch::equal(before[i], after[i]));
+}
+
+TEST_CASE("experts' weights in AdamW's flat buffer are viewed where they lie, with the same results",
+          "[moe][grouped]") {
+  // AdamW moves the parameters into one buffer in their order (the decayed first): expert g's
+  // gate, up and proj one after another, so each kind's weights lie one expert apart and gate g
+  // and up g back to back. The products then stack nothing, and give what they give apart.
+  using loom::models::grouped_linear_kinds;
+  using loom::models::stacked_weights;
+  torch::manual_seed(15);
+  const std::vector<int64_t> rows = {3, 0, 5};
+  auto x = torch::randn({8, 16}), upstream = torch::randn({8, 48}), upstream_proj = torch::randn({8, 16});
+  std::vector<torch::Tensor> gate, up, proj, params;
+  for (int g = 0; g < 3; ++g) {
+    gate.push_back((torch::randn({24, 16}) * 0.2).requires_grad_(true));
+    up.push_back((torch::randn({24, 16}) * 0.2).requires_grad_(true));
+    params.insert(params.end(), {gate.back(), up.back(), torch::zeros({24}, torch::requires_grad())});
+    proj.push_back((torch::randn({16, 24}) * 0.2).requires_grad_(true));
+    params.push_back(proj.back());
+  }
+  auto products = [&] {
+    for (auto& p : params) p.mutable_grad().reset();
+    auto h = grouped_linear_kinds(x, {gate, up}, rows);
+    auto y = grouped_linear(h.narrow(1, 0, 24) * h.narrow(1, 24, 24), proj, {}, rows);
+    ((h * upstream).sum() + (y * upstream_proj).sum()).backward();
+    return std::vector<torch::Tensor>{h.detach(), y.detach(), gate[1].grad(), up[2].grad(), proj[0].grad()};
+  };
+  const auto before = products();
+  CHECK(stacked_weights(gate).data_ptr() != gate[0].data_ptr());
+  loom::optim::AdamW adamw(params, {});
+  REQUIRE(adamw.flat());
+  const auto expert_apart = static_cast<char*>(gate[1].data_ptr()) - static_cast<char*>(gate[0].data_ptr());
+  CHECK(expert_apart == (3 * 24 * 16) * 4);  // the biases went after the decayed weights
+  CHECK(stacked_weights(gate).data_ptr() == gate[0].data_ptr());
+  CHECK(stacked_weights(proj).data_ptr() == proj[0].data_ptr());
+  CHECK(torch::equal(stacked_weights(proj)[2], proj[2]));
+  const auto after = products();
+  for (size_t i = 0; i < before.size(); ++i) CHECK(torch::equal(before[i], after[i]));
+  // Out of order they are copied, in the order given.
+  const auto swapped = stacked_weights(std::vector<torch::Tensor>{gate[1], gate[0], gate[2]});
+  CHECK(swapped.data_ptr() != gate[0].data_ptr());
+  CHECK(torch::equal(swapped[0], gate[1]));
 }
