@@ -25,6 +25,8 @@ class GeluTanh : public torch::autograd::Function<GeluTanh> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    TORCH_CHECK(!torch::GradMode::is_enabled(),
+                "loom's CPU GELU has no second derivative (a backward with create_graph)");
     const auto input = ctx->get_saved_variables()[0];
     const auto grad_out = grads[0].contiguous();
     auto grad_in = torch::empty_like(input);

@@ -36,6 +36,16 @@ void over_blocks(int64_t rows, const Fn& fn) {
   });
 }
 
+// The gradients of X and WEIGHT by composed ops, each with its own graph.
+variable_list differentiable_backward(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& grad,
+                                      double eps) {
+  const auto inverse = torch::rsqrt(x.pow(2).mean(-1, true) + eps);
+  const auto normed = x * inverse, grad_normed = grad * weight;
+  auto grad_x = inverse * (grad_normed - normed * (grad_normed * normed).mean(-1, true));
+  auto grad_w = (grad * normed).reshape({-1, x.size(-1)}).sum(0);
+  return {grad_x, grad_w, torch::Tensor()};
+}
+
 struct RMSNormCpu : torch::autograd::Function<RMSNormCpu> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_, const torch::Tensor& weight_,
                                double eps) {
@@ -56,12 +66,17 @@ struct RMSNormCpu : torch::autograd::Function<RMSNormCpu> {
       }
     });
     ctx->save_for_backward({x, weight, inverse_rms});
+    ctx->saved_data["eps"] = eps;
     return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1], &inverse_rms = saved[2];
+    // A backward that builds a graph (create_graph, for a second derivative) gets the same
+    // gradients from differentiable ops: the loops below would leave them without one.
+    if (torch::GradMode::is_enabled())
+      return differentiable_backward(x, weight, grads[0], ctx->saved_data["eps"].toDouble());
     const auto grad = grads[0].contiguous();
     const int64_t width = x.size(-1), rows = width == 0 ? 0 : x.numel() / width;
     const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;

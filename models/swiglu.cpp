@@ -28,6 +28,8 @@ class SwiGLU : public torch::autograd::Function<SwiGLU> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    TORCH_CHECK(!torch::GradMode::is_enabled(),
+                "loom's CPU SwiGLU has no second derivative (a backward with create_graph)");
     const auto saved = ctx->get_saved_variables();
     const auto& gate = saved[0];
     const auto& up = saved[1];
@@ -77,6 +79,8 @@ class SwiGLUHalves : public torch::autograd::Function<SwiGLUHalves> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    TORCH_CHECK(!torch::GradMode::is_enabled(),
+                "loom's CPU SwiGLU has no second derivative (a backward with create_graph)");
     const auto gate_up = ctx->get_saved_variables()[0];
     const auto grad_out = grads[0].contiguous();
     const int64_t width = gate_up.size(1) / 2;

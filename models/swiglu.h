@@ -16,7 +16,8 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 // fused gate and up product, models/grouped_linear.h) -> [rows, F]. Its gradient is one
 // [rows, 2F] tensor: where two halves' views would be copied to contiguous gate and up forward and
 // each half's gradient padded with zeros to the whole width and summed back (on the MoE benchmark
-// 25 of 1250 ms a step on the CPU). Each row computed as a row of swiglu() is.
+// 25 of 1250 ms a step on the CPU). The values of swiglu() of the two halves, to the last bit
+// where F is a multiple of the vector width (elsewhere a row's last few elements may round apart).
 torch::Tensor swiglu_halves(const torch::Tensor& gate_up);
 
 }  // namespace loom::models

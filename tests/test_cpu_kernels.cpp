@@ -137,6 +137,19 @@ TEST_CASE("RMSNorm on the CPU gives LibTorch's values and gradients, the same bi
     CHECK(max_diff(gx[0], input.grad()) < 1e-5);
     CHECK(max_diff(gw[0], weight.grad()) < 1e-5 * static_cast<double>(x.numel() / shape.back()));
   }
+  // A second derivative (create_graph) equals LibTorch's.
+  {
+    auto x = torch::randn({6, 5}), grad_y = torch::randn({6, 5});
+    auto second = [&](bool own) {
+      auto input = x.clone().requires_grad_(true), weight = (torch::rand({5}) * 0 + 1.3).requires_grad_(true);
+      auto y = own ? models::rms_norm_cpu(input, weight, 1e-6) : at::rms_norm(input, {5}, weight, 1e-6);
+      auto grads = torch::autograd::grad({y}, {input, weight}, {grad_y}, /*retain_graph=*/true, /*create_graph=*/true);
+      (grads[0].pow(2).sum() + grads[1].pow(2).sum()).backward();
+      return std::vector<torch::Tensor>{grads[0].detach(), input.grad(), weight.grad()};
+    };
+    const auto own = second(true), libtorch = second(false);
+    for (size_t i = 0; i < own.size(); ++i) CHECK(max_diff(own[i], libtorch[i]) < 1e-5);
+  }
   // Only the input wants a gradient (a frozen weight), and no rows at all.
   auto input = torch::randn({4, 9}).requires_grad_(true);
   models::rms_norm_cpu(input, torch::ones({9}), 1e-6).sum().backward();
@@ -165,6 +178,11 @@ TEST_CASE("SwiGLU of one [rows, 2F] tensor gives the halves' values and one grad
     CHECK(max_diff(y[0], want) < 1e-5);
     CHECK(max_diff(grad[0], input.grad()) < 1e-5);
   }
+  // No second derivative: said, not a gradient without its graph.
+  auto input = torch::randn({4, 8}).requires_grad_(true);
+  auto y = models::swiglu_halves(input);
+  CHECK_THROWS_WITH(torch::autograd::grad({y}, {input}, {torch::ones({4, 4})}, true, /*create_graph=*/true),
+                    Catch::Contains("no second derivative"));
 }
 
 TEST_CASE("the fused AdamW update gives the same bits on any number of threads", "[kernels]") {
