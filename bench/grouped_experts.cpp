@@ -13,16 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "models/grouped_linear.h"
 #include "models/swiglu.h"
 
 namespace {
 
-int64_t arg(int argc, char** argv, const char* name, int64_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  return fallback;
-}
+using loom::bench::int_arg;
 
 // Seconds for one forward and backward of the experts, median over REPS after one warm-up.
 template <typename Linear>
@@ -45,10 +42,10 @@ double time_experts(Linear linear, const torch::Tensor& x, const std::vector<tor
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t h = arg(argc, argv, "--hidden", 512), f = arg(argc, argv, "--width", 256);
-  const int64_t experts = arg(argc, argv, "--experts", 32), top_k = arg(argc, argv, "--top-k", 4);
-  const int64_t tokens = arg(argc, argv, "--tokens", 1024), reps = arg(argc, argv, "--reps", 10);
-  torch::set_num_threads(static_cast<int>(arg(argc, argv, "--threads", 1)));
+  const int64_t h = int_arg(argc, argv, "--hidden", 512), f = int_arg(argc, argv, "--width", 256);
+  const int64_t experts = int_arg(argc, argv, "--experts", 32), top_k = int_arg(argc, argv, "--top-k", 4);
+  const int64_t tokens = int_arg(argc, argv, "--tokens", 1024), reps = int_arg(argc, argv, "--reps", 10);
+  torch::set_num_threads(static_cast<int>(int_arg(argc, argv, "--threads", 1)));
   torch::manual_seed(0);
   auto weights = [&](int64_t out, int64_t in) {
     std::vector<torch::Tensor> ws;

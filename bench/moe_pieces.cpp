@@ -17,6 +17,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "models/grouped_linear.h"
 #include "models/rms_norm_cpu.h"
 #include "models/swiglu.h"
@@ -24,11 +25,7 @@
 
 namespace {
 
-int64_t arg(int argc, char** argv, const char* name, int64_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  return fallback;
-}
+using loom::bench::int_arg;
 
 double seconds_of(const std::function<void()>& fn) {
   const auto start = std::chrono::steady_clock::now();
@@ -54,9 +51,9 @@ void compare(const char* what, const std::function<void()>& a, const std::functi
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t tokens = arg(argc, argv, "--tokens", 2048), h = arg(argc, argv, "--hidden", 256);
-  const int64_t f = arg(argc, argv, "--width", 128), experts = arg(argc, argv, "--experts", 32);
-  const int64_t top_k = arg(argc, argv, "--top-k", 4), reps = arg(argc, argv, "--reps", 30);
+  const int64_t tokens = int_arg(argc, argv, "--tokens", 2048), h = int_arg(argc, argv, "--hidden", 256);
+  const int64_t f = int_arg(argc, argv, "--width", 128), experts = int_arg(argc, argv, "--experts", 32);
+  const int64_t top_k = int_arg(argc, argv, "--top-k", 4), reps = int_arg(argc, argv, "--reps", 30);
   torch::set_num_threads(1);
   torch::manual_seed(0);
 

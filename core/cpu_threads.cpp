@@ -16,6 +16,12 @@ void parallel_over_threads(int64_t n, const std::function<void(int64_t, int64_t)
   });
 }
 
+void parallel_over_blocks(int64_t n, int64_t block, const std::function<void(int64_t, int64_t)>& fn) {
+  parallel_over_threads((n + block - 1) / block, [&](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b) fn(b * block, std::min(n, (b + 1) * block));
+  });
+}
+
 void parallel_over_elements(int64_t numel, const std::function<void(int64_t, int64_t)>& fn) {
   constexpr int64_t kAlignment = 64;
   // A tensor below LibTorch's own grain (at::internal::GRAIN_SIZE) stays in one piece on the

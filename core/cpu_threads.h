@@ -17,6 +17,11 @@ namespace loom {
 // bodies). An exception thrown by any piece reaches the caller.
 void parallel_over_threads(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
 
+// FN(begin, end) over [0, N) in blocks of BLOCK (the last may be shorter), the blocks dealt to the
+// pool's threads: cut at the same places whatever the thread count (row-wise kernels whose rows,
+// or whose per-block partial sums, must not depend on it).
+void parallel_over_blocks(int64_t n, int64_t block, const std::function<void(int64_t begin, int64_t end)>& fn);
+
 // An elementwise op's FN(begin, length) over [0, NUMEL) in pieces that start at multiples of
 // 64 elements, where LibTorch's vectorised loop would start anyway; the op inside runs
 // single-threaded on its piece. LibTorch's own threading cuts a tensor into one piece per

@@ -1,8 +1,6 @@
 #include "models/rms_norm_cpu.h"
 
-#include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "core/cpu_threads.h"
 
@@ -15,25 +13,17 @@ using torch::autograd::variable_list;
 // Rows per block: the unit the threads share and the weight's gradient is summed in.
 constexpr int64_t kBlockRows = 64;
 
-// The sum of A[i] x B[i] over N in one fixed order: eight running sums (which the compiler keeps
+// The sum of TERM(i) over [0, N) in one fixed order: eight running sums (which the compiler keeps
 // in vector registers), then the rest, then the eight added pairwise.
-float dot(const float* a, const float* b, int64_t n) {
+template <typename Term>
+float fixed_order_sum(int64_t n, const Term& term) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
+    for (int k = 0; k < 8; ++k) acc[k] += term(i + k);
   float rest = 0;
-  for (; i < n; ++i) rest += a[i] * b[i];
+  for (; i < n; ++i) rest += term(i);
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + rest;
-}
-
-// Blocks of rows [0, ROWS) dealt to the threads: FN(first_row, end_row, block).
-template <typename Fn>
-void over_blocks(int64_t rows, const Fn& fn) {
-  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
-  parallel_over_threads(blocks, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) fn(b * kBlockRows, std::min(rows, (b + 1) * kBlockRows), b);
-  });
 }
 
 // The gradients of X and WEIGHT by composed ops, each with its own graph.
@@ -55,11 +45,12 @@ struct RMSNormCpu : torch::autograd::Function<RMSNormCpu> {
     auto inverse_rms = torch::empty({rows}, x.options());
     const float *xs = x.data_ptr<float>(), *w = weight.data_ptr<float>();
     float *ys = y.data_ptr<float>(), *r = inverse_rms.data_ptr<float>();
-    over_blocks(rows, [&](int64_t first, int64_t end, int64_t) {
+    parallel_over_blocks(rows, kBlockRows, [&](int64_t first, int64_t end) {
       for (int64_t row = first; row < end; ++row) {
         const float* xr = xs + row * width;
         float* yr = ys + row * width;
-        const double mean = static_cast<double>(dot(xr, xr, width)) / static_cast<double>(width);
+        const double mean = static_cast<double>(fixed_order_sum(width, [&](int64_t i) { return xr[i] * xr[i]; })) /
+                            static_cast<double>(width);
         const auto inv = static_cast<float>(1.0 / std::sqrt(mean + eps));
         r[row] = inv;
         for (int64_t i = 0; i < width; ++i) yr[i] = w[i] * (xr[i] * inv);  // Hugging Face's order
@@ -88,22 +79,20 @@ struct RMSNormCpu : torch::autograd::Function<RMSNormCpu> {
                 *r = inverse_rms.data_ptr<float>();
     float* dxs = want_x ? grad_x.data_ptr<float>() : nullptr;
     float* share = want_w ? shares.data_ptr<float>() : nullptr;
-    over_blocks(rows, [&](int64_t first, int64_t end, int64_t block) {
-      std::vector<float> gw(static_cast<size_t>(width));
+    parallel_over_blocks(rows, kBlockRows, [&](int64_t first, int64_t end) {
+      float* sr = want_w ? share + first / kBlockRows * width : nullptr;  // this block's share
       for (int64_t row = first; row < end; ++row) {
         const float *xr = xs + row * width, *gr = gs + row * width;
         const float inv = r[row];
-        if (want_w) {
-          float* sr = share + block * width;
+        if (want_w)
           for (int64_t i = 0; i < width; ++i) sr[i] += gr[i] * (xr[i] * inv);
-        }
         if (!want_x) continue;
         // d x_k = r g_k w_k - x_k r^3 / n x sum_i g_i w_i x_i.
-        for (int64_t i = 0; i < width; ++i) gw[static_cast<size_t>(i)] = gr[i] * w[i];
-        const double along = static_cast<double>(dot(gw.data(), xr, width));
+        const double along =
+            static_cast<double>(fixed_order_sum(width, [&](int64_t i) { return gr[i] * w[i] * xr[i]; }));
         const auto scale = static_cast<float>(along * inv * inv * inv / static_cast<double>(width));
         float* dxr = dxs + row * width;
-        for (int64_t i = 0; i < width; ++i) dxr[i] = inv * gw[static_cast<size_t>(i)] - xr[i] * scale;
+        for (int64_t i = 0; i < width; ++i) dxr[i] = inv * (gr[i] * w[i]) - xr[i] * scale;
       }
     });
     torch::Tensor grad_w;

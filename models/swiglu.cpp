@@ -1,7 +1,6 @@
 #include "models/swiglu.h"
 
 #include <algorithm>
-#include <functional>
 
 #include "core/cpu_threads.h"
 #include "core/cuda_kernel_args.h"
@@ -50,16 +49,12 @@ class SwiGLU : public torch::autograd::Function<SwiGLU> {
   }
 };
 
-// FN(begin, count) over [0, ROWS) in blocks of rows small enough that a block's halves stay in
-// the core's cache from one op to the next, where each op over the whole tensor would read them
-// from memory again (in a Python model of the step, 7.1-8.3 ms whole against 7.4 in blocks: not
-// a measured gain at this width), on the rank's threads. A row's F elements
-// are one loop wherever the row falls, so the bits do not depend on the thread count.
-void over_row_blocks(int64_t rows, int64_t row_bytes, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t block = std::max<int64_t>(1, (256 << 10) / std::max<int64_t>(1, row_bytes));
-  parallel_over_threads((rows + block - 1) / block, [&](int64_t first, int64_t last) {
-    for (int64_t b = first; b < last; ++b) fn(b * block, std::min(rows, (b + 1) * block) - b * block);
-  });
+// Rows of T per block: small enough that a block's halves stay in the core's cache from one op to
+// the next, where each op over the whole tensor would read them from memory again (in a Python
+// model of the step, 7.1-8.3 ms whole against 7.4 in blocks: not a measured gain at this width).
+// A row's F elements are one loop wherever the row falls, so the bits do not depend on the thread count.
+int64_t rows_per_block(const torch::Tensor& t) {
+  return std::max<int64_t>(1, (256 << 10) / std::max<int64_t>(1, t.size(1) * t.element_size()));
 }
 
 // GATE_UP [rows, 2F] -> [rows, F].
@@ -69,9 +64,9 @@ class SwiGLUHalves : public torch::autograd::Function<SwiGLUHalves> {
     auto gate_up = gate_up_.contiguous();
     const int64_t width = gate_up.size(1) / 2;
     auto out = torch::empty({gate_up.size(0), width}, gate_up.options());
-    over_row_blocks(gate_up.size(0), gate_up.size(1) * gate_up.element_size(), [&](int64_t begin, int64_t count) {
-      auto rows = gate_up.narrow(0, begin, count);
-      auto piece = out.narrow(0, begin, count);
+    parallel_over_blocks(gate_up.size(0), rows_per_block(gate_up), [&](int64_t begin, int64_t end) {
+      auto rows = gate_up.narrow(0, begin, end - begin);
+      auto piece = out.narrow(0, begin, end - begin);
       at::silu_out(piece, rows.narrow(1, 0, width));
       piece.mul_(rows.narrow(1, width, width));
     });
@@ -86,10 +81,10 @@ class SwiGLUHalves : public torch::autograd::Function<SwiGLUHalves> {
     const auto grad_out = grads[0].contiguous();
     const int64_t width = gate_up.size(1) / 2;
     auto grad = torch::empty_like(gate_up);
-    over_row_blocks(gate_up.size(0), gate_up.size(1) * gate_up.element_size(), [&](int64_t begin, int64_t count) {
-      auto rows = gate_up.narrow(0, begin, count), dy = grad_out.narrow(0, begin, count);
+    parallel_over_blocks(gate_up.size(0), rows_per_block(gate_up), [&](int64_t begin, int64_t end) {
+      auto rows = gate_up.narrow(0, begin, end - begin), dy = grad_out.narrow(0, begin, end - begin);
       auto g = rows.narrow(1, 0, width);
-      auto dgrad = grad.narrow(0, begin, count);
+      auto dgrad = grad.narrow(0, begin, end - begin);
       auto dgate = dgrad.narrow(1, 0, width), dup = dgrad.narrow(1, width, width);
       at::silu_out(dup, g);
       dup.mul_(dy);

@@ -1,9 +1,11 @@
 #include <ATen/Parallel.h>
 
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 #include "core/cpu_threads.h"
 #include "models/gelu.h"
@@ -24,6 +26,22 @@ class PoolThreads {
  private:
   int before_;
 };
+
+// FN() (a forward and backward, returning the tensors to compare) on a pool of 1, then of 2 threads.
+template <typename Fn>
+std::array<std::vector<torch::Tensor>, 2> on_1_and_2_threads(const Fn& fn) {
+  std::array<std::vector<torch::Tensor>, 2> runs;
+  for (int threads : {1, 2}) {
+    PoolThreads scope(threads);
+    runs[threads - 1] = fn();
+  }
+  return runs;
+}
+
+// Each tensor of the two runs the same to the bit.
+void check_same_bits(const std::array<std::vector<torch::Tensor>, 2>& runs) {
+  for (size_t i = 0; i < runs[0].size(); ++i) CHECK(torch::equal(runs[0][i], runs[1][i]));
+}
 
 // The textbook composition, each query head reading kv head j / group.
 torch::Tensor reference_attention(const torch::Tensor& q, torch::Tensor k, torch::Tensor v) {
@@ -91,23 +109,20 @@ TEST_CASE("GELU gives the same bits on any number of threads, and LibTorch's val
   torch::manual_seed(3);
   auto x = torch::randn({5, 77, 701});  // 269885 elements: in pieces, the last off the 64-element grid
   auto grad_x = torch::randn({5, 77, 701});
-  torch::Tensor out[2], grad[2];
-  for (int threads : {1, 2}) {
-    PoolThreads scope(threads);
+  const auto runs = on_1_and_2_threads([&] {
     auto input = x.clone().requires_grad_(true);
-    out[threads - 1] = models::gelu_tanh(input);
-    out[threads - 1].backward(grad_x);
-    grad[threads - 1] = input.grad();
-  }
-  CHECK(torch::equal(out[0], out[1]));
-  CHECK(torch::equal(grad[0], grad[1]));
+    auto out = models::gelu_tanh(input);
+    out.backward(grad_x);
+    return std::vector<torch::Tensor>{out, input.grad()};
+  });
+  check_same_bits(runs);
   // LibTorch's gelu on one thread (one piece: no thread's cut) is the same function.
   PoolThreads one(1);
   auto input = x.clone().requires_grad_(true);
   auto want = torch::gelu(input, "tanh");
   want.backward(grad_x);
-  CHECK(torch::equal(out[1], want.detach()));
-  CHECK(torch::equal(grad[1], input.grad()));
+  CHECK(torch::equal(runs[1][0], want.detach()));
+  CHECK(torch::equal(runs[1][1], input.grad()));
 }
 
 TEST_CASE("RMSNorm on the CPU gives LibTorch's values and gradients, the same bits on any number of threads",
@@ -119,23 +134,19 @@ TEST_CASE("RMSNorm on the CPU gives LibTorch's values and gradients, the same bi
        {std::vector<int64_t>{3, 5, 7}, std::vector<int64_t>{130, 64}, std::vector<int64_t>{2, 150, 4, 37}}) {
     auto x = torch::randn(shape) * 3 + 0.5, grad_y = torch::randn(shape);
     auto w0 = torch::rand({shape.back()}) + 0.5;
-    torch::Tensor y[2], gx[2], gw[2];
-    for (int threads : {1, 2}) {
-      PoolThreads scope(threads);
+    const auto runs = on_1_and_2_threads([&] {
       auto input = x.clone().requires_grad_(true), weight = w0.clone().requires_grad_(true);
-      y[threads - 1] = models::rms_norm_cpu(input, weight, 1e-6);
-      y[threads - 1].backward(grad_y);
-      gx[threads - 1] = input.grad(), gw[threads - 1] = weight.grad();
-    }
-    CHECK(torch::equal(y[0], y[1]));
-    CHECK(torch::equal(gx[0], gx[1]));
-    CHECK(torch::equal(gw[0], gw[1]));
+      auto y = models::rms_norm_cpu(input, weight, 1e-6);
+      y.backward(grad_y);
+      return std::vector<torch::Tensor>{y, input.grad(), weight.grad()};
+    });
+    check_same_bits(runs);
     auto input = x.clone().requires_grad_(true), weight = w0.clone().requires_grad_(true);
     auto want = at::rms_norm(input, {shape.back()}, weight, 1e-6);
     want.backward(grad_y);
-    CHECK(max_diff(y[0], want) < 1e-5);
-    CHECK(max_diff(gx[0], input.grad()) < 1e-5);
-    CHECK(max_diff(gw[0], weight.grad()) < 1e-5 * static_cast<double>(x.numel() / shape.back()));
+    CHECK(max_diff(runs[0][0], want) < 1e-5);
+    CHECK(max_diff(runs[0][1], input.grad()) < 1e-5);
+    CHECK(max_diff(runs[0][2], weight.grad()) < 1e-5 * static_cast<double>(x.numel() / shape.back()));
   }
   // A second derivative (create_graph) equals LibTorch's.
   {
@@ -162,21 +173,18 @@ TEST_CASE("SwiGLU of one [rows, 2F] tensor gives the halves' values and one grad
   torch::manual_seed(12);
   for (int64_t width : {128, 37}) {
     auto gate_up = torch::randn({300, 2 * width}) * 2, grad_y = torch::randn({300, width});
-    torch::Tensor y[2], grad[2];
-    for (int threads : {1, 2}) {
-      PoolThreads scope(threads);
+    const auto runs = on_1_and_2_threads([&] {
       auto input = gate_up.clone().requires_grad_(true);
-      y[threads - 1] = models::swiglu_halves(input);
-      y[threads - 1].backward(grad_y);
-      grad[threads - 1] = input.grad();
-    }
-    CHECK(torch::equal(y[0], y[1]));
-    CHECK(torch::equal(grad[0], grad[1]));
+      auto y = models::swiglu_halves(input);
+      y.backward(grad_y);
+      return std::vector<torch::Tensor>{y, input.grad()};
+    });
+    check_same_bits(runs);
     auto input = gate_up.clone().requires_grad_(true);
     auto want = torch::silu(input.narrow(1, 0, width)) * input.narrow(1, width, width);
     want.backward(grad_y);
-    CHECK(max_diff(y[0], want) < 1e-5);
-    CHECK(max_diff(grad[0], input.grad()) < 1e-5);
+    CHECK(max_diff(runs[0][0], want) < 1e-5);
+    CHECK(max_diff(runs[0][1], input.grad()) < 1e-5);
   }
   // No second derivative: said, not a gradient without its graph.
   auto input = torch::randn({4, 8}).requires_grad_(true);
