@@ -113,11 +113,17 @@ c10d_compat::StorePtr open_store(const std::string& address, int port, bool serv
     return c10d_compat::make_tcp_store(address, static_cast<uint16_t>(port), serve, world, timeout);
   } catch (const std::exception& e) {
     auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    const std::string what = c10_error ? c10_error->what_without_backtrace() : e.what();
+    // Not a timeout but the user's port: the same on a rerun or a requeue (SLURM keeps the job id).
+    if (serve && port && what.find("EADDRINUSE") != std::string::npos) {
+      throw InputError("rank " + std::to_string(rank) + " could not serve the rendezvous store at " + where +
+                       ": the port is in use on this host (EADDRINUSE: another job or program holds it); give "
+                       "the job a free MASTER_PORT");
+    }
     std::ostringstream s;
     s << "rank " << rank << " could not " << (serve ? "serve" : "connect to") << " the rendezvous store at " << address
       << (port ? ":" + std::to_string(port) : std::string()) << " within "
-      << std::chrono::duration<double>(timeout).count()
-      << " s (parallel.timeout_s): " << (c10_error ? c10_error->what_without_backtrace() : e.what());
+      << std::chrono::duration<double>(timeout).count() << " s (parallel.timeout_s): " << what;
     throw CommError(s.str());
   }
 }

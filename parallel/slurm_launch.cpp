@@ -79,8 +79,10 @@ bool started_by_srun(const EnvLookup& env) {
   return is_set(env, "SLURM_PROCID") && is_set(env, "SLURM_STEP_ID");
 }
 
+// Below Linux's ephemeral ports (32768 on by default), where the node's own outgoing connections
+// could hold the port (EADDRINUSE, seen once with 10000 + id % 50000).
 int slurm_default_port(long long job_id) {
-  return static_cast<int>(10000 + job_id % 50000);
+  return static_cast<int>(10000 + job_id % 20000);
 }
 
 std::vector<int> expand_tasks_per_node(const std::string& text, const std::string& source) {

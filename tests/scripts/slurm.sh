@@ -3,7 +3,7 @@
 #  1. srun -n 4 at tp=2 dp=2, from SLURM's variables alone, gives mpirun -np 4's losses within 1e-5
 #     (and loom verify under srun -n 2 finds tp=2 equal to one process)
 #     (the tolerance dp_equivalence.sh holds both launchers to); the store is on the node list's
-#     first host at port 10000 + SLURM_JOB_ID % 50000.
+#     first host at port 10000 + SLURM_JOB_ID % 20000.
 #  2. MASTER_ADDR and MASTER_PORT win over SLURM's variables; mpirun and torchrun inside an srun
 #     step win over the step's variables.
 #  3. A SLURM variable that contradicts the others is refused naming it: exit 2, through srun; a
@@ -23,9 +23,18 @@ for variable in $(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_)' || true
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT
 
 LAYOUT=(--set parallel.tp=2 --set parallel.timeout_s=60)
-# The first job's port is 10000 + job id % 50000: start the job ids where that port is free.
-port="$(free_port)"
-while [ "$port" -lt 10001 ] || [ "$port" -ge 60000 ]; do port="$(free_port)"; done
+# The first job's port is 10000 + job id % 20000 (below the kernel's ephemeral ports, so not one
+# free_port gives): start the job ids where such a port is free.
+port="$(python3 -c 'import random, socket
+for _ in range(1000):
+    port = random.randrange(10001, 30000)
+    try:
+        socket.socket().bind(("127.0.0.1", port))
+        print(port)
+        break
+    except OSError:
+        pass')"
+[ -n "$port" ] || fail "no free port in 10001-29999"
 start_private_slurm "$WORK/slurm" $((port - 10000))
 node="$(hostname -s)"
 # One failed task ends the step at once: its peers would otherwise wait for it until parallel.timeout_s.
@@ -107,7 +116,7 @@ grep -q "1 ranks (plain launch)" "$WORK/batch_plain.out" || { cat "$WORK/batch_p
 example() {  # example NAME [loom train arguments...]: submits scripts/sbatch_example.sh; prints the job id
   local name="$1"
   shift
-  # Two jobs run at once: each its own free port (10000 + job id % 50000 is tested above).
+  # Two jobs run at once: each its own free port (10000 + job id % 20000 is tested above).
   (cd "$LOOM_SOURCE" && CHECKPOINT_DIR="$WORK/${name}_ck" RUN_DIR="$WORK/${name}_run" MASTER_PORT="$(free_port)" \
     sbatch --parsable --nodes=1 --ntasks-per-node=4 --gpus-per-node=0 --output="$WORK/$name.out" \
     scripts/sbatch_example.sh "$TINY" "${LAYOUT[@]}" "$@")

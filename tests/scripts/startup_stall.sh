@@ -4,7 +4,7 @@
 # loom's start-up watchdog ends that rank after parallel.timeout_s (exit 1, naming MPI's
 # start-up), mpirun ends the job, and no rank is left behind. Under a plain launch, a MASTER_PORT
 # that accepts and never answers ends rank 1 the same way, naming the store; RANK without
-# WORLD_SIZE is refused (exit 2).
+# WORLD_SIZE is refused (exit 2), and so is a MASTER_PORT in use on rank 0's host.
 source "$(dirname "$0")/common.sh"
 timeout_s=5
 ARGS=("$LOOM" train "$TINY" --run-dir "$WORK/run" --set parallel.timeout_s=$timeout_s)
@@ -41,6 +41,21 @@ kill "$listener" 2> /dev/null || true
 [ "$code" = 1 ] && grep -q "rendezvous store at 127.0.0.1:$port did not finish within parallel.timeout_s" "$WORK/silent.log" &&
   [ "$seconds" -le $((timeout_s + 20)) ] || { cat "$WORK/silent.log"; fail "silent store: exit $code after $seconds s"; }
 echo "a silent store at MASTER_PORT: rank 1 ended $seconds s after start (parallel.timeout_s $timeout_s), exit $code"
+# MASTER_PORT held on rank 0's host: rank 0 cannot serve the store. It said it tried for
+# parallel.timeout_s (it had not) and exited 1; the port is the user's to change (exit 2, named).
+port=$(free_port)
+python3 -c "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', $port)); s.listen()
+open('$WORK/held_ready', 'w').close(); time.sleep(60)" &
+listener=$!
+for _ in $(seq 300); do [ -e "$WORK/held_ready" ] && break; sleep 0.1; done
+code=0
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 60 "$LOOM" train "$TINY" --run-dir "$WORK/held" \
+  --set parallel.timeout_s=$timeout_s > "$WORK/held.log" 2>&1 || code=$?
+kill "$listener" 2> /dev/null || true
+[ "$code" = 2 ] && grep -q "rank 0 could not serve the rendezvous store at 127.0.0.1:$port: the port is in use on this host" \
+  "$WORK/held.log" && grep -q "give the job a free MASTER_PORT" "$WORK/held.log" ||
+  { cat "$WORK/held.log"; fail "MASTER_PORT in use on rank 0's host: exit $code"; }
+echo "MASTER_PORT in use on rank 0's host: exit 2, naming the port"
 # RANK without WORLD_SIZE (one process of several whose WORLD_SIZE was left out) would train alone.
 code=0
 env -u WORLD_SIZE RANK=1 "$LOOM" train "$TINY" --run-dir "$WORK/alone" > "$WORK/alone.log" 2>&1 || code=$?
