@@ -18,6 +18,16 @@ nlohmann::json read_json(const fs::path& path) {
   return json;
 }
 
+// Settings of transformers' own training and inference that loom neither reads nor models (its
+// dropout and balance loss are its config's): the source's go back out as they came in, where
+// loom's defaults would turn a fine-tune in transformers after the export into another run.
+bool transformers_setting(const std::string& key) {
+  for (const char* setting : {"attention_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "use_cache",
+                              "output_router_logits", "router_aux_loss_coef"})
+    if (key == setting) return true;
+  return false;
+}
+
 }  // namespace
 
 nlohmann::json read_hf_source(const std::string& init_from) {
@@ -39,7 +49,8 @@ nlohmann::ordered_json exported_hf_config(const nlohmann::ordered_json& loom_con
   for (const auto& [key, value] : loom_config.items()) {
     const bool kept = (keep_architecture && (key == "architectures" || key == "model_type")) ||
                       (key == "max_position_embeddings" && !learned_positions) ||
-                      key == "max_window_layers";  // which layers a sliding window would skip: none slides
+                      key == "max_window_layers" ||  // which layers a sliding window would skip: none slides
+                      transformers_setting(key);
     // transformers 5 writes rope_theta and the scaling inside rope_parameters; two forms could disagree.
     if ((key == "rope_theta" || key == "rope_scaling") && given.contains("rope_parameters")) continue;
     if (key == "torch_dtype" && given.contains("dtype")) continue;  // transformers 5's name, below

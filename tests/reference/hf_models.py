@@ -137,7 +137,10 @@ def compare_loss(args):
 
 # Fields an export keeps from the model it came from (GPT-2's n_positions is cut to the trained length).
 KEPT = ("max_position_embeddings", "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings",
-        "sliding_window", "rope_parameters", "rope_theta", "vocab_size", "hidden_size", "num_key_value_heads")
+        "sliding_window", "rope_parameters", "rope_theta", "vocab_size", "hidden_size", "num_key_value_heads",
+        # transformers' own training settings, which loom neither reads nor models
+        "attention_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "use_cache", "output_router_logits",
+        "router_aux_loss_coef")
 
 
 def check_export(directory, reference, same_architecture):
