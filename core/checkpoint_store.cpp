@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <vector>
 
 #include "core/checkpoint_directory.h"
 #include "core/errors.h"
@@ -42,10 +44,21 @@ void write_file(const fs::path& path, const char* data, size_t size) {
   fsync_path(path.string());
 }
 
-std::vector<char> read_file(const fs::path& path) {
+// The CRC-32 of PATH's bytes, read in pieces of 16 MiB: a rank's file can be tens of GB, which
+// read whole (it was, a byte at a time into a growing vector) took twice its size in memory and
+// about 20 s a GB here, while the other ranks waited on a collective bounded by parallel.timeout_s.
+// An empty optional: the file could not be read to its end.
+std::optional<uint32_t> crc_of_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot read checkpoint file '" + path.string() + "'");
-  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  if (!in) return std::nullopt;
+  std::vector<char> piece(size_t{16} << 20);
+  uint32_t crc = 0;
+  while (in) {
+    in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
+    crc = crc_of(piece.data(), static_cast<size_t>(in.gcount()), crc);
+  }
+  if (!in.eof()) return std::nullopt;
+  return crc;
 }
 
 }  // namespace
@@ -206,10 +219,14 @@ nlohmann::json read_manifest(const std::string& path) {
     }
     throw InputError("checkpoint '" + path + "' has no manifest.json (not a checkpoint, or an unfinished one)" + hint);
   }
+  // A directory opens as a stream too, and fails only when read (as a bare std::ios_base::failure).
+  if (std::error_code error; !fs::is_regular_file(file, error)) {
+    throw InputError("checkpoint manifest '" + file.string() + "' is not a regular file");
+  }
   nlohmann::json manifest;
   try {
     manifest = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const std::exception& e) {
     throw InputError("checkpoint manifest '" + file.string() + "' is corrupted: " + e.what());
   }
   const std::string format = manifest.is_object() ? manifest.value("format", "") : "";
@@ -236,14 +253,19 @@ std::string verify_checkpoint(const std::string& path) {
   }
   for (const auto& [name, info] : manifest.at("files").items()) {
     const fs::path file = fs::path(path) / name;
-    if (!fs::exists(file)) return "checkpoint file '" + file.string() + "' is missing";
+    std::error_code error;
+    if (!fs::exists(file, error)) return "checkpoint file '" + file.string() + "' is missing";
+    if (!fs::is_regular_file(file, error)) return "checkpoint file '" + file.string() + "' is not a regular file";
     const auto expected = info.at("bytes").get<uint64_t>();
-    if (fs::file_size(file) != expected) {
-      return "checkpoint file '" + file.string() + "' has " + std::to_string(fs::file_size(file)) +
-             " bytes, the manifest says " + std::to_string(expected) + " (truncated?)";
+    const auto size = fs::file_size(file, error);
+    if (error) return "checkpoint file '" + file.string() + "' cannot be read: " + error.message();
+    if (size != expected) {
+      return "checkpoint file '" + file.string() + "' has " + std::to_string(size) + " bytes, the manifest says " +
+             std::to_string(expected) + " (truncated?)";
     }
-    const auto data = read_file(file);
-    if (crc_of(data.data(), data.size()) != info.at("crc32").get<uint32_t>()) {
+    const auto crc = crc_of_file(file);
+    if (!crc) return "checkpoint file '" + file.string() + "' cannot be read";
+    if (*crc != info.at("crc32").get<uint32_t>()) {
       return "checkpoint file '" + file.string() + "' fails its CRC-32 check (corrupted)";
     }
   }

@@ -274,6 +274,9 @@ struct CheckpointConfig {
   int64_t keep = 2;
   // Copy the state to host memory at the step boundary and write it from a background thread while training goes on.
   bool async = false;
+  // Seconds a rank waits on another's checkpoint files (written, or checked before a resume) before
+  // it takes that rank for stuck: a checkpoint of tens of GB outlasts parallel.timeout_s's 300.
+  double timeout_s = 3600;
 };
 
 struct LogConfig {

@@ -398,6 +398,9 @@ std::vector<ConfigField> make_fields() {
                 "newest checkpoints kept (and the newest verified one); older ones are removed"),
       bool_field("checkpoint", "async", LOOM_MEMBER(checkpoint.async),
                  "write checkpoints from a background thread while training goes on (a host copy of the state)"),
+      float_field("checkpoint", "timeout_s", LOOM_MEMBER(checkpoint.timeout_s),
+                  "seconds a rank waits on another rank's checkpoint files (written, or checked before a resume) "
+                  "before the job fails; parallel.timeout_s bounds every other wait"),
 
       int_field("log", "interval", LOOM_MEMBER(log.interval), "steps between progress lines"),
       bool_field("log", "trace", LOOM_MEMBER(log.trace),

@@ -366,6 +366,8 @@ static void validate(Config& c, int64_t world) {
   // Collectives take their timeout in milliseconds: a bound keeps the conversion finite.
   require(p.timeout_s > 0 && p.timeout_s <= 30 * 24 * 3600.0, "parallel.timeout_s",
           "must be positive and at most 2592000 (30 days)");
+  require(c.checkpoint.timeout_s > 0 && c.checkpoint.timeout_s <= 30 * 24 * 3600.0, "checkpoint.timeout_s",
+          "must be positive and at most 2592000 (30 days)");
   require(p.bucket_mb >= 0, "parallel.bucket_mb", "must be 0 (one bucket) or positive");
   require(p.ranks_per_node >= 0, "parallel.ranks_per_node", "must be 0 (from the launcher) or positive");
   require(p.ranks_per_node == 0 || world % p.ranks_per_node == 0, "parallel.ranks_per_node",

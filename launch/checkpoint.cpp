@@ -178,6 +178,8 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     if (!tokenizer_.is_null()) header["tokenizer"] = tokenizer_;
     header["data"] = data_now();
     if (!run_dir_.empty()) header["run_dir"] = fs::absolute(run_dir_).lexically_normal().string();
+    // Where it was saved: a copy of the folder elsewhere is another run's (launch/run_directory.cpp).
+    header["checkpoint_dir"] = fs::absolute(dir).lexically_normal().string();
   }
   return save;
 }
@@ -226,9 +228,9 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
   auto& world = groups_.world_comm();
   if (!config_.checkpoint.async) {
     write_rank_files(*save, groups_.rank());
-    world.barrier().wait();
+    world.barrier(io_timeout()).wait(io_timeout(), "checkpoint.timeout_s");  // the slowest writer
     publish(*save);
-    world.barrier().wait();
+    world.barrier(io_timeout()).wait(io_timeout(), "checkpoint.timeout_s");  // rank 0's rename and retention
     return path;
   }
   PendingSave* in_flight = save.get();
@@ -267,7 +269,9 @@ void Checkpointer::finish_pending() {
   if (!pending_) return;  // alike on every rank: saves are collective
   if (pending_->writer.joinable()) pending_->writer.join();
   auto status = torch::full({1}, static_cast<double>(pending_->status.load()), torch::kFloat64);
-  groups_.world_comm().all_reduce(status, parallel::ReduceOp::max).wait();
+  groups_.world_comm()
+      .all_reduce(status, parallel::ReduceOp::max, io_timeout())
+      .wait(io_timeout(), "checkpoint.timeout_s");
   on_world_status(static_cast<int>(status.item<double>()));
 }
 
@@ -402,9 +406,10 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
       log::warn("checkpoint.dir '{}': 'latest' names '{}', which is not one of its checkpoints: resuming from {}", dir,
                 missing, candidates[static_cast<size_t>(choice.item<int64_t>())].path);
     }
-    world.broadcast(choice, 0).wait();
+    world.broadcast(choice, 0, io_timeout()).wait(io_timeout(), "checkpoint.timeout_s");
   } else {
-    world.broadcast(choice, 0).wait();
+    world.broadcast(choice, 0, io_timeout())
+        .wait(io_timeout(), "checkpoint.timeout_s");  // rank 0 checks every file's CRC
   }
   const int64_t index = choice.item<int64_t>();
   // Every rank says why: the first rank to exit may end the job (mpirun) before rank 0 has printed.

@@ -6,6 +6,7 @@
 // exactly the global slice this rank's layout needs, whatever layout wrote it.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -80,6 +81,11 @@ class Checkpointer {
   void restore_compression_state(const std::string& path, const nlohmann::json& manifest, bool same_layout);
   // Rank 0, after choosing PATH at STEP to resume from: newer checkpoints of checkpoint.dir are abandoned.
   void continue_lineage_from(const std::string& path, int64_t step);
+
+  // How long a rank waits on another's checkpoint files (checkpoint.timeout_s).
+  std::chrono::milliseconds io_timeout() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(config_.checkpoint.timeout_s * 1000));
+  }
 
   const Config& config_;
   parallel::ProcessGroups& groups_;

@@ -28,6 +28,12 @@
 namespace loom::launch {
 namespace {
 
+// ck/step_N/ is ck/step_N (whose parent, checkpoint.dir, decides the run directory and `latest`).
+std::string without_trailing_slashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
 constexpr const char* kExitCodes =
     "exit codes: 0 success, 2 bad input (config, arguments, data), 3 the run diverged (train.max_skipped_steps\n"
     "non-finite steps in a row), 4 loom verify found the layout's numbers differ, 75 the machine failed the run\n"
@@ -80,7 +86,8 @@ std::function<TrainArgs()> add_train_flags(CLI::App& command, bool verify = fals
                      "start a fresh run in a --run-dir that holds another run's metrics.jsonl, replacing it");
     command
         .add_option("--resume", args->resume, "continue from the newest checkpoint in checkpoint.dir, or CHECKPOINT")
-        ->type_name("auto|CHECKPOINT");
+        ->type_name("auto|CHECKPOINT")
+        ->transform(without_trailing_slashes, "", "");
     command.add_flag("--allow-data-change", args->allow_data_change,
                      "resume even though the data (data.path, its weights or datasets, data.split, data.order, the "
                      "shuffle's train.seed) differs from the checkpoint's: go on at its count of consumed samples in "
@@ -91,9 +98,9 @@ std::function<TrainArgs()> add_train_flags(CLI::App& command, bool verify = fals
                   "for tests: rank RANK fails at step STEP by KIND (kill, hang, kill_in_save, fail_save, overflow; "
                   "slow: 100 ms more per step from STEP on; scale:GROUP:EPS: one collective of GROUP, tp, cp, dp, "
                   "pp or ep, has its result scaled by 1 + EPS at STEP; from STEP on, delay:GROUP:MS sleeps before "
-                  "each collective of GROUP, slow-data:MS before each batch read, straggler:RANK:MS once a step); "
-                  "on the first attempt only, so that a job "
-                  "restarted by "
+                  "each collective of GROUP, slow-data:MS before each batch read, straggler:RANK:MS once a step; "
+                  "slow_save:MS: writing the checkpoint saved after STEP takes MS longer); "
+                  "on the first attempt only, so that a job restarted by "
                   "torchrun --max_restarts or a SLURM requeue (TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT "
                   "above 0) runs through")
       ->type_name("RANK:STEP:KIND");

@@ -13,7 +13,8 @@ namespace loom::launch {
 // A deliberate failure on one rank, for tests of how the others end:
 // "RANK:STEP:kill" dies by SIGKILL, "RANK:STEP:hang" stops answering,
 // "RANK:STEP:kill_in_save" dies by SIGKILL halfway through the checkpoint saved after STEP,
-// "RANK:STEP:fail_save" fails to write its files of it, "RANK:STEP:slow" takes 100 ms longer per step from STEP on.
+// "RANK:STEP:fail_save" fails to write its files of it, "RANK:STEP:slow_save:MS" takes MS longer to,
+// "RANK:STEP:slow" takes 100 ms longer per step from STEP on.
 // "RANK:STEP:scale:GROUP:EPS" (kind "scale") multiplies by 1 + EPS the result of one collective of GROUP
 // on the rank at STEP: its first all-reduce or reduce-scatter for dp (a gradient bucket), its first
 // receive for pp (a pipeline send), its first call of any kind for tp, cp and ep.

@@ -57,6 +57,12 @@ FaultInjection parse_fault(const std::string& text) {
     fault.group = what;
     return fault;
   }
+  if (fault.kind.rfind("slow_save:", 0) == 0) {
+    if (last != fault.kind.find(':')) throw InputError("--inject-fault " + text + ": expects slow_save:MS");
+    fault.milliseconds = milliseconds(fault.kind.substr(last + 1));
+    fault.kind = "slow_save";
+    return fault;
+  }
   if (fault.kind.rfind("slow-data:", 0) == 0) {
     if (last != fault.kind.find(':')) throw InputError("--inject-fault " + text + ": expects slow-data:MS");
     fault.milliseconds = milliseconds(fault.kind.substr(last + 1));
@@ -84,7 +90,7 @@ FaultInjection parse_fault(const std::string& text) {
   if (std::find(kinds.begin(), kinds.end(), fault.kind) == kinds.end()) {
     throw InputError(
         "--inject-fault KIND must be kill, hang, kill_in_save, fail_save, overflow, slow, scale:GROUP:EPS, "
-        "delay:GROUP:MS, slow-data:MS or straggler:RANK:MS");
+        "delay:GROUP:MS, slow-data:MS, slow_save:MS or straggler:RANK:MS");
   }
   return fault;
 }

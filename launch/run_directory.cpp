@@ -35,6 +35,16 @@ void create_directory(const std::string& dir, const std::string& what) {
   if (error) throw_start_file_error(error.value(), "cannot create " + what + " '" + dir + "': " + error.message());
 }
 
+// The checkpoint.dir in the config.yaml an earlier run wrote into its run directory; empty if none.
+std::string recorded_checkpoint_dir(const fs::path& config_yaml) {
+  try {
+    const YAML::Node dir = YAML::LoadFile(config_yaml.string())["checkpoint"]["dir"];
+    return dir && dir.IsScalar() ? dir.as<std::string>() : "";
+  } catch (const YAML::Exception&) {
+    return "";
+  }
+}
+
 // The run directory a resume without --run-dir continues: the one the checkpoint it will resume
 // recorded (a run's curves stay in one place); empty when there is none to read.
 // Only for a checkpoint of this run's checkpoint.dir whose recorded directory still exists: a
@@ -54,17 +64,15 @@ std::string resumed_run_dir(const TrainArgs& args, const Config& config) {
   const auto manifest = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!manifest.is_object() || !manifest.contains("run_dir") || !manifest.at("run_dir").is_string()) return "";
   const std::string recorded = manifest.at("run_dir").get<std::string>();
-  return fs::is_directory(recorded, error) ? recorded : "";
-}
-
-// The checkpoint.dir in the config.yaml an earlier run wrote into its run directory; empty if none.
-std::string recorded_checkpoint_dir(const fs::path& config_yaml) {
-  try {
-    const YAML::Node dir = YAML::LoadFile(config_yaml.string())["checkpoint"]["dir"];
-    return dir && dir.IsScalar() ? dir.as<std::string>() : "";
-  } catch (const YAML::Exception&) {
-    return "";
-  }
+  if (!fs::is_directory(recorded, error)) return "";
+  // A checkpoint.dir copied to branch off (cp -r ck ck2) names the original's run directory: that
+  // run's curves and config.yaml are not this one's to rewrite. (Manifests before checkpoint_dir:
+  // the run's config.yaml says, relative to where that run started.)
+  const std::string saved_to = manifest.contains("checkpoint_dir") && manifest.at("checkpoint_dir").is_string()
+                                   ? manifest.at("checkpoint_dir").get<std::string>()
+                                   : recorded_checkpoint_dir(fs::path(recorded) / "config.yaml");
+  if (saved_to.empty() || !fs::equivalent(saved_to, config.checkpoint.dir, error) || error) return "";
+  return recorded;
 }
 
 // Every start-up check of the directories, and nothing written into them but the locks: a refused
@@ -85,9 +93,12 @@ RunDirectory open_on_rank0(const TrainArgs& args, const Config& config) {
   std::error_code error;
   const auto metrics = fs::path(run.path) / "metrics.jsonl";
   const bool has_metrics = fs::file_size(metrics, error) > 0 && !error;
-  if (args.resume.empty() && !args.overwrite_run_dir && has_metrics) {
-    throw InputError("run directory '" + run.path +
-                     "' holds another run's metrics.jsonl, which a fresh run would "
+  // The rows a resume rolled back (its metrics.jsonl may be empty then) are that run's too.
+  const bool has_superseded = fs::file_size(fs::path(run.path) / "metrics.superseded.jsonl", error) > 0 && !error;
+  if (args.resume.empty() && !args.overwrite_run_dir && (has_metrics || has_superseded)) {
+    throw InputError("run directory '" + run.path + "' holds another run's " +
+                     (has_metrics ? "metrics.jsonl" : "metrics.superseded.jsonl") +
+                     ", which a fresh run would "
                      "replace: pass --resume auto to continue that run, give this one another --run-dir, or pass "
                      "--overwrite-run-dir to start anew there");
   }

@@ -63,7 +63,7 @@ void check_fault_injection(const FaultInjection& fault, const Config& config, co
                      " is past where the run stops (train.exit_after = " + std::to_string(config.train.exit_after) +
                      ")");
   }
-  if (fault.kind == "kill_in_save" || fault.kind == "fail_save") {
+  if (fault.kind == "kill_in_save" || fault.kind == "fail_save" || fault.kind == "slow_save") {
     const auto& c = config.checkpoint;
     const bool saves = !c.dir.empty() && (fault.step == config.train.steps || fault.step == config.train.exit_after ||
                                           (c.interval > 0 && fault.step % c.interval == 0));

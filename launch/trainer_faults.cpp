@@ -17,6 +17,13 @@ std::function<void()> Trainer::save_fault(int64_t step) const {
   if (fault_.kind == "fail_save") {
     return [] { throw EnvironmentError("injected fault: writing this rank's checkpoint files failed"); };
   }
+  if (fault_.kind == "slow_save") {  // a large checkpoint on a slow disk, to the ranks waiting on it
+    const auto ms = std::chrono::microseconds(static_cast<int64_t>(fault_.milliseconds * 1000.0));
+    return [ms] {
+      log::warn("injected fault: writing this rank's checkpoint files takes {} ms longer", ms.count() / 1000.0);
+      std::this_thread::sleep_for(ms);
+    };
+  }
   if (fault_.kind != "kill_in_save") return {};
   return [] {
     log::warn("injected fault: killed halfway through saving a checkpoint");
@@ -46,8 +53,8 @@ void Trainer::maybe_inject_fault(int64_t step) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // outside any collective: compute time to the others
     return;
   }
-  if (fault_.kind == "kill_in_save" || fault_.kind == "fail_save" || fault_.kind == "overflow" ||
-      fault_.kind == "slow" || fault_.rank != groups_.rank() || fault_.step != step)
+  if (fault_.kind == "kill_in_save" || fault_.kind == "fail_save" || fault_.kind == "slow_save" ||
+      fault_.kind == "overflow" || fault_.kind == "slow" || fault_.rank != groups_.rank() || fault_.step != step)
     return;
   log::warn("injected fault: {} at step {}", fault_.kind, step);
   if (fault_.kind == "kill") std::raise(SIGKILL);

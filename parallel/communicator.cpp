@@ -50,13 +50,18 @@ void Communicator::blocking_no_training_on_this_thread() {
 
 void CommHandle::wait() {
   if (!op_) return;
+  wait(comm_->timeout(), "parallel.timeout_s");
+}
+
+void CommHandle::wait(std::chrono::milliseconds timeout, const std::string& key) {
+  if (!op_) return;
   const auto blocked_from = std::chrono::steady_clock::now();
   try {
     InsideCollective inside(comm_->stats_ ? comm_->stats_->presence().get() : nullptr);
-    op_->wait(comm_->timeout());
+    op_->wait(timeout);
   } catch (const std::exception& e) {
     op_.reset();
-    throw CommError(comm_->describe_failure(op_name_, reason(e)));
+    throw CommError(comm_->describe_failure(op_name_, reason(e), timeout, key));
   }
   op_.reset();
   if (!comm_->counted_) return;
@@ -71,12 +76,17 @@ Communicator::Communicator(std::string name, std::vector<int64_t> ranks, int ran
     : name_(std::move(name)), ranks_(std::move(ranks)), rank_(rank), stats_(std::move(stats)), timeout_(timeout) {}
 
 std::string Communicator::describe_failure(const std::string& op, const std::string& why) const {
+  return describe_failure(op, why, timeout_, "parallel.timeout_s");
+}
+
+std::string Communicator::describe_failure(const std::string& op, const std::string& why,
+                                           std::chrono::milliseconds timeout, const std::string& key) const {
   std::ostringstream s;
   s << op << " on group " << name_ << " (global ranks [";
   for (size_t i = 0; i < ranks_.size(); ++i) s << (i ? ", " : "") << ranks_[i];
-  s << "]) failed on global rank " << ranks_[rank_] << ": " << why
-    << " (a peer has died, is stuck or diverged; collectives time out after "
-    << std::chrono::duration<double>(timeout_).count() << " s, parallel.timeout_s)";
+  s << "]) failed on global rank " << ranks_[rank_] << ": " << why << " (a peer has died, is stuck or diverged; "
+    << (key == "parallel.timeout_s" ? "collectives time out" : "waits on a peer's checkpoint files time out")
+    << " after " << std::chrono::duration<double>(timeout).count() << " s, " << key << ")";
   return s.str();
 }
 
@@ -203,6 +213,37 @@ CommHandle Communicator::send_recv(std::vector<P2POp> ops) {
 
 CommHandle Communicator::barrier() {
   return launch("barrier", 0, {}, [&] { return do_barrier(); });
+}
+
+namespace {
+
+// Issues CALL with *BOUND set to TIMEOUT, restored after, thrown or not.
+template <typename Call>
+CommHandle issued_within(std::chrono::milliseconds& bound, std::chrono::milliseconds timeout, Call&& call) {
+  const auto saved = bound;
+  bound = timeout;
+  try {
+    auto handle = call();
+    bound = saved;
+    return handle;
+  } catch (...) {
+    bound = saved;
+    throw;
+  }
+}
+
+}  // namespace
+
+CommHandle Communicator::all_reduce(torch::Tensor tensor, ReduceOp op, std::chrono::milliseconds timeout) {
+  return issued_within(issue_timeout_, timeout, [&] { return all_reduce(tensor, op); });
+}
+
+CommHandle Communicator::broadcast(torch::Tensor tensor, int root, std::chrono::milliseconds timeout) {
+  return issued_within(issue_timeout_, timeout, [&] { return broadcast(tensor, root); });
+}
+
+CommHandle Communicator::barrier(std::chrono::milliseconds timeout) {
+  return issued_within(issue_timeout_, timeout, [&] { return barrier(); });
 }
 
 SelfCommunicator::SelfCommunicator(std::string name, int64_t global_rank, std::shared_ptr<CommStats> stats)

@@ -44,6 +44,9 @@ class CommHandle {
  public:
   CommHandle() = default;
   void wait();
+  // The same, bounded by TIMEOUT (named as KEY in its error) instead of the communicator's: a wait
+  // on a peer's disk (a checkpoint written or read by one rank) rather than on its collectives.
+  void wait(std::chrono::milliseconds timeout, const std::string& key);
   // No operation left to wait for (waited already, or done at launch).
   bool done() const { return op_ == nullptr; }
   // wait() would not block on a peer: done, or its operation's messages all in (read the result
@@ -88,9 +91,18 @@ class Communicator {
   // Sends and receives issued together so that neither side can block the other.
   CommHandle send_recv(std::vector<P2POp> ops);
   CommHandle barrier();
+  // The same three bounded by TIMEOUT instead of timeout(), where a backend fixes an operation's
+  // bound when it is issued (Gloo's collectives); wait with CommHandle::wait(TIMEOUT, key). For a
+  // wait on a peer's disk, not its collectives (launch/checkpoint.cpp).
+  CommHandle all_reduce(torch::Tensor tensor, ReduceOp op, std::chrono::milliseconds timeout);
+  CommHandle broadcast(torch::Tensor tensor, int root, std::chrono::milliseconds timeout);
+  CommHandle barrier(std::chrono::milliseconds timeout);
 
   // "all_reduce on group dp (global ranks [0, 1]) from rank 1: WHY".
   std::string describe_failure(const std::string& op, const std::string& why) const;
+  // ... a failure of a wait bounded by TIMEOUT, the config key KEY.
+  std::string describe_failure(const std::string& op, const std::string& why, std::chrono::milliseconds timeout,
+                               const std::string& key) const;
 
   // A planted numerical fault, for tests of `loom verify` (--inject-fault RANK:STEP:scale:GROUP:EPS):
   // the next call of one of OPS ("all_reduce", "send_recv", ...; empty: any) on this rank that
@@ -115,6 +127,8 @@ class Communicator {
 
  protected:
   const std::shared_ptr<CommStats>& stats() const { return stats_; }
+  // The bound of the call being issued: timeout() but inside the bounded overloads above.
+  std::chrono::milliseconds issue_timeout() const { return issue_timeout_; }
   // (global rank, bytes) a ring collective sends to each peer, as CommStats counts it: by default
   // each ring step goes to the next rank of the group (a ring all-reduce sends 2(P-1)/P of the
   // tensor, a reduce-scatter or all-gather (P-1)/P of the whole).
@@ -150,6 +164,7 @@ class Communicator {
   int rank_;
   std::shared_ptr<CommStats> stats_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds issue_timeout_ = timeout_;
   std::shared_ptr<ResultFault> fault_;
   std::chrono::milliseconds delay_{0};
   bool counted_ = true;

@@ -81,17 +81,20 @@ bool takes_one_shot(int64_t ranks, const torch::Tensor& t) {
 }
 
 // The one-shot's exchange: INPUT to every rank of GROUP in one all-to-all, every rank's landing in
-// RECEIVED (RANKS x INPUT's elements) in rank order. Returns the work and the copy it sends, which
-// must live until the work completes.
+// RECEIVED (RANKS x INPUT's elements) in rank order, bounded by TIMEOUT. Returns the work and the
+// copy it sends, which must live until the work completes.
 std::pair<c10d_compat::WorkPtr, torch::Tensor> send_to_every_rank(c10d_compat::GlooGroup& group, int64_t ranks,
                                                                   const torch::Tensor& input,
-                                                                  const torch::Tensor& received) {
+                                                                  const torch::Tensor& received,
+                                                                  std::chrono::milliseconds timeout) {
   const int64_t n = input.numel();
   auto sent = input.reshape({1, n}).expand({ranks, n}).contiguous();
   auto wire_sent = as_wire(sent).view({-1});
   auto wire_received = as_wire(received).view({-1});
   std::vector<int64_t> splits(static_cast<size_t>(ranks), n);
-  return {group.alltoall_base(wire_received, wire_sent, splits, splits), sent};
+  c10d::AllToAllOptions options;
+  options.timeout = timeout;
+  return {group.alltoall_base(wire_received, wire_sent, splits, splits, options), sent};
 }
 
 }  // namespace
@@ -106,13 +109,14 @@ GlooCommunicator::GlooCommunicator(std::string name, std::vector<int64_t> ranks,
 std::unique_ptr<PendingOp> GlooCommunicator::do_all_reduce(torch::Tensor& tensor, ReduceOp op) {
   if (takes_one_shot(size(), tensor)) {
     auto received = torch::empty({size(), tensor.numel()}, tensor.options());
-    auto exchange = send_to_every_rank(*group_, size(), tensor, received);
+    auto exchange = send_to_every_rank(*group_, size(), tensor, received, issue_timeout());
     return pending(exchange.first, [tensor, sent = exchange.second, received, op]() mutable {
       tensor.copy_(reduce_rows(received, op).view(tensor.sizes()));
     });
   }
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
+  options.timeout = issue_timeout();
   if (needs_widening(tensor)) {
     std::vector<at::Tensor> wide{tensor.to(torch::kFloat)};
     auto work = group_->allreduce(wide, options);
@@ -126,7 +130,7 @@ std::unique_ptr<PendingOp> GlooCommunicator::do_all_gather(torch::Tensor& output
   if (takes_one_shot(size(), input)) {
     // Small: each rank's part lands in place, in rank order; Gloo's ring all-gather costs P-1
     // rounds of latency (the same bytes either way).
-    auto exchange = send_to_every_rank(*group_, size(), input, output);
+    auto exchange = send_to_every_rank(*group_, size(), input, output, issue_timeout());
     return pending(exchange.first, [sent = exchange.second] {});
   }
   // Gloo has no flat all-gather; it fills one output per rank, here views into OUTPUT.
@@ -163,6 +167,7 @@ std::unique_ptr<PendingOp> GlooCommunicator::do_broadcast(torch::Tensor& tensor,
   std::vector<at::Tensor> tensors{as_wire(tensor)};
   c10d::BroadcastOptions options;
   options.rootRank = root;
+  options.timeout = issue_timeout();
   return pending(group_->broadcast(tensors, options));
 }
 
@@ -180,7 +185,9 @@ std::unique_ptr<PendingOp> GlooCommunicator::do_send_recv(std::vector<P2POp>& op
 }
 
 std::unique_ptr<PendingOp> GlooCommunicator::do_barrier() {
-  return pending(group_->barrier());
+  c10d::BarrierOptions options;
+  options.timeout = issue_timeout();
+  return pending(group_->barrier(options));
 }
 
 c10d_compat::GlooDevice make_gloo_device(bool single_host) {

@@ -16,7 +16,10 @@
 #     is refused, also for a loom that is pid 1 of another PID namespace.
 #  6. A checkpoint folder without manifest.json is set aside, never deleted; when no checkpoint is
 #     left --resume auto refuses (exit 2) naming what it set aside.
-#  7. A resume without --run-dir continues the run directory of the run it resumes.
+#  7. A resume without --run-dir continues the run directory of the run it resumes (also given the
+#     step folder with a trailing slash); a copy of its checkpoint.dir resumed elsewhere starts a new
+#     one and leaves the original's files as they were (it rewrote its config.yaml and metrics). A
+#     fresh run is refused where only a rolled-back metrics.superseded.jsonl is left (it deleted it).
 #  8. Raising train.steps on resume says the schedule stretches (old and new values, and the
 #     train.lr_decay_steps that avoids it); with train.lr_decay_steps the schedule is unchanged.
 #  9. A resume refused for another model names the key the user changed first (hidden_size, not
@@ -179,7 +182,26 @@ grep -q "continuing the run directory $WORK/origin (the resumed run's)" "$WORK/r
   { cat "$WORK/resumed.log"; fail "the resume should say which run directory it continues"; }
 [ "$(rows "$WORK/origin/metrics.jsonl")" = "1 2 3 4 5 6" ] && [ ! -e "$WORK/runs" ] ||
   fail "a resume without --run-dir should continue the resumed run's directory: $(rows "$WORK/origin/metrics.jsonl")"
-echo "7. a resume without --run-dir continued the resumed run's directory"
+before=$(digest "$WORK/origin")
+cp -r "$WORK/ck_origin" "$WORK/ck_copy"
+echo step_00000004 > "$WORK/ck_copy/latest"
+(cd "$WORK" && "$LOOM" train "$TINY" "${ARGS[@]}" --set checkpoint.dir="$WORK/ck_copy" --set train.lr=1e-3 --resume auto \
+  > "$WORK/branch.log" 2>&1) || { cat "$WORK/branch.log"; fail "the resume of a copied checkpoint.dir failed"; }
+! grep -q "continuing the run directory" "$WORK/branch.log" && [ "$(digest "$WORK/origin")" = "$before" ] ||
+  { cat "$WORK/branch.log"; fail "the branch from a copied checkpoint.dir wrote into the original's run directory"; }
+(cd "$WORK" && "$LOOM" train "$TINY" "${ARGS[@]}" --set checkpoint.dir="$WORK/ck_origin" \
+  --resume "$WORK/ck_origin/step_00000004/" > "$WORK/slash.log" 2>&1) || { cat "$WORK/slash.log"; fail "--resume .../step_00000004/ failed"; }
+grep -q "continuing the run directory $WORK/origin (the resumed run's)" "$WORK/slash.log" &&
+  [ "$(cat "$WORK/ck_origin/latest")" = step_00000006 ] && [ "$(rows "$WORK/origin/metrics.jsonl")" = "1 2 3 4 5 6" ] ||
+  { cat "$WORK/slash.log"; fail "--resume with a trailing slash should continue the run as without it"; }
+mkdir -p "$WORK/superseded"
+: > "$WORK/superseded/metrics.jsonl"
+echo '{"step": 1, "loss": 5.0}' > "$WORK/superseded/metrics.superseded.jsonl"
+code=0
+train superseded || code=$?
+expect 2 superseded "holds another run's metrics.superseded.jsonl, which a fresh run would replace" $code
+[ -s "$WORK/superseded/metrics.superseded.jsonl" ] || fail "a refused fresh run deleted metrics.superseded.jsonl"
+echo "7. a resume without --run-dir continued the resumed run's directory (a trailing slash too); a copied checkpoint.dir's did not; rolled-back rows refuse a fresh run"
 
 # 8. Raising train.steps on resume says what it does to the schedule; train.lr_decay_steps keeps it.
 must_train sched --set checkpoint.dir="$WORK/ck_sched" --set train.exit_after=4
