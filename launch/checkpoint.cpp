@@ -116,7 +116,9 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
   save->midway = midway;
   const int64_t rank = groups_.rank();
   // Rank 0 makes the folder; every rank learns whether it could, so that none waits on it in the
-  // next collective until parallel.timeout_s (0: made; else the errno that stopped it).
+  // next collective until parallel.timeout_s (0: made; else the errno that stopped it). This is
+  // also where every rank meets at the step boundary, so a peer stuck in training is still found
+  // after parallel.timeout_s, not checkpoint.timeout_s.
   std::error_code error;
   if (rank == 0) {
     fs::create_directories(dir, error);
@@ -228,9 +230,9 @@ std::string Checkpointer::save(const TrainingState& state, const std::function<v
   auto& world = groups_.world_comm();
   if (!config_.checkpoint.async) {
     write_rank_files(*save, groups_.rank());
-    world.barrier(io_timeout()).wait(io_timeout(), "checkpoint.timeout_s");  // the slowest writer
+    world.barrier(io_bound()).wait();  // the slowest writer
     publish(*save);
-    world.barrier(io_timeout()).wait(io_timeout(), "checkpoint.timeout_s");  // rank 0's rename and retention
+    world.barrier(io_bound()).wait();  // rank 0's rename and retention
     return path;
   }
   PendingSave* in_flight = save.get();
@@ -269,9 +271,7 @@ void Checkpointer::finish_pending() {
   if (!pending_) return;  // alike on every rank: saves are collective
   if (pending_->writer.joinable()) pending_->writer.join();
   auto status = torch::full({1}, static_cast<double>(pending_->status.load()), torch::kFloat64);
-  groups_.world_comm()
-      .all_reduce(status, parallel::ReduceOp::max, io_timeout())
-      .wait(io_timeout(), "checkpoint.timeout_s");
+  groups_.world_comm().all_reduce(status, parallel::ReduceOp::max, io_bound()).wait();
   on_world_status(static_cast<int>(status.item<double>()));
 }
 
@@ -406,10 +406,9 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
       log::warn("checkpoint.dir '{}': 'latest' names '{}', which is not one of its checkpoints: resuming from {}", dir,
                 missing, candidates[static_cast<size_t>(choice.item<int64_t>())].path);
     }
-    world.broadcast(choice, 0, io_timeout()).wait(io_timeout(), "checkpoint.timeout_s");
+    world.broadcast(choice, 0, io_bound()).wait();
   } else {
-    world.broadcast(choice, 0, io_timeout())
-        .wait(io_timeout(), "checkpoint.timeout_s");  // rank 0 checks every file's CRC
+    world.broadcast(choice, 0, io_bound()).wait();  // rank 0 checks every file's CRC
   }
   const int64_t index = choice.item<int64_t>();
   // Every rank says why: the first rank to exit may end the job (mpirun) before rank 0 has printed.

@@ -83,8 +83,9 @@ class Checkpointer {
   void continue_lineage_from(const std::string& path, int64_t step);
 
   // How long a rank waits on another's checkpoint files (checkpoint.timeout_s).
-  std::chrono::milliseconds io_timeout() const {
-    return std::chrono::milliseconds(static_cast<int64_t>(config_.checkpoint.timeout_s * 1000));
+  parallel::WaitBound io_bound() const {
+    return {std::chrono::milliseconds(static_cast<int64_t>(config_.checkpoint.timeout_s * 1000)),
+            "checkpoint.timeout_s", "waits on a peer's checkpoint files"};
   }
 
   const Config& config_;

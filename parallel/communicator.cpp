@@ -50,18 +50,13 @@ void Communicator::blocking_no_training_on_this_thread() {
 
 void CommHandle::wait() {
   if (!op_) return;
-  wait(comm_->timeout(), "parallel.timeout_s");
-}
-
-void CommHandle::wait(std::chrono::milliseconds timeout, const std::string& key) {
-  if (!op_) return;
   const auto blocked_from = std::chrono::steady_clock::now();
   try {
     InsideCollective inside(comm_->stats_ ? comm_->stats_->presence().get() : nullptr);
-    op_->wait(timeout);
+    op_->wait(bound_.timeout);
   } catch (const std::exception& e) {
     op_.reset();
-    throw CommError(comm_->describe_failure(op_name_, reason(e), timeout, key));
+    throw CommError(comm_->describe_failure(op_name_, reason(e), bound_));
   }
   op_.reset();
   if (!comm_->counted_) return;
@@ -75,18 +70,14 @@ Communicator::Communicator(std::string name, std::vector<int64_t> ranks, int ran
                            std::chrono::milliseconds timeout)
     : name_(std::move(name)), ranks_(std::move(ranks)), rank_(rank), stats_(std::move(stats)), timeout_(timeout) {}
 
-std::string Communicator::describe_failure(const std::string& op, const std::string& why) const {
-  return describe_failure(op, why, timeout_, "parallel.timeout_s");
-}
-
 std::string Communicator::describe_failure(const std::string& op, const std::string& why,
-                                           std::chrono::milliseconds timeout, const std::string& key) const {
+                                           const WaitBound& bound) const {
   std::ostringstream s;
   s << op << " on group " << name_ << " (global ranks [";
   for (size_t i = 0; i < ranks_.size(); ++i) s << (i ? ", " : "") << ranks_[i];
   s << "]) failed on global rank " << ranks_[rank_] << ": " << why << " (a peer has died, is stuck or diverged; "
-    << (key == "parallel.timeout_s" ? "collectives time out" : "waits on a peer's checkpoint files time out")
-    << " after " << std::chrono::duration<double>(timeout).count() << " s, " << key << ")";
+    << bound.what << " time out after " << std::chrono::duration<double>(bound.timeout).count() << " s, " << bound.key
+    << ")";
   return s.str();
 }
 
@@ -126,6 +117,7 @@ CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vecto
   CommHandle handle;
   handle.comm_ = this;
   handle.op_name_ = op;
+  handle.bound_ = issue_bound_;
   handle.bytes_ = bytes;
   handle.start_ = std::chrono::steady_clock::now();
   const bool counted = counted_ && size() > 1;
@@ -138,7 +130,7 @@ CommHandle Communicator::launch(const std::string& op, int64_t bytes, std::vecto
   } catch (const CommError&) {
     throw;
   } catch (const std::exception& e) {
-    throw CommError(describe_failure(op, reason(e)));
+    throw CommError(describe_failure(op, reason(e), issue_bound_));
   }
   if (!handle.op_ && counted) stats_->record_time(name_, op, 0.0, bytes);
   // An issue that blocks (a synchronous backend's call) is time spent on the peers too.
@@ -217,33 +209,33 @@ CommHandle Communicator::barrier() {
 
 namespace {
 
-// Issues CALL with *BOUND set to TIMEOUT, restored after, thrown or not.
+// Issues CALL with CURRENT set to BOUND, restored after, thrown or not.
 template <typename Call>
-CommHandle issued_within(std::chrono::milliseconds& bound, std::chrono::milliseconds timeout, Call&& call) {
-  const auto saved = bound;
-  bound = timeout;
+CommHandle issued_within(WaitBound& current, const WaitBound& bound, Call&& call) {
+  const auto saved = current;
+  current = bound;
   try {
     auto handle = call();
-    bound = saved;
+    current = saved;
     return handle;
   } catch (...) {
-    bound = saved;
+    current = saved;
     throw;
   }
 }
 
 }  // namespace
 
-CommHandle Communicator::all_reduce(torch::Tensor tensor, ReduceOp op, std::chrono::milliseconds timeout) {
-  return issued_within(issue_timeout_, timeout, [&] { return all_reduce(tensor, op); });
+CommHandle Communicator::all_reduce(torch::Tensor tensor, ReduceOp op, const WaitBound& bound) {
+  return issued_within(issue_bound_, bound, [&] { return all_reduce(tensor, op); });
 }
 
-CommHandle Communicator::broadcast(torch::Tensor tensor, int root, std::chrono::milliseconds timeout) {
-  return issued_within(issue_timeout_, timeout, [&] { return broadcast(tensor, root); });
+CommHandle Communicator::broadcast(torch::Tensor tensor, int root, const WaitBound& bound) {
+  return issued_within(issue_bound_, bound, [&] { return broadcast(tensor, root); });
 }
 
-CommHandle Communicator::barrier(std::chrono::milliseconds timeout) {
-  return issued_within(issue_timeout_, timeout, [&] { return barrier(); });
+CommHandle Communicator::barrier(const WaitBound& bound) {
+  return issued_within(issue_bound_, bound, [&] { return barrier(); });
 }
 
 SelfCommunicator::SelfCommunicator(std::string name, int64_t global_rank, std::shared_ptr<CommStats> stats)

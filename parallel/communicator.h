@@ -39,14 +39,20 @@ class PendingOp {
 
 class Communicator;
 
+// How long a wait on peers may take, and what its error names when it runs out. KEY and WHAT are
+// string literals: a handle carries its call's bound from issue to wait.
+struct WaitBound {
+  std::chrono::milliseconds timeout;
+  const char* key;   // the config key that sets it: "parallel.timeout_s"
+  const char* what;  // what times out, in the error: "collectives"
+};
+
 // Returned by every call; wait() blocks until the result is in place.
 class CommHandle {
  public:
   CommHandle() = default;
+  // Bounded by the call's WaitBound: the communicator's, or the one it was issued with.
   void wait();
-  // The same, bounded by TIMEOUT (named as KEY in its error) instead of the communicator's: a wait
-  // on a peer's disk (a checkpoint written or read by one rank) rather than on its collectives.
-  void wait(std::chrono::milliseconds timeout, const std::string& key);
   // No operation left to wait for (waited already, or done at launch).
   bool done() const { return op_ == nullptr; }
   // wait() would not block on a peer: done, or its operation's messages all in (read the result
@@ -58,6 +64,7 @@ class CommHandle {
   std::unique_ptr<PendingOp> op_;
   const Communicator* comm_ = nullptr;
   std::string op_name_;
+  WaitBound bound_{};
   int64_t bytes_ = 0;
   std::chrono::steady_clock::time_point start_;
 };
@@ -76,6 +83,8 @@ class Communicator {
   int size() const { return static_cast<int>(ranks_.size()); }
   const std::vector<int64_t>& ranks() const { return ranks_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // timeout() as a bound: parallel.timeout_s on collectives.
+  WaitBound bound() const { return {timeout_, "parallel.timeout_s", "collectives"}; }
   virtual std::string backend() const = 0;
 
   // In place on TENSOR.
@@ -91,18 +100,18 @@ class Communicator {
   // Sends and receives issued together so that neither side can block the other.
   CommHandle send_recv(std::vector<P2POp> ops);
   CommHandle barrier();
-  // The same three bounded by TIMEOUT instead of timeout(), where a backend fixes an operation's
-  // bound when it is issued (Gloo's collectives); wait with CommHandle::wait(TIMEOUT, key). For a
-  // wait on a peer's disk, not its collectives (launch/checkpoint.cpp).
-  CommHandle all_reduce(torch::Tensor tensor, ReduceOp op, std::chrono::milliseconds timeout);
-  CommHandle broadcast(torch::Tensor tensor, int root, std::chrono::milliseconds timeout);
-  CommHandle barrier(std::chrono::milliseconds timeout);
+  // The same three bounded by BOUND instead of bound(), from issue (a backend may fix an
+  // operation's bound then: Gloo's collectives) to wait: a wait on a peer's disk rather than on
+  // its collectives (launch/checkpoint.cpp).
+  CommHandle all_reduce(torch::Tensor tensor, ReduceOp op, const WaitBound& bound);
+  CommHandle broadcast(torch::Tensor tensor, int root, const WaitBound& bound);
+  CommHandle barrier(const WaitBound& bound);
 
-  // "all_reduce on group dp (global ranks [0, 1]) from rank 1: WHY".
-  std::string describe_failure(const std::string& op, const std::string& why) const;
-  // ... a failure of a wait bounded by TIMEOUT, the config key KEY.
-  std::string describe_failure(const std::string& op, const std::string& why, std::chrono::milliseconds timeout,
-                               const std::string& key) const;
+  // "all_reduce on group dp (global ranks [0, 1]) from rank 1: WHY (... BOUND)".
+  std::string describe_failure(const std::string& op, const std::string& why, const WaitBound& bound) const;
+  std::string describe_failure(const std::string& op, const std::string& why) const {
+    return describe_failure(op, why, bound());
+  }
 
   // A planted numerical fault, for tests of `loom verify` (--inject-fault RANK:STEP:scale:GROUP:EPS):
   // the next call of one of OPS ("all_reduce", "send_recv", ...; empty: any) on this rank that
@@ -127,8 +136,9 @@ class Communicator {
 
  protected:
   const std::shared_ptr<CommStats>& stats() const { return stats_; }
-  // The bound of the call being issued: timeout() but inside the bounded overloads above.
-  std::chrono::milliseconds issue_timeout() const { return issue_timeout_; }
+  // The bound of the call being issued: bound() but inside the bounded overloads above.
+  const WaitBound& issue_bound() const { return issue_bound_; }
+  std::chrono::milliseconds issue_timeout() const { return issue_bound_.timeout; }
   // (global rank, bytes) a ring collective sends to each peer, as CommStats counts it: by default
   // each ring step goes to the next rank of the group (a ring all-reduce sends 2(P-1)/P of the
   // tensor, a reduce-scatter or all-gather (P-1)/P of the whole).
@@ -164,7 +174,7 @@ class Communicator {
   int rank_;
   std::shared_ptr<CommStats> stats_;
   std::chrono::milliseconds timeout_;
-  std::chrono::milliseconds issue_timeout_ = timeout_;
+  WaitBound issue_bound_ = bound();
   std::shared_ptr<ResultFault> fault_;
   std::chrono::milliseconds delay_{0};
   bool counted_ = true;

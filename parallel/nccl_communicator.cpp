@@ -143,7 +143,7 @@ torch::Tensor NcclCommunicator::on_device(const torch::Tensor& host) const {
 
 std::unique_ptr<PendingOp> NcclCommunicator::copy_back(std::unique_ptr<PendingOp> pending, torch::Tensor& host,
                                                        const torch::Tensor& device) {
-  if (pending) pending->wait(timeout());
+  if (pending) pending->wait(issue_timeout());  // a bounded overload's call waits here
   host.copy_(device);
   return nullptr;
 }
