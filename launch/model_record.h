@@ -26,8 +26,8 @@ std::vector<std::string> model_record_differences(const nlohmann::json& saved, c
 
 // The MoE router's settings (top_k, score, renormalisation, scaling, groups, capacity, the
 // auxiliary losses' coefficients), saved beside the record as the manifest's "moe_router" for
-// `loom export`, which writes them into config.json; not compared when resuming (a run may
-// change them). Null for a dense model.
+// `loom export`, which writes them into config.json. A resume compares the ones that choose and
+// weigh experts (launch/resume_checks.cpp); the training settings may change. Null for a dense model.
 nlohmann::json moe_router_record(const Config& config);
 // Sets CONFIG's router keys from ROUTER (moe_router_record's form); throws InputError naming SOURCE.
 void apply_moe_router_record(Config& config, const nlohmann::json& router, const std::string& source);

@@ -2,17 +2,41 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "launch/data_record.h"
 #include "launch/model_record.h"
 
 namespace loom::launch {
+namespace {
+
+// The router settings that choose and weigh each token's experts: part of the model's function, as
+// norm_eps and rope_theta are (transformers' config.json holds them), so a resume
+// that changed one would train on another model without a word. Its training settings (capacity,
+// the auxiliary losses' coefficients, the bias update's rate) may change between runs.
+std::vector<std::string> router_differences(const nlohmann::json& manifest, const Config& config) {
+  const auto asked = moe_router_record(config);
+  if (!manifest.contains("moe_router") || !manifest.at("moe_router").is_object() || asked.is_null()) return {};
+  const auto& saved = manifest.at("moe_router");
+  std::vector<std::string> differences;
+  for (const char* key : {"top_k", "score", "norm_topk_prob", "routed_scaling_factor", "n_group", "topk_group"}) {
+    if (saved.contains(key) && saved.at(key) != asked.at(key)) {
+      differences.push_back(std::string("model.moe.") + key + " = " + saved.at(key).dump() + ", the config " +
+                            asked.at(key).dump());
+    }
+  }
+  return differences;
+}
+
+}  // namespace
 
 std::string resume_refusal(const nlohmann::json& manifest, const Config& config, const nlohmann::json& data_now,
                            bool allow_data_change) {
   std::string joined;
-  for (const auto& d : model_record_differences(complete_model_record(manifest.at("model")),
-                                                complete_model_record(model_record(config))))
-    joined += (joined.empty() ? "" : "; ") + d;
+  auto differences = model_record_differences(complete_model_record(manifest.at("model")),
+                                              complete_model_record(model_record(config)));
+  for (auto& d : router_differences(manifest, config)) differences.push_back(std::move(d));
+  for (const auto& d : differences) joined += (joined.empty() ? "" : "; ") + d;
   if (!joined.empty()) return "the checkpoint has " + joined;
 
   // The moments mean what their optimizer made them: AdamW's exp_avg is not Muon's momentum.

@@ -23,7 +23,9 @@
 #  8. Raising train.steps on resume says the schedule stretches (old and new values, and the
 #     train.lr_decay_steps that avoids it); with train.lr_decay_steps the schedule is unchanged.
 #  9. A resume refused for another model names the key the user changed first (hidden_size, not
-#     the ffn_hidden_size derived from it; model.moe.num_experts for an MoE), and every difference.
+#     the ffn_hidden_size derived from it; model.moe.num_experts for an MoE), and every difference;
+#     an MoE's router settings that choose experts (top_k, score: they were accepted without a
+#     word) too, while its training settings (capacity_factor) may change.
 # 10. Absurd sizes are refused before anything is allocated (exit 2, naming the key): a count key
 #     at 1e18, and a 1.3e13-parameter model whose estimate exceeds the machine's memory (both numbers
 #     and train.memory_check named); the run directory stays empty.
@@ -228,7 +230,13 @@ expect 2 shape "the checkpoint has model.hidden_size = 32, the config 64; model.
 code=0
 train shape --set checkpoint.dir="$WORK/ck_shape" --set model.moe.num_experts=2 --resume auto || code=$?
 expect 2 shape "the checkpoint has model.moe.num_experts = 0, the config 2" $code
-echo "9. a refused resume names hidden_size before the ffn_hidden_size derived from it, and model.moe.num_experts"
+MOE=(--set checkpoint.dir="$WORK/ck_router" --set model.moe.num_experts=4 --set model.moe.top_k=2)
+must_train router "${MOE[@]}" --set train.exit_after=2
+code=0
+train router "${MOE[@]}" --set model.moe.top_k=1 --set model.moe.score=sigmoid --resume auto || code=$?
+expect 2 router 'the checkpoint has model.moe.top_k = 2, the config 1; model.moe.score = "softmax", the config "sigmoid"' $code
+must_train router "${MOE[@]}" --set model.moe.capacity_factor=1.5 --resume auto
+echo "9. a refused resume names hidden_size before the ffn_hidden_size derived from it, model.moe.num_experts, and the router's top_k and score; capacity_factor may change"
 # 10.
 for key in model.hidden_size model.ffn_hidden_size model.moe.num_experts model.vocab_size model.num_layers \
   train.global_batch_size eval.steps; do
