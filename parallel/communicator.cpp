@@ -212,16 +212,13 @@ namespace {
 // Issues CALL with CURRENT set to BOUND, restored after, thrown or not.
 template <typename Call>
 CommHandle issued_within(WaitBound& current, const WaitBound& bound, Call&& call) {
-  const auto saved = current;
+  struct Restore {
+    WaitBound& current;
+    const WaitBound saved;
+    ~Restore() { current = saved; }
+  } restore{current, current};
   current = bound;
-  try {
-    auto handle = call();
-    current = saved;
-    return handle;
-  } catch (...) {
-    current = saved;
-    throw;
-  }
+  return call();
 }
 
 }  // namespace

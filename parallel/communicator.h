@@ -109,9 +109,6 @@ class Communicator {
 
   // "all_reduce on group dp (global ranks [0, 1]) from rank 1: WHY (... BOUND)".
   std::string describe_failure(const std::string& op, const std::string& why, const WaitBound& bound) const;
-  std::string describe_failure(const std::string& op, const std::string& why) const {
-    return describe_failure(op, why, bound());
-  }
 
   // A planted numerical fault, for tests of `loom verify` (--inject-fault RANK:STEP:scale:GROUP:EPS):
   // the next call of one of OPS ("all_reduce", "send_recv", ...; empty: any) on this rank that
@@ -136,8 +133,7 @@ class Communicator {
 
  protected:
   const std::shared_ptr<CommStats>& stats() const { return stats_; }
-  // The bound of the call being issued: bound() but inside the bounded overloads above.
-  const WaitBound& issue_bound() const { return issue_bound_; }
+  // The bound of the call being issued: timeout() but inside the bounded overloads above.
   std::chrono::milliseconds issue_timeout() const { return issue_bound_.timeout; }
   // (global rank, bytes) a ring collective sends to each peer, as CommStats counts it: by default
   // each ring step goes to the next rank of the group (a ring all-reduce sends 2(P-1)/P of the
