@@ -90,6 +90,13 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   std::error_code error;
   const uint64_t idx_bytes = std::filesystem::file_size(idx, error);
   const uint64_t header = 9 + 8 + 1 + 8 + 8;
+  const bool fits = !error && sequences <= idx_bytes / 12 && documents <= idx_bytes / 8;
+  if (fits && header + sequences * 13 + documents * 8 == idx_bytes) {
+    // Megatron-LM's multimodal datasets put a mode byte per sequence (text, image, ...) after the
+    // document index; training a text model on their image sequences' ids would be silently wrong.
+    throw InputError("'" + idx + "' is a Megatron-LM multimodal index (a mode byte per sequence after the document " +
+                     "index), which loom does not train on; write text datasets without --multimodal");
+  }
   if (error || sequences > idx_bytes / 12 || documents > idx_bytes / 8 ||
       header + sequences * 12 + documents * 8 != idx_bytes) {
     throw InputError("'" + idx + "' claims " + std::to_string(sequences) + " sequences and " +
