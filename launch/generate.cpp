@@ -175,8 +175,10 @@ int generate(const GenerateArgs& args) {
                        "' (" + std::to_string(tokenizer->vocab_size()) +
                        " ids) cannot decode; give the tokenizer the model was trained with (--tokenizer)");
     }
+    // A Hugging Face model that names no end-of-sequence id runs on, as generate does: the
+    // tokenizer's (the byte tokenizer's 256 where the directory has none) is not the model's.
     const bool stop = model.stop_ids.empty()
-                          ? id == tokenizer->eos_id()
+                          ? !model.from_hugging_face_source && id == tokenizer->eos_id()
                           : std::find(model.stop_ids.begin(), model.stop_ids.end(), id) != model.stop_ids.end();
     if (stop) {
       stopped_at_eos = true;  // as Hugging Face's generate does; the EOS is in the ids, not the text

@@ -61,7 +61,9 @@ GenerationModel from_checkpoint(const std::string& path, const std::vector<std::
     model.tokenizer_record = manifest.at("tokenizer");
     model.tokenizer_vocab_size = model.tokenizer_record.value("vocab_size", int64_t{0});
   }
-  model.stop_ids = hf_stop_ids(manifest.value("hf_source", nlohmann::json()), source);
+  const auto hf_source = manifest.value("hf_source", nlohmann::json());
+  model.stop_ids = hf_stop_ids(hf_source, source);
+  model.from_hugging_face_source = hf_source.is_object();
   return model;
 }
 
@@ -94,6 +96,7 @@ GenerationModel from_hugging_face(const std::string& dir, const std::vector<std:
   }
   model.max_positions = positions.get<int64_t>();
   model.stop_ids = hf_stop_ids(read_hf_source(dir), dir);
+  model.from_hugging_face_source = true;
   for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
     if (fs::is_regular_file(fs::path(dir) / name)) {
       model.tokenizer = (fs::path(dir) / name).string();

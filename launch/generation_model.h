@@ -26,8 +26,11 @@ struct GenerationModel {
   int64_t tokenizer_vocab_size = 0;
   // The ids generation stops at, as Hugging Face's generate takes them from the model's
   // generation_config.json or config.json (a checkpoint's: those of the directory it was
-  // initialised from); empty: the tokenizer's end-of-sequence token.
+  // initialised from). Empty: a Hugging Face model (or a checkpoint initialised from one) runs to
+  // --max-new-tokens, as generate does; a model loom trained from scratch stops at its
+  // tokenizer's end-of-sequence token.
   std::vector<int64_t> stop_ids;
+  bool from_hugging_face_source = false;
 };
 
 // Reads MODEL's description, without its weights, and applies OVERRIDES. Throws InputError

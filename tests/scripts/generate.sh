@@ -92,7 +92,33 @@ grep -q "stopped at the end-of-sequence token" "$WORK/eos.err" || { cat "$WORK/e
 rm "$WORK/hf_eos/generation_config.json"
 want=$(upto "[$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["eos_token_id"])' "$WORK/hf_eos/config.json")]")
 [ "$(stopped)" = "$want" ] || fail "config.json's stop id: $(stopped), expected $want"
-echo "stop ids: generation_config.json's list, else config.json's"
+# A Hugging Face model that names no stop id runs on, as generate does: not at the byte tokenizer's
+# end-of-sequence id 256 (the directory has no tokenizer), here a token of its vocabulary of 300 that
+# the greedy chain reaches (the output row of id 256 made three times that of the chain's fourth id).
+cp -r "$WORK/hf_llama" "$WORK/hf_noeos"
+"$PY" - "$WORK/hf_noeos" "$(ids llama_hf1)" <<'PYEOF' || fail "writing the model without stop ids"
+import json, os, sys
+import torch
+from safetensors.torch import load_file, save_file
+d, chain = sys.argv[1], json.loads(sys.argv[2])
+weights = load_file(os.path.join(d, "model.safetensors"))
+for name in ("model.embed_tokens.weight", "lm_head.weight"):
+    w = weights[name]
+    weights[name] = torch.cat([w, torch.zeros(300 - w.shape[0], w.shape[1], dtype=w.dtype)])
+weights["lm_head.weight"][256] = 3 * weights["lm_head.weight"][chain[3]]
+save_file(weights, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+config = json.load(open(os.path.join(d, "config.json")))
+config["vocab_size"], config["eos_token_id"] = 300, None
+json.dump(config, open(os.path.join(d, "config.json"), "w"))
+for name in ("generation_config.json", "tokenizer.json", "tokenizer.model"):
+    if os.path.exists(os.path.join(d, name)):
+        os.remove(os.path.join(d, name))
+PYEOF
+"$LOOM" generate "$WORK/hf_noeos" --prompt "$PROMPT" --max-new-tokens "$N" --ids --temperature 0 > "$WORK/noeos.out" \
+  2> "$WORK/noeos.err" || { cat "$WORK/noeos.err"; fail "generate without stop ids"; }
+"$PY" -c 'import json, sys; ids = json.loads(sys.argv[1]); assert len(ids) == int(sys.argv[2]) and 256 in ids, ids' \
+  "$(tail -n 1 "$WORK/noeos.out")" "$N" || fail "a model naming no stop id should run to $N ids through 256: $(tail -n 1 "$WORK/noeos.out")"
+echo "stop ids: generation_config.json's list, else config.json's; none named: $N ids, 256 among them"
 
 # Sampling repeats with its seed (and at tp 2); at temperature 3 over 256 tokens, 16 draws of two
 # seeds agreeing is out of the question; top-k 1 is the greedy chain.
