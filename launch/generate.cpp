@@ -64,14 +64,20 @@ bool starts_with_bos(const Tokenizer& tokenizer, const GenerationModel& model) {
 }
 
 // The prompt's ids, each inside the model's vocabulary (an empty prompt starts from BOS, as
-// transformers' generate does).
-std::vector<int64_t> prompt_ids(const Tokenizer& tokenizer, const std::string& prompt, int64_t vocab_size, bool bos) {
+// transformers' generate does: the model's bos_token_id, else the tokenizer's).
+std::vector<int64_t> prompt_ids(const Tokenizer& tokenizer, const std::string& prompt, int64_t vocab_size, bool bos,
+                                int64_t model_bos) {
   std::vector<int64_t> ids;
   if (bos) ids.push_back(tokenizer.bos_id());
   for (int64_t id : tokenizer.encode(prompt)) ids.push_back(id);
-  if (ids.empty() && tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
-  if (ids.empty())
-    throw InputError("--prompt is empty and the tokenizer '" + tokenizer.source() + "' has no BOS token");
+  if (ids.empty()) {
+    const int64_t start = model_bos >= 0 ? model_bos : tokenizer.bos_id();
+    if (start < 0) {
+      throw InputError("--prompt is empty, and neither the model nor the tokenizer '" + tokenizer.source() +
+                       "' names a BOS token to start from");
+    }
+    ids.push_back(start);
+  }
   for (int64_t id : ids) {
     if (id < 0 || id >= vocab_size) {
       throw InputError("--prompt: tokenizer '" + tokenizer.source() + "' gives id " + std::to_string(id) +
@@ -109,7 +115,7 @@ int generate(const GenerateArgs& args) {
                      std::to_string(model.tokenizer_vocab_size) + " (its manifest's tokenizer record): give that one");
   }
   const bool bos = starts_with_bos(*tokenizer, model);
-  const std::vector<int64_t> prompt = prompt_ids(*tokenizer, args.prompt, config.model.vocab_size, bos);
+  const std::vector<int64_t> prompt = prompt_ids(*tokenizer, args.prompt, config.model.vocab_size, bos, model.bos_id);
   // The model's positions bound the prompt and the new tokens together (compared without adding: a
   // --max-new-tokens near 2^63 would overflow the sum).
   const auto prompt_size = static_cast<int64_t>(prompt.size());

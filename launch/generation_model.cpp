@@ -64,6 +64,7 @@ GenerationModel from_checkpoint(const std::string& path, const std::vector<std::
   const auto hf_source = manifest.value("hf_source", nlohmann::json());
   model.stop_ids = hf_stop_ids(hf_source, source);
   model.from_hugging_face_source = hf_source.is_object();
+  model.bos_id = hf_bos_id(hf_source);
   return model;
 }
 
@@ -95,8 +96,10 @@ GenerationModel from_hugging_face(const std::string& dir, const std::vector<std:
     throw InputError(file.string() + ": \"" + key + "\" must be a positive integer, not " + positions.dump());
   }
   model.max_positions = positions.get<int64_t>();
-  model.stop_ids = hf_stop_ids(read_hf_source(dir), dir);
+  const auto hf_source = read_hf_source(dir);
+  model.stop_ids = hf_stop_ids(hf_source, dir);
   model.from_hugging_face_source = true;
+  model.bos_id = hf_bos_id(hf_source);
   for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
     if (fs::is_regular_file(fs::path(dir) / name)) {
       model.tokenizer = (fs::path(dir) / name).string();

@@ -31,6 +31,8 @@ struct GenerationModel {
   // tokenizer's end-of-sequence token.
   std::vector<int64_t> stop_ids;
   bool from_hugging_face_source = false;
+  // The id an empty prompt starts from where the model names one (hf_bos_id); -1: the tokenizer's BOS.
+  int64_t bos_id = -1;
 };
 
 // Reads MODEL's description, without its weights, and applies OVERRIDES. Throws InputError

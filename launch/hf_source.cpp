@@ -1,5 +1,6 @@
 #include "launch/hf_source.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -100,6 +101,14 @@ std::vector<int64_t> hf_stop_ids(const nlohmann::json& source, const std::string
     ids.push_back(id.get<int64_t>());
   }
   return ids;
+}
+
+int64_t hf_bos_id(const nlohmann::json& source) {
+  if (!source.is_object()) return -1;
+  const bool generation = source.contains("generation_config");
+  const nlohmann::json& file = generation ? source.at("generation_config") : source.value("config", nlohmann::json());
+  if (!file.is_object() || !file.contains("bos_token_id") || !file.at("bos_token_id").is_number_integer()) return -1;
+  return std::max<int64_t>(-1, file.at("bos_token_id").get<int64_t>());
 }
 
 }  // namespace loom::launch

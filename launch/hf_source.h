@@ -28,6 +28,9 @@ nlohmann::ordered_json exported_hf_config(const nlohmann::ordered_json& loom_con
 // eos_token_id (an id or a list), else, without that file, config.json's; empty when neither names
 // one (or SOURCE is null). WHERE names SOURCE in errors.
 std::vector<int64_t> hf_stop_ids(const nlohmann::json& source, const std::string& where);
+// The id Hugging Face's generate starts an empty prompt from: bos_token_id, from the same file as
+// hf_stop_ids reads; -1 when it names none.
+int64_t hf_bos_id(const nlohmann::json& source);
 nlohmann::ordered_json exported_generation_config(const nlohmann::ordered_json& config, const nlohmann::json& source);
 
 }  // namespace loom::launch

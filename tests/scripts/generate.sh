@@ -108,7 +108,7 @@ for name in ("model.embed_tokens.weight", "lm_head.weight"):
 weights["lm_head.weight"][256] = 3 * weights["lm_head.weight"][chain[3]]
 save_file(weights, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
 config = json.load(open(os.path.join(d, "config.json")))
-config["vocab_size"], config["eos_token_id"] = 300, None
+config["vocab_size"], config["eos_token_id"], config["bos_token_id"] = 300, None, 65
 json.dump(config, open(os.path.join(d, "config.json"), "w"))
 for name in ("generation_config.json", "tokenizer.json", "tokenizer.model"):
     if os.path.exists(os.path.join(d, name)):
@@ -118,7 +118,15 @@ PYEOF
   2> "$WORK/noeos.err" || { cat "$WORK/noeos.err"; fail "generate without stop ids"; }
 "$PY" -c 'import json, sys; ids = json.loads(sys.argv[1]); assert len(ids) == int(sys.argv[2]) and 256 in ids, ids' \
   "$(tail -n 1 "$WORK/noeos.out")" "$N" || fail "a model naming no stop id should run to $N ids through 256: $(tail -n 1 "$WORK/noeos.out")"
-echo "stop ids: generation_config.json's list, else config.json's; none named: $N ids, 256 among them"
+# An empty prompt starts from the model's bos_token_id (here 65, the byte 'A'), as generate does,
+# though the byte tokenizer has no BOS.
+"$LOOM" generate "$WORK/hf_noeos" --prompt "" --max-new-tokens 4 --ids --temperature 0 > "$WORK/empty.out" \
+  2> "$WORK/empty.err" || { cat "$WORK/empty.err"; fail "generate from an empty prompt"; }
+"$LOOM" generate "$WORK/hf_noeos" --prompt "A" --max-new-tokens 4 --ids --temperature 0 > "$WORK/a.out" 2> /dev/null ||
+  fail "generate from the prompt A"
+[ "$(tail -n 1 "$WORK/empty.out")" = "$(tail -n 1 "$WORK/a.out")" ] ||
+  fail "an empty prompt gave $(tail -n 1 "$WORK/empty.out"), the prompt of bos_token_id 65 $(tail -n 1 "$WORK/a.out")"
+echo "stop ids: generation_config.json's list, else config.json's; none named: $N ids, 256 among them; an empty prompt starts at bos_token_id"
 
 # Sampling repeats with its seed (and at tp 2); at temperature 3 over 256 tokens, 16 draws of two
 # seeds agreeing is out of the question; top-k 1 is the greedy chain.
