@@ -21,15 +21,38 @@ const char* bool_text(bool value) {
 }
 
 // transformers 5.x lists each layer's attention (Qwen2's layer_types): loom's is full everywhere.
-void refuse_sliding_layers(const HfJson& hf, const nlohmann::json& json) {
-  if (!hf.has("layer_types")) return;
-  if (!json["layer_types"].is_array())
-    throw hf.refused("layer_types", "must be a list, not " + json["layer_types"].dump());
-  for (const auto& type : json["layer_types"]) {
-    if (type != "full_attention") {
-      throw hf.refused("layer_types", "has " + type.dump() + ": loom's attention is full_attention in every layer");
+// The window some layer attends within, as transformers reads config.json (each query sees the
+// last W keys, itself included), or 0 when every layer attends fully. sliding_window left out is
+// the class's default (4096 for Mistral and the Qwens, none for Mixtral); null is none. Qwen2 and
+// Qwen3 slide from layer max_window_layers (28) on, Qwen3-MoE in every layer, unless a layer_types
+// list says it layer by layer.
+int64_t sliding_window_of(const HfJson& hf, const nlohmann::json& json, const std::string& architecture) {
+  const auto window = [&](int64_t missing) -> int64_t {
+    if (!json.contains("sliding_window")) return missing;
+    return json["sliding_window"].is_null() ? 0 : std::stoll(hf.integer("sliding_window"));
+  };
+  if (hf.has("layer_types")) {
+    if (!json["layer_types"].is_array())
+      throw hf.refused("layer_types", "must be a list, not " + json["layer_types"].dump());
+    bool slides = false;
+    for (const auto& type : json["layer_types"]) {
+      slides = slides || type == "sliding_attention";
+      if (type != "full_attention" && type != "sliding_attention") {
+        throw hf.refused("layer_types", "has " + type.dump() + ": loom reads full_attention and sliding_attention");
+      }
     }
+    if (slides && window(4096) == 0)
+      throw hf.refused("layer_types", "has sliding_attention layers, but sliding_window is null");
+    return slides ? window(4096) : 0;
   }
+  if (architecture == "MistralForCausalLM") return window(4096);
+  if (architecture == "MixtralForCausalLM") return window(0);
+  const bool qwen =
+      architecture == "Qwen2ForCausalLM" || architecture == "Qwen3ForCausalLM" || architecture == "Qwen3MoeForCausalLM";
+  if (!qwen || !hf.boolean("use_sliding_window", false)) return 0;
+  if (architecture == "Qwen3MoeForCausalLM") return window(4096);
+  const bool some_layer = std::stoll(hf.count("max_window_layers", 28)) < std::stoll(hf.integer("num_hidden_layers"));
+  return some_layer ? window(4096) : 0;
 }
 
 // The SwiGLU MLP's activation: transformers' ACT2FN maps "swish" to the same SiLU.
@@ -69,37 +92,11 @@ void add_softmax_moe(const HfJson& hf, Keys& keys, const std::string& model, con
 }
 
 Keys llama_keys(const HfJson& hf, const nlohmann::json& json, const std::string& architecture) {
-  if (architecture == "MistralForCausalLM" && !json.contains("sliding_window")) {
-    throw hf.refused("sliding_window",
-                     "is missing, and transformers then gives Mistral a 4096-token sliding window, "
-                     "which loom's attention does not have; loom reads Mistral with null");
-  }
-  if (hf.has("sliding_window") && architecture == "MistralForCausalLM") {
-    throw hf.refused("sliding_window", "is " + json["sliding_window"].dump() +
-                                           ": loom's attention has no sliding window; loom reads Mistral with null");
-  }
-  if (architecture == "MixtralForCausalLM" && hf.has("sliding_window")) {
-    throw hf.refused("sliding_window", "is " + json["sliding_window"].dump() +
-                                           ": loom's attention has no sliding window; loom reads Mixtral with null");
-  }
+  sliding_window_of(hf, json, architecture);  // checked here; apply_hf_config holds model.seq_len to it
   const bool qwen3 = architecture == "Qwen3ForCausalLM" || architecture == "Qwen3MoeForCausalLM";
   // What a key left out of config.json means is its transformers class's default: 1e-6 and 10000
   // for every class loom reads but Mixtral's (1e-5 and 1e6).
   const bool mixtral = architecture == "MixtralForCausalLM";
-  // Given use_sliding_window and a sliding_window (absent: transformers' 4096; null: none), Qwen3-MoE
-  // slides it in every layer, Qwen2 and Qwen3 in layers max_window_layers (28) on, unless a
-  // layer_types list says it layer by layer (refuse_sliding_layers).
-  const bool window =
-      hf.boolean("use_sliding_window", false) && !(json.contains("sliding_window") && json["sliding_window"].is_null());
-  if (window && architecture == "Qwen3MoeForCausalLM")
-    throw hf.refused("use_sliding_window", "is true: loom's attention has no sliding window");
-  if (window && (architecture == "Qwen2ForCausalLM" || architecture == "Qwen3ForCausalLM") && !hf.has("layer_types") &&
-      std::stoll(hf.count("max_window_layers", 28)) < std::stoll(hf.integer("num_hidden_layers"))) {
-    throw hf.refused("use_sliding_window",
-                     "is true, and layers from max_window_layers = " + hf.count("max_window_layers", 28) +
-                         " on attend within sliding_window: loom's attention has no sliding window");
-  }
-  refuse_sliding_layers(hf, json);
   require_silu(hf);
   const auto heads = std::stoll(hf.integer("num_attention_heads")), hidden = std::stoll(hf.integer("hidden_size"));
   // head_dim may differ from hidden_size / num_attention_heads (Qwen3's 128 at hidden 2048 and 32
@@ -340,8 +337,11 @@ Keys model_keys_of_hf_config(const nlohmann::json& json, const std::string& file
   throw hf.refused("architectures",
                    "is " + architecture +
                        "; loom reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                       "MixtralForCausalLM, Qwen3MoeForCausalLM (without sliding windows), DeepseekV3ForCausalLM and "
-                       "GPT2LMHeadModel");
+                       "MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM and GPT2LMHeadModel");
+}
+
+int64_t hf_sliding_window(const nlohmann::json& json, const std::string& file) {
+  return sliding_window_of(HfJson(json, file), json, hf_architecture(json));
 }
 
 void apply_hf_config(Config& config, const std::set<std::string>& overridden) {
@@ -392,6 +392,15 @@ void apply_hf_config(Config& config, const std::set<std::string>& overridden) {
         "{}: router_jitter_noise = {} is not applied; loom trains without jitter unless "
         "model.moe.router_jitter is set (noise on the router's input only)",
         file, jitter.dump());
+  }
+  // loom's attention is full: the same as a sliding window's while every sequence fits in the window.
+  if (const int64_t window = hf_sliding_window(json, file); window > 0 && config.model.seq_len > window) {
+    throw InputError("model.seq_len is " + std::to_string(config.model.seq_len) +
+                     (overridden.count("model.seq_len") ? " by --set" : " in " + config.source) + ", but " + file +
+                     " has layers that attend within a sliding_window of " + std::to_string(window) +
+                     " tokens, which loom's attention does not have; at a model.seq_len of at most " +
+                     std::to_string(window) +
+                     " every token sees its whole sequence either way, and loom trains it exactly");
   }
   if (config.model.arch == ModelArch::gpt2) {
     const auto positions = json.value("n_positions", nlohmann::json(1024));

@@ -14,9 +14,8 @@
 namespace loom {
 
 // The model keys a config.json implies, as --set would write them ("model.num_heads", "9"):
-// LlamaForCausalLM, MistralForCausalLM (sliding_window null), Qwen2ForCausalLM (no sliding
-// window) and GPT2LMHeadModel. Throws InputError naming FILE and the key for anything loom
-// cannot represent.
+// the Llama family (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE), DeepSeek-V3 and GPT-2. Throws InputError naming
+// FILE and the key for anything loom cannot represent.
 std::vector<std::pair<std::string, std::string>> model_keys_of_hf_config(const nlohmann::json& json,
                                                                          const std::string& file);
 
@@ -25,6 +24,11 @@ std::vector<std::pair<std::string, std::string>> model_keys_of_hf_config(const n
 // stays CONFIG's (GPT-2's n_positions must cover it). OVERRIDDEN: the keys --set gave,
 // for the message.
 void apply_hf_config(Config& config, const std::set<std::string>& overridden = {});
+
+// The sliding window some layer of the model JSON (FILE's) attends within, as transformers reads
+// it, or 0 when every layer attends fully. loom's attention is full: apply_hf_config holds
+// model.seq_len within the window, where the two are the same.
+int64_t hf_sliding_window(const nlohmann::json& json, const std::string& file);
 
 // The config.json of CONFIG's model as FORMAT: hf-llama (LlamaForCausalLM, or
 // Qwen2ForCausalLM for biases on q, k, v only) or hf-gpt2 (GPT2LMHeadModel). Throws

@@ -119,7 +119,7 @@ int generate(const GenerateArgs& args) {
   // The model's positions bound the prompt and the new tokens together (compared without adding: a
   // --max-new-tokens near 2^63 would overflow the sum).
   const auto prompt_size = static_cast<int64_t>(prompt.size());
-  const std::string limit = model.hugging_face ? "" : " (model.seq_len)";
+  const std::string limit = model.max_positions_key.empty() ? "" : " (" + model.max_positions_key + ")";
   if (prompt_size >= model.max_positions) {
     throw InputError("--prompt: it is " + std::to_string(prompt_size) + " tokens, and the model holds " +
                      std::to_string(model.max_positions) + " positions" + limit +

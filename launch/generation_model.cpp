@@ -57,6 +57,7 @@ GenerationModel from_checkpoint(const std::string& path, const std::vector<std::
     }
   }
   model.max_positions = model.config.model.seq_len;
+  model.max_positions_key = "model.seq_len";
   if (manifest.contains("tokenizer")) {
     model.tokenizer_record = manifest.at("tokenizer");
     model.tokenizer_vocab_size = model.tokenizer_record.value("vocab_size", int64_t{0});
@@ -96,6 +97,11 @@ GenerationModel from_hugging_face(const std::string& dir, const std::vector<std:
     throw InputError(file.string() + ": \"" + key + "\" must be a positive integer, not " + positions.dump());
   }
   model.max_positions = positions.get<int64_t>();
+  // loom's attention is full, a sliding window's equal only while the sequence fits in the window.
+  if (const int64_t window = hf_sliding_window(json, file.string()); window > 0 && window < model.max_positions) {
+    model.max_positions = window;
+    model.max_positions_key = "sliding_window";
+  }
   const auto hf_source = read_hf_source(dir);
   model.stop_ids = hf_stop_ids(hf_source, dir);
   model.from_hugging_face_source = true;

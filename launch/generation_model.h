@@ -18,8 +18,9 @@ struct GenerationModel {
   Config config;     // the model's keys, then the --set overrides (parallel.tp, ...)
   std::string path;  // the checkpoint or directory MODEL resolved to
   bool hugging_face = false;
-  int64_t max_positions = 0;  // the positions the model was made for: model.seq_len, n_positions, ...
-  std::string tokenizer;      // the tokenizer MODEL carries (a Hugging Face tokenizer.json or .model); empty: none
+  int64_t max_positions = 0;      // the positions the model was made for: model.seq_len, n_positions, ...
+  std::string max_positions_key;  // what sets them, for messages: "model.seq_len", "sliding_window", or empty
+  std::string tokenizer;          // the tokenizer MODEL carries (a Hugging Face tokenizer.json or .model); empty: none
   // A checkpoint's record of the tokenizer its data was made with (launch/tokenizer_record.h; null:
   // none), and the ids that tokenizer knew (0: not recorded).
   nlohmann::json tokenizer_record;

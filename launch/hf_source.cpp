@@ -50,7 +50,9 @@ nlohmann::ordered_json exported_hf_config(const nlohmann::ordered_json& loom_con
   for (const auto& [key, value] : loom_config.items()) {
     const bool kept = (keep_architecture && (key == "architectures" || key == "model_type")) ||
                       (key == "max_position_embeddings" && !learned_positions) ||
-                      key == "max_window_layers" ||  // which layers a sliding window would skip: none slides
+                      // The source's sliding window: loom trained within it (apply_hf_config), where
+                      // full attention is the window's, and the model attends so beyond it.
+                      key == "max_window_layers" || key == "sliding_window" || key == "use_sliding_window" ||
                       transformers_setting(key);
     // transformers 5 writes rope_theta and the scaling inside rope_parameters; two forms could disagree.
     if ((key == "rope_theta" || key == "rope_scaling") && given.contains("rope_parameters")) continue;

@@ -332,7 +332,7 @@ TEST_CASE("config.json: transformers 5's rope_parameters give the theta and scal
   qwen2["architectures"] = {"Qwen2ForCausalLM"};
   qwen2["model_type"] = "qwen2";
   qwen2["layer_types"] = {"full_attention", "sliding_attention"};
-  CHECK_THAT(keys_error(qwen2), Catch::Contains("\"layer_types\" has \"sliding_attention\""));
+  CHECK(hf_sliding_window(qwen2, "DIR/config.json") == 4096);  // read; model.seq_len is held within it
 }
 
 TEST_CASE("config.json: what loom cannot represent is refused naming the key", "[hf]") {
@@ -343,15 +343,9 @@ TEST_CASE("config.json: what loom cannot represent is refused naming the key", "
   };
   CHECK(keys_error(with("architectures", {"FalconForCausalLM"})) ==
         "DIR/config.json: \"architectures\" is FalconForCausalLM; loom reads LlamaForCausalLM, MistralForCausalLM, "
-        "Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM (without sliding windows), "
+        "Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, "
         "DeepseekV3ForCausalLM and GPT2LMHeadModel");
-  auto mistral = with("architectures", {"MistralForCausalLM"});
-  mistral["model_type"] = "mistral";
-  mistral["sliding_window"] = 4096;
-  CHECK_THAT(keys_error(mistral), Catch::Contains("\"sliding_window\" is 4096"));
-  mistral.erase("sliding_window");
-  CHECK_THAT(keys_error(mistral), Catch::Contains("\"sliding_window\" is missing"));
-  // Qwen2's and Qwen3's sliding windows: tests/test_hf_moe.cpp.
+  // Sliding windows are read (tests/test_hf_moe.cpp), model.seq_len held within them.
   CHECK_THAT(keys_error(with("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}})),
              Catch::Contains("\"rope_scaling.rope_type\" is 'dynamic'"));
   CHECK_THAT(keys_error(with("hidden_act", "gelu")), Catch::Contains("\"hidden_act\" is 'gelu'"));

@@ -18,23 +18,47 @@ using test::keys_of;
 using test::llama_json;
 
 TEST_CASE("config.json: Qwen2's and Qwen3's sliding windows as transformers lays them out, Qwen3's head_dim", "[hf]") {
+  // The window is read, not refused: apply_hf_config holds model.seq_len within it (where loom's
+  // full attention is the window's).
+  const auto window = [](const nlohmann::json& json) { return hf_sliding_window(json, "config.json"); };
   auto qwen2 = llama_json();
   qwen2["architectures"] = {"Qwen2ForCausalLM"};
   qwen2["model_type"] = "qwen2";
   qwen2["use_sliding_window"] = true;
   qwen2["num_hidden_layers"] = 30;  // past max_window_layers' default, 28; the window's default 4096
-  CHECK_THAT(keys_error(qwen2),
-             Catch::Contains("\"use_sliding_window\" is true, and layers from max_window_layers = 28"));
+  CHECK(keys_error(qwen2) == "no error");
+  CHECK(window(qwen2) == 4096);
   qwen2["num_hidden_layers"] = 2;
-  qwen2["sliding_window"] = 4096;
+  qwen2["sliding_window"] = 64;
   qwen2["max_window_layers"] = 1;
-  CHECK_THAT(keys_error(qwen2), Catch::Contains("layers from max_window_layers = 1 on"));
+  CHECK(window(qwen2) == 64);
   // No layer slides where max_window_layers covers them all (as transformers lays them out), or without a window.
   qwen2["max_window_layers"] = 2;
-  CHECK(keys_error(qwen2) == "no error");
+  CHECK(window(qwen2) == 0);
   qwen2["max_window_layers"] = 1;
   qwen2["sliding_window"] = nullptr;
-  CHECK(keys_error(qwen2) == "no error");
+  CHECK(window(qwen2) == 0);
+  // transformers 5's layer_types says it layer by layer; a sliding layer needs a window.
+  qwen2["layer_types"] = {"full_attention", "full_attention"};
+  qwen2["sliding_window"] = 64;
+  CHECK(window(qwen2) == 0);
+  qwen2["layer_types"] = {"full_attention", "sliding_attention"};
+  CHECK(window(qwen2) == 64);
+  qwen2["sliding_window"] = nullptr;
+  CHECK_THAT(keys_error(qwen2), Catch::Contains("has sliding_attention layers, but sliding_window is null"));
+  qwen2["layer_types"] = {"full_attention", "chunked_attention"};
+  CHECK_THAT(keys_error(qwen2), Catch::Contains("\"layer_types\" has \"chunked_attention\""));
+  qwen2.erase("layer_types");
+  // Mistral's window left out is MistralConfig's 4096; null is none.
+  auto mistral = llama_json();
+  mistral["architectures"] = {"MistralForCausalLM"};
+  mistral["model_type"] = "mistral";
+  mistral.erase("sliding_window");
+  CHECK(window(mistral) == 4096);
+  mistral["sliding_window"] = nullptr;
+  CHECK(window(mistral) == 0);
+  mistral["sliding_window"] = 0;
+  CHECK_THAT(keys_error(mistral), Catch::Contains("\"sliding_window\""));
   // Qwen3 without head_dim: Qwen3Config's 128, not hidden_size / heads; null: hidden_size / heads.
   auto qwen3 = llama_json();
   qwen3["architectures"] = {"Qwen3ForCausalLM"};
@@ -59,7 +83,7 @@ TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral'
   CHECK(keys_of(qwen3).at("model.head_dim") == "0");
   qwen3["use_sliding_window"] = true;
   qwen3["max_window_layers"] = 1;
-  CHECK_THAT(keys_error(qwen3), Catch::Contains("\"use_sliding_window\" is true"));
+  CHECK(hf_sliding_window(qwen3, "config.json") == 4096);
   CHECK(keys_of(llama_json()).at("model.qk_norm") == "false");
 
   auto moe = llama_json();
@@ -85,9 +109,9 @@ TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral'
   // Qwen3-MoE slides its window in every layer (max_window_layers is not its), 4096 by default.
   moe["use_sliding_window"] = true;
   moe["max_window_layers"] = 28;
-  CHECK_THAT(keys_error(moe), Catch::Contains("\"use_sliding_window\" is true"));
+  CHECK(hf_sliding_window(moe, "config.json") == 4096);
   moe["sliding_window"] = nullptr;
-  CHECK(keys_error(moe) == "no error");
+  CHECK(hf_sliding_window(moe, "config.json") == 0);
   moe.erase("use_sliding_window");
   moe["mlp_only_layers"] = {"a"};
   CHECK_THAT(keys_error(moe), Catch::Contains("\"mlp_only_layers\" must be a list of layer indices"));
@@ -109,7 +133,9 @@ TEST_CASE("config.json: Qwen3's head_dim and q/k norms, Qwen3-MoE's and Mixtral'
   CHECK_THAT(keys_error(mixtral), Catch::Contains("\"num_experts_per_tok\" is 1"));
   mixtral["num_experts_per_tok"] = 2;
   mixtral["sliding_window"] = 4096;
-  CHECK_THAT(keys_error(mixtral), Catch::Contains("\"sliding_window\" is 4096"));
+  CHECK(hf_sliding_window(mixtral, "config.json") == 4096);
+  mixtral.erase("sliding_window");  // MixtralConfig's default: none
+  CHECK(hf_sliding_window(mixtral, "config.json") == 0);
   // Keys left out mean MixtralConfig's defaults (rope_theta 1e6, rms_norm_eps 1e-5), not Llama's.
   mixtral["sliding_window"] = nullptr;
   mixtral.erase("rope_theta");

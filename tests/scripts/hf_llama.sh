@@ -88,7 +88,9 @@ edit_json "$WORK/mistral/config.json" 'j.update(architectures=["MistralForCausal
 expect_exit 2 "$WORK/mistral/config.json: \"architectures\" is MistralForCausalLM but model_type \"llama\" is LlamaForCausalLM" \
   "${ONE[@]}" --set model.init_from="$WORK/mistral"
 edit_json "$WORK/mistral/config.json" 'j.update(model_type="mistral")'
-expect_exit 2 "$WORK/mistral/config.json: \"sliding_window\" is 4096" "${ONE[@]}" --set model.init_from="$WORK/mistral"
+edit_json "$WORK/mistral/config.json" 'j.update(sliding_window=16)'
+expect_exit 2 "$WORK/mistral/config.json has layers that attend within a sliding_window of 16 tokens" \
+  "${ONE[@]}" --set model.init_from="$WORK/mistral"
 # hf_a is untied: said tied, its own lm_head.weight would be dropped for the embedding. Refused.
 cp -r "$WORK/hf_a" "$WORK/said_tied"
 edit_json "$WORK/said_tied/config.json" 'j["tie_word_embeddings"] = True'

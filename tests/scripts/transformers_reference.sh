@@ -5,8 +5,10 @@
 # grouped sigmoid routing with its expert bias, a shared expert; at tp 2 x ep 2 x pp 2 too) made at
 # random and saved with save_pretrained (transformers 5's config.json: rope_parameters, dtype) train in loom from
 # their directories (model.init_from) with transformers' loss on the same first batch within 1e-5,
-# in one process and at tp 2 x pp 2; a Mistral whose sliding_window is shorter than the sequence is
-# refused naming sliding_window; loom's exports of each load with from_pretrained with no missing,
+# in one process and at tp 2 x pp 2; a Mistral whose sliding_window is the sequence's length trains
+# to transformers' loss too (every token sees its whole sequence within the window), one whose window
+# is shorter is refused naming sliding_window, and generate holds prompt and new tokens within the
+# window; loom's exports of each load with from_pretrained with no missing,
 # unexpected or mismatched key and give the original's logits within 1e-5; greedy `loom generate`
 # equals transformers' generate token for token (the MoEs' too).
 source "$(dirname "$0")/common.sh"
@@ -20,6 +22,7 @@ for arch in gpt2 llama mistral qwen2 qwen3 mixtral qwen3_moe deepseek_v3; do
   echo "hf_models.py make $arch $WORK/$arch" >> "$MAKE"
 done
 echo "hf_models.py make mistral $WORK/mistral_sw --sliding-window 16" >> "$MAKE"
+echo "hf_models.py make mistral $WORK/mistral_sw32 --sliding-window 32" >> "$MAKE"
 echo "hf_models.py make deepseek_v3 $WORK/deepseek_v3_unshared --n-shared-experts 0" >> "$MAKE"
 "$PY" "$REF/batch.py" "$MAKE" > /dev/null || fail "making the models"
 
@@ -30,7 +33,7 @@ BASE=(--set model.num_layers=2 --set model.hidden_size=64 --set model.num_heads=
 ONE_STEP=(--set train.steps=1 --set train.warmup_steps=0)
 COMPARE="--seq-len 32 --sequences 8"
 
-for arch in gpt2 llama mistral qwen2 qwen3; do
+for arch in gpt2 llama mistral mistral_sw32 qwen2 qwen3; do
   "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_one" "${BASE[@]}" "${ONE_STEP[@]}" --set model.init_from="$WORK/$arch" \
     > "$WORK/${arch}_one.log" 2>&1 || { cat "$WORK/${arch}_one.log"; fail "$arch in one process"; }
   mpirun --oversubscribe -np 4 "$LOOM" train "$TINY" --run-dir "$WORK/${arch}_tp2pp2" "${BASE[@]}" "${ONE_STEP[@]}" \
@@ -111,7 +114,7 @@ echo "deepseek_mtp.py $WORK/mtp_export $WORK/text.txt $WORK/mtp_one $WORK/mtp_re
 cp -r "$WORK/mixtral" "$WORK/mixtral_sw"
 python3 -c 'import json, sys; f = sys.argv[1]; j = json.load(open(f)); j["sliding_window"] = 16; json.dump(j, open(f, "w"))' \
   "$WORK/mixtral_sw/config.json"
-expect_exit 2 "$WORK/mixtral_sw/config.json: \"sliding_window\" is 16" "$LOOM" train "$TINY" --run-dir "$WORK/mixtral_sw_run" \
+expect_exit 2 "$WORK/mixtral_sw/config.json has layers that attend within a sliding_window of 16 tokens" "$LOOM" train "$TINY" --run-dir "$WORK/mixtral_sw_run" \
   "${BASE[@]}" "${ONE_STEP[@]}" --set model.init_from="$WORK/mixtral_sw"
 
 # config.json forms transformers reads its own way, each of which loom once read differently and
@@ -205,9 +208,12 @@ for arch in "${GREEDY[@]}"; do
   esac
 done
 
-# Mistral with a sliding window shorter than the sequence: refused, naming the key.
+# Mistral with a sliding window shorter than the sequence: refused, naming the key; generate holds
+# the prompt and the new tokens within the window.
 expect_exit 2 "sliding_window" "$LOOM" train "$TINY" --run-dir "$WORK/sw" "${BASE[@]}" "${ONE_STEP[@]}" \
   --set model.init_from="$WORK/mistral_sw"
+expect_exit 2 "the model's 32 positions (sliding_window)" "$LOOM" generate "$WORK/mistral_sw32" --prompt "$PROMPT" \
+  --max-new-tokens 12
 # Every tensor transformers saved, and every tensor of loom's exports (MTP layers' embedding and
 # head copies among them), is part of the model loom built from it: none is called unused.
 unused=$(grep -l "are not part of the model" "$WORK"/*.log || true)
