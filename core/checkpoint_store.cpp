@@ -14,6 +14,7 @@
 #include "core/checkpoint_directory.h"
 #include "core/errors.h"
 #include "core/logging.h"
+#include "core/regular_file.h"
 
 namespace loom {
 namespace {
@@ -142,10 +143,27 @@ void check_manifest_keys(const nlohmann::json& manifest, const std::string& file
     return object.at(key);
   };
   using J = nlohmann::json;
+  const auto fail = [&](const std::string& what) { throw InputError("checkpoint manifest '" + file + "': " + what); };
   for (const char* key : {"step", "consumed_samples", "optimizer_steps"}) {
-    need(manifest, key, "", &J::is_number_integer, "an integer");
+    if (need(manifest, key, "", &J::is_number_integer, "an integer").get<int64_t>() < 0)
+      fail(std::string(key) + " is negative");
   }
-  need(manifest, "layout", "", &J::is_object, "an object");
+  // A step folder's name is its step: a manifest that says another was edited, or copied into it.
+  const std::string folder = fs::path(file).parent_path().filename().string();
+  if (folder.size() > 5 && folder.size() < 24 && folder.rfind("step_", 0) == 0 &&
+      folder.find_first_not_of("0123456789", 5) == std::string::npos &&
+      std::stoll(folder.substr(5)) != manifest.at("step").get<int64_t>()) {
+    fail("step is " + manifest.at("step").dump() + ", but it is the manifest of folder " + folder);
+  }
+  const auto& layout = need(manifest, "layout", "", &J::is_object, "an object");
+  for (const char* key : {"tp", "pp", "dp", "cp", "ep", "world", "virtual_stages"}) {
+    if (layout.contains(key) && (!layout.at(key).is_number_integer() || layout.at(key).get<int64_t>() < 1))
+      fail(std::string("layout.") + key + " is " + layout.at(key).dump() + ", not a positive integer");
+  }
+  if (layout.contains("zero_stage") &&
+      (!layout.at("zero_stage").is_number_integer() || layout.at("zero_stage").get<int64_t>() < 0 ||
+       layout.at("zero_stage").get<int64_t>() > 3))
+    fail("layout.zero_stage is " + layout.at("zero_stage").dump() + ", not 0-3");
   need(manifest, "model", "", &J::is_object, "an object");
   const auto& files = need(manifest, "files", "", &J::is_object, "an object");
   for (const auto& [name, info] : files.items()) {
@@ -165,20 +183,59 @@ void check_manifest_keys(const nlohmann::json& manifest, const std::string& file
   };
   for (const auto& [name, tensor] : need(manifest, "tensors", "", &J::is_object, "an object").items()) {
     const std::string where = "tensors." + name + ".";
-    need(tensor, "global_shape", where, &J::is_array, "a shape");
+    const auto& global = need(tensor, "global_shape", where, &J::is_array, "a shape");
+    for (const auto& size : global) {
+      if (!size.is_number_unsigned()) fail(where + "global_shape " + global.dump() + " holds other than sizes");
+    }
     const auto& slices = need(tensor, "slices", where, &J::is_array, "a list of slices");
     if (slices.empty()) throw InputError("checkpoint manifest '" + file + "': " + where + "slices is empty");
+    // Every slice is cut along the same dimension (-1: the tensor whole, one slice), matches the
+    // tensor outside it, and the slices tile it: reading fills a tensor of global_shape from them.
+    const int64_t rank = static_cast<int64_t>(global.size());
+    const auto dim = need(slices.at(0), "dim", where + "slices[].", &J::is_number_integer, "an integer").get<int64_t>();
+    if (dim < -1 || dim >= rank) fail(where + "slices[].dim " + std::to_string(dim) + " is not one of its dimensions");
+    if (dim == -1 && slices.size() != 1) fail(where + "a tensor saved whole (dim -1) has more than one slice");
+    std::vector<std::pair<uint64_t, uint64_t>> along;  // each slice's [begin, end) along dim
     for (const auto& slice : slices) {
-      need(slice, "dim", where + "slices[].", &J::is_number_integer, "an integer");
-      need(slice, "offset", where + "slices[].", &J::is_number_integer, "an integer");
+      if (need(slice, "dim", where + "slices[].", &J::is_number_integer, "an integer").get<int64_t>() != dim)
+        fail(where + "its slices are cut along different dimensions");
+      const auto offset = need(slice, "offset", where + "slices[].", &J::is_number_integer, "an integer");
       const auto& shape = need(slice, "shape", where + "slices[].", &J::is_array, "a shape");
       check_range(slice, where + "slices[].");
+      if (static_cast<int64_t>(shape.size()) != rank)
+        fail(where + "slices[].shape " + shape.dump() + " is not of its rank");
       uint64_t elements = 1;
-      for (const auto& d : shape) elements *= d.is_number_unsigned() ? d.get<uint64_t>() : 0;
-      if (elements * 4 != slice.at("nbytes").get<uint64_t>()) {
+      for (int64_t d = 0; d < rank; ++d) {
+        const auto& size = shape.at(static_cast<size_t>(d));
+        if (!size.is_number_unsigned() || (d != dim && size != global.at(static_cast<size_t>(d))) ||
+            __builtin_mul_overflow(elements, size.get<uint64_t>(), &elements)) {
+          fail(where + "slices[].shape " + shape.dump() + " does not fit global_shape " + global.dump());
+        }
+      }
+      if (elements > UINT64_MAX / 4 || elements * 4 != slice.at("nbytes").get<uint64_t>()) {
         throw InputError("checkpoint manifest '" + file + "': " + where + "slices[].nbytes does not match its shape");
       }
+      if (dim >= 0) {
+        const auto length = shape.at(static_cast<size_t>(dim)).get<uint64_t>();
+        if (offset.get<int64_t>() < 0 || offset.get<uint64_t>() > global.at(static_cast<size_t>(dim)).get<uint64_t>() ||
+            length > global.at(static_cast<size_t>(dim)).get<uint64_t>() - offset.get<uint64_t>()) {
+          fail(where + "slices[] at offset " + offset.dump() + " of " + shape.dump() + " run outside global_shape " +
+               global.dump());
+        }
+        along.emplace_back(offset.get<uint64_t>(), offset.get<uint64_t>() + length);
+      } else if (offset != 0) {
+        fail(where + "a tensor saved whole (dim -1) has offset " + offset.dump());
+      }
     }
+    std::sort(along.begin(), along.end());
+    uint64_t end = 0;
+    for (const auto& [begin, stop] : along) {
+      if (begin != end)
+        fail(where + "its slices do not tile it along dim " + std::to_string(dim) + " (a gap or an overlap)");
+      end = stop;
+    }
+    if (dim >= 0 && end != global.at(static_cast<size_t>(dim)).get<uint64_t>())
+      fail(where + "its slices do not cover global_shape " + global.dump());
   }
   for (const auto& [name, blob] : need(manifest, "blobs", "", &J::is_object, "an object").items()) {
     check_range(blob, "blobs." + name + ".");
@@ -189,6 +246,7 @@ void check_manifest_keys(const nlohmann::json& manifest, const std::string& file
 
 nlohmann::json read_manifest(const std::string& path) {
   const fs::path file = fs::path(path) / "manifest.json";
+  require_regular_file(file.string(), "checkpoint manifest");
   std::ifstream in(file);
   if (!in) {
     // The usual slips: the manifest itself, or checkpoint.dir (or its `latest`) for a step folder.
@@ -306,8 +364,10 @@ std::optional<torch::Tensor> read_tensor_slice(const std::string& path, const nl
   const auto& slices = it->at("slices");
   // Every slice of a tensor is cut along the same dimension (-1: saved whole).
   const int64_t saved_dim = slices.at(0).at("dim").get<int64_t>();
-  TORCH_CHECK(dim < 0 || saved_dim < 0 || dim == saved_dim, "checkpoint tensor ", name, " was split along dim ",
-              saved_dim, ", asked for dim ", dim);
+  if (dim >= 0 && saved_dim >= 0 && dim != saved_dim) {
+    throw InputError("checkpoint '" + path + "': tensor '" + name + "' was split along dim " +
+                     std::to_string(saved_dim) + ", asked for dim " + std::to_string(dim));
+  }
   const int64_t d = dim >= 0 ? dim : saved_dim;  // the dimension the copy works along; -1: whole
   const int64_t want_begin = dim >= 0 ? offset : 0;
   const int64_t want_end = dim >= 0 ? offset + length : (d >= 0 ? global[static_cast<size_t>(d)] : 1);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "core/regular_file.h"
 
 namespace loom {
 namespace {
@@ -20,6 +21,8 @@ std::string sidecar_path(const std::string& prefix) {
 }
 
 bool is_dataset_sidecar(const std::string& prefix) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(sidecar_path(prefix), error)) return false;  // (a FIFO would wait)
   std::ifstream in(sidecar_path(prefix));
   const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   return json.is_object() && json.contains("format") && json["format"] == kFormat;
@@ -56,6 +59,7 @@ std::optional<DatasetSidecar> read_sidecar(const std::string& prefix) {
   if (std::filesystem::is_directory(path, error)) {
     throw InputError("dataset sidecar '" + path + "' is a directory, where loom prepare writes a file");
   }
+  require_regular_file(path, "dataset sidecar");
   std::ifstream in(path);
   if (!in) throw InputError("cannot read dataset sidecar '" + path + "'");
   nlohmann::json json;

@@ -197,6 +197,14 @@ HfBpeTokenizer::HfBpeTokenizer(const std::string& path) : path_(path) {
     for (const auto& [token, id] : vocab_) vocab_size_ = std::max(vocab_size_, id + 1);
     for (const auto* set : {&raw_added_, &normalized_added_})
       for (const auto& token : set->tokens) vocab_size_ = std::max(vocab_size_, token.id + 1);
+    // The id table is as long as the largest id: one id far past the entries (a damaged file) would
+    // allocate gigabytes, or fail to, for ids no token has.
+    const auto entries =
+        static_cast<int64_t>(vocab_.size() + raw_added_.tokens.size() + normalized_added_.tokens.size());
+    if (vocab_size_ > 2 * entries + (int64_t{1} << 20)) {  // (a million spare ids: some 40 MB)
+      throw InputError(where + ": its largest id is " + std::to_string(vocab_size_ - 1) + ", far past its " +
+                       std::to_string(entries) + " tokens (a damaged file?); ids run from 0 to about the token count");
+    }
     tokens_.assign(vocab_size_, "");
     is_added_.assign(vocab_size_, false);
     for (const auto& [token, id] : vocab_) tokens_[id] = token;

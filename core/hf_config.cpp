@@ -10,6 +10,7 @@
 #include "core/hf_json.h"
 #include "core/hf_rope_config.h"
 #include "core/logging.h"
+#include "core/regular_file.h"
 
 namespace loom {
 namespace {
@@ -348,6 +349,7 @@ void apply_hf_config(Config& config, const std::set<std::string>& overridden) {
   const std::string dir = config.model.init_from;
   if (dir.empty() || !std::filesystem::is_directory(dir)) return;
   const std::string file = (std::filesystem::path(dir) / "config.json").string();
+  require_regular_file(file, "model.init_from: the Hugging Face config");
   std::ifstream in(file);
   if (!in) throw InputError("model.init_from: Hugging Face model directory '" + dir + "' has no config.json");
   nlohmann::json json;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/errors.h"
+#include "core/regular_file.h"
 
 namespace loom {
 namespace {
@@ -44,6 +45,7 @@ HfWeights::HfWeights(const std::string& dir) : dir_(dir) {
   }
   layout_ = kIndexFile;
   nlohmann::json json;
+  require_regular_file(index.string(), "safetensors index");
   try {
     std::ifstream in(index);
     json = nlohmann::json::parse(in);

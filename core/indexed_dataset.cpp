@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "core/errors.h"
+#include "core/regular_file.h"
 
 namespace loom {
 namespace {
@@ -66,6 +67,8 @@ size_t dtype_size(TokenDtype dtype) {
 IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   const std::string idx = prefix + ".idx";
   const std::string bin = prefix + ".bin";
+  require_regular_file(idx, "dataset index");
+  require_regular_file(bin, "dataset tokens");
   std::ifstream in(idx, std::ios::binary);
   if (!in)
     throw InputError("cannot open dataset index '" + idx + "' (data.path is the prefix of PREFIX.bin and PREFIX.idx)");
@@ -179,6 +182,7 @@ std::pair<int64_t, int64_t> IndexedDataset::token_id_range() const {
 
 IndexHeader read_index_header(const std::string& prefix) {
   const std::string idx = prefix + ".idx";
+  require_regular_file(idx, "dataset index");
   std::ifstream in(idx, std::ios::binary);
   char magic[9] = {};
   if (!in.read(magic, 9) || std::memcmp(magic, kMagic, 9) != 0) {

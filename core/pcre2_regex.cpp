@@ -20,7 +20,7 @@ std::string pcre2_message(int code) {
 
 }  // namespace
 
-Pcre2Regex::Pcre2Regex(const std::string& pattern, const std::string& what) {
+Pcre2Regex::Pcre2Regex(const std::string& pattern, const std::string& what) : pattern_(pattern), what_(what) {
   int error = 0;
   PCRE2_SIZE offset = 0;
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &error,
@@ -55,7 +55,10 @@ std::vector<std::pair<size_t, size_t>> Pcre2Regex::find_all(const std::string& t
       if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21) {
         throw InputError("the text is not valid UTF-8 (" + pcre2_message(rc) + ")");
       }
-      throw std::runtime_error("PCRE2 match failed: " + pcre2_message(rc));
+      // A resource limit (JIT stack, match or depth limit): the pattern backtracks without end on
+      // this text, which is the tokenizer file's doing, not loom's.
+      throw InputError(what_ + ": the regex '" + pattern_ + "' gave up matching a text of " +
+                       std::to_string(text.size()) + " bytes (" + pcre2_message(rc) + ")");
     }
     // The subject was validated by the first call; later calls start on character boundaries.
     options = PCRE2_NO_UTF_CHECK;

@@ -26,6 +26,7 @@ class Pcre2Regex {
 
  private:
   pcre2_real_code_8* code_ = nullptr;
+  std::string pattern_, what_;  // for the error of a match that gives up (a pattern that backtracks without end)
 };
 
 }  // namespace loom

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -52,9 +53,14 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
 }
 
 SafetensorsReader::SafetensorsReader(std::string path)
-    : path_(std::move(path)), in_(std::make_unique<std::ifstream>(path_, std::ios::binary)) {
+    : path_(std::move(path)), in_(std::make_unique<std::ifstream>()) {
   auto& in = *in_;
-  if (!in || !std::filesystem::is_regular_file(path_)) throw InputError("cannot read safetensors file '" + path_ + "'");
+  // Checked before opening: opening a FIFO waits for a writer, however long.
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path_, error))
+    throw InputError("cannot read safetensors file '" + path_ + "' (not a regular file)");
+  in.open(path_, std::ios::binary);
+  if (!in) throw InputError("cannot read safetensors file '" + path_ + "'");
   const auto file_size = static_cast<uint64_t>(std::filesystem::file_size(path_));
   unsigned char length_bytes[8];
   if (!in.read(reinterpret_cast<char*>(length_bytes), 8))
@@ -84,7 +90,14 @@ SafetensorsReader::SafetensorsReader(std::string path)
       Entry e;
       e.dtype = dtype_of(info.at("dtype").get<std::string>(), path_, name);
       e.shape = info.at("shape").get<std::vector<int64_t>>();
-      const auto range = info.at("data_offsets").get<std::vector<uint64_t>>();
+      // Offsets are sizes: a negative one, read as unsigned, would wrap round into the header.
+      const auto& offsets = info.at("data_offsets");
+      if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+          !offsets[1].is_number_unsigned()) {
+        throw InputError("'" + path_ + "': tensor '" + name + "' has data_offsets " + offsets.dump() +
+                         ", not two byte offsets");
+      }
+      const auto range = offsets.get<std::vector<uint64_t>>();
       uint64_t numel = 1;
       for (auto d : e.shape) {
         if (d < 0 || (d > 0 && numel > file_size / static_cast<uint64_t>(d))) {
@@ -93,8 +106,7 @@ SafetensorsReader::SafetensorsReader(std::string path)
         numel *= static_cast<uint64_t>(d);
       }
       e.bytes = numel * c10::elementSize(e.dtype);
-      if (range.size() != 2 || range[1] < range[0] || range[1] - range[0] != e.bytes ||
-          data_start + range[1] > file_size) {
+      if (range[1] < range[0] || range[1] - range[0] != e.bytes || range[1] > file_size - data_start) {
         throw InputError("'" + path_ + "': tensor '" + name +
                          "' has a byte range that does not fit its shape or the file");
       }
@@ -104,18 +116,31 @@ SafetensorsReader::SafetensorsReader(std::string path)
       throw InputError("'" + path_ + "': tensor '" + name + "' has a malformed header entry: " + e.what());
     }
   }
-  // Each tensor its own bytes: two ranges that overlap would load one tensor's bytes as another's.
-  std::vector<std::pair<uint64_t, std::string>> starts;
-  for (const auto& [name, e] : entries_) {
-    if (e.bytes > 0) starts.emplace_back(e.begin, name);  // an empty tensor holds no bytes to share
-  }
-  std::sort(starts.begin(), starts.end());
-  for (size_t i = 1; i < starts.size(); ++i) {
-    const Entry& before = entries_.at(starts[i - 1].second);
-    if (before.begin + before.bytes > starts[i].first) {
-      throw InputError("'" + path_ + "': tensor '" + starts[i].second + "' has a byte range that overlaps tensor '" +
-                       starts[i - 1].second + "''s (data_offsets must not overlap)");
+  // Each tensor its own bytes, and every byte of the data some tensor's, as the safetensors library
+  // requires: two ranges that overlap would load one tensor's bytes as another's, and a gap or a
+  // missing end means the header's length or offsets are off (the data read from the wrong place).
+  std::vector<std::tuple<uint64_t, uint64_t, std::string>> ranges;
+  for (const auto& [name, e] : entries_) ranges.emplace_back(e.begin, e.begin + e.bytes, name);
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t end = data_start;
+  std::string previous;
+  for (const auto& [begin, stop, name] : ranges) {
+    if (begin == stop) continue;  // an empty tensor holds no bytes, wherever its range sits
+    if (begin < end) {
+      throw InputError("'" + path_ + "': tensor '" + name + "' has a byte range that overlaps tensor '" + previous +
+                       "''s (data_offsets must not overlap)");
     }
+    if (begin > end) {
+      throw InputError("'" + path_ + "': the data has bytes no tensor holds before tensor '" + name +
+                       "' (data_offsets must cover the data without gaps)");
+    }
+    end = stop;
+    previous = name;
+  }
+  if (end != file_size) {
+    throw InputError("'" + path_ + "': its tensors hold " + std::to_string(end - data_start) +
+                     " bytes of data, the file " + std::to_string(file_size - data_start) +
+                     " (a header of the wrong length, or a damaged file)");
   }
 }
 

@@ -4,10 +4,12 @@
 #include <fstream>
 
 #include "core/errors.h"
+#include "core/regular_file.h"
 
 namespace loom {
 
 nlohmann::json read_tokenizer_file(const std::string& path) {
+  require_regular_file(path, "tokenizer file");
   std::ifstream in(path);
   if (!in) throw InputError("cannot read tokenizer file '" + path + "'");
   try {

@@ -69,9 +69,9 @@ void check_vocabulary(const std::string& prefix, const std::string& key, int64_t
     // a sidecar without it is judged by the tokenizer's vocabulary.
     if (sidecar->max_token_id >= vocab_size) {
       throw InputError(key + " '" + prefix + "' holds token id " + std::to_string(sidecar->max_token_id) + " (" +
-                       sidecar->tokenizer + ", says " + sidecar_path(prefix) +
-                       "), outside model.vocab_size = " + std::to_string(vocab_size) +
-                       ": set model.vocab_size to at least " + std::to_string(sidecar->max_token_id + 1));
+                       sidecar->tokenizer + ", says " + sidecar_path(prefix) + "), outside model.vocab_size = " +
+                       std::to_string(vocab_size) + ": set model.vocab_size to at least " +
+                       std::to_string(static_cast<uint64_t>(sidecar->max_token_id) + 1));
     }
     if (sidecar->max_token_id < 0 && sidecar->vocab_size > vocab_size) {
       throw InputError(key + " '" + prefix + "' was tokenized with a vocabulary of " +

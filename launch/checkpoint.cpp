@@ -457,7 +457,12 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
   if (without_shard(saved_layout) == without_shard(layout_of(config_, groups_.world()))) {
     auto state = read_checkpoint_bytes(path, manifest, "rng/rank_" + std::to_string(groups_.rank()));
     if (!state) throw InputError(source + " has no RNG state for rank " + std::to_string(groups_.rank()));
-    rng_.set_state(*state);
+    try {
+      rng_.set_state(*state);
+    } catch (const c10::Error& e) {  // a blob of the wrong size: named, not LibTorch's check alone
+      throw InputError(source + ": rank " + std::to_string(groups_.rank()) +
+                       "'s RNG state cannot be restored: " + e.what_without_backtrace());
+    }
   } else {
     info0(
         "RNG states not restored: the checkpoint's layout {} differs from this run's {}; dropout masks will differ "

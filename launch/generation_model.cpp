@@ -7,6 +7,7 @@
 #include "core/checkpoint_store.h"
 #include "core/errors.h"
 #include "core/hf_config.h"
+#include "core/regular_file.h"
 #include "launch/checkpoint.h"
 #include "launch/hf_source.h"
 #include "launch/model_record.h"
@@ -71,6 +72,7 @@ GenerationModel from_checkpoint(const std::string& path, const std::vector<std::
 
 GenerationModel from_hugging_face(const std::string& dir, const std::vector<std::string>& overrides) {
   const fs::path file = fs::path(dir) / "config.json";
+  require_regular_file(file.string(), "MODEL's config");
   std::ifstream in(file);
   nlohmann::json json;
   try {

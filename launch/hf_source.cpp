@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/hf_architecture.h"
+#include "core/regular_file.h"
 
 namespace loom::launch {
 namespace {
@@ -13,6 +14,7 @@ namespace {
 namespace fs = std::filesystem;
 
 nlohmann::json read_json(const fs::path& path) {
+  require_regular_file(path.string(), "model.init_from:");
   std::ifstream in(path);
   const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) throw InputError("model.init_from: '" + path.string() + "' is not a JSON object");

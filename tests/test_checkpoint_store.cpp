@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "core/checkpoint_directory.h"
 #include "core/checkpoint_store.h"
@@ -124,10 +125,14 @@ TEST_CASE("checkpoint store: a tensor missing a slice is refused, not filled wit
   const SavedTensors t;
   auto manifest = write_ranks(temporary_checkpoint_path(dir, 1), t);
   manifest["tensors"]["w"]["slices"].erase(1);  // rows 2 and 3
+  manifest["step"] = 1;
   const auto path = publish_checkpoint(dir, 1, manifest, 1);
-  CHECK(torch::equal(*read_tensor_slice(path, read_manifest(path), "w", 0, 0, 2), t.w.narrow(0, 0, 2)));
-  CHECK_THROWS_AS(read_tensor_slice(path, read_manifest(path), "w", -1, 0, 0), InputError);
-  CHECK_THROWS_WITH(read_tensor_slice(path, read_manifest(path), "w", 0, 1, 2),
+  // The manifest is refused whole (its slices do not cover the tensor); read past that check, a
+  // read of the rows it holds works and one that needs the missing rows is refused.
+  CHECK_THROWS_WITH(read_manifest(path), Catch::Contains("tensors.w.its slices do not cover global_shape [4,3]"));
+  CHECK(torch::equal(*read_tensor_slice(path, manifest, "w", 0, 0, 2), t.w.narrow(0, 0, 2)));
+  CHECK_THROWS_AS(read_tensor_slice(path, manifest, "w", -1, 0, 0), InputError);
+  CHECK_THROWS_WITH(read_tensor_slice(path, manifest, "w", 0, 1, 2),
                     Catch::Contains("'w'") && Catch::Contains("1 of 2"));
   fs::remove_all(dir);
 }
@@ -305,6 +310,61 @@ TEST_CASE("checkpoint store: the manifest's own checksum catches an edited byte 
     std::ofstream(file, std::ios::trunc) << manifest.dump(1);
     CHECK_THROWS_WITH(read_manifest(path), Catch::Contains("run past the end of rank_00000.bin"));
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoint store: a manifest whose checksum was made to match is still held to its own shapes",
+          "[checkpoint_store]") {
+  // Values a hostile test wrote with a recomputed checksum (or the format without one): each read
+  // out of bounds, trained backwards or broadcast one number over a tensor. Each is refused by name.
+  const auto dir = test::temp_dir("ckpt_manifest_values");
+  SavedTensors t;
+  const auto path = save(dir, 5, t);
+  const fs::path file = fs::path(path) / "manifest.json";
+  const auto saved = nlohmann::json::parse(read_bytes(file));
+  REQUIRE_NOTHROW(read_manifest(path));
+  const auto refused = [&](const std::function<void(nlohmann::json&)>& edit) {
+    auto manifest = saved;
+    manifest.erase("manifest_crc32");
+    manifest["format"] = "loom-checkpoint-1";
+    edit(manifest);
+    std::ofstream(file, std::ios::trunc) << manifest.dump(1);
+    try {
+      read_manifest(path);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK_THAT(refused([](auto& m) { m["tensors"]["w"]["slices"][0]["dim"] = 7; }),
+             Catch::Contains("tensors.w.slices[].dim 7 is not one of its dimensions"));
+  CHECK_THAT(refused([](auto& m) { m["tensors"]["w"]["slices"][1]["dim"] = 1; }),
+             Catch::Contains("cut along different dimensions"));
+  CHECK_THAT(refused([](auto& m) { m["step"] = -5; }), Catch::Contains("step is negative"));
+  CHECK_THAT(refused([](auto& m) { m["step"] = 7; }),
+             Catch::Contains("step is 7, but it is the manifest of folder step_00000005"));
+  CHECK_THAT(refused([](auto& m) { m["optimizer_steps"] = -3; }), Catch::Contains("optimizer_steps is negative"));
+  CHECK_THAT(refused([](auto& m) { m["layout"]["tp"] = 0; }), Catch::Contains("layout.tp is 0"));
+  CHECK_THAT(refused([](auto& m) { m["layout"]["zero_stage"] = 9; }), Catch::Contains("layout.zero_stage is 9"));
+  // One number where the tensor has three (it was broadcast), and a global shape the slices do not fill.
+  CHECK_THAT(refused([](auto& m) {
+               m["tensors"]["b"]["slices"][0]["shape"] = {1};
+               m["tensors"]["b"]["slices"][0]["nbytes"] = 4;
+             }),
+             Catch::Contains("slices[].shape [1] does not fit global_shape [3]"));
+  CHECK_THAT(refused([](auto& m) {
+               m["tensors"]["w"]["global_shape"] = {8, 3};
+             }),
+             Catch::Contains("do not cover global_shape [8,3]"));
+  CHECK_THAT(refused([](auto& m) {
+               m["tensors"]["w"]["global_shape"] = {4, -3};
+             }),
+             Catch::Contains("holds other than sizes"));
+  CHECK_THAT(refused([](auto& m) { m["tensors"]["w"]["slices"][1]["offset"] = 1; }),
+             Catch::Contains("do not tile it along dim 0"));
+  CHECK_THAT(refused([](auto& m) { m["tensors"]["w"]["slices"][1]["offset"] = 3; }),
+             Catch::Contains("run outside global_shape [4,3]"));
+  CHECK(refused([](auto&) {}) == "accepted");
   fs::remove_all(dir);
 }
 

@@ -1,3 +1,5 @@
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <fstream>
@@ -91,6 +93,15 @@ TEST_CASE("the corpus concatenates documents and reads across their boundaries",
 TEST_CASE("broken datasets are refused naming the file", "[data]") {
   const std::string dir = test::temp_dir("broken");
   CHECK_THROWS_WITH(IndexedDataset(dir + "/missing"), Catch::Contains(dir + "/missing.idx"));
+  // A FIFO where the tokens should be: opening it would wait for a writer, however long.
+  {
+    IndexedDatasetWriter fifo(dir + "/fifo", TokenDtype::u16);
+    fifo.add_document({1, 2});
+    fifo.finish();
+    std::filesystem::remove(dir + "/fifo.bin");
+    REQUIRE(::mkfifo((dir + "/fifo.bin").c_str(), 0600) == 0);
+    CHECK_THROWS_WITH(IndexedDataset(dir + "/fifo"), Catch::Contains("fifo.bin' is not a regular file"));
+  }
 
   IndexedDatasetWriter writer(dir + "/ds", TokenDtype::u16);
   writer.add_document({1, 2, 3, 4});

@@ -179,6 +179,19 @@ TEST_CASE("safetensors: malformed files are refused naming the file", "[safetens
   SECTION("data cut short") {
     refused(file_of(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", four_floats.substr(0, 10)), "'a'");
   }
+  SECTION("offsets that are not sizes, or that leave bytes of the data to no tensor") {
+    // A negative offset, read as unsigned, wrapped round into the header (its bytes loaded as weights).
+    refused(file_of(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[-16,0]}})", four_floats),
+            "data_offsets [-16,0], not two byte offsets");
+    refused(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", four_floats),
+            "bytes no tensor holds before tensor 'a'");
+    refused(file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", four_floats),
+            "its tensors hold 8 bytes of data, the file 16");
+    // A length field one byte short: the header's last byte read as data, every tensor shifted.
+    const std::string header = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}} )";
+    refused(little_endian(header.size() - 1, 8) + header + four_floats,
+            "its tensors hold 16 bytes of data, the file 17");
+  }
   SECTION("entry without a shape") {
     refused(file_of(R"({"a":{"dtype":"F32","data_offsets":[0,16]}})", four_floats), "'a'");
   }

@@ -140,6 +140,20 @@ TEST_CASE("tokenizer specs and files that cannot be used are InputErrors naming 
   json = tiny_bpe();
   json["model"]["vocab"].erase(byte_level::symbol(0));
   CHECK_THAT(error_of(write(dir, "bytes.json", json.dump())), Contains("byte 0"));
+  // One id far past the tokens: its id table would take gigabytes (2^27 ids: 4.3 GB).
+  json = tiny_bpe();
+  json["model"]["vocab"]["far"] = int64_t{1} << 27;
+  CHECK_THAT(error_of(write(dir, "far.json", json.dump())),
+             Contains("far.json") && Contains("its largest id is 134217728, far past its 266 tokens"));
+  // A pattern that backtracks without end on a text gives up naming itself, not LibTorch or PCRE2 alone.
+  json = tiny_bpe();
+  json["pre_tokenizer"] = {{"type", "Sequence"},
+                           {"pretokenizers",
+                            {{{"type", "Split"}, {"pattern", {{"Regex", "(a*)*b"}}}, {"behavior", "Isolated"}},
+                             {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  const auto backtracking = load_tokenizer(write(dir, "backtracking.json", json.dump()));
+  CHECK_THROWS_WITH(backtracking->encode(std::string(3000, 'a') + "cb"),
+                    Contains("backtracking.json") && Contains("the regex '(a*)*b' gave up matching"));
 }
 
 TEST_CASE("byte-level BPE refuses text that is not UTF-8 with an InputError", "[tokenizer]") {
