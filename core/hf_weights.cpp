@@ -32,14 +32,16 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 HfWeights::HfWeights(const std::string& dir) : dir_(dir) {
   const fs::path single = fs::path(dir) / kSingleFile, index = fs::path(dir) / kIndexFile;
   // transformers looks for the single file first, then the index.
-  if (fs::exists(single)) {
+  require_regular_file(single.string(), "Hugging Face weights");  // (a symlink loop, a FIFO)
+  std::error_code error;
+  if (fs::exists(single, error)) {
     layout_ = kSingleFile;
     auto reader = std::make_unique<SafetensorsReader>(single.string());
     for (const auto& name : reader->names()) file_of_[name] = reader.get();
     files_[kSingleFile] = std::move(reader);
     return;
   }
-  if (!fs::exists(index)) {
+  if (!fs::exists(index, error)) {
     throw InputError("Hugging Face model directory '" + dir + "' has neither " + kSingleFile + " nor " + kIndexFile +
                      " (loom reads safetensors weights, not pytorch_model.bin)");
   }

@@ -18,7 +18,9 @@ namespace {
 namespace fs = std::filesystem;
 
 bool is_checkpoint(const fs::path& dir) {
-  return fs::is_regular_file(dir / "manifest.json");
+  require_regular_file((dir / "manifest.json").string(), "checkpoint manifest");  // (a symlink loop, a FIFO)
+  std::error_code error;
+  return fs::is_regular_file(dir / "manifest.json", error);
 }
 
 // A checkpoint directory itself, or the one a checkpoint.dir's `--resume auto` would continue from
@@ -109,7 +111,8 @@ GenerationModel from_hugging_face(const std::string& dir, const std::vector<std:
   model.from_hugging_face_source = true;
   model.bos_id = hf_bos_id(hf_source);
   for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
-    if (fs::is_regular_file(fs::path(dir) / name)) {
+    std::error_code error;
+    if (fs::is_regular_file(fs::path(dir) / name, error)) {
       model.tokenizer = (fs::path(dir) / name).string();
       break;
     }
@@ -120,14 +123,16 @@ GenerationModel from_hugging_face(const std::string& dir, const std::vector<std:
 }  // namespace
 
 GenerationModel describe_generation_model(const std::string& model, const std::vector<std::string>& overrides) {
-  if (!fs::is_directory(model)) {
+  std::error_code error;
+  if (!fs::is_directory(model, error)) {
     throw InputError("MODEL '" + model + "' is not a directory: give a loom checkpoint (step_N or checkpoint.dir) " +
                      "or a Hugging Face model directory");
   }
   if (const std::string checkpoint = checkpoint_path(model); !checkpoint.empty()) {
     return from_checkpoint(checkpoint, overrides);
   }
-  if (fs::is_regular_file(fs::path(model) / "config.json")) return from_hugging_face(model, overrides);
+  require_regular_file((fs::path(model) / "config.json").string(), "MODEL's config");
+  if (fs::is_regular_file(fs::path(model) / "config.json", error)) return from_hugging_face(model, overrides);
   throw InputError("MODEL '" + model +
                    "' is neither a loom checkpoint (no manifest.json, nor complete step_N checkpoints) "
                    "nor a Hugging Face model directory (no config.json)");
