@@ -165,6 +165,10 @@ void check_manifest_keys(const nlohmann::json& manifest, const std::string& file
        layout.at("zero_stage").get<int64_t>() > 3))
     fail("layout.zero_stage is " + layout.at("zero_stage").dump() + ", not 0-3");
   need(manifest, "model", "", &J::is_object, "an object");
+  for (const char* key : {"data", "moe_router", "hf_source", "tokenizer"}) {
+    if (manifest.contains(key) && !manifest.at(key).is_object() && !manifest.at(key).is_null())
+      fail(std::string(key) + " is " + manifest.at(key).dump() + ", not an object");
+  }
   const auto& files = need(manifest, "files", "", &J::is_object, "an object");
   for (const auto& [name, info] : files.items()) {
     need(info, "bytes", "files." + name + ".", &J::is_number_unsigned, "a size");

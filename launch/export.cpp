@@ -178,7 +178,22 @@ std::string family_of(const Config& config, const nlohmann::json& source) {
 
 }  // namespace
 
+static int export_checkpoint_unguarded(const ExportArgs& args);
+
+// What export reads is the checkpoint's: a LibTorch check that fails on it (a manifest whose model
+// record or tensors were edited to disagree, a checksum made to match) is the checkpoint's fault,
+// said naming it with exit 2 rather than as loom's own failure.
 int export_checkpoint(const ExportArgs& args) {
+  try {
+    return export_checkpoint_unguarded(args);
+  } catch (const c10::Error& e) {
+    throw InputError("loom export: " + args.checkpoint + " cannot be exported: " + e.what_without_backtrace());
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError("loom export: " + args.checkpoint + "/manifest.json is malformed: " + e.what());
+  }
+}
+
+static int export_checkpoint_unguarded(const ExportArgs& args) {
   if (args.format != "hf" && args.format != "hf-gpt2" && args.format != "hf-llama")
     throw InputError("--format '" + args.format + "' is not known; use hf, hf-llama or hf-gpt2");
   const int64_t max_shard = parse_byte_size(args.max_shard_size, "--max-shard-size");

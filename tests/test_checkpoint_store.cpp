@@ -364,6 +364,7 @@ TEST_CASE("checkpoint store: a manifest whose checksum was made to match is stil
              Catch::Contains("do not tile it along dim 0"));
   CHECK_THAT(refused([](auto& m) { m["tensors"]["w"]["slices"][1]["offset"] = 3; }),
              Catch::Contains("run outside global_shape [4,3]"));
+  CHECK_THAT(refused([](auto& m) { m["data"] = {1}; }), Catch::Contains("data is [1], not an object"));
   CHECK(refused([](auto&) {}) == "accepted");
   fs::remove_all(dir);
 }
