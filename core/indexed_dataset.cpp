@@ -121,6 +121,12 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
     }
   }
 
+  if (documents > 0 && (documents_.front() != 0 || documents_.back() != static_cast<int64_t>(sequences))) {
+    throw InputError("'" + idx + "': the document index runs from " + std::to_string(documents_.front()) + " to " +
+                     std::to_string(documents_.back()) + ", not from 0 to the sequence count " +
+                     std::to_string(sequences) + " (a damaged index)");
+  }
+
   int fd = ::open(bin.c_str(), O_RDONLY);
   if (fd < 0) throw InputError("cannot open dataset tokens '" + bin + "'");
   struct stat st {};
@@ -135,6 +141,19 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                        std::to_string(offsets_[i]) + ", " + std::to_string(lengths_[i]) + " tokens of " +
                        std::to_string(item) + " bytes, in a file of " + std::to_string(data_bytes_) +
                        " bytes (truncated, or a damaged index)");
+    }
+  }
+  // The sequences lie end to end, as Megatron-LM's writer and loom's lay them: an offset that
+  // does not follow the sequence before (a damaged index) would read overlapping or skipped tokens.
+  for (size_t i = 0; i < sequences; ++i) {
+    const int64_t expected =
+        i == 0 ? 0 : offsets_[i - 1] + static_cast<int64_t>(lengths_[i - 1]) * static_cast<int64_t>(item);
+    if (offsets_[i] != expected) {  // (every length and offset is inside the file: checked above)
+      ::close(fd);
+      throw InputError("'" + idx + "': sequence " + std::to_string(i) + " starts at byte " +
+                       std::to_string(offsets_[i]) + ", not where the sequence before it ends (" +
+                       std::to_string(expected) +
+                       "): the sequences of an indexed dataset lie end to end (a damaged index)");
     }
   }
   if (data_bytes_ > 0) {

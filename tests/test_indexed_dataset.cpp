@@ -150,4 +150,14 @@ TEST_CASE("broken datasets are refused naming the file", "[data]") {
   CHECK_THROWS_WITH(IndexedDataset(damaged("negative", last_document, -5)), Catch::Contains("= -5 is outside"));
   CHECK_THROWS_WITH(IndexedDataset(damaged("odd", first_offset, 1)),
                     Catch::Contains("odd.bin") && Catch::Contains("sequence 0 at byte 1"));
+  // Inside the file but not end to end (sequence 1 read over sequence 0's tokens), and a document
+  // index that does not start at 0 or end at the sequence count: refused, not trained on.
+  CHECK_THROWS_WITH(
+      IndexedDataset(damaged("overlap", first_offset + 8, 0)),
+      Catch::Contains("overlap.idx': sequence 1 starts at byte 0, not where the sequence before it ends (6)"));
+  const uint64_t first_document = first_offset + 3 * 8;
+  CHECK_THROWS_WITH(IndexedDataset(damaged("late_start", first_document, 1)),
+                    Catch::Contains("the document index runs from 1 to 3, not from 0"));
+  CHECK_THROWS_WITH(IndexedDataset(damaged("short_end", last_document, 2)),
+                    Catch::Contains("the document index runs from 0 to 2, not from 0 to the sequence count 3"));
 }
