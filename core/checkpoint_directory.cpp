@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -18,6 +19,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kVerified = "verified";
 constexpr const char* kAnnouncement = "latest.publishing";
+constexpr const char* kDeleting = ".deleting";  // .step_N.deleting: a checkpoint retention is removing
 
 // "step_" and digits only: step_00000012.corrupt is not a checkpoint any more.
 std::optional<int64_t> step_of_name(const std::string& name) {
@@ -85,6 +87,7 @@ std::vector<std::string> remove_unfinished_saves(const std::string& dir) {
                       step_of_name(name.substr(1, name.size() - 5));
     if (save || name == "latest.tmp" || name == kAnnouncement) removed.push_back(entry.path().string());
   }
+  finish_deletions(dir);  // (not reported: retention meant them gone)
   // Only what is really gone is reported.
   removed.erase(std::remove_if(removed.begin(), removed.end(),
                                [](const std::string& path) {
@@ -200,15 +203,33 @@ std::string set_aside(const std::string& path, const std::string& reason) {
   return target;
 }
 
+void finish_deletions(const std::string& dir) {
+  std::error_code error;
+  std::vector<fs::path> doomed;
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 1 + std::strlen(kDeleting) && name.front() == '.' &&
+        name.compare(name.size() - std::strlen(kDeleting), std::strlen(kDeleting), kDeleting) == 0)
+      doomed.push_back(entry.path());
+  }
+  for (const auto& path : doomed) fs::remove_all(path, error);
+}
+
 std::vector<std::string> apply_retention(const std::string& dir, int64_t keep) {
   const auto all = list_checkpoints(dir);
   const auto newest_verified =
       std::find_if(all.begin(), all.end(), [](const CheckpointInfo& c) { return is_verified(c.path); });
   std::vector<std::string> removed;
+  finish_deletions(dir);
   for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
     if (all.begin() + static_cast<std::ptrdiff_t>(i) == newest_verified) continue;
+    // Out of the checkpoints' names first (one rename): a job killed while removing the files
+    // leaves a folder that is no checkpoint, which the next start or save finishes removing, not a
+    // step_N without its manifest that every --resume auto would set aside as corrupt and keep.
+    const fs::path doomed = fs::path(dir) / ("." + fs::path(all[i].path).filename().string() + kDeleting);
     std::error_code ignore;
-    fs::remove_all(all[i].path, ignore);
+    fs::rename(all[i].path, doomed, ignore);
+    fs::remove_all(ignore ? fs::path(all[i].path) : doomed, ignore);
     removed.push_back(all[i].path);
   }
   return removed;

@@ -79,6 +79,10 @@ bool is_verified(const std::string& path);
 std::string set_aside(const std::string& path, const std::string& reason);
 
 // Removes all but the newest KEEP checkpoints of DIR, except the newest verified one. Returns what it removed.
+// Each is renamed out of the checkpoints' names before its files go (.step_N.deleting).
 std::vector<std::string> apply_retention(const std::string& dir, int64_t keep);
+
+// Finishes removing what retention renamed for deletion and a killed job left (.step_N.deleting).
+void finish_deletions(const std::string& dir);
 
 }  // namespace loom

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_set>
 #include <vector>
 
 #include "core/errors.h"
@@ -106,7 +107,18 @@ void MetricsWriter::continue_after(int64_t step) {
   }
   if (superseded.empty()) return;
   const std::string aside = (fs::path(path_).parent_path() / "metrics.superseded.jsonl").string();
-  write_lines(aside, superseded, /*append=*/true);
+  // A job killed between the append and the rewrite below has moved these rows already (they are
+  // still in metrics.jsonl too): this start moves only rows the aside file does not hold yet.
+  cut_torn_tail(aside);
+  std::unordered_set<std::string> moved;
+  if (fs::is_regular_file(aside, error)) {
+    bool aside_whole = true;
+    for (auto& line : read_lines(aside, &aside_whole)) moved.insert(std::move(line));
+  }
+  std::vector<std::string> fresh;
+  for (const auto& line : superseded)
+    if (!moved.count(line)) fresh.push_back(line);
+  if (!fresh.empty()) write_lines(aside, fresh, /*append=*/true);
   out_.close();
   write_lines(path_, kept, /*append=*/false);
   out_.open(path_, std::ios::app | std::ios::binary);

@@ -225,6 +225,28 @@ TEST_CASE("checkpoint store: publishing keeps the newest KEEP, newest first, and
   fs::remove_all(dir);
 }
 
+TEST_CASE("checkpoint directory: retention renames a checkpoint out of the list before removing it",
+          "[checkpoint_store]") {
+  // A job killed while retention removes a checkpoint's files leaves .step_N.deleting, which is no
+  // checkpoint (nothing set aside as corrupt and kept for ever) and which the next save or
+  // start removes.
+  const auto dir = test::temp_dir("ckpt_deleting");
+  SavedTensors t;
+  for (int64_t step : {10, 20}) save(dir, step, t, 2);
+  fs::create_directories(fs::path(dir) / ".step_00000005.deleting");
+  std::ofstream(fs::path(dir) / ".step_00000005.deleting" / "rank_00000.bin") << "half gone";
+  CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{20, 10});
+  CHECK(unreadable_checkpoints(dir).empty());
+  save(dir, 30, t, 2);  // retention removes step 10, and finishes the leftover
+  CHECK(steps_of(list_checkpoints(dir)) == std::vector<int64_t>{30, 20});
+  CHECK_FALSE(fs::exists(fs::path(dir) / ".step_00000005.deleting"));
+  CHECK_FALSE(fs::exists(fs::path(dir) / ".step_00000010.deleting"));
+  fs::create_directories(fs::path(dir) / ".step_00000010.deleting");
+  CHECK(remove_unfinished_saves(dir).empty());  // removed, not reported as an unfinished save
+  CHECK_FALSE(fs::exists(fs::path(dir) / ".step_00000010.deleting"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("checkpoint directory: a folder without a manifest is listed as unreadable and never deleted",
           "[checkpoint_store]") {
   const auto dir = test::temp_dir("ckpt_unreadable");

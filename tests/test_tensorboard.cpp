@@ -366,7 +366,20 @@ TEST_CASE("metrics.jsonl: a torn last row is cut on open, and a resume moves the
   CHECK(aside.back().at("step") == 5);
   // A last row with its newline but not JSON is torn too.
   std::ofstream(path, std::ios::app) << "{\"step\": 5, \n";
-  MetricsWriter again(path);
-  CHECK(lines(path).size() == 4);
+  {
+    MetricsWriter again(path);
+    CHECK(lines(path).size() == 4);
+  }
+  // A job killed after moving rows aside but before rewriting metrics.jsonl: the next start moves
+  // only rows the aside file does not hold (step 4's new row), not step 4's old one again.
+  {
+    std::ofstream(dir + "/metrics.superseded.jsonl", std::ios::app) << lines(path).back().dump() << "\n";
+    MetricsWriter metrics(path);
+    metrics.continue_after(3);
+  }
+  const auto moved = lines(dir + "/metrics.superseded.jsonl");
+  REQUIRE(moved.size() == 3);
+  CHECK(moved.back().at("loss") == 0.3);
+  CHECK(lines(path).size() == 3);
   fs::remove_all(dir);
 }
