@@ -342,8 +342,16 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
     std::vector<std::string> set_aside_now;  // what --resume auto found and could not use
     const std::string missing = resume == "auto" ? latest_names_missing(dir) : "";  // (before the choice rewrites it)
     // (Only under auto: a user may be resuming a .step_N.tmp by hand.)
-    for (const auto& unfinished : resume == "auto" ? remove_unfinished_saves(dir) : std::vector<std::string>{})
-      log::warn("removed {}: a save that did not finish (a full disk, or a job stopped while saving)", unfinished);
+    for (const auto& unfinished : resume == "auto" ? remove_unfinished_saves(dir) : std::vector<std::string>{}) {
+      // latest.tmp and latest.publishing are a save's last word on `latest`: its checkpoint folder
+      // was complete by then (one a save did not finish is a .step_N.tmp, named on its own).
+      const std::string name = fs::path(unfinished).filename().string();
+      if (name.rfind("latest.", 0) == 0) {
+        log::info("removed {}: what a save left while it pointed 'latest' at its checkpoint", unfinished);
+      } else {
+        log::warn("removed {}: a save that did not finish (a full disk, or a job stopped while saving)", unfinished);
+      }
+    }
     if (resume == "auto") {
       for (const auto& folder : unreadable_checkpoints(dir)) {
         set_aside_now.push_back(set_aside(folder, "corrupt"));
