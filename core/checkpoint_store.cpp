@@ -199,6 +199,7 @@ void check_manifest_keys(const nlohmann::json& manifest, const std::string& file
     const auto dim = need(slices.at(0), "dim", where + "slices[].", &J::is_number_integer, "an integer").get<int64_t>();
     if (dim < -1 || dim >= rank) fail(where + "slices[].dim " + std::to_string(dim) + " is not one of its dimensions");
     if (dim == -1 && slices.size() != 1) fail(where + "a tensor saved whole (dim -1) has more than one slice");
+    const uint64_t extent = dim >= 0 ? global.at(static_cast<size_t>(dim)).get<uint64_t>() : 0;  // along dim
     std::vector<std::pair<uint64_t, uint64_t>> along;  // each slice's [begin, end) along dim
     for (const auto& slice : slices) {
       if (need(slice, "dim", where + "slices[].", &J::is_number_integer, "an integer").get<int64_t>() != dim)
@@ -221,8 +222,7 @@ void check_manifest_keys(const nlohmann::json& manifest, const std::string& file
       }
       if (dim >= 0) {
         const auto length = shape.at(static_cast<size_t>(dim)).get<uint64_t>();
-        if (offset.get<int64_t>() < 0 || offset.get<uint64_t>() > global.at(static_cast<size_t>(dim)).get<uint64_t>() ||
-            length > global.at(static_cast<size_t>(dim)).get<uint64_t>() - offset.get<uint64_t>()) {
+        if (offset.get<int64_t>() < 0 || offset.get<uint64_t>() > extent || length > extent - offset.get<uint64_t>()) {
           fail(where + "slices[] at offset " + offset.dump() + " of " + shape.dump() + " run outside global_shape " +
                global.dump());
         }
@@ -238,8 +238,7 @@ void check_manifest_keys(const nlohmann::json& manifest, const std::string& file
         fail(where + "its slices do not tile it along dim " + std::to_string(dim) + " (a gap or an overlap)");
       end = stop;
     }
-    if (dim >= 0 && end != global.at(static_cast<size_t>(dim)).get<uint64_t>())
-      fail(where + "its slices do not cover global_shape " + global.dump());
+    if (dim >= 0 && end != extent) fail(where + "its slices do not cover global_shape " + global.dump());
   }
   for (const auto& [name, blob] : need(manifest, "blobs", "", &J::is_object, "an object").items()) {
     check_range(blob, "blobs." + name + ".");

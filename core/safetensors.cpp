@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/regular_file.h"
 
 namespace loom {
 namespace {
@@ -55,10 +56,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
 SafetensorsReader::SafetensorsReader(std::string path)
     : path_(std::move(path)), in_(std::make_unique<std::ifstream>()) {
   auto& in = *in_;
-  // Checked before opening: opening a FIFO waits for a writer, however long.
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path_, error))
-    throw InputError("cannot read safetensors file '" + path_ + "' (not a regular file)");
+  require_regular_file(path_, "safetensors file");  // before opening: a FIFO would wait for a writer
   in.open(path_, std::ios::binary);
   if (!in) throw InputError("cannot read safetensors file '" + path_ + "'");
   const auto file_size = static_cast<uint64_t>(std::filesystem::file_size(path_));

@@ -13,6 +13,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// What transformers' generate takes its token ids from: generation_config.json where the directory
+// has one, else config.json; null where SOURCE (an object) holds neither.
+const nlohmann::json& generation_settings(const nlohmann::json& source) {
+  static const nlohmann::json none;
+  if (source.contains("generation_config")) return source.at("generation_config");
+  return source.contains("config") ? source.at("config") : none;
+}
+
 nlohmann::json read_json(const fs::path& path) {
   require_regular_file(path.string(), "model.init_from:");
   std::ifstream in(path);
@@ -93,7 +101,7 @@ nlohmann::ordered_json exported_generation_config(const nlohmann::ordered_json& 
 std::vector<int64_t> hf_stop_ids(const nlohmann::json& source, const std::string& where) {
   if (!source.is_object()) return {};
   const bool generation = source.contains("generation_config");
-  const nlohmann::json& file = generation ? source.at("generation_config") : source.value("config", nlohmann::json());
+  const nlohmann::json& file = generation_settings(source);
   if (!file.is_object() || !file.contains("eos_token_id") || file.at("eos_token_id").is_null()) return {};
   const auto& eos = file.at("eos_token_id");
   std::vector<int64_t> ids;
@@ -109,8 +117,7 @@ std::vector<int64_t> hf_stop_ids(const nlohmann::json& source, const std::string
 
 int64_t hf_bos_id(const nlohmann::json& source) {
   if (!source.is_object()) return -1;
-  const bool generation = source.contains("generation_config");
-  const nlohmann::json& file = generation ? source.at("generation_config") : source.value("config", nlohmann::json());
+  const nlohmann::json& file = generation_settings(source);
   if (!file.is_object() || !file.contains("bos_token_id") || !file.at("bos_token_id").is_number_integer()) return -1;
   return std::max<int64_t>(-1, file.at("bos_token_id").get<int64_t>());
 }
