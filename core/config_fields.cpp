@@ -400,7 +400,8 @@ std::vector<ConfigField> make_fields() {
                  "write checkpoints from a background thread while training goes on (a host copy of the state)"),
       float_field("checkpoint", "timeout_s", LOOM_MEMBER(checkpoint.timeout_s),
                   "seconds a rank waits on another rank's checkpoint files (written, or checked before a resume) "
-                  "before the job fails; parallel.timeout_s bounds every other wait"),
+                  "before the job fails; a rank that stops answering while it saves is found within "
+                  "parallel.timeout_s, which bounds every other wait"),
 
       int_field("log", "interval", LOOM_MEMBER(log.interval), "steps between progress lines"),
       bool_field("log", "trace", LOOM_MEMBER(log.trace),

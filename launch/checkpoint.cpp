@@ -1,12 +1,10 @@
 #include "launch/checkpoint.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "core/checkpoint_store.h"
 #include "core/errors.h"
@@ -83,10 +81,12 @@ struct PendingSave {
   nlohmann::json header;  // rank 0
   std::function<void()> midway;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  std::thread writer;  // checkpoint.async
-  std::atomic<int> status{1};
-  std::string error;      // why this rank's write failed
   bool verified = false;  // a step trained from this state had a finite loss before it was published
+  // What rank 0's publishing needs of the config, copied: it runs on a thread of its own, which a
+  // job that stops on a stuck disk leaves behind (parallel/rank_work.h).
+  std::string dir, config_yaml;
+  int64_t keep = 0, world = 1;
+  bool async = false;
 };
 
 namespace {
@@ -101,19 +101,56 @@ void write_rank_files(PendingSave& save, int64_t rank) {
   if (save.midway) save.midway();
 }
 
-}  // namespace
-
-Checkpointer::~Checkpointer() {
-  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+// Rank 0, once every rank's files of SAVE are written: the manifest, the rename, `latest`, retention.
+void publish_files(PendingSave& save) {
+  nlohmann::json manifest = save.header;
+  manifest["tensors"] = nlohmann::json::object();
+  manifest["blobs"] = nlohmann::json::object();
+  int64_t bytes = 0;
+  for (int64_t r = 0; r < save.world; ++r) {
+    const fs::path part = fs::path(save.temporary) / rank_file(r, "json");
+    nlohmann::json written_by;
+    std::ifstream(part) >> written_by;
+    fs::remove(part);
+    const auto& file = written_by.at("file");
+    manifest["files"][file.at("name").get<std::string>()] = {{"bytes", file.at("bytes")}, {"crc32", file.at("crc32")}};
+    bytes += file.at("bytes").get<int64_t>();
+    for (const auto& e : written_by.at("entries")) {
+      const std::string name = e.at("tensor").get<std::string>();
+      if (e.value("dtype", "F32") == "U8") {
+        manifest["blobs"][name] = e;
+        continue;
+      }
+      auto& t = manifest["tensors"][name];
+      t["global_shape"] = e.at("global_shape");
+      t["dtype"] = "F32";
+      t["slices"].push_back(e);
+    }
+  }
+  std::ofstream(fs::path(save.temporary) / "config.yaml") << save.config_yaml;
+  const std::string path = publish_checkpoint(save.dir, save.step, manifest, save.keep);
+  if (save.verified) mark_verified(path);
+  info0("saved checkpoint {} ({:.1f} MB, {} tensors) in {:.2f} s{}", path, static_cast<double>(bytes) / 1e6,
+        manifest["tensors"].size(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - save.start).count(),
+        save.async ? ", written in the background" : "");
 }
 
-std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, const std::function<void()>& midway) {
-  auto save = std::make_unique<PendingSave>();
+}  // namespace
+
+Checkpointer::~Checkpointer() = default;
+
+std::shared_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, const std::function<void()>& midway) {
+  auto save = std::make_shared<PendingSave>();
   const std::string dir = config_.checkpoint.dir;
   save->step = state.step;
   save->temporary = temporary_checkpoint_path(dir, state.step);
   save->path = (fs::path(dir) / checkpoint_name(state.step)).string();
   save->midway = midway;
+  save->world = groups_.world();
+  save->dir = dir;
+  save->keep = config_.checkpoint.keep;
+  save->async = config_.checkpoint.async;
   const int64_t rank = groups_.rank();
   // Rank 0 makes the folder; every rank learns whether it could, so that none waits on it in the
   // next collective until parallel.timeout_s (0: made; else the errno that stopped it). This is
@@ -161,6 +198,7 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
   optimizer_.release_moments();
 
   if (rank == 0) {
+    save->config_yaml = to_yaml(config_);
     auto& header = save->header;
     write_training_state(state, header);
     header["optimizer_steps"] = optimizer_.steps_taken();
@@ -186,93 +224,60 @@ std::unique_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
   return save;
 }
 
-void Checkpointer::publish(PendingSave& save) {
-  if (groups_.rank() != 0) return;
-  nlohmann::json manifest = save.header;
-  manifest["tensors"] = nlohmann::json::object();
-  manifest["blobs"] = nlohmann::json::object();
-  int64_t bytes = 0;
-  for (int64_t r = 0; r < groups_.world(); ++r) {
-    const fs::path part = fs::path(save.temporary) / rank_file(r, "json");
-    nlohmann::json written_by;
-    std::ifstream(part) >> written_by;
-    fs::remove(part);
-    const auto& file = written_by.at("file");
-    manifest["files"][file.at("name").get<std::string>()] = {{"bytes", file.at("bytes")}, {"crc32", file.at("crc32")}};
-    bytes += file.at("bytes").get<int64_t>();
-    for (const auto& e : written_by.at("entries")) {
-      const std::string name = e.at("tensor").get<std::string>();
-      if (e.value("dtype", "F32") == "U8") {
-        manifest["blobs"][name] = e;
-        continue;
-      }
-      auto& t = manifest["tensors"][name];
-      t["global_shape"] = e.at("global_shape");
-      t["dtype"] = "F32";
-      t["slices"].push_back(e);
-    }
-  }
-  std::ofstream(fs::path(save.temporary) / "config.yaml") << to_yaml(config_);
-  const std::string path = publish_checkpoint(config_.checkpoint.dir, save.step, manifest, config_.checkpoint.keep);
-  if (save.verified) mark_verified(path);
-  info0("saved checkpoint {} ({:.1f} MB, {} tensors) in {:.2f} s{}", path, static_cast<double>(bytes) / 1e6,
-        manifest["tensors"].size(),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - save.start).count(),
-        config_.checkpoint.async ? ", written in the background" : "");
-}
-
 std::string Checkpointer::save(const TrainingState& state, const std::function<void()>& midway) {
   finish_pending();
   auto save = snapshot(state, midway);
   parent_ = save->path;
   parent_verified_ = false;
   const std::string path = save->path;
-  auto& world = groups_.world_comm();
+  const int64_t rank = groups_.rank();
   if (!config_.checkpoint.async) {
-    write_rank_files(*save, groups_.rank());
-    world.barrier(io_bound()).wait();  // the slowest writer
-    publish(*save);
-    world.barrier(io_bound()).wait();  // rank 0's rename and retention
+    parallel::RankWork writing([save, rank] { write_rank_files(*save, rank); });
+    parallel::wait_for_every_rank(groups_.world_comm(), writing, io_bound(), "writing checkpoint " + path);
+    publish(save);
     return path;
   }
-  PendingSave* in_flight = save.get();
-  const int64_t rank = groups_.rank();
-  save->writer = std::thread([in_flight, rank] {
+  // The thread shares the save: a job that stops while its disk hangs leaves the thread behind.
+  writing_ = std::make_unique<parallel::RankWork>([save, rank] {
     try {
-      write_rank_files(*in_flight, rank);
-      in_flight->status = 0;
+      write_rank_files(*save, rank);
     } catch (const std::exception& e) {
-      in_flight->error = e.what();
-      log::error("writing checkpoint {} in the background failed: {}", in_flight->path, e.what());
-      in_flight->status = 2;
+      log::error("writing checkpoint {} in the background failed: {}", save->path, e.what());
+      throw;
     }
   });
   pending_ = std::move(save);
   return path;
 }
 
+void Checkpointer::publish(const std::shared_ptr<PendingSave>& save) {
+  parallel::RankWork publishing(groups_.rank() == 0 ? std::function<void()>([save] { publish_files(*save); })
+                                                    : std::function<void()>());
+  parallel::wait_for_every_rank(groups_.world_comm(), publishing, io_bound(), "publishing checkpoint " + save->path);
+}
+
 int Checkpointer::pending_status() const {
-  return pending_ ? pending_->status.load() : 0;
+  return pending_ ? writing_->status() : 0;
 }
 
 void Checkpointer::on_world_status(int largest) {
-  if (!pending_ || largest == 1) return;
-  if (pending_->writer.joinable()) pending_->writer.join();
-  if (largest == 2) {
-    const std::string where = pending_->status == 2 ? "this rank: " + pending_->error : "another rank (see its error)";
+  if (!pending_ || largest == parallel::RankWork::running) return;
+  if (largest == parallel::RankWork::failed) {
+    const bool here = writing_->status() == parallel::RankWork::failed;
+    const std::string where = here ? "this rank: " + writing_->error() : "another rank (see its error)";
     throw EnvironmentError("writing checkpoint " + pending_->path + " in the background failed on " + where +
                            "; the job stops here, and the previous checkpoint stays the newest");
   }
-  publish(*pending_);
-  pending_.reset();
+  finish_pending();
 }
 
 void Checkpointer::finish_pending() {
   if (!pending_) return;  // alike on every rank: saves are collective
-  if (pending_->writer.joinable()) pending_->writer.join();
-  auto status = torch::full({1}, static_cast<double>(pending_->status.load()), torch::kFloat64);
-  groups_.world_comm().all_reduce(status, parallel::ReduceOp::max, io_bound()).wait();
-  on_world_status(static_cast<int>(status.item<double>()));
+  parallel::wait_for_every_rank(groups_.world_comm(), *writing_, io_bound(),
+                                "writing checkpoint " + pending_->path + " in the background");
+  auto save = std::move(pending_);
+  writing_.reset();
+  publish(save);
 }
 
 bool Checkpointer::in_checkpoint_dir(const std::string& path) const {

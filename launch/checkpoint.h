@@ -21,6 +21,7 @@
 #include "parallel/gradient_sync.h"
 #include "parallel/parallel_parameter.h"
 #include "parallel/process_groups.h"
+#include "parallel/rank_work.h"
 #include "parallel/tp_rng.h"
 
 namespace loom::launch {
@@ -70,9 +71,10 @@ class Checkpointer {
 
  private:
   // Collective: this rank's part of the state after STATE.step copied to host memory, the directory made.
-  std::unique_ptr<PendingSave> snapshot(const TrainingState& state, const std::function<void()>& midway);
-  // Rank 0, once every rank's files are written: the manifest, the rename, `latest`, retention.
-  void publish(PendingSave& save);
+  std::shared_ptr<PendingSave> snapshot(const TrainingState& state, const std::function<void()>& midway);
+  // Collective, once every rank's files are written: rank 0's manifest, rename, `latest` and
+  // retention, while the others wait (parallel/rank_work.h).
+  void publish(const std::shared_ptr<PendingSave>& save);
   // This run's data record (launch/data_record.h), read when a save or a resume first needs it.
   const nlohmann::json& data_now();
   // Whether PATH is a checkpoint of checkpoint.dir (and so loom's to mark, rename or set aside).
@@ -96,7 +98,9 @@ class Checkpointer {
   parallel::GradientSync* sync_;  // its compression state (parallel.grad_compression), per rank
   std::string parent_;            // the checkpoint the present state was saved as or loaded from; empty: none
   bool parent_verified_ = false;
-  std::unique_ptr<PendingSave> pending_;  // checkpoint.async: the save being written
+  std::shared_ptr<PendingSave> pending_;         // checkpoint.async: the save being written,
+  std::unique_ptr<parallel::RankWork> writing_;  // by this thread
+  // checkpoint.async: the save being written
   std::string run_dir_;
   nlohmann::json hf_source_;  // launch/hf_source.h: from model.init_from, or the resumed checkpoint
   nlohmann::json tokenizer_;  // launch/tokenizer_record.h: from the data, or the resumed checkpoint

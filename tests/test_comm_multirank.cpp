@@ -1,14 +1,17 @@
 // Collectives on real processes. Launched by ctest under mpirun and torchrun;
 // each rank runs every test case, and mpirun/torchrun fail if any rank fails.
 #define CATCH_CONFIG_RUNNER
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <numeric>
 #include <optional>
 #include <thread>
 
+#include "core/errors.h"
 #include "multirank_world.h"
 #include "parallel/hierarchical_communicator.h"
 #include "parallel/hsdp_communicator.h"
+#include "parallel/rank_work.h"
 #include "parallel/ring_all_reduce_scope.h"
 
 using namespace loom::parallel;
@@ -44,6 +47,36 @@ TEST_CASE("all_reduce sums, maxes and mins across the world", "[comm]") {
   auto lo = torch::tensor({static_cast<double>(r)});
   comm.all_reduce(lo, ReduceOp::min).wait();
   CHECK(lo.item<double>() == 0);
+}
+
+TEST_CASE("ranks wait for each other's work together, and all learn of a failure alike", "[comm]") {
+  auto& comm = g_world->groups.world_comm();
+  const int last = comm.size() - 1;
+  const WaitBound bound{std::chrono::seconds(60), "checkpoint.timeout_s", "waits on files"};
+  // The last rank's work outlasts many meetings; every rank returns once it is done (started together,
+  // none can return in less than most of its 200 ms).
+  comm.barrier().wait();
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<bool> finished{false};
+  RankWork slow(comm.rank() == last ? std::function<void()>([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    finished = true;
+  })
+                                    : std::function<void()>());
+  wait_for_every_rank(comm, slow, bound, "writing", std::chrono::milliseconds(10));
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(150));
+  comm.all_reduce(torch::zeros({1})).wait();  // the last rank's flag is read after every rank returned
+  if (comm.rank() == last) CHECK(finished);
+  // Rank 1's bad path is bad input on every rank, named there as its.
+  RankWork refused(comm.rank() == 1 ? std::function<void()>([] { throw loom::InputError("no permission"); })
+                                    : std::function<void()>());
+  try {
+    wait_for_every_rank(comm, refused, bound, "writing checkpoint step_3", std::chrono::milliseconds(10));
+    FAIL("no error");
+  } catch (const loom::InputError& e) {
+    CHECK(std::string(e.what()) == (comm.rank() == 1 ? "writing checkpoint step_3 failed on this rank: no permission"
+                                                     : "writing checkpoint step_3 failed on rank 1 (see its error)"));
+  }
 }
 
 TEST_CASE("all_gather stacks every rank's input in rank order", "[comm]") {

@@ -7,8 +7,9 @@
 #     checkpoint), and nothing half-written is published.
 #  3. A rank that writes its files for longer than parallel.timeout_s (slow_save: a large checkpoint
 #     on a slow disk) is waited for, sync and async, up to checkpoint.timeout_s; past that the job
-#     ends naming checkpoint.timeout_s. The others waited on parallel.timeout_s and ended a healthy
-#     save (seen: a 1.2 GB checkpoint's resume on this machine's disk).
+#     ends (exit 75: the machine failed the run) naming checkpoint.timeout_s and the rank. The others
+#     waited on parallel.timeout_s and ended a healthy save (seen: a 1.2 GB checkpoint's resume on
+#     this machine's disk). A rank stopped in its save: stalled_rank.sh save.
 source "$(dirname "$0")/common.sh"
 ARGS=(--set train.steps=20 --set parallel.tp=2 --set checkpoint.interval=5 --set checkpoint.keep=10)
 run_loom 4 sync "${ARGS[@]}" --set checkpoint.dir="$WORK/ck_sync" || { cat "$WORK/sync.log"; fail "sync run failed"; }
@@ -64,8 +65,8 @@ echo "a rank writing its checkpoint files 5 s (parallel.timeout_s 2): waited for
 code=0
 run_loom 2 slow_bounded "${SLOW[@]}" --set checkpoint.dir="$WORK/ck_slow_bounded" --set checkpoint.timeout_s=2 \
   --inject-fault 0:2:slow_save:5000 || code=$?
-[ "$code" = 1 ] && grep -q "waits on a peer's checkpoint files time out after 2 s, checkpoint.timeout_s" "$WORK/slow_bounded.log" &&
+[ "$code" = 75 ] && grep -q "loom: error: writing checkpoint .*step_00000002: rank 0 had not finished after 2 s, checkpoint.timeout_s" "$WORK/slow_bounded.log" &&
   [ "$(cat "$WORK/ck_slow_bounded/latest" 2> /dev/null)" != step_00000002 ] ||
   { cat "$WORK/slow_bounded.log"; fail "past checkpoint.timeout_s: exit $code"; }
-echo "past checkpoint.timeout_s 2: exit 1 naming it, step 2 not published"
+echo "past checkpoint.timeout_s 2: exit 75 naming it and rank 0, step 2 not published"
 echo "async checkpoints: ok"

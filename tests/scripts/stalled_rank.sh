@@ -5,7 +5,11 @@
 # With a second argument the job is 4 ranks at dp 4 in two "nodes" of two (parallel.ranks_per_node)
 # with small gradient buckets, so that the stop lands among reductions whose later steps run on a
 # thread of their own (parallel/later_steps.h): hsdp (ZeRO-1, dp_shard 2) or hierarchical.
-# Usage: stalled_rank.sh RANK [hsdp|hierarchical]
+# With "save" the rank is stopped while it writes its files of a checkpoint (slow_save: a slow
+# disk): the others, waiting on its files, still notice within parallel.timeout_s, not
+# checkpoint.timeout_s (an hour), since a live rank keeps meeting them while it writes
+# (parallel/rank_work.h).
+# Usage: stalled_rank.sh RANK [hsdp|hierarchical|save]
 source "$(dirname "$0")/common.sh"
 stopped="$1"
 timeout_s=5
@@ -20,14 +24,24 @@ case "${2:-}" in
     [ "$2" = hsdp ] && sets+=(--set parallel.zero_stage=1 --set parallel.dp_shard=2)
     [ "$2" = hierarchical ] && sets+=(--set parallel.dp_collectives=hierarchical)
     ;;
-  *) fail "unknown layout '$2' (hsdp or hierarchical)" ;;
+  save) sets+=(--set checkpoint.dir="$WORK/ck" --set checkpoint.interval=3 --inject-fault "$stopped:3:slow_save:600000") ;;
+  *) fail "unknown layout '$2' (hsdp, hierarchical or save)" ;;
 esac
 
 mpirun --oversubscribe "${layout[@]}" "$LOOM" train "$TINY" --run-dir "$WORK/run" --set train.steps=100000 \
   "${sets[@]}" --set log.interval=1 --set parallel.timeout_s=$timeout_s > "$WORK/job.log" 2>&1 &
 job=$!
-# Stopped once training runs (rank 0 has logged step 2), so the stop lands in a step's collectives.
-wait_for_step2 "$WORK/job.log" "$job"
+# Stopped once training runs (rank 0 has logged step 2), so the stop lands in a step's collectives;
+# with "save", once the rank has said it is in its slow write.
+if [ "${2:-}" = save ]; then
+  for _ in $(seq 600); do
+    grep -q "\[loom rank $stopped\] injected fault: writing this rank's checkpoint files takes" "$WORK/job.log" && break
+    kill -0 "$job" 2> /dev/null || { cat "$WORK/job.log"; fail "the job ended before the slow save"; }
+    sleep 0.1
+  done
+else
+  wait_for_step2 "$WORK/job.log" "$job"
+fi
 # mpirun's children are the ranks; each knows its rank from the environment mpirun gave it.
 ranks=$(pgrep -P "$job")
 pid=""

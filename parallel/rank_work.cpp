@@ -1,0 +1,163 @@
+#include "parallel/rank_work.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "core/errors.h"
+
+namespace loom::parallel {
+
+using Clock = std::chrono::steady_clock;
+
+struct RankWork::State {
+  std::function<void()> work;
+  std::mutex mutex;
+  std::condition_variable finished;
+  Status status = running;
+  std::exception_ptr failure;
+  std::string error;
+};
+
+namespace {
+
+std::string message_of(const std::exception& e) {
+  if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+// How a rank's work failed, shared with the others so that every rank throws the same kind of error
+// (and so exits with the same code): the status value a failed rank sends.
+enum FailureKind { environment = 2, input = 3, other = 4 };
+
+int failure_code(const std::exception_ptr& failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const InputError&) {
+    return input;
+  } catch (const EnvironmentError&) {
+    return environment;
+  } catch (...) {
+    return other;
+  }
+}
+
+[[noreturn]] void throw_kind(int code, const std::string& message) {
+  if (code == input) throw InputError(message);
+  if (code == environment) throw EnvironmentError(message);
+  throw std::runtime_error(message);
+}
+
+// "rank 2" or "ranks 1, 3", at most 16 named.
+std::string name_ranks(const std::vector<int>& ranks, const std::vector<int64_t>& global) {
+  constexpr size_t kNamed = 16;
+  std::ostringstream s;
+  s << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size() && i < kNamed; ++i) s << (i ? ", " : "") << global[static_cast<size_t>(ranks[i])];
+  if (ranks.size() > kNamed) s << " and " << ranks.size() - kNamed << " more";
+  return s.str();
+}
+
+}  // namespace
+
+RankWork::RankWork(std::function<void()> work) : state_(std::make_shared<State>()) {
+  if (!work) {
+    state_->status = done;
+    return;
+  }
+  state_->work = std::move(work);
+  thread_ = std::thread([state = state_] {
+    Status status = done;
+    std::exception_ptr failure;
+    std::string error;
+    try {
+      state->work();
+    } catch (const std::exception& e) {
+      status = failed;
+      failure = std::current_exception();
+      error = message_of(e);
+    } catch (...) {
+      status = failed;
+      failure = std::current_exception();
+      error = "an unknown error";
+    }
+    std::function<void()> finished_work;
+    std::lock_guard<std::mutex> lock(state->mutex);
+    std::swap(finished_work, state->work);  // what it holds is let go of here, not with the state
+    state->status = status;
+    state->failure = failure;
+    state->error = std::move(error);
+    state->finished.notify_all();
+  });
+}
+
+RankWork::~RankWork() {
+  if (!thread_.joinable()) return;
+  if (status() == running) {
+    thread_.detach();
+  } else {
+    thread_.join();
+  }
+}
+
+RankWork::Status RankWork::status() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->status;
+}
+
+RankWork::Status RankWork::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  state_->finished.wait_for(lock, timeout, [&] { return state_->status != running; });
+  return state_->status;
+}
+
+std::string RankWork::error() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->error;
+}
+
+void wait_for_every_rank(Communicator& comm, RankWork& work, const WaitBound& work_bound, const std::string& what,
+                         std::chrono::milliseconds poll) {
+  const auto start = Clock::now();
+  const auto period = std::max(std::chrono::milliseconds(1), std::min(poll, comm.timeout() / 4));
+  const int64_t size = comm.size();
+  for (;;) {
+    const RankWork::Status mine = work.wait_for(period);
+    int code = mine;
+    if (mine == RankWork::failed) {
+      std::lock_guard<std::mutex> lock(work.state_->mutex);
+      code = failure_code(work.state_->failure);
+    }
+    // One slot per rank (0 done, 1 running, else how it failed), and whether any rank's wait ran out.
+    auto slots = torch::zeros({size + 1}, torch::kFloat64);
+    slots[comm.rank()] = code;
+    slots[size] = Clock::now() - start >= work_bound.timeout ? 1.0 : 0.0;
+    comm.all_reduce(slots, ReduceOp::max).wait();
+    const double* read = slots.data_ptr<double>();
+    std::vector<int> failed, running;
+    for (int r = 0; r < size; ++r) {
+      if (read[r] >= RankWork::failed) failed.push_back(r);
+      if (read[r] == RankWork::running) running.push_back(r);
+    }
+    if (!failed.empty()) {
+      const int kind = static_cast<int>(read[failed.front()]);
+      if (mine == RankWork::failed) throw_kind(kind, what + " failed on this rank: " + work.error());
+      throw_kind(kind, what + " failed on " + name_ranks(failed, comm.ranks()) + " (see its error)");
+    }
+    if (running.empty()) return;
+    if (read[size] > 0) {
+      std::ostringstream s;
+      s << what << ": " << name_ranks(running, comm.ranks()) << " had not finished after "
+        << std::chrono::duration<double>(work_bound.timeout).count() << " s, " << work_bound.key
+        << " (it still answers: a slow or hung file system, not a dead rank)";
+      throw EnvironmentError(s.str());
+    }
+  }
+}
+
+}  // namespace loom::parallel
