@@ -58,6 +58,8 @@ int64_t sliding_window_of(const HfJson& hf, const nlohmann::json& json, const st
 
 // The SwiGLU MLP's activation: transformers' ACT2FN maps "swish" to the same SiLU.
 void require_silu(const HfJson& hf) {
+  // A null is None to transformers, which has no activation of that name (its model does not build).
+  if (hf.null("hidden_act")) throw hf.refused("hidden_act", "is null; loom's SwiGLU MLP is silu");
   const std::string act = hf.text("hidden_act", "silu");
   if (act != "silu" && act != "swish") throw hf.refused("hidden_act", "is '" + act + "'; loom's SwiGLU MLP is silu");
 }

@@ -20,6 +20,8 @@ class HfJson {
   HfJson(const nlohmann::json& json, const std::string& file) : json_(json), file_(file) {}
 
   bool has(const std::string& key) const { return json_.contains(key) && !json_[key].is_null(); }
+  // Written as null: for most keys transformers then keeps None, not its default.
+  bool null(const std::string& key) const { return json_.contains(key) && json_[key].is_null(); }
   const nlohmann::json& at(const std::string& key) const {
     if (!has(key)) throw refused(key, "is missing");
     return json_[key];

@@ -349,6 +349,7 @@ TEST_CASE("config.json: what loom cannot represent is refused naming the key", "
   CHECK_THAT(keys_error(with("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}})),
              Catch::Contains("\"rope_scaling.rope_type\" is 'dynamic'"));
   CHECK_THAT(keys_error(with("hidden_act", "gelu")), Catch::Contains("\"hidden_act\" is 'gelu'"));
+  CHECK_THAT(keys_error(with("hidden_act", nullptr)), Catch::Contains("\"hidden_act\" is null"));
   CHECK_THAT(keys_error(with("attention_bias", true)),
              Catch::Contains("\"mlp_bias\" is false and attention_bias true"));
   CHECK_THAT(keys_error(with("mlp_bias", true)), Catch::Contains("\"mlp_bias\" is true and attention_bias false"));
