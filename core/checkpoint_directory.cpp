@@ -129,9 +129,10 @@ void set_latest(const std::string& dir, const std::string& path) {
   if (first_word(dir, "latest") != fs::path(path).filename().string()) {
     const fs::path temporary = fs::path(dir) / "latest.tmp";
     {
+      errno = 0;
       std::ofstream out(temporary, std::ios::trunc);
       out << fs::path(path).filename().string() << "\n";
-      if (!out.flush()) throw EnvironmentError("cannot write '" + temporary.string() + "' (disk full?)");
+      if (!out.flush()) throw_write_error("cannot write '" + temporary.string() + "'");
     }
     fs::rename(temporary, fs::path(dir) / "latest");
   }
@@ -145,11 +146,12 @@ void announce_publish(const std::string& dir, const std::string& path) {
   const fs::path file = fs::path(dir) / kAnnouncement;
   const std::string latest = first_word(dir, "latest");
   {
+    errno = 0;
     std::ofstream out(file, std::ios::trunc);
     // The checkpoint, and what `latest` names meanwhile: a `latest` changed since is a choice made
     // after this save (a rollback by hand), which the announcement must not override.
     out << fs::path(path).filename().string() << "\nafter " << (latest.empty() ? "-" : latest) << "\n";
-    if (!out.flush()) throw EnvironmentError("cannot write '" + file.string() + "' (disk full?)");
+    if (!out.flush()) throw_write_error("cannot write '" + file.string() + "'");
   }
   // On disk before the rename it announces: a crash must not keep the rename and lose this.
   fsync_path(file.string());

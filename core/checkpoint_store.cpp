@@ -37,10 +37,11 @@ uint32_t crc_of(const char* data, size_t size, uint32_t crc_before = 0) {
 }
 
 void write_file(const fs::path& path, const char* data, size_t size) {
+  errno = 0;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw EnvironmentError("cannot write checkpoint file '" + path.string() + "'");
+  if (!out) throw_write_error("cannot write checkpoint file '" + path.string() + "'");
   out.write(data, static_cast<std::streamsize>(size));
-  if (!out.flush()) throw EnvironmentError("cannot write checkpoint file '" + path.string() + "' (disk full?)");
+  if (!out.flush()) throw_write_error("cannot write checkpoint file '" + path.string() + "'");
   out.close();
   fsync_path(path.string());
 }
@@ -105,8 +106,9 @@ void ShardWriter::add_bytes(const std::string& name, const torch::Tensor& bytes)
 
 nlohmann::json ShardWriter::finish() {
   const fs::path path = fs::path(directory_) / file_name_;
+  errno = 0;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw EnvironmentError("cannot write checkpoint file '" + path.string() + "'");
+  if (!out) throw_write_error("cannot write checkpoint file '" + path.string() + "'");
   uint32_t crc = 0;
   for (const auto& piece : pieces_) {
     const auto* data = static_cast<const char*>(piece.data_ptr());
@@ -114,7 +116,7 @@ nlohmann::json ShardWriter::finish() {
     out.write(data, static_cast<std::streamsize>(size));
     crc = crc_of(data, size, crc);
   }
-  if (!out.flush()) throw EnvironmentError("cannot write checkpoint file '" + path.string() + "' (disk full?)");
+  if (!out.flush()) throw_write_error("cannot write checkpoint file '" + path.string() + "'");
   out.close();
   fsync_path(path.string());
   pieces_.clear();
@@ -334,7 +336,7 @@ std::string verify_checkpoint(const std::string& path) {
 }
 
 std::string publish_checkpoint(const std::string& checkpoint_dir, int64_t step, const nlohmann::json& manifest,
-                               int64_t keep) {
+                               int64_t keep, const std::function<void(const std::string&)>& published) {
   const fs::path temporary = temporary_checkpoint_path(checkpoint_dir, step);
   const fs::path final_path = fs::path(checkpoint_dir) / checkpoint_name(step);
   auto full = manifest;
@@ -355,6 +357,7 @@ std::string publish_checkpoint(const std::string& checkpoint_dir, int64_t step, 
   fs::rename(temporary, final_path);
   fsync_path(checkpoint_dir);
   set_latest(checkpoint_dir, final_path.string());
+  if (published) published(final_path.string());
   apply_retention(checkpoint_dir, keep);
   return final_path.string();
 }

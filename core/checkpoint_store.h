@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -62,9 +63,10 @@ nlohmann::json read_manifest(const std::string& path);
 // Writes the manifest (with its checksum) into the temporary directory, flushes
 // it, renames the directory to its final name, points `latest` at it, and
 // removes all but the newest KEEP checkpoints and the newest verified one
-// (apply_retention). Returns the final path.
+// (apply_retention). PUBLISHED, when given, is told the final path once `latest` names it, before
+// the removals (which a slow file system can make long). Returns the final path.
 std::string publish_checkpoint(const std::string& checkpoint_dir, int64_t step, const nlohmann::json& manifest,
-                               int64_t keep);
+                               int64_t keep, const std::function<void(const std::string&)>& published = {});
 
 std::string temporary_checkpoint_path(const std::string& checkpoint_dir, int64_t step);
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cerrno>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -56,6 +57,14 @@ inline bool machine_file_error(int error) {
 [[noreturn]] inline void throw_file_error(int error, const std::string& message) {
   if (machine_file_error(error)) throw EnvironmentError(message);
   throw InputError(message);
+}
+
+// A write through a stream that failed: errno (cleared before the stream was opened) says why and
+// whose fault; the machine's when it says nothing (a stream may fail without a system call).
+[[noreturn]] inline void throw_write_error(const std::string& message) {
+  const int error = errno;
+  if (error == 0) throw EnvironmentError(message + " (disk full?)");
+  throw_file_error(error, message + ": " + std::strerror(error));
 }
 
 }  // namespace loom

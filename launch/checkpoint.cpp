@@ -13,6 +13,7 @@
 #include "launch/hf_source.h"
 #include "launch/model_record.h"
 #include "launch/resume_checks.h"
+#include "launch/resume_choice.h"
 #include "launch/tokenizer_record.h"
 #include "parallel/grad_compression.h"
 
@@ -95,9 +96,10 @@ namespace {
 void write_rank_files(PendingSave& save, int64_t rank) {
   const auto written = save.shard->finish();
   save.shard.reset();  // the host copy is no longer needed
+  errno = 0;
   std::ofstream part(fs::path(save.temporary) / rank_file(rank, "json"));
   part << written.dump();
-  if (!part.flush()) throw EnvironmentError("cannot write '" + save.temporary + "/" + rank_file(rank, "json") + "'");
+  if (!part.flush()) throw_write_error("cannot write '" + save.temporary + "/" + rank_file(rank, "json") + "'");
   if (save.midway) save.midway();
 }
 
@@ -128,12 +130,16 @@ void publish_files(PendingSave& save) {
     }
   }
   std::ofstream(fs::path(save.temporary) / "config.yaml") << save.config_yaml;
-  const std::string path = publish_checkpoint(save.dir, save.step, manifest, save.keep);
+  // Said once `latest` names it: a retention that outlasts checkpoint.timeout_s fails the job, but
+  // not this checkpoint, which the log then shows as saved.
+  const auto saved = [&](const std::string& path) {
+    info0("saved checkpoint {} ({:.1f} MB, {} tensors) in {:.2f} s{}", path, static_cast<double>(bytes) / 1e6,
+          manifest["tensors"].size(),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - save.start).count(),
+          save.async ? ", written in the background" : "");
+  };
+  const std::string path = publish_checkpoint(save.dir, save.step, manifest, save.keep, saved);
   if (save.verified) mark_verified(path);
-  info0("saved checkpoint {} ({:.1f} MB, {} tensors) in {:.2f} s{}", path, static_cast<double>(bytes) / 1e6,
-        manifest["tensors"].size(),
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - save.start).count(),
-        save.async ? ", written in the background" : "");
 }
 
 }  // namespace
@@ -208,9 +214,9 @@ std::shared_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     header["train_steps"] = config_.train.steps;
     header["grad_compression"] = to_string(config_.parallel.grad_compression);
     // The lineage: the checkpoint this state descends from, by name when it is in the same directory.
-    header["parent"] = parent_.empty()              ? ""
-                       : in_checkpoint_dir(parent_) ? fs::path(parent_).filename().string()
-                                                    : parent_;
+    header["parent"] = parent_.empty()                                      ? ""
+                       : in_checkpoint_dir(config_.checkpoint.dir, parent_) ? fs::path(parent_).filename().string()
+                                                                            : parent_;
     header["layout"] = layout_of(config_, groups_.world());
     header["model"] = model_record(config_);
     if (config_.model.moe.enabled()) header["moe_router"] = moe_router_record(config_);
@@ -266,7 +272,7 @@ void Checkpointer::on_world_status(int largest) {
     const bool here = writing_->status() == parallel::RankWork::failed;
     const std::string where = here ? "this rank: " + writing_->error() : "another rank (see its error)";
     throw EnvironmentError("writing checkpoint " + pending_->path + " in the background failed on " + where +
-                           "; the job stops here, and the previous checkpoint stays the newest");
+                           "; the job stops here, and the previous checkpoint, if any, stays the newest");
   }
   finish_pending();
 }
@@ -280,12 +286,6 @@ void Checkpointer::finish_pending() {
   publish(save);
 }
 
-bool Checkpointer::in_checkpoint_dir(const std::string& path) const {
-  std::error_code error;
-  return !config_.checkpoint.dir.empty() &&
-         fs::equivalent(fs::path(path).parent_path(), config_.checkpoint.dir, error) && !error;
-}
-
 void Checkpointer::confirm_state() {
   if (parent_verified_ || parent_.empty()) return;
   parent_verified_ = true;
@@ -293,7 +293,7 @@ void Checkpointer::confirm_state() {
     pending_->verified = true;
     return;
   }
-  if (groups_.rank() == 0 && in_checkpoint_dir(parent_)) mark_verified(parent_);
+  if (groups_.rank() == 0 && in_checkpoint_dir(config_.checkpoint.dir, parent_)) mark_verified(parent_);
 }
 
 std::string Checkpointer::set_aside_diverged() {
@@ -301,7 +301,8 @@ std::string Checkpointer::set_aside_diverged() {
   std::string advice = "no checkpoint to resume from: start afresh with a lower train.lr";
   if (groups_.rank() == 0 && !config_.checkpoint.dir.empty()) {
     const std::string& dir = config_.checkpoint.dir;
-    if (!parent_.empty() && !parent_verified_ && in_checkpoint_dir(parent_) && !is_verified(parent_)) {
+    if (!parent_.empty() && !parent_verified_ && in_checkpoint_dir(config_.checkpoint.dir, parent_) &&
+        !is_verified(parent_)) {
       const auto moved = set_aside(parent_, "diverged");
       log::warn("set aside {} as {}: training from its state gave only non-finite losses", parent_, moved);
     }
@@ -319,18 +320,8 @@ std::string Checkpointer::set_aside_diverged() {
   return text_of_rank0(groups_.world_comm(), advice);
 }
 
-void Checkpointer::continue_lineage_from(const std::string& path, int64_t step) {
-  const std::string& dir = config_.checkpoint.dir;
-  if (dir.empty()) return;
-  for (const auto& newer : list_checkpoints(dir)) {
-    if (newer.step <= step || (in_checkpoint_dir(path) && fs::equivalent(newer.path, path))) continue;
-    const auto moved = set_aside(newer.path, "abandoned");
-    log::warn("set aside {} as {}: it is newer than {}, which this run continues from", newer.path, moved, path);
-  }
-  if (in_checkpoint_dir(path)) set_latest(dir, path);
-}
-
-std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool allow_data_change) {
+std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool allow_data_change,
+                                                const std::function<void()>& while_checking) {
   auto& world = groups_.world_comm();
   const std::string& dir = config_.checkpoint.dir;
   // Rank 0 chooses (reading every file once for the checksums) and tells the others.
@@ -341,88 +332,25 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
   } else {
     candidates.push_back({-1, resume});
   }
-  auto choice = torch::full({1}, -1, torch::kInt64);  // index into candidates; -1 none, -2 refused
-  std::string refusal;                                // rank 0's reason for -2
-  if (groups_.rank() == 0) {
-    std::vector<std::string> set_aside_now;  // what --resume auto found and could not use
-    const std::string missing = resume == "auto" ? latest_names_missing(dir) : "";  // (before the choice rewrites it)
-    // (Only under auto: a user may be resuming a .step_N.tmp by hand.)
-    for (const auto& unfinished : resume == "auto" ? remove_unfinished_saves(dir) : std::vector<std::string>{}) {
-      // latest.tmp and latest.publishing are a save's last word on `latest`: its checkpoint folder
-      // was complete by then (one a save did not finish is a .step_N.tmp, named on its own).
-      const std::string name = fs::path(unfinished).filename().string();
-      if (name.rfind("latest.", 0) == 0) {
-        log::info("removed {}: what a save left while it pointed 'latest' at its checkpoint", unfinished);
-      } else {
-        log::warn("removed {}: a save that did not finish (a full disk, or a job stopped while saving)", unfinished);
-      }
+  ResumeChoice chosen;
+  {
+    // Rank 0 checks every file's CRC (minutes for a large checkpoint) on a thread of its own, while
+    // the ranks meet: a rank 0 that stops answering meanwhile is found within parallel.timeout_s.
+    auto choosing = std::make_shared<ResumeChoice>();
+    std::function<void()> work;
+    if (groups_.rank() == 0) {
+      work = [choosing, resume, candidates, config = config_, data = data_now(), allow_data_change, while_checking] {
+        if (while_checking) while_checking();
+        *choosing = choose_resume_checkpoint(resume, candidates, config, data, allow_data_change);
+      };
     }
-    if (resume == "auto") {
-      for (const auto& folder : unreadable_checkpoints(dir)) {
-        set_aside_now.push_back(set_aside(folder, "corrupt"));
-        log::warn("refusing checkpoint {}: it has no manifest.json; set aside as {}", folder, set_aside_now.back());
-      }
-    }
-    for (size_t i = 0; i < candidates.size() && choice.item<int64_t>() == -1; ++i) {
-      const std::string problem = verify_checkpoint(candidates[i].path);
-      if (problem.empty()) {
-        choice.fill_(static_cast<int64_t>(i));
-        try {  // (a refusal here, e.g. a 'latest' that is a directory, reaches every rank below)
-          const auto manifest = read_manifest(candidates[i].path);
-          // Refused before checkpoint.dir is touched: a refused resume sets no newer checkpoint aside.
-          refusal = resume_refusal(manifest, config_, data_now(), allow_data_change);
-          if (!refusal.empty()) throw InputError(candidates[i].path + ": " + refusal);
-          if (const auto changed = data_change(manifest, data_now()); !changed.empty()) {
-            log::warn(
-                "--resume {}: --allow-data-change: the data changed ({}); training goes on after sample {} of "
-                "the new order",
-                candidates[i].path, changed, manifest.at("consumed_samples").get<int64_t>());
-          }
-          continue_lineage_from(candidates[i].path, manifest.at("step").get<int64_t>());
-        } catch (const InputError& e) {
-          refusal = e.what();
-          choice.fill_(-2);
-        }
-      } else if (resume == "auto") {
-        set_aside_now.push_back(set_aside(candidates[i].path, "corrupt"));
-        log::warn("refusing checkpoint {}: {}; set aside as {}, falling back to the previous one", candidates[i].path,
-                  problem, set_aside_now.back());
-      } else {
-        refusal = problem;
-        choice.fill_(-2);
-      }
-    }
-    // Checkpoints were there and none could be used: starting fresh would train from scratch and
-    // append steps the metrics already hold. The user decides (the folders are set aside, not gone).
-    if (choice.item<int64_t>() == -1 && !set_aside_now.empty()) {
-      std::string found;
-      for (const auto& moved : set_aside_now) found += (found.empty() ? "" : ", ") + moved;
-      refusal = "checkpoint.dir '" + dir + "' holds no usable checkpoint: every one failed its checks (set aside as " +
-                found + "); resume one by hand with --resume PATH, or start afresh without --resume";
-      choice.fill_(-2);
-    }
-    // None here now, but a run saved some (set aside; `latest` may name one): refused again, or a
-    // restart of the refused job would start afresh beside its metrics.
-    if (resume == "auto" && choice.item<int64_t>() == -1) {
-      std::string earlier = missing.empty() ? "" : "its 'latest' names " + missing + ", ";
-      for (const auto& corrupt : corrupt_checkpoints(dir)) earlier += corrupt + " (set aside), ";
-      if (!earlier.empty()) {
-        refusal = "checkpoint.dir '" + dir + "' holds no usable checkpoint, but a run saved there: " + earlier +
-                  "resume one by hand with --resume PATH, or move these away (and '" +
-                  (fs::path(dir) / "latest").string() + "') to start afresh";
-        choice.fill_(-2);
-      }
-    } else if (!missing.empty() && choice.item<int64_t>() >= 0 &&
-               std::none_of(set_aside_now.begin(), set_aside_now.end(), [&](const std::string& moved) {
-                 return moved.rfind((fs::path(dir) / missing).string() + ".", 0) == 0;  // said already
-               })) {
-      log::warn("checkpoint.dir '{}': 'latest' names '{}', which is not one of its checkpoints: resuming from {}", dir,
-                missing, candidates[static_cast<size_t>(choice.item<int64_t>())].path);
-    }
-    world.broadcast(choice, 0, io_bound()).wait();
-  } else {
-    world.broadcast(choice, 0, io_bound()).wait();  // rank 0 checks every file's CRC
+    parallel::RankWork checking(std::move(work));
+    parallel::wait_for_every_rank(world, checking, io_bound(), "--resume " + resume + ": checking the checkpoints");
+    chosen = *choosing;
   }
+  auto choice = torch::full({1}, chosen.index, torch::kInt64);
+  world.broadcast(choice, 0).wait();
+  const std::string& refusal = chosen.refusal;  // rank 0's reason for -2
   const int64_t index = choice.item<int64_t>();
   // Every rank says why: the first rank to exit may end the job (mpirun) before rank 0 has printed.
   if (index == -2) {

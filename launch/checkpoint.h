@@ -59,7 +59,9 @@ class Checkpointer {
   // loaded belong to an abandoned run (a rollback) and are set aside.
   // Data that would not continue the checkpoint's order (launch/data_record.h) is refused unless
   // ALLOW_DATA_CHANGE.
-  std::optional<TrainingState> load(const std::string& resume, bool allow_data_change = false);
+  // WHILE_CHECKING, when given, runs on rank 0 as it starts checking (a test's slow disk).
+  std::optional<TrainingState> load(const std::string& resume, bool allow_data_change = false,
+                                    const std::function<void()>& while_checking = {});
 
   // A step trained from the present state had a finite loss: the checkpoint it
   // was saved as or loaded from is verified (core/checkpoint_directory.h). Rank 0.
@@ -77,12 +79,8 @@ class Checkpointer {
   void publish(const std::shared_ptr<PendingSave>& save);
   // This run's data record (launch/data_record.h), read when a save or a resume first needs it.
   const nlohmann::json& data_now();
-  // Whether PATH is a checkpoint of checkpoint.dir (and so loom's to mark, rename or set aside).
-  bool in_checkpoint_dir(const std::string& path) const;
   // parallel.grad_compression's state from checkpoint PATH, when it has this rank's (SAME_LAYOUT) of this kind.
   void restore_compression_state(const std::string& path, const nlohmann::json& manifest, bool same_layout);
-  // Rank 0, after choosing PATH at STEP to resume from: newer checkpoints of checkpoint.dir are abandoned.
-  void continue_lineage_from(const std::string& path, int64_t step);
 
   // How long a rank waits on another's checkpoint files (checkpoint.timeout_s).
   parallel::WaitBound io_bound() const {

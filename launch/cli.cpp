@@ -99,7 +99,8 @@ std::function<TrainArgs()> add_train_flags(CLI::App& command, bool verify = fals
                   "slow: 100 ms more per step from STEP on; scale:GROUP:EPS: one collective of GROUP, tp, cp, dp, "
                   "pp or ep, has its result scaled by 1 + EPS at STEP; from STEP on, delay:GROUP:MS sleeps before "
                   "each collective of GROUP, slow-data:MS before each batch read, straggler:RANK:MS once a step; "
-                  "slow_save:MS: writing the checkpoint saved after STEP takes MS longer); "
+                  "slow_save:MS: writing the checkpoint saved after STEP takes MS longer; slow_resume:MS: rank 0 "
+                  "takes MS longer to check the checkpoints of a resume); "
                   "on the first attempt only, so that a job restarted by "
                   "torchrun --max_restarts or a SLURM requeue (TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT "
                   "above 0) runs through")
@@ -130,7 +131,14 @@ Command add_train(CLI::App& loom) {
   };
 }
 
-double parse_number(const std::string& flag, const std::string& text);
+double parse_number(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(value)) {
+    throw InputError(flag + " expects a number, got '" + text + "'");
+  }
+  return value;
+}
 
 Command add_verify(CLI::App& loom) {
   auto& command = *loom.add_subcommand(
@@ -289,15 +297,6 @@ Command add_prepare(CLI::App& loom) {
   return [args] { return prepare(*args); };
 }
 
-double parse_number(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(value)) {
-    throw InputError(flag + " expects a number, got '" + text + "'");
-  }
-  return value;
-}
-
 Command add_generate(CLI::App& loom) {
   auto& command = *loom.add_subcommand(
       "generate", "continue a prompt with a model (a loom checkpoint or a Hugging Face directory), with a KV cache");
@@ -434,13 +433,12 @@ int dispatch(int argc, char** argv) {
   throw InputError("no command given (see 'loom --help')");
 }
 
-// Leaves without running destructors: after a failed collective, communicator
-// threads may still wait on a dead peer, and joining them would hang the exit.
-// Under mpirun it ends the whole job, so that no rank waits on this one.
-// A rank that has its verdict leaves with it: srun --kill-on-bad-exit sends SIGTERM to the ranks
-// still exiting once the first has gone, which would turn their exit 3 into 143.
-// The ranks of a job write into one log (mpirun's, srun's, torchrun's): a rank of several names
-// itself after its message, so that the one whose data or disk failed mid-run is known.
+// Leaves without running destructors: after a failed collective, communicator threads may still
+// wait on a dead peer, and joining them would hang the exit. Under mpirun it ends the whole job, so
+// that no rank waits on this one. A rank that has its verdict leaves with it: srun --kill-on-bad-exit
+// sends SIGTERM to the ranks still exiting once the first has gone, which would turn their exit 3
+// into 143. The ranks of a job write into one log (mpirun's, srun's, torchrun's): a rank of several
+// names itself after its message, so that the one whose data or disk failed mid-run is known.
 std::string rank_of_several() {
   try {
     const auto launch = parallel::detect_launch();
@@ -468,6 +466,8 @@ int guarded(Body&& body) {
     die(3, e.what());
   } catch (const EnvironmentError& e) {
     die(75, e.what());
+  } catch (const std::filesystem::filesystem_error& e) {  // whose fault, by its errno (core/errors.h)
+    die(machine_file_error(e.code().value()) ? 75 : 2, e.what());
   } catch (const c10::Error& e) {
     die(1, e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -14,6 +14,8 @@ namespace loom::launch {
 // "RANK:STEP:kill" dies by SIGKILL, "RANK:STEP:hang" stops answering,
 // "RANK:STEP:kill_in_save" dies by SIGKILL halfway through the checkpoint saved after STEP,
 // "RANK:STEP:fail_save" fails to write its files of it, "RANK:STEP:slow_save:MS" takes MS longer to,
+// "0:STEP:slow_resume:MS" takes MS longer to check the checkpoints of a resume (rank 0 checks them;
+// STEP is any step of the run),
 // "RANK:STEP:slow" takes 100 ms longer per step from STEP on.
 // "RANK:STEP:scale:GROUP:EPS" (kind "scale") multiplies by 1 + EPS the result of one collective of GROUP
 // on the rank at STEP: its first all-reduce or reduce-scatter for dp (a gradient bucket), its first

@@ -57,10 +57,11 @@ FaultInjection parse_fault(const std::string& text) {
     fault.group = what;
     return fault;
   }
-  if (fault.kind.rfind("slow_save:", 0) == 0) {
-    if (last != fault.kind.find(':')) throw InputError("--inject-fault " + text + ": expects slow_save:MS");
+  for (const std::string slow : {"slow_save", "slow_resume"}) {
+    if (fault.kind.rfind(slow + ":", 0) != 0) continue;
+    if (last != fault.kind.find(':')) throw InputError("--inject-fault " + text + ": expects " + slow + ":MS");
     fault.milliseconds = milliseconds(fault.kind.substr(last + 1));
-    fault.kind = "slow_save";
+    fault.kind = slow;
     return fault;
   }
   if (fault.kind.rfind("slow-data:", 0) == 0) {
@@ -90,7 +91,7 @@ FaultInjection parse_fault(const std::string& text) {
   if (std::find(kinds.begin(), kinds.end(), fault.kind) == kinds.end()) {
     throw InputError(
         "--inject-fault KIND must be kill, hang, kill_in_save, fail_save, overflow, slow, scale:GROUP:EPS, "
-        "delay:GROUP:MS, slow-data:MS, slow_save:MS or straggler:RANK:MS");
+        "delay:GROUP:MS, slow-data:MS, slow_save:MS, slow_resume:MS or straggler:RANK:MS");
   }
   return fault;
 }

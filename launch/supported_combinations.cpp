@@ -63,6 +63,9 @@ void check_fault_injection(const FaultInjection& fault, const Config& config, co
                      " is past where the run stops (train.exit_after = " + std::to_string(config.train.exit_after) +
                      ")");
   }
+  if (fault.kind == "slow_resume" && fault.rank != 0) {
+    throw InputError(named + "only rank 0 checks the checkpoints of a resume: give RANK 0");
+  }
   if (fault.kind == "kill_in_save" || fault.kind == "fail_save" || fault.kind == "slow_save") {
     const auto& c = config.checkpoint;
     const bool saves = !c.dir.empty() && (fault.step == config.train.steps || fault.step == config.train.exit_after ||

@@ -229,7 +229,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
   summary.resume_requested = !resume.empty();
   if (!resume.empty()) {
     sync_->gather_all();
-    if (auto loaded = checkpointer_->load(resume, allow_data_change)) {
+    if (auto loaded = checkpointer_->load(resume, allow_data_change, resume_fault())) {
       state = *loaded;
       resumed = true;
       interval_losses_ = state.interval_losses;

@@ -66,6 +66,8 @@ class Trainer {
   void plant_scale_fault() const;
   // The kill_in_save fault for the checkpoint saved after STEP, if it is this rank's.
   std::function<void()> save_fault(int64_t step) const;
+  // The slow_resume fault: what rank 0 runs while it checks the checkpoints of a resume, if its.
+  std::function<void()> resume_fault() const;
   // The loss scale for this step's backward (1 without fp16), infinite for an injected overflow.
   double backward_loss_scale(int64_t step) const;
   // dump_first_step's files: the gradients (collective under ZeRO-2/3) or the updated weights

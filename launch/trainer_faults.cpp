@@ -31,6 +31,15 @@ std::function<void()> Trainer::save_fault(int64_t step) const {
   };
 }
 
+std::function<void()> Trainer::resume_fault() const {
+  if (fault_.kind != "slow_resume" || fault_.rank != groups_.rank()) return {};
+  const auto ms = std::chrono::microseconds(static_cast<int64_t>(fault_.milliseconds * 1000.0));
+  return [ms] {  // (on rank 0's checking thread: it holds nothing of the Trainer)
+    log::warn("injected fault: checking the checkpoints of this resume takes {} ms longer", ms.count() / 1000.0);
+    std::this_thread::sleep_for(ms);
+  };
+}
+
 void Trainer::maybe_inject_fault(int64_t step) {
   if (fault_.kind == "scale") {
     if (fault_.rank == groups_.rank() && fault_.step == step) plant_scale_fault();
@@ -54,7 +63,8 @@ void Trainer::maybe_inject_fault(int64_t step) {
     return;
   }
   if (fault_.kind == "kill_in_save" || fault_.kind == "fail_save" || fault_.kind == "slow_save" ||
-      fault_.kind == "overflow" || fault_.kind == "slow" || fault_.rank != groups_.rank() || fault_.step != step)
+      fault_.kind == "slow_resume" || fault_.kind == "overflow" || fault_.kind == "slow" ||
+      fault_.rank != groups_.rank() || fault_.step != step)
     return;
   log::warn("injected fault: {} at step {}", fault_.kind, step);
   if (fault_.kind == "kill") std::raise(SIGKILL);

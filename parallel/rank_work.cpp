@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
+#include <filesystem>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -42,6 +43,8 @@ int failure_code(const std::exception_ptr& failure) {
     return input;
   } catch (const EnvironmentError&) {
     return environment;
+  } catch (const std::filesystem::filesystem_error& e) {  // a rename or removal: the path's or the machine's
+    return machine_file_error(e.code().value()) ? environment : input;
   } catch (...) {
     return other;
   }
@@ -124,7 +127,9 @@ std::string RankWork::error() const {
 void wait_for_every_rank(Communicator& comm, RankWork& work, const WaitBound& work_bound, const std::string& what,
                          std::chrono::milliseconds poll) {
   const auto start = Clock::now();
-  const auto period = std::max(std::chrono::milliseconds(1), std::min(poll, comm.timeout() / 4));
+  // Alone, there is no one to meet (and a group of one has no timeout): the work is only watched.
+  const auto period =
+      comm.size() == 1 ? poll : std::max(std::chrono::milliseconds(1), std::min(poll, comm.timeout() / 4));
   const int64_t size = comm.size();
   for (;;) {
     const RankWork::Status mine = work.wait_for(period);
@@ -137,7 +142,13 @@ void wait_for_every_rank(Communicator& comm, RankWork& work, const WaitBound& wo
     auto slots = torch::zeros({size + 1}, torch::kFloat64);
     slots[comm.rank()] = code;
     slots[size] = Clock::now() - start >= work_bound.timeout ? 1.0 : 0.0;
-    comm.all_reduce(slots, ReduceOp::max).wait();
+    try {
+      comm.all_reduce(slots, ReduceOp::max).wait();
+    } catch (const CommError& e) {
+      // A peer stopped answering; this rank's own failure (a full disk) is still said, first.
+      if (mine != RankWork::failed) throw;
+      throw_kind(code, what + " failed on this rank: " + work.error() + "; then " + e.what());
+    }
     const double* read = slots.data_ptr<double>();
     std::vector<int> failed, running;
     for (int r = 0; r < size; ++r) {

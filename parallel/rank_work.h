@@ -52,7 +52,8 @@ class RankWork {
 // COMM's own timeout (parallel.timeout_s): a rank that stops answering ends the wait with a
 // CommError, as in training, while a live rank's work is waited for up to WORK_BOUND. Every rank
 // throws alike: EnvironmentError naming WHAT and the ranks whose work failed (this rank's error
-// when it is one of them) or ran past WORK_BOUND. POLL is at most a quarter of COMM's timeout.
+// when it is one of them) or ran past WORK_BOUND. POLL is at most a quarter of COMM's timeout, and
+// WORK_BOUND is kept to within about a POLL.
 void wait_for_every_rank(Communicator& comm, RankWork& work, const WaitBound& work_bound, const std::string& what,
                          std::chrono::milliseconds poll = std::chrono::seconds(1));
 

@@ -455,3 +455,16 @@ TEST_CASE("a job stopped between a save's rename and latest's update resumes fro
   CHECK_FALSE(fs::exists(fs::path(dir) / "latest.publishing"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("checkpoint store: a refused write says why, and whose fault by its errno", "[checkpoint_store]") {
+  // The machine's (exit 75): no space left, as /dev/full answers every write.
+  ShardWriter full("/dev", "full");
+  full.add("model/w", {4096}, -1, 0, torch::ones({4096}));
+  CHECK_THROWS_MATCHES(full.finish(), EnvironmentError,
+                       Catch::Matchers::Message("cannot write checkpoint file '/dev/full': No space left on device"));
+  // The path's (exit 2): a folder that is not there.
+  ShardWriter nowhere((std::filesystem::temp_directory_path() / "loom_no_such_folder" / "ck").string(), "rank.bin");
+  nowhere.add("model/w", {4}, -1, 0, torch::ones({4}));
+  CHECK_THROWS_AS(nowhere.finish(), InputError);
+  CHECK_THROWS_WITH(nowhere.finish(), Catch::Matchers::Contains("No such file or directory"));
+}

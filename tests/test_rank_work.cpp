@@ -1,5 +1,6 @@
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <thread>
 
 #include "core/errors.h"
@@ -52,6 +53,15 @@ TEST_CASE("waiting for every rank keeps the kind of a failure and bounds a live 
           "writing checkpoint step_3 failed on this rank: cannot create 'ck/step_3': permission denied"));
   RankWork full([] { throw loom::EnvironmentError("disk full"); });
   CHECK_THROWS_AS(loom::parallel::wait_for_every_rank(world, full, kBound, "writing", 5ms), loom::EnvironmentError);
+  // A rename or removal that failed (std::filesystem), by its errno: the machine's or the path's.
+  RankWork unmounted(
+      [] { throw std::filesystem::filesystem_error("cannot remove", std::error_code(EIO, std::generic_category())); });
+  CHECK_THROWS_AS(loom::parallel::wait_for_every_rank(world, unmounted, kBound, "publishing", 5ms),
+                  loom::EnvironmentError);
+  RankWork immutable([] {
+    throw std::filesystem::filesystem_error("cannot remove", std::error_code(EPERM, std::generic_category()));
+  });
+  CHECK_THROWS_AS(loom::parallel::wait_for_every_rank(world, immutable, kBound, "publishing", 5ms), loom::InputError);
   RankWork odd([] { throw std::logic_error("odd"); });
   try {
     loom::parallel::wait_for_every_rank(world, odd, kBound, "writing", 5ms);
@@ -81,4 +91,50 @@ TEST_CASE("waiting for every rank keeps the kind of a failure and bounds a live 
     CHECK(std::chrono::steady_clock::now() - start < 2s);
   }  // destroyed while its work runs: no wait here
   *release = true;
+}
+
+namespace {
+
+// Two ranks, of which this is 0, whose every all-reduce fails as one on a stopped peer does.
+class StoppedPeer : public loom::parallel::Communicator {
+ public:
+  StoppedPeer()
+      : Communicator("world", {0, 1}, 0, std::make_shared<loom::parallel::CommStats>(), std::chrono::seconds(1)) {}
+  std::string backend() const override { return "test"; }
+
+ protected:
+  std::unique_ptr<loom::parallel::PendingOp> do_all_reduce(torch::Tensor&, loom::parallel::ReduceOp) override {
+    throw std::runtime_error("Operation timed out!");
+  }
+  std::unique_ptr<loom::parallel::PendingOp> do_all_gather(torch::Tensor&, torch::Tensor&) override { return nullptr; }
+  std::unique_ptr<loom::parallel::PendingOp> do_reduce_scatter(torch::Tensor&, torch::Tensor&,
+                                                               loom::parallel::ReduceOp) override {
+    return nullptr;
+  }
+  std::unique_ptr<loom::parallel::PendingOp> do_all_to_all(torch::Tensor&, torch::Tensor&, std::vector<int64_t>&,
+                                                           std::vector<int64_t>&) override {
+    return nullptr;
+  }
+  std::unique_ptr<loom::parallel::PendingOp> do_broadcast(torch::Tensor&, int) override { return nullptr; }
+  std::unique_ptr<loom::parallel::PendingOp> do_send_recv(std::vector<loom::parallel::P2POp>&) override {
+    return nullptr;
+  }
+  std::unique_ptr<loom::parallel::PendingOp> do_barrier() override { return nullptr; }
+};
+
+}  // namespace
+
+TEST_CASE("a rank's own failed work is still said when a peer stops answering meanwhile", "[rank_work]") {
+  StoppedPeer world;
+  RankWork ok({});
+  CHECK_THROWS_AS(loom::parallel::wait_for_every_rank(world, ok, kBound, "writing", 5ms), loom::CommError);
+  RankWork full([] { throw loom::EnvironmentError("cannot write 'ck/rank_00000.bin': No space left on device"); });
+  try {
+    loom::parallel::wait_for_every_rank(world, full, kBound, "writing checkpoint step_4", 5ms);
+    FAIL("no error");
+  } catch (const loom::EnvironmentError& e) {
+    CHECK_THAT(e.what(), Catch::Matchers::StartsWith("writing checkpoint step_4 failed on this rank: cannot write "
+                                                     "'ck/rank_00000.bin': No space left on device; then all_reduce"));
+    CHECK_THAT(e.what(), Contains("Operation timed out!"));
+  }
 }

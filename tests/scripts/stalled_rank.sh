@@ -8,8 +8,9 @@
 # With "save" the rank is stopped while it writes its files of a checkpoint (slow_save: a slow
 # disk): the others, waiting on its files, still notice within parallel.timeout_s, not
 # checkpoint.timeout_s (an hour), since a live rank keeps meeting them while it writes
-# (parallel/rank_work.h).
-# Usage: stalled_rank.sh RANK [hsdp|hierarchical|save]
+# (parallel/rank_work.h). With "resume" (RANK 0) rank 0 is stopped while it checks the checkpoints
+# of a resume (slow_resume: a large checkpoint's CRC on a slow disk), the others waiting on it.
+# Usage: stalled_rank.sh RANK [hsdp|hierarchical|save|resume]
 source "$(dirname "$0")/common.sh"
 stopped="$1"
 timeout_s=5
@@ -25,7 +26,13 @@ case "${2:-}" in
     [ "$2" = hierarchical ] && sets+=(--set parallel.dp_collectives=hierarchical)
     ;;
   save) sets+=(--set checkpoint.dir="$WORK/ck" --set checkpoint.interval=3 --inject-fault "$stopped:3:slow_save:600000") ;;
-  *) fail "unknown layout '$2' (hsdp, hierarchical or save)" ;;
+  resume)
+    sets+=(--set checkpoint.dir="$WORK/ck" --set checkpoint.interval=2)
+    mpirun --oversubscribe "${layout[@]}" "$LOOM" train "$TINY" --run-dir "$WORK/run" --set train.steps=100000 \
+      "${sets[@]}" --set train.exit_after=2 > "$WORK/first.log" 2>&1 || { cat "$WORK/first.log"; fail "the first run failed"; }
+    sets+=(--resume auto --inject-fault "$stopped:1:slow_resume:600000")
+    ;;
+  *) fail "unknown layout '$2' (hsdp, hierarchical, save or resume)" ;;
 esac
 
 mpirun --oversubscribe "${layout[@]}" "$LOOM" train "$TINY" --run-dir "$WORK/run" --set train.steps=100000 \
@@ -33,10 +40,10 @@ mpirun --oversubscribe "${layout[@]}" "$LOOM" train "$TINY" --run-dir "$WORK/run
 job=$!
 # Stopped once training runs (rank 0 has logged step 2), so the stop lands in a step's collectives;
 # with "save", once the rank has said it is in its slow write.
-if [ "${2:-}" = save ]; then
+if [ "${2:-}" = save ] || [ "${2:-}" = resume ]; then
   for _ in $(seq 600); do
-    grep -q "\[loom rank $stopped\] injected fault: writing this rank's checkpoint files takes" "$WORK/job.log" && break
-    kill -0 "$job" 2> /dev/null || { cat "$WORK/job.log"; fail "the job ended before the slow save"; }
+    grep -q "\[loom rank $stopped\] injected fault: \(writing this rank's checkpoint files\|checking the checkpoints of this resume\) takes" "$WORK/job.log" && break
+    kill -0 "$job" 2> /dev/null || { cat "$WORK/job.log"; fail "the job ended before the slow save or resume"; }
     sleep 0.1
   done
 else

@@ -1,0 +1,113 @@
+#include "launch/resume_choice.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/checkpoint_store.h"
+#include "core/errors.h"
+#include "core/logging.h"
+#include "launch/data_record.h"
+#include "launch/resume_checks.h"
+
+namespace loom::launch {
+namespace fs = std::filesystem;
+
+bool in_checkpoint_dir(const std::string& dir, const std::string& path) {
+  std::error_code error;
+  return !dir.empty() && fs::equivalent(fs::path(path).parent_path(), dir, error) && !error;
+}
+
+void continue_lineage_from(const std::string& dir, const std::string& path, int64_t step) {
+  if (dir.empty()) return;
+  for (const auto& newer : list_checkpoints(dir)) {
+    if (newer.step <= step || (in_checkpoint_dir(dir, path) && fs::equivalent(newer.path, path))) continue;
+    const auto moved = set_aside(newer.path, "abandoned");
+    log::warn("set aside {} as {}: it is newer than {}, which this run continues from", newer.path, moved, path);
+  }
+  if (in_checkpoint_dir(dir, path)) set_latest(dir, path);
+}
+
+ResumeChoice choose_resume_checkpoint(const std::string& resume, const std::vector<CheckpointInfo>& candidates,
+                                      const Config& config, const nlohmann::json& data_now, bool allow_data_change) {
+  const std::string& dir = config.checkpoint.dir;
+  ResumeChoice chosen;
+  std::vector<std::string> set_aside_now;  // what --resume auto found and could not use
+  const std::string missing = resume == "auto" ? latest_names_missing(dir) : "";  // (before the choice rewrites it)
+  // (Only under auto: a user may be resuming a .step_N.tmp by hand.)
+  for (const auto& unfinished : resume == "auto" ? remove_unfinished_saves(dir) : std::vector<std::string>{}) {
+    // latest.tmp and latest.publishing are a save's last word on `latest`: its checkpoint folder
+    // was complete by then (one a save did not finish is a .step_N.tmp, named on its own).
+    const std::string name = fs::path(unfinished).filename().string();
+    if (name.rfind("latest.", 0) == 0) {
+      log::info("removed {}: what a save left while it pointed 'latest' at its checkpoint", unfinished);
+    } else {
+      log::warn("removed {}: a save that did not finish (a full disk, or a job stopped while saving)", unfinished);
+    }
+  }
+  if (resume == "auto") {
+    for (const auto& folder : unreadable_checkpoints(dir)) {
+      set_aside_now.push_back(set_aside(folder, "corrupt"));
+      log::warn("refusing checkpoint {}: it has no manifest.json; set aside as {}", folder, set_aside_now.back());
+    }
+  }
+  for (size_t i = 0; i < candidates.size() && chosen.index == -1; ++i) {
+    const std::string problem = verify_checkpoint(candidates[i].path);
+    if (problem.empty()) {
+      chosen.index = static_cast<int64_t>(i);
+      try {  // (a refusal here, e.g. a 'latest' that is a directory, reaches every rank below)
+        const auto manifest = read_manifest(candidates[i].path);
+        // Refused before checkpoint.dir is touched: a refused resume sets no newer checkpoint aside.
+        chosen.refusal = resume_refusal(manifest, config, data_now, allow_data_change);
+        if (!chosen.refusal.empty()) throw InputError(candidates[i].path + ": " + chosen.refusal);
+        if (const auto changed = data_change(manifest, data_now); !changed.empty()) {
+          log::warn(
+              "--resume {}: --allow-data-change: the data changed ({}); training goes on after sample {} of "
+              "the new order",
+              candidates[i].path, changed, manifest.at("consumed_samples").get<int64_t>());
+        }
+        continue_lineage_from(dir, candidates[i].path, manifest.at("step").get<int64_t>());
+      } catch (const InputError& e) {
+        chosen.refusal = e.what();
+        chosen.index = -2;
+      }
+    } else if (resume == "auto") {
+      set_aside_now.push_back(set_aside(candidates[i].path, "corrupt"));
+      log::warn("refusing checkpoint {}: {}; set aside as {}, falling back to the previous one", candidates[i].path,
+                problem, set_aside_now.back());
+    } else {
+      chosen.refusal = problem;
+      chosen.index = -2;
+    }
+  }
+  // Checkpoints were there and none could be used: starting fresh would train from scratch and
+  // append steps the metrics already hold. The user decides (the folders are set aside, not gone).
+  if (chosen.index == -1 && !set_aside_now.empty()) {
+    std::string found;
+    for (const auto& moved : set_aside_now) found += (found.empty() ? "" : ", ") + moved;
+    chosen.refusal = "checkpoint.dir '" + dir +
+                     "' holds no usable checkpoint: every one failed its checks (set aside as " + found +
+                     "); resume one by hand with --resume PATH, or start afresh without --resume";
+    chosen.index = -2;
+  }
+  // None here now, but a run saved some (set aside; `latest` may name one): refused again, or a
+  // restart of the refused job would start afresh beside its metrics.
+  if (resume == "auto" && chosen.index == -1) {
+    std::string earlier = missing.empty() ? "" : "its 'latest' names " + missing + ", ";
+    for (const auto& corrupt : corrupt_checkpoints(dir)) earlier += corrupt + " (set aside), ";
+    if (!earlier.empty()) {
+      chosen.refusal = "checkpoint.dir '" + dir + "' holds no usable checkpoint, but a run saved there: " + earlier +
+                       "resume one by hand with --resume PATH, or move these away (and '" +
+                       (fs::path(dir) / "latest").string() + "') to start afresh";
+      chosen.index = -2;
+    }
+  } else if (!missing.empty() && chosen.index >= 0 &&
+             std::none_of(set_aside_now.begin(), set_aside_now.end(), [&](const std::string& moved) {
+               return moved.rfind((fs::path(dir) / missing).string() + ".", 0) == 0;  // said already
+             })) {
+    log::warn("checkpoint.dir '{}': 'latest' names '{}', which is not one of its checkpoints: resuming from {}", dir,
+              missing, candidates[static_cast<size_t>(chosen.index)].path);
+  }
+  return chosen;
+}
+
+}  // namespace loom::launch

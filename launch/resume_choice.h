@@ -1,0 +1,35 @@
+// Which checkpoint a resume continues from: rank 0's choice among --resume auto's candidates (or
+// the one a user named), each checked whole (every file's CRC-32) before checkpoint.dir is touched.
+// It runs on a thread of its own while the other ranks wait (parallel/rank_work.h): everything it
+// uses is its own copy.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint_directory.h"
+#include "core/config.h"
+
+namespace loom::launch {
+
+struct ResumeChoice {
+  int64_t index = -1;   // into the candidates; -1 none (start afresh), -2 refused
+  std::string refusal;  // why, for -2
+};
+
+// Rank 0. RESUME is --resume's value ("auto" or a path); CANDIDATES what it names, newest first;
+// DATA_NOW this run's data record (launch/data_record.h). Under auto, clears what unfinished saves
+// left, sets unusable checkpoints aside (saying so), and once a checkpoint is chosen sets aside the
+// newer ones this run abandons and points `latest` at it.
+ResumeChoice choose_resume_checkpoint(const std::string& resume, const std::vector<CheckpointInfo>& candidates,
+                                      const Config& config, const nlohmann::json& data_now, bool allow_data_change);
+
+// Whether PATH is a checkpoint of DIR (and so loom's to mark, rename or set aside).
+bool in_checkpoint_dir(const std::string& dir, const std::string& path);
+
+// After choosing PATH at STEP to resume from: the newer checkpoints of DIR are set aside as abandoned.
+void continue_lineage_from(const std::string& dir, const std::string& path, int64_t step);
+
+}  // namespace loom::launch
