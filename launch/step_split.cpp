@@ -128,6 +128,7 @@ nlohmann::json StepClock::diagnose(parallel::Communicator& world, int64_t pp_sta
     }
     const double compute = std::max(0.0, row[2] - waited - row[3] - row[4] - row[5]);
     category["data"] += row[3] / static_cast<double>(world.size());
+    if (row[5] > 0) category["checkpoint"] += row[5] / static_cast<double>(world.size());
     mean_step += row[2] / static_cast<double>(world.size());
     mean_compute += (compute + row[4]) / static_cast<double>(world.size());
     own[static_cast<size_t>(r)] = compute + row[3] + row[4] + row[5];
@@ -178,6 +179,12 @@ nlohmann::json StepClock::diagnose(parallel::Communicator& world, int64_t pp_sta
     if (share >= 0.25) {
       if (largest == "data") {
         verdict = {{"kind", "input-bound"}, {"where", "data"}, {"detail", "reading batches takes " + percent(share)}};
+      } else if (largest == "checkpoint") {
+        verdict = {{"kind", "checkpoint-bound"},
+                   {"where", ""},
+                   {"detail", "saving checkpoints stalls training " + percent(share) + " of the time" +
+                                  (config.checkpoint.async ? "" : " (checkpoint.async: true writes them meanwhile)") +
+                                  "; checkpoint.interval is " + std::to_string(config.checkpoint.interval)}};
       } else if (largest == "pipeline idle") {
         std::string formula;
         if (d.contains("bubble_formula"))

@@ -6,10 +6,10 @@
 //
 // The ladder, on the mean step over the ranks: a rank whose own time (all but its waits) exceeds
 // the median of the ranks of its pipeline stage by a quarter, and by a tenth of the step, is a
-// straggler; else the largest of data (input-bound), pipeline idle (bubble-bound, beside the
-// schedule's (p - 1) / (m + p - 1)), ZeRO-3's parameter gathers (memory-bound) and each group's
-// exposed communication (communication-bound on it) when it takes a quarter of the step or more;
-// else compute-bound.
+// straggler; else the largest of data (input-bound), checkpoint stalls (checkpoint-bound), pipeline
+// idle (bubble-bound, beside the schedule's (p - 1) / (m + p - 1)), ZeRO-3's parameter gathers (memory-bound) and each
+// group's exposed communication (communication-bound on it) when it takes a quarter of the step or more; else
+// compute-bound.
 #pragma once
 
 #include <chrono>

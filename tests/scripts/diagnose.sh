@@ -9,7 +9,8 @@
 #    at ep 2 -> communication-bound on ep, its all-to-all beside the plan's even-routing prediction;
 # 3. pp 4 with 4 micro-batches a step -> bubble-bound, its measured pipeline idle beside the
 #    schedule's (p - 1) / (m + p - 1) = 3/7;
-# 4. each batch read delayed 100 ms (slow-data:100) -> input-bound;
+# 4. each batch read delayed 100 ms (slow-data:100) -> input-bound; one checkpoint written 2 s long
+#    (slow_save:2000) -> checkpoint-bound;
 # 5. one rank sleeping 200 ms a step (straggler:1:200) at dp 2 -> straggler-bound naming rank 1;
 #    ZeRO-3 at dp 2 with rank 1's dp collectives delayed -> memory-bound, its parameter gathers;
 # 6. dp 4 across a throttled link of the simulated fabric -> communication-bound on dp, inter-node.
@@ -139,6 +140,11 @@ assert 0.25 <= idle <= 0.9, idle
 PY
 run slow_data 1 "$TINY" --inject-fault 0:1:slow-data:100
 [[ "$VERDICT" == "verdict: input-bound"* ]] || fail "slow batch reads are not input-bound"
+# One checkpoint written 2 s long (slow_save), against steps of milliseconds.
+run slow_save 1 "$TINY" --set checkpoint.dir="$WORK/ck_slow_save" --set checkpoint.interval=4 \
+  --inject-fault 0:4:slow_save:2000
+[[ "$VERDICT" == "verdict: checkpoint-bound: saving checkpoints stalls training"*"(checkpoint.async: true writes them meanwhile); checkpoint.interval is 4" ]] ||
+  fail "a slow checkpoint write is not checkpoint-bound"
 # ZeRO-3 at dp 2 with every dp collective of rank 1 delayed 20 ms: the parameter gathers (each
 # block's twice per micro-batch, against one reduce-scatter) take the largest share -> memory-bound.
 run zero3_gathers 2 "$TINY" --set parallel.zero_stage=3 --inject-fault 1:1:delay:dp:20
