@@ -68,11 +68,6 @@ Checkpointer::Checkpointer(const Config& config, parallel::ProcessGroups& groups
       hf_source_(read_hf_source(config.model.init_from)),
       tokenizer_(tokenizer_record(config)) {}
 
-const nlohmann::json& Checkpointer::data_now() {
-  if (data_.is_null()) data_ = data_record(config_);
-  return data_;
-}
-
 // A save whose files are being written: this rank's slices, copied to host memory, and on rank 0 the
 // manifest's header, taken when the state was.
 struct PendingSave {
@@ -86,6 +81,7 @@ struct PendingSave {
   // What rank 0's publishing needs of the config, copied: it runs on a thread of its own, which a
   // job that stops on a stuck disk leaves behind (parallel/rank_work.h).
   std::string dir, config_yaml;
+  std::shared_ptr<const Config> config;  // for this run's data record, when none was read yet
   int64_t keep = 0, world = 1;
   bool async = false;
 };
@@ -105,6 +101,7 @@ void write_rank_files(PendingSave& save, int64_t rank) {
 
 // Rank 0, once every rank's files of SAVE are written: the manifest, the rename, `latest`, retention.
 void publish_files(PendingSave& save) {
+  if (!save.header.contains("data")) save.header["data"] = data_record(*save.config);
   nlohmann::json manifest = save.header;
   manifest["tensors"] = nlohmann::json::object();
   manifest["blobs"] = nlohmann::json::object();
@@ -222,7 +219,12 @@ std::shared_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     if (config_.model.moe.enabled()) header["moe_router"] = moe_router_record(config_);
     if (!hf_source_.is_null()) header["hf_source"] = hf_source_;
     if (!tokenizer_.is_null()) header["tokenizer"] = tokenizer_;
-    header["data"] = data_now();
+    // Read on the publishing thread the first time (up to 256 MiB of the data), kept after.
+    if (data_.is_null()) {
+      save->config = std::make_shared<const Config>(config_);
+    } else {
+      header["data"] = data_;
+    }
     if (!run_dir_.empty()) header["run_dir"] = fs::absolute(run_dir_).lexically_normal().string();
     // Where it was saved: a copy of the folder elsewhere is another run's (launch/run_directory.cpp).
     header["checkpoint_dir"] = fs::absolute(dir).lexically_normal().string();
@@ -260,19 +262,21 @@ void Checkpointer::publish(const std::shared_ptr<PendingSave>& save) {
   parallel::RankWork publishing(groups_.rank() == 0 ? std::function<void()>([save] { publish_files(*save); })
                                                     : std::function<void()>());
   parallel::wait_for_every_rank(groups_.world_comm(), publishing, io_bound(), "publishing checkpoint " + save->path);
+  if (data_.is_null() && save->header.contains("data")) data_ = save->header["data"];  // (rank 0's, read there)
 }
 
 int Checkpointer::pending_status() const {
-  return pending_ ? writing_->status() : 0;
+  return pending_ ? writing_->code() : 0;
 }
 
 void Checkpointer::on_world_status(int largest) {
   if (!pending_ || largest == parallel::RankWork::running) return;
-  if (largest == parallel::RankWork::failed) {
-    const bool here = writing_->status() == parallel::RankWork::failed;
+  if (largest >= parallel::RankWork::failed) {  // the kind of a failure, alike on every rank
+    const bool here = writing_->code() >= parallel::RankWork::failed;
     const std::string where = here ? "this rank: " + writing_->error() : "another rank (see its error)";
-    throw EnvironmentError("writing checkpoint " + pending_->path + " in the background failed on " + where +
-                           "; the job stops here, and the previous checkpoint, if any, stays the newest");
+    parallel::throw_work_failure(largest,
+                                 "writing checkpoint " + pending_->path + " in the background failed on " + where +
+                                     "; the job stops here, and the previous checkpoint, if any, stays the newest");
   }
   finish_pending();
 }
@@ -336,17 +340,25 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
   {
     // Rank 0 checks every file's CRC (minutes for a large checkpoint) on a thread of its own, while
     // the ranks meet: a rank 0 that stops answering meanwhile is found within parallel.timeout_s.
-    auto choosing = std::make_shared<ResumeChoice>();
+    // So is this run's data record (up to 256 MiB of the data read), which the choice compares.
+    struct Checked {
+      ResumeChoice choice;
+      nlohmann::json data;
+    };
+    auto checked = std::make_shared<Checked>();
+    checked->data = data_;
     std::function<void()> work;
     if (groups_.rank() == 0) {
-      work = [choosing, resume, candidates, config = config_, data = data_now(), allow_data_change, while_checking] {
+      work = [checked, resume, candidates, config = config_, allow_data_change, while_checking] {
         if (while_checking) while_checking();
-        *choosing = choose_resume_checkpoint(resume, candidates, config, data, allow_data_change);
+        if (checked->data.is_null()) checked->data = data_record(config);
+        checked->choice = choose_resume_checkpoint(resume, candidates, config, checked->data, allow_data_change);
       };
     }
     parallel::RankWork checking(std::move(work));
     parallel::wait_for_every_rank(world, checking, io_bound(), "--resume " + resume + ": checking the checkpoints");
-    chosen = *choosing;
+    chosen = checked->choice;
+    if (data_.is_null()) data_ = checked->data;
   }
   auto choice = torch::full({1}, chosen.index, torch::kInt64);
   world.broadcast(choice, 0).wait();

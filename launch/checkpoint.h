@@ -77,8 +77,6 @@ class Checkpointer {
   // Collective, once every rank's files are written: rank 0's manifest, rename, `latest` and
   // retention, while the others wait (parallel/rank_work.h).
   void publish(const std::shared_ptr<PendingSave>& save);
-  // This run's data record (launch/data_record.h), read when a save or a resume first needs it.
-  const nlohmann::json& data_now();
   // parallel.grad_compression's state from checkpoint PATH, when it has this rank's (SAME_LAYOUT) of this kind.
   void restore_compression_state(const std::string& path, const nlohmann::json& manifest, bool same_layout);
 
@@ -102,7 +100,7 @@ class Checkpointer {
   std::string run_dir_;
   nlohmann::json hf_source_;  // launch/hf_source.h: from model.init_from, or the resumed checkpoint
   nlohmann::json tokenizer_;  // launch/tokenizer_record.h: from the data, or the resumed checkpoint
-  nlohmann::json data_;       // launch/data_record.h: this run's data, once data_now() has read it
+  nlohmann::json data_;       // launch/data_record.h: this run's data (rank 0), once a save or resume read it
 };
 
 // model.init_from: this rank's slices of a Hugging Face model directory (its

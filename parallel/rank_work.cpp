@@ -50,12 +50,6 @@ int failure_code(const std::exception_ptr& failure) {
   }
 }
 
-[[noreturn]] void throw_kind(int code, const std::string& message) {
-  if (code == input) throw InputError(message);
-  if (code == environment) throw EnvironmentError(message);
-  throw std::runtime_error(message);
-}
-
 // "rank 2" or "ranks 1, 3", at most 16 named.
 std::string name_ranks(const std::vector<int>& ranks, const std::vector<int64_t>& global) {
   constexpr size_t kNamed = 16;
@@ -124,6 +118,17 @@ std::string RankWork::error() const {
   return state_->error;
 }
 
+int RankWork::code() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->status == failed ? failure_code(state_->failure) : state_->status;
+}
+
+void throw_work_failure(int code, const std::string& message) {
+  if (code == input) throw InputError(message);
+  if (code == environment) throw EnvironmentError(message);
+  throw std::runtime_error(message);
+}
+
 void wait_for_every_rank(Communicator& comm, RankWork& work, const WaitBound& work_bound, const std::string& what,
                          std::chrono::milliseconds poll) {
   const auto start = Clock::now();
@@ -132,12 +137,9 @@ void wait_for_every_rank(Communicator& comm, RankWork& work, const WaitBound& wo
       comm.size() == 1 ? poll : std::max(std::chrono::milliseconds(1), std::min(poll, comm.timeout() / 4));
   const int64_t size = comm.size();
   for (;;) {
-    const RankWork::Status mine = work.wait_for(period);
-    int code = mine;
-    if (mine == RankWork::failed) {
-      std::lock_guard<std::mutex> lock(work.state_->mutex);
-      code = failure_code(work.state_->failure);
-    }
+    work.wait_for(period);
+    const int code = work.code();  // (read once: the work may end meanwhile)
+    const bool mine_failed = code >= RankWork::failed;
     // One slot per rank (0 done, 1 running, else how it failed), and whether any rank's wait ran out.
     auto slots = torch::zeros({size + 1}, torch::kFloat64);
     slots[comm.rank()] = code;
@@ -146,8 +148,8 @@ void wait_for_every_rank(Communicator& comm, RankWork& work, const WaitBound& wo
       comm.all_reduce(slots, ReduceOp::max).wait();
     } catch (const CommError& e) {
       // A peer stopped answering; this rank's own failure (a full disk) is still said, first.
-      if (mine != RankWork::failed) throw;
-      throw_kind(code, what + " failed on this rank: " + work.error() + "; then " + e.what());
+      if (!mine_failed) throw;
+      throw_work_failure(code, what + " failed on this rank: " + work.error() + "; then " + e.what());
     }
     const double* read = slots.data_ptr<double>();
     std::vector<int> failed, running;
@@ -157,8 +159,8 @@ void wait_for_every_rank(Communicator& comm, RankWork& work, const WaitBound& wo
     }
     if (!failed.empty()) {
       const int kind = static_cast<int>(read[failed.front()]);
-      if (mine == RankWork::failed) throw_kind(kind, what + " failed on this rank: " + work.error());
-      throw_kind(kind, what + " failed on " + name_ranks(failed, comm.ranks()) + " (see its error)");
+      if (mine_failed) throw_work_failure(kind, what + " failed on this rank: " + work.error());
+      throw_work_failure(kind, what + " failed on " + name_ranks(failed, comm.ranks()) + " (see its error)");
     }
     if (running.empty()) return;
     if (read[size] > 0) {

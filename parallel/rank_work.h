@@ -37,15 +37,20 @@ class RankWork {
   Status wait_for(std::chrono::milliseconds timeout);
   // Why it failed (the exception's message); empty otherwise.
   std::string error() const;
+  // The status as the ranks share it: done 0, running 1, failed 2 or more by the kind of its error
+  // (throw_work_failure). The largest of the ranks' codes is a verdict every rank can throw alike.
+  int code() const;
 
   struct State;  // rank_work.cpp's; shared with the thread, which may outlive this object
 
  private:
-  friend void wait_for_every_rank(Communicator&, RankWork&, const WaitBound&, const std::string&,
-                                  std::chrono::milliseconds);
   std::shared_ptr<State> state_;
   std::thread thread_;
 };
+
+// MESSAGE as the error a failed work's CODE (RankWork::code, 2 or more) stands for: InputError,
+// EnvironmentError or, for any other, std::runtime_error.
+[[noreturn]] void throw_work_failure(int code, const std::string& message);
 
 // Collective over COMM: returns once every rank's WORK is done. Until then the ranks meet each POLL
 // (a rank whose work is done meets at once) in an all-reduce of every rank's status bounded by

@@ -37,6 +37,10 @@ TEST_CASE("rank work runs on its own thread and says how it ended", "[rank_work]
   RankWork failing([] { throw loom::InputError("checkpoint.dir: no permission"); });
   CHECK(failing.wait_for(5s) == RankWork::failed);
   CHECK(failing.error() == "checkpoint.dir: no permission");
+  // Its code, as the ranks share it (an async save's per-step verdict), throws its kind again.
+  CHECK(failing.code() >= RankWork::failed);
+  CHECK_THROWS_AS(loom::parallel::throw_work_failure(failing.code(), "again"), loom::InputError);
+  CHECK(slow.code() == RankWork::done);
 }
 
 TEST_CASE("waiting for every rank keeps the kind of a failure and bounds a live rank's work", "[rank_work]") {
