@@ -78,12 +78,10 @@ struct PendingSave {
   std::function<void()> midway;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool verified = false;  // a step trained from this state had a finite loss before it was published
-  // What rank 0's publishing needs of the config, copied: it runs on a thread of its own, which a
-  // job that stops on a stuck disk leaves behind (parallel/rank_work.h).
-  std::string dir, config_yaml;
-  std::shared_ptr<const Config> config;  // for this run's data record, when none was read yet
-  int64_t keep = 0, world = 1;
-  bool async = false;
+  // Rank 0's copy of the config, for its publishing: that runs on a thread of its own, which a job
+  // that stops on a stuck disk leaves behind (parallel/rank_work.h).
+  std::shared_ptr<const Config> config;
+  int64_t world = 1;
 };
 
 namespace {
@@ -101,7 +99,8 @@ void write_rank_files(PendingSave& save, int64_t rank) {
 
 // Rank 0, once every rank's files of SAVE are written: the manifest, the rename, `latest`, retention.
 void publish_files(PendingSave& save) {
-  if (!save.header.contains("data")) save.header["data"] = data_record(*save.config);
+  const Config& config = *save.config;
+  if (!save.header.contains("data")) save.header["data"] = data_record(config);
   nlohmann::json manifest = save.header;
   manifest["tensors"] = nlohmann::json::object();
   manifest["blobs"] = nlohmann::json::object();
@@ -126,16 +125,17 @@ void publish_files(PendingSave& save) {
       t["slices"].push_back(e);
     }
   }
-  std::ofstream(fs::path(save.temporary) / "config.yaml") << save.config_yaml;
+  std::ofstream(fs::path(save.temporary) / "config.yaml") << to_yaml(config);
   // Said once `latest` names it: a retention that outlasts checkpoint.timeout_s fails the job, but
   // not this checkpoint, which the log then shows as saved.
   const auto saved = [&](const std::string& path) {
     info0("saved checkpoint {} ({:.1f} MB, {} tensors) in {:.2f} s{}", path, static_cast<double>(bytes) / 1e6,
           manifest["tensors"].size(),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - save.start).count(),
-          save.async ? ", written in the background" : "");
+          config.checkpoint.async ? ", written in the background" : "");
   };
-  const std::string path = publish_checkpoint(save.dir, save.step, manifest, save.keep, saved);
+  const std::string path =
+      publish_checkpoint(config.checkpoint.dir, save.step, manifest, config.checkpoint.keep, saved);
   if (save.verified) mark_verified(path);
 }
 
@@ -151,9 +151,6 @@ std::shared_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
   save->path = (fs::path(dir) / checkpoint_name(state.step)).string();
   save->midway = midway;
   save->world = groups_.world();
-  save->dir = dir;
-  save->keep = config_.checkpoint.keep;
-  save->async = config_.checkpoint.async;
   const int64_t rank = groups_.rank();
   // Rank 0 makes the folder; every rank learns whether it could, so that none waits on it in the
   // next collective until parallel.timeout_s (0: made; else the errno that stopped it). This is
@@ -201,7 +198,7 @@ std::shared_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
   optimizer_.release_moments();
 
   if (rank == 0) {
-    save->config_yaml = to_yaml(config_);
+    save->config = std::make_shared<const Config>(config_);
     auto& header = save->header;
     write_training_state(state, header);
     header["optimizer_steps"] = optimizer_.steps_taken();
@@ -220,11 +217,7 @@ std::shared_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     if (!hf_source_.is_null()) header["hf_source"] = hf_source_;
     if (!tokenizer_.is_null()) header["tokenizer"] = tokenizer_;
     // Read on the publishing thread the first time (up to 256 MiB of the data), kept after.
-    if (data_.is_null()) {
-      save->config = std::make_shared<const Config>(config_);
-    } else {
-      header["data"] = data_;
-    }
+    if (!data_.is_null()) header["data"] = data_;
     if (!run_dir_.empty()) header["run_dir"] = fs::absolute(run_dir_).lexically_normal().string();
     // Where it was saved: a copy of the folder elsewhere is another run's (launch/run_directory.cpp).
     header["checkpoint_dir"] = fs::absolute(dir).lexically_normal().string();

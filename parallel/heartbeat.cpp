@@ -9,6 +9,8 @@
 #include <sstream>
 #include <vector>
 
+#include "parallel/rank_names.h"
+
 namespace loom::parallel {
 
 using Clock = std::chrono::steady_clock;
@@ -152,26 +154,17 @@ std::string reason(const std::exception& e) {
   return e.what();
 }
 
-// "rank 2 " or "ranks 1, 3 ", at most 16 named.
-std::string name_ranks(const std::vector<int>& ranks) {
-  constexpr size_t kNamed = 16;
-  std::ostringstream s;
-  s << (ranks.size() == 1 ? "rank " : "ranks ");
-  for (size_t i = 0; i < ranks.size() && i < kNamed; ++i) s << (i ? ", " : "") << ranks[i];
-  if (ranks.size() > kNamed) s << " and " << ranks.size() - kNamed << " more";
-  s << " ";
-  return s.str();
-}
-
 std::string describe(const Verdict& verdict, std::chrono::milliseconds window) {
   std::vector<std::string> clauses;
   if (!verdict.silent.empty()) {
-    clauses.push_back(name_ranks(verdict.silent) + "stopped answering: no heartbeat in " + seconds(window) +
+    clauses.push_back(name_ranks(std::vector<int64_t>(verdict.silent.begin(), verdict.silent.end())) +
+                      " stopped answering: no heartbeat in " + seconds(window) +
                       " (a process stopped or dead, or a host down)");
   }
   if (!verdict.stuck.empty()) {
-    clauses.push_back(name_ranks(verdict.stuck) + (verdict.stuck.size() == 1 ? "is" : "are") +
-                      " alive but in no collective through the " + seconds(window) + " check" +
+    clauses.push_back(name_ranks(std::vector<int64_t>(verdict.stuck.begin(), verdict.stuck.end())) +
+                      (verdict.stuck.size() == 1 ? " is" : " are") + " alive but in no collective through the " +
+                      seconds(window) + " check" +
                       ": stuck in its own work (a deadlock, a hung device or file system, a very slow step), "
                       "not waiting on a peer");
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "parallel/rank_names.h"
 
 namespace loom::parallel {
 
@@ -50,14 +51,11 @@ int failure_code(const std::exception_ptr& failure) {
   }
 }
 
-// "rank 2" or "ranks 1, 3", at most 16 named.
-std::string name_ranks(const std::vector<int>& ranks, const std::vector<int64_t>& global) {
-  constexpr size_t kNamed = 16;
-  std::ostringstream s;
-  s << (ranks.size() == 1 ? "rank " : "ranks ");
-  for (size_t i = 0; i < ranks.size() && i < kNamed; ++i) s << (i ? ", " : "") << global[static_cast<size_t>(ranks[i])];
-  if (ranks.size() > kNamed) s << " and " << ranks.size() - kNamed << " more";
-  return s.str();
+// RANKS of COMM's group as global ranks.
+std::vector<int64_t> global_ranks(const std::vector<int>& ranks, const Communicator& comm) {
+  std::vector<int64_t> global;
+  for (int r : ranks) global.push_back(comm.ranks()[static_cast<size_t>(r)]);
+  return global;
 }
 
 }  // namespace
@@ -160,12 +158,12 @@ void wait_for_every_rank(Communicator& comm, RankWork& work, const WaitBound& wo
     if (!failed.empty()) {
       const int kind = static_cast<int>(read[failed.front()]);
       if (mine_failed) throw_work_failure(kind, what + " failed on this rank: " + work.error());
-      throw_work_failure(kind, what + " failed on " + name_ranks(failed, comm.ranks()) + " (see its error)");
+      throw_work_failure(kind, what + " failed on " + name_ranks(global_ranks(failed, comm)) + " (see its error)");
     }
     if (running.empty()) return;
     if (read[size] > 0) {
       std::ostringstream s;
-      s << what << ": " << name_ranks(running, comm.ranks()) << " had not finished after "
+      s << what << ": " << name_ranks(global_ranks(running, comm)) << " had not finished after "
         << std::chrono::duration<double>(work_bound.timeout).count() << " s, " << work_bound.key
         << " (it still answers: a slow or hung file system, not a dead rank)";
       throw EnvironmentError(s.str());
