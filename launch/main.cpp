@@ -7,8 +7,9 @@
 
 namespace {
 
-void hold_stop_signals_at_start(int, char**, char**) {
+void hold_stop_signals_at_start(int, char**, char** environment) {
   loom::launch::hold_stop_signals();
+  loom::launch::stop_with_torchrun_agent(environment);
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 #include "launch/stop_signals.h"
 
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 
 namespace loom::launch {
 namespace {
@@ -11,6 +15,8 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 // The signals hold_stop_signals took over, as bits (1 << signal), until released.
 std::atomic<unsigned> g_held{0};
+// The torchrun agent this rank started under (its parent), 0 under any other launch.
+std::atomic<pid_t> g_agent{0};
 
 extern "C" void record_stop_signal(int signal) {
   g_stop_signal.store(signal);
@@ -71,6 +77,38 @@ void hold_stop_signals() {
   g_held.store(held);
   // One sent before this process began and held pending by the launcher's mask comes in now.
   sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
+}
+
+void stop_with_torchrun_agent(char** environment) {
+  // getenv cannot be used yet: the C library sets `environ` after the executable's preinit functions.
+  bool torchrun = false;
+  for (char** entry = environment; entry != nullptr && *entry != nullptr && !torchrun; ++entry) {
+    torchrun = std::strncmp(*entry, "TORCHELASTIC_RUN_ID=", 20) == 0;
+  }
+  if (!torchrun) return;
+  const pid_t agent = getppid();
+  // The agent forks its ranks from its main thread, which lives as long as the agent does: the
+  // signal comes when the agent dies, not when some thread of it ends.
+  if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) return;
+  g_agent.store(agent);
+  if (getppid() != agent) raise(SIGTERM);  // it died before the request took hold
+}
+
+bool torchrun_agent_gone() {
+  const pid_t agent = g_agent.load();
+  if (agent == 0) return false;
+  if (getppid() != agent) return true;
+  // The signal comes as the agent's main thread exits; the rank is handed to its other threads,
+  // still ending, so that for a moment the agent is still the parent, a zombie or on its way out.
+  char path[32];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(agent));
+  std::FILE* file = std::fopen(path, "r");
+  if (file == nullptr) return true;
+  char line[512] = {};
+  const bool read = std::fgets(line, sizeof(line), file) != nullptr;
+  std::fclose(file);
+  const char* name_end = read ? std::strrchr(line, ')') : nullptr;  // the name may hold ')'
+  return name_end != nullptr && (name_end[1] == ' ') && (name_end[2] == 'Z' || name_end[2] == 'X');
 }
 
 void release_held_stop_signals() {

@@ -21,4 +21,13 @@ void hold_stop_signals();
 // its peers); nothing when nothing is held.
 void release_held_stop_signals();
 
+// Under torchrun: a SIGTERM when the agent that started this rank dies (killed, out of memory, or
+// by a signal it leaves at its default action, SIGUSR1 among them), so that the rank saves and
+// stops as on a scheduler's SIGTERM (or, without checkpoint.dir, ends) instead of training on with
+// no launcher, beside a restarted job's ranks. Called at the start with hold_stop_signals, given the
+// process's ENVIRONMENT; the other launchers end their ranks themselves (mpirun's daemons, slurmstepd).
+void stop_with_torchrun_agent(char** environment);
+// Whether this rank's torchrun agent has died since the start.
+bool torchrun_agent_gone();
+
 }  // namespace loom::launch

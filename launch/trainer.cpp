@@ -366,14 +366,14 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
       info0("validation at step {} | loss {:.4f} | perplexity {:.3f}", step, val_loss, std::exp(val_loss));
     }
     if (guard_.diverged()) {
-      const std::string advice = checkpointer_->set_aside_diverged();
-      throw DivergenceError(guard_.report() + "; " + advice);
+      throw DivergenceError(guard_.report() + "; " + checkpointer_->set_aside_diverged());
     }
     if (stop || step == t.exit_after) {
       // Two calls, not one with a chosen format: under C++20 (LibTorch 2.14 asks for it) fmt checks
       // a format string at compile time, so it must be a literal.
       if (stop) {
-        info0("stopped by a signal after step {}; resume with --resume auto", step);
+        info0("stopped by a signal after step {}{}; resume with --resume auto", step,
+              torchrun_agent_gone() ? " (the torchrun agent that started this rank has died)" : "");
       } else {
         info0("train.exit_after {}: stopped; resume with --resume auto to continue", step);
       }

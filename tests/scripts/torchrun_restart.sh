@@ -6,6 +6,8 @@
 # left (--max_restarts 0) the same job fails, so the kill above really happened.
 # The same with two agents of two ranks each, as on two nodes, meeting through a c10d rendezvous
 # (no agent store: rank 0 serves a new store each attempt), rank 3 killed.
+# The agent itself killed (SIGKILL, as the out-of-memory killer does): its ranks, which trained on
+# without a launcher before, save and stop (a SIGTERM on their parent's death, launch/stop_signals.h).
 source "$(dirname "$0")/common.sh"
 RUN=(--set parallel.tp=2 --set parallel.timeout_s=60 --set checkpoint.interval=5 --resume auto)
 FAULT=(--inject-fault 1:13:kill)
@@ -61,4 +63,25 @@ code=0
 torchrun_loom no_restart 0 "${FAULT[@]}" || code=$?
 [ "$code" != 0 ] && grep -q "injected fault: kill at step 13" "$WORK/no_restart.log" ||
   { cat "$WORK/no_restart.log"; fail "with --max_restarts 0 the killed job should fail (exit $code)"; }
+
+# The agent killed once its ranks have trained 3 steps (or after 120 s: then no checkpoint fails it).
+torchrun --nproc_per_node 2 --master_port "$(free_port)" --no_python "$LOOM" train "$TINY" \
+  --run-dir "$WORK/orphaned" --set checkpoint.dir="$WORK/orphaned_ck" --set train.steps=100000 \
+  > "$WORK/orphaned.log" 2>&1 &
+agent=$!
+for _ in $(seq 600); do
+  [ "$(cat "$WORK/orphaned/metrics.jsonl" 2> /dev/null | wc -l)" -ge 3 ] && break
+  sleep 0.2
+done
+kill -KILL "$agent"
+for _ in $(seq 300); do  # its ranks: up to 60 s to finish their step, save and stop
+  pgrep -f "$WORK/orphaned_ck" > /dev/null || break
+  sleep 0.2
+done
+if pgrep -f "$WORK/orphaned_ck" > /dev/null; then
+  pkill -KILL -f "$WORK/orphaned_ck"
+  fail "the ranks of a killed torchrun agent still run 60 s after it"
+fi
+grep -q "stopped by a signal after step .* (the torchrun agent that started this rank has died)" "$WORK/orphaned.log" &&
+  grep -q "^step_" "$WORK/orphaned_ck/latest" || { cat "$WORK/orphaned.log"; fail "a killed agent's ranks saved nothing"; }
 echo "torchrun restart: ok"
