@@ -172,11 +172,12 @@ int generate(const GenerateArgs& args) {
   TextStream text(*tokenizer, std::cout);
   std::vector<int64_t> generated;
   bool stopped_at_eos = false;
+  bool text_cut = false;  // with --ids, an id the tokenizer cannot decode ends the text, not the run
   while (static_cast<int64_t>(generated.size()) < args.max_new_tokens) {
     // Every rank holds the same gathered logits, bit for bit, and the same generator: the same id.
     const int64_t id = sampler.next(logits[0][-1].cpu());
     generated.push_back(id);
-    if (id >= tokenizer->vocab_size()) {  // decoding it would print nothing, or garbage
+    if (id >= tokenizer->vocab_size() && !args.ids) {  // decoding it would print nothing, or garbage
       throw InputError("the model generated id " + std::to_string(id) + ", which tokenizer '" + tokenizer->source() +
                        "' (" + std::to_string(tokenizer->vocab_size()) +
                        " ids) cannot decode; give the tokenizer the model was trained with (--tokenizer)");
@@ -190,7 +191,14 @@ int generate(const GenerateArgs& args) {
       stopped_at_eos = true;  // as Hugging Face's generate does; the EOS is in the ids, not the text
       break;
     }
-    if (writes) text.add(id);
+    if (id >= tokenizer->vocab_size() && !text_cut) {
+      text_cut = true;
+      warn0(
+          "the model generated id {}, which tokenizer '{}' ({} ids) cannot decode: the text stops there, the ids "
+          "line has them all (--tokenizer gives the one the model was trained with)",
+          id, tokenizer->source(), tokenizer->vocab_size());
+    }
+    if (writes && !text_cut) text.add(id);
     if (static_cast<int64_t>(generated.size()) < args.max_new_tokens) {
       logits = gpt->forward_cached(torch::tensor({id}, token_options).unsqueeze(0), cache);
     }

@@ -128,6 +128,36 @@ PYEOF
   fail "an empty prompt gave $(tail -n 1 "$WORK/empty.out"), the prompt of bos_token_id 65 $(tail -n 1 "$WORK/a.out")"
 echo "stop ids: generation_config.json's list, else config.json's; none named: $N ids, 256 among them; an empty prompt starts at bos_token_id"
 
+# An id beyond the tokenizer (here 290 of the vocabulary of 300, where the byte tokenizer knows 257):
+# with --ids the text stops there, said on stderr, and the ids run on; without, exit 2 naming it.
+cp -r "$WORK/hf_noeos" "$WORK/hf_wide"
+"$PY" - "$WORK/hf_wide" "$(ids llama_hf1)" <<'PYEOF' || fail "writing the model with ids beyond the tokenizer"
+import json, os, sys
+from safetensors.torch import load_file, save_file
+d, chain = sys.argv[1], json.loads(sys.argv[2])
+weights = load_file(os.path.join(d, "model.safetensors"))
+weights["lm_head.weight"][290] = 4 * weights["lm_head.weight"][chain[3]]
+save_file(weights, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+PYEOF
+"$LOOM" generate "$WORK/hf_wide" --prompt "$PROMPT" --max-new-tokens "$N" --ids --temperature 0 > "$WORK/wide.out" \
+  2> "$WORK/wide.err" || { cat "$WORK/wide.err"; fail "generate --ids with an id the tokenizer cannot decode"; }
+"$PY" - "$WORK/wide.out" "$N" <<'PYEOF' || fail "--ids beyond the tokenizer: $(cat "$WORK/wide.out")"
+import json, sys
+out = open(sys.argv[1], "rb").read()
+text, line = out.rstrip(b"\n").rsplit(b"\n", 1)
+ids = json.loads(line)
+assert len(ids) == int(sys.argv[2]) and 290 in ids, ids
+assert text == bytes(ids[:ids.index(290)]), (text, ids)  # the text up to the first id it cannot decode
+PYEOF
+grep -q "generated id 290, which tokenizer 'byte' (257 ids) cannot decode: the text stops there" "$WORK/wide.err" ||
+  { cat "$WORK/wide.err"; fail "the cut text was not said"; }
+code=0
+"$LOOM" generate "$WORK/hf_wide" --prompt "$PROMPT" --max-new-tokens "$N" --temperature 0 > /dev/null \
+  2> "$WORK/wide_text.err" || code=$?
+[ "$code" = 2 ] && grep -q "generated id 290, which tokenizer 'byte' (257 ids) cannot decode" "$WORK/wide_text.err" ||
+  { cat "$WORK/wide_text.err"; fail "text only, an id the tokenizer cannot decode: exit $code"; }
+echo "ids beyond the tokenizer: with --ids the text stops at 290 and the ids run on; without, exit 2"
+
 # Sampling repeats with its seed (and at tp 2); at temperature 3 over 256 tokens, 16 draws of two
 # seeds agreeing is out of the question; top-k 1 is the greedy chain.
 SAMPLE=(--temperature 0.8 --top-k 20 --top-p 0.9)
