@@ -25,7 +25,7 @@ DivergenceGuard::Verdict DivergenceGuard::judge(int64_t step, double loss, doubl
   return verdict;
 }
 
-std::string DivergenceGuard::report() const {
+std::string DivergenceGuard::report(bool ended) const {
   // Steps an fp16 overflow skipped before the streak applied nothing either: name the last that did.
   const std::string applied = last_applied_ < 0 ? "no update was applied in this run"
                                                 : fmt::format("no update was applied after step {}", last_applied_);
@@ -33,10 +33,11 @@ std::string DivergenceGuard::report() const {
       overflow_at_floor_ ? ": the gradients overflowed fp16 with the loss scale at its floor, train.min_loss_scale"
                          : "";
   return fmt::format(
-      "the run diverged: steps {} to {} had a non-finite loss or gradient norm ({} in a row, train.max_skipped_steps "
-      "is {}; the last had loss {} and gradient norm {}{}); {}. Resume from an earlier checkpoint (--resume auto) "
+      "the run {}: steps {} to {} had a non-finite loss or gradient norm ({} in a row, train.max_skipped_steps "
+      "is {}; the last had loss {} and gradient norm {}{}); {}{}. Resume from an earlier checkpoint (--resume auto) "
       "with a lower train.lr or a tighter train.grad_clip",
-      first_bad_, last_bad_, streak_, max_skipped_, last_loss_, last_grad_norm_, floor, applied);
+      ended ? "ended diverging" : "diverged", first_bad_, last_bad_, streak_, max_skipped_, last_loss_, last_grad_norm_,
+      floor, applied, ended ? ", and its last state, which could not train, was not saved" : "");
 }
 
 }  // namespace loom::launch

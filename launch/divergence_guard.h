@@ -31,8 +31,10 @@ class DivergenceGuard {
   bool state_trusted() const { return streak_ == 0; }
   bool diverged() const { return streak_ >= max_skipped_; }
   int64_t streak() const { return streak_; }
-  // Why the run stops, for the error once diverged().
-  std::string report() const;
+  // Why the run stops, for the error once diverged(), or (ENDED) when its last step came within a
+  // streak shorter than train.max_skipped_steps: a run must not end as a success on a state that
+  // gave a non-finite loss, which it did not save.
+  std::string report(bool ended = false) const;
 
  private:
   int64_t max_skipped_;

@@ -381,12 +381,12 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     }
   }
   checkpointer_->finish_pending();
+  if (!guard_.state_trusted()) throw DivergenceError(guard_.report(true) + "; " + checkpointer_->set_aside_diverged());
   if (config_.log.trace) {
     const std::string trace = run_dir_ + "/trace_rank" + std::to_string(groups_.rank()) + ".json";
     std::filesystem::remove(trace);  // an earlier run's in this run directory is not this one's
     sync_->write_trace(trace, summary.last_step);
-    // Only the bucketed data-parallel reduction records events: say so rather than write nothing silently.
-    if (!std::filesystem::exists(trace))
+    if (!std::filesystem::exists(trace))  // only the bucketed dp reduction records events
       warn0("log.trace: no trace written; this layout reduces no gradient buckets (dp 1, or ZeRO 2 or 3)");
   }
   summary.diagnosis = clock_.diagnose(groups_.world_comm(), groups_.coords().pp, config_);

@@ -4,7 +4,8 @@
 #     the run stops after train.max_skipped_steps with exit 3 naming the steps, the checkpoint that
 #     could not train is set aside, and --resume auto then trains finite losses equal to an
 #     uninterrupted run's, bit for bit. metrics.jsonl is continued across the resumes, each step
-#     once: the diverged attempt's rows move to metrics.superseded.jsonl. bf16 and fp16 stop alike.
+#     once: the diverged attempt's rows move to metrics.superseded.jsonl. bf16 and fp16 stop alike,
+#     and so does a run whose last steps are non-finite, however few (exit 3, its state unsaved).
 #  2. keep 1 with a corrupt newest checkpoint: it is set aside, the run falls back, and the next
 #     --resume auto continues the new checkpoints instead of starting from scratch.
 #  3. A rollback (--resume .../step_9 while step_12 exists): step_12 is set aside as abandoned and
@@ -65,6 +66,14 @@ for precision in bf16 fp16; do
   expect_code 3 "div_$precision" "the run diverged: steps .* (3 in a row, train.max_skipped_steps is 3" $code
 done
 echo "bf16 and fp16 stop alike"
+# A run whose last steps are non-finite, fewer than train.max_skipped_steps, ends with exit 3 too:
+# it trained nothing since, and its last state, which is not saved, must not pass for a success.
+code=0
+train 1 div_end --set train.lr=1e30 --set train.steps=4 --set checkpoint.dir="$WORK/ck_div_end" || code=$?
+expect_code 3 div_end "the run ended diverging: steps 2 to 4 had a non-finite loss or gradient norm (3 in a row" $code
+grep -q "its last state, which could not train, was not saved" "$WORK/div_end.log" && [ ! -e "$WORK/ck_div_end/latest" ] ||
+  { cat "$WORK/div_end.log"; ls -R "$WORK/ck_div_end"; fail "div_end: the unsaved state was not said, or was saved"; }
+echo "a run ending in 3 non-finite steps (max_skipped_steps 5): exit 3, its last state unsaved"
 
 # avg_loss after a resume between log lines (step 15, log.interval 10): the mean of steps 11-20 as
 # in the straight run (the checkpoint keeps the losses since the last log line), not of 16-20.
