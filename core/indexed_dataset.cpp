@@ -94,6 +94,10 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   const uint64_t idx_bytes = std::filesystem::file_size(idx, error);
   const uint64_t header = 9 + 8 + 1 + 8 + 8;
   const bool fits = !error && sequences <= idx_bytes / 12 && documents <= idx_bytes / 8;
+  // (Before the multimodal test: an empty index, 42 bytes, has that layout's size too.)
+  if (fits && sequences == 0 && header + documents * 8 == idx_bytes) {
+    throw InputError("'" + idx + "' holds no sequences (an empty dataset): there is nothing to train or validate on");
+  }
   if (fits && header + sequences * 13 + documents * 8 == idx_bytes) {
     // Megatron-LM's multimodal datasets put a mode byte per sequence (text, image, ...) after the
     // document index; training a text model on their image sequences' ids would be silently wrong.
@@ -226,8 +230,10 @@ bool is_indexed_dataset(const std::string& prefix) {
 }
 
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDtype dtype)
-    : prefix_(prefix), dtype_(dtype), bin_(prefix + ".bin.tmp", std::ios::binary | std::ios::trunc) {
-  if (!bin_) throw InputError("cannot write '" + prefix + ".bin.tmp'");
+    : prefix_(prefix), dtype_(dtype) {
+  errno = 0;
+  bin_.open(prefix + ".bin.tmp", std::ios::binary | std::ios::trunc);
+  if (!bin_) throw_write_error("cannot write '" + prefix + ".bin.tmp'");
 }
 
 IndexedDatasetWriter::~IndexedDatasetWriter() {
@@ -276,17 +282,20 @@ void IndexedDatasetWriter::add_document(const std::vector<int64_t>& tokens) {
       case TokenDtype::f64: throw InputError("token datasets must use an integer dtype");
     }
   }
+  errno = 0;  // a full disk says so here, where the write fails (errno says whose fault: core/errors.h)
   bin_.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!bin_) throw_write_error("failed writing '" + prefix_ + ".bin.tmp'");
   lengths_.push_back(static_cast<int32_t>(tokens.size()));
   documents_.push_back(static_cast<int64_t>(lengths_.size()));
 }
 
 void IndexedDatasetWriter::finish() {
+  errno = 0;
   bin_.close();
-  if (!bin_) throw InputError("failed writing '" + prefix_ + ".bin.tmp' (is the disk full?)");
+  if (!bin_) throw_write_error("failed writing '" + prefix_ + ".bin.tmp'");
   const std::string idx = prefix_ + ".idx.tmp";
   std::ofstream out(idx, std::ios::binary | std::ios::trunc);
-  if (!out) throw InputError("cannot write '" + idx + "'");
+  if (!out) throw_write_error("cannot write '" + idx + "'");
   out.write(kMagic, 9);
   write_scalar<uint64_t>(out, 1);
   write_scalar<uint8_t>(out, static_cast<uint8_t>(dtype_));
@@ -302,7 +311,7 @@ void IndexedDatasetWriter::finish() {
   out.write(reinterpret_cast<const char*>(offsets.data()), static_cast<std::streamsize>(offsets.size() * 8));
   out.write(reinterpret_cast<const char*>(documents_.data()), static_cast<std::streamsize>(documents_.size() * 8));
   out.close();
-  if (!out) throw InputError("failed writing '" + idx + "' (is the disk full?)");
+  if (!out) throw_write_error("failed writing '" + idx + "'");
   // The .bin first: a reader opening PREFIX finds the new .idx only beside the new .bin.
   std::filesystem::rename(prefix_ + ".bin.tmp", prefix_ + ".bin");
   std::filesystem::rename(idx, prefix_ + ".idx");

@@ -39,8 +39,9 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   const std::string temporary = path + ".tmp";
   {
+    errno = 0;  // a failed write's reason (core/errors.h): the first failure leaves it, later writes do nothing
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError("cannot write '" + temporary + "'");
+    if (!out) throw_write_error("cannot write '" + temporary + "'");
     const uint64_t length = text.size();
     for (int i = 0; i < 8; ++i) out.put(static_cast<char>((length >> (8 * i)) & 0xff));
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
@@ -48,7 +49,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
       auto data = tensor.to(torch::kCPU).contiguous();
       out.write(static_cast<const char*>(data.data_ptr()), static_cast<std::streamsize>(data.numel() * 4));
     }
-    if (!out.flush()) throw InputError("cannot write '" + temporary + "' (disk full?)");
+    if (!out.flush()) throw_write_error("cannot write '" + temporary + "'");
   }
   std::filesystem::rename(temporary, path);
 }

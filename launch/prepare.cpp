@@ -178,6 +178,10 @@ int prepare(const PrepareArgs& args) {
     }
     progress.update(read, reader.bytes_read());
   }
+  if (sidecar.documents == 0) {  // an empty dataset trains nothing; the writer removes its temporaries
+    throw InputError("--input: " + std::to_string(read) + " documents read, none with a token (" +
+                     std::to_string(skipped) + " empty): there is nothing to write");
+  }
   writer.finish();
   write_sidecar(args.output_prefix, sidecar);
   progress.finish(read, reader.bytes_read());

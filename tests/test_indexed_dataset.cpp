@@ -110,6 +110,28 @@ TEST_CASE("broken datasets are refused naming the file", "[data]") {
   CHECK_THROWS_WITH(IndexedDataset(dir + "/ds"),
                     Catch::Contains("ds.bin") && Catch::Contains("does not match its index"));
 
+  // An empty dataset (as Megatron-LM writes one: no sequence, the document index's leading 0) is
+  // refused as empty, not taken for the multimodal layout its 42 bytes also fit.
+  {
+    IndexedDatasetWriter empty(dir + "/empty", TokenDtype::u16);
+    empty.finish();
+  }
+  CHECK(std::filesystem::file_size(dir + "/empty.idx") == 42);
+  CHECK_THROWS_WITH(IndexedDataset(dir + "/empty"), Catch::Contains("empty.idx' holds no sequences"));
+  // The writer says whose fault a failed write is: a full disk is the machine's (exit 75).
+  std::filesystem::create_symlink("/dev/full", dir + "/full.bin.tmp");
+  {
+    IndexedDatasetWriter full(dir + "/full", TokenDtype::u16);
+    const std::vector<int64_t> large(1 << 20, 7);  // beyond the stream's buffer: the write itself fails
+    try {
+      full.add_document(large);
+      FAIL("a write to /dev/full succeeded");
+    } catch (const EnvironmentError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("full.bin.tmp': No space left on device"));
+    }
+  }
+  CHECK_THROWS_AS(IndexedDatasetWriter(dir + "/no/such/folder/ds", TokenDtype::u16), InputError);
+
   std::ofstream(dir + "/bad.idx") << "NOTMAGIC!xxxxxxxxxxxxxxxx";
   std::ofstream(dir + "/bad.bin") << "";
   CHECK_THROWS_WITH(IndexedDataset(dir + "/bad"), Catch::Contains("bad magic"));

@@ -136,6 +136,12 @@ TEST_CASE("safetensors: write then read gives every tensor back exactly", "[safe
   CHECK(torch::equal(again.at("only"), matrix.narrow(0, 1, 2)));
   // The writer refuses what it cannot write as F32 rather than mislabel it.
   CHECK_THROWS(write_safetensors(dir + "/int.safetensors", {{"i", torch::arange(3)}}));
+  // A full disk is the machine's failure (exit 75), a missing folder the user's (exit 2).
+  fs::create_symlink("/dev/full", dir + "/full.safetensors.tmp");
+  CHECK_THROWS_AS(write_safetensors(dir + "/full.safetensors", {{"m", torch::randn({64, 64})}}), EnvironmentError);
+  CHECK_THROWS_WITH(write_safetensors(dir + "/full.safetensors", {{"m", torch::randn({64, 64})}}),
+                    Catch::Contains("No space left on device"));
+  CHECK_THROWS_AS(write_safetensors(dir + "/no/such/x.safetensors", {{"m", matrix}}), InputError);
   fs::remove_all(dir);
 }
 

@@ -29,6 +29,9 @@ printf 'caf\xc3\xa9 \xf0\x9f\x98\x80' > "$WORK/b.txt"
 "$LOOM" prepare --input "$WORK/a.txt" "$WORK/empty.txt" "$WORK/b.txt" --output "$WORK/files" --append-eod \
   > "$WORK/files.log" 2>&1 || { cat "$WORK/files.log"; fail "prepare files"; }
 grep -q "left out 1 empty documents" "$WORK/files.log" || fail "the empty document is not reported"
+# Only empty documents: nothing is written (a dataset of no sequence trains nothing).
+expect_exit2 "none with a token" prepare --input "$WORK/empty.txt" --output "$WORK/nothing"
+[ -z "$(ls "$WORK" | grep '^nothing')" ] || fail "an empty prepare left files: $(ls "$WORK" | grep '^nothing')"
 expect_ids "$WORK/files" files "[list(open(p,'rb').read()) + [256] for p in ['$WORK/a.txt', '$WORK/b.txt']]"
 [ "$(sidecar "$WORK/files" dtype)" = uint16 ] || fail "byte tokenizer dataset is not uint16"
 [ "$(sidecar "$WORK/files" documents)" = 2 ] || fail "sidecar documents"
