@@ -50,14 +50,27 @@ void set_field(Config& config, const std::string& name, const std::string& text,
   config.set_keys.insert(name);
 }
 
-// The entries of MAP under the dotted PREFIX; a nested mapping (model.moe) adds a level.
-void set_entries(Config& config, const std::string& prefix, const YAML::Node& map, const std::string& where) {
+// A mapping's key as text: YAML allows a mapping or a list as a key (`? {a: 1}`), which names nothing here.
+std::string key_text(const YAML::Node& key, const std::string& where, const std::string& inside) {
+  if (key.IsScalar()) return key.Scalar();
+  throw InputError(where + "a key " + inside + " at line " + std::to_string(key.Mark().line + 1) + " is a YAML " +
+                   (key.IsMap()        ? "mapping"
+                    : key.IsSequence() ? "list"
+                                       : "null") +
+                   "; keys are plain names (train: {steps: 10})");
+}
+
+// The entries of MAP under the dotted PREFIX; a nested mapping (model.moe) adds a level. MAPS: the
+// mappings met so far, so that one written twice is refused as a key written twice is.
+void set_entries(Config& config, const std::string& prefix, const YAML::Node& map, const std::string& where,
+                 std::set<std::string>& maps) {
   for (const auto& entry : map) {
-    const std::string name = prefix + "." + entry.first.as<std::string>();
-    // yaml-cpp keeps the last of two equal keys; a user who wrote both meant one of them.
+    const std::string name = prefix + "." + key_text(entry.first, where, "in '" + prefix + "'");
+    // yaml-cpp keeps both of two equal keys; a user who wrote both meant one of them.
     if (config.set_keys.count(name) != 0) throw InputError(where + "key '" + name + "' appears twice");
     if (entry.second.IsMap()) {
-      set_entries(config, name, entry.second, where);
+      if (!maps.insert(name).second) throw InputError(where + "'" + name + "' appears twice; write its keys once");
+      set_entries(config, name, entry.second, where, maps);
       continue;
     }
     if (entry.second.IsSequence() && find_field(name, where).type == "list of ints") {  // [1, 3]: "1,3"
@@ -119,15 +132,26 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw InputError("config file '" + path + "' must be a mapping of sections (model, parallel, train, ...)");
 
   const std::string where = path + ": ";
+  std::set<std::string> maps;
   for (const auto& section : root) {
-    const std::string section_name = section.first.as<std::string>();
+    const std::string section_name = key_text(section.first, where, "at the top");
     auto sections = section_names();
     if (std::find(sections.begin(), sections.end(), section_name) == sections.end()) {
+      const auto dot = section_name.find('.');
+      if (dot != std::string::npos &&
+          std::find(sections.begin(), sections.end(), section_name.substr(0, dot)) != sections.end()) {
+        throw InputError(where + "'" + section_name + "' is written as one name at the top; a file nests it (" +
+                         section_name.substr(0, dot) + ": {" + section_name.substr(dot + 1) +
+                         ": ...}), --set takes the dotted name");
+      }
       throw InputError(where + unknown("section", section_name, sections));
+    }
+    if (!maps.insert(section_name).second) {
+      throw InputError(where + "section '" + section_name + "' appears twice; write its keys under one");
     }
     if (section.second.IsNull()) continue;
     if (!section.second.IsMap()) throw InputError(where + "section '" + section_name + "' must be a mapping");
-    set_entries(config, section_name, section.second, where);
+    set_entries(config, section_name, section.second, where, maps);
   }
   for (const auto& o : overrides) apply_override(config, o);
   resolve_model_defaults(config);

@@ -1,6 +1,7 @@
 #include "launch/stop_signals.h"
 
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -77,6 +78,11 @@ void hold_stop_signals() {
   g_held.store(held);
   // One sent before this process began and held pending by the launcher's mask comes in now.
   sigprocmask(SIG_UNBLOCK, &unblock, nullptr);
+}
+
+void release_held_stop_signals_before_reading(const std::string& config_path) {
+  struct stat status {};
+  if (stat(config_path.c_str(), &status) == 0 && !S_ISREG(status.st_mode)) release_held_stop_signals();
 }
 
 void stop_with_torchrun_agent(char** environment) {

@@ -4,6 +4,8 @@
 // saved rather than the process dying mid-step.
 #pragma once
 
+#include <string>
+
 namespace loom::launch {
 
 void install_stop_handlers();
@@ -20,6 +22,10 @@ void hold_stop_signals();
 // would have then. Called once the command has checked its input (train: before it connects to
 // its peers); nothing when nothing is held.
 void release_held_stop_signals();
+
+// Releases the held signals when CONFIG_PATH is no regular file: reading a named pipe waits for its
+// writer however long, and that wait must stay stoppable (Ctrl-C, a launcher's SIGTERM).
+void release_held_stop_signals_before_reading(const std::string& config_path);
 
 // Under torchrun: a SIGTERM when the agent that started this rank dies (killed, out of memory, or
 // by a signal it leaves at its default action, SIGUSR1 among them), so that the rank saves and

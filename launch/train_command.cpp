@@ -25,6 +25,7 @@
 namespace loom::launch {
 
 int train(const TrainArgs& args, const models::PipelineModelFactory& make_model) {
+  release_held_stop_signals_before_reading(args.config_path);
   Config config = load_config(args.config_path, args.overrides);
   // Named first: the data check below would measure the data against a model never read.
   if (std::error_code error; !config.model.init_from.empty() && !std::filesystem::exists(config.model.init_from, error))

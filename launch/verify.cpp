@@ -21,6 +21,7 @@
 #include "core/errors.h"
 #include "launch/commands.h"
 #include "launch/memory_check.h"
+#include "launch/stop_signals.h"
 #include "launch/verify_compare.h"
 #include "parallel/launch_env.h"
 
@@ -102,6 +103,7 @@ int verify(const VerifyArgs& args, const models::PipelineModelFactory& make_mode
   const auto& t = args.train;
   if (!t.resume.empty()) throw InputError("loom verify: --resume is not taken (both runs start from the config)");
   const auto launch = parallel::detect_launch();
+  release_held_stop_signals_before_reading(t.config_path);
   Config config = load_config(t.config_path, t.overrides);
   resolve_and_validate(config, launch.world);  // bad input fails here, on every rank, before either run
   const bool mixed = config.train.precision != TrainPrecision::fp32;

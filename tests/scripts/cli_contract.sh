@@ -156,4 +156,13 @@ expect_exit 2 "outside model.vocab_size = 256" "$LOOM" train "$TINY" --run-dir "
   --set train.peak_tflops=0.5 > "$WORK/mfu.log" 2>&1 || { cat "$WORK/mfu.log"; fail "train for the MFU line"; }
 grep -q "MFU [0-9.]*% of 0.5 TFLOP/s per device (train.peak_tflops)" "$WORK/mfu.log" || { cat "$WORK/mfu.log"; fail "MFU line"; }
 grep -q "| 2 threads per rank |" "$WORK/mfu.log" || { cat "$WORK/mfu.log"; fail "threads per rank on the start line"; }
+# A config that is a named pipe with no writer: the read waits, and a launcher's SIGTERM (or a
+# Ctrl-C) ends it: the signals loom holds until its input is checked are given back first.
+# timeout's SIGKILL (137) would mean the SIGTERM was held. A pipe with a writer (process
+# substitution) is read as a file.
+mkfifo "$WORK/pipe.yaml"
+code=0
+timeout -s TERM -k 10 3 "$LOOM" train "$WORK/pipe.yaml" > /dev/null 2>&1 || code=$?
+[ "$code" = 124 ] || fail "a config on a named pipe without a writer: exit $code after SIGTERM (137: it was held)"
+"$LOOM" topology <(cat "$TINY") --world 2 > /dev/null 2>&1 || fail "a config through process substitution"
 echo "cli contract: ok"
