@@ -23,7 +23,11 @@ std::vector<std::string> inert_key_warnings(const Config& config) {
     std::string prefix;
     bool off;
     std::string because;
+    bool exact = false;  // the key itself only, not the keys it is a prefix of
   };
+  const auto& scaling = config.model.rope_scaling;
+  const bool llama3 = scaling.type == RopeScalingKind::llama3, yarn = scaling.type == RopeScalingKind::yarn;
+  const std::string scaling_type = "model.rope_scaling.type is " + to_string(scaling.type);
   const std::vector<Rule> rules = {
       {"train.muon.", t.optimizer != OptimizerKind::muon, "train.optimizer is " + to_string(t.optimizer)},
       {"train.loss_scale", !fp16, precision},  // (and train.loss_scale_window)
@@ -38,6 +42,14 @@ std::vector<std::string> inert_key_warnings(const Config& config) {
       {"model.mtp.loss_weight", config.model.mtp.depth == 0, "model.mtp.depth is 0"},
       {"model.rope_theta", config.model.position != PositionKind::rope,
        "model.position is " + to_string(config.model.position)},
+      {"model.rope_scaling.", config.model.position != PositionKind::rope,
+       "model.position is " + to_string(config.model.position)},
+      {"model.rope_scaling.", scaling.type == RopeScalingKind::none, scaling_type},
+      {"model.rope_scaling.low_freq_factor", !llama3, scaling_type},  // Llama 3's alone
+      {"model.rope_scaling.high_freq_factor", !llama3, scaling_type},
+      {"model.rope_scaling.beta_", !yarn, scaling_type},  // YaRN's alone
+      {"model.rope_scaling.mscale", !yarn, scaling_type, true},
+      {"model.rope_scaling.attention_factor", !yarn, scaling_type},
       {"model.mla.", !config.model.mla.enabled(), "model.mla.kv_lora_rank is 0 (no latent attention)"},
       {"model.moe.aux_loss_coeff", config.model.moe.aux_loss_type == "none", "model.moe.aux_loss_type is none"},
       {"train.lr_decay_steps", t.lr_decay_style == LrDecayStyle::constant, "train.lr_decay_style is constant"},
@@ -60,7 +72,7 @@ std::vector<std::string> inert_key_warnings(const Config& config) {
   for (const auto& key : config.set_keys) {
     if (key == "model.moe.num_experts" || !differs(key)) continue;  // (the key that decides; a default)
     for (const auto& rule : rules) {
-      if (rule.off && key.rfind(rule.prefix, 0) == 0) {
+      if (rule.off && (rule.exact ? key == rule.prefix : key.rfind(rule.prefix, 0) == 0)) {
         warnings.push_back(key + " is set, but " + rule.because + ": it has no effect");
         break;
       }

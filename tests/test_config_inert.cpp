@@ -57,6 +57,22 @@ TEST_CASE("keys the rest of the config turns off are named, with the key that de
   CHECK(warnings_for({"model.rope_theta=500000"}) ==
         std::vector<std::string>{"model.rope_theta is set, but model.position is learned: it has no effect"});
   CHECK(warnings_for({"model.rope_theta=500000", "model.arch=llama"}).empty());
+  // RoPE's scaling: off under learned positions or type none; each type's own keys only under it.
+  CHECK(warnings_for({"model.rope_scaling.factor=16"}) ==
+        std::vector<std::string>{"model.rope_scaling.factor is set, but model.position is learned: it has no effect"});
+  CHECK(warnings_for({"model.arch=llama", "model.rope_scaling.factor=16"}) ==
+        std::vector<std::string>{
+            "model.rope_scaling.factor is set, but model.rope_scaling.type is none: it has no effect"});
+  CHECK(warnings_for({"model.arch=llama", "model.rope_scaling.type=llama3", "model.rope_scaling.beta_fast=16",
+                      "model.rope_scaling.mscale=2", "model.rope_scaling.mscale_all_dim=1",
+                      "model.rope_scaling.low_freq_factor=2"}) ==
+        std::vector<std::string>{
+            "model.rope_scaling.beta_fast is set, but model.rope_scaling.type is llama3: it has no effect",
+            "model.rope_scaling.mscale is set, but model.rope_scaling.type is llama3: it has no effect"});
+  CHECK(warnings_for({"model.arch=llama", "model.rope_scaling.type=yarn", "model.rope_scaling.low_freq_factor=2",
+                      "model.rope_scaling.attention_factor=1.2"}) ==
+        std::vector<std::string>{
+            "model.rope_scaling.low_freq_factor is set, but model.rope_scaling.type is yarn: it has no effect"});
   CHECK(warnings_for({"model.mla.v_head_dim=16"}).size() == 1);
   CHECK(warnings_for({"model.moe.num_experts=4", "model.moe.aux_loss_type=none", "model.moe.aux_loss_coeff=0.1"}) ==
         std::vector<std::string>{
