@@ -57,6 +57,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   std::vector<models::MoEStats*> moe_stats;
   for (int64_t chunk = 0; chunk < p.virtual_stages; ++chunk) {
     auto piece = make_model(config_, tp, models::PipelinePosition{chunk * p.pp + coords.pp, p.pp * p.virtual_stages});
+    models::require_context_parallel_support(*piece, p.cp);
     // Initialised on the CPU, as in every layout, then moved: the same numbers on every device.
     piece->to(device_);
     piece->train();
@@ -305,8 +306,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
       if (!dump_dir_.empty() && step == first_step) dump_weights();
     }
     consumed += t.global_batch_size;
-    // A GPU runs behind the host: the step ends when its queued work has.
-    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
+    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());  // the step ends when the GPU's work has
     const double step_s = seconds_since(step_start);
     clock_.end_step(step_s, step > first_step || first_step == t.steps);
     profiler.after_step(step);

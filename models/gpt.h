@@ -146,6 +146,7 @@ class GPTImpl : public LanguageModel {
   std::vector<MoEStats*> moe_stats() override;
   torch::Tensor take_mtp_loss() override;
   BlockStackImpl* block_stack() override { return blocks.get(); }
+  bool splits_sequences_over_cp() const override { return true; }
   // Parameters of this piece, each whole (unsplit by tp): the whole model's when it is one piece.
   int64_t num_parameters() const;
 

@@ -10,6 +10,14 @@ torch::Tensor TensorParallelContext::cp_positions(int64_t seq_len, const torch::
   return torch::tensor(positions, torch::TensorOptions().dtype(torch::kInt64)).to(device);
 }
 
+void require_context_parallel_support(const LanguageModel& model, int64_t cp) {
+  if (cp <= 1 || model.splits_sequences_over_cp()) return;
+  throw InputError(
+      "config key 'parallel.cp': this model does not split its sequences over a context-parallel group "
+      "(LanguageModel::splits_sequences_over_cp), so at cp " +
+      std::to_string(cp) + " each rank would train on its part of every sequence alone; set parallel.cp to 1");
+}
+
 PipelineModelFactory whole_model_only(ModelFactory make_model) {
   return [make_model = std::move(make_model)](const Config& config, TensorParallelContext tp,
                                               PipelinePosition position) -> std::shared_ptr<LanguageModel> {

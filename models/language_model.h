@@ -83,7 +83,16 @@ class LanguageModel : public torch::nn::Module {
   // trainer wraps each from outside (ZeRO-3 units, full recomputation). A model
   // without them trains with its parameters in one ZeRO-3 unit and no full recomputation.
   virtual BlockStackImpl* block_stack() { return nullptr; }
+  // Whether the model splits each sequence over the context-parallel group itself
+  // (TensorParallelContext::cp): its attention exchanges keys and values there
+  // (parallel/ring_attention.h) and its positions are cp_positions. One that does
+  // not would see only its rank's part of each sequence: parallel.cp > 1 refuses it.
+  virtual bool splits_sequences_over_cp() const { return false; }
 };
+
+// Refuses (InputError naming parallel.cp) a MODEL that cannot split sequences over a context-parallel group of CP
+// ranks.
+void require_context_parallel_support(const LanguageModel& model, int64_t cp);
 
 // Builds this rank's part of a model for a resolved config.
 using ModelFactory = std::function<std::shared_ptr<LanguageModel>(const Config&, TensorParallelContext)>;

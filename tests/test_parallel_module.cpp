@@ -28,6 +28,25 @@ struct Forgetful : models::LanguageModel {
   torch::Tensor scale;
 };
 
+// A user's model with one slip each (SLIP): a block used in two places, two layers of one global
+// name, a frozen parameter, an empty name; none: two layers, each named and trained.
+struct Slipped : models::LanguageModel {
+  explicit Slipped(const std::string& slip) {
+    using parallel::ColumnParallelLinear, parallel::ColumnParallelLinearOptions;
+    a = register_module("a",
+                        ColumnParallelLinear(ColumnParallelLinearOptions(4, 4).name(slip == "empty" ? "" : "a"), tp));
+    b = slip == "shared" ? a
+                         : ColumnParallelLinear(ColumnParallelLinearOptions(4, 4).name(slip == "name" ? "a" : "b"), tp);
+    register_module("b", b);
+    if (slip == "frozen") b->weight.set_requires_grad(false);
+  }
+  torch::Tensor forward(const torch::Tensor& input, const torch::Tensor&) override {
+    return b->forward(a->forward(input));
+  }
+  parallel::SelfCommunicator tp{"tp", 0, std::make_shared<parallel::CommStats>()};
+  parallel::ColumnParallelLinear a{nullptr}, b{nullptr};
+};
+
 // A GPT small enough to build in a unit test: hidden 8, 2 heads, ffn 16, L layers.
 models::GPTOptions tiny_gpt(int64_t layers) {
   models::GPTOptions o;
@@ -89,6 +108,26 @@ TEST_CASE("a parameter no layer described is refused by name", "[parallel_module
     CHECK(what.find("'scale'") != std::string::npos);
     CHECK(what.find("'up.weight'") == std::string::npos);  // the described ones are not blamed
   }
+}
+
+TEST_CASE("a parameter described twice, two of one name, a frozen or unnamed one are refused by name",
+          "[parallel_module]") {
+  CHECK(std::make_shared<Slipped>("none")->parallel_parameters().size() == 4);
+  // Each would train wrong or save what no resume reads: a shared block stepped twice per step.
+  CHECK_THROWS_WITH(std::make_shared<Slipped>("shared")->parallel_parameters(),
+                    Catch::Contains("'a.weight' (in the module 'b') is 'a.weight' (in the module 'a') again"));
+  CHECK_THROWS_WITH(
+      std::make_shared<Slipped>("name")->parallel_parameters(),
+      Catch::Contains("two parameters have the global name 'a.weight'") && Catch::Contains("(in the module 'b')"));
+  CHECK_THROWS_WITH(std::make_shared<Slipped>("frozen")->parallel_parameters(),
+                    Catch::Contains("'b.weight' (in the module 'b') does not require a gradient"));
+  CHECK_THROWS_WITH(std::make_shared<Slipped>("empty")->parallel_parameters(),
+                    Catch::Contains("'.weight' (in the module 'a') has an empty global name"));
+  // A model that does not split sequences over cp is refused there, naming the key; GPT does.
+  CHECK_NOTHROW(models::require_context_parallel_support(Slipped("none"), 1));
+  CHECK_THROWS_WITH(models::require_context_parallel_support(Slipped("none"), 2),
+                    Catch::Contains("config key 'parallel.cp'"));
+  CHECK_NOTHROW(models::require_context_parallel_support(models::GPTImpl(tiny_gpt(1)), 2));
 }
 
 TEST_CASE("the last pipeline stage's word embedding is a tied copy", "[parallel_module]") {
