@@ -406,14 +406,15 @@ void apply_hf_config(Config& config, const std::set<std::string>& overridden) {
                      std::to_string(window) +
                      " every token sees its whole sequence either way, and loom trains it exactly");
   }
-  if (config.model.arch == ModelArch::gpt2) {
-    const auto positions = json.value("n_positions", nlohmann::json(1024));
-    if (!positions.is_number_integer() || positions.get<int64_t>() < config.model.seq_len) {
-      throw InputError("model.seq_len is " + std::to_string(config.model.seq_len) +
-                       (overridden.count("model.seq_len") ? " by --set" : " in " + config.source) +
-                       " but the GPT-2 in " + file + " has position embeddings for n_positions = " + positions.dump() +
-                       " tokens");
-    }
+  // The positions a model holds: the file's value is checked before a config's model.seq_len is held against it.
+  const HfJson positions_json(json, file);
+  const char* positions_key = config.model.arch == ModelArch::gpt2 ? "n_positions" : "max_position_embeddings";
+  if (positions_json.null(positions_key)) throw positions_json.refused(positions_key, "must be a positive integer");
+  const int64_t positions = std::stoll(positions_json.integer(positions_key, 1024));
+  if (config.model.arch == ModelArch::gpt2 && positions < config.model.seq_len) {
+    throw InputError("model.seq_len is " + std::to_string(config.model.seq_len) +
+                     (overridden.count("model.seq_len") ? " by --set" : " in " + config.source) + " but the GPT-2 in " +
+                     file + " has position embeddings for n_positions = " + std::to_string(positions) + " tokens");
   }
 }
 

@@ -28,8 +28,9 @@
 namespace loom::launch {
 namespace {
 
-// ck/step_N/ is ck/step_N (whose parent, checkpoint.dir, decides the run directory and `latest`).
+// ck/step_N/ is ck/step_N (its parent, checkpoint.dir, decides the run directory); "" names no checkpoint.
 std::string without_trailing_slashes(std::string path) {
+  if (path.empty()) throw CLI::ValidationError("is empty: give auto or a checkpoint");
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   return path;
 }

@@ -196,6 +196,7 @@ int export_checkpoint(const ExportArgs& args) {
 static int export_checkpoint_unguarded(const ExportArgs& args) {
   if (args.format != "hf" && args.format != "hf-gpt2" && args.format != "hf-llama")
     throw InputError("--format '" + args.format + "' is not known; use hf, hf-llama or hf-gpt2");
+  if (args.output.empty()) throw InputError("--output is empty: give the directory to write");
   const int64_t max_shard = parse_byte_size(args.max_shard_size, "--max-shard-size");
   const std::string problem = verify_checkpoint(args.checkpoint);
   if (!problem.empty()) throw InputError("loom export: " + problem);

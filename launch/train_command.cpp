@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "core/checkpoint_store.h"
 #include "core/config_inert.h"
 #include "core/cpu_memory.h"
 #include "core/device.h"
@@ -47,6 +48,13 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
         "--resume {}: checkpoint.dir is not set, so this run saves no checkpoint of its own progress (set "
         "checkpoint.dir to keep it)",
         args.resume);
+  }
+  // A --resume CHECKPOINT that names nothing readable is refused before the run and checkpoint
+  // folders are made (the full check of its files waits for the peers).
+  try {
+    if (!args.resume.empty() && args.resume != "auto") read_manifest(args.resume);
+  } catch (const InputError& e) {
+    throw InputError("--resume " + args.resume + ": " + e.what());
   }
   const torch::Device device = resolve_train_device(config.train.device, launch.local_rank, launch.local_world);
   use_device(device);

@@ -418,6 +418,17 @@ TEST_CASE("model.init_from a directory takes config.json's keys and refuses a co
   CHECK(load("  seq_len: 32\n").model.hidden_size == 48);
   CHECK(error_of([&] { load("  seq_len: 64\n"); }) == "model.seq_len is 64 in " + yaml + " but the GPT-2 in " + json +
                                                           " has position embeddings for n_positions = 32 tokens");
+  // A bad n_positions is named as the file's, not blamed on model.seq_len.
+  for (const auto& bad :
+       {nlohmann::json(-1), nlohmann::json(0), nlohmann::json("abc"), nlohmann::json(2.5), nlohmann::json(nullptr)}) {
+    auto odd_gpt2 = gpt2;
+    odd_gpt2["n_positions"] = bad;
+    write_text(fs::path(dir) / "config.json", odd_gpt2.dump());
+    INFO(bad.dump());
+    CHECK_THAT(error_of([&] { load("  seq_len: 32\n"); }), Catch::Contains("n_positions") &&
+                                                               Catch::Contains("must be a positive integer") &&
+                                                               !Catch::Contains("model.seq_len"));
+  }
   fs::remove(fs::path(dir) / "config.json");
   CHECK(error_of([&] { load(""); }) ==
         "model.init_from: Hugging Face model directory '" + dir + "' has no config.json");

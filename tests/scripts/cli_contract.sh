@@ -60,6 +60,13 @@ mkdir -p "$WORK/ck_list/step_00000150" "$WORK/ck_list/step_00000200"
 expect_exit 2 "checkpoint '$WORK/ck_list/step_00000050' does not exist (checkpoint.keep deletes older steps; '$WORK/ck_list' holds step_00000150, step_00000200)" \
   "$LOOM" train "$TINY" --resume "$WORK/ck_list/step_00000050"
 expect_exit 2 "checkpoint '$WORK/ck_list/step_00000150' has no manifest.json" "$LOOM" export "$WORK/ck_list/step_00000150" --output "$WORK/x"
+# A resume that names nothing is refused before the run's folders are made; an empty --resume or
+# --output (an unset variable) names nothing, and was taken for no --resume, or failed unnamed.
+expect_exit 2 "--resume $WORK/ck_list/step_00000050: checkpoint" "$LOOM" train "$TINY" --resume "$WORK/ck_list/step_00000050" \
+  --run-dir "$WORK/refused_run" --set checkpoint.dir="$WORK/refused_ck"
+[ ! -e "$WORK/refused_run" ] && [ ! -e "$WORK/refused_ck" ] || fail "a refused --resume left its run or checkpoint folder"
+expect_exit 2 "--resume: is empty: give auto or a checkpoint" "$LOOM" train "$TINY" --resume ""
+expect_exit 2 "--output is empty" "$LOOM" export "$WORK/ck_list/step_00000150" --output ""
 expect_exit 2 "model.init_from: '$WORK/none.safetensors' does not exist" "$LOOM" train "$TINY" --set model.init_from="$WORK/none.safetensors"
 expect_exit 2 "'checkpoint.dir'" "$LOOM" train "$TINY" --set train.exit_after=3
 # This LibTorch is CPU-only: asking for a GPU or for NCCL is refused up front, naming the key.
