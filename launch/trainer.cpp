@@ -114,7 +114,7 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
     auto& piece = *chunks_[static_cast<size_t>(chunk)];
     auto out = piece.forward(input.defined() ? input : batch.tokens, batch.targets);
     if (!holds_loss || chunk != last_chunk) return out;
-    loss_sum += out.detach().to(torch::kFloat64);
+    loss_sum += models::require_scalar_loss(out).detach().to(torch::kFloat64);
     // Averaging over micro-batches here and over dp in the all-reduce: the mean loss's gradient.
     return loss_scale == 1.0 ? out / static_cast<double>(micro_batches)
                              : out * (loss_scale / static_cast<double>(micro_batches));
@@ -206,7 +206,7 @@ double Trainer::evaluate() {
                                               t.micro_batch_size, micro);
       Batch batch = this_rank_part(valid.batch(first, t.micro_batch_size));
       auto out = chunks_[static_cast<size_t>(chunk)]->forward(input.defined() ? input : batch.tokens, batch.targets);
-      if (holds_loss && chunk == last_chunk) loss_sum += out.to(torch::kFloat64);
+      if (holds_loss && chunk == last_chunk) loss_sum += models::require_scalar_loss(out).to(torch::kFloat64);
       return out;
     });
   }

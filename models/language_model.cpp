@@ -10,6 +10,14 @@ torch::Tensor TensorParallelContext::cp_positions(int64_t seq_len, const torch::
   return torch::tensor(positions, torch::TensorOptions().dtype(torch::kInt64)).to(device);
 }
 
+const torch::Tensor& require_scalar_loss(const torch::Tensor& loss) {
+  if (loss.defined() && loss.numel() == 1) return loss;
+  throw InputError("the model's forward returned " +
+                   (loss.defined() ? "a tensor of shape " + c10::str(loss.sizes()) : std::string("nothing")) +
+                   " where the trainer takes the batch's mean loss, one number (LanguageModel::forward): "
+                   "reduce it (.mean()) before returning it");
+}
+
 void require_context_parallel_support(const LanguageModel& model, int64_t cp) {
   if (cp <= 1 || model.splits_sequences_over_cp()) return;
   throw InputError(

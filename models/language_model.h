@@ -90,6 +90,9 @@ class LanguageModel : public torch::nn::Module {
   virtual bool splits_sequences_over_cp() const { return false; }
 };
 
+// LOSS, the last piece's forward: refused (InputError) unless it is the one number the trainer averages.
+const torch::Tensor& require_scalar_loss(const torch::Tensor& loss);
+
 // Refuses (InputError naming parallel.cp) a MODEL that cannot split sequences over a context-parallel group of CP
 // ranks.
 void require_context_parallel_support(const LanguageModel& model, int64_t cp);

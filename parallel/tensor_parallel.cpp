@@ -55,7 +55,16 @@ RowParallelLinearImpl::RowParallelLinearImpl(RowParallelLinearOptions options_, 
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& input) {
-  auto x = options.input_is_parallel() ? input : scatter_to_tp_region(input, *tp_);
+  // The usual slip at tp > 1, a column layer's gather_output against input_is_parallel: said with
+  // this layer's name rather than as a matrix product that cannot be multiplied.
+  const bool parallel_input = options.input_is_parallel();
+  const int64_t expected = parallel_input ? options.in_features() / tp_->size() : options.in_features();
+  TORCH_CHECK(input.dim() > 0 && input.size(-1) == expected, options.name(), ": its input has ",
+              input.dim() > 0 ? input.size(-1) : 0, " features where it takes ", expected, " (",
+              parallel_input ? "input_is_parallel: this rank's part of " : "input_is_parallel false: all ",
+              options.in_features(),
+              " features; a ColumnParallelLinear before it gives a part, or all with gather_output)");
+  auto x = parallel_input ? input : scatter_to_tp_region(input, *tp_);
   // On one rank the reduction is the identity, so the bias joins the product: cuBLAS adds it in
   // the matrix product's epilogue instead of a broadcasting pass over the output.
   const bool one_rank = tp_->size() == 1;

@@ -128,6 +128,17 @@ TEST_CASE("a parameter described twice, two of one name, a frozen or unnamed one
   CHECK_THROWS_WITH(models::require_context_parallel_support(Slipped("none"), 2),
                     Catch::Contains("config key 'parallel.cp'"));
   CHECK_NOTHROW(models::require_context_parallel_support(models::GPTImpl(tiny_gpt(1)), 2));
+  // The last piece's forward gives the batch's mean loss: a per-token loss (no .mean()) is said so.
+  CHECK_NOTHROW(models::require_scalar_loss(torch::tensor(2.0)));
+  CHECK_NOTHROW(models::require_scalar_loss(torch::ones({1})));
+  CHECK_THROWS_WITH(models::require_scalar_loss(torch::ones({64})),
+                    Catch::Contains("a tensor of shape [64]") && Catch::Contains(".mean()"));
+  // A row-parallel layer fed the wrong width names itself (a column layer's gather_output at tp > 1).
+  parallel::SelfCommunicator tp{"tp", 0, std::make_shared<parallel::CommStats>()};
+  parallel::RowParallelLinear down(parallel::RowParallelLinearOptions(8, 4).name("down").input_is_parallel(true), tp);
+  CHECK(down->forward(torch::ones({2, 8})).sizes() == torch::IntArrayRef{2, 4});
+  CHECK_THROWS_WITH(down->forward(torch::ones({2, 6})),
+                    Catch::Contains("down: its input has 6 features where it takes 8"));
 }
 
 TEST_CASE("the last pipeline stage's word embedding is a tied copy", "[parallel_module]") {
