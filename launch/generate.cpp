@@ -177,7 +177,8 @@ int generate(const GenerateArgs& args) {
     // Every rank holds the same gathered logits, bit for bit, and the same generator: the same id.
     const int64_t id = sampler.next(logits[0][-1].cpu());
     generated.push_back(id);
-    if (id >= tokenizer->vocab_size() && !args.ids) {  // decoding it would print nothing, or garbage
+    const bool decodable = id < tokenizer->vocab_size();  // else decoding would print nothing, or garbage
+    if (!decodable && !args.ids) {
       throw InputError("the model generated id " + std::to_string(id) + ", which tokenizer '" + tokenizer->source() +
                        "' (" + std::to_string(tokenizer->vocab_size()) +
                        " ids) cannot decode; give the tokenizer the model was trained with (--tokenizer)");
@@ -191,7 +192,7 @@ int generate(const GenerateArgs& args) {
       stopped_at_eos = true;  // as Hugging Face's generate does; the EOS is in the ids, not the text
       break;
     }
-    if (id >= tokenizer->vocab_size() && !text_cut) {
+    if (!decodable && !text_cut) {
       text_cut = true;
       warn0(
           "the model generated id {}, which tokenizer '{}' ({} ids) cannot decode: the text stops there, the ids "

@@ -49,12 +49,17 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
         "checkpoint.dir to keep it)",
         args.resume);
   }
-  // A --resume CHECKPOINT that names nothing readable is refused before the run and checkpoint
-  // folders are made (the full check of its files waits for the peers).
-  try {
-    if (!args.resume.empty() && args.resume != "auto") read_manifest(args.resume);
-  } catch (const InputError& e) {
-    throw InputError("--resume " + args.resume + ": " + e.what());
+  // A --resume CHECKPOINT without a manifest is refused before the run and checkpoint folders are
+  // made; read_manifest says why (a deleted step, checkpoint.dir given). The full check of its files,
+  // on rank 0, waits for the peers: every rank reading a large manifest here would be work twice.
+  std::error_code no_manifest;
+  if (!args.resume.empty() && args.resume != "auto" &&
+      !std::filesystem::is_regular_file(std::filesystem::path(args.resume) / "manifest.json", no_manifest)) {
+    try {
+      read_manifest(args.resume);
+    } catch (const InputError& e) {
+      throw InputError("--resume " + args.resume + ": " + e.what());
+    }
   }
   const torch::Device device = resolve_train_device(config.train.device, launch.local_rank, launch.local_world);
   use_device(device);

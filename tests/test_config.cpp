@@ -13,23 +13,18 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "launch/supported_combinations.h"
+#include "test_helpers.h"
 
 using loom::Config;
 using loom::InputError;
 
 namespace {
 
-std::string write_yaml(const std::string& text) {
-  static int counter = 0;
-  auto path = std::filesystem::temp_directory_path() /
-              ("loom_test_config_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".yaml");
-  std::ofstream(path) << text;
-  return path.string();
-}
+using loom::test::write_temp_yaml;
 
 Config resolved(const std::vector<std::string>& overrides, int64_t world) {
   Config c = loom::load_config(
-      write_yaml("model:\n  num_layers: 4\ntrain:\n  global_batch_size: 16\n  micro_batch_size: 1\n"), overrides);
+      write_temp_yaml("model:\n  num_layers: 4\ntrain:\n  global_batch_size: 16\n  micro_batch_size: 1\n"), overrides);
   loom::resolve_and_validate(c, world);
   return c;
 }
@@ -48,7 +43,7 @@ std::string error_of(const std::vector<std::string>& overrides, int64_t world) {
 // The message of loading YAML with OVERRIDES; "no error" if there is none.
 std::string load_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
   try {
-    loom::load_config(write_yaml(yaml), overrides);
+    loom::load_config(write_temp_yaml(yaml), overrides);
   } catch (const InputError& e) {
     return e.what();
   }
@@ -58,7 +53,7 @@ std::string load_error(const std::string& yaml, const std::vector<std::string>& 
 }  // namespace
 
 TEST_CASE("config reads YAML sections and applies overrides in order", "[config]") {
-  auto path = write_yaml("model:\n  hidden_size: 96\n  num_heads: 3\ntrain:\n  lr: 0.5\n  min_lr: 0.1\n");
+  auto path = write_temp_yaml("model:\n  hidden_size: 96\n  num_heads: 3\ntrain:\n  lr: 0.5\n  min_lr: 0.1\n");
   Config c = loom::load_config(path, {"train.lr=0.25", "train.lr=0.3", "parallel.sequence_parallel=false"});
   CHECK(c.model.hidden_size == 96);
   CHECK(c.model.num_heads == 3);
@@ -71,7 +66,7 @@ TEST_CASE("config reads YAML sections and applies overrides in order", "[config]
 TEST_CASE("unknown keys and sections are errors that suggest the closest name", "[config]") {
   auto check = [](const std::string& yaml, const std::string& expected) {
     try {
-      loom::load_config(write_yaml(yaml));
+      loom::load_config(write_temp_yaml(yaml));
       FAIL("expected an InputError for " << yaml);
     } catch (const InputError& e) {
       CHECK_THAT(e.what(), Catch::Contains(expected));
@@ -288,7 +283,7 @@ TEST_CASE("model.arch sets the defaults of the keys a config leaves unset; set k
   const Config qwen_like = resolved({"model.arch=llama", "model.qkv_bias=true"}, 1);
   CHECK((!qwen_like.model.bias && qwen_like.model.qkv_bias));
   // The same from a file: the YAML's keys count as set.
-  Config from_file = loom::load_config(write_yaml("model:\n  arch: llama\n  position: learned\n"));
+  Config from_file = loom::load_config(write_temp_yaml("model:\n  arch: llama\n  position: learned\n"));
   CHECK(from_file.model.position == loom::PositionKind::learned);
   CHECK(from_file.model.norm == loom::NormKind::rmsnorm);
 }
@@ -313,7 +308,7 @@ TEST_CASE("grouped-query attention follows Megatron-LM's tp rule; RoPE needs an 
 
 TEST_CASE("the resolved config written out reads back to the same config", "[config]") {
   Config a = resolved({"parallel.tp=2", "data.path=some dir/with: colon", "train.lr=0.000123456789"}, 4);
-  Config b = loom::load_config(write_yaml(loom::to_yaml(a)));
+  Config b = loom::load_config(write_temp_yaml(loom::to_yaml(a)));
   loom::resolve_and_validate(b, 4);
   CHECK(loom::to_yaml(a) == loom::to_yaml(b));
   CHECK(b.data.path == "some dir/with: colon");

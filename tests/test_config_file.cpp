@@ -1,43 +1,28 @@
 // What a config file may hold: one YAML document of sections whose keys are plain names, each
 // written once.
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
-#include <filesystem>
-#include <fstream>
 
 #include "core/config.h"
 #include "core/errors.h"
+#include "test_helpers.h"
 
-using loom::InputError;
-
-namespace {
-
-std::string write_yaml(const std::string& text) {
-  static int counter = 0;
-  auto path = std::filesystem::temp_directory_path() /
-              ("loom_test_config_file_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".yaml");
-  std::ofstream(path) << text;
-  return path.string();
-}
-
-}  // namespace
+using loom::test::write_temp_yaml;
 
 TEST_CASE("an empty, comment-only or several-document config file is refused naming the file", "[config]") {
   for (const std::string text : {"", "# nothing but a comment\n", "\n\n"}) {
-    const auto path = write_yaml(text);
+    const auto path = write_temp_yaml(text);
     CHECK_THROWS_WITH(loom::load_config(path), Catch::Contains(path) && Catch::Contains("is empty"));
   }
   CHECK_THROWS_WITH(loom::load_config("/dev/null"), Catch::Contains("'/dev/null' is empty"));
-  const auto two = write_yaml("model:\n  num_layers: 2\n---\ntrain:\n  steps: 5\n");
+  const auto two = write_temp_yaml("model:\n  num_layers: 2\n---\ntrain:\n  steps: 5\n");
   CHECK_THROWS_WITH(loom::load_config(two), Catch::Contains(two) && Catch::Contains("holds 2 YAML documents"));
-  const auto one = write_yaml("---\nmodel:\n  num_layers: 2\n---\n");  // a trailing --- starts no document
+  const auto one = write_temp_yaml("---\nmodel:\n  num_layers: 2\n---\n");  // a trailing --- starts no document
   CHECK(loom::load_config(one).model.num_layers == 2);
 }
 
 TEST_CASE("keys that name nothing, and anything written twice, are refused naming it", "[config]") {
   auto check = [](const std::string& yaml, const std::string& expected) {
-    const auto path = write_yaml(yaml);
+    const auto path = write_temp_yaml(yaml);
     CHECK_THROWS_WITH(loom::load_config(path), Catch::Contains(path) && Catch::Contains(expected));
   };
   // YAML allows a mapping or a list as a key; yaml-cpp's conversion of one to a name failed with its own words.
