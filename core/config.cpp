@@ -42,10 +42,19 @@ const ConfigField& find_field(const std::string& name, const std::string& where)
   throw InputError(where + unknown("key", name, all_names()));
 }
 
+// What a value of TYPE (a ConfigField's) is written as, for the message refusing one that is not.
+std::string written_as(const std::string& type) {
+  if (type == "int") return "an integer";
+  if (type == "float") return "a finite number";
+  if (type == "bool") return "a boolean (true or false; yes, no, on, off, 1 and 0 too)";
+  if (type == "list of ints") return "a list of integers";
+  return "a " + type;
+}
+
 void set_field(Config& config, const std::string& name, const std::string& text, const std::string& where) {
   const ConfigField& field = find_field(name, where);
   if (!field.parse(config, text)) {
-    throw InputError(where + "key '" + name + "' expects a " + field.type + ", got '" + text + "'");
+    throw InputError(where + "key '" + name + "' expects " + written_as(field.type) + ", got '" + text + "'");
   }
   config.set_keys.insert(name);
 }

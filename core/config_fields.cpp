@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 #include <type_traits>
 
@@ -34,10 +35,14 @@ bool parse_float(const std::string& text, double& out) {
   return true;
 }
 
+// YAML 1.1's words as PyYAML reads them (Megatron-LM's and Hugging Face's configs are read so): each
+// in lower case, capitalised or upper case; and 1 or 0.
 bool parse_bool(const std::string& text, bool& out) {
-  if (text == "true" || text == "True" || text == "1" || text == "yes") {
+  static const std::set<std::string> yes = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", "1"};
+  static const std::set<std::string> no = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", "0"};
+  if (yes.count(text)) {
     out = true;
-  } else if (text == "false" || text == "False" || text == "0" || text == "no") {
+  } else if (no.count(text)) {
     out = false;
   } else {
     return false;

@@ -452,8 +452,11 @@ static void validate(Config& c, int64_t world) {
   require(c.log.interval >= 1, "log.interval", "must be at least 1");
   require(c.log.profile_step_start >= 0 && c.log.profile_step_start <= c.train.steps, "log.profile_step_start",
           "must be 0 (off) or a step of the run, at most train.steps = " + std::to_string(c.train.steps));
-  require(c.log.profile_step_end == 0 || c.log.profile_step_end >= c.log.profile_step_start, "log.profile_step_end",
-          "must be 0 or at least log.profile_step_start = " + std::to_string(c.log.profile_step_start));
+  require(c.log.profile_step_end == 0 ||
+              (c.log.profile_step_end >= c.log.profile_step_start && c.log.profile_step_end <= c.train.steps),
+          "log.profile_step_end",
+          "must be 0 or a step from log.profile_step_start = " + std::to_string(c.log.profile_step_start) +
+              " to train.steps = " + std::to_string(c.train.steps));
   require(c.eval.interval >= 0, "eval.interval", "must be non-negative (0: only at the last step)");
   require(c.eval.steps >= 1, "eval.steps", "must be at least 1");
   require(c.data.split.empty() || c.data.valid_path.empty(), "data.split",

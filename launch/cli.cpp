@@ -94,24 +94,24 @@ std::function<TrainArgs()> add_train_flags(CLI::App& command, bool verify = fals
                      "shuffle's train.seed) differs from the checkpoint's: go on at its count of consumed samples in "
                      "the new order");
   }
-  command
-      .add_option("--inject-fault", *fault,
-                  "for tests: rank RANK fails at step STEP by KIND (kill, hang, kill_in_save, fail_save, overflow; "
-                  "slow: 100 ms more per step from STEP on; scale:GROUP:EPS: one collective of GROUP, tp, cp, dp, "
-                  "pp or ep, has its result scaled by 1 + EPS at STEP; from STEP on, delay:GROUP:MS sleeps before "
-                  "each collective of GROUP, slow-data:MS before each batch read, straggler:RANK:MS once a step; "
-                  "slow_save:MS: writing the checkpoint saved after STEP takes MS longer; slow_resume:MS: rank 0 "
-                  "takes MS longer to check the checkpoints of a resume); "
-                  "on the first attempt only, so that a job restarted by "
-                  "torchrun --max_restarts or a SLURM requeue (TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT "
-                  "above 0) runs through")
-      ->type_name("RANK:STEP:KIND");
+  CLI::Option* fault_option = command.add_option(
+      "--inject-fault", *fault,
+      "for tests: rank RANK fails at step STEP by KIND (kill, hang, kill_in_save, fail_save, overflow; "
+      "slow: 100 ms more per step from STEP on; scale:GROUP:EPS: one collective of GROUP, tp, cp, dp, "
+      "pp or ep, has its result scaled by 1 + EPS at STEP; from STEP on, delay:GROUP:MS sleeps before "
+      "each collective of GROUP, slow-data:MS before each batch read, straggler:RANK:MS once a step; "
+      "slow_save:MS: writing the checkpoint saved after STEP takes MS longer; slow_resume:MS: rank 0 "
+      "takes MS longer to check the checkpoints of a resume); on the first attempt only, so that a job "
+      "restarted by torchrun --max_restarts or a SLURM requeue (TORCHELASTIC_RESTART_COUNT or SLURM_RESTART_COUNT "
+      "above 0) runs through");
+  fault_option->type_name("RANK:STEP:KIND");
   // loom verify's reference run writes its first step's tensors (not for users: loom verify says where).
   command.add_option("--dump-first-step", args->dump_first_step)->group("");
   command.footer(config_keys_help() + "\n" + kExitCodes);
-  return [args, fault] {
+  return [args, fault, fault_option] {
     TrainArgs parsed = *args;
-    if (!fault->empty()) parsed.fault = parse_fault(*fault);
+    // Given, even empty: parse_fault refuses '' rather than a test running with no fault.
+    if (fault_option->count() > 0) parsed.fault = parse_fault(*fault);
     // A restarted job repeats its command line; the failure it tests has already happened.
     if (!parallel::first_attempt()) parsed.fault = {};
     return parsed;

@@ -75,7 +75,9 @@ TEST_CASE("unknown keys and sections are errors that suggest the closest name", 
   check("model:\n  hiden_size: 3\n", "did you mean 'model.hidden_size'");
   check("modle:\n  hidden_size: 3\n", "did you mean 'model'");
   check("train:\n  global_batch: 3\n", "did you mean 'train.global_batch_size'");
-  check("model:\n  hidden_size: big\n", "'model.hidden_size' expects a int");
+  check("model:\n  hidden_size: big\n", "'model.hidden_size' expects an integer, got 'big'");
+  check("model:\n  bias: maybe\n", "'model.bias' expects a boolean (true or false");
+  check("train:\n  lr: fast\n", "'train.lr' expects a finite number, got 'fast'");
   check("model:\n  dropout: [1, 2]\n", "'model.dropout' must be a single value");
   check("model: 3\n", "section 'model' must be a mapping");
   check("model:\n  hidden_size: 3\n   bad: [\n", "not valid YAML");
@@ -84,6 +86,19 @@ TEST_CASE("unknown keys and sections are errors that suggest the closest name", 
   CHECK_THROWS_WITH(loom::apply_override(*std::make_unique<Config>(), "parallel.tpp=2"),
                     Catch::Contains("did you mean 'parallel.tp'"));
   CHECK_THROWS_WITH(loom::load_config("/nonexistent/loom.yaml"), Catch::Contains("/nonexistent/loom.yaml"));
+  // Booleans as PyYAML reads YAML 1.1 (a Megatron-LM or Hugging Face config's on/off, TRUE), and 1/0.
+  auto config = std::make_unique<Config>();
+  for (const char* yes : {"true", "True", "TRUE", "yes", "Yes", "on", "ON", "1"}) {
+    config->model.bias = false;
+    loom::apply_override(*config, std::string("model.bias=") + yes);
+    CHECK(config->model.bias);
+  }
+  for (const char* no : {"false", "FALSE", "no", "NO", "off", "Off", "0"}) {
+    config->model.bias = true;
+    loom::apply_override(*config, std::string("model.bias=") + no);
+    CHECK_FALSE(config->model.bias);
+  }
+  CHECK_THROWS_WITH(loom::apply_override(*config, "model.bias=y"), Catch::Contains("expects a boolean"));
 }
 
 TEST_CASE("every config key has a meaning, and the help lists it with its type and default", "[config]") {

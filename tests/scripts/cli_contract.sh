@@ -35,6 +35,7 @@ expect_exit 2 "--inject-fault 0:6:kill: step 6 is past where the run stops (trai
   --set train.exit_after=4 --set checkpoint.dir="$WORK/never" --inject-fault 0:6:kill
 expect_exit 2 "--inject-fault KIND must be kill, hang, kill_in_save, fail_save, overflow, slow, scale:GROUP:EPS, delay:GROUP:MS, slow-data:MS, slow_save:MS, slow_resume:MS or straggler:RANK:MS" "$LOOM" train "$TINY" --inject-fault 0:1:boom
 expect_exit 2 "needs GROUP tp, cp, dp, pp or ep" "$LOOM" train "$TINY" --inject-fault 0:1:scale:xp:1e-3
+expect_exit 2 "--inject-fault expects RANK:STEP:KIND, got ''" "$LOOM" train "$TINY" --inject-fault ''
 expect_exit 2 "scale:tp:EPS needs a number above -1" "$LOOM" train "$TINY" --inject-fault 0:1:scale:tp:big
 expect_exit 2 "loom plan: CONFIG.yaml excludes --run" "$LOOM" plan "$TINY" --run "$WORK"
 expect_exit 2 "loom plan: CONFIG.yaml or --run RUN_DIR is required" "$LOOM" plan

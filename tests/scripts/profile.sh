@@ -26,4 +26,10 @@ status=0
 "$LOOM" train "$TINY" --run-dir "$WORK/beyond" --set train.steps=3 --set train.warmup_steps=1 --set log.profile_step_start=50 \
   > "$WORK/beyond.log" 2>&1 || status=$?
 [ "$status" = 2 ] && grep -q "log.profile_step_start" "$WORK/beyond.log" || { cat "$WORK/beyond.log"; fail "a start beyond train.steps was not refused (exit $status)"; }
+# So would an end beyond it, which was cut to the run's last step without a word.
+status=0
+"$LOOM" train "$TINY" --run-dir "$WORK/end_beyond" --set train.steps=3 --set train.warmup_steps=1 --set log.profile_step_start=2 \
+  --set log.profile_step_end=50 > "$WORK/end_beyond.log" 2>&1 || status=$?
+[ "$status" = 2 ] && grep -q "log.profile_step_end.*train.steps = 3" "$WORK/end_beyond.log" ||
+  { cat "$WORK/end_beyond.log"; fail "an end beyond train.steps was not refused (exit $status)"; }
 echo "profile: ok"
