@@ -57,7 +57,7 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   std::vector<models::MoEStats*> moe_stats;
   for (int64_t chunk = 0; chunk < p.virtual_stages; ++chunk) {
     auto piece = make_model(config_, tp, models::PipelinePosition{chunk * p.pp + coords.pp, p.pp * p.virtual_stages});
-    models::require_context_parallel_support(*piece, p.cp);
+    models::require_layout_support(*piece, p.cp, t.recompute);
     // Initialised on the CPU, as in every layout, then moved: the same numbers on every device.
     piece->to(device_);
     piece->train();

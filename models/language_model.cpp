@@ -18,12 +18,20 @@ const torch::Tensor& require_scalar_loss(const torch::Tensor& loss) {
                    "reduce it (.mean()) before returning it");
 }
 
-void require_context_parallel_support(const LanguageModel& model, int64_t cp) {
-  if (cp <= 1 || model.splits_sequences_over_cp()) return;
-  throw InputError(
-      "config key 'parallel.cp': this model does not split its sequences over a context-parallel group "
-      "(LanguageModel::splits_sequences_over_cp), so at cp " +
-      std::to_string(cp) + " each rank would train on its part of every sequence alone; set parallel.cp to 1");
+void require_layout_support(const LanguageModel& model, int64_t cp, Recompute recompute) {
+  if (cp > 1 && !model.splits_sequences_over_cp()) {
+    throw InputError(
+        "config key 'parallel.cp': this model does not split its sequences over a context-parallel group "
+        "(LanguageModel::splits_sequences_over_cp), so at cp " +
+        std::to_string(cp) + " each rank would train on its part of every sequence alone; set parallel.cp to 1");
+  }
+  // const_cast: block_stack() is non-const for the trainer's wrapping; asking whether there is one changes nothing.
+  if (recompute == Recompute::full && const_cast<LanguageModel&>(model).block_stack() == nullptr) {
+    throw InputError(
+        "config key 'train.recompute': full recomputation re-runs the blocks a model declares "
+        "(LanguageModel::block_stack), and this model declares none, so every activation would still be kept; "
+        "declare its blocks in a BlockStack (models/block_stack.h), or set train.recompute to none");
+  }
 }
 
 PipelineModelFactory whole_model_only(ModelFactory make_model) {

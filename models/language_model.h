@@ -93,9 +93,10 @@ class LanguageModel : public torch::nn::Module {
 // LOSS, the last piece's forward: refused (InputError) unless it is the one number the trainer averages.
 const torch::Tensor& require_scalar_loss(const torch::Tensor& loss);
 
-// Refuses (InputError naming parallel.cp) a MODEL that cannot split sequences over a context-parallel group of CP
-// ranks.
-void require_context_parallel_support(const LanguageModel& model, int64_t cp);
+// Refuses (InputError naming the key) a layout MODEL cannot train as asked: parallel.cp > 1 for a model that
+// does not split sequences over a context-parallel group, train.recompute: full for one that declares no
+// blocks to recompute (it would keep every activation without a word).
+void require_layout_support(const LanguageModel& model, int64_t cp, Recompute recompute);
 
 // Builds this rank's part of a model for a resolved config.
 using ModelFactory = std::function<std::shared_ptr<LanguageModel>(const Config&, TensorParallelContext)>;

@@ -123,11 +123,14 @@ TEST_CASE("a parameter described twice, two of one name, a frozen or unnamed one
                     Catch::Contains("'b.weight' (in the module 'b') does not require a gradient"));
   CHECK_THROWS_WITH(std::make_shared<Slipped>("empty")->parallel_parameters(),
                     Catch::Contains("'.weight' (in the module 'a') has an empty global name"));
-  // A model that does not split sequences over cp is refused there, naming the key; GPT does.
-  CHECK_NOTHROW(models::require_context_parallel_support(Slipped("none"), 1));
-  CHECK_THROWS_WITH(models::require_context_parallel_support(Slipped("none"), 2),
+  // A model that does not split sequences over cp is refused there, naming the key; GPT does. So is full
+  // recomputation of a model that declares no blocks (it recomputed nothing, silently).
+  CHECK_NOTHROW(models::require_layout_support(Slipped("none"), 1, Recompute::selective));
+  CHECK_THROWS_WITH(models::require_layout_support(Slipped("none"), 2, Recompute::none),
                     Catch::Contains("config key 'parallel.cp'"));
-  CHECK_NOTHROW(models::require_context_parallel_support(models::GPTImpl(tiny_gpt(1)), 2));
+  CHECK_THROWS_WITH(models::require_layout_support(Slipped("none"), 1, Recompute::full),
+                    Catch::Contains("config key 'train.recompute'") && Catch::Contains("declares none"));
+  CHECK_NOTHROW(models::require_layout_support(models::GPTImpl(tiny_gpt(1)), 2, Recompute::full));
   // The last piece's forward gives the batch's mean loss: a per-token loss (no .mean()) is said so.
   CHECK_NOTHROW(models::require_scalar_loss(torch::tensor(2.0)));
   CHECK_NOTHROW(models::require_scalar_loss(torch::ones({1})));
