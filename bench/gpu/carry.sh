@@ -19,10 +19,14 @@ fi
 rm -rf .gpu_carry && mkdir -p .gpu_carry/lib
 cp "$build/loom" .gpu_carry/
 [ -f "$build/libloom_sentencepiece.so" ] && cp "$build/libloom_sentencepiece.so" .gpu_carry/
-# The unit tests, for check.sh's CUDA kernel tests (tests/test_cuda_kernels.cpp) on the GPU.
+# The unit tests, for check.sh's CUDA kernel tests (tests/test_cuda_kernels.cpp) on the GPU. Without
+# them check.sh's cuda_kernels case fails there: a build that has tests must have built them first.
 if [ -x "$build/tests/loom_unit_tests" ]; then
   mkdir -p .gpu_carry/tests
   cp "$build/tests/loom_unit_tests" .gpu_carry/tests/
+elif grep -q '^LOOM_BUILD_TESTS:BOOL=ON' "$build/CMakeCache.txt" 2> /dev/null; then
+  echo "carry: $build/tests/loom_unit_tests is not built yet (check.sh needs it): build it, then carry" >&2
+  exit 1
 fi
 # BASELINE=path/to/an/earlier/loom [BASELINE_COMMIT=sha]: carried beside it, for session.sh's
 # BASELINE_CONFIGS (the same benchmark with both binaries on one GPU).
@@ -47,3 +51,11 @@ done
 newest=$(objdump -T .gpu_carry/loom .gpu_carry/*.so .gpu_carry/lib/* 2> /dev/null | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1)
 echo "carried: $(ls .gpu_carry/lib | tr '\n' ' ')"
 echo "needs $newest; $(du -sh .gpu_carry | cut -f1) in .gpu_carry/"
+# The device tool carries the working tree's tracked and untracked files too, 64 MiB in all.
+tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2> /dev/null | tail -1 | cut -f1)
+total=$((tree + $(du -sb .gpu_carry | cut -f1)))
+echo "a call carries about $((total / 1048576)) MiB (the tree $((tree / 1048576)) MiB) of its 64"
+if ((total > 64 * 1048576)); then
+  echo "carry: $total bytes is more than a call carries (64 MiB): leave BASELINE out, or strip the binaries" >&2
+  exit 1
+fi

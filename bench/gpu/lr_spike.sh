@@ -8,6 +8,7 @@ source bench/gpu/env.sh
 out=${OUT:-/tmp/loom_gpu_lr_spike}
 mkdir -p "$out"
 steps() { grep -E "step +[0-9]+/|rror|profile:" | cut -c1-118; }
+rm -rf /tmp/lr_spike_fp32 /tmp/lr_spike_bf16 /tmp/lr_spike_moe  # loom refuses a directory holding a run
 echo "== fp32 GPT 1.3B, 8 steps, micro-batch 2"
 timeout 80 "$LOOM" train bench/gpu/gpt_1.3b.yaml --run-dir /tmp/lr_spike_fp32 --set train.steps=8 \
   --set train.precision=fp32 --set train.micro_batch_size=2 2>&1 | steps

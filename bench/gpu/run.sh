@@ -25,6 +25,7 @@ sample_memory() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nouni
 rm -rf /tmp/loom_gpu_run
 sample_memory "$out/loom_memory.txt"
 sampler=$!
+trap 'kill "$sampler" 2> /dev/null' EXIT  # also when a side fails under set -e
 "${LOOM:-build-gpu/loom}" train "$config" --run-dir /tmp/loom_gpu_run "${sets[@]}" 2>&1 | tee "$out/loom.log"
 kill "$sampler"
 # The resolved config loom wrote (sections of "  key: value" lines; no YAML library needed)

@@ -16,8 +16,26 @@
 #      $OUT/profile_NAME.json.gz (SKIP_PROFILE=1: not).
 # Everything it prints is also in $OUT/session.log; the runs' logs come back in $OUT/logs.tgz.
 # The call: device run --carry .gpu_carry --timeout_s 560 'bash bench/gpu/session.sh'
+# A step whose timeout would end past SESSION_BUDGET seconds (default 540) from the start is skipped,
+# saying so, so that the call ends with its logs inside the device's 600 s per command. All steps
+# take about 7 minutes on an H200 (check.sh 60 s, each benchmark 2 to 3.5 minutes with
+# torch.compile), which one session's 15 device minutes hold once, start-up included, not twice.
+# So a session with a new binary starts with the cheap call (about 2.5 minutes), then spends
+# what is left on the benchmarks:
+#   SKIP_BENCH=1 SKIP_PROFILE=1 LOOM_ONLY_CONFIGS="bench/gpu/moe_1b.yaml bench/gpu/llama_1b.yaml bench/gpu/gpt_1.3b.yaml"
+#   SKIP_CHECK=1 SKIP_PROFILE=1 SKIP_COMPILE=1   (both benchmarks against PyTorch eager)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+started=$SECONDS
+# fits SECONDS_NEEDED WHAT: whether a step bounded by that timeout ends inside SESSION_BUDGET; says so when not.
+fits() {
+  if ((SECONDS - started + $1 > ${SESSION_BUDGET:-540})); then
+    echo "== skipped, $2: its timeout of $1 s would pass SESSION_BUDGET ${SESSION_BUDGET:-540} s ($((SECONDS - started)) s gone)"
+    return 1
+  fi
+}
+# SIGTERM asks loom to finish its step and stop: -k kills a step that never ends.
+bounded() { timeout -k 15 "$@"; }
 out=${OUT:-/tmp/loom_gpu_session}
 mkdir -p "$out"
 exec > >(tee "$out/session.log") 2>&1
@@ -38,20 +56,26 @@ fi
 "$LOOM" --version 2>&1 | head -3
 echo "== smoke: 3 steps of the tiny GPT on the GPU"
 rm -rf /tmp/loom_smoke
-timeout 60 "$LOOM" train configs/gpt_tiny.yaml --run-dir /tmp/loom_smoke --set train.device=cuda --set train.steps=3 --set train.warmup_steps=1 \
+bounded 60 "$LOOM" train configs/gpt_tiny.yaml --run-dir /tmp/loom_smoke --set train.device=cuda --set train.steps=3 --set train.warmup_steps=1 \
   --set log.interval=1 2>&1 | tail -15
-if [ "${SKIP_CHECK:-0}" != 1 ]; then
+smoke=${PIPESTATUS[0]}
+if [ "$smoke" != 0 ]; then
+  echo "the smoke run failed (exit $smoke): stopping before the device time goes on the rest"
+  exit 1
+fi
+if [ "${SKIP_CHECK:-0}" != 1 ] && fits "${CHECK_TIMEOUT:-150}" check.sh; then
   echo "== bench/gpu/check.sh"
-  WORK=/tmp/loom_gpu_check timeout "${CHECK_TIMEOUT:-150}" bash bench/gpu/check.sh
+  WORK=/tmp/loom_gpu_check bounded "${CHECK_TIMEOUT:-150}" bash bench/gpu/check.sh
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   for config in ${BENCH_CONFIGS:-bench/gpu/gpt_1.3b.yaml bench/gpu/llama_1b.yaml}; do
     name=$(basename "$config" .yaml)
+    fits "${BENCH_TIMEOUT:-230}" "bench/gpu/run.sh --config $config" || continue
     echo "== bench/gpu/run.sh --config $config"
     mkdir -p "/tmp/loom_gpu_bench/$name"
     # 230 s: the Llama's torch.compile side compiles for about a minute in its first step, and at
     # 170 s it did not finish on an H200 (2026-11-28, call 6).
-    OUT="/tmp/loom_gpu_bench/$name" timeout "${BENCH_TIMEOUT:-230}" bash bench/gpu/run.sh --config "$config" ${BENCH_SETS:-}
+    OUT="/tmp/loom_gpu_bench/$name" bounded "${BENCH_TIMEOUT:-230}" bash bench/gpu/run.sh --config "$config" ${BENCH_SETS:-}
     cp "/tmp/loom_gpu_bench/$name"/results*.json "$out/" 2> /dev/null
   done
 fi
@@ -61,9 +85,10 @@ loom_only() {
   shift 2
   for config in "$@"; do
     name=$(basename "$config" .yaml)
+    fits "${BASELINE_TIMEOUT:-90}" "$label: $config" || continue
     echo "== $label: $config"
     rm -rf "/tmp/loom_gpu_bench/${label}_$name"
-    timeout "${BASELINE_TIMEOUT:-90}" "$binary" train "$config" --run-dir "/tmp/loom_gpu_bench/${label}_$name" \
+    bounded "${BASELINE_TIMEOUT:-90}" "$binary" train "$config" --run-dir "/tmp/loom_gpu_bench/${label}_$name" \
       "${sets[@]}" 2>&1 | grep -E "MFU|error|Error" | tail -2
     python3 -c 'import json, os, statistics, sys
 path = sys.argv[1]
@@ -82,19 +107,22 @@ else:
 if [ -x .gpu_carry/loom_baseline ] && [ -n "${BASELINE_CONFIGS:-}" ]; then
   loom_only "baseline_$(cat .gpu_carry/loom_baseline.commit 2> /dev/null)" .gpu_carry/loom_baseline $BASELINE_CONFIGS
 fi
-if [ "${WARMUP_RUN:-0}" = 1 ]; then
+if [ "${WARMUP_RUN:-0}" = 1 ] && fits "${WARMUP_TIMEOUT:-80}" "the warm-up run"; then
   # The GPT's loss jump at step 7 (docs/performance.md): the same run with a 10-step warm-up.
   # An optimisation spike from the 2-step warm-up's large first Adam updates goes away with it.
   echo "== GPT 1.3B, warm-up 10 steps instead of 2"
-  timeout "${WARMUP_TIMEOUT:-80}" "$LOOM" train bench/gpu/gpt_1.3b.yaml --run-dir /tmp/loom_gpu_bench/gpt_warmup10 \
+  rm -rf /tmp/loom_gpu_bench/gpt_warmup10  # a rerun on the same machine: loom refuses a directory holding a run
+  bounded "${WARMUP_TIMEOUT:-80}" "$LOOM" train bench/gpu/gpt_1.3b.yaml --run-dir /tmp/loom_gpu_bench/gpt_warmup10 \
     --set train.warmup_steps=10 "${sets[@]}" 2>&1 | grep -E "step +[0-9]+/|error|Error" | cut -c1-110
 fi
 if [ "${SKIP_PROFILE:-0}" != 1 ]; then
   # Two steps of each model under LibTorch's profiler: the kernels that took the most time.
   for config in ${PROFILE_CONFIGS:-bench/gpu/gpt_1.3b.yaml}; do
     name=$(basename "$config" .yaml)
+    fits "${PROFILE_TIMEOUT:-90}" "profile: $config" || continue
     echo "== profile: $config, steps 3-4"
-    timeout "${PROFILE_TIMEOUT:-90}" "$LOOM" train "$config" --run-dir "/tmp/loom_gpu_bench/profile_$name" \
+    rm -rf "/tmp/loom_gpu_bench/profile_$name"
+    bounded "${PROFILE_TIMEOUT:-90}" "$LOOM" train "$config" --run-dir "/tmp/loom_gpu_bench/profile_$name" \
       --set train.steps=4 --set train.warmup_steps=1 --set log.profile_step_start=3 --set log.profile_step_end=4 \
       "${sets[@]}" 2>&1 | grep -E "profile:|step [0-9]+/4|error|Error"
     gzip -c "/tmp/loom_gpu_bench/profile_$name/profile_rank0.json" > "$out/profile_$name.json.gz" 2> /dev/null
