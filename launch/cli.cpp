@@ -18,6 +18,7 @@
 
 #include "core/config_fields.h"
 #include "core/device.h"
+#include "core/error_text.h"
 #include "core/errors.h"
 #include "launch/commands.h"
 #include "launch/stop_signals.h"
@@ -110,8 +111,7 @@ std::function<TrainArgs()> add_train_flags(CLI::App& command, bool verify = fals
   command.footer(config_keys_help() + "\n" + kExitCodes);
   return [args, fault, fault_option] {
     TrainArgs parsed = *args;
-    // Given, even empty: parse_fault refuses '' rather than a test running with no fault.
-    if (fault_option->count() > 0) parsed.fault = parse_fault(*fault);
+    if (fault_option->count() > 0) parsed.fault = parse_fault(*fault);  // '' too: refused, not no fault
     // A restarted job repeats its command line; the failure it tests has already happened.
     if (!parallel::first_attempt()) parsed.fault = {};
     return parsed;
@@ -452,7 +452,7 @@ std::string rank_of_several() {
 [[noreturn]] void die(int code, const std::string& message) {
   for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) std::signal(signal, SIG_IGN);
   std::cout.flush();
-  std::fprintf(stderr, "loom: error: %s%s\n", message.c_str(), rank_of_several().c_str());
+  std::fprintf(stderr, "loom: error: %s%s\n", without_json_exception_ids(message).c_str(), rank_of_several().c_str());
   std::fflush(stderr);
   parallel::end_job(code);
 }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "core/error_text.h"
 #include "core/errors.h"
 #include "core/safetensors.h"
 #include "test_helpers.h"
@@ -172,6 +173,14 @@ TEST_CASE("safetensors: malformed files are refused naming the file", "[safetens
   }
   SECTION("header not JSON") {
     refused(file_of("{\"a\": [1, 2", four_floats), "header");
+    // Where the JSON broke; the command line's message leaves out the library's exception id.
+    try {
+      read_safetensors(path);
+    } catch (const InputError& e) {
+      const std::string said = without_json_exception_ids(e.what());
+      CHECK_THAT(said, Catch::Contains("unreadable safetensors header: parse error at line 1"));
+      CHECK_THAT(said, !Catch::Contains("json.exception"));
+    }
   }
   SECTION("dtype loom does not read") {
     refused(file_of(R"({"a":{"dtype":"I32","shape":[4],"data_offsets":[0,16]}})", four_floats), "I32");

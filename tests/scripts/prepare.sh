@@ -62,7 +62,7 @@ expect_ids "$WORK/short" short_jsonl "[list(b'ab')]"
 
 # Bad JSON lines and keys name the file and line; nothing is written.
 printf '{"text": "fine"}\n{"text": broken\n' > "$WORK/bad.jsonl"
-expect_exit2 "bad.jsonl:2: not a JSON line" prepare --input "$WORK/bad.jsonl" --output "$WORK/bad"
+expect_exit2 "bad.jsonl:2: not a JSON line (parse error at line 1, column 10" prepare --input "$WORK/bad.jsonl" --output "$WORK/bad"
 expect_exit2 "docs.jsonl:1: the JSON line has no key 'text'" prepare --input "$WORK/docs.jsonl" --output "$WORK/bad"
 [ -z "$(ls "$WORK" | grep '^bad\.\(bin\|idx\|json\)$')" ] || fail "a failed prepare left files behind"
 expect_exit2 "--add-bos: tokenizer 'byte' has no BOS" prepare --input "$WORK/a.txt" --output "$WORK/bad" --add-bos
