@@ -73,7 +73,14 @@ def replay(rank, world, dump, result):
             if os.environ.get("VERBOSE") and rank == 0: print(p_rank, step, diff, loom_mean.abs().max().item())
         worst[p_rank] = largest
     result[rank] = worst
+    # As bench/reference_gpt.py: a gloo worker thread still dropping a Python tensor when the
+    # interpreter finalises aborts the process ("terminate called without an active exception"), so
+    # the ranks meet, the group goes, and the process leaves without finalising (its result is sent).
+    dist.barrier()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main():
