@@ -102,11 +102,21 @@ std::vector<std::string> remove_unfinished_saves(const std::string& dir) {
 
 namespace {
 
-// The first word of DIR/FILE ("" when there is none).
-std::string first_word(const std::string& dir, const char* file) {
-  std::string word;
-  std::ifstream(fs::path(dir) / file) >> word;
-  return word;
+// The first line of DIR/FILE without its line end ("" when there is none): what `latest` names,
+// a folder of DIR or an absolute path (which may hold spaces).
+std::string first_line(const std::string& dir, const char* file) {
+  std::string line;
+  std::ifstream in(fs::path(dir) / file);
+  std::getline(in, line);
+  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+  return line;
+}
+
+// How `latest` names the checkpoint at PATH: its folder name inside DIR, its absolute path elsewhere.
+std::string latest_entry_for(const std::string& dir, const std::string& path) {
+  std::error_code error;
+  const bool inside = fs::equivalent(fs::path(path).parent_path(), dir, error) && !error;
+  return inside ? fs::path(path).filename().string() : fs::absolute(path).lexically_normal().string();
 }
 
 // The complete checkpoint of DIR whose folder is NAME.
@@ -126,12 +136,13 @@ void set_latest(const std::string& dir, const std::string& path) {
                      "': 'latest' is a directory; loom keeps there a file naming the newest checkpoint: move it away");
   }
   // Not rewritten when it already names PATH: on a full disk the rewrite would fail, and the job.
-  if (first_word(dir, "latest") != fs::path(path).filename().string()) {
+  const std::string entry = latest_entry_for(dir, path);
+  if (first_line(dir, "latest") != entry) {
     const fs::path temporary = fs::path(dir) / "latest.tmp";
     {
       errno = 0;
       std::ofstream out(temporary, std::ios::trunc);
-      out << fs::path(path).filename().string() << "\n";
+      out << entry << "\n";
       if (!out.flush()) throw_write_error("cannot write '" + temporary.string() + "'");
     }
     fs::rename(temporary, fs::path(dir) / "latest");
@@ -144,7 +155,7 @@ void set_latest(const std::string& dir, const std::string& path) {
 
 void announce_publish(const std::string& dir, const std::string& path) {
   const fs::path file = fs::path(dir) / kAnnouncement;
-  const std::string latest = first_word(dir, "latest");
+  const std::string latest = first_line(dir, "latest");
   {
     errno = 0;
     std::ofstream out(file, std::ios::trunc);
@@ -159,20 +170,31 @@ void announce_publish(const std::string& dir, const std::string& path) {
 }
 
 std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
-  return checkpoint_named(dir, first_word(dir, "latest"));
+  const std::string entry = first_line(dir, "latest");
+  if (entry.empty()) return std::nullopt;
+  if (auto live = checkpoint_named(dir, entry)) return live;
+  // A run resumed by hand from a checkpoint that is none of DIR's (one set aside, or another
+  // directory's) continues it until its first save: `latest` names that folder. (A checkpoint of
+  // DIR's that is gone, or set aside since under another name, leaves no manifest there: nothing.)
+  const fs::path path = fs::path(entry).is_absolute() ? fs::path(entry) : fs::path(dir) / entry;
+  const std::string name = path.filename().string();
+  const auto step = step_of_name(name.substr(0, name.find('.')));
+  std::error_code error;
+  if (!step || !fs::is_regular_file(path / "manifest.json", error)) return std::nullopt;
+  return CheckpointInfo{*step, path.string()};
 }
 
 std::string latest_names_missing(const std::string& dir) {
-  const std::string name = first_word(dir, "latest");
-  return name.empty() || checkpoint_named(dir, name) ? std::string() : name;
+  const std::string name = first_line(dir, "latest");
+  return name.empty() || latest_checkpoint(dir) ? std::string() : name;
 }
 
 std::optional<CheckpointInfo> announced_checkpoint(const std::string& dir) {
   std::ifstream in(fs::path(dir) / kAnnouncement);
-  std::string name, word, after;
-  if (!(in >> name >> word >> after) || word != "after") return std::nullopt;
-  const std::string latest = first_word(dir, "latest");
-  if (after != (latest.empty() ? "-" : latest)) return std::nullopt;
+  std::string name, after;
+  if (!std::getline(in, name) || !std::getline(in, after) || after.rfind("after ", 0) != 0) return std::nullopt;
+  const std::string latest = first_line(dir, "latest");
+  if (after.substr(6) != (latest.empty() ? "-" : latest)) return std::nullopt;
   return checkpoint_named(dir, name);
 }
 
@@ -182,7 +204,11 @@ std::vector<CheckpointInfo> resume_candidates(const std::string& dir) {
   if (!first) first = latest_checkpoint(dir);
   if (const auto& latest = first) {
     auto it = std::find_if(all.begin(), all.end(), [&](const auto& c) { return c.path == latest->path; });
-    std::rotate(all.begin(), it, it + 1);
+    if (it == all.end()) {
+      all.insert(all.begin(), *latest);  // a checkpoint outside DIR's own (set aside, or elsewhere)
+    } else {
+      std::rotate(all.begin(), it, it + 1);
+    }
   }
   return all;
 }

@@ -3,7 +3,9 @@
 // aside. A job left alone for weeks must never trade a good checkpoint for a
 // bad one, so step numbers alone decide nothing:
 //   latest              names the checkpoint the run going on last saved or
-//                       resumed from; `--resume auto` tries it first
+//                       resumed from; `--resume auto` tries it first. Its folder
+//                       name, or its absolute path when a run was resumed by hand
+//                       from another directory's checkpoint
 //   step_N/verified     a step trained from step_N's state had a finite loss:
 //                       the state is known good. Retention never removes the
 //                       newest verified checkpoint, whatever `keep` says
@@ -44,14 +46,16 @@ std::vector<std::string> corrupt_checkpoints(const std::string& dir);
 // writing anything. Returns the paths removed.
 std::vector<std::string> remove_unfinished_saves(const std::string& dir);
 
-// The checkpoint `latest` names, when it is one of DIR's complete checkpoints.
+// The checkpoint `latest` names, when it is complete: one of DIR's, or the one a run resumed by
+// hand from and has not saved after yet (a folder of DIR set aside, or another directory's).
 std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir);
-// What `latest` names when that is not one of DIR's complete checkpoints (set aside or removed
-// since a run saved it); "" when `latest` names one, or nothing.
+// What `latest` names when that is no complete checkpoint (set aside or removed since a run saved
+// it); "" when `latest` names one, or nothing.
 std::string latest_names_missing(const std::string& dir);
 
-// Points `latest` at the checkpoint at PATH (inside DIR), atomically; nothing is written when it
-// already does. Any announced publish (below) is then settled: its file is removed.
+// Points `latest` at the checkpoint at PATH (a folder of DIR, or another directory's, named then
+// by its absolute path), atomically; nothing is written when it already does. Any announced
+// publish (below) is then settled: its file is removed.
 void set_latest(const std::string& dir, const std::string& path);
 
 // A save announces the checkpoint it is about to rename into place (PATH, inside DIR) in
@@ -65,7 +69,7 @@ void announce_publish(const std::string& dir, const std::string& path);
 std::optional<CheckpointInfo> announced_checkpoint(const std::string& dir);
 
 // The order `--resume auto` tries DIR's checkpoints in: the one an unsettled announcement names,
-// else the one `latest` names, then the rest newest first.
+// else the one `latest` names (which may be none of DIR's own), then the rest newest first.
 std::vector<CheckpointInfo> resume_candidates(const std::string& dir);
 
 // Flushes PATH (a file, or a directory's entries) to disk; a crash may not leave a name pointing at

@@ -19,19 +19,28 @@ bool in_checkpoint_dir(const std::string& dir, const std::string& path) {
 
 void continue_lineage_from(const std::string& dir, const std::string& path, int64_t step) {
   if (dir.empty()) return;
-  for (const auto& newer : list_checkpoints(dir)) {
-    if (newer.step <= step || (in_checkpoint_dir(dir, path) && fs::equivalent(newer.path, path))) continue;
-    const auto moved = set_aside(newer.path, "abandoned");
-    log::warn("set aside {} as {}: it is newer than {}, which this run continues from", newer.path, moved, path);
+  std::error_code error;
+  for (const auto& other : list_checkpoints(dir)) {
+    if (fs::equivalent(other.path, path, error)) continue;
+    // Newer: what this run replaces. Of the same step and not PATH (PATH is set aside, or another
+    // directory's): another line of training, which --resume auto must not take for this one's.
+    if (other.step < step) continue;
+    const auto moved = set_aside(other.path, "abandoned");
+    log::warn("set aside {} as {}: {} {}, which this run continues from", other.path, moved,
+              other.step > step ? "it is newer than" : "it is another line of training's checkpoint of the step of",
+              path);
   }
-  if (in_checkpoint_dir(dir, path)) set_latest(dir, path);
+  // Until this run saves, `latest` names PATH wherever it is: a job stopped before its first save
+  // and requeued with --resume auto continues PATH, not what the directory held before.
+  set_latest(dir, path);
 }
 
 ResumeChoice choose_resume_checkpoint(const std::string& resume, const std::vector<CheckpointInfo>& candidates,
                                       const Config& config, const nlohmann::json& data_now, bool allow_data_change) {
   const std::string& dir = config.checkpoint.dir;
   ResumeChoice chosen;
-  std::vector<std::string> set_aside_now;  // what --resume auto found and could not use
+  std::vector<std::string> set_aside_now;      // what --resume auto found and could not use
+  std::vector<std::string> refused_elsewhere;  // the same, in another directory (`latest` named it): left there
   const std::string missing = resume == "auto" ? latest_names_missing(dir) : "";  // (before the choice rewrites it)
   // (Only under auto: a user may be resuming a .step_N.tmp by hand.)
   for (const auto& unfinished : resume == "auto" ? remove_unfinished_saves(dir) : std::vector<std::string>{}) {
@@ -70,10 +79,14 @@ ResumeChoice choose_resume_checkpoint(const std::string& resume, const std::vect
         chosen.refusal = e.what();
         chosen.index = -2;
       }
-    } else if (resume == "auto") {
+    } else if (resume == "auto" && in_checkpoint_dir(dir, candidates[i].path)) {
       set_aside_now.push_back(set_aside(candidates[i].path, "corrupt"));
       log::warn("refusing checkpoint {}: {}; set aside as {}, falling back to the previous one", candidates[i].path,
                 problem, set_aside_now.back());
+    } else if (resume == "auto") {  // another directory's, which `latest` names: not loom's to rename
+      refused_elsewhere.push_back(candidates[i].path);
+      log::warn("refusing checkpoint {}, which 'latest' names: {}; falling back to the previous one",
+                candidates[i].path, problem);
     } else {
       chosen.refusal = problem;
       chosen.index = -2;
@@ -81,11 +94,11 @@ ResumeChoice choose_resume_checkpoint(const std::string& resume, const std::vect
   }
   // Checkpoints were there and none could be used: starting fresh would train from scratch and
   // append steps the metrics already hold. The user decides (the folders are set aside, not gone).
-  if (chosen.index == -1 && !set_aside_now.empty()) {
+  if (chosen.index == -1 && (!set_aside_now.empty() || !refused_elsewhere.empty())) {
     std::string found;
-    for (const auto& moved : set_aside_now) found += (found.empty() ? "" : ", ") + moved;
-    chosen.refusal = "checkpoint.dir '" + dir +
-                     "' holds no usable checkpoint: every one failed its checks (set aside as " + found +
+    for (const auto& moved : set_aside_now) found += (found.empty() ? "set aside as " : ", ") + moved;
+    for (const auto& left : refused_elsewhere) found += (found.empty() ? "" : "; ") + left + ", which 'latest' names";
+    chosen.refusal = "checkpoint.dir '" + dir + "' holds no usable checkpoint: every one failed its checks (" + found +
                      "); resume one by hand with --resume PATH, or start afresh without --resume";
     chosen.index = -2;
   }

@@ -304,6 +304,33 @@ TEST_CASE("checkpoint directory: latest is tried first; set-aside checkpoints ar
   fs::remove_all(dir);
 }
 
+TEST_CASE("checkpoint directory: latest may name a set-aside folder or another directory's checkpoint",
+          "[checkpoint_store]") {
+  // What a run resumed by hand from either, and stopped before its first save, leaves for --resume auto.
+  const auto dir = test::temp_dir("ckpt_latest_elsewhere");
+  const auto other = test::temp_dir("ckpt latest other");  // a space: latest holds the whole path
+  SavedTensors t;
+  for (int64_t step : {10, 20}) save(dir, step, t, 5);
+  save(other, 15, t, 5);
+  const auto abandoned = set_aside((fs::path(dir) / "step_00000020").string(), "abandoned");
+  set_latest(dir, abandoned);
+  CHECK(read_bytes(fs::path(dir) / "latest") == "step_00000020.abandoned\n");
+  REQUIRE(latest_checkpoint(dir).has_value());
+  CHECK(latest_checkpoint(dir)->path == abandoned);
+  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{20, 10});
+  CHECK(latest_names_missing(dir).empty());
+  const auto elsewhere = (fs::path(other) / "step_00000015").string();
+  set_latest(dir, elsewhere);
+  CHECK(read_bytes(fs::path(dir) / "latest") == fs::absolute(elsewhere).lexically_normal().string() + "\n");
+  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{15, 10});
+  // Set aside since (or gone): it names nothing, and auto goes on with DIR's own.
+  set_aside(elsewhere, "corrupt");
+  CHECK_FALSE(latest_checkpoint(dir).has_value());
+  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{10});
+  fs::remove_all(dir);
+  fs::remove_all(other);
+}
+
 TEST_CASE("checkpoint store: the manifest's own checksum catches an edited byte offset", "[checkpoint_store]") {
   const auto dir = test::temp_dir("ckpt_manifest_crc");
   SavedTensors t;

@@ -104,6 +104,22 @@ grep -q '"parent": "step_00000009"' "$WORK/ck_roll/step_00000010/manifest.json" 
 must_train 1 roll --set checkpoint.dir="$WORK/ck_roll" --set checkpoint.interval=5 --resume auto
 grep -q "resumed from .*step_00000010 at step 10" "$WORK/roll.log" || { cat "$WORK/roll.log"; fail "auto did not follow the rollback"; }
 echo "rollback to step 9: step 12 set aside as abandoned, --resume auto continued from step 10"
+# A hand resume from a checkpoint that is none of checkpoint.dir's own (step_12.abandoned: one set
+# aside; then the same from another checkpoint.dir), stopped before its first save: the requeue's
+# --resume auto continues it ('latest' names it), where it took the directory's other checkpoints
+# (those of the line of training it left) or, in a new directory, started from step 0.
+for dir in ck_roll ck_branch; do
+  code=0
+  train 1 "branch_$dir" --set checkpoint.dir="$WORK/$dir" --set checkpoint.interval=5 \
+    --resume "$WORK/ck_roll/step_00000012.abandoned" --inject-fault 0:13:kill || code=$?
+  [ "$code" != 0 ] || fail "branch_$dir: the fault did not stop the run"
+  must_train 1 "branch_$dir" --set checkpoint.dir="$WORK/$dir" --set checkpoint.interval=5 --resume auto
+  grep -q "resumed from .*ck_roll/step_00000012.abandoned at step 12" "$WORK/branch_$dir.log" ||
+    { cat "$WORK/branch_$dir.log"; ls "$WORK/$dir"; fail "branch_$dir: --resume auto did not continue the hand resume"; }
+  python3 "$SCRIPTS/checks.py" steps-agree "$WORK/branch_$dir" "$WORK/straight" --rtol 1e-5 --first 13 > /dev/null
+done
+[ -d "$WORK/ck_roll/step_00000015.abandoned" ] || { ls "$WORK/ck_roll"; fail "the line left (step_15) was not set aside"; }
+echo "a hand resume from a set-aside checkpoint, and from another directory's, stopped before saving: --resume auto continued each"
 must_train 1 window --set checkpoint.dir="$WORK/ck_window" --set checkpoint.interval=2 --set train.exit_after=4
 [ -e "$WORK/ck_window/latest.publishing" ] && fail "a finished save left latest.publishing"
 echo step_00000002 > "$WORK/ck_window/latest"  # what a kill between the two leaves
