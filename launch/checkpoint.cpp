@@ -1,8 +1,10 @@
 #include "launch/checkpoint.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -82,19 +84,31 @@ struct PendingSave {
   // that stops on a stuck disk leaves behind (parallel/rank_work.h).
   std::shared_ptr<const Config> config;
   int64_t world = 1;
+  int64_t keep = 1;  // checkpoint.keep, on every rank: what a full disk's message says
 };
 
 namespace {
 
 // This rank's files of SAVE: its slices and what the manifest needs of them; then the test hook.
 void write_rank_files(PendingSave& save, int64_t rank) {
-  const auto written = save.shard->finish();
-  save.shard.reset();  // the host copy is no longer needed
-  errno = 0;
-  std::ofstream part(fs::path(save.temporary) / rank_file(rank, "json"));
-  part << written.dump();
-  if (!part.flush()) throw_write_error("cannot write '" + save.temporary + "/" + rank_file(rank, "json") + "'");
-  if (save.midway) save.midway();
+  try {
+    const auto written = save.shard->finish();
+    save.shard.reset();  // the host copy is no longer needed
+    errno = 0;
+    std::ofstream part(fs::path(save.temporary) / rank_file(rank, "json"));
+    part << written.dump();
+    if (!part.flush()) throw_write_error("cannot write '" + save.temporary + "/" + rank_file(rank, "json") + "'");
+    if (save.midway) save.midway();
+  } catch (const EnvironmentError& e) {
+    const std::string what = e.what();
+    if (what.find(std::strerror(ENOSPC)) == std::string::npos) throw;
+    // A disk that holds the kept checkpoints and no more fails this save at every requeue: say why.
+    const int64_t keep = save.keep;
+    throw EnvironmentError(
+        what + " (a save needs room for one checkpoint more than the checkpoint.keep = " + std::to_string(keep) +
+        " kept: retention removes the oldest once the new one is complete; free space" +
+        (keep > 1 ? ", or lower checkpoint.keep)" : ")"));
+  }
 }
 
 // Rank 0, once every rank's files of SAVE are written: the manifest, the rename, `latest`, retention.
@@ -196,7 +210,7 @@ std::shared_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
                     parallel::pack_tensors(sync_->compression_state()));
   }
   optimizer_.release_moments();
-
+  save->keep = config_.checkpoint.keep;
   if (rank == 0) {
     save->config = std::make_shared<const Config>(config_);
     auto& header = save->header;

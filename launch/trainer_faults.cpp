@@ -1,8 +1,10 @@
 // The Trainer's test faults (--inject-fault): where a rank dies, stalls, slows down, fails or
 // overflows, on the first attempt only (launch/commands.h).
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -15,7 +17,11 @@ namespace loom::launch {
 std::function<void()> Trainer::save_fault(int64_t step) const {
   if (fault_.rank != groups_.rank() || fault_.step != step) return {};
   if (fault_.kind == "fail_save") {
-    return [] { throw EnvironmentError("injected fault: writing this rank's checkpoint files failed"); };
+    // As a full disk fails it (ENOSPC's text, which the save's message explains).
+    return [] {
+      throw EnvironmentError(std::string("injected fault: writing this rank's checkpoint files failed: ") +
+                             std::strerror(ENOSPC));
+    };
   }
   if (fault_.kind == "slow_save") {  // a large checkpoint on a slow disk, to the ranks waiting on it
     const auto ms = std::chrono::microseconds(static_cast<int64_t>(fault_.milliseconds * 1000.0));

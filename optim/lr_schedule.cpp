@@ -49,12 +49,21 @@ void report_schedule_change(const TrainConfig& t, int64_t saved_steps, int64_t s
         saved_steps, t.steps, t.lr_decay_steps, step + 1, schedule_of(t, t.steps).at(step));
     return;
   }
-  warn0(
-      "train.steps changed from {} (the checkpoint's) to {}: the learning-rate decay stretches over the new "
-      "length (lr at step {} was {:.4g} on the old schedule, is {:.4g} now); to extend the run without "
-      "stretching it, set train.lr_decay_steps = {} (or train.lr_decay_style: constant or wsd)",
-      saved_steps, t.steps, step + 1, schedule_of(t, saved_steps).at(step), schedule_of(t, t.steps).at(step),
-      saved_steps - t.warmup_steps);
+  // Two calls, not a chosen word: fmt checks a format string at compile time (a literal).
+  const double before = schedule_of(t, saved_steps).at(step), now = schedule_of(t, t.steps).at(step);
+  if (t.steps > saved_steps) {
+    warn0(
+        "train.steps changed from {} (the checkpoint's) to {}: the learning-rate decay stretches over the new "
+        "length (lr at step {} was {:.4g} on the old schedule, is {:.4g} now); to extend the run without "
+        "stretching it, set train.lr_decay_steps = {} (or train.lr_decay_style: constant or wsd)",
+        saved_steps, t.steps, step + 1, before, now, saved_steps - t.warmup_steps);
+  } else {
+    warn0(
+        "train.steps changed from {} (the checkpoint's) to {}: the learning-rate decay shrinks to the new length "
+        "(lr at step {} was {:.4g} on the old schedule, is {:.4g} now); to keep the old schedule and stop "
+        "early, set train.lr_decay_steps = {}, or keep train.steps and set train.exit_after",
+        saved_steps, t.steps, step + 1, before, now, saved_steps - t.warmup_steps);
+  }
 }
 
 }  // namespace loom::optim

@@ -221,7 +221,12 @@ lr = {r["step"]: r["lr"] for r in map(json.loads, open(sys.argv[1]))}
 # warm-up 1, decay over 5 steps (2-6) to min_lr, then min_lr: the extension trains at min_lr.
 assert abs(lr[6] - lr[12]) < 1e-12 and lr[5] > lr[6], f"lr {lr}"
 EOF
-echo "8. raising train.steps on resume: the stretch named with train.lr_decay_steps to avoid it; with it, unchanged"
+# Lowering it shrinks the decay, said as such (it was called a stretch, with advice to extend the run).
+must_train sched3 --set checkpoint.dir="$WORK/ck_sched3" --set train.steps=12 --set train.exit_after=4
+must_train sched3 --set checkpoint.dir="$WORK/ck_sched3" --resume auto
+grep -q "train.steps changed from 12 (the checkpoint's) to 6: the learning-rate decay shrinks to the new length" \
+  "$WORK/sched3.log" || { cat "$WORK/sched3.log"; fail "lowering train.steps on resume should say the schedule shrinks"; }
+echo "8. raising train.steps on resume: the stretch named with train.lr_decay_steps to avoid it; with it, unchanged; lowering it: a shrink"
 # 9.
 must_train shape --set checkpoint.dir="$WORK/ck_shape" --set train.exit_after=2
 code=0

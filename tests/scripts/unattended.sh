@@ -119,6 +119,11 @@ for dir in ck_roll ck_branch; do
   python3 "$SCRIPTS/checks.py" steps-agree "$WORK/branch_$dir" "$WORK/straight" --rtol 1e-5 --first 13 > /dev/null
 done
 [ -d "$WORK/ck_roll/step_00000015.abandoned" ] || { ls "$WORK/ck_roll"; fail "the line left (step_15) was not set aside"; }
+# A rollback that trains nothing (train.steps at or below its step) leaves checkpoint.dir as it was.
+before=$(ls "$WORK/ck_roll")
+must_train 1 roll_none --set checkpoint.dir="$WORK/ck_roll" --resume "$WORK/ck_roll/step_00000015" --set train.steps=12
+grep -q "nothing to do" "$WORK/roll_none.log" && [ "$(ls "$WORK/ck_roll")" = "$before" ] ||
+  { cat "$WORK/roll_none.log"; ls "$WORK/ck_roll"; fail "a rollback that trains nothing changed checkpoint.dir"; }
 echo "a hand resume from a set-aside checkpoint, and from another directory's, stopped before saving: --resume auto continued each"
 must_train 1 window --set checkpoint.dir="$WORK/ck_window" --set checkpoint.interval=2 --set train.exit_after=4
 [ -e "$WORK/ck_window/latest.publishing" ] && fail "a finished save left latest.publishing"
@@ -214,7 +219,7 @@ must_train 1 ck_full_first --set checkpoint.dir="$WORK/ck_sync_full" --set train
 code=0
 train 1 ck_full --set checkpoint.dir="$WORK/ck_sync_full" --set checkpoint.interval=2 --set train.exit_after=4 \
   --resume auto --inject-fault 0:4:fail_save || code=$?
-expect_code 75 ck_full "injected fault: writing this rank's checkpoint files failed" $code
+expect_code 75 ck_full "injected fault: writing this rank's checkpoint files failed: No space left on device (a save needs room for one checkpoint more than the checkpoint.keep = 2 kept" $code
 [ "$(cat "$WORK/ck_sync_full/latest")" = step_00000002 ] || fail "the failed save must leave step 2 the newest"
 echo "a synchronous checkpoint that cannot be written exits 75; step 2 stays the newest"
 # What the failed save left (on a full disk it keeps the next job from writing anything) goes at the
