@@ -1,5 +1,6 @@
 // A compiled PCRE2 pattern in UTF mode with Unicode properties (\p{L}, \s as in
-// Oniguruma, which Hugging Face tokenizers use), shared read-only across threads.
+// Oniguruma, which Hugging Face tokenizers use), shared read-only across threads. Its pattern is
+// written as Oniguruma reads it (oniguruma_as_pcre2).
 #pragma once
 
 #include <cstddef>
@@ -10,6 +11,13 @@
 struct pcre2_real_code_8;
 
 namespace loom {
+
+// PATTERN (Oniguruma's Ruby syntax, as Hugging Face's tokenizers compile it) as a PCRE2 pattern of
+// the same meaning: \s as Unicode's White_Space, \w (and \b, \B) as Oniguruma's word characters,
+// \h as a hex digit, inline m as PCRE2's s. What it cannot reproduce (POSIX classes, nested
+// classes, intersections) is an InputError naming WHAT, not a pattern that splits text otherwise.
+// (^ and $ match at lines as in Oniguruma once compiled multiline; Pcre2Regex does so.)
+std::string oniguruma_as_pcre2(const std::string& pattern, const std::string& what);
 
 class Pcre2Regex {
  public:

@@ -4,6 +4,7 @@
 
 #include "core/byte_level.h"
 #include "core/errors.h"
+#include "core/pcre2_regex.h"
 #include "core/tokenizer.h"
 #include "test_helpers.h"
 
@@ -254,4 +255,32 @@ TEST_CASE("byte-level BPE: lstrip takes whole whitespace code points only, and N
   write(dir, "tokenizer.json", json.dump());
   const std::string nul("a\0b", 3);
   CHECK(load_tokenizer(dir)->encode(nul) == std::vector<int64_t>{'a', 0, 'b'});
+}
+
+TEST_CASE("a pre-tokenizer regex means what Oniguruma (Hugging Face's tokenizers) reads in it", "[tokenizer]") {
+  // Each split as tokenizers 0.23 splits it (its ids compared in tests/scripts/tokenizers.sh).
+  const auto pieces = [](const std::string& pattern, const std::string& text) {
+    std::vector<std::string> out;
+    for (const auto& [begin, end] : Pcre2Regex(pattern, "test").find_all(text))
+      out.push_back(text.substr(begin, end - begin));
+    return out;
+  };
+  using Pieces = std::vector<std::string>;
+  // U+180E is no whitespace (PCRE2's \s held it): GPT-2's ' ?\p{L}+' gets no space of its own.
+  CHECK(pieces(R"(\s+)", " \u180ea") == Pieces{" "});
+  CHECK(pieces(R"(\S+)", "a\u180eb c") == Pieces{"a\u180eb", "c"});
+  CHECK(pieces(R"([^\s\p{L}]+)", "\u180e!") == Pieces{"\u180e!"});
+  // \w holds marks (e + U+0301) and not a superscript digit; \b and \B follow it; \h is a hex digit.
+  CHECK(pieces(R"(\w+)", "e\u0301! x\u00b2y") == Pieces{"e\u0301", "x", "y"});
+  CHECK(pieces(R"(\b)", "ab c\u0301") == Pieces{"", "", "", ""});
+  CHECK(pieces(R"(\h+)", "ab cd 0x1F") == Pieces{"ab", "cd", "0", "1F"});
+  // ^ and $ match at every line, not only at the text's ends; Oniguruma's (?m) is a dot that takes a newline.
+  CHECK(pieces("^.", "a\nb") == Pieces{"a", "b"});
+  CHECK(pieces(R"(\s+$)", "a \nb ") == Pieces{" ", " "});
+  CHECK(pieces("(?m)a.b", "a\nb") == Pieces{"a\nb"});
+  // What loom cannot reproduce is refused, naming the construct, not split otherwise.
+  CHECK_THROWS_WITH(Pcre2Regex("[[:alpha:]]+", "tokenizer.json"), Catch::Contains("a POSIX class"));
+  CHECK_THROWS_WITH(Pcre2Regex("[a-z&&[^aeiou]]", "tokenizer.json"), Catch::Contains("class intersection"));
+  CHECK_THROWS_WITH(Pcre2Regex("[a[bc]]", "tokenizer.json"), Catch::Contains("nested class"));
+  CHECK_THROWS_WITH(Pcre2Regex(R"([\W])", "tokenizer.json"), Catch::Contains("\\W inside a character class"));
 }
