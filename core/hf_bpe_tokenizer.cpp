@@ -441,6 +441,14 @@ void HfBpeTokenizer::split_at_added(const std::string& text, const AddedTokenSet
 }
 
 std::vector<int64_t> HfBpeTokenizer::encode(const std::string& text) const {
+  // The library takes text (a Python str): bytes that are no UTF-8 have no ids there. The regex and
+  // NFC refuse them too, but a pre-tokenizer without either would byte-encode them without a word.
+  for (utf8proc_ssize_t at = 0, size = static_cast<utf8proc_ssize_t>(text.size()); at < size;) {
+    utf8proc_int32_t c = 0;
+    const auto length = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + at), size - at, &c);
+    if (length <= 0) throw InputError("the text is not valid UTF-8 (at byte " + std::to_string(at) + ")");
+    at += length;
+  }
   std::vector<int64_t> ids;
   split_at_added(text, raw_added_, ids, [&](const std::string& raw) {
     split_at_added(nfc_ ? nfc(raw) : raw, normalized_added_, ids,

@@ -162,6 +162,12 @@ TEST_CASE("byte-level BPE refuses text that is not UTF-8 with an InputError", "[
   write(dir, "tokenizer.json", tiny_bpe().dump());
   const auto tokenizer = load_tokenizer(dir);
   CHECK_THROWS_WITH(tokenizer->encode("ab\xFF"), Contains("UTF-8"));
+  // Without a regex (ByteLevel's use_regex false, no Split) too: nothing else would read the text.
+  auto plain = tiny_bpe();
+  plain["pre_tokenizer"]["use_regex"] = false;
+  write(dir, "tokenizer.json", plain.dump());
+  CHECK(load_tokenizer(dir)->encode("ab") == std::vector<int64_t>{97, 98});
+  CHECK_THROWS_WITH(load_tokenizer(dir)->encode("ab \xFF cd"), Contains("not valid UTF-8 (at byte 3)"));
 }
 
 // tests/reference/tiny_unigram.model: python3-sentencepiece trained it (unigram, 300 pieces, identity
