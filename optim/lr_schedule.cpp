@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "core/logging.h"
 
@@ -64,6 +65,45 @@ void report_schedule_change(const TrainConfig& t, int64_t saved_steps, int64_t s
         "early, set train.lr_decay_steps = {}, or keep train.steps and set train.exit_after",
         saved_steps, t.steps, step + 1, before, now, saved_steps - t.warmup_steps);
   }
+}
+
+nlohmann::json lr_schedule_record(const TrainConfig& t) {
+  return {{"lr", t.lr},
+          {"min_lr", t.min_lr},
+          {"warmup_steps", t.warmup_steps},
+          {"lr_decay_style", to_string(t.lr_decay_style)},
+          {"lr_decay_steps", t.lr_decay_steps},
+          {"lr_wsd_decay_steps", t.lr_wsd_decay_steps},
+          {"steps", t.steps}};
+}
+
+void report_lr_schedule_change(const TrainConfig& t, const nlohmann::json& saved, int64_t step) {
+  if (!saved.is_object()) return;
+  TrainConfig before = t;
+  try {
+    before.lr = saved.at("lr").get<double>();
+    before.min_lr = saved.at("min_lr").get<double>();
+    before.warmup_steps = saved.at("warmup_steps").get<int64_t>();
+    before.lr_decay_style = from_string<LrDecayStyle>(saved.at("lr_decay_style").get<std::string>());
+    before.lr_decay_steps = saved.at("lr_decay_steps").get<int64_t>();
+    before.lr_wsd_decay_steps = saved.at("lr_wsd_decay_steps").get<int64_t>();
+    before.steps = saved.at("steps").get<int64_t>();
+  } catch (const std::exception&) {  // a record of another form says nothing to compare
+    return;
+  }
+  std::ostringstream changed;
+  const auto note = [&](const char* key, auto was, auto is) {
+    if (was != is) changed << (changed.tellp() > 0 ? ", " : "") << "train." << key << " " << was << " -> " << is;
+  };
+  note("lr", before.lr, t.lr);
+  note("min_lr", before.min_lr, t.min_lr);
+  note("warmup_steps", before.warmup_steps, t.warmup_steps);
+  note("lr_decay_style", to_string(before.lr_decay_style), to_string(t.lr_decay_style));
+  note("lr_decay_steps", before.lr_decay_steps, t.lr_decay_steps);
+  note("lr_wsd_decay_steps", before.lr_wsd_decay_steps, t.lr_wsd_decay_steps);
+  if (changed.tellp() == 0) return;  // (train.steps alone: report_schedule_change says what it does)
+  warn0("the learning-rate schedule changed since the checkpoint ({}): the lr at step {} is {:.4g}, was {:.4g}",
+        changed.str(), step + 1, schedule_of(t, t.steps).at(step), schedule_of(before, before.steps).at(step));
 }
 
 }  // namespace loom::optim

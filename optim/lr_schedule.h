@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 
 #include "core/config.h"
 #include "core/config_enums.h"
@@ -31,5 +32,12 @@ LrSchedule schedule_of(const TrainConfig& t, int64_t steps);
 // A run resumed at STEP from a checkpoint saved with train.steps SAVED_STEPS (0: not recorded) under
 // T: says what a changed train.steps does to the schedule, which the user may not expect.
 void report_schedule_change(const TrainConfig& t, int64_t saved_steps, int64_t step);
+
+// The learning-rate keys a checkpoint recorded (its manifest's lr_schedule: lr, min_lr, warmup_steps,
+// lr_decay_style, lr_decay_steps, lr_wsd_decay_steps, steps; not an object: not recorded) against T's,
+// for a run resumed at STEP: warns naming each changed key and the lr before and after, as a config
+// edited between a job's requeues changes the run without a word otherwise.
+nlohmann::json lr_schedule_record(const TrainConfig& t);
+void report_lr_schedule_change(const TrainConfig& t, const nlohmann::json& saved, int64_t step);
 
 }  // namespace loom::optim

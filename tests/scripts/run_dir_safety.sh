@@ -226,7 +226,12 @@ must_train sched3 --set checkpoint.dir="$WORK/ck_sched3" --set train.steps=12 --
 must_train sched3 --set checkpoint.dir="$WORK/ck_sched3" --resume auto
 grep -q "train.steps changed from 12 (the checkpoint's) to 6: the learning-rate decay shrinks to the new length" \
   "$WORK/sched3.log" || { cat "$WORK/sched3.log"; fail "lowering train.steps on resume should say the schedule shrinks"; }
-echo "8. raising train.steps on resume: the stretch named with train.lr_decay_steps to avoid it; with it, unchanged; lowering it: a shrink"
+# Another learning-rate key edited between two attempts is named, with the lr before and after.
+must_train sched4 --set checkpoint.dir="$WORK/ck_sched4" --set train.exit_after=4
+must_train sched4 --set checkpoint.dir="$WORK/ck_sched4" --set train.warmup_steps=3 --resume auto
+grep -q "the learning-rate schedule changed since the checkpoint (train.warmup_steps [0-9]* -> 3): the lr at step 5 is" \
+  "$WORK/sched4.log" || { cat "$WORK/sched4.log"; fail "a changed train.warmup_steps on resume was not said"; }
+echo "8. raising train.steps on resume: the stretch named with train.lr_decay_steps to avoid it; with it, unchanged; lowering it: a shrink; another lr key: named"
 # 9.
 must_train shape --set checkpoint.dir="$WORK/ck_shape" --set train.exit_after=2
 code=0
