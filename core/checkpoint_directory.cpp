@@ -114,9 +114,11 @@ std::string first_line(const std::string& dir, const char* file) {
 
 // How `latest` names the checkpoint at PATH: its folder name inside DIR, its absolute path elsewhere.
 std::string latest_entry_for(const std::string& dir, const std::string& path) {
+  fs::path folder = fs::absolute(path).lexically_normal();
+  if (!folder.has_filename()) folder = folder.parent_path();  // ck/step_N/: its folder, not ""
   std::error_code error;
-  const bool inside = fs::equivalent(fs::path(path).parent_path(), dir, error) && !error;
-  return inside ? fs::path(path).filename().string() : fs::absolute(path).lexically_normal().string();
+  const bool inside = fs::equivalent(folder.parent_path(), dir, error) && !error;
+  return inside ? folder.filename().string() : folder.string();
 }
 
 // The complete checkpoint of DIR whose folder is NAME.
@@ -178,10 +180,11 @@ std::optional<CheckpointInfo> latest_checkpoint(const std::string& dir) {
   // DIR's that is gone, or set aside since under another name, leaves no manifest there: nothing.)
   const fs::path path = fs::path(entry).is_absolute() ? fs::path(entry) : fs::path(dir) / entry;
   const std::string name = path.filename().string();
-  const auto step = step_of_name(name.substr(0, name.find('.')));
   std::error_code error;
-  if (!step || !fs::is_regular_file(path / "manifest.json", error)) return std::nullopt;
-  return CheckpointInfo{*step, path.string()};
+  if (!fs::is_regular_file(path / "manifest.json", error)) return std::nullopt;
+  // (Its step orders nothing: it is tried first, and its manifest says the step. A copied or
+  // renamed checkpoint's folder may hold none.)
+  return CheckpointInfo{step_of_name(name.substr(0, name.find('.'))).value_or(-1), path.string()};
 }
 
 std::string latest_names_missing(const std::string& dir) {

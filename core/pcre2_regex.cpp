@@ -3,6 +3,7 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
 #include <cctype>
 #include <memory>
 #include <optional>
@@ -54,6 +55,14 @@ std::string oniguruma_as_pcre2(const std::string& pattern, const std::string& wh
         out += std::string("[^") + (e == 'S' ? kSpace : e == 'W' ? kWord : kHex) + "]";
       } else if (e == 'W' || e == 'H') {
         refuse(std::string("\\") + e + " inside a character class");
+      } else if (e == 'v') {  // Oniguruma's is the vertical tab alone (PCRE2's: all vertical space)
+        out += "\\x{0B}";
+      } else if (e == 'u' && i + 4 < pattern.size() &&
+                 std::all_of(pattern.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                             pattern.begin() + static_cast<std::ptrdiff_t>(i) + 5,
+                             [](unsigned char h) { return std::isxdigit(h); })) {
+        out += "\\x{" + pattern.substr(i + 1, 4) + "}";  // \uHHHH, which PCRE2 does not read
+        i += 4;
       } else if ((e == 'b' || e == 'B') && !in_class) {  // a word boundary by Oniguruma's \w
         out += e == 'b' ? "(?:(?<=" + word + ")(?!" + word + ")|(?<!" + word + ")(?=" + word + "))"
                         : "(?:(?<=" + word + ")(?=" + word + ")|(?<!" + word + ")(?!" + word + "))";

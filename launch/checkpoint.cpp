@@ -102,7 +102,9 @@ void write_rank_files(PendingSave& save, int64_t rank) {
     if (save.midway) save.midway();
   } catch (const EnvironmentError& e) {
     const std::string what = e.what();
-    if (what.find(std::strerror(ENOSPC)) == std::string::npos) throw;
+    if (what.find(std::strerror(ENOSPC)) == std::string::npos &&
+        what.find(std::strerror(EDQUOT)) == std::string::npos && what.find("(disk full?)") == std::string::npos)
+      throw;
     // A disk that holds the kept checkpoints and no more fails this save at every requeue: say why.
     const int64_t keep = save.keep;
     throw EnvironmentError(

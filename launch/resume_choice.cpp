@@ -74,11 +74,7 @@ ResumeChoice choose_resume_checkpoint(const std::string& resume, const std::vect
               "the new order",
               candidates[i].path, changed, manifest.at("consumed_samples").get<int64_t>());
         }
-        // A resume that trains and saves nothing (at or past train.steps: "nothing to do") leaves
-        // checkpoint.dir as it is: a rollback with a mistyped train.steps sets nothing aside.
-        const auto step = manifest.at("step").get<int64_t>();
-        if (step < config.train.steps || step == config.train.exit_after)
-          continue_lineage_from(dir, candidates[i].path, step);
+        continue_lineage_from(dir, candidates[i].path, manifest.at("step").get<int64_t>());
       } catch (const InputError& e) {
         chosen.refusal = e.what();
         chosen.index = -2;

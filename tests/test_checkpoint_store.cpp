@@ -319,10 +319,12 @@ TEST_CASE("checkpoint directory: latest may name a set-aside folder or another d
   CHECK(latest_checkpoint(dir)->path == abandoned);
   CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{20, 10});
   CHECK(latest_names_missing(dir).empty());
-  const auto elsewhere = (fs::path(other) / "step_00000015").string();
-  set_latest(dir, elsewhere);
+  // Another directory's, copied under a name of its own and given with a trailing slash.
+  const auto elsewhere = (fs::path(other) / "base").string();
+  fs::rename(fs::path(other) / "step_00000015", elsewhere);
+  set_latest(dir, elsewhere + "/");
   CHECK(read_bytes(fs::path(dir) / "latest") == fs::absolute(elsewhere).lexically_normal().string() + "\n");
-  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{15, 10});
+  CHECK(steps_of(resume_candidates(dir)) == std::vector<int64_t>{-1, 10});
   // Set aside since (or gone): it names nothing, and auto goes on with DIR's own.
   set_aside(elsewhere, "corrupt");
   CHECK_FALSE(latest_checkpoint(dir).has_value());

@@ -280,6 +280,9 @@ TEST_CASE("a pre-tokenizer regex means what Oniguruma (Hugging Face's tokenizers
   CHECK(pieces(R"(\w+)", "e\u0301! x\u00b2y") == Pieces{"e\u0301", "x", "y"});
   CHECK(pieces(R"(\b)", "ab c\u0301") == Pieces{"", "", "", ""});
   CHECK(pieces(R"(\h+)", "ab cd 0x1F") == Pieces{"ab", "cd", "0", "1F"});
+  // \v is the vertical tab alone (not a newline); \uHHHH a code point.
+  CHECK(pieces(R"(\v)", "a\x0b\nb") == Pieces{"\x0b"});
+  CHECK(pieces(R"(\u0041+)", "AAb") == Pieces{"AA"});
   // ^ and $ match at every line, not only at the text's ends; Oniguruma's (?m) is a dot that takes a newline.
   CHECK(pieces("^.", "a\nb") == Pieces{"a", "b"});
   CHECK(pieces(R"(\s+$)", "a \nb ") == Pieces{" ", " "});

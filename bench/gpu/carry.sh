@@ -52,7 +52,7 @@ newest=$(objdump -T .gpu_carry/loom .gpu_carry/*.so .gpu_carry/lib/* 2> /dev/nul
 echo "carried: $(ls .gpu_carry/lib | tr '\n' ' ')"
 echo "needs $newest; $(du -sh .gpu_carry | cut -f1) in .gpu_carry/"
 # The device tool carries the working tree's tracked and untracked files too, 64 MiB in all.
-tree=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2> /dev/null | tail -1 | cut -f1)
+tree=$( (git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2> /dev/null || true) | tail -1 | cut -f1)  # (a deleted file: du says nothing of it)
 total=$((tree + $(du -sb .gpu_carry | cut -f1)))
 echo "a call carries about $((total / 1048576)) MiB (the tree $((tree / 1048576)) MiB) of its 64"
 if ((total > 64 * 1048576)); then

@@ -29,7 +29,7 @@ cd "$(dirname "$0")/../.."
 started=$SECONDS
 # fits SECONDS_NEEDED WHAT: whether a step bounded by that timeout ends inside SESSION_BUDGET; says so when not.
 fits() {
-  if ((SECONDS - started + $1 > ${SESSION_BUDGET:-540})); then
+  if ((SECONDS - started + $1 + 15 > ${SESSION_BUDGET:-540})); then  # (+15: bounded's kill grace)
     echo "== skipped, $2: its timeout of $1 s would pass SESSION_BUDGET ${SESSION_BUDGET:-540} s ($((SECONDS - started)) s gone)"
     return 1
   fi
