@@ -74,7 +74,9 @@ ResumeChoice choose_resume_checkpoint(const std::string& resume, const std::vect
               "the new order",
               candidates[i].path, changed, manifest.at("consumed_samples").get<int64_t>());
         }
-        continue_lineage_from(dir, candidates[i].path, manifest.at("step").get<int64_t>());
+        // A rollback that trains nothing (train.steps at or below its step) sets nothing aside.
+        const auto step = manifest.at("step").get<int64_t>();
+        if (resume_has_work(config.train, step)) continue_lineage_from(dir, candidates[i].path, step);
       } catch (const InputError& e) {
         chosen.refusal = e.what();
         chosen.index = -2;

@@ -29,6 +29,12 @@ ResumeChoice choose_resume_checkpoint(const std::string& resume, const std::vect
 // Whether PATH is a checkpoint of DIR (and so loom's to mark, rename or set aside).
 bool in_checkpoint_dir(const std::string& dir, const std::string& path);
 
+// Whether a run resumed at STEP trains (or, at train.exit_after == STEP, saves): one that does
+// neither leaves checkpoint.dir and the run directory as they were.
+inline bool resume_has_work(const TrainConfig& train, int64_t step) {
+  return step < train.steps || train.exit_after == step;
+}
+
 // After choosing PATH at STEP to resume from: the newer checkpoints of DIR are set aside as abandoned.
 void continue_lineage_from(const std::string& dir, const std::string& path, int64_t step);
 

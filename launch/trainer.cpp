@@ -16,6 +16,7 @@
 #include "launch/block_wrapping.h"
 #include "launch/gradient_sync_options.h"
 #include "launch/make_optimizer.h"
+#include "launch/resume_choice.h"
 #include "launch/step_profiler.h"
 #include "launch/stop_signals.h"
 #include "launch/weight_agreement.h"
@@ -241,10 +242,11 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     if (moe_monitor_) moe_monitor_->restore_expert_bias(state.expert_bias, "--resume " + resume);
   }
   if (!resumed && !init_from_disagreement_.empty()) throw InputError(init_from_disagreement_);
-  open_records(resume, state.step);
-  if (state.step < t.steps) optim::report_schedule_change(t, state.saved_train_steps, state.step);
   const int64_t first_step = state.step + 1;
-  if (first_step > t.steps && t.exit_after != state.step) {
+  if (resume_has_work(t, state.step)) {
+    open_records(resume, state.step);  // (one with nothing to do leaves config.yaml and the rows as they were)
+    if (state.step < t.steps) optim::report_schedule_change(t, state.saved_train_steps, state.step);
+  } else {
     info0("nothing to do: the run is already at step {} of train.steps = {} (raise train.steps to train further)",
           state.step, t.steps);
   }
@@ -332,8 +334,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     log_epochs(step, consumed);
     if (std::isfinite(loss)) interval_losses_.push_back(loss);
     if (log_step) add_interval_records(extra);
-    // MoE statistics are collective (every rank takes part, rank 0 writes them); the expert biases
-    // move with them, before an evaluation routes with them.
+    // MoE statistics are collective (rank 0 writes them); the expert biases move with them, before an evaluation.
     if (moe_monitor_) extra["moe"] = moe_monitor_->collect(groups_);
     if (result.mtp_loss >= 0) extra["mtp_loss"] = result.mtp_loss;
     if (evaluates_at(step) && !guard_.diverged()) {
@@ -369,8 +370,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
       throw DivergenceError(guard_.report() + "; " + checkpointer_->set_aside_diverged());
     }
     if (stop || step == t.exit_after) {
-      // Two calls, not one with a chosen format: under C++20 (LibTorch 2.14 asks for it) fmt checks
-      // a format string at compile time, so it must be a literal.
+      // Two calls: under C++20 (LibTorch 2.14 asks for it) fmt wants a literal format string.
       if (stop) {
         info0("stopped by a signal after step {}{}; resume with --resume auto", step,
               torchrun_agent_gone() ? " (the torchrun agent that started this rank has died)" : "");

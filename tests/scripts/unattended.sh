@@ -8,7 +8,8 @@
 #     and so does a run whose last steps are non-finite, however few (exit 3, its state unsaved).
 #  2. keep 1 with a corrupt newest checkpoint: it is set aside, the run falls back, and the next
 #     --resume auto continues the new checkpoints instead of starting from scratch.
-#  3. A rollback (--resume .../step_9 while step_12 exists): step_12 is set aside as abandoned and
+#  3. A rollback (--resume .../step_9 while step_12 exists): with train.steps 9 it changes nothing;
+#     otherwise step_12 is set aside as abandoned and
 #     --resume auto follows the run going on. A job stopped between a save's rename and latest's
 #     update (latest still naming the save before, latest.publishing the new one) resumes from the
 #     new save, nothing set aside.
@@ -97,6 +98,13 @@ python3 "$SCRIPTS/checks.py" steps-agree "$WORK/keep1" "$WORK/straight" --rtol 1
 
 # 3. Rollback.
 must_train 1 roll --set checkpoint.dir="$WORK/ck_roll" --set checkpoint.interval=3 --set checkpoint.keep=4 --set train.exit_after=12
+# The same rollback with train.steps 9 trains nothing: it changes nothing either (no checkpoint set
+# aside, 'latest' and the rows as they were).
+rows=$(lines "$WORK/roll/metrics.jsonl")
+must_train 1 roll --set checkpoint.dir="$WORK/ck_roll" --set train.steps=9 --resume "$WORK/ck_roll/step_00000009"
+grep -q "nothing to do: the run is already at step 9 of train.steps = 9" "$WORK/roll.log" &&
+  [ -d "$WORK/ck_roll/step_00000012" ] && [ "$(head -1 "$WORK/ck_roll/latest")" = step_00000012 ] &&
+  [ "$(lines "$WORK/roll/metrics.jsonl")" = "$rows" ] || { cat "$WORK/roll.log"; ls "$WORK/ck_roll"; fail "a rollback with nothing to train changed the run"; }
 must_train 1 roll --set checkpoint.dir="$WORK/ck_roll" --set checkpoint.interval=3 --set train.exit_after=10 \
   --resume "$WORK/ck_roll/step_00000009"
 grep -q "set aside .*step_00000012 .*abandoned" "$WORK/roll.log" || { cat "$WORK/roll.log"; fail "step 12 not set aside"; }
