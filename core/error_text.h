@@ -1,4 +1,4 @@
-// The text of an error as a user reads it at the command-line boundary (launch/cli.cpp's die).
+// The text of an error as a user reads it at the command-line boundary (launch/exit_on_error.cpp's die).
 #pragma once
 
 #include <string>

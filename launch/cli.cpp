@@ -1,12 +1,8 @@
-#include <c10/util/Exception.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
-#include <csignal>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -18,9 +14,9 @@
 
 #include "core/config_fields.h"
 #include "core/device.h"
-#include "core/error_text.h"
 #include "core/errors.h"
 #include "launch/commands.h"
+#include "launch/exit_on_error.h"
 #include "launch/stop_signals.h"
 #include "models/gpt.h"
 #include "models/gpt_flops.h"
@@ -434,52 +430,10 @@ int dispatch(int argc, char** argv) {
   throw InputError("no command given (see 'loom --help')");
 }
 
-// Leaves without running destructors: after a failed collective, communicator threads may still
-// wait on a dead peer, and joining them would hang the exit. Under mpirun it ends the whole job, so
-// that no rank waits on this one. A rank that has its verdict leaves with it: srun --kill-on-bad-exit
-// sends SIGTERM to the ranks still exiting once the first has gone, which would turn their exit 3
-// into 143. The ranks of a job write into one log (mpirun's, srun's, torchrun's): a rank of several
-// names itself after its message, so that the one whose data or disk failed mid-run is known.
-std::string rank_of_several() {
-  try {
-    const auto launch = parallel::detect_launch();
-    if (launch.world > 1) return " (rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world) + ")";
-  } catch (const std::exception&) {  // the launcher's variables are what failed: no rank to name
-  }
-  return "";
-}
-
-[[noreturn]] void die(int code, const std::string& message) {
-  for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) std::signal(signal, SIG_IGN);
-  std::cout.flush();
-  std::fprintf(stderr, "loom: error: %s%s\n", without_json_exception_ids(message).c_str(), rank_of_several().c_str());
-  std::fflush(stderr);
-  parallel::end_job(code);
-}
-
-template <typename Body>
-int guarded(Body&& body) {
-  try {
-    return body();
-  } catch (const InputError& e) {
-    die(2, e.what());
-  } catch (const DivergenceError& e) {
-    die(3, e.what());
-  } catch (const EnvironmentError& e) {
-    die(75, e.what());
-  } catch (const std::filesystem::filesystem_error& e) {  // whose fault, by its errno (core/errors.h)
-    die(machine_file_error(e.code().value()) ? 75 : 2, e.what());
-  } catch (const c10::Error& e) {
-    die(1, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    die(1, e.what());
-  }
-}
-
 }  // namespace
 
 int run_cli(int argc, char** argv) {
-  return guarded([&] { return dispatch(argc, argv); });
+  return exit_on_error([&] { return dispatch(argc, argv); });
 }
 
 int train_main(int argc, char** argv, const models::ModelFactory& make_model) {
@@ -487,7 +441,7 @@ int train_main(int argc, char** argv, const models::ModelFactory& make_model) {
 }
 
 int train_main(int argc, char** argv, const models::PipelineModelFactory& make_model) {
-  return guarded([&] {
+  return exit_on_error([&] {
     const std::string program = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "train";
     CLI::App app("train a model with loom", program);
     format_help(app);

@@ -28,7 +28,8 @@
 #     word) too, while its training settings (capacity_factor) may change.
 # 10. Absurd sizes are refused before anything is allocated (exit 2, naming the key): a count key
 #     at 1e18, and a 1.3e13-parameter model whose estimate exceeds the machine's memory (both numbers
-#     and train.memory_check named); the run directory stays empty.
+#     and train.memory_check named); the run directory stays empty. Past the check
+#     (train.memory_check=false) the failed allocation is said as out of memory, exit 1.
 # 11. A fresh run into a directory that holds the user's own config.yaml (not one loom wrote) is
 #     refused, naming it, and the file is kept; loom's own config.yaml there (a refused start's) is not.
 # 12. A file system out of inodes fails the run as the machine's fault (exit 75), a read-only one at
@@ -261,6 +262,13 @@ expect 2 trillion "the model does not fit: loom plan's estimate is [0-9.]* GB pe
 expect 2 trillion "more than this .* of [0-9.]* GB. Its size is model.num_layers = 256, model.hidden_size = 65536" $code
 expect 2 trillion "set train.memory_check=false to train anyway" $code
 [ -z "$(ls -A "$WORK/trillion" 2> /dev/null)" ] || fail "the refused trillion-parameter run wrote into its run directory"
+# Past the check (train.memory_check=false), the allocation that fails is said as out of memory with
+# what makes a rank need less, exit 1. (ulimit -v: it fails alike on a machine with more memory.)
+code=0
+(ulimit -v 8000000 && train trillion_unchecked --set model.hidden_size=65536 --set model.num_heads=512 \
+  --set model.num_layers=256 --set train.memory_check=false) || code=$?
+expect 1 trillion_unchecked "loom: error: out of memory: .*can't allocate memory: you tried to allocate" $code
+expect 1 trillion_unchecked "needs less with a smaller train.micro_batch_size, train.recompute selective or full" $code
 echo "10. absurd sizes refused before allocating, naming the keys and both memory figures"
 mkdir -p "$WORK/mine"
 printf '# my notes\n' > "$WORK/mine/config.yaml"

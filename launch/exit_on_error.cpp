@@ -1,0 +1,82 @@
+#include "launch/exit_on_error.h"
+
+#include <c10/util/Exception.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <new>
+
+#include "core/error_text.h"
+#include "core/errors.h"
+#include "parallel/launch_env.h"
+
+namespace loom::launch {
+namespace {
+
+// The ranks of a job write into one log (mpirun's, srun's, torchrun's): a rank of several names
+// itself after its message, so that the one whose data or disk failed mid-run is known.
+std::string rank_of_several() {
+  try {
+    const auto launch = parallel::detect_launch();
+    if (launch.world > 1) return " (rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.world) + ")";
+  } catch (const std::exception&) {  // the launcher's variables are what failed: no rank to name
+  }
+  return "";
+}
+
+// Leaves without running destructors: after a failed collective, communicator threads may still
+// wait on a dead peer, and joining them would hang the exit. Under mpirun it ends the whole job, so
+// that no rank waits on this one. A rank that has its verdict leaves with it: srun --kill-on-bad-exit
+// sends SIGTERM to the ranks still exiting once the first has gone, which would turn their exit 3
+// into 143.
+[[noreturn]] void die(int code, const std::string& message) {
+  for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) std::signal(signal, SIG_IGN);
+  std::cout.flush();
+  std::fprintf(stderr, "loom: error: %s%s\n", without_json_exception_ids(message).c_str(), rank_of_several().c_str());
+  std::fflush(stderr);
+  parallel::end_job(code);
+}
+
+}  // namespace
+
+bool is_host_out_of_memory(const std::string& message) {
+  return message.find("DefaultCPUAllocator: can't allocate memory") != std::string::npos ||
+         message.find("DefaultCPUAllocator: not enough memory") != std::string::npos;
+}
+
+std::string out_of_memory_text(const std::string& torch_message) {
+  // Exit 1, not 75: the same job requeued would run out again. Not 2 either: the config is valid,
+  // and the memory check (train.memory_check) is an estimate.
+  return "out of memory: " + torch_message +
+         "\nThis rank's share of the weights, gradients, optimizer state and activations did not fit. A rank "
+         "needs less with a smaller train.micro_batch_size, train.recompute selective or full, a higher "
+         "parallel.zero_stage, or more tp, pp or ep ranks ('loom plan' ranks the layouts by memory); "
+         "train.memory_check (on by default) estimates this before the first step";
+}
+
+int exit_on_error(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const InputError& e) {
+    die(2, e.what());
+  } catch (const DivergenceError& e) {
+    die(3, e.what());
+  } catch (const EnvironmentError& e) {
+    die(75, e.what());
+  } catch (const std::filesystem::filesystem_error& e) {  // whose fault, by its errno (core/errors.h)
+    die(machine_file_error(e.code().value()) ? 75 : 2, e.what());
+  } catch (const c10::OutOfMemoryError& e) {  // a GPU's allocator
+    die(1, out_of_memory_text(e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    const std::string message = e.what_without_backtrace();
+    die(1, is_host_out_of_memory(message) ? out_of_memory_text(message) : message);
+  } catch (const std::bad_alloc& e) {  // loom's own containers
+    die(1, out_of_memory_text(std::string("std::bad_alloc (") + e.what() + ")"));
+  } catch (const std::exception& e) {
+    die(1, e.what());
+  }
+}
+
+}  // namespace loom::launch
