@@ -17,6 +17,7 @@
 #include "launch/resume_checks.h"
 #include "launch/resume_choice.h"
 #include "launch/tokenizer_record.h"
+#include "launch/training_record.h"
 #include "optim/lr_schedule.h"
 #include "parallel/grad_compression.h"
 
@@ -224,6 +225,7 @@ std::shared_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
       header["muon_groups"] = {{"include", config_.train.muon.include}, {"exclude", config_.train.muon.exclude}};
     header["train_steps"] = config_.train.steps;
     header["lr_schedule"] = optim::lr_schedule_record(config_.train);
+    header["training"] = training_settings_record(config_);
     header["grad_compression"] = to_string(config_.parallel.grad_compression);
     // The lineage: the checkpoint this state descends from, by name when it is in the same directory.
     header["parent"] = parent_.empty()                                      ? ""
@@ -439,8 +441,13 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
   if (tokenizer_.is_null() && manifest.contains("tokenizer")) tokenizer_ = manifest.at("tokenizer");
   const TrainingState state = read_training_state(manifest, source);
   info0("resumed from {} at step {} ({} samples consumed)", path, state.step, state.consumed_samples);
-  if (state.step < config_.train.steps)
+  if (state.step < config_.train.steps) {
     optim::report_lr_schedule_change(config_.train, manifest.value("lr_schedule", nlohmann::json()), state.step);
+    if (const auto changed = training_settings_change(config_, manifest.value("training", nlohmann::json()));
+        !changed.empty())
+      warn0("training settings changed since the checkpoint ({}): the steps from {} train with the new values", changed,
+            state.step + 1);
+  }
   parent_ = path;
   parent_verified_ = is_verified(path);
   return state;

@@ -22,6 +22,7 @@
 #     fresh run is refused where only a rolled-back metrics.superseded.jsonl is left (it deleted it).
 #  8. Raising train.steps on resume says the schedule stretches (old and new values, and the
 #     train.lr_decay_steps that avoids it); with train.lr_decay_steps the schedule is unchanged.
+#     Another schedule key, train.precision or train.global_batch_size changed on resume is named.
 #  9. A resume refused for another model names the key the user changed first (hidden_size, not
 #     the ffn_hidden_size derived from it; model.moe.num_experts for an MoE), and every difference;
 #     an MoE's router settings that choose experts (top_k, score: they were accepted without a
@@ -232,7 +233,14 @@ must_train sched4 --set checkpoint.dir="$WORK/ck_sched4" --set train.exit_after=
 must_train sched4 --set checkpoint.dir="$WORK/ck_sched4" --set train.warmup_steps=3 --resume auto
 grep -q "the learning-rate schedule changed since the checkpoint (train.warmup_steps [0-9]* -> 3): the lr at step 5 is" \
   "$WORK/sched4.log" || { cat "$WORK/sched4.log"; fail "a changed train.warmup_steps on resume was not said"; }
-echo "8. raising train.steps on resume: the stretch named with train.lr_decay_steps to avoid it; with it, unchanged; lowering it: a shrink; another lr key: named"
+# So are the other settings that change the numbers to come (precision, batch size, clipping).
+must_train sched5 --set checkpoint.dir="$WORK/ck_sched5" --set train.exit_after=4
+must_train sched5 --set checkpoint.dir="$WORK/ck_sched5" --set train.precision=bf16 --set train.global_batch_size=16 \
+  --resume auto
+grep -q "training settings changed since the checkpoint (train.precision fp32 -> bf16, train.global_batch_size [0-9]* -> 16): the steps from 5 train with the new values" \
+  "$WORK/sched5.log" || { cat "$WORK/sched5.log"; fail "a changed train.precision on resume was not said"; }
+grep -q "training settings changed" "$WORK/sched.log" && fail "a resume that changed no setting said one changed"
+echo "8. raising train.steps on resume: the stretch named with train.lr_decay_steps to avoid it; with it, unchanged; lowering it: a shrink; another lr key, precision, batch size: named"
 # 9.
 must_train shape --set checkpoint.dir="$WORK/ck_shape" --set train.exit_after=2
 code=0
