@@ -223,7 +223,6 @@ std::shared_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     header["optimizer"] = to_string(config_.train.optimizer);
     if (config_.train.optimizer == OptimizerKind::muon)
       header["muon_groups"] = {{"include", config_.train.muon.include}, {"exclude", config_.train.muon.exclude}};
-    header["train_steps"] = config_.train.steps;
     header["lr_schedule"] = optim::lr_schedule_record(config_.train);
     header["training"] = training_settings_record(config_);
     header["grad_compression"] = to_string(config_.parallel.grad_compression);
@@ -442,7 +441,9 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
   const TrainingState state = read_training_state(manifest, source);
   info0("resumed from {} at step {} ({} samples consumed)", path, state.step, state.consumed_samples);
   if (state.step < config_.train.steps) {
-    optim::report_lr_schedule_change(config_.train, manifest.value("lr_schedule", nlohmann::json()), state.step);
+    optim::report_schedule_change(config_.train, manifest.value("lr_schedule", nlohmann::json()),
+                                  manifest.value("train_steps", int64_t{0}),
+                                  state.step);  // (train_steps: before 15a10e0)
     if (const auto changed = training_settings_change(config_, manifest.value("training", nlohmann::json()));
         !changed.empty())
       warn0("training settings changed since the checkpoint ({}): the steps from {} train with the new values", changed,

@@ -245,7 +245,6 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
   const int64_t first_step = state.step + 1;
   if (resume_has_work(t, state.step)) {
     open_records(resume, state.step);  // (one with nothing to do leaves config.yaml and the rows as they were)
-    if (state.step < t.steps) optim::report_schedule_change(t, state.saved_train_steps, state.step);
   } else {
     info0("nothing to do: the run is already at step {} of train.steps = {} (raise train.steps to train further)",
           state.step, t.steps);

@@ -18,7 +18,6 @@ void write_training_state(const TrainingState& state, nlohmann::json& header) {
 
 TrainingState read_training_state(const nlohmann::json& manifest, const std::string& source) {
   TrainingState state{manifest.at("step").get<int64_t>(), manifest.at("consumed_samples").get<int64_t>()};
-  state.saved_train_steps = manifest.value("train_steps", int64_t{0});
   if (manifest.contains("expert_bias")) {
     try {
       state.expert_bias = manifest.at("expert_bias").get<std::vector<std::vector<double>>>();

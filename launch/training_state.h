@@ -17,7 +17,6 @@ struct TrainingState {
   double loss_scale = 0.0;
   int64_t loss_scale_clean_steps = 0;
   int64_t skipped_steps = 0;
-  int64_t saved_train_steps = 0;                 // train.steps of the run that saved it (0: not recorded)
   std::vector<std::vector<double>> expert_bias;  // MoE layers' expert biases (launch/moe_metrics.h); empty: none
   // The finite losses since the last log line (its avg_loss's): a resume between log lines goes on
   // with them, where it would average only the steps after it.

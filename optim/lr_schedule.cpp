@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "core/logging.h"
@@ -39,34 +40,6 @@ LrSchedule schedule_of(const TrainConfig& t, int64_t steps) {
   return LrSchedule{t.lr, t.min_lr, t.warmup_steps, decay, t.lr_decay_style, t.lr_wsd_decay_steps};
 }
 
-void report_schedule_change(const TrainConfig& t, int64_t saved_steps, int64_t step) {
-  if (saved_steps <= 0 || saved_steps == t.steps) return;
-  if (t.lr_decay_steps > 0) {
-    // Only the checkpoint's train.steps is known, not the schedule keys it was trained with: what
-    // can be said is that train.steps does not move this schedule.
-    info0(
-        "train.steps changed from {} (the checkpoint's) to {}; with train.lr_decay_steps = {} the learning-rate "
-        "schedule does not depend on train.steps (lr at step {}: {:.4g})",
-        saved_steps, t.steps, t.lr_decay_steps, step + 1, schedule_of(t, t.steps).at(step));
-    return;
-  }
-  // Two calls, not a chosen word: fmt checks a format string at compile time (a literal).
-  const double before = schedule_of(t, saved_steps).at(step), now = schedule_of(t, t.steps).at(step);
-  if (t.steps > saved_steps) {
-    warn0(
-        "train.steps changed from {} (the checkpoint's) to {}: the learning-rate decay stretches over the new "
-        "length (lr at step {} was {:.4g} on the old schedule, is {:.4g} now); to extend the run without "
-        "stretching it, set train.lr_decay_steps = {} (or train.lr_decay_style: constant or wsd)",
-        saved_steps, t.steps, step + 1, before, now, saved_steps - t.warmup_steps);
-  } else {
-    warn0(
-        "train.steps changed from {} (the checkpoint's) to {}: the learning-rate decay shrinks to the new length "
-        "(lr at step {} was {:.4g} on the old schedule, is {:.4g} now); to keep the old schedule and stop "
-        "early, set train.lr_decay_steps = {}, or keep train.steps and set train.exit_after",
-        saved_steps, t.steps, step + 1, before, now, saved_steps - t.warmup_steps);
-  }
-}
-
 nlohmann::json lr_schedule_record(const TrainConfig& t) {
   return {{"lr", t.lr},
           {"min_lr", t.min_lr},
@@ -77,33 +50,78 @@ nlohmann::json lr_schedule_record(const TrainConfig& t) {
           {"steps", t.steps}};
 }
 
-void report_lr_schedule_change(const TrainConfig& t, const nlohmann::json& saved, int64_t step) {
-  if (!saved.is_object()) return;
+namespace {
+
+// The train config whose schedule the checkpoint trained on: T with the keys SAVED recorded (its
+// manifest's lr_schedule), or, from a checkpoint before that record, with its train.steps alone.
+std::optional<TrainConfig> saved_schedule(const TrainConfig& t, const nlohmann::json& saved, int64_t saved_steps) {
   TrainConfig before = t;
-  try {
-    before.lr = saved.at("lr").get<double>();
-    before.min_lr = saved.at("min_lr").get<double>();
-    before.warmup_steps = saved.at("warmup_steps").get<int64_t>();
-    before.lr_decay_style = from_string<LrDecayStyle>(saved.at("lr_decay_style").get<std::string>());
-    before.lr_decay_steps = saved.at("lr_decay_steps").get<int64_t>();
-    before.lr_wsd_decay_steps = saved.at("lr_wsd_decay_steps").get<int64_t>();
-    before.steps = saved.at("steps").get<int64_t>();
-  } catch (const std::exception&) {  // a record of another form says nothing to compare
+  if (saved.is_object()) {
+    try {
+      before.lr = saved.at("lr").get<double>();
+      before.min_lr = saved.at("min_lr").get<double>();
+      before.warmup_steps = saved.at("warmup_steps").get<int64_t>();
+      before.lr_decay_style = from_string<LrDecayStyle>(saved.at("lr_decay_style").get<std::string>());
+      before.lr_decay_steps = saved.at("lr_decay_steps").get<int64_t>();
+      before.lr_wsd_decay_steps = saved.at("lr_wsd_decay_steps").get<int64_t>();
+      before.steps = saved.at("steps").get<int64_t>();
+      return before;
+    } catch (const std::exception&) {  // a record of another form: train.steps alone, if that
+    }
+  }
+  if (saved_steps <= 0) return std::nullopt;
+  before.steps = saved_steps;
+  return before;
+}
+
+// train.steps alone changed: what that does to the schedule, which the user may not expect.
+void report_steps_change(const TrainConfig& t, const TrainConfig& before, int64_t step) {
+  if (t.lr_decay_steps > 0) {
+    info0(
+        "train.steps changed from {} (the checkpoint's) to {}; with train.lr_decay_steps = {} the learning-rate "
+        "schedule does not depend on train.steps (lr at step {}: {:.4g})",
+        before.steps, t.steps, t.lr_decay_steps, step + 1, schedule_of(t, t.steps).at(step));
     return;
   }
+  // Two calls, not a chosen word: fmt checks a format string at compile time (a literal).
+  const double was = schedule_of(before, before.steps).at(step), now = schedule_of(t, t.steps).at(step);
+  if (t.steps > before.steps) {
+    warn0(
+        "train.steps changed from {} (the checkpoint's) to {}: the learning-rate decay stretches over the new "
+        "length (lr at step {} was {:.4g} on the old schedule, is {:.4g} now); to extend the run without "
+        "stretching it, set train.lr_decay_steps = {} (or train.lr_decay_style: constant or wsd)",
+        before.steps, t.steps, step + 1, was, now, before.steps - t.warmup_steps);
+  } else {
+    warn0(
+        "train.steps changed from {} (the checkpoint's) to {}: the learning-rate decay shrinks to the new length "
+        "(lr at step {} was {:.4g} on the old schedule, is {:.4g} now); to keep the old schedule and stop "
+        "early, set train.lr_decay_steps = {}, or keep train.steps and set train.exit_after",
+        before.steps, t.steps, step + 1, was, now, before.steps - t.warmup_steps);
+  }
+}
+
+}  // namespace
+
+void report_schedule_change(const TrainConfig& t, const nlohmann::json& saved, int64_t saved_steps, int64_t step) {
+  const auto before = saved_schedule(t, saved, saved_steps);
+  if (!before) return;
   std::ostringstream changed;
   const auto note = [&](const char* key, auto was, auto is) {
     if (was != is) changed << (changed.tellp() > 0 ? ", " : "") << "train." << key << " " << was << " -> " << is;
   };
-  note("lr", before.lr, t.lr);
-  note("min_lr", before.min_lr, t.min_lr);
-  note("warmup_steps", before.warmup_steps, t.warmup_steps);
-  note("lr_decay_style", to_string(before.lr_decay_style), to_string(t.lr_decay_style));
-  note("lr_decay_steps", before.lr_decay_steps, t.lr_decay_steps);
-  note("lr_wsd_decay_steps", before.lr_wsd_decay_steps, t.lr_wsd_decay_steps);
-  if (changed.tellp() == 0) return;  // (train.steps alone: report_schedule_change says what it does)
+  note("lr", before->lr, t.lr);
+  note("min_lr", before->min_lr, t.min_lr);
+  note("warmup_steps", before->warmup_steps, t.warmup_steps);
+  note("lr_decay_style", to_string(before->lr_decay_style), to_string(t.lr_decay_style));
+  note("lr_decay_steps", before->lr_decay_steps, t.lr_decay_steps);
+  note("lr_wsd_decay_steps", before->lr_wsd_decay_steps, t.lr_wsd_decay_steps);
+  if (changed.tellp() == 0) {
+    if (before->steps != t.steps) report_steps_change(t, *before, step);
+    return;
+  }
+  note("steps", before->steps, t.steps);  // one line for every change, the lr on both whole schedules
   warn0("the learning-rate schedule changed since the checkpoint ({}): the lr at step {} is {:.4g}, was {:.4g}",
-        changed.str(), step + 1, schedule_of(t, t.steps).at(step), schedule_of(before, before.steps).at(step));
+        changed.str(), step + 1, schedule_of(t, t.steps).at(step), schedule_of(*before, before->steps).at(step));
 }
 
 }  // namespace loom::optim

@@ -29,15 +29,16 @@ struct LrSchedule {
 // The schedule of train config T were it STEPS long (lr_decay_steps 0: the decay fills the run).
 LrSchedule schedule_of(const TrainConfig& t, int64_t steps);
 
-// A run resumed at STEP from a checkpoint saved with train.steps SAVED_STEPS (0: not recorded) under
-// T: says what a changed train.steps does to the schedule, which the user may not expect.
-void report_schedule_change(const TrainConfig& t, int64_t saved_steps, int64_t step);
-
-// The learning-rate keys a checkpoint recorded (its manifest's lr_schedule: lr, min_lr, warmup_steps,
-// lr_decay_style, lr_decay_steps, lr_wsd_decay_steps, steps; not an object: not recorded) against T's,
-// for a run resumed at STEP: warns naming each changed key and the lr before and after, as a config
-// edited between a job's requeues changes the run without a word otherwise.
+// The learning-rate keys a checkpoint records (its manifest's lr_schedule: lr, min_lr, warmup_steps,
+// lr_decay_style, lr_decay_steps, lr_wsd_decay_steps, steps).
 nlohmann::json lr_schedule_record(const TrainConfig& t);
-void report_lr_schedule_change(const TrainConfig& t, const nlohmann::json& saved, int64_t step);
+
+// A run resumed at STEP under T from a checkpoint that recorded SAVED (lr_schedule_record; not an
+// object: not recorded, and then SAVED_STEPS, an older checkpoint's train.steps, 0: not that either):
+// one line for what changed, as a config edited between a job's requeues changes the run without a
+// word otherwise. train.steps alone: what it does to the decay (stretch, shrink, nothing under
+// train.lr_decay_steps) and how to avoid it; any other key: each changed key, train.steps among
+// them, and the lr of the next step on the old and the new schedule.
+void report_schedule_change(const TrainConfig& t, const nlohmann::json& saved, int64_t saved_steps, int64_t step);
 
 }  // namespace loom::optim

@@ -233,6 +233,11 @@ must_train sched4 --set checkpoint.dir="$WORK/ck_sched4" --set train.exit_after=
 must_train sched4 --set checkpoint.dir="$WORK/ck_sched4" --set train.warmup_steps=3 --resume auto
 grep -q "the learning-rate schedule changed since the checkpoint (train.warmup_steps [0-9]* -> 3): the lr at step 5 is" \
   "$WORK/sched4.log" || { cat "$WORK/sched4.log"; fail "a changed train.warmup_steps on resume was not said"; }
+# Both at once: one line, train.steps among the keys, the lr on the two whole schedules.
+must_train sched4 --set checkpoint.dir="$WORK/ck_sched4" --set train.warmup_steps=2 --set train.steps=12 --resume auto
+grep -q "the learning-rate schedule changed since the checkpoint (train.warmup_steps 3 -> 2, train.steps 6 -> 12): the lr at step 7 is" \
+  "$WORK/sched4.log" && ! grep -q "train.steps changed from" "$WORK/sched4.log" ||
+  { cat "$WORK/sched4.log"; fail "a changed train.warmup_steps and train.steps on resume were not said in one line"; }
 # So are the other settings that change the numbers to come (precision, batch size, clipping).
 must_train sched5 --set checkpoint.dir="$WORK/ck_sched5" --set train.exit_after=4
 must_train sched5 --set checkpoint.dir="$WORK/ck_sched5" --set train.precision=bf16 --set train.global_batch_size=16 \
