@@ -113,12 +113,15 @@ std::string first_line(const std::string& dir, const char* file) {
 }
 
 // How `latest` names the checkpoint at PATH: its folder name inside DIR, its absolute path elsewhere.
-std::string latest_entry_for(const std::string& dir, const std::string& path) {
+fs::path folder_of(const std::string& path) {
   fs::path folder = fs::absolute(path).lexically_normal();
   if (!folder.has_filename()) folder = folder.parent_path();  // ck/step_N/: its folder, not ""
-  std::error_code error;
-  const bool inside = fs::equivalent(folder.parent_path(), dir, error) && !error;
-  return inside ? folder.filename().string() : folder.string();
+  return folder;
+}
+
+std::string latest_entry_for(const std::string& dir, const std::string& path) {
+  const fs::path folder = folder_of(path);
+  return in_checkpoint_dir(dir, path) ? folder.filename().string() : folder.string();
 }
 
 // The complete checkpoint of DIR whose folder is NAME.
@@ -131,6 +134,11 @@ std::optional<CheckpointInfo> checkpoint_named(const std::string& dir, const std
 }
 
 }  // namespace
+
+bool in_checkpoint_dir(const std::string& dir, const std::string& path) {
+  std::error_code error;
+  return !dir.empty() && fs::equivalent(folder_of(path).parent_path(), dir, error) && !error;
+}
 
 void set_latest(const std::string& dir, const std::string& path) {
   if (fs::is_directory(fs::path(dir) / "latest")) {

@@ -58,6 +58,10 @@ std::string latest_names_missing(const std::string& dir);
 // publish (below) is then settled: its file is removed.
 void set_latest(const std::string& dir, const std::string& path);
 
+// Whether the checkpoint folder PATH (relative, absolute, with a trailing slash or not) is one of
+// DIR's own (and so loom's to mark, rename or set aside): what `latest` names by its folder's name.
+bool in_checkpoint_dir(const std::string& dir, const std::string& path);
+
 // A save announces the checkpoint it is about to rename into place (PATH, inside DIR) in
 // `latest.publishing`, durably, before the rename, with what `latest` names meanwhile; set_latest
 // removes it. A job stopped between the rename and `latest`'s update leaves it naming a complete

@@ -12,11 +12,6 @@
 namespace loom::launch {
 namespace fs = std::filesystem;
 
-bool in_checkpoint_dir(const std::string& dir, const std::string& path) {
-  std::error_code error;
-  return !dir.empty() && fs::equivalent(fs::path(path).parent_path(), dir, error) && !error;
-}
-
 void continue_lineage_from(const std::string& dir, const std::string& path, int64_t step) {
   if (dir.empty()) return;
   std::error_code error;

@@ -26,9 +26,6 @@ struct ResumeChoice {
 ResumeChoice choose_resume_checkpoint(const std::string& resume, const std::vector<CheckpointInfo>& candidates,
                                       const Config& config, const nlohmann::json& data_now, bool allow_data_change);
 
-// Whether PATH is a checkpoint of DIR (and so loom's to mark, rename or set aside).
-bool in_checkpoint_dir(const std::string& dir, const std::string& path);
-
 // Whether a run resumed at STEP trains (or, at train.exit_after == STEP, saves): one that does
 // neither leaves checkpoint.dir and the run directory as they were.
 inline bool resume_has_work(const TrainConfig& train, int64_t step) {

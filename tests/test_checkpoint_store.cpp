@@ -420,39 +420,6 @@ TEST_CASE("checkpoint store: a manifest whose checksum was made to match is stil
   fs::remove_all(dir);
 }
 
-TEST_CASE("what unfinished saves left is removed, and nothing else", "[checkpoint]") {
-  const auto dir = (fs::temp_directory_path() / "loom_unfinished_saves").string();
-  fs::remove_all(dir);
-  fs::create_directories(fs::path(dir) / ".step_00000004.tmp");
-  std::ofstream(fs::path(dir) / ".step_00000004.tmp" / "rank_0.bin") << "partial";
-  std::ofstream(fs::path(dir) / "latest.tmp") << "step_00000002";
-  fs::create_directories(fs::path(dir) / "step_00000002");
-  std::ofstream(fs::path(dir) / "latest") << "step_00000002\n";
-  fs::create_directories(fs::path(dir) / ".notes.tmp");          // not a save's name: the user's
-  fs::create_directories(fs::path(dir) / ".step_00000004.old");  // not a temporary folder
-  const auto removed = remove_unfinished_saves(dir);
-  REQUIRE(removed.size() == 2);
-  CHECK(fs::path(removed[0]).filename() == ".step_00000004.tmp");
-  CHECK(fs::path(removed[1]).filename() == "latest.tmp");
-  CHECK_FALSE(fs::exists(fs::path(dir) / ".step_00000004.tmp"));
-  CHECK_FALSE(fs::exists(fs::path(dir) / "latest.tmp"));
-  for (const char* kept : {"step_00000002", "latest", ".notes.tmp", ".step_00000004.old"})
-    CHECK(fs::exists(fs::path(dir) / kept));
-  CHECK(remove_unfinished_saves((fs::path(dir) / "absent").string()).empty());
-  fs::remove_all(dir);
-}
-
-TEST_CASE("a 'latest' that is a directory is refused, naming it, and left alone", "[checkpoint]") {
-  const auto dir = (fs::temp_directory_path() / "loom_latest_directory").string();
-  fs::remove_all(dir);
-  fs::create_directories(fs::path(dir) / "latest");
-  fs::create_directories(fs::path(dir) / "step_00000002");
-  CHECK_THROWS_WITH(set_latest(dir, (fs::path(dir) / "step_00000002").string()),
-                    Catch::Contains("'latest' is a directory"));
-  CHECK(fs::is_directory(fs::path(dir) / "latest"));
-  fs::remove_all(dir);
-}
-
 TEST_CASE("a job stopped between a save's rename and latest's update resumes from that save", "[checkpoint]") {
   const auto dir = test::temp_dir("ckpt_announced");
   const auto step = [&](int64_t n) { return (fs::path(dir) / ("step_000000" + std::to_string(n))).string(); };
