@@ -137,11 +137,9 @@ double parse_number(const std::string& flag, const std::string& text) {
   return value;
 }
 
-Command add_verify(CLI::App& loom) {
-  auto& command = *loom.add_subcommand(
-      "verify",
-      "train CONFIG's layout and a one-process reference from the same weights and data, and compare their losses "
-      "and first step's gradients and weights: exit 0 equal, 4 not");
+// `loom verify`'s flags, which a user's own program takes after `verify` (train_main); returns what
+// gives the VerifyArgs once they are parsed, SELF this program (which trains the reference).
+std::function<VerifyArgs()> add_verify_flags(CLI::App& command) {
   auto parsed = add_train_flags(command, true);
   auto steps = std::make_shared<std::string>("5"), rtol = std::make_shared<std::string>("0");
   command.add_option("--steps", *steps, "steps both runs train")->type_name("N")->capture_default_str();
@@ -149,7 +147,6 @@ Command add_verify(CLI::App& loom) {
   return [parsed, steps, rtol] {
     VerifyArgs args;
     args.train = parsed();
-    args.train.flops_per_token = models::gpt_flops_per_token;
     args.steps = parse_integer("--steps", *steps, 1);
     args.rtol = parse_number("--rtol", *rtol);
     if (!(args.rtol >= 0.0) || !std::isfinite(args.rtol)) {
@@ -157,6 +154,19 @@ Command add_verify(CLI::App& loom) {
                        "'");
     }
     args.self = std::filesystem::read_symlink("/proc/self/exe").string();
+    return args;
+  };
+}
+
+constexpr const char* kVerifyHelp =
+    "train CONFIG's layout and a one-process reference from the same weights and data, and compare their losses "
+    "and first step's gradients and weights: exit 0 equal, 4 not";
+
+Command add_verify(CLI::App& loom) {
+  auto parsed = add_verify_flags(*loom.add_subcommand("verify", kVerifyHelp));
+  return [parsed] {
+    VerifyArgs args = parsed();
+    args.train.flops_per_token = models::gpt_flops_per_token;
     return verify(args, models::make_gpt_piece);
   };
 }
@@ -443,10 +453,22 @@ int train_main(int argc, char** argv, const models::ModelFactory& make_model) {
 int train_main(int argc, char** argv, const models::PipelineModelFactory& make_model) {
   return exit_on_error([&] {
     const std::string program = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "train";
-    CLI::App app("train a model with loom", program);
+    // PROGRAM verify CONFIG ...: loom verify of this program's model, whose reference run is
+    // PROGRAM train CONFIG ... (the same as PROGRAM CONFIG ...).
+    const std::string command = argc > 1 ? argv[1] : "";
+    if (command == "verify") {
+      CLI::App app(std::string(kVerifyHelp) + " (this program's model)", program + " verify");
+      format_help(app);
+      auto parsed = add_verify_flags(app);
+      if (int code = parse(app, argc - 1, argv + 1); code >= 0) return code;
+      return verify(parsed(), make_model);
+    }
+    const int skipped = command == "train" ? 1 : 0;
+    CLI::App app("train a model with loom ('" + program + " verify CONFIG.yaml' compares a layout with one process)",
+                 program);
     format_help(app);
     auto parsed = add_train_flags(app);
-    if (int code = parse(app, argc, argv); code >= 0) return code;
+    if (int code = parse(app, argc - skipped, argv + skipped); code >= 0) return code;
     return train(parsed(), make_model);
   });
 }

@@ -132,8 +132,9 @@ int plan_run(const std::string& run_dir);
 int run_cli(int argc, char** argv);
 
 // The entry point of a user's own training program: ARGV is
-// "CONFIG.yaml [--set section.key=value]... [--run-dir DIR]", as for `loom train`,
-// and MAKE_MODEL builds the model. Returns the exit code; never throws.
+// "[train] CONFIG.yaml [--set section.key=value]... [--run-dir DIR]", as for `loom train`, or
+// "verify CONFIG.yaml ...", as for `loom verify` (its reference run is "train ..." of the same
+// program), and MAKE_MODEL builds the model. Returns the exit code; never throws.
 int train_main(int argc, char** argv, const models::ModelFactory& make_model);
 // The same for a model that can be split into pipeline stages.
 int train_main(int argc, char** argv, const models::PipelineModelFactory& make_model);

@@ -4,10 +4,13 @@
 # gets per-block ZeRO-3 and full recomputation with no code of its own;
 # (2) loom installs as a CMake package that a separate project finds with
 # find_package(loom) and builds against.
-# Usage: custom_model.sh EXAMPLE_BINARY BUILD_DIR
+# (3) The program's own `verify` (train_main) passes the example at tp 2 and catches a model that
+# forgot copy_to_tp_region (exit 4).
+# Usage: custom_model.sh EXAMPLE_BINARY BUILD_DIR FORGOTTEN_REGION_BINARY
 source "$(dirname "$0")/common.sh"
 example="$1"
 build_dir="$2"
+forgotten="$3"
 sets=(--set model.hidden_size=32 --set model.ffn_hidden_size=64 --set train.steps=20 --set train.lr=0.03 --set train.min_lr=0.003)
 
 "$example" "$TINY" --run-dir "$WORK/tp1" "${sets[@]}" > "$WORK/tp1.log" 2>&1 || { cat "$WORK/tp1.log"; fail "tp=1 run"; }
@@ -40,6 +43,21 @@ python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/zero3/metrics.jsonl" "$WORK/
 echo -n "custom model zero_stage 3 with full recomputation vs without: "
 python3 "$SCRIPTS/checks.py" compare-metrics "$WORK/zero3_full/metrics.jsonl" "$WORK/zero3/metrics.jsonl" --rtol 0 ||
   fail "custom model: full recomputation changed the losses"
+
+# (3) A user's program verifies its own model as loom verify does loom's: the example at tp 2 is
+# equal to one process; a model that forgot copy_to_tp_region before its tied output layer
+# (tests/programs/forgotten_region_model.cpp: partial gradients below it) is caught at step 1's
+# gradients, exit 4, naming a parameter.
+mpirun --oversubscribe -np 2 "$example" verify "$TINY" --run-dir "$WORK/verify_example" --set parallel.tp=2 \
+  "${sets[@]}" > "$WORK/verify_example.log" 2>&1 || { cat "$WORK/verify_example.log"; fail "the example's verify"; }
+grep -q "^verdict: equal within 1.0e-05 relative (fp32)" "$WORK/verify_example.log" ||
+  { cat "$WORK/verify_example.log"; fail "the example's verify gave no verdict"; }
+code=0
+mpirun --oversubscribe -np 2 "$forgotten" verify "$TINY" --run-dir "$WORK/verify_forgotten" --set parallel.tp=2 \
+  > "$WORK/verify_forgotten.log" 2>&1 || code=$?
+[ "$code" = 4 ] && grep -q "^verdict: differs from step 1 .*: \(down\|up\)\.\(weight\|bias\)" "$WORK/verify_forgotten.log" ||
+  { cat "$WORK/verify_forgotten.log"; fail "verify of a model without copy_to_tp_region: exit $code, not 4 naming it"; }
+echo "a user's program verifies its own model: the example equal at tp 2, a forgotten copy_to_tp_region caught (exit 4)"
 
 # Install, then build the example as a separate project against the installed package.
 cmake --install "$build_dir" --prefix "$WORK/prefix" > "$WORK/install.log" || { cat "$WORK/install.log"; fail "install"; }
