@@ -12,6 +12,7 @@
 // in backward (train.recompute full) from outside.
 //
 // Usage, like `loom train`:  mlp_language_model CONFIG.yaml [--set k=v]... [--run-dir DIR]
+// and like `loom verify` (a layout against one process): mlp_language_model verify CONFIG.yaml [--set k=v]...
 // It uses model.hidden_size, model.ffn_hidden_size, model.num_layers and model.vocab_size.
 #include <launch/commands.h>
 #include <models/block_stack.h>
