@@ -147,6 +147,7 @@ class GPTImpl : public LanguageModel {
   torch::Tensor take_mtp_loss() override;
   BlockStackImpl* block_stack() override { return blocks.get(); }
   bool splits_sequences_over_cp() const override { return true; }
+  bool recomputes_selectively() const override { return true; }  // (its attention, built with the config's recompute)
   // Parameters of this piece, each whole (unsplit by tp): the whole model's when it is one piece.
   int64_t num_parameters() const;
 

@@ -32,6 +32,13 @@ void require_layout_support(const LanguageModel& model, int64_t cp, Recompute re
         "(LanguageModel::block_stack), and this model declares none, so every activation would still be kept; "
         "declare its blocks in a BlockStack (models/block_stack.h), or set train.recompute to none");
   }
+  if (recompute == Recompute::selective && !model.recomputes_selectively()) {
+    throw InputError(
+        "config key 'train.recompute': selective recomputation re-runs the attention core in backward, and this "
+        "model's attention does not (LanguageModel::recomputes_selectively), so every activation would still be "
+        "kept; use loom's attention (models/self_attention.h) or parallel::recompute_in_backward in your own, or set "
+        "train.recompute to full (with a BlockStack) or none");
+  }
 }
 
 PipelineModelFactory whole_model_only(ModelFactory make_model) {

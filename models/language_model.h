@@ -88,6 +88,10 @@ class LanguageModel : public torch::nn::Module {
   // (parallel/ring_attention.h) and its positions are cp_positions. One that does
   // not would see only its rank's part of each sequence: parallel.cp > 1 refuses it.
   virtual bool splits_sequences_over_cp() const { return false; }
+  // Whether train.recompute: selective recomputes anything here: the model's attention re-runs its
+  // core in backward (models/self_attention.h does, built with Recompute::selective; a model's own
+  // attention may, with parallel::recompute_in_backward). One that does not is refused it.
+  virtual bool recomputes_selectively() const { return false; }
 };
 
 // LOSS, the last piece's forward: refused (InputError) unless it is the one number the trainer averages.
@@ -95,7 +99,8 @@ const torch::Tensor& require_scalar_loss(const torch::Tensor& loss);
 
 // Refuses (InputError naming the key) a layout MODEL cannot train as asked: parallel.cp > 1 for a model that
 // does not split sequences over a context-parallel group, train.recompute: full for one that declares no
-// blocks to recompute (it would keep every activation without a word).
+// blocks to recompute, selective for one whose attention recomputes nothing (either would keep every
+// activation without a word).
 void require_layout_support(const LanguageModel& model, int64_t cp, Recompute recompute);
 
 // Builds this rank's part of a model for a resolved config.

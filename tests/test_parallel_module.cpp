@@ -125,12 +125,15 @@ TEST_CASE("a parameter described twice, two of one name, a frozen or unnamed one
                     Catch::Contains("'.weight' (in the module 'a') has an empty global name"));
   // A model that does not split sequences over cp is refused there, naming the key; GPT does. So is full
   // recomputation of a model that declares no blocks (it recomputed nothing, silently).
-  CHECK_NOTHROW(models::require_layout_support(Slipped("none"), 1, Recompute::selective));
+  CHECK_NOTHROW(models::require_layout_support(Slipped("none"), 1, Recompute::none));
+  CHECK_THROWS_WITH(models::require_layout_support(Slipped("none"), 1, Recompute::selective),
+                    Catch::Contains("config key 'train.recompute'") && Catch::Contains("recomputes_selectively"));
   CHECK_THROWS_WITH(models::require_layout_support(Slipped("none"), 2, Recompute::none),
                     Catch::Contains("config key 'parallel.cp'"));
   CHECK_THROWS_WITH(models::require_layout_support(Slipped("none"), 1, Recompute::full),
                     Catch::Contains("config key 'train.recompute'") && Catch::Contains("declares none"));
   CHECK_NOTHROW(models::require_layout_support(models::GPTImpl(tiny_gpt(1)), 2, Recompute::full));
+  CHECK_NOTHROW(models::require_layout_support(models::GPTImpl(tiny_gpt(1)), 2, Recompute::selective));
   // The last piece's forward gives the batch's mean loss: a per-token loss (no .mean()) is said so.
   CHECK_NOTHROW(models::require_scalar_loss(torch::tensor(2.0)));
   CHECK_NOTHROW(models::require_scalar_loss(torch::ones({1})));
