@@ -39,6 +39,7 @@ void write_sidecar(const std::string& prefix, const DatasetSidecar& s) {
                       {"documents", s.documents},
                       {"tokens", s.tokens},
                       {"dtype", s.dtype}};
+  if (s.tokenizer_crc32c) json["tokenizer_crc32c"] = *s.tokenizer_crc32c;
   if (s.add_bos) json["add_bos"] = *s.add_bos;
   if (s.append_eod) json["append_eod"] = *s.append_eod;
   const std::string path = sidecar_path(prefix);
@@ -94,6 +95,12 @@ std::optional<DatasetSidecar> read_sidecar(const std::string& prefix) {
   s.documents = integer("documents", false);
   s.tokens = integer("tokens", false);
   s.dtype = text("dtype");
+  if (json.contains("tokenizer_crc32c")) {
+    const auto& crc = json["tokenizer_crc32c"];
+    if (!crc.is_number_unsigned() || crc.get<uint64_t>() > UINT32_MAX)
+      throw InputError("dataset sidecar '" + path + "': key 'tokenizer_crc32c' is not a CRC-32C (0 to 4294967295)");
+    s.tokenizer_crc32c = crc.get<uint32_t>();
+  }
   for (auto [key, value] : {std::pair{"add_bos", &s.add_bos}, std::pair{"append_eod", &s.append_eod}}) {
     if (!json.contains(key)) continue;
     if (!json[key].is_boolean())

@@ -10,9 +10,12 @@ namespace loom {
 
 struct DatasetSidecar {
   std::string tokenizer;         // Tokenizer::kind(): "byte", "sentencepiece", "hf-bpe"
-  std::string tokenizer_source;  // Tokenizer::source()
-  int64_t vocab_size = 0;        // every id in the dataset is below this
-  int64_t bos_id = -1;           // -1: none
+  std::string tokenizer_source;  // Tokenizer::source(), absolute (relative in sidecars before 2026-12-05)
+  // The CRC-32C of the tokenizer's file (tokenizer.json for a directory) when it made the data;
+  // nullopt for the byte tokenizer and in older sidecars.
+  std::optional<uint32_t> tokenizer_crc32c;
+  int64_t vocab_size = 0;  // every id in the dataset is below this
+  int64_t bos_id = -1;     // -1: none
   int64_t eos_id = -1;
   int64_t max_token_id = -1;  // the largest id actually written
   int64_t documents = 0;

@@ -20,6 +20,7 @@
 #include "launch/directory_lock.h"
 #include "launch/document_reader.h"
 #include "launch/progress_bar.h"
+#include "launch/tokenizer_record.h"
 
 namespace loom::launch {
 
@@ -138,13 +139,17 @@ int prepare(const PrepareArgs& args) {
 
   DatasetSidecar sidecar;
   sidecar.tokenizer = tokenizer->kind();
-  sidecar.tokenizer_source = tokenizer->source();
+  // Absolute, with its CRC: `loom train` reads it from wherever it runs, and says when it is gone or changed.
+  sidecar.tokenizer_source = tokenizer->source() == "byte" ? "byte" : tokenizer_path(tokenizer->source());
+  if (sidecar.tokenizer != "byte") sidecar.tokenizer_crc32c = tokenizer_file_crc(sidecar.tokenizer_source);
   sidecar.vocab_size = tokenizer->vocab_size();
   sidecar.bos_id = tokenizer->bos_id();
   sidecar.eos_id = tokenizer->eos_id();
   sidecar.add_bos = args.add_bos;
   sidecar.append_eod = args.append_eod;
-  const bool narrow = tokenizer->vocab_size() <= 65536;
+  // Megatron-LM's choice (megatron.core.datasets.indexed_dataset's optimal dtype: uint16 below 65500
+  // ids), so that the files are byte for byte its tools' for every vocabulary.
+  const bool narrow = tokenizer->vocab_size() < 65500;
   sidecar.dtype = narrow ? "uint16" : "int32";
 
   IndexedDatasetWriter writer(args.output_prefix, narrow ? TokenDtype::u16 : TokenDtype::i32);

@@ -5,7 +5,9 @@
 // rather than silently decoding other text.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "core/config.h"
@@ -19,6 +21,12 @@ namespace loom::launch {
 // (loom prepare's PREFIX.json), else model.init_from's tokenizer.json or tokenizer.model; null when
 // neither says (the built-in synthetic corpus, a dataset made elsewhere).
 nlohmann::json tokenizer_record(const Config& config);
+
+// The absolute path of the tokenizer SOURCE names (a file, or a directory with its tokenizer.json):
+// the file itself, a relative SOURCE read from the current directory.
+std::string tokenizer_path(const std::string& source);
+// The CRC-32C of that file; nullopt when there is none.
+std::optional<uint32_t> tokenizer_file_crc(const std::string& source);
 
 // What `loom generate` loads for RECORD, a checkpoint's (SOURCE names it): "byte" or the file.
 // Throws InputError when the file is gone or changed since training, saying to give --tokenizer.

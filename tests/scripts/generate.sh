@@ -235,5 +235,55 @@ expect_exit 2 "tokenized by sentencepiece '$WORK/sp.model', which is no longer t
 { cat "$WORK/sp_moved.model"; printf x; } > "$WORK/sp.model"
 expect_exit 2 "which has changed since (its CRC-32C differs)" "${SP_GEN[@]}"
 echo "tokenizer: the checkpoint's SentencePiece model used (and exported with it), a smaller, a moved and a changed one refused"
+# The tokenizer a dataset names is the file that made it, wherever train runs: prepare records its
+# absolute path and CRC-32C (of a relative --tokenizer too), and a train started in another folder
+# records that file. An older sidecar's relative path that is not there from here, and a file
+# changed since, are said and not recorded (no other tokenizer stands in). Data without a sidecar
+# (Megatron-LM's tools) for a Hugging Face model records the model's tokenizer; data tokenized by
+# another tokenizer than the model's is said.
+mkdir -p "$WORK/rel/sub" "$WORK/elsewhere"
+cp "$LOOM_SOURCE/tests/reference/tiny_unigram.model" "$WORK/rel/sub/t.model"
+(cd "$WORK/rel" && "$LOOM" prepare --input "$WORK/text.txt" --tokenizer sub/t.model --output "$WORK/ds_rel") \
+  > /dev/null || fail "prepare with a relative --tokenizer"
+manifest_tokenizer() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1] + '/manifest.json')).get('tokenizer', {}).get('file', 'none'))" "$1"; }
+"$PY" -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['tokenizer_source']==sys.argv[2] and s['tokenizer_crc32c'] > 0, s" \
+  "$WORK/ds_rel.json" "$WORK/rel/sub/t.model" || fail "prepare should record the tokenizer's absolute path and CRC-32C"
+train_rel() {  # train_rel NAME: one step on ds_rel, started in $WORK/elsewhere
+  (cd "$WORK/elsewhere" && "$LOOM" train "$LOOM_SOURCE/configs/gpt_tiny.yaml" --run-dir "$WORK/$1" "${SHAPE[@]}" \
+    --set data.path="$WORK/ds_rel" --set model.vocab_size=300 --set train.steps=1 --set train.warmup_steps=0 \
+    --set checkpoint.interval=1 --set checkpoint.dir="$WORK/ck_$1") > "$WORK/$1.log" 2>&1 ||
+    { cat "$WORK/$1.log"; fail "train $1"; }
+}
+train_rel rel_abs
+[ "$(manifest_tokenizer "$WORK/ck_rel_abs/step_00000001")" = "$WORK/rel/sub/t.model" ] ||
+  fail "a train started elsewhere should record the tokenizer that made the data"
+cp "$WORK/ds_rel.json" "$WORK/ds_rel.json.new"
+"$PY" -c "import json,sys; s=json.load(open(sys.argv[1])); s['tokenizer_source']='sub/t.model'; del s['tokenizer_crc32c']; json.dump(s, open(sys.argv[1], 'w'))" \
+  "$WORK/ds_rel.json"
+train_rel rel_old
+grep -q "the sentencepiece tokenizer that made this data, 'sub/t.model' (a relative path, .*), is not there" "$WORK/rel_old.log" &&
+  [ "$(manifest_tokenizer "$WORK/ck_rel_old/step_00000001")" = none ] ||
+  { cat "$WORK/rel_old.log"; fail "an older sidecar's relative tokenizer path not found from here should be said"; }
+mv "$WORK/ds_rel.json.new" "$WORK/ds_rel.json"
+printf x >> "$WORK/rel/sub/t.model"
+train_rel rel_changed
+grep -q "is another file now (its CRC-32C differs from the one loom prepare recorded)" "$WORK/rel_changed.log" &&
+  [ "$(manifest_tokenizer "$WORK/ck_rel_changed/step_00000001")" = none ] ||
+  { cat "$WORK/rel_changed.log"; fail "a tokenizer changed since prepare should be said and not recorded"; }
+cp -r "$WORK/hf_llama" "$WORK/hf_llama_tok"
+cp "$LOOM_SOURCE/tests/reference/tiny_unigram.model" "$WORK/hf_llama_tok/tokenizer.model"
+cp "$WORK/ds.bin" "$WORK/ds_megatron.bin" && cp "$WORK/ds.idx" "$WORK/ds_megatron.idx"
+FINETUNE=("$LOOM" train "$LOOM_SOURCE/configs/finetune_hf.yaml" --set model.init_from="$WORK/hf_llama_tok"
+  --set model.seq_len=32 --set train.global_batch_size=8 --set train.steps=1 --set train.warmup_steps=0
+  --set checkpoint.interval=1 --set train.threads_per_rank=1)
+"${FINETUNE[@]}" --run-dir "$WORK/ft_megatron" --set data.path="$WORK/ds_megatron" --set checkpoint.dir="$WORK/ck_ft_megatron" \
+  > "$WORK/ft_megatron.log" 2>&1 || { cat "$WORK/ft_megatron.log"; fail "fine-tune on data without a sidecar"; }
+[ "$(manifest_tokenizer "$WORK/ck_ft_megatron/step_00000001")" = "$WORK/hf_llama_tok/tokenizer.model" ] ||
+  fail "data without a sidecar should record model.init_from's tokenizer"
+"${FINETUNE[@]}" --run-dir "$WORK/ft_bytes" --set data.path="$WORK/ds" --set checkpoint.dir="$WORK/ck_ft_bytes" \
+  > "$WORK/ft_bytes.log" 2>&1 || { cat "$WORK/ft_bytes.log"; fail "fine-tune on byte-tokenized data"; }
+grep -q "was tokenized by the byte tokenizer, and model.init_from's tokenizer is another file, '$WORK/hf_llama_tok/tokenizer.model'" "$WORK/ft_bytes.log" ||
+  { cat "$WORK/ft_bytes.log"; fail "data tokenized by another tokenizer than the model's should be said"; }
+echo "tokenizer record: an absolute path from prepare, an old relative one and a changed file said, a model's for sidecar-less data, a mismatch said"
 
 echo "generate: ok"
