@@ -79,6 +79,11 @@ bool loom_sentencepiece_decode(const void* processor, const int* ids, size_t cou
   return true;
 }
 
+// The piece of ID ("<s>" for Llama 2's BOS, which Decode leaves out) into PIECE, cut at SIZE - 1 bytes.
+void loom_sentencepiece_piece(const void* processor, int id, char* piece, size_t size) {
+  set_error(static_cast<const sentencepiece::SentencePieceProcessor*>(processor)->IdToPiece(id), piece, size);
+}
+
 void loom_sentencepiece_release(void* memory) {
   std::free(memory);
 }

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <sstream>
+#include <utility>
 
 #include "core/errors.h"
 #include "core/tokenizer_config.h"
@@ -80,6 +81,12 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path) : path_(
     vocab_size_ = info(processor_, 0);
     bos_id_ = info(processor_, 1);
     eos_id_ = info(processor_, 2);
+    const auto piece = symbol<void (*)(const void*, int, char*, size_t)>(library_, "loom_sentencepiece_piece");
+    for (auto [id, text] : {std::pair{bos_id_, &bos_piece_}, std::pair{eos_id_, &eos_piece_}}) {
+      char buffer[256] = "";
+      if (id >= 0) piece(processor_, static_cast<int>(id), buffer, sizeof(buffer));
+      *text = buffer;
+    }
     // transformers' Llama tokenizer adds BOS when tokenizer_config.json says add_bos_token true (as
     // Llama 2's releases do, and loom export for a model whose data had it).
     adds_bos_ = bos_id_ >= 0 && adds_bos_beside(path);
@@ -104,6 +111,10 @@ std::vector<int64_t> SentencePieceTokenizer::encode(const std::string& text) con
   std::vector<int64_t> out(ids, ids + count);
   release_(ids);
   return out;
+}
+
+std::string SentencePieceTokenizer::special_token_text(int64_t id) const {
+  return id == bos_id_ ? bos_piece_ : id == eos_id_ ? eos_piece_ : decode({id});
 }
 
 std::string SentencePieceTokenizer::decode(const std::vector<int64_t>& ids) const {

@@ -24,6 +24,7 @@ class SentencePieceTokenizer : public Tokenizer {
   int64_t bos_id() const override { return bos_id_; }
   int64_t eos_id() const override { return eos_id_; }
   bool adds_bos() const override { return adds_bos_; }
+  std::string special_token_text(int64_t id) const override;
   std::string kind() const override { return "sentencepiece"; }
   std::string source() const override { return path_; }
 
@@ -42,6 +43,7 @@ class SentencePieceTokenizer : public Tokenizer {
   Release release_ = nullptr;
   Free free_ = nullptr;
   int64_t vocab_size_ = 0, bos_id_ = -1, eos_id_ = -1;
+  std::string bos_piece_, eos_piece_;  // their pieces ("<s>", "</s>"), which decode leaves out
   bool adds_bos_ = false;
 };
 

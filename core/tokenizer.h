@@ -27,6 +27,9 @@ class Tokenizer {
   // tokenizer says (GPT-2's has a BOS it never adds); SentencePiece models add theirs when a
   // tokenizer_config.json beside says add_bos_token true.
   virtual bool adds_bos() const { return bos_id() >= 0; }
+  // The text of the special token ID (BOS, EOS) as the vocabulary writes it ("<s>", "<|endoftext|>"):
+  // what transformers' tokenizer_config.json names it by.
+  virtual std::string special_token_text(int64_t id) const { return decode({id}); }
   // "byte", "sentencepiece" or "hf-bpe".
   virtual std::string kind() const = 0;
   // Where it was loaded from ("byte" for the byte tokenizer), for sidecars and messages.

@@ -18,6 +18,7 @@
 #include "core/hf_weights.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
+#include "core/tokenizer.h"
 #include "core/tokenizer_config.h"
 #include "launch/commands.h"
 #include "launch/hf_source.h"
@@ -86,45 +87,89 @@ void check_replaceable(const std::string& output, const std::set<std::string>& w
   }
 }
 
-// The files of the tokenizer the checkpoint's data was made with (its manifest's record), to go
-// beside the weights so that transformers' AutoTokenizer and `loom generate DIR` find it: a Hugging
-// Face tokenizer.json with its tokenizer_config.json and special_tokens_map.json, or a SentencePiece
-// model as tokenizer.model. Empty (with a warning) when the record names none, or a file gone or
-// changed since training: the weights are exported all the same.
-// TOKENIZER_CONFIG gets the tokenizer_config.json to write instead of copying one (null: none): for
-// a SentencePiece model, the source's with add_bos_token set as the data had it, so that `loom
-// generate DIR` (and transformers' Llama tokenizer) start prompts as training did. (A tokenizer.json's
-// post-processor decides that by itself, in transformers 5 and in loom.)
-std::map<std::string, fs::path> tokenizer_files(const nlohmann::json& manifest, const std::string& checkpoint,
-                                                nlohmann::json& tokenizer_config) {
-  tokenizer_config = nullptr;
+// The tokenizer the checkpoint's data was made with (its manifest's record), to go beside the
+// weights so that transformers' AutoTokenizer and `loom generate DIR` find it: FILES, a Hugging Face
+// tokenizer.json with its tokenizer_config.json and special_tokens_map.json, or a SentencePiece
+// model as tokenizer.model; none (with a warning) when the record names none, or a file gone or
+// changed since training: the weights are exported all the same. CONFIG, the tokenizer_config.json
+// to write instead of copying one (null: none), says what AutoTokenizer cannot find out alone: for
+// a SentencePiece model its class (LlamaTokenizer, which keeps SentencePiece's leading space) and
+// add_bos_token as the data had it, so that `loom generate DIR` and transformers start prompts as
+// training did (a tokenizer.json's post-processor decides that by itself, in transformers 5 and in
+// loom); for a tokenizer.json with none beside it, its BOS and EOS. BOS_ID and EOS_ID are the
+// tokenizer's (-1: none; the byte tokenizer's EOS is 256), for a config.json that names none.
+struct ExportTokenizer {
   std::map<std::string, fs::path> files;
+  nlohmann::json config;
+  bool known = false;  // whether the ids below are the data's tokenizer's
+  int64_t bos_id = -1, eos_id = -1;
+};
+
+ExportTokenizer export_tokenizer(const nlohmann::json& manifest, const std::string& checkpoint) {
+  ExportTokenizer out;
   const auto record = manifest.value("tokenizer", nlohmann::json());
   const std::string kind = record.is_object() ? record.value("kind", std::string()) : std::string();
-  if (kind != "hf-bpe" && kind != "sentencepiece") return files;
+  if (kind == "byte") {
+    const ByteTokenizer bytes;
+    out.known = true, out.bos_id = bytes.bos_id(), out.eos_id = bytes.eos_id();
+  }
+  if (kind != "hf-bpe" && kind != "sentencepiece") return out;
   std::string file;
+  std::unique_ptr<Tokenizer> tokenizer;
   try {
     file = tokenizer_of_record(record, checkpoint);
+    tokenizer = load_tokenizer(file);
   } catch (const InputError& e) {
     log::warn("loom export: the export has no tokenizer: {}", e.what());
-    return files;
+    return out;
   }
-  files[kind == "sentencepiece" ? "tokenizer.model" : "tokenizer.json"] = file;
+  out.known = true, out.bos_id = tokenizer->bos_id(), out.eos_id = tokenizer->eos_id();
+  out.files[kind == "sentencepiece" ? "tokenizer.model" : "tokenizer.json"] = file;
   for (const char* beside : {"tokenizer_config.json", "special_tokens_map.json"}) {
     const fs::path path = fs::path(file).parent_path() / beside;
-    if (std::error_code error; fs::exists(path, error)) files[beside] = path;
+    if (std::error_code error; fs::exists(path, error)) out.files[beside] = path;
   }
-  if (kind == "sentencepiece" && record.contains("add_bos") && record["add_bos"].is_boolean()) {
+  const bool config_beside = out.files.count("tokenizer_config.json") > 0;
+  if (kind == "sentencepiece") {
     try {
-      tokenizer_config = tokenizer_config_beside(file);
-    } catch (const InputError& e) {  // an unreadable one is not carried; the setting still is
-      log::warn("loom export: {}; the export's tokenizer_config.json has add_bos_token alone", e.what());
-      tokenizer_config = nlohmann::json::object();
+      out.config = tokenizer_config_beside(file);
+    } catch (const InputError& e) {  // an unreadable one is not carried; what loom knows still is
+      log::warn("loom export: {}; the export's tokenizer_config.json has loom's settings alone", e.what());
     }
-    tokenizer_config["add_bos_token"] = record["add_bos"];
-    files.erase("tokenizer_config.json");
+    if (!out.config.is_object()) out.config = nlohmann::json::object();
+    const bool add_bos = record.contains("add_bos") && record["add_bos"].is_boolean() ? record["add_bos"].get<bool>()
+                                                                                      : tokenizer->adds_bos();
+    if (record.contains("add_bos") && record["add_bos"].is_boolean()) out.config["add_bos_token"] = add_bos;
+    // Without a class AutoTokenizer builds a generic one that drops the leading "▁" of every word,
+    // and LlamaTokenizer rebuilds a unigram model as BPE: transformers 5's SentencePieceBackend runs
+    // the model itself, as loom does, BOS first as the data had it, special tokens' text as text.
+    if (!out.config.contains("tokenizer_class")) {
+      out.config["tokenizer_class"] = "SentencePieceBackend";
+      out.config["special_tokens_pattern"] = add_bos ? "bos" : "none";
+      out.config["split_special_tokens"] = true;
+      if (out.bos_id >= 0) out.config["bos_token"] = tokenizer->special_token_text(out.bos_id);
+      if (out.eos_id >= 0) out.config["eos_token"] = tokenizer->special_token_text(out.eos_id);
+    }
+    out.files.erase("tokenizer_config.json");
+  } else if (!config_beside) {
+    const auto token = [&](int64_t id) {
+      return id < 0 ? nlohmann::json() : nlohmann::json(tokenizer->special_token_text(id));
+    };
+    out.config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                  {"bos_token", token(out.bos_id)},
+                  {"eos_token", token(out.eos_id)}};
   }
-  return files;
+  return out;
+}
+
+// CONFIG (config.json) of a model trained from scratch names no special ids, and transformers then
+// takes its class's (Llama's EOS 2, GPT-2's 50256, which may be no token of this vocabulary): the
+// data's tokenizer's, where it is known. A source model's own (fine-tuning) are kept.
+void name_special_ids(nlohmann::ordered_json& config, const ExportTokenizer& tokenizer) {
+  if (!tokenizer.known || config.contains("eos_token_id")) return;
+  const auto id = [](int64_t id) { return id < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(id); };
+  config["bos_token_id"] = id(tokenizer.bos_id);
+  config["eos_token_id"] = id(tokenizer.eos_id);
 }
 
 // DIR/NAME holding TEXT and a newline; an InputError naming it when it cannot be written.
@@ -217,7 +262,9 @@ static int export_checkpoint_unguarded(const ExportArgs& args) {
   const nlohmann::json source = manifest.value("hf_source", nlohmann::json());
   const std::string family = args.format == "hf" ? family_of(config, source) : args.format;
   // Refuses, naming the key, a model the format cannot hold, before any tensor is read.
-  const auto hf_config = exported_hf_config(hf_config_of(config, family), source, args.format == "hf");
+  auto hf_config = exported_hf_config(hf_config_of(config, family), source, args.format == "hf");
+  const auto tokenizer = export_tokenizer(manifest, args.checkpoint);
+  name_special_ids(hf_config, tokenizer);
   const auto generation_config = exported_generation_config(hf_config, source);
 
   std::map<std::string, torch::Tensor> tensors;
@@ -257,23 +304,21 @@ static int export_checkpoint_unguarded(const ExportArgs& args) {
     return 0;
   }
   std::vector<std::string> files;
-  nlohmann::json tokenizer_config;
-  const auto tokenizer = tokenizer_files(manifest, args.checkpoint, tokenizer_config);
   std::set<std::string> written;
-  for (const auto& [name, from] : tokenizer) written.insert(name);
-  if (!tokenizer_config.is_null()) written.insert("tokenizer_config.json");
+  for (const auto& [name, from] : tokenizer.files) written.insert(name);
+  if (!tokenizer.config.is_null()) written.insert("tokenizer_config.json");
   check_replaceable(args.output, written);
   publish_directory(args.output, [&](const std::string& dir) {
-    for (const auto& [name, from] : tokenizer) fs::copy_file(from, fs::path(dir) / name);
-    if (!tokenizer_config.is_null()) write_json(dir, "tokenizer_config.json", tokenizer_config.dump(2));
+    for (const auto& [name, from] : tokenizer.files) fs::copy_file(from, fs::path(dir) / name);
+    if (!tokenizer.config.is_null()) write_json(dir, "tokenizer_config.json", tokenizer.config.dump(2));
     write_json(dir, "config.json", hf_config.dump(2));
     write_json(dir, "generation_config.json", generation_config.dump(2));
     files = write_hf_weights(dir, hf, max_shard, metadata);
   });
   const std::string weights =
       files.size() == 1 ? files[0] : std::to_string(files.size() - 1) + " shards and " + files.back();
-  std::cout << "wrote " << args.output << " (config.json, " << weights << (tokenizer.empty() ? "" : ", the tokenizer")
-            << "): " << what << "\n";
+  std::cout << "wrote " << args.output << " (config.json, " << weights
+            << (tokenizer.files.empty() ? "" : ", the tokenizer") << "): " << what << "\n";
   return 0;
 }
 

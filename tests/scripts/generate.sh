@@ -205,6 +205,21 @@ grep -q "tokenizer $WORK/sp.model" "$WORK/sp_gen.err" ||
 "$LOOM" export "$WORK/ck_sp/step_00000004" --output "$WORK/ex_sp" > "$WORK/ex_sp.log" 2>&1 ||
   { cat "$WORK/ex_sp.log"; fail "export of the SentencePiece checkpoint"; }
 cmp -s "$WORK/sp.model" "$WORK/ex_sp/tokenizer.model" || fail "the export should carry the data's tokenizer"
+# transformers reads it as the data was tokenized (AutoTokenizer: SentencePieceBackend, no BOS as
+# the data had none, special tokens' text as text), and config.json names the tokenizer's BOS and
+# EOS, where transformers would take Llama's or GPT-2's defaults.
+PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python "$PY" - "$WORK/ex_sp" "$WORK/sp.model" <<'PYEOF' ||
+import json, sys
+import sentencepiece
+from transformers import AutoTokenizer
+hf, sp = AutoTokenizer.from_pretrained(sys.argv[1]), sentencepiece.SentencePieceProcessor(model_file=sys.argv[2])
+for text in ["The pipeline", "12 3", "Hello  world\nnew line", " lead", "ünï 😀", "<s> x </s>", ""]:
+    assert hf(text)["input_ids"] == sp.encode(text), (text, hf(text)["input_ids"], sp.encode(text))
+config = json.load(open(sys.argv[1] + "/config.json"))
+assert (config["bos_token_id"], config["eos_token_id"]) == (sp.bos_id(), sp.eos_id()), config
+assert (hf.bos_token, hf.eos_token) == (sp.id_to_piece(sp.bos_id()), sp.id_to_piece(sp.eos_id()))
+PYEOF
+  fail "transformers should read the exported SentencePiece tokenizer as the data was tokenized"
 "$LOOM" generate "$WORK/ex_sp" --prompt "$PROMPT" --max-new-tokens 4 --temperature 0 > "$WORK/ex_gen.out" \
   2> "$WORK/ex_gen.err" || { cat "$WORK/ex_gen.err"; fail "generate from the export"; }
 grep -q "tokenizer $WORK/ex_sp/tokenizer.model" "$WORK/ex_gen.err" && cmp -s "$WORK/sp_gen.out" "$WORK/ex_gen.out" ||
@@ -284,6 +299,28 @@ FINETUNE=("$LOOM" train "$LOOM_SOURCE/configs/finetune_hf.yaml" --set model.init
   > "$WORK/ft_bytes.log" 2>&1 || { cat "$WORK/ft_bytes.log"; fail "fine-tune on byte-tokenized data"; }
 grep -q "was tokenized by the byte tokenizer, and model.init_from's tokenizer is another file, '$WORK/hf_llama_tok/tokenizer.model'" "$WORK/ft_bytes.log" ||
   { cat "$WORK/ft_bytes.log"; fail "data tokenized by another tokenizer than the model's should be said"; }
+# A tokenizer.json without a tokenizer_config.json beside it (GPT-2's) goes out with one naming its
+# BOS and EOS, and config.json names their ids (GPT-2's 50256, here from the data's tokenizer).
+mkdir -p "$WORK/gpt2_bare" && cp "$LOOM_SOURCE/tests/data/tokenizers/gpt2/tokenizer.json" "$WORK/gpt2_bare/"
+"$LOOM" prepare --input "$WORK/text.txt" --tokenizer "$WORK/gpt2_bare" --output "$WORK/ds_gpt2" --append-eod > /dev/null ||
+  fail "prepare with GPT-2's tokenizer"
+"$LOOM" train "$LOOM_SOURCE/configs/gpt_tiny.yaml" --run-dir "$WORK/gpt2_vocab" "${SHAPE[@]}" --set data.path="$WORK/ds_gpt2" \
+  --set model.vocab_size=50257 --set model.hidden_size=32 --set train.steps=1 --set train.warmup_steps=0 \
+  --set checkpoint.interval=1 --set checkpoint.dir="$WORK/ck_gpt2_vocab" > "$WORK/gpt2_vocab.log" 2>&1 ||
+  { cat "$WORK/gpt2_vocab.log"; fail "train on GPT-2 ids"; }
+"$LOOM" export "$WORK/ck_gpt2_vocab/step_00000001" --output "$WORK/ex_gpt2" > /dev/null || fail "export with GPT-2's tokenizer"
+"$PY" - "$WORK/ex_gpt2" "$LOOM_SOURCE/tests/data/tokenizers/gpt2/tokenizer.json" <<'PYEOF' ||
+import json, sys
+import tokenizers
+from transformers import AutoTokenizer
+hf, ref = AutoTokenizer.from_pretrained(sys.argv[1]), tokenizers.Tokenizer.from_file(sys.argv[2])
+assert hf("Hello world <|endoftext|>")["input_ids"] == ref.encode("Hello world <|endoftext|>").ids
+assert hf.eos_token == "<|endoftext|>", hf.eos_token
+assert json.load(open(sys.argv[1] + "/tokenizer_config.json"))["eos_token"] == "<|endoftext|>"
+config, generation = (json.load(open(f"{sys.argv[1]}/{name}")) for name in ("config.json", "generation_config.json"))
+assert config["eos_token_id"] == generation["eos_token_id"] == 50256, (config, generation)
+PYEOF
+  fail "the exported tokenizer.json should name its EOS for transformers, and config.json its id"
 echo "tokenizer record: an absolute path from prepare, an old relative one and a changed file said, a model's for sidecar-less data, a mismatch said"
 
 echo "generate: ok"
