@@ -4,9 +4,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint_directory.h"
 #include "core/checkpoint_store.h"
 #include "core/errors.h"
 #include "core/hf_config.h"
+#include "core/logging.h"
 #include "core/regular_file.h"
 #include "launch/checkpoint.h"
 #include "launch/hf_source.h"
@@ -28,7 +30,13 @@ bool is_checkpoint(const fs::path& dir) {
 std::string checkpoint_path(const std::string& model) {
   if (is_checkpoint(model)) return model;
   const auto candidates = resume_candidates(model);
-  return candidates.empty() ? std::string() : candidates.front().path;
+  if (candidates.empty()) return "";
+  // (Set aside, or removed by hand since: the newest is not the checkpoint the user last trained.)
+  if (const std::string missing = latest_names_missing(model); !missing.empty()) {
+    log::warn("'{}': its 'latest' names '{}', which is not one of its checkpoints: generating from {}", model, missing,
+              candidates.front().path);
+  }
+  return candidates.front().path;
 }
 
 GenerationModel from_checkpoint(const std::string& path, const std::vector<std::string>& overrides) {

@@ -323,4 +323,11 @@ PYEOF
   fail "the exported tokenizer.json should name its EOS for transformers, and config.json its id"
 echo "tokenizer record: an absolute path from prepare, an old relative one and a changed file said, a model's for sidecar-less data, a mismatch said"
 
+# A checkpoint.dir whose 'latest' names a checkpoint gone since: its newest, said.
+cp -r "$WORK/ck_gpt" "$WORK/ck_gpt_moved" && echo step_00000300 > "$WORK/ck_gpt_moved/latest"
+"$LOOM" generate "$WORK/ck_gpt_moved" --prompt "$PROMPT" --max-new-tokens 1 > /dev/null 2> "$WORK/moved.err" ||
+  { cat "$WORK/moved.err"; fail "generate from a checkpoint.dir whose latest is gone"; }
+grep -q "its 'latest' names 'step_00000300', which is not one of its checkpoints: generating from .*step_00000200" \
+  "$WORK/moved.err" || { cat "$WORK/moved.err"; fail "a latest that names no checkpoint should be said"; }
+
 echo "generate: ok"
