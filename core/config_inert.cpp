@@ -5,8 +5,19 @@
 #include "core/errors.h"
 
 namespace loom {
+namespace {
 
-std::vector<std::string> inert_key_warnings(const Config& config) {
+// A family of keys (by prefix, or one key), whether the rest of the config turns it off, and why.
+struct Rule {
+  std::string prefix;
+  bool off;
+  std::string because;
+  bool exact = false;  // the key itself only, not the keys it is a prefix of
+
+  bool turns_off(const std::string& key) const { return off && (exact ? key == prefix : key.rfind(prefix, 0) == 0); }
+};
+
+std::vector<Rule> rules_of(const Config& config) {
   const auto& t = config.train;
   const auto& p = config.parallel;
   const bool fp16 = t.precision == TrainPrecision::fp16;
@@ -18,17 +29,10 @@ std::vector<std::string> inert_key_warnings(const Config& config) {
   } catch (const InputError&) {
     validates = true;  // a bad split is refused where it is read, not guessed at here
   }
-  // A family of keys (by prefix, or one key), whether the rest of the config turns it off, and why.
-  struct Rule {
-    std::string prefix;
-    bool off;
-    std::string because;
-    bool exact = false;  // the key itself only, not the keys it is a prefix of
-  };
   const auto& scaling = config.model.rope_scaling;
   const bool llama3 = scaling.type == RopeScalingKind::llama3, yarn = scaling.type == RopeScalingKind::yarn;
   const std::string scaling_type = "model.rope_scaling.type is " + to_string(scaling.type);
-  const std::vector<Rule> rules = {
+  return {
       {"train.muon.", t.optimizer != OptimizerKind::muon, "train.optimizer is " + to_string(t.optimizer)},
       {"train.loss_scale", !fp16, precision},  // (and train.loss_scale_window)
       {"train.initial_loss_scale", !fp16, precision},
@@ -61,6 +65,18 @@ std::vector<std::string> inert_key_warnings(const Config& config) {
       {"eval.", !validates,
        "there is no validation data (data.valid_path is empty, data.split has no validation part)"},
   };
+}
+
+}  // namespace
+
+bool has_no_effect(const Config& config, const std::string& key) {
+  for (const auto& rule : rules_of(config))
+    if (rule.turns_off(key)) return true;
+  return false;
+}
+
+std::vector<std::string> inert_key_warnings(const Config& config) {
+  const auto rules = rules_of(config);
   // Only a key set to another value than its default: a run's resolved config.yaml names every key.
   const Config defaults;
   const auto differs = [&](const std::string& key) {
@@ -72,7 +88,7 @@ std::vector<std::string> inert_key_warnings(const Config& config) {
   for (const auto& key : config.set_keys) {
     if (key == "model.moe.num_experts" || !differs(key)) continue;  // (the key that decides; a default)
     for (const auto& rule : rules) {
-      if (rule.off && (rule.exact ? key == rule.prefix : key.rfind(rule.prefix, 0) == 0)) {
+      if (rule.turns_off(key)) {
         warnings.push_back(key + " is set, but " + rule.because + ": it has no effect");
         break;
       }

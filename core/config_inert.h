@@ -15,4 +15,7 @@ namespace loom {
 // ("train.muon.lr is set, but ...").
 std::vector<std::string> inert_key_warnings(const Config& config);
 
+// Whether the rest of CONFIG turns KEY off (whatever its value): a change of it changes nothing.
+bool has_no_effect(const Config& config, const std::string& key);
+
 }  // namespace loom

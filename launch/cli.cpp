@@ -457,7 +457,7 @@ int train_main(int argc, char** argv, const models::PipelineModelFactory& make_m
     // PROGRAM train CONFIG ... (the same as PROGRAM CONFIG ...).
     const std::string command = argc > 1 ? argv[1] : "";
     if (command == "verify") {
-      CLI::App app(std::string(kVerifyHelp) + " (this program's model)", program + " verify");
+      CLI::App app(std::string("this program's model: ") + kVerifyHelp, program + " verify");
       format_help(app);
       auto parsed = add_verify_flags(app);
       if (int code = parse(app, argc - 1, argv + 1); code >= 0) return code;

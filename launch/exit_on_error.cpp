@@ -73,7 +73,7 @@ int exit_on_error(const std::function<int()>& body) {
     const std::string message = e.what_without_backtrace();
     die(1, is_host_out_of_memory(message) ? out_of_memory_text(message) : message);
   } catch (const std::bad_alloc& e) {  // loom's own containers
-    die(1, out_of_memory_text(std::string("std::bad_alloc (") + e.what() + ")"));
+    die(1, out_of_memory_text(std::string("an allocation failed (") + e.what() + ")"));
   } catch (const std::exception& e) {
     die(1, e.what());
   }

@@ -33,8 +33,8 @@ std::string checkpoint_path(const std::string& model) {
   if (candidates.empty()) return "";
   // (Set aside, or removed by hand since: the newest is not the checkpoint the user last trained.)
   if (const std::string missing = latest_names_missing(model); !missing.empty()) {
-    log::warn("'{}': its 'latest' names '{}', which is not one of its checkpoints: generating from {}", model, missing,
-              candidates.front().path);
+    warn0("'{}': its 'latest' names '{}', which is not one of its checkpoints: generating from {}", model, missing,
+          candidates.front().path);
   }
   return candidates.front().path;
 }

@@ -56,7 +56,7 @@ nlohmann::json data_record(const DatasetSidecar& sidecar, const std::string& pre
   if (!crc || (sidecar.tokenizer_crc32c && *crc != *sidecar.tokenizer_crc32c)) {
     warn0(
         "{}: the {} tokenizer that made this data, '{}'{}, is {}: the checkpoints name no tokenizer, so `loom "
-        "generate` and `loom export` will need --tokenizer",
+        "generate` will need --tokenizer and `loom export` will write none",
         sidecar_path(prefix), sidecar.tokenizer, sidecar.tokenizer_source,
         relative
             ? " (a relative path, which loom prepare recorded before 2026-12-05: read from here, " + file.string() + ")"
@@ -88,8 +88,15 @@ nlohmann::json tokenizer_record(const Config& config) {
   if (!sidecar || sidecar->tokenizer.empty()) return model;
   auto data = data_record(*sidecar, blend.front().prefix);
   // Another tokenizer's ids mean other tokens to the model: said, not refused (the user may mean it).
-  if (!data.is_null() && !model.is_null() && data.value("crc32c", uint32_t{0}) != model.value("crc32c", uint32_t{1}) &&
-      fs::path(data.value("file", "")).parent_path() != fs::path(model.value("file", "")).parent_path()) {
+  // (Either of a directory's tokenizer files, as Llama 2's ship both, is the model's own.)
+  const auto model_has = [&](const nlohmann::json& record) {
+    const auto crc = record.value("crc32c", uint32_t{0});
+    for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+      if (file_crc(fs::path(config.model.init_from) / name) == crc) return true;
+    }
+    return fs::path(record.value("file", "")).parent_path() == fs::path(model.value("file", "")).parent_path();
+  };
+  if (!data.is_null() && !model.is_null() && !model_has(data)) {
     const std::string kind = data.value("kind", "");
     warn0(
         "data.path's dataset {} was tokenized by {}, and model.init_from's tokenizer is another file, '{}': if the "

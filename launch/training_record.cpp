@@ -3,6 +3,7 @@
 #include <array>
 
 #include "core/config_fields.h"
+#include "core/config_inert.h"
 
 namespace loom::launch {
 namespace {
@@ -55,7 +56,7 @@ std::string training_settings_change(const Config& config, const nlohmann::json&
   std::string changed;
   for (const std::string key : kRecordedKeys) {  // in the list's order, not the record's (alphabetical)
     const auto& value = now.at(key);
-    if (key.rfind("train.muon.", 0) == 0 && config.train.optimizer != OptimizerKind::muon) continue;
+    if (has_no_effect(config, key)) continue;  // (Muon's keys under AdamW, the loss scale outside fp16, ...)
     const auto was = saved.find(key);
     if (was == saved.end() || !was->is_string() || *was == value) continue;  // (a key recorded since: unknown)
     changed += (changed.empty() ? "" : ", ") + key + " " + was->get<std::string>() + " -> " + value.get<std::string>();

@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/config_inert.h"
 #include "core/logging.h"
 
 namespace loom::optim {
@@ -106,8 +107,13 @@ void report_schedule_change(const TrainConfig& t, const nlohmann::json& saved, i
   const auto before = saved_schedule(t, saved, saved_steps);
   if (!before) return;
   std::ostringstream changed;
+  // Each value in full ({}: the shortest text that reads back the same), and only a key that acts.
+  Config whole;  // (the rules of train.* keys read train.* alone)
+  whole.train = t;
   const auto note = [&](const char* key, auto was, auto is) {
-    if (was != is) changed << (changed.tellp() > 0 ? ", " : "") << "train." << key << " " << was << " -> " << is;
+    if (was != is && !has_no_effect(whole, std::string("train.") + key))
+      changed << (changed.tellp() > 0 ? ", " : "") << "train." << key << " " << fmt::format("{}", was) << " -> "
+              << fmt::format("{}", is);
   };
   note("lr", before->lr, t.lr);
   note("min_lr", before->min_lr, t.min_lr);

@@ -245,6 +245,14 @@ must_train sched5 --set checkpoint.dir="$WORK/ck_sched5" --set train.precision=b
 grep -q "training settings changed since the checkpoint (train.precision fp32 -> bf16, train.global_batch_size [0-9]* -> 16): the steps from 5 train with the new values" \
   "$WORK/sched5.log" || { cat "$WORK/sched5.log"; fail "a changed train.precision on resume was not said"; }
 grep -q "training settings changed" "$WORK/sched.log" && fail "a resume that changed no setting said one changed"
+# A key the rest of the config turns off (the balance loss of a dense model) changes nothing, and is
+# not said to; a value is said in full (not 0.003 -> 0.003).
+must_train sched6 --set checkpoint.dir="$WORK/ck_sched6" --set train.exit_after=4
+must_train sched6 --set checkpoint.dir="$WORK/ck_sched6" --set model.moe.aux_loss_coeff=0.02 --set train.lr=0.0030000001 \
+  --resume auto
+grep -q "training settings changed" "$WORK/sched6.log" && { cat "$WORK/sched6.log"; fail "an inert key was said to change the training"; }
+grep -q "the learning-rate schedule changed since the checkpoint (train.lr 0.003 -> 0.0030000001)" "$WORK/sched6.log" ||
+  { cat "$WORK/sched6.log"; fail "a changed lr should be said in full"; }
 echo "8. raising train.steps on resume: the stretch named with train.lr_decay_steps to avoid it; with it, unchanged; lowering it: a shrink; another lr key, precision, batch size: named"
 # 9.
 must_train shape --set checkpoint.dir="$WORK/ck_shape" --set train.exit_after=2
