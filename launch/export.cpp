@@ -101,9 +101,42 @@ void check_replaceable(const std::string& output, const std::set<std::string>& w
 struct ExportTokenizer {
   std::map<std::string, fs::path> files;
   nlohmann::json config;
-  bool known = false;  // whether the ids below are the data's tokenizer's
+  nlohmann::ordered_json tokenizer_json;  // written instead of copying the file (null: copied)
+  bool known = false;                     // whether the ids below are the data's tokenizer's
   int64_t bos_id = -1, eos_id = -1;
 };
+
+// FILE's tokenizer.json with BOS (id BOS_ID, text BOS) first in every encoding: for data whose
+// documents start with it (--add-bos) where the file's post-processor adds none (GPT-2's). A
+// tokenizer.json's post-processor is all transformers 5 reads for that (tokenizer_config.json's
+// add_bos_token changes no id), and loom reads it alike (core/hf_bpe_tokenizer.cpp).
+nlohmann::ordered_json with_bos_first(const std::string& file, int64_t bos_id, const std::string& bos) {
+  std::ifstream in(file);
+  auto json = nlohmann::ordered_json::parse(in);
+  using J = nlohmann::ordered_json;
+  const auto special = [&](int type_id) {
+    return J::object({{"SpecialToken", J::object({{"id", bos}, {"type_id", type_id}})}});
+  };
+  const auto sequence = [](const char* id, int type_id) {
+    return J::object({{"Sequence", J::object({{"id", id}, {"type_id", type_id}})}});
+  };
+  J bos_first = J::object();
+  bos_first["type"] = "TemplateProcessing";
+  bos_first["single"] = J::array({special(0), sequence("A", 0)});
+  bos_first["pair"] = J::array({special(0), sequence("A", 0), special(1), sequence("B", 1)});
+  bos_first["special_tokens"] =
+      J::object({{bos, J::object({{"id", bos}, {"ids", J::array({bos_id})}, {"tokens", J::array({bos})}})}});
+  J& processor = json["post_processor"];
+  if (processor.is_null()) {
+    processor = bos_first;
+  } else {  // (GPT-2's ByteLevel: it moves offsets, not ids)
+    J sequence_of = J::object();
+    sequence_of["type"] = "Sequence";
+    sequence_of["processors"] = J::array({processor, bos_first});
+    processor = sequence_of;
+  }
+  return json;
+}
 
 ExportTokenizer export_tokenizer(const nlohmann::json& manifest, const std::string& checkpoint) {
   ExportTokenizer out;
@@ -151,7 +184,19 @@ ExportTokenizer export_tokenizer(const nlohmann::json& manifest, const std::stri
       if (out.eos_id >= 0) out.config["eos_token"] = tokenizer->special_token_text(out.eos_id);
     }
     out.files.erase("tokenizer_config.json");
-  } else if (!config_beside) {
+  } else if (record.contains("add_bos") && record["add_bos"].is_boolean()) {
+    const bool data_bos = record["add_bos"].get<bool>();
+    if (data_bos && !tokenizer->adds_bos() && out.bos_id >= 0) {
+      out.tokenizer_json = with_bos_first(file, out.bos_id, tokenizer->special_token_text(out.bos_id));
+      out.files.erase("tokenizer.json");
+    } else if (!data_bos && tokenizer->adds_bos()) {
+      log::warn(
+          "loom export: the data's documents had no BOS (loom prepare without --add-bos), but {}'s post-processor "
+          "adds one: prompts through the export start with BOS, where training's documents did not",
+          file);
+    }
+  }
+  if (kind == "hf-bpe" && !config_beside) {
     const auto token = [&](int64_t id) {
       return id < 0 ? nlohmann::json() : nlohmann::json(tokenizer->special_token_text(id));
     };
@@ -307,10 +352,12 @@ static int export_checkpoint_unguarded(const ExportArgs& args) {
   std::set<std::string> written;
   for (const auto& [name, from] : tokenizer.files) written.insert(name);
   if (!tokenizer.config.is_null()) written.insert("tokenizer_config.json");
+  if (!tokenizer.tokenizer_json.is_null()) written.insert("tokenizer.json");
   check_replaceable(args.output, written);
   publish_directory(args.output, [&](const std::string& dir) {
     for (const auto& [name, from] : tokenizer.files) fs::copy_file(from, fs::path(dir) / name);
     if (!tokenizer.config.is_null()) write_json(dir, "tokenizer_config.json", tokenizer.config.dump(2));
+    if (!tokenizer.tokenizer_json.is_null()) write_json(dir, "tokenizer.json", tokenizer.tokenizer_json.dump(2));
     write_json(dir, "config.json", hf_config.dump(2));
     write_json(dir, "generation_config.json", generation_config.dump(2));
     files = write_hf_weights(dir, hf, max_shard, metadata);
@@ -318,7 +365,8 @@ static int export_checkpoint_unguarded(const ExportArgs& args) {
   const std::string weights =
       files.size() == 1 ? files[0] : std::to_string(files.size() - 1) + " shards and " + files.back();
   std::cout << "wrote " << args.output << " (config.json, " << weights
-            << (tokenizer.files.empty() ? "" : ", the tokenizer") << "): " << what << "\n";
+            << (tokenizer.files.empty() && tokenizer.tokenizer_json.is_null() ? "" : ", the tokenizer") << "): " << what
+            << "\n";
   return 0;
 }
 

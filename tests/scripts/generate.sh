@@ -321,6 +321,26 @@ config, generation = (json.load(open(f"{sys.argv[1]}/{name}")) for name in ("con
 assert config["eos_token_id"] == generation["eos_token_id"] == 50256, (config, generation)
 PYEOF
   fail "the exported tokenizer.json should name its EOS for transformers, and config.json its id"
+# Data prepared with --add-bos through a tokenizer.json whose post-processor adds none (GPT-2's): the
+# export's tokenizer.json puts BOS first (its post-processor), for transformers and loom generate DIR.
+"$LOOM" prepare --input "$WORK/text.txt" --tokenizer "$LOOM_SOURCE/tests/data/tokenizers/gpt2" --output "$WORK/ds_gpt2_bos" --add-bos \
+  > /dev/null || fail "prepare with GPT-2's tokenizer and --add-bos"
+"$LOOM" train "$LOOM_SOURCE/configs/gpt_tiny.yaml" --run-dir "$WORK/gpt2_bos" "${SHAPE[@]}" --set data.path="$WORK/ds_gpt2_bos" \
+  --set model.vocab_size=50257 --set model.hidden_size=32 --set train.steps=1 --set train.warmup_steps=0 \
+  --set checkpoint.interval=1 --set checkpoint.dir="$WORK/ck_gpt2_bos" > "$WORK/gpt2_bos.log" 2>&1 ||
+  { cat "$WORK/gpt2_bos.log"; fail "train on GPT-2 ids with BOS"; }
+"$LOOM" export "$WORK/ck_gpt2_bos/step_00000001" --output "$WORK/ex_gpt2_bos" > /dev/null || fail "export with BOS first"
+"$PY" - "$WORK/ex_gpt2_bos" "$LOOM_SOURCE/tests/data/tokenizers/gpt2/tokenizer.json" <<'PYEOF' ||
+import sys
+import tokenizers
+from transformers import AutoTokenizer
+hf, ref = AutoTokenizer.from_pretrained(sys.argv[1]), tokenizers.Tokenizer.from_file(sys.argv[2])
+assert hf("Hello world")["input_ids"] == [50256] + ref.encode("Hello world").ids, hf("Hello world")["input_ids"]
+PYEOF
+  fail "the export of data with BOS should start transformers' encodings with BOS"
+"$LOOM" generate "$WORK/ex_gpt2_bos" --prompt "Hello world" --max-new-tokens 1 > /dev/null 2> "$WORK/ex_gpt2_bos.err" &&
+  grep -q "prompt tokens (BOS first)" "$WORK/ex_gpt2_bos.err" ||
+  { cat "$WORK/ex_gpt2_bos.err"; fail "loom generate of the export should start the prompt with BOS"; }
 echo "tokenizer record: an absolute path from prepare, an old relative one and a changed file said, a model's for sidecar-less data, a mismatch said"
 
 # A checkpoint.dir whose 'latest' names a checkpoint gone since: its newest, said.
