@@ -187,11 +187,22 @@ void check_data(const Config& config) {
         first = sidecar;
         first_prefix = component.prefix;
         first_tokenizer = tokenizer;
-      } else if (sidecar->tokenizer != first->tokenizer || sidecar->vocab_size != first->vocab_size) {
+      } else if (sidecar->tokenizer != first->tokenizer || sidecar->vocab_size != first->vocab_size ||
+                 (sidecar->tokenizer_crc32c && first->tokenizer_crc32c &&
+                  *sidecar->tokenizer_crc32c != *first->tokenizer_crc32c)) {
+        // (The same kind and size, another file: two SentencePiece models of one vocabulary size.)
+        const bool same_words = sidecar->tokenizer == first->tokenizer && sidecar->vocab_size == first->vocab_size;
         throw InputError(fmt::format(
-            "{} '{}' was made with the {} (says {}), but '{}' with the {}: one run's datasets share a tokenizer, "
+            "{} '{}' was made with the {} (says {}), but '{}' with the {}{}: one run's datasets share a tokenizer, "
             "or the same id means different text in each",
-            key, component.prefix, tokenizer, sidecar_path(component.prefix), first_prefix, first_tokenizer));
+            key, component.prefix, tokenizer, sidecar_path(component.prefix), first_prefix, first_tokenizer,
+            same_words ? " (another file: their tokenizer_crc32c differ)" : ""));
+      } else if (sidecar->add_bos && first->add_bos && *sidecar->add_bos != *first->add_bos) {
+        warn0(
+            "{} '{}' has documents {} BOS and '{}' {} (loom prepare --add-bos): the checkpoints record the first's, "
+            "which `loom generate` and `loom export` start prompts by",
+            key, component.prefix, *sidecar->add_bos ? "starting with" : "without", first_prefix,
+            *first->add_bos ? "starting with it" : "without it");
       }
     }
   }

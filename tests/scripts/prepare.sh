@@ -212,4 +212,15 @@ expect_exit2 "its sidecar $WORK/stale.json describes 2 documents" "${TRAIN[@]}" 
   --set model.vocab_size=257 --set data.path="$WORK/stale"
 expect_exit2 "one run's datasets share a tokenizer" "${TRAIN[@]}" --run-dir "$WORK/mixed_run" \
   --set model.vocab_size=128256 --set "data.path=0.5 $WORK/files 0.5 $WORK/w1"
+# Two tokenizers of one kind and vocabulary size (here one sidecar's CRC-32C as another file's would
+# read) are two tokenizers too.
+printf 'some text to tokenize\n' > "$WORK/sp_text.txt"
+for name in sp_a sp_b; do
+  "$LOOM" prepare --input "$WORK/sp_text.txt" --tokenizer "$LOOM_SOURCE/tests/reference/tiny_unigram.model" \
+    --output "$WORK/$name" > /dev/null 2>&1 || fail "prepare $name"
+done
+"$PY" -c "import json, sys; s = json.load(open(sys.argv[1])); s['tokenizer_crc32c'] ^= 1; json.dump(s, open(sys.argv[1], 'w'))" \
+  "$WORK/sp_b.json"
+expect_exit2 "(another file: their tokenizer_crc32c differ): one run's datasets share a tokenizer" "${TRAIN[@]}" \
+  --run-dir "$WORK/sp_mixed_run" --set model.vocab_size=300 --set "data.path=0.5 $WORK/sp_a 0.5 $WORK/sp_b"
 echo "prepare: all checks passed"
