@@ -171,6 +171,8 @@ void remove_other_worlds_counters(const std::string& run_dir, int64_t world) {
 nlohmann::json write_traffic_reports(parallel::ProcessGroups& groups, const parallel::CommStats& stats,
                                      const parallel::RankGrid& grid, const TrainSummary& summary,
                                      const std::string& run_dir, int64_t local_world, const Config& config) {
+  // A run that trained nothing (a resume with nothing to do) leaves the trained run's reports as they are.
+  if (summary.steps == 0) return nullptr;  // (every rank alike: the same summary)
   std::ofstream(run_dir + "/comm_rank" + std::to_string(groups.rank()) + ".json") << stats.to_json().dump(2) << "\n";
   if (groups.rank() == 0) remove_other_worlds_counters(run_dir, groups.world());
   auto report = parallel::gather_traffic_report(groups, stats, summary.steps, host_name(), local_world,
@@ -208,7 +210,7 @@ void note_inter_node(nlohmann::json& diagnosis, const nlohmann::json& traffic) {
 std::string log_job_end(const Config& config, const TrainSummary& summary, const std::string& run_dir,
                         double flops_per_token, int world, const torch::Device& device) {
   if (summary.steps == 0) {
-    info0("done: no step was left to train | metrics in {}/metrics.jsonl", run_dir);
+    info0("done: no step was left to train; the run directory {} is as it was", run_dir);
     return "";
   }
   info0("done: {} steps in {} | loss {:.4f} -> {:.4f} | {:.0f} tokens/s | metrics in {}/metrics.jsonl", summary.steps,

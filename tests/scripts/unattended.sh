@@ -101,10 +101,13 @@ must_train 1 roll --set checkpoint.dir="$WORK/ck_roll" --set checkpoint.interval
 # The same rollback with train.steps 9 trains nothing: it changes nothing either (no checkpoint set
 # aside, 'latest' and the rows as they were).
 rows=$(lines "$WORK/roll/metrics.jsonl")
+reports=$(cat "$WORK/roll/traffic.json" "$WORK/roll/comm_rank0.json" | sha256sum)
 must_train 1 roll --set checkpoint.dir="$WORK/ck_roll" --set train.steps=9 --resume "$WORK/ck_roll/step_00000009"
 grep -q "nothing to do: the run is already at step 9 of train.steps = 9" "$WORK/roll.log" &&
   [ -d "$WORK/ck_roll/step_00000012" ] && [ "$(head -1 "$WORK/ck_roll/latest")" = step_00000012 ] &&
-  [ "$(lines "$WORK/roll/metrics.jsonl")" = "$rows" ] || { cat "$WORK/roll.log"; ls "$WORK/ck_roll"; fail "a rollback with nothing to train changed the run"; }
+  [ "$(lines "$WORK/roll/metrics.jsonl")" = "$rows" ] &&
+  [ "$(cat "$WORK/roll/traffic.json" "$WORK/roll/comm_rank0.json" | sha256sum)" = "$reports" ] ||
+  { cat "$WORK/roll.log"; ls "$WORK/ck_roll"; fail "a rollback with nothing to train changed the run"; }
 must_train 1 roll --set checkpoint.dir="$WORK/ck_roll" --set checkpoint.interval=3 --set train.exit_after=10 \
   --resume "$WORK/ck_roll/step_00000009"
 grep -q "set aside .*step_00000012 .*abandoned" "$WORK/roll.log" || { cat "$WORK/roll.log"; fail "step 12 not set aside"; }
