@@ -2,11 +2,13 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <new>
+#include <system_error>
 
 #include "core/error_text.h"
 #include "core/errors.h"
@@ -34,7 +36,10 @@ std::string rank_of_several() {
 [[noreturn]] void die(int code, const std::string& message) {
   for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) std::signal(signal, SIG_IGN);
   std::cout.flush();
-  std::fprintf(stderr, "loom: error: %s%s\n", without_json_exception_ids(message).c_str(), rank_of_several().c_str());
+  // The rank after the first line, where the error is said (advice may follow on lines of its own).
+  std::string text = without_json_exception_ids(message);
+  text.insert(std::min(text.find('\n'), text.size()), rank_of_several());
+  std::fprintf(stderr, "loom: error: %s\n", text.c_str());
   std::fflush(stderr);
   parallel::end_job(code);
 }
@@ -72,6 +77,10 @@ int exit_on_error(const std::function<int()>& body) {
   } catch (const c10::Error& e) {
     const std::string message = e.what_without_backtrace();
     die(1, is_host_out_of_memory(message) ? out_of_memory_text(message) : message);
+  } catch (const std::system_error& e) {  // a thread the process could not start: its memory or thread limit
+    const bool resources =
+        e.code() == std::errc::resource_unavailable_try_again || e.code() == std::errc::not_enough_memory;
+    die(1, resources ? out_of_memory_text(std::string("could not start a thread (") + e.what() + ")") : e.what());
   } catch (const std::bad_alloc& e) {  // loom's own containers
     die(1, out_of_memory_text(std::string("an allocation failed (") + e.what() + ")"));
   } catch (const std::exception& e) {
