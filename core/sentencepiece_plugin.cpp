@@ -41,10 +41,10 @@ void loom_sentencepiece_free(void* processor) {
   delete static_cast<sentencepiece::SentencePieceProcessor*>(processor);
 }
 
-// 0: piece count, 1: BOS id, 2: EOS id (-1 when the model has none).
+// 0: piece count, 1: BOS id, 2: EOS id, 3: UNK id (-1 when the model has none).
 int loom_sentencepiece_info(const void* processor, int which) {
   const auto* p = static_cast<const sentencepiece::SentencePieceProcessor*>(processor);
-  return which == 0 ? p->GetPieceSize() : which == 1 ? p->bos_id() : p->eos_id();
+  return which == 0 ? p->GetPieceSize() : which == 1 ? p->bos_id() : which == 2 ? p->eos_id() : p->unk_id();
 }
 
 // The ids of TEXT (no BOS or EOS) into a malloc'd *IDS of *COUNT; false with ERROR on failure.

@@ -81,8 +81,10 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path) : path_(
     vocab_size_ = info(processor_, 0);
     bos_id_ = info(processor_, 1);
     eos_id_ = info(processor_, 2);
+    const int64_t unk_id = info(processor_, 3);
     const auto piece = symbol<void (*)(const void*, int, char*, size_t)>(library_, "loom_sentencepiece_piece");
-    for (auto [id, text] : {std::pair{bos_id_, &bos_piece_}, std::pair{eos_id_, &eos_piece_}}) {
+    for (auto [id, text] :
+         {std::pair{bos_id_, &bos_piece_}, std::pair{eos_id_, &eos_piece_}, std::pair{unk_id, &unk_piece_}}) {
       char buffer[256] = "";
       if (id >= 0) piece(processor_, static_cast<int>(id), buffer, sizeof(buffer));
       *text = buffer;

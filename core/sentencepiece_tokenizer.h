@@ -25,6 +25,8 @@ class SentencePieceTokenizer : public Tokenizer {
   int64_t eos_id() const override { return eos_id_; }
   bool adds_bos() const override { return adds_bos_; }
   std::string special_token_text(int64_t id) const override;
+  // The piece of the unknown token ("<unk>"; "" when the model has none).
+  const std::string& unk_piece() const { return unk_piece_; }
   std::string kind() const override { return "sentencepiece"; }
   std::string source() const override { return path_; }
 
@@ -43,7 +45,7 @@ class SentencePieceTokenizer : public Tokenizer {
   Release release_ = nullptr;
   Free free_ = nullptr;
   int64_t vocab_size_ = 0, bos_id_ = -1, eos_id_ = -1;
-  std::string bos_piece_, eos_piece_;  // their pieces ("<s>", "</s>"), which decode leaves out
+  std::string bos_piece_, eos_piece_, unk_piece_;  // their pieces ("<s>", "</s>", "<unk>"), which decode leaves out
   bool adds_bos_ = false;
 };
 

@@ -18,6 +18,7 @@
 #include "core/hf_weights.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
+#include "core/sentencepiece_tokenizer.h"
 #include "core/tokenizer.h"
 #include "core/tokenizer_config.h"
 #include "launch/commands.h"
@@ -182,6 +183,9 @@ ExportTokenizer export_tokenizer(const nlohmann::json& manifest, const std::stri
       out.config["split_special_tokens"] = true;
       if (out.bos_id >= 0) out.config["bos_token"] = tokenizer->special_token_text(out.bos_id);
       if (out.eos_id >= 0) out.config["eos_token"] = tokenizer->special_token_text(out.eos_id);
+      // (SentencePieceBackend reads it for pieces outside the vocabulary: without it some prompts fail.)
+      if (const auto* sp = dynamic_cast<const SentencePieceTokenizer*>(tokenizer.get()); sp && !sp->unk_piece().empty())
+        out.config["unk_token"] = sp->unk_piece();
     }
     out.files.erase("tokenizer_config.json");
   } else if (record.contains("add_bos") && record["add_bos"].is_boolean()) {

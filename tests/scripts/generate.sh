@@ -217,7 +217,7 @@ for text in ["The pipeline", "12 3", "Hello  world\nnew line", " lead", "ünï �
     assert hf(text)["input_ids"] == sp.encode(text), (text, hf(text)["input_ids"], sp.encode(text))
 config = json.load(open(sys.argv[1] + "/config.json"))
 assert (config["bos_token_id"], config["eos_token_id"]) == (sp.bos_id(), sp.eos_id()), config
-assert (hf.bos_token, hf.eos_token) == (sp.id_to_piece(sp.bos_id()), sp.id_to_piece(sp.eos_id()))
+assert (hf.bos_token, hf.eos_token, hf.unk_token) == tuple(map(sp.id_to_piece, (sp.bos_id(), sp.eos_id(), sp.unk_id())))
 PYEOF
   fail "transformers should read the exported SentencePiece tokenizer as the data was tokenized"
 "$LOOM" generate "$WORK/ex_sp" --prompt "$PROMPT" --max-new-tokens 4 --temperature 0 > "$WORK/ex_gen.out" \
