@@ -89,12 +89,12 @@ nlohmann::json tokenizer_record(const Config& config) {
   auto data = data_record(*sidecar, blend.front().prefix);
   // Another tokenizer's ids mean other tokens to the model: said, not refused (the user may mean it).
   // (Either of a directory's tokenizer files, as Llama 2's ship both, is the model's own.)
+  // The model's record holds its preferred file's CRC (tokenizer.json): only the .model beside it is read again.
   const auto model_has = [&](const nlohmann::json& record) {
     const auto crc = record.value("crc32c", uint32_t{0});
-    for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
-      if (file_crc(fs::path(config.model.init_from) / name) == crc) return true;
-    }
-    return fs::path(record.value("file", "")).parent_path() == fs::path(model.value("file", "")).parent_path();
+    return crc == model.value("crc32c", uint32_t{0}) ||
+           file_crc(fs::path(config.model.init_from) / "tokenizer.model") == crc ||
+           fs::path(record.value("file", "")).parent_path() == fs::path(model.value("file", "")).parent_path();
   };
   if (!data.is_null() && !model.is_null() && !model_has(data)) {
     const std::string kind = data.value("kind", "");

@@ -304,11 +304,14 @@ grep -q "was tokenized by the byte tokenizer, and model.init_from's tokenizer is
 mkdir -p "$WORK/gpt2_bare" && cp "$LOOM_SOURCE/tests/data/tokenizers/gpt2/tokenizer.json" "$WORK/gpt2_bare/"
 "$LOOM" prepare --input "$WORK/text.txt" --tokenizer "$WORK/gpt2_bare" --output "$WORK/ds_gpt2" --append-eod > /dev/null ||
   fail "prepare with GPT-2's tokenizer"
-"$LOOM" train "$LOOM_SOURCE/configs/gpt_tiny.yaml" --run-dir "$WORK/gpt2_vocab" "${SHAPE[@]}" --set data.path="$WORK/ds_gpt2" \
-  --set model.vocab_size=50257 --set model.hidden_size=32 --set train.steps=1 --set train.warmup_steps=0 \
-  --set checkpoint.interval=1 --set checkpoint.dir="$WORK/ck_gpt2_vocab" > "$WORK/gpt2_vocab.log" 2>&1 ||
-  { cat "$WORK/gpt2_vocab.log"; fail "train on GPT-2 ids"; }
-"$LOOM" export "$WORK/ck_gpt2_vocab/step_00000001" --output "$WORK/ex_gpt2" > /dev/null || fail "export with GPT-2's tokenizer"
+gpt2_export() {  # gpt2_export DATASET EXPORT: one step of a GPT on GPT-2's vocabulary, exported
+  "$LOOM" train "$LOOM_SOURCE/configs/gpt_tiny.yaml" --run-dir "$WORK/$2_run" "${SHAPE[@]}" --set data.path="$WORK/$1" \
+    --set model.vocab_size=50257 --set model.hidden_size=32 --set train.steps=1 --set train.warmup_steps=0 \
+    --set checkpoint.interval=1 --set checkpoint.dir="$WORK/$2_ck" > "$WORK/$2_run.log" 2>&1 ||
+    { cat "$WORK/$2_run.log"; fail "train on $1"; }
+  "$LOOM" export "$WORK/$2_ck/step_00000001" --output "$WORK/$2" > /dev/null || fail "export of $2"
+}
+gpt2_export ds_gpt2 ex_gpt2
 "$PY" - "$WORK/ex_gpt2" "$LOOM_SOURCE/tests/data/tokenizers/gpt2/tokenizer.json" <<'PYEOF' ||
 import json, sys
 import tokenizers
@@ -325,11 +328,7 @@ PYEOF
 # export's tokenizer.json puts BOS first (its post-processor), for transformers and loom generate DIR.
 "$LOOM" prepare --input "$WORK/text.txt" --tokenizer "$LOOM_SOURCE/tests/data/tokenizers/gpt2" --output "$WORK/ds_gpt2_bos" --add-bos \
   > /dev/null || fail "prepare with GPT-2's tokenizer and --add-bos"
-"$LOOM" train "$LOOM_SOURCE/configs/gpt_tiny.yaml" --run-dir "$WORK/gpt2_bos" "${SHAPE[@]}" --set data.path="$WORK/ds_gpt2_bos" \
-  --set model.vocab_size=50257 --set model.hidden_size=32 --set train.steps=1 --set train.warmup_steps=0 \
-  --set checkpoint.interval=1 --set checkpoint.dir="$WORK/ck_gpt2_bos" > "$WORK/gpt2_bos.log" 2>&1 ||
-  { cat "$WORK/gpt2_bos.log"; fail "train on GPT-2 ids with BOS"; }
-"$LOOM" export "$WORK/ck_gpt2_bos/step_00000001" --output "$WORK/ex_gpt2_bos" > /dev/null || fail "export with BOS first"
+gpt2_export ds_gpt2_bos ex_gpt2_bos
 "$PY" - "$WORK/ex_gpt2_bos" "$LOOM_SOURCE/tests/data/tokenizers/gpt2/tokenizer.json" <<'PYEOF' ||
 import sys
 import tokenizers
