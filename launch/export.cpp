@@ -94,7 +94,7 @@ void check_replaceable(const std::string& output, const std::set<std::string>& w
 // model as tokenizer.model; none (with a warning) when the record names none, or a file gone or
 // changed since training: the weights are exported all the same. CONFIG, the tokenizer_config.json
 // to write instead of copying one (null: none), says what AutoTokenizer cannot find out alone: for
-// a SentencePiece model its class (LlamaTokenizer, which keeps SentencePiece's leading space) and
+// a SentencePiece model its class (SentencePieceBackend, below) and
 // add_bos_token as the data had it, so that `loom generate DIR` and transformers start prompts as
 // training did (a tokenizer.json's post-processor decides that by itself, in transformers 5 and in
 // loom); for a tokenizer.json with none beside it, its BOS and EOS. BOS_ID and EOS_ID are the
