@@ -278,7 +278,8 @@ Command add_prepare(CLI::App& loom) {
   auto args = std::make_shared<PrepareArgs>();
   command
       .add_option("--input", args->inputs,
-                  "text files, each one document, or JSON lines (*.jsonl, *.json), each line one document")
+                  "text files, each one document, or JSON lines (*.jsonl, *.json), each line one document; "
+                  "either read through gzip or zstd when named *.gz, *.zst or *.zstd (a.jsonl.gz)")
       ->type_name("FILE")
       ->required();
   command.add_option("--output", args->output_prefix, "the dataset's path without .bin, .idx or .json")

@@ -21,7 +21,7 @@ bool blank(const std::string& line) {
 }  // namespace
 
 bool is_json_lines(const std::string& path) {
-  std::string lower = path;
+  std::string lower = without_compression_suffix(path);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return ends_with(lower, ".jsonl") || ends_with(lower, ".json") || ends_with(lower, ".ndjson");
 }
@@ -33,16 +33,23 @@ bool DocumentReader::open_next_input() {
   if (next_input_ >= inputs_.size()) return false;
   path_ = inputs_[next_input_++];
   json_lines_ = is_json_lines(path_);
-  in_ = std::ifstream(path_, std::ios::binary);
-  if (!in_) throw InputError("cannot read input file '" + path_ + "'");
+  in_ = std::make_unique<InputFile>(path_);
   line_ = 0;
   if (!json_lines_ && !split_paragraphs_) {  // one document: read whole
-    std::string text((std::istreambuf_iterator<char>(in_)), std::istreambuf_iterator<char>());
-    bytes_read_ += static_cast<int64_t>(text.size());
-    in_.close();
+    std::string text((std::istreambuf_iterator<char>(in_->stream())), std::istreambuf_iterator<char>());
+    close_input();
     queue(text, 1);
   }
   return true;
+}
+
+int64_t DocumentReader::bytes_read() const {
+  return finished_bytes_ + (in_ ? in_->file_bytes_read() : 0);
+}
+
+void DocumentReader::close_input() {
+  finished_bytes_ += in_->file_bytes_read();
+  in_.reset();
 }
 
 void DocumentReader::queue(const std::string& text, int64_t first_line) {
@@ -88,20 +95,27 @@ void DocumentReader::queue_next_lines() {
   constexpr size_t kChunkBytes = 16 << 20;
   const int64_t first_line = line_ + 1;
   std::string chunk, line;
-  while (std::getline(in_, line)) {
+  std::istream& in = in_->stream();
+  while (std::getline(in, line)) {
     ++line_;
-    const bool last = in_.eof();  // a last line without its newline
-    bytes_read_ += static_cast<int64_t>(line.size()) + (last ? 0 : 1);
+    const bool last = in.eof();  // a last line without its newline
     chunk += line;
     if (!last) chunk += '\n';
     if (!last && chunk.size() >= kChunkBytes && blank(line)) break;
   }
-  if (in_.bad()) throw InputError("cannot read input file '" + path_ + "'");
-  if (!in_) in_.close();
+  if (!in) close_input();
   queue(chunk, first_line);
 }
 
 bool DocumentReader::next(Document& doc) {
+  try {
+    return next_document(doc);
+  } catch (const std::ios_base::failure& e) {  // the file system's read error, through the stream
+    throw InputError("cannot read input file '" + path_ + "': " + e.what());
+  }
+}
+
+bool DocumentReader::next_document(Document& doc) {
   while (true) {
     if (queued_at_ < queued_.size()) {
       doc = std::move(queued_[queued_at_++]);
@@ -109,15 +123,14 @@ bool DocumentReader::next(Document& doc) {
     }
     queued_.clear();
     queued_at_ = 0;
-    if (!json_lines_ && in_.is_open()) {
+    if (!json_lines_ && in_) {
       queue_next_lines();
       continue;
     }
-    if (json_lines_ && in_.is_open()) {
+    if (json_lines_ && in_) {
       std::string line;
-      if (std::getline(in_, line)) {
+      if (std::getline(in_->stream(), line)) {
         ++line_;
-        bytes_read_ += static_cast<int64_t>(line.size()) + (in_.eof() ? 0 : 1);  // a last line may have no newline
         if (blank(line)) continue;
         const std::string where = path_ + ":" + std::to_string(line_);
         nlohmann::json json;
@@ -132,8 +145,7 @@ bool DocumentReader::next(Document& doc) {
         queue(json[json_key_].get<std::string>(), line_);
         continue;
       }
-      if (in_.bad()) throw InputError("cannot read input file '" + path_ + "'");
-      in_.close();
+      close_input();
     }
     if (!open_next_input()) return false;
   }

@@ -22,11 +22,13 @@ packages=(
   libcli11-dev                                  # the command line (CLI11 2.x, header-only)
   libsentencepiece-dev                          # SentencePiece tokenizers (*.model) for loom prepare
   libpcre2-dev libutf8proc-dev                  # Hugging Face BPE: pre-tokenizer regexes, NFC normalizer
+  libzstd-dev                                   # loom prepare's *.zst inputs (*.gz through zlib)
   python3-venv                                  # Debian's python3 makes .venv only with it
 )
 if [ "$tests" = 1 ]; then
   packages+=(
     catch2 clang-format                         # the unit tests; CI's format check
+    zstd                                        # prepare.sh compresses inputs with the zstd tool
     slurmctld slurmd slurm-client munge         # srun/sbatch: the slurm test starts a private one-node cluster
   )
 fi

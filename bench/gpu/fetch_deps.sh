@@ -11,7 +11,7 @@ mkdir -p "$(dirname "$exclude")"
 grep -qxF '/.gpu_deps/' "$exclude" 2>/dev/null || echo '/.gpu_deps/' >> "$exclude"
 cd .gpu_deps
 packages=(libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 nlohmann-json3-dev zlib1g-dev zlib1g libcli11-dev
-  libsentencepiece-dev libsentencepiece0 libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 pkgconf-bin libpkgconf3)
+  libsentencepiece-dev libsentencepiece0 libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 libzstd-dev libzstd1 pkgconf-bin libpkgconf3)
 apt-get download "${packages[@]}" > /dev/null
 for p in "${packages[@]}"; do
   ls "${p}"_*.deb > /dev/null 2>&1 || { echo "fetch_deps: $p was not downloaded" >&2; exit 1; }

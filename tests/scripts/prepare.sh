@@ -2,7 +2,7 @@
 # loom prepare end to end: plain files (a document each, or a paragraph each), JSON lines
 # with --json-key, several inputs, empty documents left out, --add-bos/--append-eod,
 # uint16 or int32 by vocabulary size, the sidecar, --workers 4 byte-identical to
-# --workers 1, and bad JSON lines refused naming FILE:LINE.
+# --workers 1, bad JSON lines refused naming FILE:LINE, and inputs compressed by gzip or zstd.
 source "$(dirname "$0")/common.sh"
 REF="$LOOM_SOURCE/tests/reference"
 PY=python3  # the project venv's (first on PATH under ctest)
@@ -196,6 +196,57 @@ for _ in $(seq 100); do flock -n "$WORK/.loom-prepare-held.lock" true 2> /dev/nu
 expect_exit2 "is being locked by another loom job" prepare --input "$WORK/train.jsonl" --output "$WORK/held"
 kill "$holder" 2> /dev/null || true
 [ ! -e "$WORK/held.bin" ] || fail "a refused prepare wrote its dataset"
+
+# Compressed inputs (gzip's and zstd's own tools compress them): the dataset is byte for byte the
+# uncompressed file's, for JSON lines and for paragraphs of text, several members or frames read as
+# one text; a cut-off file, or one that is not what its name says, exits 2 naming it, writing nothing.
+"$PY" -c "
+import json, random
+random.seed(7)
+words = ['alpha', 'beta', 'gamma', 'δέλτα', '😀', 'the', 'pipeline']
+with open('$WORK/big.jsonl', 'w') as f:  # ~2 MB: many of the reader's buffers
+    for _ in range(2500):
+        f.write(json.dumps({'text': ' '.join(random.choice(words) for _ in range(random.randint(1, 300)))}) + '\\n')
+with open('$WORK/para.txt', 'w') as f:
+    for i in range(3000):
+        f.write(' '.join(random.choice(words) for _ in range(random.randint(1, 40))) + ('\\n\\n' if i % 3 == 2 else '\\n'))"
+gzip -k -c "$WORK/big.jsonl" > "$WORK/big.JSONL.GZ"
+zstd -q -c "$WORK/big.jsonl" > "$WORK/big.jsonl.zst"
+zstd -q -c "$WORK/para.txt" > "$WORK/para.txt.zstd"
+cat "$WORK/big.JSONL.GZ" "$WORK/big.JSONL.GZ" > "$WORK/twice.jsonl.gz"
+cat "$WORK/big.jsonl.zst" "$WORK/big.jsonl.zst" > "$WORK/twice.jsonl.zst"
+same_dataset() {  # same_dataset A B: two prefixes' .bin and .idx are equal
+  cmp -s "$1.bin" "$2.bin" && cmp -s "$1.idx" "$2.idx" || fail "$(basename "$2") differs from $(basename "$1")"
+}
+packed() {  # packed NAME ARGS...: prepare into $WORK/NAME
+  local name="$1"
+  shift
+  "$LOOM" prepare --output "$WORK/$name" "$@" > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "prepare $name"; }
+}
+packed big_plain --input "$WORK/big.jsonl"
+packed big_gz --input "$WORK/big.JSONL.GZ" --workers 3
+packed big_zst --input "$WORK/big.jsonl.zst"
+same_dataset "$WORK/big_plain" "$WORK/big_gz"
+same_dataset "$WORK/big_plain" "$WORK/big_zst"
+packed twice_plain --input "$WORK/big.jsonl" "$WORK/big.jsonl"
+packed twice_gz --input "$WORK/twice.jsonl.gz"
+packed twice_zst --input "$WORK/twice.jsonl.zst"
+same_dataset "$WORK/twice_plain" "$WORK/twice_gz"
+same_dataset "$WORK/twice_plain" "$WORK/twice_zst"
+packed para_plain --input "$WORK/para.txt" --split-paragraphs
+packed para_zst --input "$WORK/para.txt.zstd" --split-paragraphs
+same_dataset "$WORK/para_plain" "$WORK/para_zst"
+[ "$(sidecar "$WORK/para_zst" documents)" = 1000 ] || fail "paragraphs of a compressed text: $(sidecar "$WORK/para_zst" documents)"
+head -c 100000 "$WORK/big.JSONL.GZ" > "$WORK/cut.jsonl.gz"
+head -c 100000 "$WORK/big.jsonl.zst" > "$WORK/cut.jsonl.zst"
+cp "$WORK/big.jsonl" "$WORK/plain.jsonl.gz"
+expect_exit2 "input '$WORK/cut.jsonl.gz' ends in the middle of its gzip data, after 100000 bytes" \
+  prepare --input "$WORK/cut.jsonl.gz" --output "$WORK/cut"
+expect_exit2 "input '$WORK/cut.jsonl.zst' ends in the middle of its zstd data" \
+  prepare --input "$WORK/big.jsonl.zst" "$WORK/cut.jsonl.zst" --output "$WORK/cut"
+expect_exit2 "input '$WORK/plain.jsonl.gz' cannot be read as gzip data" \
+  prepare --input "$WORK/plain.jsonl.gz" --output "$WORK/cut"
+[ -z "$(ls "$WORK" | grep -E '^cut\.(bin|idx|json)$')" ] || fail "a refused compressed input left its dataset's files"
 
 # Before step 1, loom train refuses: a negative id (padding from another tool) in a dataset without
 # a sidecar, found by the scan; a sidecar that describes another index (stale); datasets of one run

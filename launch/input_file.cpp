@@ -1,0 +1,182 @@
+#include "launch/input_file.h"
+
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <vector>
+
+#include "core/errors.h"
+
+namespace loom::launch {
+
+namespace {
+
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+const char* format_name(Compression kind) {
+  return kind == Compression::gzip ? "gzip" : "zstd";
+}
+
+// The text of a compressed file, decompressed a buffer at a time as the stream reads it (memory
+// stays flat whatever the file's size). A file may hold several gzip members or zstd frames one
+// after another (`cat a.gz b.gz`), read as one text, as gzip -d and zstd -d read it.
+class DecompressingBuffer : public std::streambuf {
+ public:
+  DecompressingBuffer(std::string path, Compression kind)
+      : path_(std::move(path)), kind_(kind), in_(1 << 16), out_(1 << 18) {
+    file_.open(path_, std::ios::binary);
+    if (!file_) throw InputError("cannot read input file '" + path_ + "'");
+    if (kind_ == Compression::gzip) {
+      // 15 + 32: the largest window, and a gzip (or zlib) header recognised by itself.
+      if (inflateInit2(&zlib_, 15 + 32) != Z_OK) throw std::runtime_error("zlib: inflateInit2 failed");
+    } else {
+      zstd_ = ZSTD_createDStream();
+      if (zstd_ == nullptr) throw std::runtime_error("zstd: ZSTD_createDStream failed");
+    }
+  }
+  ~DecompressingBuffer() override {
+    if (kind_ == Compression::gzip) inflateEnd(&zlib_);
+    if (zstd_ != nullptr) ZSTD_freeDStream(zstd_);
+  }
+  DecompressingBuffer(const DecompressingBuffer&) = delete;
+  DecompressingBuffer& operator=(const DecompressingBuffer&) = delete;
+
+  int64_t consumed() const { return file_offset_ - static_cast<int64_t>(in_size_ - in_at_); }
+
+ protected:
+  int_type underflow() override {
+    if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+    while (true) {
+      if (in_at_ == in_size_ && !file_done_) refill();
+      // With no input left the decoder may still hold output from a call that filled the buffer.
+      const size_t produced = decompress();
+      if (produced > 0) {
+        setg(out_.data(), out_.data(), out_.data() + produced);
+        return traits_type::to_int_type(out_[0]);
+      }
+      if (in_at_ == in_size_ && file_done_) {
+        if (inside_) {
+          throw InputError("input '" + path_ + "' ends in the middle of its " + format_name(kind_) + " data, after " +
+                           std::to_string(file_offset_) + " bytes: is it cut off (a download or copy that stopped)?");
+        }
+        return traits_type::eof();
+      }
+    }
+  }
+
+ private:
+  void refill() {
+    file_.read(in_.data(), static_cast<std::streamsize>(in_.size()));
+    if (file_.bad()) throw InputError("cannot read input file '" + path_ + "'");
+    in_size_ = static_cast<size_t>(file_.gcount());
+    in_at_ = 0;
+    file_offset_ += static_cast<int64_t>(in_size_);
+    if (in_size_ == 0) file_done_ = true;
+  }
+
+  [[noreturn]] void damaged(const std::string& why) const {
+    throw InputError("input '" + path_ + "' cannot be read as " + format_name(kind_) + " data at byte " +
+                     std::to_string(consumed()) + " of the file (" + why + "): a name ending in " +
+                     (kind_ == Compression::gzip ? ".gz" : ".zst or .zstd") + " is read through " + format_name(kind_) +
+                     "; is the file that, and whole?");
+  }
+
+  // Decompresses what input there is into the output buffer; the bytes it produced.
+  size_t decompress() {
+    const size_t available = in_size_ - in_at_;
+    if (kind_ == Compression::gzip) {
+      zlib_.next_in = reinterpret_cast<Bytef*>(in_.data() + in_at_);
+      zlib_.avail_in = static_cast<uInt>(available);
+      zlib_.next_out = reinterpret_cast<Bytef*>(out_.data());
+      zlib_.avail_out = static_cast<uInt>(out_.size());
+      const int code = inflate(&zlib_, Z_NO_FLUSH);
+      const size_t used = available - zlib_.avail_in;
+      in_at_ += used;
+      if (code == Z_STREAM_END) {
+        inside_ = false;  // a member ends; what follows, if anything, is the next member
+        inflateReset(&zlib_);
+      } else if (code == Z_OK) {
+        inside_ = true;
+      } else if (code != Z_BUF_ERROR) {  // Z_BUF_ERROR: no progress possible without more input
+        damaged(std::string("zlib: ") + (zlib_.msg != nullptr ? zlib_.msg : zError(code)));
+      } else if (used > 0) {
+        inside_ = true;
+      }
+      return out_.size() - zlib_.avail_out;
+    }
+    ZSTD_inBuffer input{in_.data() + in_at_, available, 0};
+    ZSTD_outBuffer output{out_.data(), out_.size(), 0};
+    const size_t code = ZSTD_decompressStream(zstd_, &output, &input);
+    if (ZSTD_isError(code)) damaged(std::string("zstd: ") + ZSTD_getErrorName(code));
+    in_at_ += input.pos;
+    // 0: a frame is complete and flushed; the next bytes, if any, begin another.
+    if (input.pos > 0 || output.pos > 0) inside_ = code != 0;
+    return output.pos;
+  }
+
+  std::string path_;
+  Compression kind_;
+  std::ifstream file_;
+  std::vector<char> in_, out_;
+  size_t in_at_ = 0, in_size_ = 0;
+  int64_t file_offset_ = 0;
+  bool file_done_ = false;
+  bool inside_ = false;  // within a member or frame: the file must not end here
+  z_stream zlib_{};
+  ZSTD_DStream* zstd_ = nullptr;
+};
+
+// A plain file, with its read position for the progress bar.
+class PlainBuffer : public std::filebuf {
+ public:
+  explicit PlainBuffer(const std::string& path) {
+    if (open(path, std::ios::in | std::ios::binary) == nullptr)
+      throw InputError("cannot read input file '" + path + "'");
+  }
+  int64_t consumed() { return static_cast<int64_t>(pubseekoff(0, std::ios::cur, std::ios::in)); }
+};
+
+}  // namespace
+
+Compression compression_of(const std::string& path) {
+  const std::string name = lower(path);
+  if (ends_with(name, ".gz")) return Compression::gzip;
+  if (ends_with(name, ".zst") || ends_with(name, ".zstd")) return Compression::zstd;
+  return Compression::none;
+}
+
+std::string without_compression_suffix(const std::string& path) {
+  if (compression_of(path) == Compression::none) return path;
+  return path.substr(0, path.rfind('.'));
+}
+
+InputFile::InputFile(const std::string& path) {
+  const Compression kind = compression_of(path);
+  if (kind == Compression::none) {
+    buffer_ = std::make_unique<PlainBuffer>(path);
+  } else {
+    buffer_ = std::make_unique<DecompressingBuffer>(path, kind);
+  }
+  stream_ = std::make_unique<std::istream>(buffer_.get());
+  // A failed read (a damaged file) throws its InputError through the stream's operations.
+  stream_->exceptions(std::ios::badbit);
+}
+
+InputFile::~InputFile() = default;
+
+int64_t InputFile::file_bytes_read() const {
+  if (auto* plain = dynamic_cast<PlainBuffer*>(buffer_.get())) return plain->consumed();
+  return static_cast<const DecompressingBuffer*>(buffer_.get())->consumed();
+}
+
+}  // namespace loom::launch
