@@ -75,6 +75,14 @@ std::string resumed_run_dir(const TrainArgs& args, const Config& config) {
   return recorded;
 }
 
+// The flag asks to start anew where a resume goes on: said, where it was passed over without a word.
+void warn_overwrite_passed_over(const TrainArgs& args, const RunDirectory& run) {
+  log::warn(
+      "--overwrite-run-dir has no effect: --resume {} continues from a checkpoint, appending to the records of "
+      "run directory {} (a fresh run there needs no --resume)",
+      args.resume, run.path);
+}
+
 // Every start-up check of the directories, and nothing written into them but the locks: a refused
 // run leaves what a user saved as it was (the trainer writes config.yaml and starts metrics.jsonl
 // once the checkpoint, if any, has loaded).
@@ -88,6 +96,7 @@ RunDirectory open_on_rank0(const TrainArgs& args, const Config& config) {
     }
   }
   if (run.path.empty()) run.path = default_run_dir(args.config_path);
+  if (args.overwrite_run_dir && !args.resume.empty() && args.resume != "auto") warn_overwrite_passed_over(args, run);
   create_directory(run.path, "run directory");
   run.run_lock = DirectoryLock(run.path, "run", "run directory");
   std::error_code error;
@@ -134,6 +143,7 @@ RunDirectory open_on_rank0(const TrainArgs& args, const Config& config) {
     create_directory(config.checkpoint.dir, "checkpoint.dir");
     run.checkpoint_lock = DirectoryLock(config.checkpoint.dir, "checkpoints", "checkpoint.dir");
     const auto existing = list_checkpoints(config.checkpoint.dir);
+    if (args.overwrite_run_dir && args.resume == "auto" && !existing.empty()) warn_overwrite_passed_over(args, run);
     if (args.resume.empty() && !existing.empty()) {
       throw InputError("checkpoint.dir '" + config.checkpoint.dir + "' already holds checkpoints (the newest " +
                        fs::path(existing.front().path).filename().string() +

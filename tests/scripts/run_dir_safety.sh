@@ -5,7 +5,7 @@
 #  1. A fresh run refused because checkpoint.dir holds checkpoints leaves the run directory's
 #     metrics.jsonl, config.yaml and TensorBoard files byte for byte (and a new run directory empty).
 #  2. A fresh run into a run directory that holds another run's metrics is refused (exit 2), unless
-#     --overwrite-run-dir.
+#     --overwrite-run-dir; beside a resume that finds a checkpoint the flag is said to have no effect.
 #  3. Killed halfway through the checkpoint of step 4: step 4's row is in metrics.jsonl; --resume auto
 #     continues from step 2 and every step appears once, the dead attempt's rows 3-4 in
 #     metrics.superseded.jsonl.
@@ -68,7 +68,12 @@ must_train first --overwrite-run-dir --set train.steps=3
 # ... and its TensorBoard curves: one event file, of the new run's 3 steps (TensorBoard would merge an old one).
 [ "$(ls "$WORK/first/tensorboard" | wc -l)" = 1 ] || { ls -la "$WORK/first/tensorboard"; fail "old event files kept"; }
 [ ! -e "$WORK/first/.config.yaml.tmp" ] && grep -q "^  steps: 3$" "$WORK/first/config.yaml" || fail "config.yaml not replaced whole"
-echo "2. a used run directory refused, then started anew with --overwrite-run-dir"
+# With a checkpoint to resume, the flag asks for what the resume does not do: said, not passed over.
+must_train first --overwrite-run-dir --resume auto --set checkpoint.dir="$WORK/ck" --set train.steps=7
+grep -q "overwrite-run-dir has no effect: --resume auto continues from a checkpoint, appending to the records of run directory $WORK/first" \
+  "$WORK/first.log" || { cat "$WORK/first.log"; fail "--overwrite-run-dir beside a resume passed over without a word"; }
+[ "$(rows "$WORK/first/metrics.jsonl")" = "1 2 3 7" ] || fail "the resume's rows: $(rows "$WORK/first/metrics.jsonl")"
+echo "2. a used run directory refused, then started anew with --overwrite-run-dir (and a resume says it continues)"
 
 # 3.
 code=0
