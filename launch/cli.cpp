@@ -281,7 +281,16 @@ Command add_prepare(CLI::App& loom) {
                   "text files, each one document, or JSON lines (*.jsonl, *.json), each line one document; "
                   "either read through gzip or zstd when named *.gz, *.zst or *.zstd (a.jsonl.gz)")
       ->type_name("FILE")
-      ->required();
+      ->required()
+      // CLI11 takes the next word for a FILE even when it is a flag: `--input --output d` read as
+      // two inputs was refused as "--output is required".
+      ->check(
+          [](const std::string& value) {
+            return value.rfind("--", 0) == 0
+                       ? "'" + value + "' is a flag where a FILE goes (a file of that name: ./" + value + ")"
+                       : std::string();
+          },
+          "FILE");
   command.add_option("--output", args->output_prefix, "the dataset's path without .bin, .idx or .json")
       ->type_name("PREFIX")
       ->required();

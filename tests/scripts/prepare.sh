@@ -246,6 +246,8 @@ expect_exit2 "input '$WORK/cut.jsonl.zst' ends in the middle of its zstd data" \
   prepare --input "$WORK/big.jsonl.zst" "$WORK/cut.jsonl.zst" --output "$WORK/cut"
 expect_exit2 "input '$WORK/plain.jsonl.gz' cannot be read as gzip data" \
   prepare --input "$WORK/plain.jsonl.gz" --output "$WORK/cut"
+# A flag where --input's FILE goes is named (CLI11 took it for a file, and said "--output is required").
+expect_exit2 "--input: '--output' is a flag where a FILE goes" prepare --input --output "$WORK/cut"
 [ -z "$(ls "$WORK" | grep -E '^cut\.(bin|idx|json)$')" ] || fail "a refused compressed input left its dataset's files"
 
 # Before step 1, loom train refuses: a negative id (padding from another tool) in a dataset without
