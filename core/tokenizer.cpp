@@ -31,7 +31,7 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 }
 
 const char* const kKinds =
-    "byte, a SentencePiece model file (*.model), or a Hugging Face tokenizer.json (or the directory holding it)";
+    "byte, a SentencePiece model file (*.model), or a Hugging Face tokenizer.json (or the directory holding either)";
 
 }  // namespace
 
@@ -42,8 +42,12 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (fs::is_directory(spec, error)) {
     const fs::path json = fs::path(spec) / "tokenizer.json";
     if (fs::is_regular_file(json, error)) return std::make_unique<HfBpeTokenizer>(json.string());
+    // A model directory with only SentencePiece's file (Llama 2's slow tokenizer; loom's own export
+    // of one), read as loom generate and model.init_from read that directory.
+    const fs::path model = fs::path(spec) / "tokenizer.model";
+    if (fs::is_regular_file(model, error)) return std::make_unique<SentencePieceTokenizer>(model.string());
     throw InputError("--tokenizer '" + spec +
-                     "' is a directory without a tokenizer.json; the tokenizers are: " + kKinds);
+                     "' is a directory with neither tokenizer.json nor tokenizer.model; the tokenizers are: " + kKinds);
   }
   if (ends_with(spec, ".model") || ends_with(spec, ".json")) {
     if (!fs::is_regular_file(spec, error)) throw InputError("--tokenizer '" + spec + "': no such file");

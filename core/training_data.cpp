@@ -142,6 +142,15 @@ TrainingData::TrainingData(const Config& config) {
       corpora_.push_back(std::make_unique<SliceCorpus>(*whole, 0, train_end, "training"));
       train_part = corpora_.back().get();
       if (split.valid > 0.0) {
+        if (valid_end == train_end) {  // no document starts inside the validation share
+          throw InputError("data.split '" + d.split + "' leaves " + whole->describe() +
+                           " no validation document: the parts are cut at document starts, as Megatron-LM cuts them, "
+                           "and no document starts between tokens " +
+                           std::to_string(std::llround(split.train * n)) + " and " + std::to_string(train_end) +
+                           " of " + std::to_string(n) +
+                           ". Prepare it with more, shorter documents (loom prepare --split-paragraphs, or a "
+                           "JSON line each), or give data.valid_path");
+        }
         corpora_.push_back(std::make_unique<SliceCorpus>(*whole, train_end, valid_end - train_end, "validation"));
         valid_samplers.push_back(
             std::make_unique<BatchSampler>(*corpora_.back(), m.seq_len, m.vocab_size, false, seed + i));

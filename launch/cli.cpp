@@ -254,14 +254,17 @@ Command add_export(CLI::App& loom) {
   command
       .add_option("--format", args->format,
                   "hf: the architecture the model came from (model.init_from's config.json, its fields kept: "
-                  "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM), else GPT-2 or Llama by "
-                  "the model's positions; hf-llama (LlamaForCausalLM, or Qwen2ForCausalLM for biases on q, k, v "
-                  "only) or hf-gpt2 (GPT2LMHeadModel) to choose")
+                  "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                  "MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM), else GPT-2 or Llama by the "
+                  "model's positions; hf-llama (the Llama-family class the model needs: LlamaForCausalLM, "
+                  "Qwen2ForCausalLM for biases on q, k, v only, Qwen3's or a mixture of experts' class) or hf-gpt2 "
+                  "(GPT2LMHeadModel) to choose")
       ->type_name("FORMAT")
       ->capture_default_str();
   command
       .add_option("--output", args->output,
-                  "the directory to write (replaced whole); hf-gpt2 also writes one FILE.safetensors as before")
+                  "the directory to write: new, empty or an earlier loom export (then replaced whole); hf-gpt2 also "
+                  "writes one FILE.safetensors as before")
       ->type_name("DIR")
       ->required();
   command
@@ -278,7 +281,7 @@ Command add_prepare(CLI::App& loom) {
   auto args = std::make_shared<PrepareArgs>();
   command
       .add_option("--input", args->inputs,
-                  "text files, each one document, or JSON lines (*.jsonl, *.json), each line one document; "
+                  "text files, each one document, or JSON lines (*.jsonl, *.json, *.ndjson), each line one document; "
                   "either read through gzip or zstd when named *.gz, *.zst or *.zstd (a.jsonl.gz)")
       ->type_name("FILE")
       ->required()
@@ -297,7 +300,7 @@ Command add_prepare(CLI::App& loom) {
   command
       .add_option("--tokenizer", args->tokenizer,
                   "byte (each byte a token, 256 ends a document), a SentencePiece *.model, or a Hugging Face "
-                  "tokenizer.json (or its directory)")
+                  "tokenizer.json, or a model directory holding either (tokenizer.json first)")
       ->type_name("SPEC")
       ->capture_default_str();
   command.add_flag("--split-paragraphs", args->split_paragraphs,

@@ -153,6 +153,12 @@ nlohmann::json StepClock::diagnose(parallel::Communicator& world, int64_t pp_sta
   const int64_t p = config.parallel.pp, m = config.micro_batches_per_step(), vs = config.parallel.virtual_stages;
   if (p > 1) d["bubble_formula"] = static_cast<double>(p - 1) / static_cast<double>(vs * m + p - 1);
 
+  if (steps_ == 0) {  // a run stopped in its first step: no share to rank, where "compute-bound: 0%" was said
+    d["verdict"] = {{"kind", "unmeasured"},
+                    {"where", ""},
+                    {"detail", "no step was measured (the first step of a run or a resume is left out as a warm-up)"}};
+    return d;
+  }
   // The ladder: a straggler first (its peers' waits are its doing), then the largest part.
   nlohmann::json verdict = {{"kind", "compute-bound"}, {"where", ""}};
   double worst_excess = 0;
@@ -211,6 +217,8 @@ nlohmann::json StepClock::diagnose(parallel::Communicator& world, int64_t pp_sta
 
 std::string format_diagnosis(const nlohmann::json& d) {
   std::ostringstream out;
+  const auto& v = d.at("verdict");
+  if (d.at("steps").get<int64_t>() == 0) return "verdict: unmeasured: " + v.value("detail", "") + "\n";
   char line[256];
   std::snprintf(line, sizeof(line), "time per step (mean of %lld steps over %lld ranks): %.1f ms\n",
                 static_cast<long long>(d.at("steps").get<int64_t>()),
@@ -234,7 +242,6 @@ std::string format_diagnosis(const nlohmann::json& d) {
   if (d.contains("collectives")) out << format_collectives_beside_cluster(d.at("collectives"));
   if (d.contains("links")) out << format_links_beside_cluster(d.at("links"));
   if (d.contains("plan")) out << format_plan_beside_measured(d.at("plan"));
-  const auto& v = d.at("verdict");
   std::string detail = v.value("detail", "");
   if (d.contains("mfu") && v.at("kind") == "compute-bound") detail += "; " + d.at("mfu").get<std::string>();
   // Its group's link against the cluster's (launch/diagnose_plan.h's add_plan_comparison).

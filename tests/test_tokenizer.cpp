@@ -124,7 +124,7 @@ TEST_CASE("tokenizer specs and files that cannot be used are InputErrors naming 
   const std::string dir = test::temp_dir("tokenizer_errors");
   CHECK_THAT(error_of("gpt9"), Contains("'gpt9'") && Contains("SentencePiece") && Contains("tokenizer.json"));
   CHECK_THAT(error_of(dir + "/missing.model"), Contains("missing.model") && Contains("no such file"));
-  CHECK_THAT(error_of(dir), Contains("without a tokenizer.json"));
+  CHECK_THAT(error_of(dir), Contains("with neither tokenizer.json nor tokenizer.model"));
   CHECK_THAT(error_of(write(dir, "broken.json", "{\"model\": ")),
              Contains("broken.json") && Contains("not valid JSON"));
   CHECK_THAT(error_of(write(dir, "garbage.model", "not a model")),

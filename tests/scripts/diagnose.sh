@@ -14,6 +14,7 @@
 # 5. one rank sleeping 200 ms a step (straggler:1:200) at dp 2 -> straggler-bound naming rank 1;
 #    ZeRO-3 at dp 2 with rank 1's dp collectives delayed -> memory-bound, its parameter gathers;
 # 6. dp 4 across a throttled link of the simulated fabric -> communication-bound on dp, inter-node.
+# 7. a run stopped after its first step (never counted) -> unmeasured, where it was compute-bound at 0%.
 # The planted delays are tens of times the tiny model's step, so that the verdicts do not hang on
 # this machine's speed. metrics.jsonl's log lines carry the split (time_split).
 source "$(dirname "$0")/common.sh"
@@ -169,6 +170,12 @@ echo "fabric: $VERDICT"
 [[ "$VERDICT" == "verdict: communication-bound dp inter-node"*"of dp's bytes crossed nodes"* ]] ||
   fail "a throttled inter-node link is not communication-bound on dp, inter-node"
 "$LOOM" diagnose "$WORK/fabric" | tail -1 | grep -qF "$VERDICT" || fail "loom diagnose fabric differs"
+
+# A run stopped after its first step (the warm-up, never counted) has no share to rank: said so.
+"$LOOM" train "$TINY" --run-dir "$WORK/one_step" --set train.warmup_steps=0 --set checkpoint.dir="$WORK/one_ck" \
+  --set train.exit_after=1 > "$WORK/one_step.log" 2>&1 || { cat "$WORK/one_step.log"; fail "one step"; }
+"$LOOM" diagnose "$WORK/one_step" | grep -qx "verdict: unmeasured: no step was measured .*" ||
+  { "$LOOM" diagnose "$WORK/one_step"; fail "a run of no measured step was given a verdict"; }
 
 expect_exit 2 "diagnosis.json is missing" "$LOOM" diagnose "$WORK/nowhere"
 mkdir -p "$WORK/hand_edited" && echo '{"steps": 3}' > "$WORK/hand_edited/diagnosis.json"

@@ -274,6 +274,15 @@ for name in sp_a sp_b; do
 done
 "$PY" -c "import json, sys; s = json.load(open(sys.argv[1])); s['tokenizer_crc32c'] ^= 1; json.dump(s, open(sys.argv[1], 'w'))" \
   "$WORK/sp_b.json"
+# A model directory with only SentencePiece's tokenizer.model is read through it, as generate reads it.
+mkdir -p "$WORK/sp_dir" && cp "$LOOM_SOURCE/tests/reference/tiny_unigram.model" "$WORK/sp_dir/tokenizer.model"
+"$LOOM" prepare --input "$WORK/sp_text.txt" --tokenizer "$WORK/sp_dir" --output "$WORK/sp_from_dir" > /dev/null 2>&1 ||
+  fail "prepare --tokenizer DIR holding tokenizer.model"
+cmp -s "$WORK/sp_a.bin" "$WORK/sp_from_dir.bin" || fail "a directory's tokenizer.model gave other ids"
+[ "$(sidecar "$WORK/sp_from_dir" tokenizer_source)" = "$WORK/sp_dir/tokenizer.model" ] || fail "sidecar of a directory's model"
+mkdir -p "$WORK/no_tokenizer"
+expect_exit2 "is a directory with neither tokenizer.json nor tokenizer.model" prepare --input "$WORK/sp_text.txt" \
+  --tokenizer "$WORK/no_tokenizer" --output "$WORK/x"
 expect_exit2 "(another file: their tokenizer_crc32c differ): one run's datasets share a tokenizer" "${TRAIN[@]}" \
   --run-dir "$WORK/sp_mixed_run" --set model.vocab_size=300 --set "data.path=0.5 $WORK/sp_a 0.5 $WORK/sp_b"
 echo "prepare: all checks passed"
