@@ -148,6 +148,33 @@ class PlainBuffer : public std::filebuf {
 
 }  // namespace
 
+std::string binary_format_of(const std::string& head) {
+  // Text holds no control bytes but tab, newline, vertical tab, form feed and carriage return; each
+  // format below has some in its first bytes. A text that merely begins with a magic ("PAR1 ...") is text.
+  const bool control = std::any_of(head.begin(), head.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte < 0x09 || (byte > 0x0d && byte < 0x20);
+  });
+  if (!control) return "";
+  auto starts = [&](const std::string& magic, size_t at = 0) {
+    return head.size() >= at + magic.size() && head.compare(at, magic.size(), magic) == 0;
+  };
+  if (starts("PAR1")) return "Parquet (write its text column as JSON lines first, e.g. with pandas or datasets)";
+  if (starts("ARROW1")) return "an Arrow file (write its text column as JSON lines first)";
+  if (starts(std::string("PK\x03\x04", 4))) return "a zip archive (unpack it and give the files inside)";
+  if (starts("ustar", 257)) return "a tar archive (unpack it and give the files inside)";
+  if (starts("\x1f\x8b")) return "gzip data (a name ending in .gz reads it through gzip)";
+  if (starts("\x28\xb5\x2f\xfd")) return "zstd data (a name ending in .zst reads it through zstd)";
+  if (starts("BZh") && head.size() > 3 && head[3] >= '1' && head[3] <= '9') return "bzip2 data (decompress it first)";
+  if (starts(std::string("\xfd"
+                         "7zXZ\x00",
+                         6)))
+    return "xz data (decompress it first)";
+  if (starts(std::string("MMIDIDX\x00\x00", 9)))
+    return "a Megatron-LM index (already a dataset: data.path takes its PREFIX)";
+  return "";
+}
+
 Compression compression_of(const std::string& path) {
   const std::string name = lower(path);
   if (ends_with(name, ".gz")) return Compression::gzip;

@@ -19,6 +19,7 @@
 #include "launch/commands.h"
 #include "launch/directory_lock.h"
 #include "launch/document_reader.h"
+#include "launch/input_file.h"
 #include "launch/progress_bar.h"
 #include "launch/tokenizer_record.h"
 
@@ -40,6 +41,22 @@ int64_t check_inputs(const std::vector<std::string>& inputs) {
     }
     if (!std::ifstream(path, std::ios::binary) || !std::filesystem::is_regular_file(path, error))
       throw InputError("cannot read input file '" + path + "'");
+    // Its first bytes as read (through gzip or zstd for such a name): a binary file read as text
+    // would train on garbage without a word.
+    InputFile file(path);
+    std::string head(512, '\0');
+    try {
+      file.stream().read(head.data(), static_cast<std::streamsize>(head.size()));
+    } catch (const std::ios_base::failure& e) {
+      throw InputError("cannot read input file '" + path + "': " + e.what());
+    }
+    head.resize(static_cast<size_t>(file.stream().gcount()));
+    const std::string format = binary_format_of(head);
+    if (!format.empty()) {
+      throw InputError("input '" + path + "' is " + format +
+                       ", not text: loom prepare reads text files and JSON lines, either of them compressed by gzip or "
+                       "zstd");
+    }
     bytes += static_cast<int64_t>(std::filesystem::file_size(path, error));
   }
   return bytes;

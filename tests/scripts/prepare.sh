@@ -2,7 +2,8 @@
 # loom prepare end to end: plain files (a document each, or a paragraph each), JSON lines
 # with --json-key, several inputs, empty documents left out, --add-bos/--append-eod,
 # uint16 or int32 by vocabulary size, the sidecar, --workers 4 byte-identical to
-# --workers 1, bad JSON lines refused naming FILE:LINE, and inputs compressed by gzip or zstd.
+# --workers 1, bad JSON lines refused naming FILE:LINE, inputs compressed by gzip or zstd, and binary
+# files (Parquet, archives) refused.
 source "$(dirname "$0")/common.sh"
 REF="$LOOM_SOURCE/tests/reference"
 PY=python3  # the project venv's (first on PATH under ctest)
@@ -246,6 +247,17 @@ expect_exit2 "input '$WORK/cut.jsonl.zst' ends in the middle of its zstd data" \
   prepare --input "$WORK/big.jsonl.zst" "$WORK/cut.jsonl.zst" --output "$WORK/cut"
 expect_exit2 "input '$WORK/plain.jsonl.gz' cannot be read as gzip data" \
   prepare --input "$WORK/plain.jsonl.gz" --output "$WORK/cut"
+# A binary file read as text would train on garbage: Parquet, an archive (inside gzip too), gzip data
+# under a plain name and a Megatron-LM index are named; a text that begins with a magic is text.
+"$PY" -c "open('$WORK/rows.parquet', 'wb').write(b'PAR1\\x15\\x04\\x15\\x00' + b'x' * 100 + b'PAR1')"
+(cd "$WORK" && tar czf shards.tar.gz big.jsonl)
+cp "$WORK/big.JSONL.GZ" "$WORK/unnamed.jsonl"
+expect_exit2 "input '$WORK/rows.parquet' is Parquet" prepare --input "$WORK/rows.parquet" --output "$WORK/cut"
+expect_exit2 "input '$WORK/shards.tar.gz' is a tar archive" prepare --input "$WORK/shards.tar.gz" --output "$WORK/cut"
+expect_exit2 "input '$WORK/unnamed.jsonl' is gzip data (a name ending in .gz" prepare --input "$WORK/unnamed.jsonl" --output "$WORK/cut"
+expect_exit2 "is a Megatron-LM index" prepare --input "$WORK/big_plain.idx" --output "$WORK/cut"
+printf 'PAR1 of the report\n' > "$WORK/par.txt"
+packed par_text --input "$WORK/par.txt"
 # A flag where --input's FILE goes is named (CLI11 took it for a file, and said "--output is required").
 expect_exit2 "--input: '--output' is a flag where a FILE goes" prepare --input --output "$WORK/cut"
 [ -z "$(ls "$WORK" | grep -E '^cut\.(bin|idx|json)$')" ] || fail "a refused compressed input left its dataset's files"
