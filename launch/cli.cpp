@@ -293,7 +293,7 @@ Command add_prepare(CLI::App& loom) {
                        ? "'" + value + "' is a flag where a FILE goes (a file of that name: ./" + value + ")"
                        : std::string();
           },
-          "FILE");
+          "");
   command.add_option("--output", args->output_prefix, "the dataset's path without .bin, .idx or .json")
       ->type_name("PREFIX")
       ->required();

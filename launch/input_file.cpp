@@ -42,6 +42,9 @@ class DecompressingBuffer : public std::streambuf {
     } else {
       zstd_ = ZSTD_createDStream();
       if (zstd_ == nullptr) throw std::runtime_error("zstd: ZSTD_createDStream failed");
+      // Windows up to 2 GiB, as `zstd --long=31` writes them and `zstd -d --long=31` reads them
+      // (the library's default stops at 128 MiB and calls such a file too demanding).
+      ZSTD_DCtx_setParameter(zstd_, ZSTD_d_windowLogMax, 31);
     }
   }
   ~DecompressingBuffer() override {
@@ -65,6 +68,10 @@ class DecompressingBuffer : public std::streambuf {
         return traits_type::to_int_type(out_[0]);
       }
       if (in_at_ == in_size_ && file_done_) {
+        if (!inside_ && members_ == 0) {  // as gzip -d and zstd -d refuse it: an empty download is no corpus
+          throw InputError("input '" + path_ + "' holds no " + format_name(kind_) +
+                           " data (empty, or zeros: a download or copy that failed?)");
+        }
         if (inside_) {
           throw InputError("input '" + path_ + "' ends in the middle of its " + format_name(kind_) + " data, after " +
                            std::to_string(file_offset_) + " bytes: is it cut off (a download or copy that stopped)?");
@@ -84,15 +91,21 @@ class DecompressingBuffer : public std::streambuf {
     if (in_size_ == 0) file_done_ = true;
   }
 
+  // (The position is where the decoder was given the bytes it refused: zstd takes a whole read at once.)
   [[noreturn]] void damaged(const std::string& why) const {
-    throw InputError("input '" + path_ + "' cannot be read as " + format_name(kind_) + " data at byte " +
-                     std::to_string(consumed()) + " of the file (" + why + "): a name ending in " +
+    throw InputError("input '" + path_ + "' cannot be read as " + format_name(kind_) + " data from byte " +
+                     std::to_string(consumed()) + " of the file on (" + why + "): a name ending in " +
                      (kind_ == Compression::gzip ? ".gz" : ".zst or .zstd") + " is read through " + format_name(kind_) +
                      "; is the file that, and whole?");
   }
 
   // Decompresses what input there is into the output buffer; the bytes it produced.
   size_t decompress() {
+    if (kind_ == Compression::gzip && !inside_) {
+      // Zeros between or after members are padding (a tape's or a block device's), which gzip -d
+      // and Python's gzip pass over.
+      while (in_at_ < in_size_ && in_[in_at_] == '\0') ++in_at_;
+    }
     const size_t available = in_size_ - in_at_;
     if (kind_ == Compression::gzip) {
       zlib_.next_in = reinterpret_cast<Bytef*>(in_.data() + in_at_);
@@ -104,6 +117,7 @@ class DecompressingBuffer : public std::streambuf {
       in_at_ += used;
       if (code == Z_STREAM_END) {
         inside_ = false;  // a member ends; what follows, if anything, is the next member
+        ++members_;
         inflateReset(&zlib_);
       } else if (code == Z_OK) {
         inside_ = true;
@@ -120,7 +134,10 @@ class DecompressingBuffer : public std::streambuf {
     if (ZSTD_isError(code)) damaged(std::string("zstd: ") + ZSTD_getErrorName(code));
     in_at_ += input.pos;
     // 0: a frame is complete and flushed; the next bytes, if any, begin another.
-    if (input.pos > 0 || output.pos > 0) inside_ = code != 0;
+    if (input.pos > 0 || output.pos > 0) {
+      if (code == 0) ++members_;  // (a call ends one frame at most)
+      inside_ = code != 0;
+    }
     return output.pos;
   }
 
@@ -132,6 +149,7 @@ class DecompressingBuffer : public std::streambuf {
   int64_t file_offset_ = 0;
   bool file_done_ = false;
   bool inside_ = false;  // within a member or frame: the file must not end here
+  int64_t members_ = 0;  // gzip members or zstd frames read whole
   z_stream zlib_{};
   ZSTD_DStream* zstd_ = nullptr;
 };
@@ -151,6 +169,7 @@ class PlainBuffer : public std::filebuf {
 std::string binary_format_of(const std::string& head) {
   // Text holds no control bytes but tab, newline, vertical tab, form feed and carriage return; each
   // format below has some in its first bytes. A text that merely begins with a magic ("PAR1 ...") is text.
+  // (Other control bytes, ESC's colour codes in a log, are text's.)
   const bool control = std::any_of(head.begin(), head.end(), [](char c) {
     const auto byte = static_cast<unsigned char>(c);
     return byte < 0x09 || (byte > 0x0d && byte < 0x20);
@@ -172,6 +191,13 @@ std::string binary_format_of(const std::string& head) {
     return "xz data (decompress it first)";
   if (starts(std::string("MMIDIDX\x00\x00", 9)))
     return "a Megatron-LM index (already a dataset: data.path takes its PREFIX)";
+  if (starts("\xff\xfe") || starts("\xfe\xff"))
+    return "UTF-16 or UTF-32 text (convert it to UTF-8 first: iconv -f UTF-16 -t UTF-8)";
+  if (starts("\xff\xff\xff\xff"))
+    return "an Arrow stream (Hugging Face datasets' *.arrow files: write the text column as JSON lines first)";
+  // Text has no NUL byte (git and grep call a file with one binary): token ids (a Megatron-LM .bin),
+  // UTF-16 without its byte order mark, any other binary format.
+  if (head.find('\0') != std::string::npos) return "binary data (NUL bytes in its first 512; text has none)";
   return "";
 }
 

@@ -78,7 +78,7 @@ std::string resumed_run_dir(const TrainArgs& args, const Config& config) {
 // The flag asks to start anew where a resume goes on: said, where it was passed over without a word.
 void warn_overwrite_passed_over(const TrainArgs& args, const RunDirectory& run) {
   log::warn(
-      "--overwrite-run-dir has no effect: --resume {} continues from a checkpoint, appending to the records of "
+      "--overwrite-run-dir does not start anew: --resume {} continues from a checkpoint, appending to the records of "
       "run directory {} (a fresh run there needs no --resume)",
       args.resume, run.path);
 }

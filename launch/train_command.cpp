@@ -86,7 +86,8 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   // Every check that needs no peer is done: a stop signal that came meanwhile ends the process now.
   release_held_stop_signals();
   parallel::LaunchEnv env(timeout);
-  parallel::Heartbeat heartbeat(env.connect_store(), env.rank(), env.world(), env.store_server_rank());
+  parallel::Heartbeat heartbeat(env.connect_store(), env.rank(), env.world(), env.store_server_rank(),
+                                std::chrono::seconds(1), env.store_reconnector());
   agree_on_config(config, !args.resume.empty(), env);  // before any collective: a different shape would fail inside one
   const int threads = apply_thread_policy(config, env.info());
   CpuMemory::install();  // before the model exists, so that its step's allocations are counted
@@ -122,7 +123,11 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
     if (!summary.diagnosis.is_null() && !mfu.empty()) summary.diagnosis["mfu"] = mfu;
     if (cluster) {
       // Every rank measures its groups' links (collective); rank 0's diagnosis sets them beside the cluster's.
-      const auto links = parallel::probe_alpha_beta(groups, device);
+      // Each all-reduce kept well inside parallel.timeout_s: a slow link that trained fine must not
+      // fail the finished run in its measurement.
+      parallel::AlphaBetaProbeOptions probe;
+      probe.max_call_s = config.parallel.timeout_s / 4;
+      const auto links = parallel::probe_alpha_beta(groups, device, probe);
       if (!summary.diagnosis.is_null()) add_plan_comparison(summary.diagnosis, config, *cluster, traffic, links);
     }
     // loom verify's runs keep theirs in diagnosis.json: its own verdict is the one to read.

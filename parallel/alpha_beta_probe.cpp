@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iomanip>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "parallel/hierarchical_communicator.h"
 #include "parallel/line_fit.h"
@@ -113,14 +115,51 @@ nlohmann::json probe_alpha_beta(ProcessGroups& groups, const torch::Device& devi
       continue;
     }
     std::vector<std::pair<double, double>> points;
+    const bool bounded = options.max_call_s > 0;
+    // The group's slowest of VALUE: every rank of it takes the same decision on the sizes.
+    auto slowest_in_group = [&](double value) {
+      auto slowest = torch::full({1}, value, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+      comm.all_reduce(slowest, ReduceOp::max).wait();
+      return slowest.item<double>();
+    };
+    double slowest_s = 0;  // the group's slowest median at the last size measured
+    std::string too_slow;
     for (int64_t bytes : options.sizes_bytes) {
+      std::ostringstream why;
+      why << std::setprecision(2);
+      if (bounded && !points.empty()) {
+        // Bytes over the last size's time: pessimistic for a latency-bound link, never optimistic.
+        const double predicted = slowest_s * static_cast<double>(bytes) / points.back().first;
+        if (predicted > options.max_call_s) {
+          why << bytes << " bytes would take up to " << predicted << " s an all-reduce, past the probe's "
+              << options.max_call_s << " s";
+          too_slow = why.str();
+          break;
+        }
+      }
       auto buffer = torch::ones({bytes / 4}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
-      time_all_reduce(comm, buffer);  // unmeasured: connections and buffers set up
+      const double first_s = time_all_reduce(comm, buffer);  // (unmeasured where fast: connections and buffers set up)
+      const double slowest_first_s = bounded ? slowest_in_group(first_s) : 0.0;
       std::vector<double> seconds;
-      for (int64_t r = 0; r < options.repeats; ++r) seconds.push_back(time_all_reduce(comm, buffer));
+      if (bounded && slowest_first_s > options.soft_call_s) {
+        // Slow already: this call is the size's point, and no larger size is measured.
+        seconds.push_back(first_s);
+        why << "larger sizes left out: " << bytes << " bytes took " << slowest_first_s << " s an all-reduce";
+        too_slow = why.str();
+      } else {
+        for (int64_t r = 0; r < options.repeats; ++r) seconds.push_back(time_all_reduce(comm, buffer));
+      }
       points.emplace_back(static_cast<double>(bytes), median(seconds));
       row["points"].push_back({bytes, points.back().second});
+      if (!too_slow.empty()) break;
+      if (bounded) slowest_s = slowest_in_group(points.back().second);
     }
+    if (points.size() < 2) {
+      row["no_fit"] = "a link too slow to measure at two sizes (" + too_slow + ")";
+      out.push_back(row);
+      continue;
+    }
+    if (!too_slow.empty()) row["sizes_left_out"] = too_slow;
     // Least squares through the medians.
     double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (auto [x, y] : points) {

@@ -20,6 +20,13 @@ namespace loom::parallel {
 struct AlphaBetaProbeOptions {
   std::vector<int64_t> sizes_bytes = {4 << 10, 256 << 10, 4 << 20};
   int64_t repeats = 5;  // per size, after one unmeasured call
+  // A size whose all-reduce the group's slowest time at the previous size, scaled by the bytes,
+  // puts past this many seconds is not measured, nor the larger ones (0: every size, unbounded): on
+  // a slow link the largest would outlast parallel.timeout_s and fail a finished run.
+  double max_call_s = 0;
+  // A size whose first all-reduce took longer than this on some rank of the group is measured by
+  // that call alone, and the larger ones not (with max_call_s): the probe stays short.
+  double soft_call_s = 1.0;
 };
 
 // Collective over every group of this rank with two ranks or more, then over the world. Returns a

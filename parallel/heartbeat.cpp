@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/logging.h"
 #include "parallel/rank_names.h"
 
 namespace loom::parallel {
@@ -27,7 +28,8 @@ struct Verdict {
 }  // namespace
 
 struct Heartbeat::State {
-  c10d_compat::StorePtr store;
+  c10d_compat::StorePtr store;  // the thread's own, replaced by a reconnection
+  std::function<c10d_compat::StorePtr()> reconnect;
   int rank = 0;
   int world = 1;
   int server_rank = 0;
@@ -39,7 +41,7 @@ struct Heartbeat::State {
   std::condition_variable changed;
   bool stop = false;
   bool running = true;                             // until the thread returns
-  std::string failure;                             // the store's error that ended the thread
+  std::string failure;                             // the store's error that ended the thread, or that beats meet now
   std::optional<std::chrono::milliseconds> asked;  // a check's window, until the thread takes it up
   std::optional<Verdict> verdict;                  // the check's answer
 };
@@ -159,7 +161,7 @@ std::string describe(const Verdict& verdict, std::chrono::milliseconds window) {
   if (!verdict.silent.empty()) {
     clauses.push_back(name_ranks(std::vector<int64_t>(verdict.silent.begin(), verdict.silent.end())) +
                       " stopped answering: no heartbeat in " + seconds(window) +
-                      " (a process stopped or dead, or a host down)");
+                      " (a process stopped or dead, a host down, or the network to it)");
   }
   if (!verdict.stuck.empty()) {
     clauses.push_back(name_ranks(std::vector<int64_t>(verdict.stuck.begin(), verdict.stuck.end())) +
@@ -178,14 +180,49 @@ std::string describe(const Verdict& verdict, std::chrono::milliseconds window) {
          "its own work or waits on another group";
 }
 
+// A beat, or after a failed one a new connection and a beat: false (the error in S.failure, said
+// once) while the store does not answer. The presence reading is read back after a reconnection,
+// since an add the store applied may have failed on its way back.
+bool try_beat(Heartbeat::State& s, std::optional<Clock::time_point>& failing_since) {
+  try {
+    if (failing_since && s.reconnect) {
+      s.store = s.reconnect();
+      s.published = s.store->add(presence_key(s.rank), 0);
+    }
+    beat_once(s);
+  } catch (const std::exception& e) {
+    const std::string why = reason(e);
+    if (!failing_since) {
+      failing_since = Clock::now();
+      log::warn(
+          "rank {}: the rendezvous store did not answer its heartbeat ({}); training goes on, and the "
+          "heartbeat retries every {}",
+          s.rank, why.substr(0, why.find('\n')), seconds(s.period));
+    }
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.failure = why;
+    return false;
+  }
+  if (failing_since) {
+    log::warn("rank {}: the rendezvous store answers its heartbeat again, after {}", s.rank,
+              seconds(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - *failing_since)));
+    failing_since.reset();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.failure.clear();
+  }
+  return true;
+}
+
 }  // namespace
 
 // The thread: one beat a period, and a check when one is asked for. Blocks in the store, holding
-// no lock, when the store stops answering.
+// no lock, when the store stops answering. A failed beat is retried the next period; a failed
+// check (this rank is about to leave) ends the thread.
 void Heartbeat::beat(const std::shared_ptr<State>& s) {
+  std::optional<Clock::time_point> failing_since;
   try {
     for (;;) {
-      beat_once(*s);
+      try_beat(*s, failing_since);
       std::optional<std::chrono::milliseconds> window;
       {
         std::unique_lock<std::mutex> lock(s->mutex);
@@ -209,10 +246,11 @@ void Heartbeat::beat(const std::shared_ptr<State>& s) {
 }
 
 Heartbeat::Heartbeat(c10d_compat::StorePtr store, int rank, int world, int server_rank,
-                     std::chrono::milliseconds period) {
+                     std::chrono::milliseconds period, std::function<c10d_compat::StorePtr()> reconnect) {
   if (!store) return;
   state_ = std::make_shared<State>();
   state_->store = std::move(store);
+  state_->reconnect = std::move(reconnect);
   state_->rank = rank;
   state_->world = world;
   state_->server_rank = server_rank;
@@ -259,9 +297,11 @@ std::string Heartbeat::silent_ranks(std::chrono::milliseconds window) {
   if (s.verdict) return describe(*s.verdict, window);
   const std::string server = s.server_rank >= 0 ? "rank " + std::to_string(s.server_rank) : "the torchrun agent";
   const std::string store = "the rendezvous store, which " + server + " serves, ";
-  if (!s.running) return store + "failed (" + s.failure + "), so " + server + " has left or died";
-  return store + "did not answer in " + seconds(deadline) + ", so " + server +
-         " stopped answering (a process stopped or dead, or a host down)";
+  // Where the store is, this rank cannot tell a dead server from a network that no longer reaches it.
+  if (!s.running)
+    return store + "failed (" + s.failure + "): " + server + " has left or died, or this rank cannot reach it";
+  return store + "did not answer in " + seconds(deadline) + ": " + server +
+         " stopped answering (a process stopped or dead, a host down), or this rank cannot reach it";
 }
 
 }  // namespace loom::parallel

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,9 +25,13 @@ class Heartbeat {
  public:
   // STORE is this heartbeat's own connection (LaunchEnv::connect_store); null for a world of 1,
   // where nothing beats. SERVER_RANK is the rank whose process serves the store, -1 when the
-  // torchrun agent does.
+  // torchrun agent does. A beat the store does not answer (a network outage between this rank and
+  // the store's host, which training over its own links may outlive) is said once and retried
+  // every period, over a new connection from RECONNECT where given; beats that resume are said too,
+  // so that a later check names the ranks as they are, not as they were during the outage.
   Heartbeat(c10d_compat::StorePtr store, int rank, int world, int server_rank,
-            std::chrono::milliseconds period = std::chrono::seconds(1));
+            std::chrono::milliseconds period = std::chrono::seconds(1),
+            std::function<c10d_compat::StorePtr()> reconnect = {});
   // Stops the thread; leaves it behind, rather than wait forever, when it is blocked on a store
   // that stopped answering.
   ~Heartbeat();

@@ -263,6 +263,15 @@ LaunchEnv::~LaunchEnv() {
 #endif
 }
 
+std::function<c10d_compat::StorePtr()> LaunchEnv::store_reconnector() const {
+  if (!store_) return {};
+  return [address = info_.master_addr, port = info_.master_port, prefix = info_.store_prefix, world = info_.world,
+          timeout = timeout_]() {
+    return c10d_compat::prefix_store(
+        prefix, c10d_compat::make_tcp_store(address, static_cast<uint16_t>(port), false, world, timeout));
+  };
+}
+
 c10d_compat::StorePtr LaunchEnv::connect_store() const {
   if (!store_) return {};
   auto client = open_store(info_.master_addr, info_.master_port, false, info_.rank, info_.world, timeout_);

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -68,6 +69,10 @@ class LaunchEnv {
   // serialises one connection's operations, so a long wait on it would hold up the thread.
   // Null when world is 1.
   c10d_compat::StorePtr connect_store() const;
+  // Makes a new connection of the same kind, throwing c10d's error where it cannot within
+  // parallel.timeout_s, with no watchdog ending the process: for a connection that broke while
+  // training goes on (the heartbeat's). Holds copies of what it needs: it may outlive this object.
+  std::function<c10d_compat::StorePtr()> store_reconnector() const;
   // The rank whose process serves the store; -1 when the torchrun agent does.
   int store_server_rank() const { return info_.agent_store ? -1 : 0; }
 

@@ -51,7 +51,65 @@ class StoppableStore : public c10d::PrefixStore {
   bool stopped_ = false;
 };
 
+// One rank's connection to a shared store that breaks, as a TCPStore client's does when the network
+// to the store's host drops longer than its timeout: every call on it throws from then on.
+class BreakableConnection : public c10d::PrefixStore {
+ public:
+  explicit BreakableConnection(const c10::intrusive_ptr<c10d::Store>& shared) : c10d::PrefixStore("", shared) {}
+  int64_t add(const std::string& key, int64_t value) override {
+    if (broken) throw std::runtime_error("recvValue failed: Connection timed out");
+    return c10d::PrefixStore::add(key, value);
+  }
+  std::atomic<bool> broken{false};
+};
+
 }  // namespace
+
+TEST_CASE("beats the store stopped answering resume over a new connection, and the rank is not named", "[heartbeat]") {
+  auto store = shared_store();
+  auto first = c10::make_intrusive<BreakableConnection>(store);
+  auto reader = c10::make_intrusive<BreakableConnection>(store);  // rank 0's, never broken (keys as rank 1's)
+  std::atomic<bool> network_up{true};
+  std::atomic<int> reconnections{0};
+  auto rank0 = rank(reader, 0, 2);
+  auto rank1 = std::make_unique<Heartbeat>(first, 1, 2, 0, 20ms, [&]() -> c10::intrusive_ptr<c10d::Store> {
+    ++reconnections;
+    if (!network_up) throw std::runtime_error("connect: No route to host");
+    return c10::make_intrusive<BreakableConnection>(store);
+  });
+  std::this_thread::sleep_for(60ms);
+  network_up = false;
+  first->broken = true;  // the outage: the old connection is dead, and no new one gets through
+  std::this_thread::sleep_for(200ms);
+  CHECK(reconnections >= 2);  // retried every period
+  const int64_t during = reader->add("heartbeat/1", 0);
+  CHECK(during > 0);
+  std::this_thread::sleep_for(60ms);
+  CHECK(reader->add("heartbeat/1", 0) == during);  // silent while the network is down
+  network_up = true;                               // healed: the next period's connection works
+  std::this_thread::sleep_for(200ms);
+  CHECK(reader->add("heartbeat/1", 0) > during);  // beating again
+  // A check now names nobody, on either side (rank 1's thread did not end with the outage's error).
+  auto said0 = std::async(std::launch::async, [&] { return rank0->silent_ranks(300ms); });
+  CHECK_THAT(rank1->silent_ranks(300ms), StartsWith("no rank stopped answering"));
+  CHECK_THAT(said0.get(), StartsWith("no rank stopped answering"));
+}
+
+TEST_CASE("a rank whose store connection broke for good is named silent; its own check names the store",
+          "[heartbeat]") {
+  auto store = shared_store();
+  auto broken = c10::make_intrusive<BreakableConnection>(store);
+  auto rank0 = rank(c10::make_intrusive<BreakableConnection>(store), 0, 2);
+  auto rank1 = std::make_unique<Heartbeat>(broken, 1, 2, 0, 20ms);  // no reconnection
+  std::this_thread::sleep_for(60ms);
+  broken->broken = true;
+  std::this_thread::sleep_for(60ms);
+  auto said0 = std::async(std::launch::async, [&] { return rank0->silent_ranks(300ms); });
+  CHECK(rank1->silent_ranks(300ms) ==
+        "the rendezvous store, which rank 0 serves, failed (recvValue failed: Connection timed out): rank 0 has left "
+        "or died, or this rank cannot reach it");
+  CHECK_THAT(said0.get(), StartsWith("rank 1 stopped answering: no heartbeat in 0.3 s"));
+}
 
 TEST_CASE("a rank that never beats is named, and only that one", "[heartbeat]") {
   auto store = shared_store();
@@ -102,8 +160,8 @@ TEST_CASE("a store that stops answering is reported in bounded time, naming its 
   const std::string said = heartbeat->silent_ranks(300ms);
   CHECK(Clock::now() - start < 2s);
   CHECK(said ==
-        "the rendezvous store, which rank 0 serves, did not answer in 0.38 s, so rank 0 stopped answering (a process "
-        "stopped or dead, or a host down)");
+        "the rendezvous store, which rank 0 serves, did not answer in 0.38 s: rank 0 stopped answering (a process "
+        "stopped or dead, a host down), or this rank cannot reach it");
   // Its thread is blocked in the store: the heartbeat leaves it behind rather than wait on it.
   const auto destroyed = Clock::now();
   heartbeat.reset();

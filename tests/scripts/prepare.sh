@@ -238,6 +238,14 @@ packed para_plain --input "$WORK/para.txt" --split-paragraphs
 packed para_zst --input "$WORK/para.txt.zstd" --split-paragraphs
 same_dataset "$WORK/para_plain" "$WORK/para_zst"
 [ "$(sidecar "$WORK/para_zst" documents)" = 1000 ] || fail "paragraphs of a compressed text: $(sidecar "$WORK/para_zst" documents)"
+# Zeros after a member are padding, passed over as gzip -d and Python's gzip pass over them.
+"$PY" -c "import gzip; open('$WORK/padded.jsonl.gz', 'wb').write(gzip.compress(open('$WORK/big.jsonl', 'rb').read()) + bytes(512))"
+packed padded_gz --input "$WORK/padded.jsonl.gz"
+same_dataset "$WORK/big_plain" "$WORK/padded_gz"
+# An empty compressed file is a failed download, as gzip -d and zstd -d say.
+: > "$WORK/empty.jsonl.zst"
+expect_exit2 "input '$WORK/empty.jsonl.zst' holds no zstd data" prepare --input "$WORK/big.jsonl" "$WORK/empty.jsonl.zst" \
+  --output "$WORK/cut"
 head -c 100000 "$WORK/big.JSONL.GZ" > "$WORK/cut.jsonl.gz"
 head -c 100000 "$WORK/big.jsonl.zst" > "$WORK/cut.jsonl.zst"
 cp "$WORK/big.jsonl" "$WORK/plain.jsonl.gz"
@@ -256,6 +264,9 @@ expect_exit2 "input '$WORK/rows.parquet' is Parquet" prepare --input "$WORK/rows
 expect_exit2 "input '$WORK/shards.tar.gz' is a tar archive" prepare --input "$WORK/shards.tar.gz" --output "$WORK/cut"
 expect_exit2 "input '$WORK/unnamed.jsonl' is gzip data (a name ending in .gz" prepare --input "$WORK/unnamed.jsonl" --output "$WORK/cut"
 expect_exit2 "is a Megatron-LM index" prepare --input "$WORK/big_plain.idx" --output "$WORK/cut"
+expect_exit2 "input '$WORK/big_plain.bin' is binary data (NUL bytes" prepare --input "$WORK/big_plain.bin" --output "$WORK/cut"
+printf 'some text\n' | iconv -t UTF-16 > "$WORK/utf16.txt"
+expect_exit2 "is UTF-16 or UTF-32 text (convert it to UTF-8 first" prepare --input "$WORK/utf16.txt" --output "$WORK/cut"
 printf 'PAR1 of the report\n' > "$WORK/par.txt"
 packed par_text --input "$WORK/par.txt"
 # A flag where --input's FILE goes is named (CLI11 took it for a file, and said "--output is required").

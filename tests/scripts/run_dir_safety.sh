@@ -70,7 +70,7 @@ must_train first --overwrite-run-dir --set train.steps=3
 [ ! -e "$WORK/first/.config.yaml.tmp" ] && grep -q "^  steps: 3$" "$WORK/first/config.yaml" || fail "config.yaml not replaced whole"
 # With a checkpoint to resume, the flag asks for what the resume does not do: said, not passed over.
 must_train first --overwrite-run-dir --resume auto --set checkpoint.dir="$WORK/ck" --set train.steps=7
-grep -q "overwrite-run-dir has no effect: --resume auto continues from a checkpoint, appending to the records of run directory $WORK/first" \
+grep -q "overwrite-run-dir does not start anew: --resume auto continues from a checkpoint, appending to the records of run directory $WORK/first" \
   "$WORK/first.log" || { cat "$WORK/first.log"; fail "--overwrite-run-dir beside a resume passed over without a word"; }
 [ "$(rows "$WORK/first/metrics.jsonl")" = "1 2 3 7" ] || fail "the resume's rows: $(rows "$WORK/first/metrics.jsonl")"
 echo "2. a used run directory refused, then started anew with --overwrite-run-dir (and a resume says it continues)"
