@@ -75,9 +75,13 @@ std::string Communicator::describe_failure(const std::string& op, const std::str
   std::ostringstream s;
   s << op << " on group " << name_ << " (global ranks [";
   for (size_t i = 0; i < ranks_.size(); ++i) s << (i ? ", " : "") << ranks_[i];
-  s << "]) failed on global rank " << ranks_[rank_] << ": " << why << " (a peer has died, is stuck or diverged; "
-    << bound.what << " time out after " << std::chrono::duration<double>(bound.timeout).count() << " s, " << bound.key
-    << ")";
+  s << "]) failed on global rank " << ranks_[rank_] << ": " << why;
+  // A two-level group's failure wraps its level's, which already says what a failure means.
+  static const std::string kMeaning = " (a peer has died, is stuck or diverged; ";
+  if (why.find(kMeaning) == std::string::npos) {
+    s << kMeaning << bound.what << " time out after " << std::chrono::duration<double>(bound.timeout).count() << " s, "
+      << bound.key << ")";
+  }
   return s.str();
 }
 
