@@ -25,6 +25,7 @@ struct TrainSummary {
   int64_t last_step = 0;
   bool resume_requested = false;  // --resume given: ZeRO-3 gathered its units to read a checkpoint into
   bool stopped_early = false;     // by a signal or train.exit_after
+  bool agent_lost = false;        // stopped because a torchrun agent of the job died (with its ranks' signal)
   double first_loss = 0.0;
   double last_loss = 0.0;
   double seconds = 0.0;

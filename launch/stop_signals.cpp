@@ -117,6 +117,10 @@ bool torchrun_agent_gone() {
   return name_end != nullptr && (name_end[1] == ' ') && (name_end[2] == 'Z' || name_end[2] == 'X');
 }
 
+bool torchrun_agent_alive() {
+  return g_agent.load() != 0 && !torchrun_agent_gone();
+}
+
 void release_held_stop_signals() {
   const unsigned held = g_held.exchange(0);
   if (held == 0) return;

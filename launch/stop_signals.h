@@ -35,5 +35,8 @@ void release_held_stop_signals_before_reading(const std::string& config_path);
 void stop_with_torchrun_agent(char** environment);
 // Whether this rank's torchrun agent has died since the start.
 bool torchrun_agent_gone();
+// Whether this rank was started by a torchrun agent that is still alive: one that restarts it when
+// it fails (--max_restarts), and takes its exit 0 for a finished job.
+bool torchrun_agent_alive();
 
 }  // namespace loom::launch

@@ -136,6 +136,15 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
     // rank had exited printed c10d's "recvValue failed" trace at the end of a finished run.
     heartbeat.stop();
     groups.world_comm().barrier().wait();
+    // Another agent died and its ranks saved and stopped; this one's agent lives. Exit 0 would tell
+    // it the job is finished (it then waits in its exit barrier); failing, the rank is restarted with
+    // the ranks that are left (an elastic --nnodes MIN:MAX), from the checkpoint just saved.
+    if (summary.agent_lost && torchrun_agent_alive()) {
+      throw EnvironmentError(
+          "another torchrun agent of this job died, and its ranks saved step " + std::to_string(summary.last_step) +
+          " and stopped: this rank exits 75 so that its own agent restarts it (--max_restarts) "
+          "with the ranks that are left (torchrun --nnodes MIN:MAX), to resume from that checkpoint");
+    }
   } catch (const CommError& e) {
     // A timeout cannot say which peer it waited for; the heartbeats can, three beats apart: a rank
     // that stopped beating, or one that beats but is in no collective.

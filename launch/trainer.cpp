@@ -136,13 +136,14 @@ void Trainer::save_checkpoint(const TrainingState& state, const std::function<vo
 
 Trainer::StepAgreement Trainer::agree_on_step(double loss, double grad_norm) {
   auto flags = torch::tensor({std::isfinite(loss) ? 0.0 : 1.0, std::isfinite(grad_norm) ? 0.0 : 1.0,
-                              static_cast<double>(checkpointer_->pending_status()), static_cast<double>(stop_signal())},
+                              static_cast<double>(checkpointer_->pending_status()), static_cast<double>(stop_signal()),
+                              stop_signal() != 0 && torchrun_agent_gone() ? 1.0 : 0.0},
                              torch::kFloat64);
   groups_.world_comm().all_reduce(flags, parallel::ReduceOp::max).wait();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   return {flags[0].item<double>() > 0 ? (std::isfinite(loss) ? nan : loss) : loss,
           flags[1].item<double>() > 0 ? (std::isfinite(grad_norm) ? nan : grad_norm) : grad_norm,
-          static_cast<int>(flags[2].item<double>()), flags[3].item<double>() > 0};
+          static_cast<int>(flags[2].item<double>()), flags[3].item<double>() > 0, flags[4].item<double>() > 0};
 }
 
 void Trainer::save_if_trusted(int64_t step, int64_t consumed) {
@@ -280,7 +281,8 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     sync_->finish_backward();
     if (scaler_) sync_->unscale(1.0 / scaler_->scale());
     if (!dump_dir_.empty() && step == first_step) dump_gradients();
-    const auto [loss, grad_norm, checkpoint_status, signalled] = agree_on_step(result.loss, sync_->clip(t.grad_clip));
+    const auto [loss, grad_norm, checkpoint_status, signalled, agent_lost] =
+        agree_on_step(result.loss, sync_->clip(t.grad_clip));
     // A checkpoint written in the background is published once every rank has written its part.
     checkpointer_->on_world_status(checkpoint_status);
     const bool scale_can_drop = scaler_ && t.loss_scale <= 0 && scaler_->scale() > t.min_loss_scale;
@@ -365,14 +367,13 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
       const double val_loss = extra["val_loss"].get<double>();
       info0("validation at step {} | loss {:.4f} | perplexity {:.3f}", step, val_loss, std::exp(val_loss));
     }
-    if (guard_.diverged()) {
-      throw DivergenceError(guard_.report() + "; " + checkpointer_->set_aside_diverged());
-    }
+    if (guard_.diverged()) throw DivergenceError(guard_.report() + "; " + checkpointer_->set_aside_diverged());
     if (stop || step == t.exit_after) {
       // Two calls: under C++20 (LibTorch 2.14 asks for it) fmt wants a literal format string.
       if (stop) {
         info0("stopped by a signal after step {}{}; resume with --resume auto", step,
-              torchrun_agent_gone() ? " (the torchrun agent that started this rank has died)" : "");
+              agent_lost ? " (a torchrun agent of this job has died, and the ranks it started with it)" : "");
+        summary.agent_lost = agent_lost;
       } else {
         info0("train.exit_after {}: stopped; resume with --resume auto to continue", step);
       }

@@ -89,6 +89,7 @@ class Trainer {
     double loss, grad_norm;
     int checkpoint_status;
     bool stop_signal;
+    bool agent_lost;  // some rank's stop came from its torchrun agent's death
   };
   StepAgreement agree_on_step(double loss, double grad_norm);
   // Saves after STEP unless the state came out of a skipped non-finite step (it says so instead).

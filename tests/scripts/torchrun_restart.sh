@@ -8,6 +8,8 @@
 # (no agent store: rank 0 serves a new store each attempt), rank 3 killed.
 # The agent itself killed (SIGKILL, as the out-of-memory killer does): its ranks, which trained on
 # without a launcher before, save and stop (a SIGTERM on their parent's death, launch/stop_signals.h).
+# An elastic job (--nnodes 1:2) whose other agent is killed alone goes on at world 2 from the step
+# the dead agent's ranks saved, every step once, with one process's losses.
 source "$(dirname "$0")/common.sh"
 RUN=(--set parallel.tp=2 --set parallel.timeout_s=60 --set checkpoint.interval=5 --resume auto)
 FAULT=(--inject-fault 1:13:kill)
@@ -82,6 +84,48 @@ if pgrep -f "$WORK/orphaned_ck" > /dev/null; then
   pkill -KILL -f "$WORK/orphaned_ck"
   fail "the ranks of a killed torchrun agent still run 60 s after it"
 fi
-grep -q "stopped by a signal after step .* (the torchrun agent that started this rank has died)" "$WORK/orphaned.log" &&
+grep -q "stopped by a signal after step .* (a torchrun agent of this job has died, and the ranks it started with it)" "$WORK/orphaned.log" &&
   grep -q "^step_" "$WORK/orphaned_ck/latest" || { cat "$WORK/orphaned.log"; fail "a killed agent's ranks saved nothing"; }
+
+# An elastic job (--nnodes 1:2) loses one of its two agents, killed alone (not its ranks, which save
+# and stop on its death): the other agent's ranks stop at the same step and exit 75, so that their
+# agent restarts them with the ranks that are left. They used to exit 0: their agent took the job for
+# finished, and it ended at that step. Now the job resumes at world 2 and trains every step once,
+# with one process's losses (at tp 2: dp 2, then 1). The agent killed is not the one serving the
+# rendezvous store (the other would lose its rendezvous with it).
+"$LOOM" train "$TINY" --run-dir "$WORK/elastic_ref" --set train.steps=200 > "$WORK/elastic_ref.log" 2>&1 ||
+  { cat "$WORK/elastic_ref.log"; fail "the one-process run of 200 steps"; }
+port="$(free_port)"
+pids=()
+for node in 0 1; do
+  timeout 300 torchrun --log_dir "$WORK/elastic.torchrun$node" --nnodes 1:2 --nproc_per_node 2 --rdzv_backend c10d \
+    --rdzv_endpoint "127.0.0.1:$port" --rdzv_id elastic_test --rdzv_conf last_call_timeout=5 --max_restarts 1 \
+    --no_python "$LOOM" train "$TINY" --run-dir "$WORK/elastic" --set checkpoint.dir="$WORK/elastic_ck" \
+    --set checkpoint.interval=10 --set train.steps=200 --set parallel.tp=2 --set parallel.timeout_s=60 --resume auto \
+    > "$WORK/elastic$node.log" 2>&1 &
+  pids+=($!)
+  [ "$node" = 0 ] && sleep 2  # the first serves the rendezvous store
+done
+for _ in $(seq 600); do
+  [ "$(cat "$WORK/elastic/metrics.jsonl" 2> /dev/null | wc -l)" -ge 30 ] && break
+  sleep 0.2
+done
+host=$(ss -ltnp | grep ":$port " | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
+victim=
+for pid in $(pgrep -f -- "--rdzv_id elastic_test"); do
+  [ "$(ps -o comm= -p "$pid")" = pt_elastic ] && [ "$pid" != "$host" ] && victim=$pid
+done
+[ -n "$host" ] && [ -n "$victim" ] || { cat "$WORK"/elastic?.log; fail "elastic: no agent to kill (host '$host')"; }
+kill -KILL "$victim"
+survivor=0
+[ "$(pgrep -P "${pids[1]}")" = "$host" ] && survivor=1
+code=0
+wait "${pids[$survivor]}" || code=$?
+wait "${pids[$((1 - survivor))]}" || true
+[ "$code" = 0 ] || { cat "$WORK"/elastic?.log; fail "elastic: the surviving agent exited $code"; }
+grep -q "this rank exits 75 so that its own agent restarts it" "$WORK/elastic$survivor.log" &&
+  grep -q "resumed from .*step_000000[0-9]* at step" "$WORK/elastic$survivor.log" &&
+  grep -q "done: .* steps" "$WORK/elastic$survivor.log" || { cat "$WORK"/elastic?.log; fail "elastic: no restart and resume"; }
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/elastic" "$WORK/elastic_ref" --rtol 1e-5 --first 1 --last 200 \
+  --label "an elastic job that lost an agent, resumed at world 2" || fail "elastic: losses or steps differ"
 echo "torchrun restart: ok"
