@@ -118,10 +118,15 @@ done
 # rank stuck in a collective with the failed one would otherwise keep the script waiting).
 status=0
 for ((left = world; left > 0; left--)); do
-  wait -n
+  finished=
+  wait -n -p finished
   code=$?
   if [ "$code" != 0 ]; then
     status=$code
+    # Said, so that a rank that ended without a word (a signal: 128 + its number) is found.
+    for ((r = 0; r < world; r++)); do
+      [ "${pids[$r]}" = "$finished" ] && echo "fabric.sh: rank $r (pid $finished) exited $code" >&2
+    done
     break
   fi
 done
