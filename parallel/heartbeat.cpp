@@ -184,13 +184,20 @@ std::string describe(const Verdict& verdict, std::chrono::milliseconds window) {
 // once) while the store does not answer. The presence reading is read back after a reconnection,
 // since an add the store applied may have failed on its way back.
 bool try_beat(Heartbeat::State& s, std::optional<Clock::time_point>& failing_since) {
+  // Once stopped, the thread may have been left behind by a process on its way out (its store gone
+  // with the rank serving it): it neither connects nor logs then, touching only its own state.
+  auto stopping = [&] {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    return s.stop;
+  };
   try {
-    if (failing_since && s.reconnect) {
+    if (failing_since && s.reconnect && !stopping()) {
       s.store = s.reconnect();
       s.published = s.store->add(presence_key(s.rank), 0);
     }
     beat_once(s);
   } catch (const std::exception& e) {
+    if (stopping()) return false;
     const std::string why = reason(e);
     if (!failing_since) {
       failing_since = Clock::now();
@@ -203,7 +210,7 @@ bool try_beat(Heartbeat::State& s, std::optional<Clock::time_point>& failing_sin
     s.failure = why;
     return false;
   }
-  if (failing_since) {
+  if (failing_since && !stopping()) {
     log::warn("rank {}: the rendezvous store answers its heartbeat again, after {}", s.rank,
               seconds(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - *failing_since)));
     failing_since.reset();
