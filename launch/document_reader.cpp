@@ -1,6 +1,5 @@
 #include "launch/document_reader.h"
 
-#include <cctype>
 #include <iterator>
 #include <nlohmann/json.hpp>
 
@@ -10,21 +9,11 @@ namespace loom::launch {
 
 namespace {
 
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool blank(const std::string& line) {
   return line.find_first_not_of(" \t\r\f\v") == std::string::npos;
 }
 
 }  // namespace
-
-bool is_json_lines(const std::string& path) {
-  std::string lower = without_compression_suffix(path);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return ends_with(lower, ".jsonl") || ends_with(lower, ".json") || ends_with(lower, ".ndjson");
-}
 
 DocumentReader::DocumentReader(std::vector<std::string> inputs, bool split_paragraphs, std::string json_key)
     : inputs_(std::move(inputs)), split_paragraphs_(split_paragraphs), json_key_(std::move(json_key)) {}

@@ -51,7 +51,4 @@ class DocumentReader {
   size_t queued_at_ = 0;
 };
 
-// Whether PATH is read as JSON lines (by its name without a compression suffix: a.jsonl.gz is).
-bool is_json_lines(const std::string& path);
-
 }  // namespace loom::launch

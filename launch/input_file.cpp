@@ -213,6 +213,11 @@ std::string without_compression_suffix(const std::string& path) {
   return path.substr(0, path.rfind('.'));
 }
 
+bool is_json_lines(const std::string& path) {
+  const std::string name = lower(without_compression_suffix(path));
+  return ends_with(name, ".jsonl") || ends_with(name, ".json") || ends_with(name, ".ndjson");
+}
+
 InputFile::InputFile(const std::string& path) {
   const Compression kind = compression_of(path);
   if (kind == Compression::none) {

@@ -20,6 +20,9 @@ Compression compression_of(const std::string& path);
 // PATH without a compression suffix ("a.jsonl.gz" -> "a.jsonl"): the name that says the format.
 std::string without_compression_suffix(const std::string& path);
 
+// Whether PATH is read as JSON lines: *.jsonl, *.json or *.ndjson (any case), compressed or not.
+bool is_json_lines(const std::string& path);
+
 // What HEAD (a file's first bytes, as read: decompressed) shows the file to be when that is a binary
 // format rather than text (Parquet, an archive, compressed data under a plain name, a Megatron-LM
 // index): a few words naming it and what to do, else "". Read as text such a file trains on garbage.

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -39,8 +38,8 @@ int64_t check_inputs(const std::vector<std::string>& inputs) {
     if (std::filesystem::is_directory(path, error)) {
       throw InputError("input '" + path + "' is a directory; give the text files inside it (--input DIR/*.txt)");
     }
-    if (!std::ifstream(path, std::ios::binary) || !std::filesystem::is_regular_file(path, error))
-      throw InputError("cannot read input file '" + path + "'");
+    // (A regular file before opening: a named pipe would wait for its writer.)
+    if (!std::filesystem::is_regular_file(path, error)) throw InputError("cannot read input file '" + path + "'");
     // Its first bytes as read (through gzip or zstd for such a name): a binary file read as text
     // would train on garbage without a word.
     InputFile file(path);
