@@ -128,6 +128,9 @@ def add_training_arguments(parser):
     parser.add_argument("--init-from", default="",
                         help="start from a GPT-2 .safetensors (Hugging Face's names: loom export --format "
                              "hf-gpt2 of a checkpoint, e.g. loom's own initial weights at train.exit_after 0)")
+    parser.add_argument("--eod-mask-loss", type=int, default=-1, metavar="ID",
+                        help="targets whose input is ID are ignored (ignore_index), the loss the mean over the "
+                             "global batch's targets left, as transformers' Trainer with num_items_in_batch")
     parser.add_argument("--manual-attention", action="store_true",
                         help="attention as matmul, mask, softmax, matmul instead of scaled_dot_product_attention")
 
@@ -306,12 +309,27 @@ def train(args, build_model):
             data = torch.stack([tokens[i:i + args.seq_len + 1] for i in starts.tolist()]).to(device)
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
+        if args.eod_mask_loss >= 0:
+            # The targets that count in the whole global batch: this rank's, summed over the ranks.
+            counted = torch.tensor([int((data[:, :-1] != args.eod_mask_loss).sum())], dtype=torch.int64, device=device)
+            if world > 1:
+                torch.distributed.all_reduce(counted)
+            counted = int(counted.item())
         for first in range(0, batch, micro):
             piece = data[first:first + micro]
             # DDP reduces gradients on the last micro-batch only.
             last = first + micro >= batch
+            targets = piece[:, 1:]
+            if args.eod_mask_loss >= 0:
+                targets = targets.masked_fill(piece[:, :-1] == args.eod_mask_loss, -100)
+                here = int((targets != -100).sum())
+                assert here > 0, "a micro-batch with every target ignored: cross_entropy's mean would be nan"
             with autocast, (model.no_sync() if world > 1 and not last else contextlib.nullcontext()):
-                loss = model(piece[:, :-1], piece[:, 1:]) * (piece.size(0) / batch)
+                if args.eod_mask_loss >= 0:
+                    # The piece's mean over its own targets, times their count: its sum; DDP then averages.
+                    loss = model(piece[:, :-1], targets) * (here * world / counted)
+                else:
+                    loss = model(piece[:, :-1], targets) * (piece.size(0) / batch)
             loss.backward()
             step_loss += loss.item()
         if args.grad_clip > 0:

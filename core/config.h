@@ -260,6 +260,11 @@ struct DataConfig {
   DataOrder order = DataOrder::sequential;
   std::string valid_path;  // the validation data, in the same forms; empty: none unless data.split gives it
   std::string split;       // "TRAIN,VALID,TEST" weights (Megatron-LM's "969,30,1") cutting each training dataset
+  // Megatron-LM's --eod-mask-loss: no loss on a target whose input is the end-of-document token
+  // (the next document's first token, guessed across the boundary). The loss is then the mean over
+  // the global batch's remaining targets, whatever the layout (core/loss_mask.h).
+  bool eod_mask_loss = false;
+  int64_t eod_id = -1;  // that token; -1: the eos_id of the datasets' sidecars (loom prepare --append-eod)
 };
 
 // Validation: the mean loss over the same eval.steps global batches of the validation data.

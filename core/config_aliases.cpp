@@ -60,6 +60,11 @@ const std::vector<MegatronAlias>& megatron_aliases() {
       {"recompute_activations", "train.recompute", "set it to selective"},
 
       {"data_path", "data.path", ""},
+      {"eod_mask_loss", "data.eod_mask_loss", ""},
+      {"reset_attention_mask", "",
+       "not built: attention crosses document boundaries within a sample (data.eod_mask_loss leaves out the loss "
+       "across them)"},
+      {"reset_position_ids", "", "not built: positions run over the whole sample"},
       {"save", "checkpoint.dir", ""},
       {"load", "checkpoint.dir", "and run loom train --resume auto"},
       {"save_interval", "checkpoint.interval", ""},

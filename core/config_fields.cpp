@@ -389,6 +389,11 @@ std::vector<ConfigField> make_fields() {
                    "validation data: a PREFIX or a blend \"W1 PREFIX1 W2 PREFIX2\"; empty: none (or data.split)"),
       string_field("data", "split", LOOM_MEMBER(data.split),
                    "\"TRAIN,VALID,TEST\" weights cutting each training dataset (e.g. 969,30,1); empty: no cut"),
+      bool_field("data", "eod_mask_loss", LOOM_MEMBER(data.eod_mask_loss),
+                 "no loss on the token after an end-of-document token (Megatron-LM's --eod-mask-loss); the mean "
+                 "is over the targets left"),
+      int_field("data", "eod_id", LOOM_MEMBER(data.eod_id),
+                "the end-of-document id data.eod_mask_loss masks after; -1: the datasets' sidecars' eos_id"),
 
       int_field("eval", "interval", LOOM_MEMBER(eval.interval),
                 "steps between validation losses (and one at the last step); 0: only at the last step"),

@@ -62,6 +62,7 @@ std::vector<Rule> rules_of(const Config& config) {
       {"parallel.cp_comm", p.cp == 1, "parallel.cp is 1"},
       {"checkpoint.keep", config.checkpoint.dir.empty(), "checkpoint.dir is not set"},
       {"checkpoint.async", config.checkpoint.dir.empty(), "checkpoint.dir is not set"},
+      {"data.eod_id", !config.data.eod_mask_loss, "data.eod_mask_loss is false"},
       {"eval.", !validates,
        "there is no validation data (data.valid_path is empty, data.split has no validation part)"},
   };

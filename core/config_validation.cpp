@@ -461,6 +461,13 @@ static void validate(Config& c, int64_t world) {
   require(c.eval.steps >= 1, "eval.steps", "must be at least 1");
   require(c.data.split.empty() || c.data.valid_path.empty(), "data.split",
           "and data.valid_path both give validation data: set one of them");
+  require(c.data.eod_id >= -1 && c.data.eod_id < c.model.vocab_size, "data.eod_id",
+          "must be -1 (the datasets' sidecars' eos_id) or a token id below model.vocab_size = " +
+              std::to_string(c.model.vocab_size));
+  // Multi-token prediction's losses are means over every shifted target, each depth its own: not built.
+  require(!c.data.eod_mask_loss || c.model.mtp.depth == 0, "data.eod_mask_loss",
+          "is not built beside multi-token prediction (model.mtp.depth = " + std::to_string(c.model.mtp.depth) +
+              "): set one of them");
 }
 
 void resolve_and_validate(Config& c, int64_t world) {

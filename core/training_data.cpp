@@ -12,6 +12,7 @@
 #include "core/errors.h"
 #include "core/indexed_dataset.h"
 #include "core/logging.h"
+#include "core/loss_mask.h"
 
 namespace loom {
 namespace {
@@ -120,7 +121,7 @@ void warn_small_validation_set(const BlendedSampler& valid, const Config& config
 
 }  // namespace
 
-TrainingData::TrainingData(const Config& config) {
+TrainingData::TrainingData(const Config& config) : eod_id_(resolve_eod_id(config)) {
   const auto& m = config.model;
   const auto& d = config.data;
   const auto seed = static_cast<uint64_t>(config.train.seed);
@@ -188,6 +189,10 @@ void check_data(const Config& config) {
       open_component(component, key, config);
       check_vocabulary(component.prefix, key, config.model.vocab_size);
       const auto sidecar = component.prefix.empty() ? std::nullopt : read_sidecar(component.prefix);
+      if (sidecar && d.eod_mask_loss && d.eod_id >= 0 && sidecar->eos_id >= 0 && sidecar->eos_id != d.eod_id) {
+        warn0("data.eod_id = {} masks after another id than {} '{}' ends its documents with ({}, says {})", d.eod_id,
+              key, component.prefix, sidecar->eos_id, sidecar_path(component.prefix));
+      }
       if (!sidecar || sidecar->tokenizer.empty()) continue;
       const std::string tokenizer =
           fmt::format("{} tokenizer of vocabulary {}", sidecar->tokenizer, sidecar->vocab_size) +
@@ -215,6 +220,7 @@ void check_data(const Config& config) {
       }
     }
   }
+  resolve_eod_id(config);  // data.eod_mask_loss finds its id, or says why not
 }
 
 }  // namespace loom

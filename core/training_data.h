@@ -22,10 +22,13 @@ class TrainingData {
   const BlendedSampler* valid() const { return valid_.get(); }
   // The training datasets, in the order of data.path, for the epoch log.
   std::string describe(size_t dataset) const { return train_->dataset(dataset).corpus().describe(); }
+  // The token after which data.eod_mask_loss leaves targets out of the loss; -1: off (core/loss_mask.h).
+  int64_t eod_id() const { return eod_id_; }
 
  private:
   std::vector<std::unique_ptr<TokenCorpus>> corpora_;  // every corpus, whole ones before their slices
   std::unique_ptr<BlendedSampler> train_, valid_;
+  int64_t eod_id_ = -1;
 };
 
 // What can be checked of the data before the job's ranks meet: the blends and split parse, every

@@ -13,6 +13,7 @@
 
 #include "core/data_blend.h"
 #include "core/errors.h"
+#include "core/loss_mask.h"
 #include "launch/data_record.h"
 
 namespace loom::launch {
@@ -77,6 +78,12 @@ std::map<std::string, std::string> agreed_keys(const Config& config, bool resumi
     }
     for (const auto& component : blend)
       keys[std::string(key) + " files " + component.prefix] = dataset_fingerprint(component.prefix);
+  }
+  // ... and the end-of-document id data.eod_mask_loss reads from the sidecars, which a node's own copy may not share.
+  try {
+    if (config.data.eod_mask_loss) keys["data.eod_mask_loss's id"] = std::to_string(resolve_eod_id(config));
+  } catch (const InputError&) {
+    // refused later, on every rank alike
   }
   return keys;
 }

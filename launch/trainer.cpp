@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/errors.h"
 #include "core/logging.h"
+#include "core/loss_mask.h"
 #include "launch/block_wrapping.h"
 #include "launch/gradient_sync_options.h"
 #include "launch/make_optimizer.h"
@@ -20,7 +21,6 @@
 #include "launch/step_profiler.h"
 #include "launch/stop_signals.h"
 #include "launch/weight_agreement.h"
-#include "parallel/ring_attention.h"
 
 namespace loom::launch {
 namespace {
@@ -47,6 +47,9 @@ Trainer::Trainer(const Config& config, parallel::ProcessGroups& groups, std::str
   const auto& t = config_.train;
   const auto& p = config_.parallel;
   data_ = std::make_unique<TrainingData>(config_);
+  if (data_->eod_id() >= 0)
+    info0("data.eod_mask_loss: no loss on the targets after token {} (the mean is over the targets left)",
+          data_->eod_id());
   const auto& coords = groups_.coords();
   rng_ = std::make_unique<parallel::TensorParallelRng>(static_cast<uint64_t>(t.seed), coords.tp, coords.dp, coords.pp);
   precision_ = Precision::of(t.precision);
@@ -103,6 +106,13 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
   const int64_t micro_batches = config_.micro_batches_per_step();
   const int64_t last_chunk = config_.parallel.virtual_stages - 1;
   const bool holds_loss = groups_.coords().pp == config_.parallel.pp - 1;
+  // data.eod_mask_loss: each micro-batch's mean over all its targets, times this, adds up to the mean over
+  // the global batch's targets left (1 without it; only the loss's stage reads the global batch for it).
+  const auto count_start = Clock::now();
+  const double counted =
+      holds_loss ? counted_target_factor(data_->train(), consumed, t.global_batch_size, data_->eod_id()) : 1.0;
+  if (data_->eod_id() >= 0) clock_.add(StepClock::Part::data, seconds_since(count_start));
+  const double scale = loss_scale * counted;
   // Summed on the device, read once per step: no host synchronisation per micro-batch.
   auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   auto timing = pipeline_->run([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
@@ -115,10 +125,9 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
     auto& piece = *chunks_[static_cast<size_t>(chunk)];
     auto out = piece.forward(input.defined() ? input : batch.tokens, batch.targets);
     if (!holds_loss || chunk != last_chunk) return out;
-    loss_sum += models::require_scalar_loss(out).detach().to(torch::kFloat64);
+    loss_sum += models::require_scalar_loss(out).detach().to(torch::kFloat64) * counted;
     // Averaging over micro-batches here and over dp in the all-reduce: the mean loss's gradient.
-    return loss_scale == 1.0 ? out / static_cast<double>(micro_batches)
-                             : out * (loss_scale / static_cast<double>(micro_batches));
+    return scale == 1.0 ? out / static_cast<double>(micro_batches) : out * (scale / static_cast<double>(micro_batches));
   });
   std::vector<double> losses{loss_sum.item<double>() / static_cast<double>(micro_batches)};
   if (config_.model.mtp.depth > 0) {  // multi-token prediction's loss beside the model's
@@ -167,58 +176,6 @@ TrainingState Trainer::state_after(int64_t step, int64_t consumed) const {
   if (moe_monitor_) state.expert_bias = moe_monitor_->expert_bias();
   state.interval_losses = interval_losses_;
   return state;
-}
-
-Batch Trainer::this_rank_part(Batch batch) {
-  const int64_t cp = groups_.cp().size();
-  if (cp > 1) {
-    const int64_t rank = groups_.coords().cp;
-    batch = {parallel::context_parallel_slice(batch.tokens, cp, rank).contiguous(),
-             parallel::context_parallel_slice(batch.targets, cp, rank).contiguous()};
-  }
-  if (!device_.is_cpu()) {
-    // From pinned memory without waiting: from pageable memory the host waits for the GPU's last micro-batch.
-    batch.tokens = batch.tokens.pin_memory().to(device_, /*non_blocking=*/true);
-    batch.targets = batch.targets.pin_memory().to(device_, /*non_blocking=*/true);
-  }
-  return batch;
-}
-
-bool Trainer::evaluates_at(int64_t step) const {
-  if (!data_->valid()) return false;
-  const int64_t interval = config_.eval.interval;
-  return step == config_.train.steps || (interval > 0 && step % interval == 0);
-}
-
-double Trainer::evaluate() {
-  const auto& t = config_.train;
-  const BlendedSampler& valid = *data_->valid();
-  const int64_t micro_batches = config_.micro_batches_per_step();
-  const int64_t last_chunk = config_.parallel.virtual_stages - 1;
-  const bool holds_loss = groups_.coords().pp == config_.parallel.pp - 1;
-  torch::NoGradGuard no_grad;
-  for (auto& chunk : chunks_) chunk->eval();
-  sync_->gather_all();  // ZeRO-3 keeps only shards between steps
-  auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
-  for (int64_t batch_index = 0; batch_index < config_.eval.steps; ++batch_index) {
-    // Split over dp and micro-batches exactly as a training step's global batch is.
-    const int64_t consumed = batch_index * t.global_batch_size;
-    pipeline_->run_forward([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
-      const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp, groups_.coords().dp,
-                                              t.micro_batch_size, micro);
-      Batch batch = this_rank_part(valid.batch(first, t.micro_batch_size));
-      auto out = chunks_[static_cast<size_t>(chunk)]->forward(input.defined() ? input : batch.tokens, batch.targets);
-      if (holds_loss && chunk == last_chunk) loss_sum += models::require_scalar_loss(out).to(torch::kFloat64);
-      return out;
-    });
-  }
-  sync_->release_all(/*loaded=*/false);
-  for (auto& chunk : chunks_) chunk->train();
-  // The last stage's mean reaches its pipeline (the others add zeros), then the mean over dp and cp, as in training.
-  auto loss = (holds_loss ? loss_sum / static_cast<double>(micro_batches * config_.eval.steps) : loss_sum).cpu();
-  groups_.pp().all_reduce(loss).wait();
-  groups_.dp_cp().all_reduce(loss).wait();
-  return loss.item<double>() / static_cast<double>(groups_.dp_cp().size());
 }
 
 TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {

@@ -36,6 +36,8 @@ constexpr std::array kRecordedKeys = {
     "model.moe.z_loss_coeff",
     "model.moe.router_jitter",
     "model.moe.bias_update_rate",
+    "data.eod_mask_loss",
+    "data.eod_id",
 };
 
 }  // namespace

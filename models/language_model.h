@@ -52,7 +52,9 @@ struct PipelinePosition {
 
 class LanguageModel : public torch::nn::Module {
  public:
-  // tokens, targets [B, S] int64 -> the mean cross-entropy over the B*S targets (a scalar).
+  // tokens, targets [B, S] int64 -> the mean cross-entropy over the B*S targets (a scalar). A
+  // target of -100 (data.eod_mask_loss's) counts as 0 in that mean, as vocab_parallel_cross_entropy(...).mean()
+  // gives it: the trainer rescales to the mean over the targets left (core/loss_mask.h).
   // A pipeline piece maps its INPUT (tokens on the first piece, the previous
   // piece's activations otherwise) to activations, or to the loss on the last piece.
   virtual torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& targets) = 0;

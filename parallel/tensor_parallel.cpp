@@ -131,8 +131,10 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     auto sums = torch::stack({exp.sum(1), target_logit}).contiguous();
     tp->all_reduce(sums).wait();
     auto sum_exp = sums[0];
-    ctx->save_for_backward({exp.div_(sum_exp.unsqueeze(1)), index, outside});
-    return sum_exp.log() - sums[1];
+    // A target of ignore_index (-100, data.eod_mask_loss's) has loss 0 and no gradient, as in at::cross_entropy_loss.
+    auto ignored = targets == -100;
+    ctx->save_for_backward({exp.div_(sum_exp.unsqueeze(1)), index, outside, ignored});
+    return (sum_exp.log() - sums[1]).masked_fill_(ignored, 0.0);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -140,7 +142,7 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     auto grad = saved[0].clone();  // softmax
     auto hit = saved[2].logical_not().to(grad.scalar_type());
     grad.scatter_add_(1, saved[1].unsqueeze(1), -hit.unsqueeze(1));
-    grad.mul_(grads[0].unsqueeze(1));
+    grad.mul_(grads[0].masked_fill(saved[3], 0.0).unsqueeze(1));
     return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };

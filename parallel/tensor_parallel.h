@@ -134,7 +134,8 @@ TORCH_MODULE(VocabParallelEmbedding);
 // Per-token cross-entropy [N] of logits split by vocabulary: LOGITS [N, V_local]
 // holds columns [vocab_start, vocab_start + V_local) of the padded vocabulary;
 // columns at or past VOCAB_SIZE are padding and never win. Computed in fp32 (or fp64) whatever
-// the logits' dtype.
+// the logits' dtype. A target of -100 (PyTorch's ignore_index) gives 0 and no gradient, as a
+// model's loss then reads them: the mean over every target, ignored ones counted as 0.
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
                                            int64_t vocab_start, int64_t vocab_size, Communicator& tp);
 

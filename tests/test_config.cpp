@@ -146,6 +146,7 @@ TEST_CASE("Megatron-LM's names, as --set keys or YAML keys, suggest loom's", "[c
       {"num_experts", "model.moe.num_experts"},
       {"expert_model_parallel_size", "parallel.ep"},
       {"data_path", "data.path"},
+      {"eod_mask_loss", "data.eod_mask_loss"},
       {"recompute_granularity", "train.recompute"},
       {"use_distributed_optimizer", "parallel.zero_stage"},
       {"virtual_pipeline_model_parallel_size", "parallel.virtual_stages"},
@@ -161,6 +162,8 @@ TEST_CASE("Megatron-LM's names, as --set keys or YAML keys, suggest loom's", "[c
   CHECK_THAT(load_error("train: {}\n", {"--train-iters=5"}), Catch::Contains("did you mean 'train.steps'"));
   CHECK_THAT(load_error("train: {}\n", {"bf16=true"}), Catch::Contains("set it to bf16"));
   CHECK_THAT(load_error("train: {}\n", {"context_parallel_size=2"}), Catch::Contains("did you mean 'parallel.cp'"));
+  CHECK_THAT(load_error("train: {}\n", {"--reset-attention-mask=true"}),
+             Catch::Contains("--reset-attention-mask: not built"));
   CHECK_THAT(load_error("parallel:\n  expert_tensor_parallel_size: 2\n"),
              Catch::Contains("did you mean 'parallel.expert_tp'"));
   // Every alias points at a key that exists.

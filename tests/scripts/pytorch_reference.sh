@@ -6,7 +6,7 @@
 # shuffled order (--loom-order). loom starts from those weights (model.init_from) and trains the
 # same 20 steps at dp 4 and at tp 2 x pp 2 (two micro-batches per rank, then eight per step):
 # every step's loss equals PyTorch's within 1e-5. Without clipping PyTorch's run differs, so the
-# comparison can fail.
+# comparison can fail. With data.eod_mask_loss, loom at tp 2 x cp 2 equals PyTorch with ignore_index.
 source "$(dirname "$0")/common.sh"
 PY=python3  # the project venv's (first on PATH under ctest), with torch
 
@@ -46,9 +46,16 @@ pytorch() {
 }
 pytorch torch_ref --save-init "$WORK/init.safetensors"
 pytorch torch_no_clip --grad-clip 0
+# data.eod_mask_loss against PyTorch's ignore_index: the targets after each newline (id 10, standing
+# for an end-of-document id) are left out, the loss the mean over the global batch's targets left.
+pytorch torch_eod --eod-mask-loss 10
 
 run_loom 4 dp4 "${LOOM_SHAPE[@]}" || { cat "$WORK/dp4.log"; fail "loom at dp 4"; }
 run_loom 4 tp2_pp2 "${LOOM_SHAPE[@]}" --set parallel.tp=2 --set parallel.pp=2 || { cat "$WORK/tp2_pp2.log"; fail "loom at tp 2 x pp 2"; }
+# Masked at tp 2 x cp 2 (the vocabulary-parallel loss's ignored rows, a cp split of each sample, its
+# micro-batches of 4 holding other counts of targets than PyTorch's of 2 per rank).
+run_loom 4 eod_tp2_cp2 "${LOOM_SHAPE[@]}" --set parallel.tp=2 --set parallel.cp=2 --set train.micro_batch_size=4 \
+  --set data.eod_mask_loss=true --set data.eod_id=10 || { cat "$WORK/eod_tp2_cp2.log"; fail "loom eod_tp2_cp2"; }
 
 # against RUN REFERENCE: the largest relative difference of the 20 losses.
 against() {
@@ -65,6 +72,12 @@ for run in dp4 tp2_pp2; do
   echo "loom at $run against PyTorch DDP (dp 4), 20 steps from the same weights and samples: losses within $worst"
   python3 -c "import sys; sys.exit(0 if float('$worst') <= 1e-5 else 1)" || fail "loom at $run differs from PyTorch by $worst"
 done
+worst=$(against eod_tp2_cp2 torch_eod)
+echo "loom with data.eod_mask_loss at tp 2 x cp 2 against PyTorch's ignore_index (dp 4): losses within $worst"
+python3 -c "import sys; sys.exit(0 if float('$worst') <= 1e-5 else 1)" || fail "loom's masked loss differs from PyTorch by $worst"
+worst=$(against eod_tp2_cp2 torch_ref)
+echo "the masked run against PyTorch unmasked: $worst"
+python3 -c "import sys; sys.exit(0 if float('$worst') > 1e-3 else 1)" || fail "the masked run trained as the unmasked one"
 worst=$(against dp4 torch_no_clip)
 echo "the same against PyTorch without clipping: $worst"
 python3 -c "import sys; sys.exit(0 if float('$worst') > 1e-3 else 1)" || fail "PyTorch without clipping passed as loom's run"
