@@ -464,7 +464,8 @@ static void validate(Config& c, int64_t world) {
   require(c.data.eod_id >= -1 && c.data.eod_id < c.model.vocab_size, "data.eod_id",
           "must be -1 (the datasets' sidecars' eos_id) or a token id below model.vocab_size = " +
               std::to_string(c.model.vocab_size));
-  // Multi-token prediction's losses are means over every shifted target, each depth its own: not built.
+  // Multi-token prediction embeds the targets as its next inputs (an ignored -100 has no embedding)
+  // and takes each depth's mean over its own shifted targets: not built beside the mask.
   require(!c.data.eod_mask_loss || c.model.mtp.depth == 0, "data.eod_mask_loss",
           "is not built beside multi-token prediction (model.mtp.depth = " + std::to_string(c.model.mtp.depth) +
               "): set one of them");

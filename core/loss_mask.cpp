@@ -48,6 +48,11 @@ int64_t resolve_eod_id(const Config& config) {
                          std::to_string(sidecar->eos_id) + ", '" + eod_prefix + "' with " + std::to_string(eod) +
                          " (their sidecars): one id cannot mask both; prepare them with one tokenizer");
       }
+      if (sidecar->eos_id >= config.model.vocab_size) {
+        throw InputError("data.eod_mask_loss: " + std::string(key) + " '" + prefix + "' ends its documents with id " +
+                         std::to_string(sidecar->eos_id) + " (says " + sidecar_path(prefix) +
+                         "), outside model.vocab_size = " + std::to_string(config.model.vocab_size));
+      }
       eod = sidecar->eos_id;
       eod_prefix = prefix;
     }

@@ -112,6 +112,12 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
   const double counted =
       holds_loss ? counted_target_factor(data_->train(), consumed, t.global_batch_size, data_->eod_id()) : 1.0;
   if (data_->eod_id() >= 0) clock_.add(StepClock::Part::data, seconds_since(count_start));
+  const auto& at = groups_.coords();
+  if (counted == 0.0 && at.tp == 0 && at.cp == 0 && at.dp == 0)  // a data.eod_id that is most of the data
+    log::warn(
+        "every target of the global batch from sample {} follows token {} (data.eod_mask_loss): its loss 0 "
+        "counts nothing",
+        consumed, data_->eod_id());
   const double scale = loss_scale * counted;
   // Summed on the device, read once per step: no host synchronisation per micro-batch.
   auto loss_sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));

@@ -1,6 +1,7 @@
 // What a step reads, and the validation loss: this rank's part of a micro-batch (its cp slice, on
 // its device, the targets data.eod_mask_loss leaves out set to ignore_index), and the evaluation
 // over eval.steps global batches of the validation data.
+#include "core/logging.h"
 #include "core/loss_mask.h"
 #include "launch/trainer.h"
 #include "parallel/ring_attention.h"
@@ -55,6 +56,9 @@ double Trainer::evaluate() {
   for (auto& chunk : chunks_) chunk->train();
   // With data.eod_mask_loss, the mean over the targets left in all eval.steps global batches.
   const double counted = counted_target_factor(valid, 0, config_.eval.steps * t.global_batch_size, data_->eod_id());
+  if (counted == 0.0)
+    warn0("every validation target follows token {} (data.eod_mask_loss): the validation loss 0 counts nothing",
+          data_->eod_id());
   // The last stage's mean reaches its pipeline (the others add zeros), then the mean over dp and cp, as in training.
   auto loss =
       (holds_loss ? loss_sum * (counted / static_cast<double>(micro_batches * config_.eval.steps)) : loss_sum).cpu();

@@ -69,6 +69,19 @@ refused "data.eod_id.*below model.vocab_size" "${SETS[@]}" --set data.path="$WOR
   --set data.eod_id=257
 refused "data.eod_mask_loss.*not built beside multi-token prediction" "${SETS[@]}" --set data.path="$WORK/eod" \
   --set data.eod_mask_loss=true --set model.mtp.depth=1
+sed 's/"eos_id": *256/"eos_id": 300/' "$WORK/eod.json" > "$WORK/far.json"
+cp "$WORK/eod.bin" "$WORK/far.bin" && cp "$WORK/eod.idx" "$WORK/far.idx"
+refused "far' ends its documents with id 300.*outside model.vocab_size" "${SETS[@]}" --set data.path="$WORK/far" \
+  --set data.eod_mask_loss=true
+# An id that is nearly all of the data leaves no target: the run says that its loss 0 counts nothing.
+python3 -c "print('a' * 5000)" > "$WORK/aaa.txt"
+"$LOOM" prepare --input "$WORK/aaa.txt" --output "$WORK/aaa" --tokenizer byte --append-eod > /dev/null || fail "prepare aaa"
+run_loom 1 nothing_left "${SETS[@]}" --set train.steps=2 --set train.warmup_steps=0 --set data.path="$WORK/aaa" \
+  --set data.valid_path="$WORK/aaa" --set eval.steps=1 --set data.eod_mask_loss=true --set data.eod_id=97 ||
+  { cat "$WORK/nothing_left.log"; fail "a run with no target left"; }
+for what in "every target of the global batch from sample 0 follows token 97" "every validation target follows"; do
+  grep -q "$what" "$WORK/nothing_left.log" || { cat "$WORK/nothing_left.log"; fail "no warning: $what"; }
+done
 run_loom 1 inert "${SETS[@]}" --set train.steps=1 --set train.warmup_steps=0 --set data.path="$WORK/eod" --set data.eod_id=256 ||
   { cat "$WORK/inert.log"; fail "data.eod_id alone"; }
 grep -q "data.eod_id.*data.eod_mask_loss is false" "$WORK/inert.log" ||
