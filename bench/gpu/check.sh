@@ -8,6 +8,7 @@
 #     The Llama (configs/llama_tiny.yaml) in fp32 and bf16 likewise.
 #  4. A checkpoint saved on the GPU and resumed: losses bit-identical to the uninterrupted
 #     GPU run; the checkpoint then resumes on the CPU (rtol 1e-4).
+#     The loss masked after an end-of-document id (data.eod_mask_loss), fp32.
 #  5. dropout (masks from the CPU's generators on both sides: rtol 1e-4), and mixtures of experts:
 #     GPT's and DeepSeek-V3's in small, fp32 (1e-4, up to a routing near-tie) and bf16 (2e-2).
 #  6. loom's CUDA kernels (fused cross-entropy and SwiGLU) against LibTorch's composed ones: the
@@ -69,6 +70,9 @@ pair fp32 1e-4
 pair fp32_accumulation_recompute_full 1e-4 --set train.micro_batch_size=2 --set train.recompute=full
 pair fp32_recompute_selective 1e-4 --set train.recompute=selective
 pair bf16 2e-2 --set train.precision=bf16
+# data.eod_mask_loss: ignored targets through the fused cross-entropy's -100 rows; id 180 is 17% of
+# gpt_tiny's synthetic corpus (seed 1234); one sample per micro-batch.
+pair eod_mask_fp32 1e-4 --set data.eod_mask_loss=true --set data.eod_id=180 --set train.micro_batch_size=1
 # The Llama (RMSNorm, SwiGLU, RoPE, grouped-query attention through SDPA's kv heads).
 CONFIG=configs/llama_tiny.yaml pair llama_fp32 1e-4
 CONFIG=configs/llama_tiny.yaml pair llama_bf16 2e-2 --set train.precision=bf16
