@@ -12,6 +12,7 @@
 #include "core/errors.h"
 #include "core/logging.h"
 #include "launch/data_record.h"
+#include "launch/directory_lock.h"
 #include "launch/hf_source.h"
 #include "launch/model_record.h"
 #include "launch/resume_checks.h"
@@ -20,6 +21,7 @@
 #include "launch/training_record.h"
 #include "optim/lr_schedule.h"
 #include "parallel/grad_compression.h"
+#include "parallel/launch_env.h"
 
 namespace loom::launch {
 namespace {
@@ -230,6 +232,8 @@ std::shared_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     header["parent"] = parent_.empty()                                      ? ""
                        : in_checkpoint_dir(config_.checkpoint.dir, parent_) ? fs::path(parent_).filename().string()
                                                                             : parent_;
+    // The scheduler job that saved it: a restart of that job continues it (launch/resume_choice.h).
+    if (const auto job = scheduler_job(); !job.empty()) header["job"] = job;
     header["layout"] = layout_of(config_, groups_.world());
     header["model"] = model_record(config_);
     if (config_.model.moe.enabled()) header["moe_router"] = moe_router_record(config_);
@@ -342,11 +346,20 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
   const std::string& dir = config_.checkpoint.dir;
   // Rank 0 chooses (reading every file once for the checksums) and tells the others.
   std::vector<CheckpointInfo> candidates;
+  std::string how = resume;  // auto, or the path; a restarted job's hand resume goes on as auto
   if (resume == "auto") {
     if (dir.empty()) throw InputError("--resume auto needs checkpoint.dir in the config");
     candidates = resume_candidates(dir);
   } else {
-    candidates.push_back({-1, resume});
+    if (!parallel::first_attempt()) candidates = saved_since_by_job(resume, dir, scheduler_job());
+    if (!candidates.empty()) {
+      how = "auto";
+      warn0(
+          "--resume {}: this is a restart of job {}, which saved {} since: going on from there (--resume auto), "
+          "not from {} again",
+          resume, scheduler_job(), candidates.front().path, resume);
+    }
+    candidates.push_back({-1, resume});  // (the last to fall back on)
   }
   ResumeChoice chosen;
   {
@@ -361,10 +374,10 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
     checked->data = data_;
     std::function<void()> work;
     if (groups_.rank() == 0) {
-      work = [checked, resume, candidates, config = config_, allow_data_change, while_checking] {
+      work = [checked, how, candidates, config = config_, allow_data_change, while_checking] {
         if (while_checking) while_checking();
         if (checked->data.is_null()) checked->data = data_record(config);
-        checked->choice = choose_resume_checkpoint(resume, candidates, config, checked->data, allow_data_change);
+        checked->choice = choose_resume_checkpoint(how, candidates, config, checked->data, allow_data_change);
       };
     }
     parallel::RankWork checking(std::move(work));

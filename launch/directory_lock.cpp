@@ -29,15 +29,6 @@ std::string host_name() {
   return name;
 }
 
-// The scheduler job this process belongs to, when there is one: a restart of
-// the same job may take over the lock of an attempt that died on another host.
-std::string scheduler_job() {
-  if (const char* id = std::getenv("SLURM_JOB_ID")) return std::string("slurm:") + id;
-  const char* run = std::getenv("TORCHELASTIC_RUN_ID");
-  if (run && std::string(run) != "none" && *run) return std::string("torchelastic:") + run;
-  return "";
-}
-
 // Which attempt of that job this is: SLURM's restarts of the job, then torchrun's of its workers
 // (torchrun inside an srun step restarts within one SLURM attempt), as one increasing number.
 int64_t scheduler_attempt() {
@@ -145,6 +136,13 @@ int create_exclusively(const fs::path& path, const std::string& text) {
 }
 
 }  // namespace
+
+std::string scheduler_job() {
+  if (const char* id = std::getenv("SLURM_JOB_ID")) return std::string("slurm:") + id;
+  const char* run = std::getenv("TORCHELASTIC_RUN_ID");
+  if (run && std::string(run) != "none" && *run) return std::string("torchelastic:") + run;
+  return "";
+}
 
 void throw_start_file_error(int error, const std::string& message) {
   if (error == EROFS) throw InputError(message);

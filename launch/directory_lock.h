@@ -20,6 +20,11 @@ namespace loom::launch {
 // meets it again.
 [[noreturn]] void throw_start_file_error(int error, const std::string& message);
 
+// The scheduler job this process belongs to ("slurm:JOBID", "torchelastic:RUN_ID"), "" when none: a
+// restart of the same job may take over the lock of an attempt that died on another host, and
+// continues what its earlier attempts saved (launch/resume_choice.h).
+std::string scheduler_job();
+
 class DirectoryLock {
  public:
   DirectoryLock() = default;

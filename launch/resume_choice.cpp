@@ -30,6 +30,26 @@ void continue_lineage_from(const std::string& dir, const std::string& path, int6
   set_latest(dir, path);
 }
 
+std::vector<CheckpointInfo> saved_since_by_job(const std::string& resume, const std::string& dir,
+                                               const std::string& job) {
+  std::vector<CheckpointInfo> since;
+  if (job.empty() || dir.empty() || resume == "auto") return since;
+  int64_t after = -1;  // PATH's step; -1 when it is gone (every save of the job's is newer)
+  try {
+    after = read_manifest(resume).at("step").get<int64_t>();
+  } catch (const std::exception&) {
+  }
+  for (const auto& candidate : resume_candidates(dir)) {
+    try {
+      const auto manifest = read_manifest(candidate.path);
+      if (candidate.step > after && manifest.value("job", std::string()) == job) since.push_back(candidate);
+    } catch (const std::exception&) {
+      // unreadable: not known to be the job's
+    }
+  }
+  return since;
+}
+
 ResumeChoice choose_resume_checkpoint(const std::string& resume, const std::vector<CheckpointInfo>& candidates,
                                       const Config& config, const nlohmann::json& data_now, bool allow_data_change) {
   const std::string& dir = config.checkpoint.dir;

@@ -32,6 +32,14 @@ inline bool resume_has_work(const TrainConfig& train, int64_t step) {
   return step < train.steps || train.exit_after == step;
 }
 
+// A job its scheduler runs again (a SLURM requeue, torchrun's restart) repeats its command line: a
+// --resume PATH typed by hand would take it back to PATH, setting aside all that its earlier attempts
+// saved since (or fail, once checkpoint.keep removed PATH). The checkpoints of DIR that job JOB
+// (launch/directory_lock.h's scheduler_job) saved after PATH's step, newest first: what the restart
+// continues instead. Empty for JOB "" or when there is none.
+std::vector<CheckpointInfo> saved_since_by_job(const std::string& resume, const std::string& dir,
+                                               const std::string& job);
+
 // After choosing PATH at STEP to resume from: the newer checkpoints of DIR are set aside as abandoned.
 void continue_lineage_from(const std::string& dir, const std::string& path, int64_t step);
 

@@ -14,7 +14,9 @@
 #     update (latest still naming the save before, latest.publishing the new one) resumes from the
 #     new save, nothing set aside.
 #     The same command again with train.exit_after at or before the checkpoint's step is refused
-#     (exit 2): it would train nothing and save again for ever, or train past the limit.
+#     (exit 2): it would train nothing and save again for ever, or train past the limit. A requeued
+#     job's hand resume (the same --resume step_9 under SLURM_RESTART_COUNT 1) goes on from the
+#     newest checkpoint that job saved since; another job's restart resumes step 9 as asked.
 #  4. An edited manifest (one byte offset, a removed key) is refused naming manifest.json, exit 2,
 #     and --resume auto falls back.
 #  5. A second job in a run directory or checkpoint.dir in use exits 2 naming the holder's host and
@@ -131,6 +133,30 @@ for dir in ck_roll ck_branch; do
 done
 [ -d "$WORK/ck_roll/step_00000015.abandoned" ] || { ls "$WORK/ck_roll"; fail "the line left (step_15) was not set aside"; }
 echo "a hand resume from a set-aside checkpoint, and from another directory's, stopped before saving: --resume auto continued each"
+# A requeued job repeats its command line, --resume PATH included: SLURM job 777 resumed step 9 by
+# hand, saved steps 12 and 15 and was killed at step 17; its requeue (SLURM_RESTART_COUNT 1, the same
+# command) goes on from step 15, where it went back to step 9 and set 12 and 15 aside. Another job's
+# restart (778) does not take 777's saves: it resumes step 9 as asked.
+must_train 1 requeue_first --set checkpoint.dir="$WORK/ck_requeue" --set checkpoint.interval=3 --set checkpoint.keep=9 \
+  --set train.exit_after=9
+for attempt in 0 1; do
+  code=0
+  SLURM_JOB_ID=777 SLURM_RESTART_COUNT=$attempt train 1 requeue --set checkpoint.dir="$WORK/ck_requeue" \
+    --set checkpoint.interval=3 --set checkpoint.keep=9 --resume "$WORK/ck_requeue/step_00000009" \
+    --inject-fault 0:17:kill || code=$?
+  [ "$attempt" = 1 ] || [ "$code" != 0 ] || fail "requeue: the fault did not stop the first attempt"
+done
+[ "$code" = 0 ] || { cat "$WORK/requeue.log"; fail "the requeued attempt failed"; }
+grep -q "this is a restart of job slurm:777, which saved .*step_00000015 since" "$WORK/requeue.log" &&
+  grep -q "resumed from .*step_00000015 at step 15" "$WORK/requeue.log" ||
+  { cat "$WORK/requeue.log"; ls "$WORK/ck_requeue"; fail "the requeue went back to the hand resume's step 9"; }
+ls -d "$WORK"/ck_requeue/step_*.* 2> /dev/null && fail "the requeue set a checkpoint aside"
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/requeue" "$WORK/straight" --rtol 1e-5 --first 10 > /dev/null
+SLURM_JOB_ID=778 SLURM_RESTART_COUNT=1 must_train 1 other_job --set checkpoint.dir="$WORK/ck_requeue" \
+  --set train.exit_after=10 --resume "$WORK/ck_requeue/step_00000009"
+grep -q "resumed from .*step_00000009 at step 9" "$WORK/other_job.log" ||
+  { cat "$WORK/other_job.log"; fail "another job's restart took job 777's checkpoints"; }
+echo "a requeued hand resume (same --resume step_9) went on from its own step 15; another job's took step 9"
 must_train 1 window --set checkpoint.dir="$WORK/ck_window" --set checkpoint.interval=2 --set train.exit_after=4
 [ -e "$WORK/ck_window/latest.publishing" ] && fail "a finished save left latest.publishing"
 echo step_00000002 > "$WORK/ck_window/latest"  # what a kill between the two leaves
