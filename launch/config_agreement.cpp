@@ -92,6 +92,21 @@ std::vector<uint8_t> bytes_of(const std::string& text) {
   return std::vector<uint8_t>(text.begin(), text.end());
 }
 
+// After rank FIRST's config did not come: it and every later rank whose config is not in the store
+// either (earlier ones were read). Asked over a new connection, since the one whose wait timed out
+// may be out of step; FIRST alone when even that fails.
+std::vector<int> ranks_not_joined(const parallel::LaunchEnv& env, int first) {
+  std::vector<int> missing{first};
+  try {
+    const auto fresh = env.store_reconnector()();
+    for (int r = first + 1; r < env.world(); ++r)
+      if (r != env.rank() && !fresh->check({"config/" + std::to_string(r)})) missing.push_back(r);
+  } catch (const std::exception&) {
+    return {first};
+  }
+  return missing;
+}
+
 }  // namespace
 
 void agree_on_config(const Config& config, bool resuming, const parallel::LaunchEnv& env) {
@@ -112,7 +127,11 @@ void agree_on_config(const Config& config, bool resuming, const parallel::Launch
     try {
       return store->get("config/" + std::to_string(r));
     } catch (const std::exception&) {  // (its message is the key and a backtrace)
-      throw CommError("rank " + std::to_string(r) + " of " + std::to_string(env.world()) +
+      const auto missing = ranks_not_joined(env, r);
+      std::string names;
+      for (size_t i = 0; i < missing.size(); ++i)
+        names += (i == 0 ? "" : i + 1 == missing.size() ? " and " : ", ") + std::to_string(missing[i]);
+      throw CommError((missing.size() > 1 ? "ranks " : "rank ") + names + " of " + std::to_string(env.world()) +
                       " did not join the job within parallel.timeout_s (not started, stopped, or started with "
                       "another MASTER_ADDR, MASTER_PORT or WORLD_SIZE)");
     }

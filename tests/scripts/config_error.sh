@@ -124,8 +124,11 @@ case "$mode" in
       MASTER_PORT="$(free_port)" "$LOOM" train "$TINY" --run-dir "$WORK/env"
     expect_exit 1 "rank 1 of 2 did not join the job within parallel.timeout_s" timeout 60 env WORLD_SIZE=2 \
       MASTER_PORT="$(free_port)" "$LOOM" train "$TINY" --run-dir "$WORK/env" --set parallel.timeout_s=2
+    # Every rank that never came, not the first alone: the operator looks for the nodes they were on.
+    expect_exit 1 "ranks 1, 2 and 3 of 4 did not join the job within parallel.timeout_s" timeout 60 env WORLD_SIZE=4 \
+      MASTER_PORT="$(free_port)" "$LOOM" train "$TINY" --run-dir "$WORK/env" --set parallel.timeout_s=2
     unset RANK LOCAL_RANK MASTER_ADDR
-    echo "launch environment: a bad port or world size refused, a rank that never came named"
+    echo "launch environment: a bad port or world size refused, the ranks that never came named"
     # A stop signal that comes while a rank starts (srun --kill-on-bad-exit ending the job after
     # another rank's config error) is held until the rank has judged its input: a config error
     # still exits 2, a good config dies by the signal before it connects or trains. The signal is
