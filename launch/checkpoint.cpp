@@ -232,8 +232,10 @@ std::shared_ptr<PendingSave> Checkpointer::snapshot(const TrainingState& state, 
     header["parent"] = parent_.empty()                                      ? ""
                        : in_checkpoint_dir(config_.checkpoint.dir, parent_) ? fs::path(parent_).filename().string()
                                                                             : parent_;
-    // The scheduler job that saved it: a restart of that job continues it (launch/resume_choice.h).
+    // The scheduler job that saved it, and a hand resume's line: a restart of that job continues it
+    // (launch/resume_choice.h).
     if (const auto job = scheduler_job(); !job.empty()) header["job"] = job;
+    if (!line_.empty()) header["line"] = line_;
     header["layout"] = layout_of(config_, groups_.world());
     header["model"] = model_record(config_);
     if (config_.model.moe.enabled()) header["moe_router"] = moe_router_record(config_);
@@ -346,22 +348,15 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
   const std::string& dir = config_.checkpoint.dir;
   // Rank 0 chooses (reading every file once for the checksums) and tells the others.
   std::vector<CheckpointInfo> candidates;
-  std::string how = resume;  // auto, or the path; a restarted job's hand resume goes on as auto
   if (resume == "auto") {
     if (dir.empty()) throw InputError("--resume auto needs checkpoint.dir in the config");
     candidates = resume_candidates(dir);
   } else {
-    if (!parallel::first_attempt()) candidates = saved_since_by_job(resume, dir, scheduler_job());
-    if (!candidates.empty()) {
-      how = "auto";
-      warn0(
-          "--resume {}: this is a restart of job {}, which saved {} since: going on from there (--resume auto), "
-          "not from {} again",
-          resume, scheduler_job(), candidates.front().path, resume);
-    }
-    candidates.push_back({-1, resume});  // (the last to fall back on)
+    line_ = hand_resume_line(config_, resume);
+    candidates.push_back({-1, resume});
   }
   ResumeChoice chosen;
+  std::string checked_path;  // rank 0's
   {
     // Rank 0 checks every file's CRC (minutes for a large checkpoint) on a thread of its own, while
     // the ranks meet: a rank 0 that stops answering meanwhile is found within parallel.timeout_s.
@@ -369,20 +364,37 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
     struct Checked {
       ResumeChoice choice;
       nlohmann::json data;
+      std::string path;  // the chosen checkpoint's
     };
     auto checked = std::make_shared<Checked>();
     checked->data = data_;
     std::function<void()> work;
     if (groups_.rank() == 0) {
-      work = [checked, how, candidates, config = config_, allow_data_change, while_checking] {
+      work = [checked, resume, candidates, config = config_, allow_data_change, while_checking, line = line_] {
         if (while_checking) while_checking();
         if (checked->data.is_null()) checked->data = data_record(config);
-        checked->choice = choose_resume_checkpoint(how, candidates, config, checked->data, allow_data_change);
+        // A restarted job's hand resume goes on from where this same command's earlier attempt saved.
+        std::string how = resume;
+        auto mine = candidates;
+        if (resume != "auto" && !parallel::first_attempt()) {
+          const auto since = saved_since_by_job(resume, config, scheduler_job(), line);
+          if (!since.empty()) {
+            how = since.front().path;
+            mine = {since.front()};
+            log::warn(
+                "--resume {}: this is a restart of job {}, whose earlier attempt of this same command saved {}: "
+                "going on from there, not from {} again",
+                resume, scheduler_job(), how, resume);
+          }
+        }
+        checked->choice = choose_resume_checkpoint(how, mine, config, checked->data, allow_data_change);
+        if (checked->choice.index >= 0) checked->path = mine[static_cast<size_t>(checked->choice.index)].path;
       };
     }
     parallel::RankWork checking(std::move(work));
     parallel::wait_for_every_rank(world, checking, io_bound(), "--resume " + resume + ": checking the checkpoints");
     chosen = checked->choice;
+    checked_path = checked->path;
     if (data_.is_null()) data_ = checked->data;
   }
   auto choice = torch::full({1}, chosen.index, torch::kInt64);
@@ -400,8 +412,7 @@ std::optional<TrainingState> Checkpointer::load(const std::string& resume, bool 
   }
   // Rank 0's choice by path, not by index: the others listed the folder while rank 0 may have been
   // setting corrupt checkpoints aside, so their lists can be shorter than the one the index is into.
-  const std::string path =
-      text_of_rank0(world, groups_.rank() == 0 ? candidates[static_cast<size_t>(index)].path : std::string());
+  const std::string path = text_of_rank0(world, groups_.rank() == 0 ? checked_path : std::string());
   // (rank 0 checked it can continue this run, resume_refusal, before choosing it)
   const auto manifest = read_manifest(path);
 

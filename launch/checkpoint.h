@@ -93,6 +93,7 @@ class Checkpointer {
   parallel::TensorParallelRng& rng_;
   parallel::GradientSync* sync_;  // its compression state (parallel.grad_compression), per rank
   std::string parent_;            // the checkpoint the present state was saved as or loaded from; empty: none
+  std::string line_;              // a hand resume's line (launch/resume_choice.h), recorded in each save
   bool parent_verified_ = false;
   std::shared_ptr<PendingSave> pending_;         // checkpoint.async: the save being written,
   std::unique_ptr<parallel::RankWork> writing_;  // by this thread

@@ -1,9 +1,12 @@
 #include "launch/resume_choice.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
 
 #include "core/checkpoint_store.h"
+#include "core/crc32c.h"
 #include "core/errors.h"
 #include "core/logging.h"
 #include "launch/data_record.h"
@@ -30,21 +33,36 @@ void continue_lineage_from(const std::string& dir, const std::string& path, int6
   set_latest(dir, path);
 }
 
-std::vector<CheckpointInfo> saved_since_by_job(const std::string& resume, const std::string& dir,
-                                               const std::string& job) {
+std::string hand_resume_line(const Config& config, const std::string& resume) {
+  Config command = config;
+  command.parallel = ParallelConfig{};  // a requeue may get another allocation: the layout changes no number
+  command.train.threads_per_rank = 0;
+  command.train.peak_tflops = 0;
+  command.train.device = TrainDevice::automatic;
+  command.train.memory_check = true;
+  const std::string text = to_yaml(command) + "\n--resume " + fs::absolute(resume).lexically_normal().string();
+  return fmt::format("{:08x}", crc32c(text));
+}
+
+std::vector<CheckpointInfo> saved_since_by_job(const std::string& resume, const Config& config, const std::string& job,
+                                               const std::string& line) {
   std::vector<CheckpointInfo> since;
+  const std::string& dir = config.checkpoint.dir;
   if (job.empty() || dir.empty() || resume == "auto") return since;
-  int64_t after = -1;  // PATH's step; -1 when it is gone (every save of the job's is newer)
+  int64_t after = -1;  // PATH's step; -1 when checkpoint.keep removed it (every save of the line is newer)
   try {
     after = read_manifest(resume).at("step").get<int64_t>();
   } catch (const std::exception&) {
   }
+  const int64_t limit = config.train.exit_after;  // (one at it is refused: it would train nothing)
   for (const auto& candidate : resume_candidates(dir)) {
+    if (candidate.step <= after || (limit >= 0 && candidate.step >= limit)) continue;
     try {
       const auto manifest = read_manifest(candidate.path);
-      if (candidate.step > after && manifest.value("job", std::string()) == job) since.push_back(candidate);
+      if (manifest.value("job", std::string()) == job && manifest.value("line", std::string()) == line)
+        since.push_back(candidate);
     } catch (const std::exception&) {
-      // unreadable: not known to be the job's
+      // unreadable: not known to be the line's
     }
   }
   return since;

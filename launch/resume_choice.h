@@ -34,11 +34,15 @@ inline bool resume_has_work(const TrainConfig& train, int64_t step) {
 
 // A job its scheduler runs again (a SLURM requeue, torchrun's restart) repeats its command line: a
 // --resume PATH typed by hand would take it back to PATH, setting aside all that its earlier attempts
-// saved since (or fail, once checkpoint.keep removed PATH). The checkpoints of DIR that job JOB
-// (launch/directory_lock.h's scheduler_job) saved after PATH's step, newest first: what the restart
-// continues instead. Empty for JOB "" or when there is none.
-std::vector<CheckpointInfo> saved_since_by_job(const std::string& resume, const std::string& dir,
-                                               const std::string& job);
+// saved since (or fail, once checkpoint.keep removed PATH). A hand-resumed run's checkpoints record
+// its line: this digest of the config (less the layout and per-node keys, which change no number)
+// and of PATH.
+std::string hand_resume_line(const Config& config, const std::string& resume);
+// The checkpoints of CONFIG's checkpoint.dir that job JOB (launch/directory_lock.h's scheduler_job)
+// saved on LINE after PATH's step and before train.exit_after, newest first: what a restart of that
+// job continues instead of PATH. Empty for JOB "" or when there is none.
+std::vector<CheckpointInfo> saved_since_by_job(const std::string& resume, const Config& config, const std::string& job,
+                                               const std::string& line);
 
 // After choosing PATH at STEP to resume from: the newer checkpoints of DIR are set aside as abandoned.
 void continue_lineage_from(const std::string& dir, const std::string& path, int64_t step);

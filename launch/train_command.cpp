@@ -12,6 +12,7 @@
 #include "launch/communicator_factory.h"
 #include "launch/config_agreement.h"
 #include "launch/diagnose_plan.h"
+#include "launch/directory_lock.h"
 #include "launch/memory_check.h"
 #include "launch/run_directory.h"
 #include "launch/step_report.h"
@@ -52,8 +53,11 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   // A --resume CHECKPOINT without a manifest is refused before the run and checkpoint folders are
   // made; read_manifest says why (a deleted step, checkpoint.dir given). The full check of its files,
   // on rank 0, waits for the peers: every rank reading a large manifest here would be work twice.
+  // (A restarted scheduler job's may be gone by design: checkpoint.keep removed it after the job
+  // saved newer ones, which the restart continues: launch/resume_choice.h.)
   std::error_code no_manifest;
-  if (!args.resume.empty() && args.resume != "auto" &&
+  const bool restarted_job = !parallel::first_attempt() && !scheduler_job().empty();
+  if (!args.resume.empty() && args.resume != "auto" && !restarted_job &&
       !std::filesystem::is_regular_file(std::filesystem::path(args.resume) / "manifest.json", no_manifest)) {
     try {
       read_manifest(args.resume);

@@ -134,29 +134,32 @@ done
 [ -d "$WORK/ck_roll/step_00000015.abandoned" ] || { ls "$WORK/ck_roll"; fail "the line left (step_15) was not set aside"; }
 echo "a hand resume from a set-aside checkpoint, and from another directory's, stopped before saving: --resume auto continued each"
 # A requeued job repeats its command line, --resume PATH included: SLURM job 777 resumed step 9 by
-# hand, saved steps 12 and 15 and was killed at step 17; its requeue (SLURM_RESTART_COUNT 1, the same
-# command) goes on from step 15, where it went back to step 9 and set 12 and 15 aside. Another job's
-# restart (778) does not take 777's saves: it resumes step 9 as asked.
+# hand, saved steps 12 and 15 (checkpoint.keep 2 removed step 9) and was killed at step 17; its
+# requeue (SLURM_RESTART_COUNT 1, the same command) goes on from step 15, where it went back to step
+# 9 and set 12 and 15 aside (or, with step 9 gone, failed). Another command of the same job (another
+# srun step, another line of training) resumes what it names.
 must_train 1 requeue_first --set checkpoint.dir="$WORK/ck_requeue" --set checkpoint.interval=3 --set checkpoint.keep=9 \
   --set train.exit_after=9
-for attempt in 0 1; do
-  code=0
-  SLURM_JOB_ID=777 SLURM_RESTART_COUNT=$attempt train 1 requeue --set checkpoint.dir="$WORK/ck_requeue" \
-    --set checkpoint.interval=3 --set checkpoint.keep=9 --resume "$WORK/ck_requeue/step_00000009" \
-    --inject-fault 0:17:kill || code=$?
-  [ "$attempt" = 1 ] || [ "$code" != 0 ] || fail "requeue: the fault did not stop the first attempt"
-done
+REQUEUE=(--set checkpoint.dir="$WORK/ck_requeue" --set checkpoint.interval=3 --set checkpoint.keep=2
+  --resume "$WORK/ck_requeue/step_00000009")
+code=0
+SLURM_JOB_ID=777 train 1 requeue "${REQUEUE[@]}" --inject-fault 0:17:kill || code=$?
+[ "$code" != 0 ] || fail "requeue: the fault did not stop the first attempt"
+[ ! -d "$WORK/ck_requeue/step_00000009" ] || fail "checkpoint.keep 2 should have removed step 9"
+# (with nothing to train, it sets nothing aside)
+SLURM_JOB_ID=777 SLURM_RESTART_COUNT=1 must_train 1 other_command --set checkpoint.dir="$WORK/ck_requeue" \
+  --set train.steps=12 --resume "$WORK/ck_requeue/step_00000012"
+grep -q "nothing to do: the run is already at step 12 of train.steps = 12" "$WORK/other_command.log" ||
+  { cat "$WORK/other_command.log"; fail "another command of the job did not resume what it names"; }
+code=0
+SLURM_JOB_ID=777 SLURM_RESTART_COUNT=1 train 1 requeue "${REQUEUE[@]}" --inject-fault 0:17:kill || code=$?
 [ "$code" = 0 ] || { cat "$WORK/requeue.log"; fail "the requeued attempt failed"; }
-grep -q "this is a restart of job slurm:777, which saved .*step_00000015 since" "$WORK/requeue.log" &&
-  grep -q "resumed from .*step_00000015 at step 15" "$WORK/requeue.log" ||
-  { cat "$WORK/requeue.log"; ls "$WORK/ck_requeue"; fail "the requeue went back to the hand resume's step 9"; }
+grep -q "this is a restart of job slurm:777, whose earlier attempt of this same command saved .*step_00000015" \
+  "$WORK/requeue.log" && grep -q "resumed from .*step_00000015 at step 15" "$WORK/requeue.log" ||
+  { cat "$WORK/requeue.log"; ls "$WORK/ck_requeue"; fail "the requeue did not continue its own step 15"; }
 ls -d "$WORK"/ck_requeue/step_*.* 2> /dev/null && fail "the requeue set a checkpoint aside"
 python3 "$SCRIPTS/checks.py" steps-agree "$WORK/requeue" "$WORK/straight" --rtol 1e-5 --first 10 > /dev/null
-SLURM_JOB_ID=778 SLURM_RESTART_COUNT=1 must_train 1 other_job --set checkpoint.dir="$WORK/ck_requeue" \
-  --set train.exit_after=10 --resume "$WORK/ck_requeue/step_00000009"
-grep -q "resumed from .*step_00000009 at step 9" "$WORK/other_job.log" ||
-  { cat "$WORK/other_job.log"; fail "another job's restart took job 777's checkpoints"; }
-echo "a requeued hand resume (same --resume step_9) went on from its own step 15; another job's took step 9"
+echo "a requeued hand resume (the same --resume step_9, since removed) went on from its own step 15; another command took step 12"
 must_train 1 window --set checkpoint.dir="$WORK/ck_window" --set checkpoint.interval=2 --set train.exit_after=4
 [ -e "$WORK/ck_window/latest.publishing" ] && fail "a finished save left latest.publishing"
 echo step_00000002 > "$WORK/ck_window/latest"  # what a kill between the two leaves
