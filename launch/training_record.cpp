@@ -4,6 +4,8 @@
 
 #include "core/config_fields.h"
 #include "core/config_inert.h"
+#include "core/errors.h"
+#include "core/loss_mask.h"
 
 namespace loom::launch {
 namespace {
@@ -48,6 +50,12 @@ nlohmann::json training_settings_record(const Config& config) {
     for (const char* key : kRecordedKeys) {
       if (field.name() == key) record[key] = field.print(config);
     }
+  }
+  // The id the mask uses, not how it was given: -1 (the sidecars') and the sidecars' own id are one setting.
+  try {
+    if (const int64_t eod = resolve_eod_id(config); eod >= 0) record["data.eod_id"] = std::to_string(eod);
+  } catch (const InputError&) {
+    // (refused where the run starts)
   }
   return record;
 }

@@ -82,6 +82,17 @@ run_loom 1 nothing_left "${SETS[@]}" --set train.steps=2 --set train.warmup_step
 for what in "every target of the global batch from sample 0 follows token 97" "every validation target follows"; do
   grep -q "$what" "$WORK/nothing_left.log" || { cat "$WORK/nothing_left.log"; fail "no warning: $what"; }
 done
+# A resume records the id the mask used: naming the sidecars' own id is no change, turning the mask off is.
+CK=(--set data.path="$WORK/eod" --set checkpoint.dir="$WORK/ck" --set checkpoint.interval=5)
+run_loom 1 saved "${SETS[@]}" "${CK[@]}" --set data.eod_mask_loss=true --set train.exit_after=5 ||
+  { cat "$WORK/saved.log"; fail "masked run to step 5"; }
+run_loom 1 same_id "${SETS[@]}" "${CK[@]}" --set data.eod_mask_loss=true --set data.eod_id=256 \
+  --set train.exit_after=6 --resume auto || { cat "$WORK/same_id.log"; fail "resume naming the id"; }
+grep -q "resumed from" "$WORK/same_id.log" && ! grep -q "settings changed" "$WORK/same_id.log" ||
+  { cat "$WORK/same_id.log"; fail "naming the sidecars' own id was said to be a change"; }
+run_loom 1 unmasked_resume "${SETS[@]}" "${CK[@]}" --resume auto || { cat "$WORK/unmasked_resume.log"; fail "resume"; }
+grep -q "data.eod_mask_loss true -> false" "$WORK/unmasked_resume.log" ||
+  { cat "$WORK/unmasked_resume.log"; fail "turning the mask off at a resume was not said"; }
 run_loom 1 inert "${SETS[@]}" --set train.steps=1 --set train.warmup_steps=0 --set data.path="$WORK/eod" --set data.eod_id=256 ||
   { cat "$WORK/inert.log"; fail "data.eod_id alone"; }
 grep -q "data.eod_id.*data.eod_mask_loss is false" "$WORK/inert.log" ||
