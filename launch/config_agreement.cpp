@@ -14,6 +14,7 @@
 #include "core/data_blend.h"
 #include "core/errors.h"
 #include "core/loss_mask.h"
+#include "core/per_node_keys.h"
 #include "launch/data_record.h"
 
 namespace loom::launch {
@@ -38,8 +39,7 @@ void flatten(const YAML::Node& node, const std::string& prefix, std::map<std::st
 std::map<std::string, std::string> keys_of(const std::string& yaml) {
   std::map<std::string, std::string> out;
   flatten(YAML::Load(yaml), "", out);
-  for (const char* per_node : {"train.threads_per_rank", "train.peak_tflops", "train.device", "train.memory_check"})
-    out.erase(per_node);
+  for (const auto& per_node : per_node_keys()) out.erase(per_node);
   return out;
 }
 

@@ -9,6 +9,7 @@
 #include "core/crc32c.h"
 #include "core/errors.h"
 #include "core/logging.h"
+#include "core/per_node_keys.h"
 #include "launch/data_record.h"
 #include "launch/resume_checks.h"
 
@@ -34,12 +35,8 @@ void continue_lineage_from(const std::string& dir, const std::string& path, int6
 }
 
 std::string hand_resume_line(const Config& config, const std::string& resume) {
-  Config command = config;
+  Config command = without_per_node_keys(config);
   command.parallel = ParallelConfig{};  // a requeue may get another allocation: the layout changes no number
-  command.train.threads_per_rank = 0;
-  command.train.peak_tflops = 0;
-  command.train.device = TrainDevice::automatic;
-  command.train.memory_check = true;
   const std::string text = to_yaml(command) + "\n--resume " + fs::absolute(resume).lexically_normal().string();
   return fmt::format("{:08x}", crc32c(text));
 }

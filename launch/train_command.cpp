@@ -14,6 +14,7 @@
 #include "launch/diagnose_plan.h"
 #include "launch/directory_lock.h"
 #include "launch/memory_check.h"
+#include "launch/resume_choice.h"
 #include "launch/run_directory.h"
 #include "launch/step_report.h"
 #include "launch/stop_signals.h"
@@ -54,11 +55,14 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
   // made; read_manifest says why (a deleted step, checkpoint.dir given). The full check of its files,
   // on rank 0, waits for the peers: every rank reading a large manifest here would be work twice.
   // (A restarted scheduler job's may be gone by design: checkpoint.keep removed it after the job
-  // saved newer ones, which the restart continues: launch/resume_choice.h.)
+  // saved newer ones, which the restart continues: launch/resume_choice.h. Refused here too when the
+  // job saved none on its line: a rare case, where every rank reading the manifests costs little.)
   std::error_code no_manifest;
   const bool restarted_job = !parallel::first_attempt() && !scheduler_job().empty();
-  if (!args.resume.empty() && args.resume != "auto" && !restarted_job &&
-      !std::filesystem::is_regular_file(std::filesystem::path(args.resume) / "manifest.json", no_manifest)) {
+  if (!args.resume.empty() && args.resume != "auto" &&
+      !std::filesystem::is_regular_file(std::filesystem::path(args.resume) / "manifest.json", no_manifest) &&
+      (!restarted_job ||
+       saved_since_by_job(args.resume, config, scheduler_job(), hand_resume_line(config, args.resume)).empty())) {
     try {
       read_manifest(args.resume);
     } catch (const InputError& e) {

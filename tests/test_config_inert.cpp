@@ -1,11 +1,14 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 
 #include "core/config.h"
+#include "core/config_fields.h"
 #include "core/config_inert.h"
+#include "core/per_node_keys.h"
 
 namespace {
 
@@ -79,4 +82,21 @@ TEST_CASE("keys the rest of the config turns off are named, with the key that de
             "model.moe.aux_loss_coeff is set, but model.moe.aux_loss_type is none: it has no effect"});
   CHECK(warnings_for({"train.lr_decay_style=constant", "train.min_lr=0.00005", "train.lr_decay_steps=3"}).size() == 2);
   CHECK(warnings_for({"train.min_lr=0.0001", "train.lr_decay_steps=3"}).empty());
+}
+
+TEST_CASE("the per-node keys, and a config without them", "[config]") {
+  loom::Config config;
+  config.train.threads_per_rank = 3;
+  config.train.peak_tflops = 989;
+  config.train.device = loom::TrainDevice::cpu;
+  config.train.memory_check = false;
+  config.train.steps = 7;  // not a node's own
+  const loom::Config cleared = loom::without_per_node_keys(config);
+  loom::Config expected;
+  expected.train.steps = 7;
+  CHECK(loom::to_yaml(cleared) == loom::to_yaml(expected));
+  for (const auto& key : loom::per_node_keys()) {  // each names a key
+    const auto& fields = loom::config_fields();
+    CHECK(std::any_of(fields.begin(), fields.end(), [&](const auto& f) { return f.name() == key; }));
+  }
 }

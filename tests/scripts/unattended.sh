@@ -160,6 +160,13 @@ grep -q "this is a restart of job slurm:777, whose earlier attempt of this same 
 ls -d "$WORK"/ck_requeue/step_*.* 2> /dev/null && fail "the requeue set a checkpoint aside"
 python3 "$SCRIPTS/checks.py" steps-agree "$WORK/requeue" "$WORK/straight" --rtol 1e-5 --first 10 > /dev/null
 echo "a requeued hand resume (the same --resume step_9, since removed) went on from its own step 15; another command took step 12"
+# A restart of a job that saved nothing on that line, its --resume PATH gone: refused (exit 2)
+# before its run directory and checkpoint.dir are made.
+code=0
+SLURM_JOB_ID=778 SLURM_RESTART_COUNT=1 "$LOOM" train "$TINY" --run-dir "$WORK/gone_run" --set checkpoint.dir="$WORK/gone_ck" \
+  --resume "$WORK/ck_requeue/step_00000009" > "$WORK/gone.log" 2>&1 || code=$?
+[ "$code" = 2 ] && grep -q "resume .*step_00000009" "$WORK/gone.log" || { cat "$WORK/gone.log"; fail "a restart with PATH gone exited $code"; }
+[ ! -e "$WORK/gone_run" ] && [ ! -e "$WORK/gone_ck" ] || fail "a refused restart made its run directory or checkpoint.dir"
 must_train 1 window --set checkpoint.dir="$WORK/ck_window" --set checkpoint.interval=2 --set train.exit_after=4
 [ -e "$WORK/ck_window/latest.publishing" ] && fail "a finished save left latest.publishing"
 echo step_00000002 > "$WORK/ck_window/latest"  # what a kill between the two leaves
