@@ -251,6 +251,9 @@ struct TrainConfig {
   // Refuse, before building anything, a layout whose estimated memory per node (loom plan's
   // model state and activations) exceeds the machine's; false trains anyway.
   bool memory_check = true;
+  // A step (or an evaluation batch) that makes no progress for this long ends the job, exit 1: a stall
+  // of every rank at once that no collective's timeout sees (launch/step_watchdog.h). 0: automatic.
+  double step_timeout_s = 0.0;
 };
 
 struct DataConfig {

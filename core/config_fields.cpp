@@ -379,6 +379,9 @@ std::vector<ConfigField> make_fields() {
                 "stop (exit 3) after this many steps in a row skipped for a non-finite loss or gradient norm"),
       bool_field("train", "memory_check", LOOM_MEMBER(train.memory_check),
                  "refuse a layout whose estimated memory exceeds the machine's (false: train anyway)"),
+      float_field("train", "step_timeout_s", LOOM_MEMBER(train.step_timeout_s),
+                  "end the job (exit 1) when a step makes no progress for this long; 0: automatic, the larger "
+                  "of 2 x parallel.timeout_s and 10 x the slowest step (3 x parallel.timeout_s for the first)"),
       enum_field("train", "recompute", LOOM_MEMBER(train.recompute),
                  "activation recomputation: none, full or selective"),
 

@@ -438,6 +438,8 @@ static void validate(Config& c, int64_t world) {
           "must be positive and at most train.initial_loss_scale");
   require(t.threads_per_rank >= 0, "train.threads_per_rank", "must be 0 (automatic) or positive");
   require(t.peak_tflops >= 0.0, "train.peak_tflops", "must be 0 (the device's known peak, if any) or positive");
+  require(t.step_timeout_s >= 0 && t.step_timeout_s <= 30 * 24 * 3600.0, "train.step_timeout_s",
+          "must be 0 (automatic) or positive, at most 2592000 (30 days)");
   require(t.exit_after >= -1 && t.exit_after <= t.steps, "train.exit_after",
           "must be -1 (never) or a step in [0, train.steps], got " + std::to_string(t.exit_after));
   require(t.exit_after < 0 || !c.checkpoint.dir.empty(), "checkpoint.dir",

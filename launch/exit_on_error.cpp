@@ -61,6 +61,10 @@ std::string out_of_memory_text(const std::string& torch_message) {
          "train.memory_check (on by default) estimates this before the first step";
 }
 
+void end_job_with_error(int code, const std::string& message) {
+  die(code, message);
+}
+
 int exit_on_error(const std::function<int()>& body) {
   try {
     return body();

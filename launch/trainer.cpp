@@ -125,17 +125,19 @@ Trainer::StepResult Trainer::forward_backward(int64_t consumed, double loss_scal
     const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp, groups_.coords().dp,
                                             t.micro_batch_size, micro);
     const auto read_start = Clock::now();
+    watchdog_->doing("reading data");
     if (data_delay_.count() > 0) std::this_thread::sleep_for(data_delay_);
     Batch batch = this_rank_part(data_->train().batch(first, t.micro_batch_size));
     clock_.add(StepClock::Part::data, seconds_since(read_start));
+    watchdog_->doing("in the forward and backward passes");
     auto& piece = *chunks_[static_cast<size_t>(chunk)];
     auto out = piece.forward(input.defined() ? input : batch.tokens, batch.targets);
     if (!holds_loss || chunk != last_chunk) return out;
-    loss_sum += models::require_scalar_loss(out).detach().to(torch::kFloat64) * counted;
+    loss_sum += models::require_scalar_loss(out).detach().to(torch::kFloat64);
     // Averaging over micro-batches here and over dp in the all-reduce: the mean loss's gradient.
     return scale == 1.0 ? out / static_cast<double>(micro_batches) : out * (scale / static_cast<double>(micro_batches));
   });
-  std::vector<double> losses{loss_sum.item<double>() / static_cast<double>(micro_batches)};
+  std::vector<double> losses{loss_sum.item<double>() * counted / static_cast<double>(micro_batches)};
   if (config_.model.mtp.depth > 0) {  // multi-token prediction's loss beside the model's
     const auto mtp = holds_loss ? chunks_.back()->take_mtp_loss() : torch::Tensor();
     losses.push_back(mtp.defined() ? mtp.item<double>() / static_cast<double>(micro_batches) : 0.0);
@@ -227,7 +229,10 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
   const int64_t profile_end = std::min(t.steps, std::max(log_config.profile_step_end, log_config.profile_step_start));
   StepProfiler profiler(groups_.rank() == 0 ? log_config.profile_step_start : 0, profile_end,
                         run_dir_ + "/profile_rank0.json", device_);
+  watchdog_ = std::make_unique<StepWatchdog>(StepWatchdogOptions{t.step_timeout_s, config_.parallel.timeout_s},
+                                             groups_.stats()->presence());
   for (int64_t step = first_step; step <= t.steps && !summary.stopped_early; ++step) {
+    watchdog_->start(step, "beginning the step");
     profiler.before_step(step);
     const auto step_start = Clock::now();
     clock_.begin_step();
@@ -242,6 +247,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     int64_t activation_bytes = step == first_step ? CpuMemory::end_window() : -1;
     if (!device_.is_cpu()) activation_bytes = -1;
     sync_->finish_backward();
+    watchdog_->doing("finishing the step's gradients (reduction, clipping, the ranks' agreement)");
     if (scaler_) sync_->unscale(1.0 / scaler_->scale());
     if (!dump_dir_.empty() && step == first_step) dump_gradients();
     const auto [loss, grad_norm, checkpoint_status, signalled, agent_lost] =
@@ -266,12 +272,14 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     if (!verdict.diverging) checkpointer_->confirm_state();
     if (!skipped) {
       const auto update_start = Clock::now();
+      watchdog_->doing("in the optimizer's step");
       optimizer_->step(lr);
       sync_->after_update();
       clock_.add(StepClock::Part::optimizer, seconds_since(update_start));
       if (!dump_dir_.empty() && step == first_step) dump_weights();
     }
     consumed += t.global_batch_size;
+    watchdog_->doing("ending the step (its records and logs)");
     if (device_.is_cuda()) torch::cuda::synchronize(device_.index());  // the step ends when the GPU's work has
     const double step_s = seconds_since(step_start);
     clock_.end_step(step_s, step > first_step || first_step == t.steps);
@@ -302,9 +310,10 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     if (moe_monitor_) extra["moe"] = moe_monitor_->collect(groups_);
     if (result.mtp_loss >= 0) extra["mtp_loss"] = result.mtp_loss;
     if (evaluates_at(step) && !guard_.diverged()) {
-      const double val_loss = evaluate();
+      const double val_loss = evaluate(step);
       extra["val_loss"] = val_loss;
       extra["val_ppl"] = std::exp(val_loss);
+      watchdog_->start(step, "writing the step's records after its evaluation");
     }
     // The first step's time is mostly warm-up: reports start from the next log line.
     if (log_step && step > first_step) extra["step_time"] = stragglers_.report(groups_.world_comm());
@@ -319,6 +328,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     if (save_due && !guard_.diverged()) {
       // The time the step loop stood still for the save: all of it, or the copy to host memory with checkpoint.async.
       const auto save_start = Clock::now();
+      watchdog_->pause();  // (checkpoint.timeout_s bounds a save)
       save_if_trusted(step, consumed);
       last_save_ms = std::make_pair(step, seconds_since(save_start) * 1000.0);
       clock_.add(StepClock::Part::checkpoint, last_save_ms->second / 1000.0);
@@ -343,6 +353,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
       summary.stopped_early = true;
     }
   }
+  watchdog_->pause();
   checkpointer_->finish_pending();
   if (!guard_.state_trusted()) throw DivergenceError(guard_.report(true) + "; " + checkpointer_->set_aside_diverged());
   if (config_.log.trace) {

@@ -22,6 +22,7 @@
 #include "launch/step_losses.h"
 #include "launch/step_report.h"
 #include "launch/step_split.h"
+#include "launch/step_watchdog.h"
 #include "launch/straggler_report.h"
 #include "models/language_model.h"
 #include "optim/loss_scaler.h"
@@ -96,8 +97,9 @@ class Trainer {
   void save_if_trusted(int64_t step, int64_t consumed);
   TrainingState state_after(int64_t step, int64_t consumed) const;
   // The mean loss over the first eval.steps global batches of the validation data, every rank alike:
-  // the same samples at every evaluation and in every layout, no dropout, no update.
-  double evaluate();
+  // the same samples at every evaluation and in every layout, no dropout, no update. STEP: the step it
+  // follows, for the watchdog.
+  double evaluate(int64_t step);
   // This rank's part of BATCH's sequences under context parallelism (chunks r and 2cp-1-r), or BATCH,
   // on this rank's device.
   Batch this_rank_part(Batch batch);
@@ -132,6 +134,7 @@ class Trainer {
   std::vector<int64_t> epochs_;          // of each training dataset, as last logged
   std::vector<double> interval_losses_;  // the finite losses since the last log line, for avg_loss
   StragglerMonitor stragglers_;
+  std::unique_ptr<StepWatchdog> watchdog_;  // train.step_timeout_s, from the first step of run()
 };
 
 }  // namespace loom::launch

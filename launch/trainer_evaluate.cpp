@@ -30,7 +30,7 @@ bool Trainer::evaluates_at(int64_t step) const {
   return step == config_.train.steps || (interval > 0 && step % interval == 0);
 }
 
-double Trainer::evaluate() {
+double Trainer::evaluate(int64_t step) {
   const auto& t = config_.train;
   const BlendedSampler& valid = *data_->valid();
   const int64_t micro_batches = config_.micro_batches_per_step();
@@ -43,6 +43,7 @@ double Trainer::evaluate() {
   for (int64_t batch_index = 0; batch_index < config_.eval.steps; ++batch_index) {
     // Split over dp and micro-batches exactly as a training step's global batch is.
     const int64_t consumed = batch_index * t.global_batch_size;
+    watchdog_->start(step, "evaluating (a validation batch)");
     pipeline_->run_forward([&](int64_t chunk, int64_t micro, const torch::Tensor& input) {
       const int64_t first = micro_batch_start(consumed, t.global_batch_size, config_.parallel.dp, groups_.coords().dp,
                                               t.micro_batch_size, micro);
