@@ -246,6 +246,9 @@ struct TrainConfig {
   TrainDevice device = TrainDevice::automatic;
   Recompute recompute = Recompute::none;
   int64_t exit_after = -1;  // save and stop after this step (the schedule still spans steps); -1: never
+  // Save and stop after the first step that ends this many minutes after the trainer was built (Megatron-LM's
+  // --exit-duration-in-mins: a job that fits its time limit); 0: never.
+  double exit_duration_mins = 0.0;
   // Steps in a row whose update is skipped for a non-finite loss or gradient norm before the run stops (exit 3).
   int64_t max_skipped_steps = 5;
   // Refuse, before building anything, a layout whose estimated memory per node (loom plan's

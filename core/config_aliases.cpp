@@ -68,6 +68,8 @@ const std::vector<MegatronAlias>& megatron_aliases() {
       {"save", "checkpoint.dir", ""},
       {"load", "checkpoint.dir", "and run loom train --resume auto"},
       {"save_interval", "checkpoint.interval", ""},
+      {"exit_interval", "train.exit_after", "a step, not an interval: the run saves and exits after it"},
+      {"exit_duration_in_mins", "train.exit_duration_mins", ""},
       {"log_interval", "log.interval", ""},
   };
   return table;

@@ -375,13 +375,15 @@ std::vector<ConfigField> make_fields() {
                  "auto (cuda when LibTorch sees a GPU, else cpu), cpu, or cuda (a GPU per local rank)"),
       int_field("train", "exit_after", LOOM_MEMBER(train.exit_after),
                 "save and exit after this step (the schedule still spans train.steps); -1: never"),
+      float_field("train", "exit_duration_mins", LOOM_MEMBER(train.exit_duration_mins),
+                  "save and exit after the first step ending this many minutes into the job; 0: never"),
       int_field("train", "max_skipped_steps", LOOM_MEMBER(train.max_skipped_steps),
                 "stop (exit 3) after this many steps in a row skipped for a non-finite loss or gradient norm"),
       bool_field("train", "memory_check", LOOM_MEMBER(train.memory_check),
                  "refuse a layout whose estimated memory exceeds the machine's (false: train anyway)"),
       float_field("train", "step_timeout_s", LOOM_MEMBER(train.step_timeout_s),
-                  "end the job (exit 1) when a step makes no progress for this long; 0: automatic, the larger "
-                  "of 2 x parallel.timeout_s and 10 x the slowest step (3 x parallel.timeout_s for the first)"),
+                  "end the job (exit 1) when a step makes no progress for this long (at least 1); 0: automatic, "
+                  "from parallel.timeout_s and the slowest step so far"),
       enum_field("train", "recompute", LOOM_MEMBER(train.recompute),
                  "activation recomputation: none, full or selective"),
 

@@ -438,12 +438,16 @@ static void validate(Config& c, int64_t world) {
           "must be positive and at most train.initial_loss_scale");
   require(t.threads_per_rank >= 0, "train.threads_per_rank", "must be 0 (automatic) or positive");
   require(t.peak_tflops >= 0.0, "train.peak_tflops", "must be 0 (the device's known peak, if any) or positive");
-  require(t.step_timeout_s >= 0 && t.step_timeout_s <= 30 * 24 * 3600.0, "train.step_timeout_s",
-          "must be 0 (automatic) or positive, at most 2592000 (30 days)");
+  require(t.step_timeout_s == 0 || (t.step_timeout_s >= 1 && t.step_timeout_s <= 30 * 24 * 3600.0),
+          "train.step_timeout_s", "must be 0 (automatic) or seconds in [1, 2592000 (30 days)]");
   require(t.exit_after >= -1 && t.exit_after <= t.steps, "train.exit_after",
           "must be -1 (never) or a step in [0, train.steps], got " + std::to_string(t.exit_after));
   require(t.exit_after < 0 || !c.checkpoint.dir.empty(), "checkpoint.dir",
           "is needed by train.exit_after (it saves before exiting)");
+  require(t.exit_duration_mins >= 0 && t.exit_duration_mins <= 366 * 24 * 60.0, "train.exit_duration_mins",
+          "must be 0 (never) or minutes, at most a year");
+  require(t.exit_duration_mins == 0 || !c.checkpoint.dir.empty(), "checkpoint.dir",
+          "is needed by train.exit_duration_mins (it saves before exiting)");
   require(t.max_skipped_steps >= 1, "train.max_skipped_steps",
           "must be at least 1 (a run stops after this many non-finite steps in a row)");
   require(c.checkpoint.interval == 0 || !c.checkpoint.dir.empty(), "checkpoint.dir",

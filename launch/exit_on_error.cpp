@@ -1,14 +1,20 @@
 #include "launch/exit_on_error.h"
 
 #include <c10/util/Exception.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <future>
 #include <iostream>
+#include <memory>
 #include <new>
 #include <system_error>
+#include <thread>
 
 #include "core/error_text.h"
 #include "core/errors.h"
@@ -61,8 +67,23 @@ std::string out_of_memory_text(const std::string& torch_message) {
          "train.memory_check (on by default) estimates this before the first step";
 }
 
-void end_job_with_error(int code, const std::string& message) {
-  die(code, message);
+void end_process_now(int code, const std::string& message) {
+  std::string text = "loom: error: " + message;
+  text.insert(std::min(text.find('\n'), text.size()), rank_of_several());
+  text += "\n";
+  auto written = std::make_shared<std::promise<void>>();
+  auto done = written->get_future();
+  std::thread([text, written] {
+    for (size_t at = 0; at < text.size();) {
+      const ssize_t n = ::write(STDERR_FILENO, text.data() + at, text.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+    written->set_value();
+  }).detach();
+  done.wait_for(std::chrono::seconds(2));
+  std::_Exit(code);
 }
 
 int exit_on_error(const std::function<int()>& body) {

@@ -20,7 +20,7 @@ double seconds(Clock::duration d) {
 StepWatchdog::StepWatchdog(StepWatchdogOptions options, std::shared_ptr<const parallel::CollectivePresence> presence,
                            std::function<void(const std::string&)> expire)
     : options_(options), presence_(std::move(presence)), expire_(std::move(expire)) {
-  if (!expire_) expire_ = [](const std::string& message) { end_job_with_error(1, message); };
+  if (!expire_) expire_ = [](const std::string& message) { end_process_now(1, message); };
   // A tenth of the shortest limit it can have, within [20 ms, 1 s]: it fires at most that late.
   const double shortest = options_.step_timeout_s > 0 ? options_.step_timeout_s : 2 * options_.collective_timeout_s;
   period_ = std::chrono::milliseconds(static_cast<int64_t>(std::clamp(shortest * 100.0, 20.0, 1000.0)));
@@ -60,8 +60,11 @@ void StepWatchdog::end_interval_locked(Clock::time_point now) {
 double StepWatchdog::limit_s() const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (options_.step_timeout_s > 0) return options_.step_timeout_s;
-  if (slowest_s_ < 0) return 3 * options_.collective_timeout_s;
-  return std::max(2 * options_.collective_timeout_s, 10 * slowest_s_);
+  // T + 20 s at least: a collective's own timeout is followed by the heartbeats' check of which rank
+  // stopped (seconds) before its report, which names the rank it waited on.
+  const double t = options_.collective_timeout_s, floor = t + 20.0;
+  if (slowest_s_ < 0) return std::max(3 * t, floor);
+  return std::max({2 * t, floor, 10 * slowest_s_});
 }
 
 void StepWatchdog::watch() {
@@ -81,19 +84,23 @@ void StepWatchdog::watch() {
       counted_s_ += gap;
     }
     limit = limit_s();
+    // A rank waiting inside a collective gives the rank it waits on (stuck in its own work, whose
+    // watchdog fires at the same limit) a moment to report first; the launcher then ends the rest.
+    const bool in_collective = presence_ && presence_->inside.load() > 0;
+    const double grace = in_collective ? 2.0 + 2 * period_s : 0.0;
     std::string message;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!armed_ || counted_s_ < limit) continue;
+      if (!armed_ || counted_s_ < limit + grace) continue;
       armed_ = false;
-      message = message_locked(counted_s_, limit);
+      message = message_locked(counted_s_, limit, in_collective);
     }
     expire_(message);
     return;
   }
 }
 
-std::string StepWatchdog::message_locked(double waited_s, double limit) const {
+std::string StepWatchdog::message_locked(double waited_s, double limit, bool in_collective) const {
   const bool automatic = options_.step_timeout_s <= 0;
   std::string rule;
   if (!automatic) {
@@ -103,18 +110,24 @@ std::string StepWatchdog::message_locked(double waited_s, double limit) const {
                        limit);
   } else {
     rule = fmt::format(
-        "train.step_timeout_s automatic: the larger of 2 x parallel.timeout_s and 10 x the slowest step so far "
-        "({:.3g} s), {:g} s",
+        "train.step_timeout_s automatic: the largest of 2 x parallel.timeout_s, parallel.timeout_s + 20 s and 10 x "
+        "the slowest step so far ({:.3g} s), {:g} s",
         slowest_s_, limit);
   }
-  const bool in_collective = presence_ && presence_->inside.load() > 0;
+  if (in_collective) {
+    return fmt::format(
+        "step {} made no progress for {:.1f} s ({}): this rank was {}, inside a collective: it waited that long on "
+        "another rank, which neither answered nor reported a stall of its own first, and the collective did not "
+        "time out; if a step of this job can take that long, raise train.step_timeout_s",
+        step_, waited_s, rule, doing_.load());
+  }
   return fmt::format(
-      "step {} made no progress for {:.1f} s ({}): this rank was {}{}. A stall that holds every rank outside the "
+      "step {} made no progress for {:.1f} s ({}): this rank was {}. A stall that holds every rank outside the "
       "collectives (a file system that stopped answering under the data, the run directory or checkpoint.dir; a "
       "GPU that hung; a model's own loop) ends the job here, where no collective's timeout would; if a step of "
-      "this job can take that long, raise train.step_timeout_s",
-      step_, waited_s, rule, doing_.load(),
-      in_collective ? ", inside a collective (waiting on another rank, which did not time out)" : "");
+      "this job can take that long, raise train.step_timeout_s (an explicit value holds from the first step, "
+      "warm-up included)",
+      step_, waited_s, rule, doing_.load());
 }
 
 }  // namespace loom::launch

@@ -29,9 +29,10 @@
 namespace loom::launch {
 
 struct StepWatchdogOptions {
-  // train.step_timeout_s; 0: automatic, the larger of 2 x parallel.timeout_s (so that a collective's
-  // own timeout, which names the rank it waits on, comes first) and 10 x the slowest interval so far;
-  // before any interval has ended (the first step pays for warm-up), 3 x parallel.timeout_s.
+  // train.step_timeout_s, which holds from the first step; 0: automatic, the largest of 2 x
+  // parallel.timeout_s and parallel.timeout_s + 20 s (so that a collective's own timeout, which names
+  // the rank it waits on, comes first) and 10 x the slowest interval so far; before any interval has
+  // ended (the first step pays for warm-up), the larger of 3 x parallel.timeout_s and + 20 s.
   double step_timeout_s = 0.0;
   double collective_timeout_s = 300.0;  // parallel.timeout_s
 };
@@ -59,7 +60,7 @@ class StepWatchdog {
  private:
   void watch();
   void end_interval_locked(std::chrono::steady_clock::time_point now);
-  std::string message_locked(double waited_s, double limit) const;
+  std::string message_locked(double waited_s, double limit, bool in_collective) const;
 
   StepWatchdogOptions options_;
   std::shared_ptr<const parallel::CollectivePresence> presence_;

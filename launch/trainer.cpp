@@ -152,15 +152,20 @@ void Trainer::save_checkpoint(const TrainingState& state, const std::function<vo
 }
 
 Trainer::StepAgreement Trainer::agree_on_step(double loss, double grad_norm) {
+  const double minutes = config_.train.exit_duration_mins;
+  const bool out_of_time = minutes > 0 && seconds_since(built_) >= minutes * 60.0;
   auto flags = torch::tensor({std::isfinite(loss) ? 0.0 : 1.0, std::isfinite(grad_norm) ? 0.0 : 1.0,
                               static_cast<double>(checkpointer_->pending_status()), static_cast<double>(stop_signal()),
-                              stop_signal() != 0 && torchrun_agent_gone() ? 1.0 : 0.0},
+                              stop_signal() != 0 && torchrun_agent_gone() ? 1.0 : 0.0, out_of_time ? 1.0 : 0.0},
                              torch::kFloat64);
   groups_.world_comm().all_reduce(flags, parallel::ReduceOp::max).wait();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   return {flags[0].item<double>() > 0 ? (std::isfinite(loss) ? nan : loss) : loss,
           flags[1].item<double>() > 0 ? (std::isfinite(grad_norm) ? nan : grad_norm) : grad_norm,
-          static_cast<int>(flags[2].item<double>()), flags[3].item<double>() > 0, flags[4].item<double>() > 0};
+          static_cast<int>(flags[2].item<double>()),
+          flags[3].item<double>() > 0,
+          flags[4].item<double>() > 0,
+          flags[5].item<double>() > 0};
 }
 
 void Trainer::save_if_trusted(int64_t step, int64_t consumed) {
@@ -250,10 +255,13 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     watchdog_->doing("finishing the step's gradients (reduction, clipping, the ranks' agreement)");
     if (scaler_) sync_->unscale(1.0 / scaler_->scale());
     if (!dump_dir_.empty() && step == first_step) dump_gradients();
-    const auto [loss, grad_norm, checkpoint_status, signalled, agent_lost] =
+    const auto [loss, grad_norm, checkpoint_status, signalled, agent_lost, out_of_time] =
         agree_on_step(result.loss, sync_->clip(t.grad_clip));
-    // A checkpoint written in the background is published once every rank has written its part.
+    // A checkpoint written in the background is published once every rank has written its part
+    // (not watched: checkpoint.timeout_s bounds a save).
+    if (config_.checkpoint.async) watchdog_->pause();
     checkpointer_->on_world_status(checkpoint_status);
+    if (config_.checkpoint.async) watchdog_->start(step, "finishing the step after a background save's check");
     const bool scale_can_drop = scaler_ && t.loss_scale <= 0 && scaler_->scale() > t.min_loss_scale;
     const auto verdict = guard_.judge(step, loss, grad_norm, scale_can_drop);
     const bool skipped = verdict.skip;
@@ -297,7 +305,9 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     }
     summary.last_step = step;
     nlohmann::json extra = nlohmann::json::object();
-    const bool stop = !guard_.diverged() && checkpointing && signalled;
+    // (train.exit_duration_mins needs checkpoint.dir: config validation)
+    const bool timed_out = out_of_time && step < t.steps;
+    const bool stop = !guard_.diverged() && checkpointing && (signalled || timed_out);
     const bool save_due = stop || step == t.exit_after ||
                           (checkpointing && step == t.steps) ||  // the end: as Megatron-LM, torchtitan
                           (config_.checkpoint.interval > 0 && step % config_.checkpoint.interval == 0);
@@ -331,6 +341,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
       watchdog_->pause();  // (checkpoint.timeout_s bounds a save)
       save_if_trusted(step, consumed);
       last_save_ms = std::make_pair(step, seconds_since(save_start) * 1000.0);
+      watchdog_->start(step, "ending the step after its save (its log line)");
       clock_.add(StepClock::Part::checkpoint, last_save_ms->second / 1000.0);
     }
     if (log_step) {
@@ -343,10 +354,15 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     if (guard_.diverged()) throw DivergenceError(guard_.report() + "; " + checkpointer_->set_aside_diverged());
     if (stop || step == t.exit_after) {
       // Two calls: under C++20 (LibTorch 2.14 asks for it) fmt wants a literal format string.
-      if (stop) {
+      if (stop && signalled) {
         info0("stopped by a signal after step {}{}; resume with --resume auto", step,
               agent_lost ? " (a torchrun agent of this job has died, and the ranks it started with it)" : "");
         summary.agent_lost = agent_lost;
+      } else if (stop) {
+        info0(
+            "train.exit_duration_mins {}: stopped after step {}, {:.1f} minutes in; resume with --resume auto to "
+            "continue",
+            t.exit_duration_mins, step, seconds_since(built_) / 60.0);
       } else {
         info0("train.exit_after {}: stopped; resume with --resume auto to continue", step);
       }

@@ -90,7 +90,8 @@ class Trainer {
     double loss, grad_norm;
     int checkpoint_status;
     bool stop_signal;
-    bool agent_lost;  // some rank's stop came from its torchrun agent's death
+    bool agent_lost;   // some rank's stop came from its torchrun agent's death
+    bool out_of_time;  // some rank is past train.exit_duration_mins
   };
   StepAgreement agree_on_step(double loss, double grad_norm);
   // Saves after STEP unless the state came out of a skipped non-finite step (it says so instead).
@@ -135,6 +136,9 @@ class Trainer {
   std::vector<double> interval_losses_;  // the finite losses since the last log line, for avg_loss
   StragglerMonitor stragglers_;
   std::unique_ptr<StepWatchdog> watchdog_;  // train.step_timeout_s, from the first step of run()
+  // When the trainer was built: train.exit_duration_mins counts from here (its set-up, init_from and a
+  // resume's loading included).
+  std::chrono::steady_clock::time_point built_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace loom::launch

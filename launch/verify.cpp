@@ -132,8 +132,8 @@ int verify(const VerifyArgs& args, const models::PipelineModelFactory& make_mode
   const int64_t warmup = std::min(config.train.warmup_steps, args.steps - 1);
   for (const auto& set :
        {"train.steps=" + std::to_string(args.steps), "train.warmup_steps=" + std::to_string(warmup),
-        std::string("train.exit_after=-1"), std::string("checkpoint.dir="), std::string("checkpoint.interval=0"),
-        std::string("model.dropout=0"), std::string("model.moe.router_jitter=0"),
+        std::string("train.exit_after=-1"), std::string("train.exit_duration_mins=0"), std::string("checkpoint.dir="),
+        std::string("checkpoint.interval=0"), std::string("model.dropout=0"), std::string("model.moe.router_jitter=0"),
         std::string("log.profile_step_start=0"), std::string("log.profile_step_end=0")})
     common.push_back(set);
   if (config.train.lr_decay_style == LrDecayStyle::wsd && config.train.lr_decay_steps == 0) {

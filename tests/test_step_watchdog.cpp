@@ -43,6 +43,11 @@ TEST_CASE("step watchdog: the automatic limit", "[watchdog]") {
   watchdog.start(1, "beginning the step");
   watchdog.pause();
   CHECK(watchdog.limit_s() == Approx(600.0));  // a fast step: 2 x parallel.timeout_s
+  StepWatchdog small(StepWatchdogOptions{0.0, 1.0}, nullptr, fired.expire());
+  CHECK(small.limit_s() == Approx(21.0));  // parallel.timeout_s + 20 s: the collective's own report first
+  small.start(1, "beginning the step");
+  small.pause();
+  CHECK(small.limit_s() == Approx(21.0));
   StepWatchdog fixed(StepWatchdogOptions{7.5, 300.0}, nullptr, fired.expire());
   CHECK(fixed.limit_s() == 7.5);
   CHECK(fired.count.load() == 0);

@@ -39,10 +39,10 @@ ends_within 120 fixed "$LOOM" train "$TINY" --run-dir "$WORK/fixed" "${stalled[@
 expect_in "$WORK/fixed.log" "loom: error: step 3 made no progress for [0-9.]+ s \(train.step_timeout_s = 2\): this rank was reading data"
 [ "$(wc -l < "$WORK/fixed/metrics.jsonl")" = 2 ] || fail "the stalled job's metrics.jsonl should hold steps 1 and 2"
 
-# 2. The automatic limit (parallel.timeout_s 1: the larger of 2 s and 10 x the slowest step).
+# 2. The automatic limit (parallel.timeout_s 1: the largest of 2 s, 21 s and 10 x the slowest step).
 ends_within 120 automatic "$LOOM" train "$TINY" --run-dir "$WORK/automatic" "${stalled[@]}" --set parallel.timeout_s=1
 [ "$CODE" = 1 ] || { cat "$WORK/automatic.log"; fail "the stalled job exited $CODE, expected 1"; }
-expect_in "$WORK/automatic.log" "loom: error: step 3 made no progress for .*train.step_timeout_s automatic: the larger of 2 x parallel.timeout_s and 10 x the slowest step so far"
+expect_in "$WORK/automatic.log" "loom: error: step 3 made no progress for 2[0-9.]+ s \(train.step_timeout_s automatic: the largest of 2 x parallel.timeout_s, parallel.timeout_s \+ 20 s and 10 x the slowest step so far"
 
 # 3. mpirun: rank 1's data stalls; its watchdog (3 s) ends the job long before parallel.timeout_s (120 s).
 ends_within 90 mpirun mpirun --oversubscribe -np 2 "$LOOM" train "$TINY" --run-dir "$WORK/mpirun" \
@@ -50,6 +50,24 @@ ends_within 90 mpirun mpirun --oversubscribe -np 2 "$LOOM" train "$TINY" --run-d
   --set train.micro_batch_size=2 --set train.step_timeout_s=3 --set parallel.timeout_s=120
 [ "$CODE" != 0 ] || { cat "$WORK/mpirun.log"; fail "the stalled mpirun job exited 0"; }
 expect_in "$WORK/mpirun.log" "loom: error: step 3 made no progress .*this rank was reading data.*\(rank 1 of 2\)"
+
+# 3b. The log on a pipe that no one reads (a launcher's, a stalled file system's): the main thread
+# blocks writing a log line while holding stdout's lock; the watchdog's report takes no such lock.
+mkfifo "$WORK/out.fifo"
+exec 3<> "$WORK/out.fifo" # held open and never read: once its 64 KiB fill, loom's writes block
+"$LOOM" train "$TINY" --run-dir "$WORK/blocked" --set train.steps=1000000 --set log.interval=1 \
+  --set train.step_timeout_s=2 > "$WORK/out.fifo" 2> "$WORK/blocked.err" &
+pid=$!
+SECONDS=0
+while kill -0 "$pid" 2> /dev/null; do
+  [ "$SECONDS" -lt 120 ] || { kill -9 "$pid"; cat "$WORK/blocked.err"; fail "a log blocked on its pipe hung the job"; }
+  sleep 0.1
+done
+code=0
+wait "$pid" || code=$?
+exec 3>&-
+[ "$code" = 1 ] || { cat "$WORK/blocked.err"; fail "the job with its log blocked exited $code, expected 1"; }
+expect_in "$WORK/blocked.err" "loom: error: step [0-9]+ made no progress for [0-9.]+ s \(train.step_timeout_s = 2\): this rank was ending the step"
 
 # 4. A save slower than the limit is not a stall (paused: checkpoint.timeout_s bounds it).
 ends_within 120 save "$LOOM" train "$TINY" --run-dir "$WORK/save" --set train.steps=6 \
@@ -71,7 +89,7 @@ wait "$job" || code=$?
 [ "$code" = 0 ] || { cat "$WORK/suspended.log"; fail "a job stopped and continued exited $code"; }
 
 # 6. Bad values name the key.
-for bad in -1 nan; do
+for bad in -1 nan 0.5; do
   expect_exit 2 "train.step_timeout_s" "$LOOM" train "$TINY" --run-dir "$WORK/bad" --set train.step_timeout_s=$bad
 done
 echo "step_watchdog: OK"

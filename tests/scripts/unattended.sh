@@ -17,6 +17,7 @@
 #     (exit 2): it would train nothing and save again for ever, or train past the limit. A requeued
 #     job's hand resume (the same --resume step_9 under SLURM_RESTART_COUNT 1) goes on from the
 #     newest checkpoint that job saved since; another job's restart resumes step 9 as asked.
+#     train.exit_duration_mins stops every rank after the same step, saved; --resume auto goes on.
 #  4. An edited manifest (one byte offset, a removed key) is refused naming manifest.json, exit 2,
 #     and --resume auto falls back.
 #  5. A second job in a run directory or checkpoint.dir in use exits 2 naming the holder's host and
@@ -185,6 +186,28 @@ for at in 6 5; do
 done
 ls -d "$WORK"/ck_window/step_*.* 2> /dev/null && fail "a checkpoint was saved again"
 echo "train.exit_after at or before the checkpoint's step: refused, nothing saved again"
+# train.exit_duration_mins (Megatron-LM's --exit-duration-in-mins): past its minutes (0.0001: 6 ms,
+# less than a step and the set-up), every rank (dp 2) stops after the same step, saved, exit 0; the
+# same command again trains a step more and stops again; without the limit the run ends as the
+# straight one.
+timed=(--set checkpoint.dir="$WORK/ck_timed" --set checkpoint.keep=9)
+for attempt in 1 2; do
+  must_train 2 timed "${timed[@]}" --set train.exit_duration_mins=0.0001 $([ $attempt = 2 ] && echo --resume auto)
+  at=$(sed -n 's/.*train.exit_duration_mins 0.0001: stopped after step \([0-9]*\), .* minutes in.*/\1/p' "$WORK/timed.log" | head -1)
+  [ -n "$at" ] && [ "$at" -lt 20 ] && [ -d "$WORK/ck_timed/step_$(printf %08d "$at")" ] ||
+    { cat "$WORK/timed.log"; ls "$WORK/ck_timed"; fail "attempt $attempt: no stop saved after train.exit_duration_mins"; }
+  [ $attempt = 1 ] && first_at=$at
+done
+[ "$at" -gt "$first_at" ] || fail "the second attempt (stopped after step $at) trained nothing past step $first_at"
+must_train 2 timed "${timed[@]}" --resume auto
+python3 "$SCRIPTS/checks.py" steps-agree "$WORK/timed" "$WORK/straight" --rtol 1e-5 --first 1 > /dev/null
+echo "train.exit_duration_mins: stopped after steps $first_at and $at, saved; then ended as the straight run"
+code=0
+train 1 timed_bad --set train.exit_duration_mins=5 || code=$?
+expect_code 2 timed_bad "checkpoint.dir.*is needed by train.exit_duration_mins" "$code"
+code=0
+train 1 timed_bad --set checkpoint.dir="$WORK/ck_timed_bad" --set train.exit_duration_mins=-1 || code=$?
+expect_code 2 timed_bad "train.exit_duration_mins.*must be 0 (never) or minutes" "$code"
 
 # 4. Edited manifests.
 must_train 1 edit --set checkpoint.dir="$WORK/ck_edit" --set checkpoint.interval=2 --set checkpoint.keep=3 --set train.exit_after=4
