@@ -49,6 +49,9 @@ class Checkpointer {
   // Given the largest pending_status() over the world (every rank calls it alike): publishes the save in flight
   // when every rank has written its part; throws, stopping the job, when any rank failed to.
   void on_world_status(int largest);
+  // checkpoint.async: whether a save is in flight, to be published by on_world_status (alike on every
+  // rank: saves are collective).
+  bool save_in_flight() const { return pending_ != nullptr; }
   // Collective: waits for the save in flight and publishes it (at the end of a run, or before the next save).
   void finish_pending();
 

@@ -73,16 +73,19 @@ void end_process_now(int code, const std::string& message) {
   text += "\n";
   auto written = std::make_shared<std::promise<void>>();
   auto done = written->get_future();
-  std::thread([text, written] {
-    for (size_t at = 0; at < text.size();) {
-      const ssize_t n = ::write(STDERR_FILENO, text.data() + at, text.size() - at);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      at += static_cast<size_t>(n);
-    }
-    written->set_value();
-  }).detach();
-  done.wait_for(std::chrono::seconds(2));
+  try {
+    std::thread([text, written] {
+      for (size_t at = 0; at < text.size();) {
+        const ssize_t n = ::write(STDERR_FILENO, text.data() + at, text.size() - at);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        at += static_cast<size_t>(n);
+      }
+      written->set_value();
+    }).detach();
+    done.wait_for(std::chrono::seconds(2));
+  } catch (const std::exception&) {  // no thread to be had: the exit still matters more than the words
+  }
   std::_Exit(code);
 }
 

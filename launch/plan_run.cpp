@@ -103,14 +103,16 @@ int compare_with_run(const std::string& run_dir) {
     throw InputError("'" + traffic_path.string() + "' is for another world size than config.yaml's layout");
   }
   const int64_t steps = traffic.at("steps").get<int64_t>();
-  // Checkpoints saved in the run's steps (interval, the last step, exit_after).
+  // Checkpoints saved in the run's steps (interval, the last step, exit_after, a stop by a signal or
+  // train.exit_duration_mins).
   const int64_t last = traffic.value("last_step", steps), first = last - steps + 1;
+  const bool stopped_early = traffic.value("stopped_early", false);
   int64_t saves = 0;
   for (int64_t s = first; s <= last; ++s) {
     const auto& ck = config.checkpoint;
     // (With a checkpoint.dir the last step is always saved, whatever the interval.)
     if ((!ck.dir.empty() && s == config.train.steps) || (ck.interval > 0 && s % ck.interval == 0) ||
-        s == config.train.exit_after)
+        s == config.train.exit_after || (stopped_early && s == last && !ck.dir.empty()))
       ++saves;
   }
   parallel::RankGrid grid({p.tp, p.pp, p.dp, p.ep, p.cp, p.dp_shard}, p.order);

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/checkpoint_store.h"
+#include "core/config_fields.h"
 #include "core/crc32c.h"
 #include "core/errors.h"
 #include "core/logging.h"
@@ -37,7 +38,17 @@ void continue_lineage_from(const std::string& dir, const std::string& path, int6
 std::string hand_resume_line(const Config& config, const std::string& resume) {
   Config command = without_per_node_keys(config);
   command.parallel = ParallelConfig{};  // a requeue may get another allocation: the layout changes no number
-  const std::string text = to_yaml(command) + "\n--resume " + fs::absolute(resume).lexically_normal().string();
+  // Nor do these, which a user may raise between attempts as their messages advise.
+  command.train.step_timeout_s = 0;
+  command.train.exit_duration_mins = 0;
+  // Only the keys set away from their defaults: a key added to loom later leaves the lines it finds alone.
+  const Config defaults;
+  std::string text;
+  for (const auto& field : config_fields()) {
+    const std::string value = field.print(command);
+    if (value != field.print(defaults)) text += field.name() + ": " + value + "\n";
+  }
+  text += "--resume " + fs::absolute(resume).lexically_normal().string();
   return fmt::format("{:08x}", crc32c(text));
 }
 

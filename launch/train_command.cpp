@@ -28,6 +28,7 @@
 namespace loom::launch {
 
 int train(const TrainArgs& args, const models::PipelineModelFactory& make_model) {
+  const auto job_start = std::chrono::steady_clock::now();  // train.exit_duration_mins counts from here
   release_held_stop_signals_before_reading(args.config_path);
   Config config = load_config(args.config_path, args.overrides);
   // Named first: the data check below would measure the data against a model never read.
@@ -120,6 +121,7 @@ int train(const TrainArgs& args, const models::PipelineModelFactory& make_model)
 
     Trainer trainer(config, groups, run_dir, make_model, args.fault, device);
     if (!args.dump_first_step.empty()) trainer.dump_first_step(args.dump_first_step);
+    trainer.set_job_start(job_start);
     log_job_start(config, env, threads, run_dir, device);
     TrainSummary summary = trainer.run(args.resume, args.allow_data_change);
     const auto traffic = write_traffic_reports(groups, *stats, grid, summary, run_dir, env.info().local_world, config);

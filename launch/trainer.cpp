@@ -153,7 +153,7 @@ void Trainer::save_checkpoint(const TrainingState& state, const std::function<vo
 
 Trainer::StepAgreement Trainer::agree_on_step(double loss, double grad_norm) {
   const double minutes = config_.train.exit_duration_mins;
-  const bool out_of_time = minutes > 0 && seconds_since(built_) >= minutes * 60.0;
+  const bool out_of_time = minutes > 0 && seconds_since(job_start_) >= minutes * 60.0;
   auto flags = torch::tensor({std::isfinite(loss) ? 0.0 : 1.0, std::isfinite(grad_norm) ? 0.0 : 1.0,
                               static_cast<double>(checkpointer_->pending_status()), static_cast<double>(stop_signal()),
                               stop_signal() != 0 && torchrun_agent_gone() ? 1.0 : 0.0, out_of_time ? 1.0 : 0.0},
@@ -229,6 +229,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
   if (t.exit_after == state.step) {  // e.g. exit_after 0: save the initial state (a pretrained router's biases too)
     save_checkpoint(state_after(state.step, state.consumed_samples), {});
     summary.stopped_early = true;
+    summary.stopped_by = "train.exit_after";
   }
   const auto& log_config = config_.log;
   const int64_t profile_end = std::min(t.steps, std::max(log_config.profile_step_end, log_config.profile_step_start));
@@ -259,9 +260,10 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
         agree_on_step(result.loss, sync_->clip(t.grad_clip));
     // A checkpoint written in the background is published once every rank has written its part
     // (not watched: checkpoint.timeout_s bounds a save).
-    if (config_.checkpoint.async) watchdog_->pause();
+    const bool publishing = checkpointer_->save_in_flight();
+    if (publishing) watchdog_->pause();
     checkpointer_->on_world_status(checkpoint_status);
-    if (config_.checkpoint.async) watchdog_->start(step, "finishing the step after a background save's check");
+    if (publishing) watchdog_->start(step, "finishing the step after a background save's check");
     const bool scale_can_drop = scaler_ && t.loss_scale <= 0 && scaler_->scale() > t.min_loss_scale;
     const auto verdict = guard_.judge(step, loss, grad_norm, scale_can_drop);
     const bool skipped = verdict.skip;
@@ -291,7 +293,9 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     if (device_.is_cuda()) torch::cuda::synchronize(device_.index());  // the step ends when the GPU's work has
     const double step_s = seconds_since(step_start);
     clock_.end_step(step_s, step > first_step || first_step == t.steps);
+    if (step == profile_end) watchdog_->pause();  // (the trace's export: as long as its size)
     profiler.after_step(step);
+    if (step == profile_end) watchdog_->start(step, "ending the step (its records and logs)");
 
     const int64_t done = step - first_step;  // steps timed before this one
     if (done > 0) timed_seconds += step_s;
@@ -319,7 +323,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     // MoE statistics are collective (rank 0 writes them); the expert biases move with them, before an evaluation.
     if (moe_monitor_) extra["moe"] = moe_monitor_->collect(groups_);
     if (result.mtp_loss >= 0) extra["mtp_loss"] = result.mtp_loss;
-    if (evaluates_at(step) && !guard_.diverged()) {
+    if (evaluates_at(step) && !guard_.diverged() && !timed_out) {  // (out of time: save first)
       const double val_loss = evaluate(step);
       extra["val_loss"] = val_loss;
       extra["val_ppl"] = std::exp(val_loss);
@@ -358,13 +362,16 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
         info0("stopped by a signal after step {}{}; resume with --resume auto", step,
               agent_lost ? " (a torchrun agent of this job has died, and the ranks it started with it)" : "");
         summary.agent_lost = agent_lost;
+        summary.stopped_by = "a signal";
       } else if (stop) {
         info0(
             "train.exit_duration_mins {}: stopped after step {}, {:.1f} minutes in; resume with --resume auto to "
             "continue",
-            t.exit_duration_mins, step, seconds_since(built_) / 60.0);
+            t.exit_duration_mins, step, seconds_since(job_start_) / 60.0);
+        summary.stopped_by = "train.exit_duration_mins";
       } else {
         info0("train.exit_after {}: stopped; resume with --resume auto to continue", step);
+        summary.stopped_by = "train.exit_after";
       }
       summary.stopped_early = true;
     }

@@ -47,6 +47,9 @@ class Trainer {
   // For `loom verify`: the run's first step writes its reduced gradients (before clipping) and its
   // weights after the update into DIR (launch/step_dump.h). Before run().
   void dump_first_step(std::string dir) { dump_dir_ = std::move(dir); }
+  // When this rank's job started (its command's first instruction), for train.exit_duration_mins: the
+  // rendezvous, the checks and the set-up count, as a scheduler's clock counts them. Before run().
+  void set_job_start(std::chrono::steady_clock::time_point start) { job_start_ = start; }
 
  private:
   using StepResult = launch::StepResult;
@@ -136,9 +139,8 @@ class Trainer {
   std::vector<double> interval_losses_;  // the finite losses since the last log line, for avg_loss
   StragglerMonitor stragglers_;
   std::unique_ptr<StepWatchdog> watchdog_;  // train.step_timeout_s, from the first step of run()
-  // When the trainer was built: train.exit_duration_mins counts from here (its set-up, init_from and a
-  // resume's loading included).
-  std::chrono::steady_clock::time_point built_ = std::chrono::steady_clock::now();
+  // Where train.exit_duration_mins counts from: the job's start (set_job_start), else the trainer's.
+  std::chrono::steady_clock::time_point job_start_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace loom::launch

@@ -30,7 +30,8 @@
 # - --open-mode=append: a requeued run appends to the first run's output file.
 # A run that failed (a crashed rank, a dead peer) after saving a new checkpoint is requeued too,
 # at most MAX_REQUEUES (default 3) times; one that saved nothing (a crash at start-up) would only
-# fail again, and is not, nor is loom's exit 2 (bad input) or 3 (the run diverged).
+# fail again, and is not, nor is loom's exit 2 (bad input) or 3 (the run diverged). A run that
+# train.exit_duration_mins stopped (saved, exit 0, and traffic.json's stopped_by says so) is requeued.
 #
 # Every start, the first and each requeue (SLURM_RESTART_COUNT 1, 2, ...), runs the same line:
 # --resume auto continues from the newest complete checkpoint, or starts fresh when there is none.
@@ -77,6 +78,11 @@ restarts="${SLURM_RESTART_COUNT:-0}"
 latest="$(cat "$checkpoint_dir/latest" 2> /dev/null || true)"
 if [ "$time_is_up" = 1 ] && [ "$status" = 0 ]; then
   echo "sbatch_example: saved before the time limit; requeueing job $SLURM_JOB_ID"
+  scontrol requeue "$SLURM_JOB_ID"
+elif [ "$status" = 0 ] && grep -q '"stopped_by": "train.exit_duration_mins"' "$run_dir/traffic.json" 2> /dev/null; then
+  # train.exit_duration_mins (Megatron-LM's --exit-duration-in-mins) saved and stopped the run
+  # before --time ran out, the scheduler's clock in its own hands: go on in a new allocation.
+  echo "sbatch_example: saved at train.exit_duration_mins; requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"
 elif [ "$status" = 2 ] || [ "$status" = 3 ]; then
   # loom's own verdicts (README, exit codes): bad input, or a run that diverged. A requeue would

@@ -9,7 +9,8 @@
 #  3. A SLURM variable that contradicts the others is refused naming it: exit 2, through srun; a
 #     bad config exits 2 and a diverged run 3 through srun --kill-on-bad-exit.
 #  4. loom run straight from a batch script (no srun) is one process, not task 0 of SLURM_NTASKS.
-#  5. scripts/sbatch_example.sh: a rank killed at step 13 on the first start fails the job, which
+#  5. scripts/sbatch_example.sh (a job stopped by train.exit_duration_mins at each start is requeued
+#     until done): a rank killed at step 13 on the first start fails the job, which
 #     requeues itself; the second start (SLURM_RESTART_COUNT 1, no fault) resumes from step 10 and
 #     its steps 11-20 equal the uninterrupted run's. A bad config fails without a requeue.
 #  6. A rank stopped (SIGSTOP) under srun --kill-on-bad-exit=1, as the README launches: its peers
@@ -132,6 +133,8 @@ final_state() {  # final_state JOB: waits for the job to end; prints its state a
 }
 job="$(example sbatch --set checkpoint.interval=5 --inject-fault 1:13:kill)"
 bad_job="$(example sbatch_bad --set train.steps=0)"
+# train.exit_duration_mins 0.0001 (6 ms) stops each start after one step, saved: requeued twice, then done.
+timed_job="$(example sbatch_timed --set train.steps=3 --set train.warmup_steps=1 --set train.exit_duration_mins=0.0001)"
 state="$(final_state "$job")"
 [ "$state" = "JobState=COMPLETED Restarts=1 " ] ||
   { cat "$WORK/sbatch.out"; fail "the example job ended $state, expected COMPLETED after one requeue"; }
@@ -143,6 +146,11 @@ for pattern in "injected fault: kill at step 13" "srun failed with status .* aft
   grep -q -- "$pattern" "$WORK/sbatch.out" || { cat "$WORK/sbatch.out"; fail "the example job's output lacks '$pattern'"; }
 done
 [ "$(grep -c "injected fault" "$WORK/sbatch.out")" = 1 ] || fail "the fault fired again after the requeue"
+state="$(final_state "$timed_job")"
+[ "$state" = "JobState=COMPLETED Restarts=2 " ] &&
+  [ "$(grep -c "saved at train.exit_duration_mins; requeueing job $timed_job" "$WORK/sbatch_timed.out")" = 2 ] &&
+  grep -q "resumed from .*step_00000002 at step 2" "$WORK/sbatch_timed.out" ||
+  { cat "$WORK/sbatch_timed.out"; fail "the example job stopped by train.exit_duration_mins ended $state, expected COMPLETED after two requeues"; }
 # The last ten records are the second start's, whether the resumed run appended or started the file anew.
 mkdir "$WORK/sbatch_resumed"
 tail -n 10 "$WORK/sbatch_run/metrics.jsonl" > "$WORK/sbatch_resumed/metrics.jsonl"
