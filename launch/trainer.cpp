@@ -310,7 +310,8 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     summary.last_step = step;
     nlohmann::json extra = nlohmann::json::object();
     // (train.exit_duration_mins needs checkpoint.dir: config validation)
-    const bool timed_out = out_of_time && step < t.steps;
+    // (train.exit_after at the same step wins: the user's own stop, not a scheduler's limit to requeue past)
+    const bool timed_out = out_of_time && step < t.steps && step != t.exit_after;
     const bool stop = !guard_.diverged() && checkpointing && (signalled || timed_out);
     const bool save_due = stop || step == t.exit_after ||
                           (checkpointing && step == t.steps) ||  // the end: as Megatron-LM, torchtitan

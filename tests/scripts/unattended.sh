@@ -202,6 +202,10 @@ done
 must_train 2 timed "${timed[@]}" --resume auto
 python3 "$SCRIPTS/checks.py" steps-agree "$WORK/timed" "$WORK/straight" --rtol 1e-5 --first 1 > /dev/null
 echo "train.exit_duration_mins: stopped after steps $first_at and $at, saved; then ended as the straight run"
+# Both at one step: train.exit_after's stop (the user's own; sbatch_example.sh requeues only the other).
+must_train 1 timed_both --set checkpoint.dir="$WORK/ck_timed_both" --set train.exit_duration_mins=0.0001 --set train.exit_after=1
+grep -q '"stopped_by": "train.exit_after"' "$WORK/timed_both/traffic.json" ||
+  { cat "$WORK/timed_both.log"; fail "train.exit_after and the time limit at one step: not exit_after's stop"; }
 code=0
 train 1 timed_bad --set train.exit_duration_mins=5 || code=$?
 expect_code 2 timed_bad "checkpoint.dir.*is needed by train.exit_duration_mins" "$code"
