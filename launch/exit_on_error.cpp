@@ -39,13 +39,18 @@ std::string rank_of_several() {
 // that no rank waits on this one. A rank that has its verdict leaves with it: srun --kill-on-bad-exit
 // sends SIGTERM to the ranks still exiting once the first has gone, which would turn their exit 3
 // into 143.
+// "loom: error: MESSAGE\n", the rank after its first line, where the error is said (advice may follow
+// on lines of its own).
+std::string error_text(const std::string& message) {
+  std::string text = "loom: error: " + without_json_exception_ids(message);
+  text.insert(std::min(text.find('\n'), text.size()), rank_of_several());
+  return text + "\n";
+}
+
 [[noreturn]] void die(int code, const std::string& message) {
   for (int signal : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) std::signal(signal, SIG_IGN);
   std::cout.flush();
-  // The rank after the first line, where the error is said (advice may follow on lines of its own).
-  std::string text = without_json_exception_ids(message);
-  text.insert(std::min(text.find('\n'), text.size()), rank_of_several());
-  std::fprintf(stderr, "loom: error: %s\n", text.c_str());
+  std::fputs(error_text(message).c_str(), stderr);
   std::fflush(stderr);
   parallel::end_job(code);
 }
@@ -68,9 +73,7 @@ std::string out_of_memory_text(const std::string& torch_message) {
 }
 
 void end_process_now(int code, const std::string& message) {
-  std::string text = "loom: error: " + message;
-  text.insert(std::min(text.find('\n'), text.size()), rank_of_several());
-  text += "\n";
+  const std::string text = error_text(message);
   auto written = std::make_shared<std::promise<void>>();
   auto done = written->get_future();
   try {

@@ -180,7 +180,7 @@ nlohmann::json write_traffic_reports(parallel::ProcessGroups& groups, const para
   if (report.is_null()) return report;
   report["diagnostics"] = parallel::traffic_diagnostics(report, grid);
   report["last_step"] = summary.last_step;
-  report["stopped_early"] = summary.stopped_early;  // (its last step saved: loom plan --run counts it)
+  report["stopped_early"] = summary.stopped_early();  // (its last step saved: loom plan --run counts it)
   report["stopped_by"] = summary.stopped_by;  // (scripts/sbatch_example.sh requeues after train.exit_duration_mins)
   report["resumed"] = summary.resume_requested;
   std::ofstream(run_dir + "/traffic.json") << report.dump(1) << "\n";

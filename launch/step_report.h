@@ -24,9 +24,9 @@ struct TrainSummary {
   int64_t steps = 0;  // run in this job
   int64_t last_step = 0;
   bool resume_requested = false;  // --resume given: ZeRO-3 gathered its units to read a checkpoint into
-  bool stopped_early = false;     // by a signal, train.exit_after or train.exit_duration_mins
-  std::string stopped_by;         // which of the three ("a signal", or the key); empty: not stopped early
-  bool agent_lost = false;        // stopped because a torchrun agent of the job died (with its ranks' signal)
+  std::string stopped_by;  // "a signal", "train.exit_after" or "train.exit_duration_mins"; empty: not stopped early
+  bool stopped_early() const { return !stopped_by.empty(); }
+  bool agent_lost = false;  // stopped because a torchrun agent of the job died (with its ranks' signal)
   double first_loss = 0.0;
   double last_loss = 0.0;
   double seconds = 0.0;

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -51,8 +52,29 @@ class StepWatchdog {
   void start(int64_t step, const char* what);
   // What the rank is doing now, within the same interval (a literal).
   void doing(const char* what) { doing_.store(what); }
-  // Nothing is watched until the next start (a save, the end of the run).
+  // Nothing is watched until the next start (the end of the run).
   void pause();
+
+  // Not watched for its lifetime (a save: checkpoint.timeout_s bounds it); then a new interval of
+  // STEP begins, doing AFTER (not when an exception leaves the scope: the run is ending).
+  class Unwatched {
+   public:
+    Unwatched(StepWatchdog& watchdog, int64_t step, const char* after)
+        : watchdog_(watchdog), step_(step), after_(after), uncaught_(std::uncaught_exceptions()) {
+      watchdog_.pause();
+    }
+    ~Unwatched() {
+      if (std::uncaught_exceptions() == uncaught_) watchdog_.start(step_, after_);
+    }
+    Unwatched(const Unwatched&) = delete;
+    Unwatched& operator=(const Unwatched&) = delete;
+
+   private:
+    StepWatchdog& watchdog_;
+    int64_t step_;
+    const char* after_;
+    int uncaught_;
+  };
 
   // The limit now, in seconds.
   double limit_s() const;

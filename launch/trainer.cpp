@@ -228,7 +228,6 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
   std::optional<std::pair<int64_t, double>> last_save_ms;  // step, ms: goes into the next step's row
   if (t.exit_after == state.step) {  // e.g. exit_after 0: save the initial state (a pretrained router's biases too)
     save_checkpoint(state_after(state.step, state.consumed_samples), {});
-    summary.stopped_early = true;
     summary.stopped_by = "train.exit_after";
   }
   const auto& log_config = config_.log;
@@ -237,7 +236,7 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
                         run_dir_ + "/profile_rank0.json", device_);
   watchdog_ = std::make_unique<StepWatchdog>(StepWatchdogOptions{t.step_timeout_s, config_.parallel.timeout_s},
                                              groups_.stats()->presence());
-  for (int64_t step = first_step; step <= t.steps && !summary.stopped_early; ++step) {
+  for (int64_t step = first_step; step <= t.steps && !summary.stopped_early(); ++step) {
     watchdog_->start(step, "beginning the step");
     profiler.before_step(step);
     const auto step_start = Clock::now();
@@ -260,10 +259,10 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
         agree_on_step(result.loss, sync_->clip(t.grad_clip));
     // A checkpoint written in the background is published once every rank has written its part
     // (not watched: checkpoint.timeout_s bounds a save).
-    const bool publishing = checkpointer_->save_in_flight();
-    if (publishing) watchdog_->pause();
-    checkpointer_->on_world_status(checkpoint_status);
-    if (publishing) watchdog_->start(step, "finishing the step after a background save's check");
+    if (checkpointer_->save_in_flight()) {
+      const StepWatchdog::Unwatched publishing(*watchdog_, step, "finishing the step after a background save's check");
+      checkpointer_->on_world_status(checkpoint_status);
+    }
     const bool scale_can_drop = scaler_ && t.loss_scale <= 0 && scaler_->scale() > t.min_loss_scale;
     const auto verdict = guard_.judge(step, loss, grad_norm, scale_can_drop);
     const bool skipped = verdict.skip;
@@ -293,9 +292,12 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     if (device_.is_cuda()) torch::cuda::synchronize(device_.index());  // the step ends when the GPU's work has
     const double step_s = seconds_since(step_start);
     clock_.end_step(step_s, step > first_step || first_step == t.steps);
-    if (step == profile_end) watchdog_->pause();  // (the trace's export: as long as its size)
-    profiler.after_step(step);
-    if (step == profile_end) watchdog_->start(step, "ending the step (its records and logs)");
+    if (step == profile_end) {  // the trace's export: as long as its size
+      const StepWatchdog::Unwatched exporting(*watchdog_, step, "ending the step (its records and logs)");
+      profiler.after_step(step);
+    } else {
+      profiler.after_step(step);
+    }
 
     const int64_t done = step - first_step;  // steps timed before this one
     if (done > 0) timed_seconds += step_s;
@@ -343,10 +345,11 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
     if (save_due && !guard_.diverged()) {
       // The time the step loop stood still for the save: all of it, or the copy to host memory with checkpoint.async.
       const auto save_start = Clock::now();
-      watchdog_->pause();  // (checkpoint.timeout_s bounds a save)
-      save_if_trusted(step, consumed);
+      {
+        const StepWatchdog::Unwatched saving(*watchdog_, step, "ending the step after its save (its log line)");
+        save_if_trusted(step, consumed);
+      }
       last_save_ms = std::make_pair(step, seconds_since(save_start) * 1000.0);
-      watchdog_->start(step, "ending the step after its save (its log line)");
       clock_.add(StepClock::Part::checkpoint, last_save_ms->second / 1000.0);
     }
     if (log_step) {
@@ -374,7 +377,6 @@ TrainSummary Trainer::run(const std::string& resume, bool allow_data_change) {
         info0("train.exit_after {}: stopped; resume with --resume auto to continue", step);
         summary.stopped_by = "train.exit_after";
       }
-      summary.stopped_early = true;
     }
   }
   watchdog_->pause();
